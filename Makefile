@@ -1,0 +1,55 @@
+# Thin wrapper over CMake. `make run` and `make test` set up everything themselves.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+CONFIG     ?= examples/sip.yaml
+PY         := /usr/bin/python3
+
+.PHONY: all deps build run test test-unit test-asan fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+examples/models/tiny/1/model.onnx: examples/make_tiny_model.py
+	@$(PY) examples/make_tiny_model.py examples/models/tiny/1/model.onnx
+
+run: build examples/models/tiny/1/model.onnx
+	$(BUILD)/sipd --config $(CONFIG)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure
+	@$(MAKE) --no-print-directory fuzz
+
+# Same suite with ASan + UBSan (LeakSanitizer included).
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSIP_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure
+
+# Every parser's libFuzzer target, for a bounded time each.
+fuzz: deps
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSIP_FUZZ=ON -DSIP_SANITIZE=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$$//' | tr '\n' ' ')
+	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do \
+	  name=$$(basename $$f); mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+	  ASAN_OPTIONS=detect_leaks=1 $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=0 \
+	    $(FUZZ_BUILD)/corpus/$$name tests/fuzz/corpus/$$name 2>$(FUZZ_BUILD)/$$name.log \
+	    || { tail -50 $(FUZZ_BUILD)/$$name.log; exit 1; }; \
+	done
+
+bench: build
+	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD); done
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,414 @@
+/* sip — libsipclient: native-protocol client. A writer lock serialises
+ * frames; a reader thread demultiplexes answers by request id. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "sip/client.h"
+#include "transport/frame.h"
+
+typedef struct pending {
+  struct pending *next;
+  uint64_t id;
+  int is_info;
+  uint64_t start_ns;
+  sip_client_done_fn done;        /* infer */
+  void (*info_done)(char *, sip_error_t *, void *); /* info */
+  void *user;
+} pending_t;
+
+struct sip_client {
+  int fd;
+  pthread_t reader;
+  pthread_mutex_t wmu; /* frame writes */
+  pthread_mutex_t pmu; /* pending list */
+  pending_t *pending;
+  atomic_uint_fast64_t next_id;
+  int closed; /* under pmu: no new requests are accepted */
+};
+
+static sip_error_t *dial(const char *ep, int *out) {
+  int fd = -1;
+  if (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "unix://", 7) == 0) {
+    const char *path = ep + (ep[0] == 'i' ? 6 : 7);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "unix socket path too long: %s", path);
+    strcpy(sa.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+      int err = errno;
+      if (fd >= 0) close(fd);
+      return sip_error_new(SIP_UNAVAILABLE, "cannot connect to %s: %s", ep, strerror(err));
+    }
+  } else if (strncmp(ep, "tcp://", 6) == 0) {
+    char host[256];
+    const char *hp = ep + 6, *colon = strrchr(hp, ':');
+    if (!colon || (size_t)(colon - hp) >= sizeof host || colon == hp)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "endpoint '%s'; expected tcp://host:port", ep);
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    char *h = host;
+    if (h[0] == '[') {
+      h++;
+      char *e = strchr(h, ']');
+      if (e) *e = '\0';
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(h, colon + 1, &hints, &res);
+    if (rc != 0)
+      return sip_error_new(SIP_UNAVAILABLE, "cannot resolve %s: %s", ep, gai_strerror(rc));
+    int err = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+      if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        close(fd);
+        fd = -1;
+      }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+      return sip_error_new(SIP_UNAVAILABLE, "cannot connect to %s: %s", ep, strerror(err));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  } else {
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "endpoint '%s'; expected ipc:///path, unix:///path or tcp://host:port",
+                         ep);
+  }
+  *out = fd;
+  return NULL;
+}
+
+static int read_full(int fd, void *p, size_t n) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t r = recv(fd, b, n, 0);
+    if (r == 0) return -1;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    b += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static pending_t *take_pending(sip_client_t *c, uint64_t id) {
+  pthread_mutex_lock(&c->pmu);
+  pending_t **pp = &c->pending, *p;
+  while ((p = *pp) && p->id != id) pp = &p->next;
+  if (p) *pp = p->next;
+  pthread_mutex_unlock(&c->pmu);
+  return p;
+}
+
+static void complete_err(pending_t *p, sip_error_t *e) {
+  if (p->is_info)
+    p->info_done(NULL, e, p->user);
+  else
+    p->done(NULL, e, p->user);
+  sip__free(p);
+}
+
+/* Fails everything pending (connection lost or an ERROR frame). */
+static void fail_all(sip_client_t *c, sip_code_t code, const char *msg) {
+  pthread_mutex_lock(&c->pmu);
+  pending_t *p = c->pending;
+  c->pending = NULL;
+  c->closed = 1;
+  pthread_mutex_unlock(&c->pmu);
+  while (p) {
+    pending_t *nx = p->next;
+    complete_err(p, sip_error_new(code, "%s", msg));
+    p = nx;
+  }
+}
+
+static void release_payload(void *p) { sip__free(p); }
+
+static void *reader_main(void *arg) {
+  sip_client_t *c = arg;
+  for (;;) {
+    uint8_t hdr[SIP_FRAME_HEADER_SIZE];
+    if (read_full(c->fd, hdr, sizeof hdr) != 0) break;
+    sip_frame_header_t h;
+    sip_error_t *e = sip__frame_header_decode(hdr, UINT32_MAX, &h);
+    if (e) {
+      fail_all(c, SIP_INTERNAL, sip_error_message(e));
+      sip_error_free(e);
+      return NULL;
+    }
+    void *mem = sip__malloc(h.length ? h.length : 1);
+    sip_buf_t *buf = mem ? sip_buf_wrap(mem, h.length, release_payload, mem) : NULL;
+    if (!buf || read_full(c->fd, mem, h.length) != 0) {
+      sip_buf_unref(buf);
+      break;
+    }
+    if (h.type == SIP_MSG_ERROR) {
+      uint32_t code;
+      const char *txt;
+      size_t n;
+      e = sip__decode_code_text(mem, h.length, 1, &code, &txt, &n);
+      char *msg = e ? NULL : sip__strndup(txt, n);
+      fail_all(c, e ? SIP_INTERNAL : (sip_code_t)code,
+               e ? sip_error_message(e) : msg ? msg : "server error");
+      sip__free(msg);
+      sip_error_free(e);
+      sip_buf_unref(buf);
+      return NULL;
+    }
+    pending_t *p = take_pending(c, h.request_id);
+    if (!p) { /* an answer nobody waits for: ignore */
+      sip_buf_unref(buf);
+      continue;
+    }
+    if (h.type == SIP_MSG_INFO_RESPONSE && p->is_info) {
+      uint32_t code;
+      const char *txt;
+      size_t n;
+      e = sip__decode_code_text(mem, h.length, 0, &code, &txt, &n);
+      if (!e && code) e = sip_error_new((sip_code_t)code, "%.*s", (int)n, txt);
+      char *json = e ? NULL : sip__strndup(txt, n);
+      if (!e && !json) e = SIP_OOM();
+      p->info_done(json, e, p->user);
+      sip__free(p);
+    } else if (h.type == SIP_MSG_INFER_RESPONSE && !p->is_info) {
+      sip_wire_response_t wr;
+      e = sip__decode_infer_response(mem, h.length, buf, &wr);
+      if (!e && wr.code) e = sip_error_new((sip_code_t)wr.code, "%s", wr.message);
+      if (e) {
+        if (!sip_error_code(e)) wr.code = 0;
+        sip__wire_response_clear(&wr);
+        p->done(NULL, e, p->user);
+      } else {
+        sip_client_response_t *r = sip__calloc(1, sizeof *r);
+        if (!r) {
+          sip__wire_response_clear(&wr);
+          p->done(NULL, SIP_OOM(), p->user);
+        } else {
+          r->request_id = h.request_id;
+          r->outputs = wr.outputs;
+          r->n_outputs = wr.n_outputs;
+          r->queue_us = wr.queue_us;
+          r->compute_us = wr.compute_us;
+          r->total_us = wr.total_us;
+          r->latency_ms = (double)(sip__now_ns() - p->start_ns) / 1e6;
+          wr.outputs = NULL;
+          wr.n_outputs = 0;
+          sip__wire_response_clear(&wr);
+          p->done(r, NULL, p->user);
+        }
+      }
+      sip__free(p);
+    } else {
+      complete_err(p, sip_error_new(SIP_INTERNAL, "server answered with message type %u",
+                                    h.type));
+    }
+    sip_buf_unref(buf);
+  }
+  fail_all(c, SIP_UNAVAILABLE, "connection to the server closed");
+  return NULL;
+}
+
+sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out) {
+  *out = NULL;
+  if (!endpoint) return sip_error_new(SIP_INVALID_ARGUMENT, "endpoint is NULL");
+  int fd;
+  sip_error_t *e = dial(endpoint, &fd);
+  if (e) return e;
+  sip_client_t *c = sip__calloc(1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return SIP_OOM();
+  }
+  c->fd = fd;
+  atomic_init(&c->next_id, 1);
+  pthread_mutex_init(&c->wmu, NULL);
+  pthread_mutex_init(&c->pmu, NULL);
+  if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
+    close(fd);
+    sip__free(c);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the reader thread");
+  }
+  *out = c;
+  return NULL;
+}
+
+void sip_client_free(sip_client_t *c) {
+  if (!c) return;
+  shutdown(c->fd, SHUT_RDWR); /* wakes the reader, which fails what is pending */
+  pthread_join(c->reader, NULL);
+  close(c->fd);
+  pthread_mutex_destroy(&c->wmu);
+  pthread_mutex_destroy(&c->pmu);
+  sip__free(c);
+}
+
+/* Registers p, then writes the frame. */
+static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip_wbuf_t *w) {
+  if (w->oom) {
+    sip__wbuf_free(w);
+    sip__free(p);
+    return SIP_OOM();
+  }
+  pthread_mutex_lock(&c->pmu);
+  if (c->closed) {
+    pthread_mutex_unlock(&c->pmu);
+    sip__wbuf_free(w);
+    sip__free(p);
+    return sip_error_new(SIP_UNAVAILABLE, "connection to the server is closed");
+  }
+  p->next = c->pending;
+  c->pending = p;
+  pthread_mutex_unlock(&c->pmu);
+  uint64_t id = p->id; /* p may complete and be freed as soon as the frame is out */
+  pthread_mutex_lock(&c->wmu);
+  size_t off = 0;
+  int err = 0;
+  while (off < w->len) {
+    ssize_t n = send(c->fd, w->data + off, w->len - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    off += (size_t)n;
+  }
+  pthread_mutex_unlock(&c->wmu);
+  sip__wbuf_free(w);
+  if (err) {
+    pending_t *mine = take_pending(c, id);
+    if (mine) { /* not yet failed by the reader: the caller gets the error */
+      sip__free(mine);
+      return sip_error_new(SIP_UNAVAILABLE, "cannot send to the server: %s", strerror(err));
+    }
+  }
+  return NULL;
+}
+
+sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
+                                    sip_client_done_fn done, void *user) {
+  if (!req || !req->pool || !done)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "request, pool and callback are required");
+  if (req->priority < 0 || req->priority > 3)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "priority %d; expected 0..3", req->priority);
+  pending_t *p = sip__calloc(1, sizeof *p);
+  if (!p) return SIP_OOM();
+  p->id = req->request_id ? req->request_id : atomic_fetch_add(&c->next_id, 1);
+  p->done = done;
+  p->user = user;
+  p->start_ns = sip__now_ns();
+  sip_wbuf_t w = {0};
+  sip__encode_infer_request(&w, p->id, req->pool, req->priority, req->timeout_ms, req->outputs,
+                            req->n_outputs, req->inputs, req->n_inputs);
+  return send_frame(c, p, &w);
+}
+
+typedef struct waiter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  sip_client_response_t *resp;
+  char *json;
+  sip_error_t *err;
+} waiter_t;
+
+static void wait_done(waiter_t *w) {
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+}
+
+static void signal_done(waiter_t *w) {
+  pthread_mutex_lock(&w->mu);
+  w->done = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void sync_infer_done(sip_client_response_t *r, sip_error_t *e, void *user) {
+  waiter_t *w = user;
+  w->resp = r;
+  w->err = e;
+  signal_done(w);
+}
+
+sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
+                              sip_client_response_t **out) {
+  *out = NULL;
+  waiter_t w = {.done = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  sip_error_t *e = sip_client_infer_async(c, req, sync_infer_done, &w);
+  if (e) {
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return e;
+  }
+  wait_done(&w);
+  *out = w.resp;
+  return w.err;
+}
+
+static void sync_info_done(char *json, sip_error_t *e, void *user) {
+  waiter_t *w = user;
+  w->json = json;
+  w->err = e;
+  signal_done(w);
+}
+
+sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
+  *json = NULL;
+  if (kind < 1 || kind > 3)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "info kind %d; expected 1..3", kind);
+  pending_t *p = sip__calloc(1, sizeof *p);
+  if (!p) return SIP_OOM();
+  waiter_t w = {.done = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  p->id = atomic_fetch_add(&c->next_id, 1);
+  p->is_info = 1;
+  p->info_done = sync_info_done;
+  p->user = &w;
+  sip_wbuf_t wb = {0};
+  sip__encode_info_request(&wb, p->id, (uint8_t)kind);
+  sip_error_t *e = send_frame(c, p, &wb);
+  if (e) {
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return e;
+  }
+  wait_done(&w);
+  *json = w.json;
+  return w.err;
+}
+
+void sip_client_free_string(char *s) { sip__free(s); }
+
+void sip_client_response_free(sip_client_response_t *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
+  sip__free(r->outputs);
+  sip__free(r);
+}
+
+
+const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name) {
+  for (size_t i = 0; r && i < r->n_outputs; i++)
+    if (strcmp(r->outputs[i]->name, name) == 0) return r->outputs[i];
+  return NULL;
+}

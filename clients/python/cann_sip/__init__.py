@@ -1,0 +1,31 @@
+"""cann_sip — pure Python + numpy client of the sip native protocol.
+
+    from cann_sip import SessionClient, InferenceRequest
+    with SessionClient("ipc:///tmp/sip_service.sock") as client:
+        resp = client.infer(InferenceRequest(session_pool="image_classification",
+                                             inputs={"input_0": image}, timeout_ms=100))
+        resp.outputs["output_0"].shape, resp.latency_ms
+
+See docs/protocol.md for the wire format; ``cann_sip.protocol`` holds the
+pure encode/decode functions.
+"""
+
+from . import protocol
+from .client import (DEFAULT_ENDPOINT, InferenceRequest, InferenceResponse, SessionClient,
+                     parse_endpoint)
+from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
+                     FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
+                     PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
+                     UnimplementedError, sip_error_from_code)
+from .protocol import ProtocolError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SessionClient", "InferenceRequest", "InferenceResponse", "DEFAULT_ENDPOINT",
+    "parse_endpoint", "protocol", "ProtocolError",
+    "SipError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
+    "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError",
+    "UnimplementedError", "FailedPreconditionError", "PermissionDeniedError", "InternalError",
+    "sip_error_from_code", "__version__",
+]

@@ -1,0 +1,534 @@
+"""The sip session client: one connection, many threads, pipelined requests.
+
+Design
+------
+A :class:`SessionClient` owns at most one live connection. Any number of
+threads call it at once: a request is encoded in the calling thread, sent
+under a writer lock, and registered by request_id; one background reader
+thread per connection decodes answers and completes the matching
+``concurrent.futures.Future`` — answers may come back in any order. Requests
+that get no answer within ``timeout_s`` fail with DeadlineExceededError (the
+reader sweeps them), so no call can hang forever.
+
+When the connection drops, every call still waiting on it fails with
+UnavailableError, and the next call opens a new connection. An ERROR frame
+from the server fails every waiting call with the error it names (the server
+closes the connection after it).
+
+Future callbacks (``add_done_callback``) run on the reader thread; keep them
+short.
+"""
+
+import itertools
+import json
+import select
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as _FutureTimeout
+
+from . import protocol as P
+from .errors import (CancelledError, DeadlineExceededError, InternalError,
+                     InvalidArgumentError, SipError, UnavailableError,
+                     sip_error_from_code)
+
+__all__ = ["SessionClient", "InferenceRequest", "InferenceResponse", "parse_endpoint",
+           "DEFAULT_ENDPOINT"]
+
+DEFAULT_ENDPOINT = "ipc:///tmp/sip_service.sock"
+
+# How often the reader wakes up while idle to expire overdue calls.
+_SWEEP_INTERVAL_S = 0.1
+_RECV_CHUNK = 1 << 20
+
+
+class InferenceRequest:
+    """One inference request.
+
+    session_pool: the pool (or pipeline) name.
+    inputs: dict name -> numpy array (or python scalar/list; str/bytes arrays
+        are STRING tensors).
+    timeout_ms: server-side queueing deadline (None or 0: none).
+    priority: None/0 (pool default), 1/2/3 or "high"/"medium"/"low".
+    request_id: wire request id (auto-assigned when None).
+    outputs: names of the outputs wanted (None: all).
+    """
+
+    __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs")
+
+    def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
+                 outputs=None):
+        self.session_pool = session_pool
+        self.inputs = inputs
+        self.timeout_ms = timeout_ms
+        self.priority = priority
+        self.request_id = request_id
+        self.outputs = outputs
+
+    def __repr__(self):
+        return ("InferenceRequest(session_pool=%r, inputs=[%s], timeout_ms=%r, priority=%r, "
+                "request_id=%r, outputs=%r)" % (self.session_pool, ", ".join(self.inputs or ()),
+                                                self.timeout_ms, self.priority, self.request_id,
+                                                self.outputs))
+
+
+class InferenceResponse:
+    """The answer to one request.
+
+    outputs: dict name -> numpy array (STRING outputs: object arrays of bytes).
+    latency_ms: client-measured round trip (send to answer), float.
+    request_id: the wire request id.
+    timings: {"queue_us", "compute_us", "total_us"} as reported by the server.
+    """
+
+    __slots__ = ("outputs", "latency_ms", "request_id", "timings", "session_pool")
+
+    def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None):
+        self.outputs = outputs
+        self.latency_ms = latency_ms
+        self.request_id = request_id
+        self.timings = timings
+        self.session_pool = session_pool
+
+    def __getitem__(self, name):
+        return self.outputs[name]
+
+    def __repr__(self):
+        shapes = ", ".join("%s%s" % (k, list(v.shape)) for k, v in self.outputs.items())
+        return "InferenceResponse(request_id=%r, outputs={%s}, latency_ms=%.3f)" % (
+            self.request_id, shapes, self.latency_ms)
+
+
+def parse_endpoint(endpoint):
+    """``ipc:///path`` | ``unix:///path`` -> (AF_UNIX, path);
+    ``tcp://host:port`` (``[v6]:port`` too) -> ("tcp", (host, port))."""
+    if not isinstance(endpoint, str):
+        raise InvalidArgumentError("endpoint must be a string, not %r" % (endpoint,))
+    for scheme in ("ipc://", "unix://"):
+        if endpoint.startswith(scheme):
+            path = endpoint[len(scheme):]
+            if not path:
+                raise InvalidArgumentError("endpoint %r has no socket path" % endpoint)
+            if path.startswith("@"):  # Linux abstract namespace
+                path = "\0" + path[1:]
+            return socket.AF_UNIX, path
+    if endpoint.startswith("tcp://"):
+        rest = endpoint[len("tcp://"):].rstrip("/")
+        if rest.startswith("["):
+            host, sep, port = rest[1:].partition("]:")
+        else:
+            host, sep, port = rest.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError("endpoint %r: expected tcp://host:port" % endpoint)
+        return "tcp", (host, int(port))
+    raise InvalidArgumentError("endpoint %r: expected ipc:///path, unix:///path or "
+                               "tcp://host:port" % endpoint)
+
+
+def _copy_error(err):
+    """A fresh exception of the same class and text (one per future, so that
+    threads raising them don't share tracebacks)."""
+    if type(err) is SipError or not isinstance(err, SipError):
+        return SipError(err.code_value, err.message) if isinstance(err, SipError) else err
+    return sip_error_from_code(err.code_value, err.message)
+
+
+def _sendall_parts(sock, parts):
+    """sendall over several buffers without joining them."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        # IOV_MAX is 1024 on Linux.
+        sent = sock.sendmsg(views[:512])
+        while sent:
+            n = len(views[0])
+            if sent >= n:
+                sent -= n
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+class _Pending:
+    __slots__ = ("future", "kind", "t0", "deadline", "pool")
+
+    def __init__(self, future, kind, t0, deadline, pool):
+        self.future = future
+        self.kind = kind
+        self.t0 = t0
+        self.deadline = deadline
+        self.pool = pool
+
+
+class _ConnectionGone(Exception):
+    """Internal: the connection died before the request was registered."""
+
+
+class _Connection:
+    """One socket, its pending calls and its reader thread."""
+
+    def __init__(self, sock, endpoint, timeout_s):
+        self.sock = sock
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.wlock = threading.Lock()
+        self.lock = threading.Lock()
+        self.pending = {}
+        self.dead = False
+        self.dead_error = None
+        self._last_sweep = time.monotonic()
+        self.reader = threading.Thread(target=self._read_loop, name="cann_sip-reader",
+                                       daemon=True)
+        self.reader.start()
+
+    # -- open ---------------------------------------------------------------
+    @classmethod
+    def open(cls, endpoint, timeout_s):
+        family, addr = parse_endpoint(endpoint)
+        try:
+            if family == "tcp":
+                sock = socket.create_connection(addr, timeout=timeout_s)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            else:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.settimeout(timeout_s)
+                    sock.connect(addr)
+                except BaseException:
+                    sock.close()
+                    raise
+        except OSError as e:
+            raise UnavailableError("cannot connect to %s: %s" % (endpoint, e)) from None
+        # The timeout bounds sends (a server that stops reading); the reader
+        # only calls recv after poll() says data is there.
+        sock.settimeout(timeout_s)
+        return cls(sock, endpoint, timeout_s)
+
+    # -- requests -----------------------------------------------------------
+    def submit(self, request_id, kind, msg_type, parts, pool):
+        """Registers and sends one request; returns its Future."""
+        fut = Future()
+        fut.set_running_or_notify_cancel()  # not cancellable once created
+        t0 = time.monotonic()
+        entry = _Pending(fut, kind, t0, t0 + self.timeout_s, pool)
+        length = sum(len(p) for p in parts)
+        if length > P.MAX_U32:
+            raise InvalidArgumentError("request payload of %d bytes exceeds the protocol's "
+                                       "4 GiB frame limit" % length)
+        header = P.encode_header(msg_type, length, request_id)
+        with self.lock:
+            if self.dead:
+                raise _ConnectionGone()
+            if request_id in self.pending:
+                raise InvalidArgumentError("request_id %d is already in flight on this "
+                                           "connection" % request_id)
+            self.pending[request_id] = entry
+        try:
+            with self.wlock:
+                _sendall_parts(self.sock, [header] + list(parts))
+        except OSError as e:
+            self._after_send_failure(e)
+        return fut
+
+    def _after_send_failure(self, exc):
+        # The peer may have answered with an ERROR frame before closing (an
+        # oversize frame is rejected before its payload is read): give the
+        # reader a moment to deliver it, then fail whatever is left.
+        if isinstance(exc, socket.timeout):
+            # A partial frame may be on the wire: the stream is unusable.
+            self.fail(UnavailableError("sending to %s timed out after %.1f s"
+                                       % (self.endpoint, self.timeout_s)))
+            return
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if threading.current_thread() is not self.reader:
+            self.reader.join(2.0)
+        self.fail(UnavailableError("connection to %s lost while sending: %s"
+                                   % (self.endpoint, exc)))
+
+    # -- failure and close --------------------------------------------------
+    def fail(self, err):
+        """Marks the connection dead, fails every pending call with a copy of
+        ``err`` and wakes the reader (which closes the socket)."""
+        with self.lock:
+            if self.dead:
+                return
+            self.dead = True
+            self.dead_error = err
+            pending, self.pending = self.pending, {}
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for rid, entry in pending.items():
+            e = _copy_error(err)
+            if isinstance(e, SipError):
+                e.request_id = rid
+            entry.future.set_exception(e)
+
+    def close(self, err=None):
+        self.fail(err or CancelledError("client closed"))
+        if threading.current_thread() is not self.reader:
+            self.reader.join(5.0)
+
+    def _sweep(self, now):
+        self._last_sweep = now
+        with self.lock:
+            expired = [(rid, e) for rid, e in self.pending.items() if e.deadline <= now]
+            for rid, _ in expired:
+                del self.pending[rid]
+        for rid, entry in expired:
+            err = DeadlineExceededError("no answer from %s within %.1f s" % (self.endpoint,
+                                                                             self.timeout_s))
+            err.request_id = rid
+            entry.future.set_exception(err)
+
+    # -- reader -------------------------------------------------------------
+    def _recv_exact(self, n, poller, at_boundary):
+        """Reads exactly n bytes into a fresh bytearray; None on a clean EOF
+        at a frame boundary. Raises _ConnectionGone when the connection is
+        closed locally."""
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            if self.dead:
+                raise _ConnectionGone()
+            now = time.monotonic()
+            if now - self._last_sweep >= _SWEEP_INTERVAL_S:
+                self._sweep(now)
+            if not poller.poll(int(_SWEEP_INTERVAL_S * 1000)):
+                continue
+            try:
+                k = self.sock.recv_into(view[got:], min(n - got, _RECV_CHUNK))
+            except (BlockingIOError, InterruptedError, socket.timeout):
+                continue
+            if k == 0:
+                if got == 0 and at_boundary:
+                    return None
+                raise UnavailableError("connection to %s closed in the middle of a frame "
+                                       "(%d of %d bytes)" % (self.endpoint, got, n))
+            got += k
+        return buf
+
+    def _read_loop(self):
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        err = None
+        try:
+            while True:
+                hbuf = self._recv_exact(P.HEADER_SIZE, poller, True)
+                if hbuf is None:
+                    err = UnavailableError("connection to %s closed by the server"
+                                           % self.endpoint)
+                    break
+                try:
+                    h = P.check_header(P.decode_header(hbuf))
+                except P.ProtocolError as e:
+                    err = InternalError("bad frame from %s: %s" % (self.endpoint, e))
+                    break
+                payload = self._recv_exact(h.length, poller, False) if h.length else bytearray()
+                if h.type == P.ERROR:
+                    code, msg = P.decode_error(payload, strict=False)
+                    err = sip_error_from_code(code, msg)
+                    break
+                if h.type not in (P.INFER_RESPONSE, P.INFO_RESPONSE):
+                    err = InternalError("unexpected frame type %d from %s" % (h.type,
+                                                                              self.endpoint))
+                    break
+                self._deliver(h, payload)
+        except _ConnectionGone:
+            pass
+        except UnavailableError as e:
+            err = e
+        except OSError as e:
+            err = UnavailableError("connection to %s lost: %s" % (self.endpoint, e))
+        except BaseException as e:  # a bug here must not leave callers hanging
+            err = InternalError("client reader failed: %r" % (e,))
+        finally:
+            self.fail(err or CancelledError("client closed"))
+            try:
+                poller.unregister(self.sock.fileno())
+            except (OSError, ValueError, KeyError):
+                pass
+            self.sock.close()
+
+    def _deliver(self, h, payload):
+        with self.lock:
+            entry = self.pending.pop(h.request_id, None)
+        if entry is None:
+            return  # already expired (or never ours): drop it
+        fut = entry.future
+        latency_ms = (time.monotonic() - entry.t0) * 1000.0
+        try:
+            if entry.kind == "infer":
+                if h.type != P.INFER_RESPONSE:
+                    raise P.ProtocolError("expected INFER_RESPONSE, got type %d" % h.type)
+                m = P.decode_infer_response(payload)
+                if m.code != 0:
+                    e = sip_error_from_code(m.code, m.message)
+                    e.request_id = h.request_id
+                    fut.set_exception(e)
+                    return
+                timings = {"queue_us": m.queue_us, "compute_us": m.compute_us,
+                           "total_us": m.total_us}
+                fut.set_result(InferenceResponse(m.outputs, latency_ms, h.request_id, timings,
+                                                 entry.pool))
+            else:
+                if h.type != P.INFO_RESPONSE:
+                    raise P.ProtocolError("expected INFO_RESPONSE, got type %d" % h.type)
+                code, text = P.decode_info_response(payload, parse_json=False)
+                if code != 0:
+                    msg = text
+                    try:
+                        obj = json.loads(text)
+                        if isinstance(obj, dict) and obj.get("error"):
+                            msg = obj["error"]
+                            if isinstance(msg, dict):
+                                msg = msg.get("message", text)
+                    except ValueError:
+                        pass
+                    fut.set_exception(sip_error_from_code(code, msg))
+                    return
+                fut.set_result(P.decode_info_response(payload)[1])
+        except P.ProtocolError as e:
+            fut.set_exception(InternalError("malformed answer from %s: %s" % (self.endpoint, e)))
+
+
+class SessionClient:
+    """Client of one sipd endpoint. Thread-safe: share one between threads.
+
+    endpoint: ``ipc:///path``, ``unix:///path`` or ``tcp://host:port``.
+    timeout_s: how long any call waits for its answer (and for a connect or
+        a blocked send) before it fails with DeadlineExceededError /
+        UnavailableError.
+    The connection opens on the first call and reopens after it drops.
+    """
+
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=30):
+        parse_endpoint(endpoint)  # fail early on a malformed endpoint
+        if not timeout_s or timeout_s <= 0:
+            raise InvalidArgumentError("timeout_s must be > 0, not %r" % (timeout_s,))
+        self.endpoint = endpoint
+        self.timeout_s = float(timeout_s)
+        self._lock = threading.Lock()
+        self._conn = None
+        self._closed = False
+        self._ids = itertools.count(1)
+
+    # -- plumbing -----------------------------------------------------------
+    def _connection(self):
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("client is closed")
+            c = self._conn
+            if c is None or c.dead:
+                c = self._conn = _Connection.open(self.endpoint, self.timeout_s)
+            return c
+
+    def _next_id(self):
+        return next(self._ids) & P.MAX_U64
+
+    def _submit(self, request_id, kind, msg_type, parts, pool):
+        # A connection that died before the request was registered has sent
+        # nothing for it, so one retry on a fresh connection is safe.
+        for attempt in (0, 1):
+            conn = self._connection()
+            try:
+                return conn.submit(request_id, kind, msg_type, parts, pool)
+            except _ConnectionGone:
+                if attempt:
+                    raise _copy_error(conn.dead_error or UnavailableError(
+                        "connection to %s lost" % self.endpoint)) from None
+
+    def _wait(self, fut):
+        try:
+            return fut.result(timeout=self.timeout_s + 5.0)
+        except _FutureTimeout:
+            raise DeadlineExceededError("no answer from %s within %.1f s"
+                                        % (self.endpoint, self.timeout_s)) from None
+
+    # -- inference ----------------------------------------------------------
+    def infer_async(self, request):
+        """Sends ``request`` and returns a concurrent.futures.Future that
+        resolves to an InferenceResponse or raises a SipError. Input that
+        cannot be encoded raises InvalidArgumentError here, before sending."""
+        if not isinstance(request, InferenceRequest):
+            raise InvalidArgumentError("infer expects an InferenceRequest, not %s"
+                                       % type(request).__name__)
+        try:
+            parts = P.encode_infer_request_parts(request.session_pool, request.inputs,
+                                                 priority=request.priority,
+                                                 timeout_ms=request.timeout_ms,
+                                                 outputs=request.outputs)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(str(e)) from None
+        rid = request.request_id
+        if rid is None:
+            rid = self._next_id()
+        elif isinstance(rid, bool) or not isinstance(rid, int) or not 0 <= rid <= P.MAX_U64:
+            raise InvalidArgumentError("request_id must be an integer in 0..2**64-1, not %r"
+                                       % (rid,))
+        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool)
+
+    def infer(self, request):
+        """Runs one request and returns its InferenceResponse (raises SipError)."""
+        return self._wait(self.infer_async(request))
+
+    # -- introspection ------------------------------------------------------
+    def info_async(self, kind):
+        return self._submit(self._next_id(), "info", P.INFO_REQUEST,
+                            [P.encode_info_request(kind)], None)
+
+    def info(self, kind):
+        """The parsed JSON of INFO kind 1 (ready), 2 (pools) or 3 (status)."""
+        return self._wait(self.info_async(kind))
+
+    def ready(self):
+        """True when the server is up and every pool has finished loading;
+        False when it is unreachable or still loading."""
+        try:
+            obj = self.info(P.INFO_READY)
+        except UnavailableError:
+            return False
+        return bool(obj and obj.get("ready"))
+
+    def pools(self):
+        """List of pool descriptions (name, state, backend, inputs, outputs, error, ...)."""
+        obj = self.info(P.INFO_POOLS) or {}
+        return obj.get("pools", [])
+
+    def status(self):
+        """The status document: uptime, per-pool counters, histograms and sessions."""
+        return self.info(P.INFO_STATUS) or {}
+
+    # -- lifetime -----------------------------------------------------------
+    def close(self):
+        """Closes the connection; calls still waiting fail with CancelledError.
+        Later calls raise UnavailableError. Idempotent."""
+        with self._lock:
+            self._closed = True
+            c, self._conn = self._conn, None
+        if c is not None:
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            c = self._conn
+            if c is not None:
+                c.fail(CancelledError("client garbage-collected"))
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "SessionClient(%r, timeout_s=%r)" % (self.endpoint, self.timeout_s)

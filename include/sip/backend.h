@@ -1,0 +1,78 @@
+/* sip — the backend interface.
+ *
+ * A backend turns a model file into something sessions can execute. The
+ * scheduler only ever talks to this vtable, so ONNX Runtime execution
+ * providers, a CANN/ACL backend or test doubles plug in without touching it.
+ *
+ * Threading contract: load/describe/model_free are called from the
+ * management plane; session_new/session_free from any thread; `execute` is
+ * never called concurrently for one session, but different sessions of one
+ * model run concurrently, so a model object must be safe to share.
+ */
+#ifndef SIP_BACKEND_H
+#define SIP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+#include "sip/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One input or output of a model. Dims of -1 are dynamic. */
+typedef struct sip_io_desc {
+  char *name;
+  sip_dtype_t dtype;
+  int rank; /* -1: unknown rank (any shape accepted) */
+  int64_t dims[SIP_MAX_RANK];
+} sip_io_desc_t;
+
+/* Key/value options from the pool's `backend_options` (strings as written in
+ * the config; lists are not allowed there). */
+typedef struct sip_kv {
+  const char *key;
+  const char *value;
+} sip_kv_t;
+
+/* Engine-wide settings every backend may honour. */
+typedef struct sip_engine_settings {
+  int intra_op_threads;  /* 0: number of cores */
+  int inter_op_threads;  /* 0: 1 */
+  int allow_spinning;    /* 0: threads sleep when idle (default) */
+} sip_engine_settings_t;
+
+typedef struct sip_backend_vtable {
+  const char *name; /* "onnxruntime", "builtin" */
+
+  /* Process-wide setup, called once before the first load (may be NULL). */
+  sip_error_t *(*init)(const sip_engine_settings_t *settings, void **backend_state);
+  void (*shutdown)(void *backend_state);
+
+  /* Loads a model once; its weights are shared by every session of the pool.
+   * `path` may be NULL for backends that need no file. */
+  sip_error_t *(*load)(void *backend_state, const char *path, const sip_kv_t *options,
+                       size_t n_options, void **model);
+  /* Describes inputs and outputs. Arrays are owned by the model and valid
+   * until model_free. */
+  void (*describe)(void *model, const sip_io_desc_t **inputs, size_t *n_inputs,
+                   const sip_io_desc_t **outputs, size_t *n_outputs);
+  /* Creates an execution context (its own I/O bindings, run options). */
+  sip_error_t *(*session_new)(void *model, void **session);
+  /* Runs one request. `inputs` are validated against describe() already and
+   * are borrowed. `out_names` lists the outputs wanted, in order (all when the
+   * request asked for none). On success fills outputs[i] with owned tensors
+   * named out_names[i]. On failure no outputs are left allocated. */
+  sip_error_t *(*execute)(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
+                          const char *const *out_names, size_t n_outputs,
+                          sip_tensor_t **outputs);
+  void (*session_free)(void *session);
+  void (*model_free)(void *model);
+} sip_backend_vtable_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

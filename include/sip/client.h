@@ -1,0 +1,76 @@
+/* sip — libsipclient: a client of the native protocol (docs/protocol.md).
+ *
+ * One sip_client_t is one connection. It is thread-safe: many threads may
+ * issue requests on it at once; requests are pipelined and answered out of
+ * order, matched by id. Asynchronous callbacks run on the client's reader
+ * thread and must not block for long or call sip_client_free.
+ */
+#ifndef SIP_CLIENT_H
+#define SIP_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+#include "sip/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sip_client sip_client_t;
+
+/* What to run. Everything is borrowed for the duration of the call only. */
+typedef struct sip_client_request {
+  const char *pool;
+  int priority;        /* 0 pool default, 1 high, 2 medium, 3 low */
+  uint32_t timeout_ms; /* 0: none */
+  uint64_t request_id; /* 0: assigned by the client */
+  const sip_tensor_t *const *inputs;
+  size_t n_inputs;
+  const char *const *outputs; /* requested outputs; NULL/0: all */
+  size_t n_outputs;
+} sip_client_request_t;
+
+/* A successful answer. Owned by the caller: sip_client_response_free. */
+typedef struct sip_client_response {
+  uint64_t request_id;
+  sip_tensor_t **outputs;
+  size_t n_outputs;
+  uint64_t queue_us, compute_us, total_us; /* server-side */
+  double latency_ms;                       /* client-side round trip */
+} sip_client_response_t;
+
+/* Connects to "ipc:///path", "unix:///path" or "tcp://host:port".
+ * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
+sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
+/* Closes the connection; pending requests complete with UNAVAILABLE.
+ * NULL is a no-op. */
+void sip_client_free(sip_client_t *c);
+
+/* Synchronous inference. On success *out is owned by the caller; otherwise
+ * the returned error carries the server's code and message. */
+sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
+                              sip_client_response_t **out);
+
+/* Completion of an asynchronous request: exactly one of resp / err is
+ * non-NULL and owned by the callback. */
+typedef void (*sip_client_done_fn)(sip_client_response_t *resp, sip_error_t *err, void *user);
+/* Sends the request and returns; `done` fires later, exactly once, unless
+ * this call returns an error. */
+sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
+                                    sip_client_done_fn done, void *user);
+
+/* Introspection (INFO_REQUEST kinds 1 ready, 2 pools, 3 status): *json is an
+ * owned NUL-terminated string (free with sip_client_free_string). */
+sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);
+void sip_client_free_string(char *s);
+
+void sip_client_response_free(sip_client_response_t *r);
+/* Output by name (borrowed), NULL when absent. */
+const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+/* sip — the in-process engine API (libsip).
+ *
+ * Lifecycle: sip_server_options_new → setters → sip_server_new → infer …
+ * → sip_server_free. Pools load in the background after sip_server_new
+ * returns; sip_server_ready() tells when every pool has finished loading
+ * (READY or FAILED). A pool that fails to load is reported, never fatal.
+ */
+#ifndef SIP_SERVER_H
+#define SIP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+#include "sip/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sip_server sip_server_t;
+typedef struct sip_server_options sip_server_options_t;
+typedef struct sip_request sip_request_t;
+typedef struct sip_response sip_response_t;
+
+/* Runtime version of this API ("0.1.0") and its number (major*10000 + minor*100 + patch). */
+const char *sip_version(void);
+int sip_api_version(void);
+
+/* ---- options ---- */
+/* Returns owned options (NULL when out of memory). */
+sip_server_options_t *sip_server_options_new(void);
+void sip_server_options_free(sip_server_options_t *o);
+/* Config from a YAML file (copied path). */
+sip_error_t *sip_server_options_set_config_file(sip_server_options_t *o, const char *path);
+/* Config from YAML text; relative model paths resolve against base_dir (NULL: cwd). */
+sip_error_t *sip_server_options_set_config_string(sip_server_options_t *o, const char *yaml,
+                                                  const char *base_dir);
+/* Whether to open the config's endpoints (default 1). Embedders that only
+ * call sip_server_infer set 0. */
+void sip_server_options_set_listen(sip_server_options_t *o, int listen);
+/* Load pools synchronously inside sip_server_new (default 0: in the background). */
+void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait);
+
+/* ---- server ---- */
+/* Parses the config, starts listeners and pool loading. Errors: bad config
+ * (INVALID_ARGUMENT with file:line:col), an endpoint that cannot be opened
+ * (UNAVAILABLE naming it). Borrows `o`. */
+sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out);
+/* Stops listeners, lets in-flight and queued requests finish, frees all.
+ * NULL is a no-op. Must not be called from a completion callback. */
+void sip_server_free(sip_server_t *s);
+/* 1 when every pool has finished loading. Thread-safe. */
+int sip_server_ready(sip_server_t *s);
+/* Number of open listeners and their addresses as "unix:///p" / "tcp://h:port"
+ * (with the real port when 0 was configured). Borrowed strings. */
+size_t sip_server_endpoint_count(sip_server_t *s);
+const char *sip_server_endpoint(sip_server_t *s, size_t i);
+/* Kinds of introspection (the native protocol's INFO_REQUEST kinds). */
+enum { SIP_INFO_READY = 1, SIP_INFO_POOLS = 2, SIP_INFO_STATUS = 3 };
+/* Frees memory libsip returned as owned (strings from sip_server_info_json). */
+void sip_free(void *p);
+
+/* Introspection as JSON text (docs/protocol.md, INFO_RESPONSE): kind 1 ready,
+ * 2 pools, 3 status. Returns an owned NUL-terminated string (sip_free), NULL on
+ * OOM or an unknown kind. Thread-safe. */
+char *sip_server_info_json(sip_server_t *s, int kind);
+
+/* ---- requests ---- */
+/* Returns an owned request for `pool` (copied), NULL when out of memory. */
+sip_request_t *sip_request_new(const char *pool);
+void sip_request_free(sip_request_t *r);
+void sip_request_set_id(sip_request_t *r, uint64_t id);
+/* 0 = the pool's default, 1 = high, 2 = medium, 3 = low. */
+sip_error_t *sip_request_set_priority(sip_request_t *r, int priority);
+/* 0 = no deadline. Counted from sip_server_infer*. */
+void sip_request_set_timeout_ms(sip_request_t *r, uint32_t timeout_ms);
+/* Adds an input; takes ownership of `t` (freed on error too). Errors:
+ * a duplicate name or bytes that do not match dtype × shape. */
+sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
+/* Asks for one output by name (default: all of them, in model order). */
+sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
+
+/* Called exactly once per accepted request, from an engine thread. Owns
+ * `resp` (free it with sip_response_free). Must not block for long. */
+typedef void (*sip_infer_done_fn)(sip_response_t *resp, void *user);
+
+/* Queues `r` (ownership taken, even on error). On error (unknown pool:
+ * NOT_FOUND; pool not ready: UNAVAILABLE; bad inputs: INVALID_ARGUMENT) the
+ * callback never fires. Thread-safe. */
+sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
+                                    void *user);
+/* Synchronous form: *out is an owned response (also for execution errors,
+ * see sip_response_code); the return value is an admission error. */
+sip_error_t *sip_server_infer(sip_server_t *s, sip_request_t *r, sip_response_t **out);
+
+/* ---- responses (borrowed views valid until sip_response_free) ---- */
+sip_code_t sip_response_code(const sip_response_t *resp);
+const char *sip_response_message(const sip_response_t *resp);
+uint64_t sip_response_request_id(const sip_response_t *resp);
+size_t sip_response_output_count(const sip_response_t *resp);
+const sip_tensor_t *sip_response_output(const sip_response_t *resp, size_t i);
+const sip_tensor_t *sip_response_output_by_name(const sip_response_t *resp, const char *name);
+/* Server-side timings in microseconds. */
+void sip_response_timings(const sip_response_t *resp, uint64_t *queue_us, uint64_t *compute_us,
+                          uint64_t *total_us);
+/* Takes the outputs out of the response (caller owns the array and tensors). */
+sip_tensor_t **sip_response_take_outputs(sip_response_t *resp, size_t *n);
+void sip_response_free(sip_response_t *resp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

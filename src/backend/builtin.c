@@ -1,0 +1,157 @@
+/* sip — the builtin test backend: identity from input "input" to output
+ * "output", with a configurable delay and injected failures, so scheduler
+ * behaviour can be tested deterministically without a real model.
+ *
+ * backend_options: dtype (default float32), shape ("-1,4"; default "-1":
+ * any 1-d), delay_ms (default 0), fail_every (N: every Nth execution of the
+ * model fails with INTERNAL; default 0 = never). */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "session/engine.h"
+
+typedef struct model {
+  sip_io_desc_t in, out;
+  long delay_ms;
+  long fail_every;
+  atomic_long runs;
+} model_t;
+
+static sip_error_t *parse_long(const char *key, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "builtin backend option %s: '%s'; expected an integer %ld..%ld", key, v,
+                         lo, hi);
+  *out = n;
+  return NULL;
+}
+
+static sip_error_t *parse_shape(const char *v, sip_io_desc_t *d) {
+  d->rank = 0;
+  const char *p = v;
+  while (*p == ' ' || *p == '[') p++;
+  while (*p && *p != ']') {
+    char *end;
+    errno = 0;
+    long long n = strtoll(p, &end, 10);
+    if (end == p || errno || n < -1 || d->rank == SIP_MAX_RANK)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "builtin backend option shape: '%s'; expected comma-separated dims "
+                           "(-1 for dynamic), at most %d",
+                           v, SIP_MAX_RANK);
+    d->dims[d->rank++] = n;
+    p = end;
+    while (*p == ' ' || *p == ',') p++;
+  }
+  return NULL;
+}
+
+static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, size_t n_opts,
+                         void **out) {
+  (void)state;
+  (void)path;
+  model_t *m = sip__calloc(1, sizeof *m);
+  if (!m) return SIP_OOM();
+  m->in.dtype = SIP_DTYPE_FLOAT32;
+  m->in.rank = 1;
+  m->in.dims[0] = -1;
+  sip_error_t *e = NULL;
+  for (size_t i = 0; i < n_opts && !e; i++) {
+    const char *k = opts[i].key, *v = opts[i].value;
+    if (strcmp(k, "delay_ms") == 0)
+      e = parse_long(k, v, 0, 3600000, &m->delay_ms);
+    else if (strcmp(k, "fail_every") == 0)
+      e = parse_long(k, v, 0, 1000000000, &m->fail_every);
+    else if (strcmp(k, "dtype") == 0) {
+      m->in.dtype = sip_dtype_from_name(v);
+      if (m->in.dtype == SIP_DTYPE_INVALID)
+        e = sip_error_new(SIP_INVALID_ARGUMENT,
+                          "builtin backend option dtype: '%s'; expected a numpy dtype name such "
+                          "as float32, int64, string",
+                          v);
+    } else if (strcmp(k, "shape") == 0)
+      e = parse_shape(v, &m->in);
+    else
+      e = sip_error_new(SIP_INVALID_ARGUMENT,
+                        "builtin backend has no option '%s'; expected one of: dtype, shape, "
+                        "delay_ms, fail_every",
+                        k);
+  }
+  m->out = m->in;
+  m->in.name = sip__strdup("input");
+  m->out.name = sip__strdup("output");
+  if (!e && (!m->in.name || !m->out.name)) e = SIP_OOM();
+  if (e) {
+    sip__free(m->in.name);
+    sip__free(m->out.name);
+    sip__free(m);
+    return e;
+  }
+  *out = m;
+  return NULL;
+}
+
+static void describe(void *model, const sip_io_desc_t **in, size_t *n_in,
+                     const sip_io_desc_t **out, size_t *n_out) {
+  model_t *m = model;
+  *in = &m->in;
+  *n_in = 1;
+  *out = &m->out;
+  *n_out = 1;
+}
+
+static sip_error_t *session_new(void *model, void **session) {
+  *session = model;
+  return NULL;
+}
+
+static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
+                            const char *const *out_names, size_t n_outputs,
+                            sip_tensor_t **outputs) {
+  model_t *m = session;
+  (void)out_names;
+  if (m->delay_ms) {
+    struct timespec ts = {m->delay_ms / 1000, (m->delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+  long run = atomic_fetch_add(&m->runs, 1) + 1;
+  if (m->fail_every && run % m->fail_every == 0)
+    return sip_error_new(SIP_INTERNAL, "injected failure (builtin fail_every=%ld, run %ld)",
+                         m->fail_every, run);
+  if (n_inputs != 1 || n_outputs != 1)
+    return sip_error_new(SIP_INTERNAL, "builtin identity expects one input and one output");
+  const sip_tensor_t *in = inputs[0];
+  /* A view sharing the input's buffer when it has one: identity costs no copy. */
+  outputs[0] = in->owner ? sip_tensor_new_view("output", in->dtype, in->rank, in->dims, in->data,
+                                               in->nbytes, in->owner)
+                         : sip_tensor_new_copy("output", in->dtype, in->rank, in->dims, in->data,
+                                               in->nbytes);
+  return outputs[0] ? NULL : SIP_OOM();
+}
+
+static void session_free(void *session) { (void)session; }
+
+static void model_free(void *model) {
+  model_t *m = model;
+  sip__free(m->in.name);
+  sip__free(m->out.name);
+  sip__free(m);
+}
+
+const sip_backend_vtable_t sip__backend_builtin = {
+    .name = "builtin",
+    .load = load,
+    .describe = describe,
+    .session_new = session_new,
+    .execute = execute,
+    .session_free = session_free,
+    .model_free = model_free,
+};

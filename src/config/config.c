@@ -1,0 +1,1002 @@
+/* sip — YAML configuration parser.
+ *
+ * libyaml builds the document tree; this file walks it against one
+ * declarative table per section (name, type, default, bounds, doc), so the
+ * defaults, the "expected ..." half of every message and the list of allowed
+ * keys all come from the same place. Parsing stops at the first error.
+ *
+ * Every message reads `FILE:LINE:COL: KEY: what was wrong; expected WHAT`.
+ * Positions are libyaml marks (0-based) printed 1-based; LINE:COL points at
+ * the value for value errors and at the key for unknown/duplicate keys.
+ *
+ * Aliases are resolved by libyaml into shared nodes and may even form cycles
+ * (`&a [*a]`). The walk is safe anyway: it only descends into the fixed
+ * nesting of the schema (root -> server | session_pools -> pool ->
+ * resource_quota | backend_options) and checks each node's kind first.
+ */
+#include "config/config.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include "core/core.h"
+
+/* Enums are stored through an int; make sure that is their representation. */
+_Static_assert(sizeof(sip_priority_level_t) == sizeof(int), "enum is not int-sized");
+_Static_assert(sizeof(sip_log_level_t) == sizeof(int), "enum is not int-sized");
+_Static_assert(SIP_PRIO_HIGH == 0 && SIP_PRIO_MEDIUM == 1 && SIP_PRIO_LOW == 2,
+               "priority_names[] follows the enum order");
+_Static_assert(SIP_LOG_DEBUG == 0 && SIP_LOG_INFO == 1 && SIP_LOG_WARN == 2 && SIP_LOG_ERROR == 3,
+               "log_level_names[] follows the enum order");
+
+enum {
+  KEY_MAX = 512,       /* key paths ("session_pools[3].resource_quota.x") */
+  SHOW_MAX = 64,       /* bytes of a user value quoted in a message */
+  MAX_FIELDS = 16,     /* fields per section */
+  UNIX_PATH_MAX = 107, /* sizeof(sun_path) - 1 */
+  POOL_NAME_MAX = 128,
+};
+
+/* A config larger than this is a mistake (or /dev/zero), not a config. */
+#define CONFIG_FILE_MAX ((size_t)16 << 20)
+
+#define DEFAULT_ENDPOINT "ipc:///tmp/sip_service.sock"
+
+typedef struct ctx {
+  const char *name;     /* label for messages: the file path or "<string>" */
+  const char *base_dir; /* relative model paths are joined to it; NULL: kept */
+  yaml_document_t *doc;
+  sip_error_t *err; /* the first error; set together with a -1 return */
+} ctx_t;
+
+typedef enum ftype {
+  F_INT,     /* int, decimal plain scalar within [min, max] */
+  F_INT64,   /* int64_t, same */
+  F_BOOL,    /* int 0/1: true | false */
+  F_SIZE,    /* size_t: integer or "256MiB" within [min, max] */
+  F_ENUM,    /* enum stored as int: index of the word in names[] */
+  F_WORD,    /* char *: one of names[], stored as an owned copy */
+  F_STRING,  /* char *: any non-empty scalar, optionally checked by valid() */
+  F_SECTION, /* nested map whose fields store into the same base struct */
+  F_CUSTOM,  /* parse() does it all */
+} ftype_t;
+
+typedef struct section section_t;
+typedef int (*custom_fn)(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+
+typedef struct field {
+  const char *name;
+  ftype_t type;
+  size_t offset;            /* into the base struct */
+  int64_t def;              /* numeric default; may lie outside [min, max] (0 = unlimited) */
+  int64_t min, max;         /* numeric bounds, inclusive */
+  const char *const *names; /* F_ENUM / F_WORD: NULL-terminated */
+  const section_t *section; /* F_SECTION */
+  custom_fn parse;          /* F_CUSTOM */
+  bool (*valid)(const char *s, size_t len); /* F_STRING, optional */
+  bool required;
+  const char *expect; /* F_STRING / F_CUSTOM: what a valid value looks like */
+  const char *doc;    /* one line for the reference documentation */
+} field_t;
+
+struct section {
+  const field_t *fields;
+  size_t n;
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static bool valid_pool_name(const char *s, size_t len);
+
+static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const priority_names[] = {"high", "medium", "low", NULL};
+static const char *const backend_names[] = {"onnxruntime", "builtin", NULL};
+
+#define ENDPOINT_EXPECT                                                                          \
+  "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
+  "ephemeral; IPv6 hosts in brackets)"
+#define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
+
+/* ---- the schema ------------------------------------------------------- */
+
+enum { Q_MEMORY, Q_COMPUTE, Q_COUNT };
+static const field_t quota_fields[Q_COUNT] = {
+    [Q_MEMORY] = {.name = "max_memory_mb", .type = F_INT64,
+                  .offset = offsetof(sip_pool_config_t, max_memory_mb),
+                  .def = 0, .min = 1, .max = 1048576,
+                  .doc = "Memory budget of the pool in MiB; absent = unlimited."},
+    [Q_COMPUTE] = {.name = "max_compute_percent", .type = F_INT,
+                   .offset = offsetof(sip_pool_config_t, max_compute_percent),
+                   .def = 0, .min = 1, .max = 100,
+                   .doc = "Share of the compute the pool may use; absent = unlimited."},
+};
+static const section_t quota_section = {quota_fields, Q_COUNT};
+
+enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_COUNT };
+static const field_t pool_fields[P_COUNT] = {
+    [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
+                .valid = valid_pool_name, .required = true,
+                .expect = "a pool name of 1..128 characters from A-Z a-z 0-9 _ . -",
+                .doc = "Unique name clients address the pool by."},
+    [P_MODEL_PATH] = {.name = "model_path", .type = F_STRING,
+                      .offset = offsetof(sip_pool_config_t, model_path),
+                      .expect = MODEL_PATH_EXPECT,
+                      .doc = "Model file or directory; relative paths are relative to the "
+                             "config file. Required unless backend is builtin."},
+    [P_BACKEND] = {.name = "backend", .type = F_WORD,
+                   .offset = offsetof(sip_pool_config_t, backend), .names = backend_names,
+                   .doc = "Backend; default inferred from model_path (.onnx or directory: "
+                          "onnxruntime)."},
+    [P_POOL_SIZE] = {.name = "pool_size", .type = F_INT,
+                     .offset = offsetof(sip_pool_config_t, pool_size),
+                     .def = 1, .min = 1, .max = 256,
+                     .doc = "Number of warm sessions."},
+    [P_PRIORITY] = {.name = "priority", .type = F_ENUM,
+                    .offset = offsetof(sip_pool_config_t, priority), .names = priority_names,
+                    .def = SIP_PRIO_MEDIUM, .doc = "Scheduling priority."},
+    [P_QUOTA] = {.name = "resource_quota", .type = F_SECTION, .section = &quota_section,
+                 .doc = "Per-pool resource limits."},
+    [P_OPTIONS] = {.name = "backend_options", .type = F_CUSTOM, .parse = parse_options,
+                   .expect = "a map of scalar values (strings, numbers or bools)",
+                   .doc = "Options passed to the backend as strings."},
+};
+static const section_t pool_section = {pool_fields, P_COUNT};
+
+enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_COUNT };
+static const field_t server_fields[S_COUNT] = {
+    [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
+                     .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
+                     .doc = "Addresses to listen on; default [" DEFAULT_ENDPOINT "]."},
+    [S_INTRA] = {.name = "intra_op_threads", .type = F_INT,
+                 .offset = offsetof(sip_config_t, engine.intra_op_threads),
+                 .def = 0, .min = 0, .max = 256,
+                 .doc = "Threads of the shared intra-op pool; 0 = number of cores."},
+    [S_INTER] = {.name = "inter_op_threads", .type = F_INT,
+                 .offset = offsetof(sip_config_t, engine.inter_op_threads),
+                 .def = 0, .min = 0, .max = 256,
+                 .doc = "Threads of the shared inter-op pool; 0 = 1."},
+    [S_SPIN] = {.name = "allow_spinning", .type = F_BOOL,
+                .offset = offsetof(sip_config_t, engine.allow_spinning), .def = 0,
+                .doc = "Let idle engine threads spin instead of sleeping."},
+    [S_FRAME] = {.name = "max_frame_bytes", .type = F_SIZE,
+                 .offset = offsetof(sip_config_t, max_frame_bytes),
+                 .def = (int64_t)256 << 20, .min = 1024, .max = (int64_t)4 << 30,
+                 .doc = "Largest request or response frame."},
+    [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip_config_t, log_level),
+               .names = log_level_names, .def = SIP_LOG_INFO, .doc = "Least severe level logged."},
+};
+static const section_t server_section = {server_fields, S_COUNT};
+
+enum { T_SERVER, T_POOLS, T_COUNT };
+static const field_t top_fields[T_COUNT] = {
+    [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &server_section,
+                  .doc = "Process-wide settings."},
+    [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = parse_pools,
+                 .required = true, .expect = "a list of pools (may be empty: session_pools: [])",
+                 .doc = "The model pools to serve."},
+};
+static const section_t top_section = {top_fields, T_COUNT};
+
+_Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(pool_fields) <= MAX_FIELDS &&
+                   COUNT(server_fields) <= MAX_FIELDS && COUNT(top_fields) <= MAX_FIELDS,
+               "raise MAX_FIELDS");
+
+/* ---- messages --------------------------------------------------------- */
+
+static int fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...) {
+  char what[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  c->err = sip_error_new(SIP_INVALID_ARGUMENT, "%s:%zu:%zu: %s: %s", c->name, m.line + 1,
+                         m.column + 1, key[0] ? key : "(root)", what);
+  return -1;
+}
+
+static int oom(ctx_t *c) {
+  c->err = SIP_OOM();
+  return -1;
+}
+
+/* Quotes a user value for a message: escapes what would garble a terminal
+ * and cuts long values, so fuzzed or binary input yields a readable line. */
+static const char *show(char *buf, size_t n, const char *s, size_t len) {
+  size_t o = 0;
+  buf[o++] = '"';
+  for (size_t i = 0; i < len && i < SHOW_MAX && o + 6 < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') {
+      buf[o++] = '\\';
+      buf[o++] = (char)ch;
+    } else if (ch < 0x20 || ch == 0x7f) {
+      o += (size_t)snprintf(buf + o, n - o, "\\x%02x", ch);
+    } else {
+      buf[o++] = (char)ch;
+    }
+  }
+  if (len > SHOW_MAX && o + 5 < n) {
+    memcpy(buf + o, "...", 3);
+    o += 3;
+  }
+  buf[o++] = '"';
+  buf[o] = '\0';
+  return buf;
+}
+
+/* parent + "." + name, with the name sanitised and cut like show(). */
+static void key_join(char *dst, const char *parent, const char *name, size_t len) {
+  size_t o = 0;
+  if (parent[0]) {
+    int w = snprintf(dst, KEY_MAX, "%s.", parent);
+    o = w < 0 ? 0 : (size_t)w < KEY_MAX ? (size_t)w : KEY_MAX - 1;
+  }
+  for (size_t i = 0; i < len && i < SHOW_MAX && o + 4 < KEY_MAX; i++) {
+    unsigned char ch = (unsigned char)name[i];
+    dst[o++] = (ch < 0x21 || ch >= 0x7f) ? '?' : (char)ch;
+  }
+  if (len > SHOW_MAX && o + 4 < KEY_MAX) {
+    memcpy(dst + o, "...", 3);
+    o += 3;
+  }
+  dst[o] = '\0';
+}
+
+static void key_index(char *dst, const char *parent, size_t i) {
+  int w = snprintf(dst, KEY_MAX, "%s[%zu]", parent, i);
+  if (w < 0) dst[0] = '\0';
+}
+
+/* Appends "a, b, c" to buf. */
+static void list_names(char *buf, size_t n, const char *const *names) {
+  size_t o = strlen(buf);
+  for (size_t i = 0; names[i] && o < n; i++) {
+    int w = snprintf(buf + o, n - o, "%s%s", i ? ", " : "", names[i]);
+    if (w < 0) return;
+    o += (size_t)w;
+  }
+}
+
+static void list_fields(char *buf, size_t n, const section_t *s) {
+  size_t o = strlen(buf);
+  for (size_t i = 0; i < s->n && o < n; i++) {
+    int w = snprintf(buf + o, n - o, "%s%s", i ? ", " : "", s->fields[i].name);
+    if (w < 0) return;
+    o += (size_t)w;
+  }
+}
+
+/* The "expected ..." text of a field: derived from its type and bounds. */
+static const char *expected(char *buf, size_t n, const field_t *f) {
+  buf[0] = '\0';
+  switch (f->type) {
+  case F_INT:
+  case F_INT64:
+    snprintf(buf, n, "an integer %lld..%lld", (long long)f->min, (long long)f->max);
+    break;
+  case F_BOOL:
+    snprintf(buf, n, "true or false");
+    break;
+  case F_SIZE:
+    snprintf(buf, n,
+             "a byte size %lld..%lld: an integer, or a number with a suffix B, KiB, MiB or GiB "
+             "(e.g. 256MiB)",
+             (long long)f->min, (long long)f->max);
+    break;
+  case F_ENUM:
+  case F_WORD:
+    snprintf(buf, n, "one of ");
+    list_names(buf, n, f->names);
+    break;
+  case F_SECTION:
+    snprintf(buf, n, "a map with keys: ");
+    list_fields(buf, n, f->section);
+    break;
+  case F_STRING:
+  case F_CUSTOM:
+    snprintf(buf, n, "%s", f->expect);
+    break;
+  }
+  return buf;
+}
+
+/* ---- scalars ---------------------------------------------------------- */
+
+static bool is_null(const yaml_node_t *v) {
+  if (v->type != YAML_SCALAR_NODE || v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
+  const char *s = (const char *)v->data.scalar.value;
+  size_t len = v->data.scalar.length;
+  return len == 0 || (len == 1 && s[0] == '~') ||
+         (len == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
+}
+
+static bool is_plain(const yaml_node_t *v) {
+  return v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+static const char *text(const yaml_node_t *v) { return (const char *)v->data.scalar.value; }
+
+/* Reports a node of the wrong kind (or with no value) for field text `exp`. */
+static int fail_kind(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
+  if (is_null(v)) return fail(c, v->start_mark, key, "has no value; expected %s", exp);
+  const char *kind = v->type == YAML_MAPPING_NODE    ? "a map"
+                     : v->type == YAML_SEQUENCE_NODE ? "a list"
+                                                     : "a scalar";
+  return fail(c, v->start_mark, key, "is %s; expected %s", kind, exp);
+}
+
+/* A non-null scalar, or an error. */
+static int want_scalar(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
+  if (v->type != YAML_SCALAR_NODE || is_null(v)) return fail_kind(c, v, key, exp);
+  return 0;
+}
+
+/* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
+static int parse_int(const char *s, size_t len, int64_t *out) {
+  size_t i = 0;
+  bool neg = false;
+  if (i < len && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
+  if (i == len) return -1;
+  uint64_t v = 0;
+  bool over = false;
+  for (; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    unsigned d = (unsigned)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) over = true;
+    else v = v * 10 + d;
+  }
+  if (over || v > (uint64_t)INT64_MAX + (neg ? 1u : 0u)) return -2;
+  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+  return 0;
+}
+
+/* "268435456", "256MiB", "64 KiB", "1GiB", "2048B". 0 / -1 / -2 as parse_int. */
+static int parse_size(const char *s, size_t len, uint64_t *out) {
+  size_t i = 0;
+  uint64_t v = 0;
+  bool over = false;
+  while (i < len && s[i] >= '0' && s[i] <= '9') {
+    unsigned d = (unsigned)(s[i++] - '0');
+    if (v > (UINT64_MAX - d) / 10) over = true;
+    else v = v * 10 + d;
+  }
+  if (i == 0) return -1;
+  while (i < len && s[i] == ' ') i++;
+  static const struct {
+    const char *suffix;
+    unsigned shift;
+  } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}};
+  for (size_t u = 0; u < COUNT(units); u++) {
+    size_t sl = strlen(units[u].suffix);
+    if (len - i == sl && strncasecmp(s + i, units[u].suffix, sl) == 0) {
+      if (over || v > (UINT64_MAX >> units[u].shift)) return -2;
+      *out = v << units[u].shift;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static bool valid_pool_name(const char *s, size_t len) {
+  if (len < 1 || len > POOL_NAME_MAX) return false;
+  for (size_t i = 0; i < len; i++) {
+    char ch = s[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '.' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* ---- the table walker ------------------------------------------------- */
+
+static void *at(void *base, size_t off) { return (char *)base + off; }
+
+static void apply_defaults(const section_t *s, void *base) {
+  for (size_t i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    void *p = at(base, f->offset);
+    switch (f->type) {
+    case F_INT:
+    case F_BOOL:
+      *(int *)p = (int)f->def;
+      break;
+    case F_INT64:
+      *(int64_t *)p = f->def;
+      break;
+    case F_SIZE:
+      *(size_t *)p = (size_t)f->def;
+      break;
+    case F_ENUM: {
+      int e = (int)f->def;
+      memcpy(p, &e, sizeof e);
+      break;
+    }
+    case F_SECTION:
+      apply_defaults(f->section, base);
+      break;
+    case F_WORD:
+    case F_STRING:
+    case F_CUSTOM:
+      break; /* NULL / handled by the parser or the post-checks */
+    }
+  }
+}
+
+static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
+                     const char *exp, void *base, yaml_node_t **vals);
+
+static int parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key, void *base) {
+  char exp[1024], shown[SHOW_MAX * 4 + 8];
+  expected(exp, sizeof exp, f);
+  void *p = at(base, f->offset);
+
+  if (f->type == F_SECTION) {
+    yaml_node_t *vals[MAX_FIELDS] = {0};
+    return parse_map(c, v, key, f->section, exp, base, vals);
+  }
+  if (f->type == F_CUSTOM) return f->parse(c, v, key, base);
+
+  if (want_scalar(c, v, key, exp)) return -1;
+  const char *s = text(v);
+  size_t len = v->data.scalar.length;
+
+  switch (f->type) {
+  case F_INT:
+  case F_INT64: {
+    if (!is_plain(v))
+      return fail(c, v->start_mark, key, "%s is a quoted string; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    int64_t x = 0;
+    int rc = parse_int(s, len, &x);
+    if (rc == -1)
+      return fail(c, v->start_mark, key, "%s is not an integer; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    if (rc == -2 || x < f->min || x > f->max)
+      return fail(c, v->start_mark, key, "%.*s is out of range; expected %s",
+                  (int)(len < SHOW_MAX ? len : SHOW_MAX), s, exp);
+    if (f->type == F_INT) *(int *)p = (int)x;
+    else *(int64_t *)p = x;
+    return 0;
+  }
+  case F_BOOL: {
+    static const char *const t[] = {"true", "True", "TRUE"}, *const fl[] = {"false", "False", "FALSE"};
+    if (is_plain(v)) {
+      for (size_t i = 0; i < COUNT(t); i++) {
+        if (len == strlen(t[i]) && !memcmp(s, t[i], len)) return *(int *)p = 1, 0;
+        if (len == strlen(fl[i]) && !memcmp(s, fl[i], len)) return *(int *)p = 0, 0;
+      }
+    }
+    return fail(c, v->start_mark, key, "%s is not a boolean%s; expected %s",
+                show(shown, sizeof shown, s, len), is_plain(v) ? "" : " (it is quoted)", exp);
+  }
+  case F_SIZE: {
+    uint64_t x = 0;
+    int rc = parse_size(s, len, &x);
+    if (rc == -1)
+      return fail(c, v->start_mark, key, "%s is not a byte size; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    if (rc == -2 || x < (uint64_t)f->min || x > (uint64_t)f->max || x > SIZE_MAX)
+      return fail(c, v->start_mark, key, "%s is out of range; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    *(size_t *)p = (size_t)x;
+    return 0;
+  }
+  case F_ENUM:
+  case F_WORD:
+    for (int i = 0; f->names[i]; i++) {
+      if (len != strlen(f->names[i]) || memcmp(s, f->names[i], len)) continue;
+      if (f->type == F_ENUM) {
+        memcpy(p, &i, sizeof i);
+      } else {
+        char *copy = sip__strdup(f->names[i]);
+        if (!copy) return oom(c);
+        *(char **)p = copy;
+      }
+      return 0;
+    }
+    return fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                show(shown, sizeof shown, s, len), exp);
+  case F_STRING: {
+    if (memchr(s, '\0', len))
+      return fail(c, v->start_mark, key, "%s contains a NUL byte; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    if (len == 0) return fail(c, v->start_mark, key, "is empty; expected %s", exp);
+    if (f->valid && !f->valid(s, len))
+      return fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                  show(shown, sizeof shown, s, len), exp);
+    char *copy = sip__strndup(s, len);
+    if (!copy) return oom(c);
+    *(char **)p = copy;
+    return 0;
+  }
+  case F_SECTION:
+  case F_CUSTOM:
+    break; /* handled above */
+  }
+  return 0;
+}
+
+/* Walks map `m` against section `s`. `exp` describes the map itself; on
+ * return vals[i] is the value node of field i (NULL when absent). A null
+ * value ("server:" with every key commented out) counts as an empty map. */
+static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
+                     const char *exp, void *base, yaml_node_t **vals) {
+  yaml_node_t *keys[MAX_FIELDS] = {0};
+  char child[KEY_MAX], buf[1024];
+
+  if (!is_null(m)) {
+    if (m->type != YAML_MAPPING_NODE) return fail_kind(c, m, key, exp);
+    for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
+      yaml_node_t *k = yaml_document_get_node(c->doc, pr->key);
+      yaml_node_t *v = yaml_document_get_node(c->doc, pr->value);
+      if (!k || !v) {
+        c->err = sip_error_new(SIP_INTERNAL, "%s: libyaml returned a broken document", c->name);
+        return -1;
+      }
+      buf[0] = '\0';
+      list_fields(buf, sizeof buf, s);
+      if (k->type != YAML_SCALAR_NODE)
+        return fail(c, k->start_mark, key, "a key is %s; expected a scalar key, one of: %s",
+                    k->type == YAML_MAPPING_NODE ? "a map" : "a list", buf);
+      const char *kn = text(k);
+      size_t kl = k->data.scalar.length;
+      key_join(child, key, kn, kl);
+      size_t i = 0;
+      while (i < s->n && !(strlen(s->fields[i].name) == kl && !memcmp(s->fields[i].name, kn, kl)))
+        i++;
+      if (i == s->n) return fail(c, k->start_mark, child, "unknown key; expected one of: %s", buf);
+      if (vals[i])
+        return fail(c, k->start_mark, child,
+                    "duplicate key (first at line %zu); expected each key at most once",
+                    keys[i]->start_mark.line + 1);
+      keys[i] = k;
+      vals[i] = v;
+      if (parse_value(c, &s->fields[i], v, child, base)) return -1;
+    }
+  }
+  for (size_t i = 0; i < s->n; i++) {
+    if (!s->fields[i].required || vals[i]) continue;
+    key_join(child, key, s->fields[i].name, strlen(s->fields[i].name));
+    return fail(c, m->start_mark, child, "missing; expected %s",
+                expected(buf, sizeof buf, &s->fields[i]));
+  }
+  return 0;
+}
+
+/* ---- custom fields ---------------------------------------------------- */
+
+static size_t seq_len(const yaml_node_t *v) {
+  return (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+}
+
+static yaml_node_t *seq_item(ctx_t *c, const yaml_node_t *v, size_t i) {
+  return yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+}
+
+/* Why `s` is not a valid endpoint, or NULL. */
+static const char *endpoint_problem(const char *s, size_t len, char *why, size_t n) {
+  if (memchr(s, '\0', len)) return "contains a NUL byte";
+  if (len >= 6 && !strncmp(s, "ipc://", 6)) {
+    if (len == 6) return "has an empty path";
+    if (len - 6 > UNIX_PATH_MAX)
+      return snprintf(why, n, "has a %zu-byte path, longer than a Unix socket path can be",
+                      len - 6), why;
+    return NULL;
+  }
+  if (len >= 7 && !strncmp(s, "unix://", 7)) {
+    if (len == 7 || s[7] != '/') return "does not have an absolute path";
+    if (len - 7 > UNIX_PATH_MAX)
+      return snprintf(why, n, "has a %zu-byte path, longer than a Unix socket path can be",
+                      len - 7), why;
+    return NULL;
+  }
+  if (len >= 6 && !strncmp(s, "tcp://", 6)) {
+    const char *h = s + 6, *end = s + len, *colon;
+    if (h < end && *h == '[') {
+      const char *rb = memchr(h, ']', (size_t)(end - h));
+      if (!rb || rb == h + 1) return "has a malformed IPv6 host";
+      for (const char *q = h + 1; q < rb; q++)
+        if (!strchr("0123456789abcdefABCDEF:.", *q)) return "has a malformed IPv6 host";
+      if (rb + 1 == end || rb[1] != ':') return "has no port";
+      colon = rb + 1;
+    } else {
+      colon = NULL;
+      for (const char *q = h; q < end; q++)
+        if (*q == ':') colon = q;
+      if (!colon) return "has no port";
+      if (colon == h) return "has no host";
+      for (const char *q = h; q < colon; q++) {
+        if (*q == ':') return "has an IPv6 host without brackets";
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+              *q == '.' || *q == '-' || *q == '_'))
+          return "has an invalid host";
+      }
+    }
+    const char *port = colon + 1;
+    size_t pl = (size_t)(end - port);
+    int64_t pv = 0;
+    if (pl == 0) return "has no port";
+    if (pl > 5 || port[0] == '+' || port[0] == '-' || parse_int(port, pl, &pv) || pv > 65535)
+      return "has a port out of range";
+    return NULL;
+  }
+  return "has an unknown scheme";
+}
+
+static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_config_t *cfg = base;
+  const char *exp = server_fields[S_ENDPOINTS].expect;
+  char ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8], why[128];
+
+  if (v->type != YAML_SEQUENCE_NODE) return fail_kind(c, v, key, exp);
+  size_t n = seq_len(v);
+  if (n == 0) return fail(c, v->start_mark, key, "is empty; expected %s", exp);
+  cfg->endpoints = sip__calloc(n, sizeof *cfg->endpoints);
+  if (!cfg->endpoints) return oom(c);
+  cfg->n_endpoints = n;
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_t *e = seq_item(c, v, i);
+    key_index(ikey, key, i);
+    if (!e) return oom(c);
+    if (want_scalar(c, e, ikey, ENDPOINT_EXPECT)) return -1;
+    const char *s = text(e);
+    size_t len = e->data.scalar.length;
+    const char *problem = endpoint_problem(s, len, why, sizeof why);
+    if (problem)
+      return fail(c, e->start_mark, ikey, "%s %s; expected %s", show(shown, sizeof shown, s, len),
+                  problem, ENDPOINT_EXPECT);
+    for (size_t j = 0; j < i; j++)
+      if (strlen(cfg->endpoints[j]) == len && !memcmp(cfg->endpoints[j], s, len))
+        return fail(c, e->start_mark, ikey, "%s is listed twice (also [%zu]); expected each "
+                    "endpoint once", show(shown, sizeof shown, s, len), j);
+    if (!(cfg->endpoints[i] = sip__strndup(s, len))) return oom(c);
+  }
+  return 0;
+}
+
+static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  const char *exp = pool_fields[P_OPTIONS].expect;
+  char okey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+
+  if (is_null(v)) return 0;
+  if (v->type != YAML_MAPPING_NODE) return fail_kind(c, v, key, exp);
+  size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+  if (n == 0) return 0;
+  pool->backend_options = sip__calloc(n, sizeof *pool->backend_options);
+  if (!pool->backend_options) return oom(c);
+  pool->n_backend_options = n;
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_pair_t *pr = &v->data.mapping.pairs.start[i];
+    yaml_node_t *k = yaml_document_get_node(c->doc, pr->key);
+    yaml_node_t *val = yaml_document_get_node(c->doc, pr->value);
+    if (!k || !val) return oom(c);
+    if (k->type != YAML_SCALAR_NODE)
+      return fail(c, k->start_mark, key, "a key is %s; expected %s",
+                  k->type == YAML_MAPPING_NODE ? "a map" : "a list", exp);
+    const char *ks = text(k);
+    size_t kl = k->data.scalar.length;
+    key_join(okey, key, ks, kl);
+    if (kl == 0 || is_null(k) || memchr(ks, '\0', kl))
+      return fail(c, k->start_mark, okey, "%s is not a valid option name; expected %s",
+                  show(shown, sizeof shown, ks, kl), exp);
+    for (size_t j = 0; j < i; j++)
+      if (strlen(pool->backend_options[j].key) == kl &&
+          !memcmp(pool->backend_options[j].key, ks, kl))
+        return fail(c, k->start_mark, okey, "duplicate key; expected each key at most once");
+    if (val->type != YAML_SCALAR_NODE || is_null(val))
+      return fail_kind(c, val, okey, "a scalar value (string, number or bool)");
+    const char *vs = text(val);
+    size_t vl = val->data.scalar.length;
+    if (memchr(vs, '\0', vl))
+      return fail(c, val->start_mark, okey, "%s contains a NUL byte; expected a string without one",
+                  show(shown, sizeof shown, vs, vl));
+    /* Stored one at a time so config_free sees only finished entries. */
+    char *kc = sip__strndup(ks, kl);
+    if (!kc) return oom(c);
+    char *vc = sip__strndup(vs, vl);
+    if (!vc) {
+      sip__free(kc);
+      return oom(c);
+    }
+    pool->backend_options[i].key = kc;
+    pool->backend_options[i].value = vc;
+  }
+  return 0;
+}
+
+/* Joins a relative path to base_dir; absolute paths and no base_dir keep it. */
+static char *resolve_path(const char *base_dir, const char *p) {
+  if (!base_dir || !base_dir[0] || p[0] == '/') return sip__strdup(p);
+  size_t bl = strlen(base_dir);
+  return sip__asprintf("%s%s%s", base_dir, base_dir[bl - 1] == '/' ? "" : "/", p);
+}
+
+/* The extension of the last path component (".onnx"), or NULL. */
+static const char *path_ext(const char *p) {
+  const char *slash = strrchr(p, '/');
+  const char *last = slash ? slash + 1 : p;
+  return strrchr(last, '.');
+}
+
+/* Cross-field rules: model_path vs backend, resolution, and the default
+ * backend. Existence is not checked here: a pool whose model fails to load
+ * is reported FAILED by the runtime, not refused at parse time. */
+static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_node_t **vals,
+                      const char *key) {
+  char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  key_join(mkey, key, "model_path", strlen("model_path"));
+  bool builtin = pool->backend && !strcmp(pool->backend, "builtin");
+
+  if (!pool->model_path) {
+    if (builtin) return 0;
+    return fail(c, map->start_mark, mkey, "missing; expected %s (required unless backend: builtin)",
+                MODEL_PATH_EXPECT);
+  }
+  yaml_mark_t pm = vals[P_MODEL_PATH]->start_mark;
+  const char *written = pool->model_path;
+  const char *ext = path_ext(written);
+  size_t wl = strlen(written);
+
+  if (!builtin && ext && !strcasecmp(ext, ".om"))
+    return fail(c, pm, mkey,
+                "%s is a CANN offline model (.om), but this build has no CANN backend; "
+                "expected an .onnx file or a model directory",
+                show(shown, sizeof shown, written, wl));
+
+  char *resolved = resolve_path(c->base_dir, written);
+  if (!resolved) return oom(c);
+  if (!pool->backend) {
+    struct stat st;
+    /* No extension or a trailing slash reads as a directory (versioned model
+     * dirs); an existing directory with a dot in its name is one too. */
+    bool dir = !ext || written[wl - 1] == '/' || (stat(resolved, &st) == 0 && S_ISDIR(st.st_mode));
+    if (!dir && strcasecmp(ext, ".onnx")) {
+      sip__free(resolved);
+      return fail(c, pm, mkey,
+                  "%s has an unknown extension (%s); expected an .onnx file or a model directory "
+                  "(or an explicit backend)",
+                  show(shown, sizeof shown, written, wl), ext);
+    }
+    if (!(pool->backend = sip__strdup("onnxruntime"))) {
+      sip__free(resolved);
+      return oom(c);
+    }
+  }
+  sip__free(pool->model_path);
+  pool->model_path = resolved;
+  return 0;
+}
+
+static int parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_config_t *cfg = base;
+  char ikey[KEY_MAX], exp[1024], shown[SHOW_MAX * 4 + 8];
+  snprintf(exp, sizeof exp, "a map with keys: ");
+  list_fields(exp, sizeof exp, &pool_section);
+
+  if (is_null(v)) return 0;
+  if (v->type != YAML_SEQUENCE_NODE) return fail_kind(c, v, key, top_fields[T_POOLS].expect);
+  size_t n = seq_len(v);
+  if (n == 0) return 0;
+  cfg->pools = sip__calloc(n, sizeof *cfg->pools);
+  if (!cfg->pools) return oom(c);
+  cfg->n_pools = n;
+  for (size_t i = 0; i < n; i++) {
+    sip_pool_config_t *pool = &cfg->pools[i];
+    yaml_node_t *item = seq_item(c, v, i);
+    yaml_node_t *vals[MAX_FIELDS] = {0};
+    key_index(ikey, key, i);
+    if (!item) return oom(c);
+    /* An empty "- " entry is a mistake, not a pool made of defaults. */
+    if (item->type != YAML_MAPPING_NODE) return fail_kind(c, item, ikey, exp);
+    apply_defaults(&pool_section, pool);
+    pool->line = (int)item->start_mark.line + 1;
+    if (parse_map(c, item, ikey, &pool_section, exp, pool, vals)) return -1;
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(cfg->pools[j].name, pool->name)) continue;
+      char nkey[KEY_MAX];
+      key_join(nkey, ikey, "name", 4);
+      return fail(c, vals[P_NAME]->start_mark, nkey,
+                  "%s is already the name of session_pools[%zu] (line %d); expected unique pool "
+                  "names",
+                  show(shown, sizeof shown, pool->name, strlen(pool->name)), j, cfg->pools[j].line);
+    }
+    if (check_pool(c, pool, item, vals, ikey)) return -1;
+  }
+  return 0;
+}
+
+/* ---- entry points ----------------------------------------------------- */
+
+static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const char *yaml,
+                                 size_t len) {
+  if (p->error == YAML_MEMORY_ERROR) return SIP_OOM();
+  size_t line = p->problem_mark.line + 1, col = p->problem_mark.column + 1;
+  const char *problem = p->problem ? p->problem : "unknown error";
+  if (p->error == YAML_READER_ERROR) {
+    /* Reader errors carry a byte offset, not a mark. */
+    line = 1;
+    col = 1;
+    for (size_t i = 0; i < p->problem_offset && i < len; i++) {
+      if (yaml[i] == '\n') line++, col = 1;
+      else col++;
+    }
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "%s:%zu:%zu: YAML syntax error: %s (byte 0x%02x at offset %zu); "
+                         "expected UTF-8 or UTF-16 text",
+                         name, line, col, problem, (unsigned)p->problem_value & 0xffu,
+                         p->problem_offset);
+  }
+  if (p->context)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "%s:%zu:%zu: YAML syntax error: %s (%s that started at %zu:%zu); "
+                         "expected well-formed YAML",
+                         name, line, col, problem, p->context, p->context_mark.line + 1,
+                         p->context_mark.column + 1);
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "%s:%zu:%zu: YAML syntax error: %s; expected well-formed YAML", name, line,
+                       col, problem);
+}
+
+static int parse_document(ctx_t *c, sip_config_t *cfg) {
+  char exp[1024];
+  snprintf(exp, sizeof exp, "a map with keys: ");
+  list_fields(exp, sizeof exp, &top_section);
+
+  yaml_node_t *root = yaml_document_get_root_node(c->doc);
+  if (!root || is_null(root))
+    return fail(c, root ? root->start_mark : c->doc->start_mark, "",
+                "the document is empty; expected %s", exp);
+  if (root->type != YAML_MAPPING_NODE) return fail_kind(c, root, "", exp);
+  yaml_node_t *vals[MAX_FIELDS] = {0};
+  if (parse_map(c, root, "", &top_section, exp, cfg, vals)) return -1;
+  if (cfg->n_endpoints == 0) {
+    cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
+    if (!cfg->endpoints) return oom(c);
+    cfg->n_endpoints = 1;
+    if (!(cfg->endpoints[0] = sip__strdup(DEFAULT_ENDPOINT))) return oom(c);
+  }
+  return 0;
+}
+
+sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
+                                     const char *base_dir, sip_config_t **out) {
+  if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
+  *out = NULL;
+  if (!yaml && len) return sip_error_new(SIP_INVALID_ARGUMENT, "config: text is NULL");
+  if (!yaml) yaml = "";
+  if (!name) name = "<string>";
+
+  sip_config_t *cfg = sip__calloc(1, sizeof *cfg);
+  if (!cfg) return SIP_OOM();
+  if (!(cfg->path = sip__strdup(name))) {
+    sip__free(cfg);
+    return SIP_OOM();
+  }
+  apply_defaults(&top_section, cfg);
+
+  ctx_t c = {.name = cfg->path, .base_dir = base_dir};
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) {
+    sip__config_free(cfg);
+    return SIP_OOM();
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+
+  yaml_document_t doc;
+  if (!yaml_parser_load(&parser, &doc)) { /* libyaml already freed `doc` */
+    c.err = syntax_error(c.name, &parser, yaml, len);
+  } else {
+    c.doc = &doc;
+    if (parse_document(&c, cfg) == 0) {
+      /* A second document would be silently ignored; refuse it instead. */
+      yaml_document_t extra;
+      if (!yaml_parser_load(&parser, &extra)) {
+        c.err = syntax_error(c.name, &parser, yaml, len);
+      } else {
+        if (yaml_document_get_root_node(&extra))
+          fail(&c, extra.start_mark, "", "a second YAML document starts here; expected exactly "
+               "one document");
+        yaml_document_delete(&extra);
+      }
+    }
+    yaml_document_delete(&doc);
+  }
+  yaml_parser_delete(&parser);
+
+  if (c.err) {
+    sip__config_free(cfg);
+    return c.err;
+  }
+  *out = cfg;
+  return NULL;
+}
+
+sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
+  if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
+  *out = NULL;
+  if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
+
+  char eb[256];
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return sip_error_new(SIP_NOT_FOUND, "%s: cannot open the config file: %s", path,
+                         strerror_r(errno, eb, sizeof eb));
+  size_t cap = 4096, n = 0;
+  char *buf = sip__malloc(cap);
+  sip_error_t *err = NULL;
+  if (!buf) err = SIP_OOM();
+  while (!err) {
+    if (n == cap) {
+      if (cap >= CONFIG_FILE_MAX) {
+        err = sip_error_new(SIP_INVALID_ARGUMENT,
+                            "%s: the file is larger than %zu MiB; expected a config file", path,
+                            CONFIG_FILE_MAX >> 20);
+        break;
+      }
+      char *nb = sip__realloc(buf, cap * 2);
+      if (!nb) {
+        err = SIP_OOM();
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f))
+        err = sip_error_new(SIP_NOT_FOUND, "%s: cannot read the config file: %s", path,
+                            strerror_r(errno, eb, sizeof eb));
+      break;
+    }
+  }
+  fclose(f);
+
+  char *copy = NULL;
+  if (!err && !(copy = sip__strdup(path))) err = SIP_OOM();
+  if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), out);
+  sip__free(copy);
+  sip__free(buf);
+  return err;
+}
+
+void sip__config_free(sip_config_t *cfg) {
+  if (!cfg) return;
+  sip__free(cfg->path);
+  for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);
+  sip__free(cfg->endpoints);
+  for (size_t i = 0; i < cfg->n_pools; i++) {
+    sip_pool_config_t *p = &cfg->pools[i];
+    sip__free(p->name);
+    sip__free(p->model_path);
+    sip__free(p->backend);
+    for (size_t j = 0; j < p->n_backend_options; j++) {
+      /* Owned copies behind sip_kv_t's borrowed-looking const pointers. */
+      sip__free((void *)p->backend_options[j].key);
+      sip__free((void *)p->backend_options[j].value);
+    }
+    sip__free(p->backend_options);
+  }
+  sip__free(cfg->pools);
+  sip__free(cfg);
+}
+
+const char *sip__priority_name(sip_priority_level_t p) {
+  return (unsigned)p < SIP_PRIO_LEVELS ? priority_names[p] : "unknown";
+}

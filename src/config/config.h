@@ -1,0 +1,64 @@
+/* sip — typed configuration, parsed from YAML (libyaml).
+ *
+ * Parsing is separate from the runtime: this module only turns text into the
+ * structs below and validates them. Every error names file:line:column, the
+ * key, what was wrong and what was expected. Unknown keys are errors.
+ */
+#ifndef SIP_CONFIG_H
+#define SIP_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+#include "sip/backend.h"
+
+typedef enum sip_priority_level {
+  SIP_PRIO_HIGH = 0,
+  SIP_PRIO_MEDIUM = 1,
+  SIP_PRIO_LOW = 2,
+  SIP_PRIO_LEVELS = 3
+} sip_priority_level_t;
+
+typedef enum sip_log_level {
+  SIP_LOG_DEBUG = 0,
+  SIP_LOG_INFO = 1,
+  SIP_LOG_WARN = 2,
+  SIP_LOG_ERROR = 3
+} sip_log_level_t;
+
+typedef struct sip_pool_config {
+  char *name;
+  char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
+  char *backend;        /* "onnxruntime" (default for .onnx and directories) or "builtin" */
+  int pool_size;        /* 1..256, default 1 */
+  sip_priority_level_t priority; /* default medium */
+  int64_t max_memory_mb;         /* 0: unlimited; else 1..1048576 */
+  int max_compute_percent;       /* 0: unlimited; else 1..100 */
+  sip_kv_t *backend_options;     /* keys and values owned (strdup'd) */
+  size_t n_backend_options;
+  int line;                      /* where the pool's entry starts, for messages */
+} sip_pool_config_t;
+
+typedef struct sip_config {
+  char *path;                 /* the file it came from ("<string>" for text) */
+  char **endpoints;           /* "ipc:///p", "unix:///p", "tcp://host:port" */
+  size_t n_endpoints;         /* default: one, ipc:///tmp/sip_service.sock */
+  sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
+  size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
+  sip_log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
+  sip_pool_config_t *pools;
+  size_t n_pools;
+} sip_config_t;
+
+/* Parses and validates a YAML file / a YAML string. On success *out is owned
+ * by the caller (sip_config_free). `name` labels the text in messages. */
+sip_error_t *sip__config_load_file(const char *path, sip_config_t **out);
+sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
+                                     const char *base_dir, sip_config_t **out);
+void sip__config_free(sip_config_t *cfg);
+
+/* "high" | "medium" | "low" */
+const char *sip__priority_name(sip_priority_level_t p);
+
+#endif

@@ -1,0 +1,44 @@
+/* sip — internal core: allocation, logging, time. */
+#ifndef SIP_CORE_H
+#define SIP_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+
+/* Every allocation in libsip goes through these, so tests can make the Nth
+ * one fail (sip__alloc_fail_after). They return NULL on failure; sizes
+ * overflowing in calloc/reallocarray also fail. */
+void *sip__malloc(size_t n);
+void *sip__calloc(size_t count, size_t size);
+void *sip__realloc(void *p, size_t n);
+void *sip__reallocarray(void *p, size_t count, size_t size);
+char *sip__strdup(const char *s);
+char *sip__strndup(const char *s, size_t n);
+void sip__free(void *p);
+/* Test hook: the (n+1)th allocation from now fails, and all later ones too
+ * until reset with n < 0. Thread-safe. */
+void sip__alloc_fail_after(long n);
+
+/* printf into a fresh heap string; NULL on failure. */
+char *sip__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Out-of-memory error shorthand. */
+#define SIP_OOM() sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory")
+
+/* Logging: one line per event, logfmt ("ts=... level=info msg=\"...\" k=v").
+ * `kv` is a preformatted suffix such as "pool=a code=NOT_FOUND" (may be NULL). */
+enum { SIP__LOG_DEBUG = 0, SIP__LOG_INFO, SIP__LOG_WARN, SIP__LOG_ERROR };
+void sip__log_set_level(int level);
+int sip__log_enabled(int level);
+void sip__log(int level, const char *msg, const char *kv_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Monotonic and wall clocks in microseconds / nanoseconds. */
+uint64_t sip__now_us(void);
+uint64_t sip__now_ns(void);
+uint64_t sip__wall_us(void);
+
+#endif

@@ -1,0 +1,25 @@
+/* sip — lock-free counters and fixed-bucket latency histograms. */
+#ifndef SIP_METRICS_H
+#define SIP_METRICS_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Bucket upper bounds in microseconds; one more bucket holds +Inf. */
+#define SIP_HIST_BUCKETS 18
+extern const uint64_t sip__hist_bounds_us[SIP_HIST_BUCKETS];
+
+typedef struct sip_hist {
+  atomic_uint_fast64_t buckets[SIP_HIST_BUCKETS + 1]; /* non-cumulative */
+  atomic_uint_fast64_t count;
+  atomic_uint_fast64_t sum_us;
+} sip_hist_t;
+
+void sip__hist_observe(sip_hist_t *h, uint64_t us);
+/* {"count": n, "sum": s, "buckets": [[le, cumulative], ..., ["+Inf", n]]} */
+json_t *sip__hist_json(const sip_hist_t *h);
+/* Approximate quantile (0..1) in microseconds by interpolating in buckets. */
+double sip__hist_quantile_us(const sip_hist_t *h, double q);
+
+#endif

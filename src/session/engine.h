@@ -1,0 +1,178 @@
+/* sip — session layer internals: requests, sessions, pools, the server. */
+#ifndef SIP_ENGINE_H
+#define SIP_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "sip/backend.h"
+#include "sip/server.h"
+
+struct sip_request {
+  char *pool;
+  uint64_t id;
+  int priority; /* 0 default, 1 high, 2 medium, 3 low */
+  uint32_t timeout_ms;
+  sip_tensor_t **inputs;
+  size_t n_inputs;
+  char **outputs;
+  size_t n_outputs;
+  /* Set when queued. */
+  uint64_t arrival_us, deadline_us; /* deadline 0: none */
+  int level;                        /* SIP_PRIO_* once resolved against the pool */
+  sip_infer_done_fn done;
+  void *user;
+  struct sip_request *next, *prev;
+};
+
+struct sip_response {
+  sip_code_t code;
+  char *message;
+  uint64_t request_id;
+  sip_tensor_t **outputs;
+  size_t n_outputs;
+  uint64_t queue_us, compute_us, total_us;
+};
+
+/* Session states (the seeds' state machine). */
+typedef enum sip_session_state {
+  SIP_SESSION_INIT = 0,
+  SIP_SESSION_READY,
+  SIP_SESSION_RUNNING,
+  SIP_SESSION_SUSPENDED,
+  SIP_SESSION_FAILED,
+  SIP_SESSION_DESTROYED,
+  SIP_SESSION_STATES_
+} sip_session_state_t;
+
+const char *sip__session_state_name(sip_session_state_t s);
+/* 1 when `from → to` is a legal transition. */
+int sip__session_transition_ok(sip_session_state_t from, sip_session_state_t to);
+
+typedef struct sip_pool sip_pool_t;
+
+typedef struct sip_session {
+  sip_pool_t *pool;
+  int index;
+  char id[160];
+  void *ctx; /* backend session */
+  pthread_t thread;
+  int thread_started;
+  _Atomic int state;
+  _Atomic uint64_t since_us; /* wall clock of the last transition */
+  atomic_uint_fast64_t inferences, errors;
+} sip_session_t;
+
+/* Moves a session to `to`; returns 0 (and changes nothing) when illegal. */
+int sip__session_set_state(sip_session_t *s, sip_session_state_t to);
+
+typedef enum sip_pool_state {
+  SIP_POOL_LOADING = 0,
+  SIP_POOL_READY,
+  SIP_POOL_FAILED,
+  SIP_POOL_STOPPED
+} sip_pool_state_t;
+const char *sip__pool_state_name(sip_pool_state_t s);
+
+typedef struct sip_queue {
+  sip_request_t *head, *tail;
+  size_t n;
+} sip_queue_t;
+
+struct sip_pool {
+  struct sip_server *server;
+  const sip_pool_config_t *cfg; /* borrowed from the server's config */
+  const sip_backend_vtable_t *backend;
+  void *model;
+  const sip_io_desc_t *inputs, *outputs;
+  size_t n_inputs, n_outputs;
+  char *resolved_path; /* the model file actually loaded */
+  char *version;       /* version directory name, or NULL */
+  _Atomic int state;   /* sip_pool_state_t */
+  char *error;         /* why FAILED; set before state becomes FAILED */
+  double load_ms;
+  uint64_t model_bytes;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sip_queue_t queue[SIP_PRIO_LEVELS];
+  int stopping;
+  sip_session_t *sessions;
+  int n_sessions;
+
+  atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
+  sip_hist_t h_queue, h_compute, h_total;
+};
+
+/* Loads the model and starts the sessions (blocking). On failure the pool
+ * is FAILED with `error` set. */
+void sip__pool_load(sip_pool_t *p);
+/* Validates and queues; takes `r` on success only. */
+sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r);
+/* Completes queued requests whose deadline passed; returns the earliest
+ * remaining deadline (0 when none). */
+uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now_us);
+/* Stops sessions after the queue drains, frees everything but the struct. */
+void sip__pool_shutdown(sip_pool_t *p);
+/* Counts the outcome of a finished request in the pool's metrics. */
+void sip__pool_count(sip_pool_t *p, sip_code_t code);
+
+/* Completes a request: builds the response, calls done, frees the request. */
+void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,
+                           sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,
+                           uint64_t compute_us);
+
+/* Backends known to this build. */
+const sip_backend_vtable_t *sip__backend_find(const char *name);
+const char *sip__backend_names(void); /* "onnxruntime, builtin" */
+extern const sip_backend_vtable_t sip__backend_onnxruntime;
+extern const sip_backend_vtable_t sip__backend_builtin;
+
+typedef struct sip_listener_set sip_listener_set_t;
+
+struct sip_server {
+  sip_config_t *cfg;
+  sip_pool_t *pools;
+  size_t n_pools;
+  uint64_t started_us;
+  /* Per-backend process state, initialised on first use. */
+  struct {
+    const sip_backend_vtable_t *vt;
+    void *state;
+    int inited;
+  } backends[4];
+  size_t n_backends;
+  pthread_mutex_t backend_mu;
+
+  pthread_t loader;
+  int loader_started;
+  _Atomic int loaded; /* all pools finished loading */
+
+  /* Housekeeping: expires queued requests at their deadline. */
+  pthread_t hk;
+  int hk_started;
+  pthread_mutex_t hk_mu;
+  pthread_cond_t hk_cv;
+  _Atomic uint64_t hk_next_us; /* earliest known deadline, UINT64_MAX: none */
+  int hk_stop;
+
+  sip_listener_set_t *listeners;
+};
+
+/* Returns the backend's process state, initialising it once. */
+sip_error_t *sip__server_backend_state(struct sip_server *s, const sip_backend_vtable_t *vt,
+                                       void **state);
+/* Tells housekeeping that a deadline at `deadline_us` exists. */
+void sip__server_note_deadline(struct sip_server *s, uint64_t deadline_us);
+
+/* Transports (src/transport/listener.c). */
+sip_error_t *sip__listeners_start(struct sip_server *s, char **endpoints, size_t n,
+                                  sip_listener_set_t **out);
+void sip__listeners_stop(sip_listener_set_t *ls);
+size_t sip__listeners_count(sip_listener_set_t *ls);
+const char *sip__listeners_address(sip_listener_set_t *ls, size_t i);
+
+#endif

@@ -1,0 +1,536 @@
+/* sip — the engine's public API: options, server lifecycle, requests and
+ * responses, introspection. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "session/engine.h"
+
+#define SIP_VERSION_STRING "0.1.0"
+const char *sip_version(void) { return SIP_VERSION_STRING; }
+int sip_api_version(void) { return 100; }
+
+/* ---- options ---- */
+
+struct sip_server_options {
+  char *config_file;
+  char *config_text;
+  char *base_dir;
+  int listen;
+  int wait_for_load;
+};
+
+sip_server_options_t *sip_server_options_new(void) {
+  sip_server_options_t *o = sip__calloc(1, sizeof *o);
+  if (o) o->listen = 1;
+  return o;
+}
+
+void sip_server_options_free(sip_server_options_t *o) {
+  if (!o) return;
+  sip__free(o->config_file);
+  sip__free(o->config_text);
+  sip__free(o->base_dir);
+  sip__free(o);
+}
+
+sip_error_t *sip_server_options_set_config_file(sip_server_options_t *o, const char *path) {
+  if (!path) return sip_error_new(SIP_INVALID_ARGUMENT, "config path is NULL");
+  char *p = sip__strdup(path);
+  if (!p) return SIP_OOM();
+  sip__free(o->config_file);
+  o->config_file = p;
+  return NULL;
+}
+
+sip_error_t *sip_server_options_set_config_string(sip_server_options_t *o, const char *yaml,
+                                                  const char *base_dir) {
+  if (!yaml) return sip_error_new(SIP_INVALID_ARGUMENT, "config text is NULL");
+  char *t = sip__strdup(yaml), *b = sip__strdup(base_dir ? base_dir : ".");
+  if (!t || !b) {
+    sip__free(t);
+    sip__free(b);
+    return SIP_OOM();
+  }
+  sip__free(o->config_text);
+  sip__free(o->base_dir);
+  o->config_text = t;
+  o->base_dir = b;
+  return NULL;
+}
+
+void sip_server_options_set_listen(sip_server_options_t *o, int listen) { o->listen = listen; }
+void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
+  o->wait_for_load = wait;
+}
+
+/* ---- backends ---- */
+
+static const sip_backend_vtable_t *const all_backends[] = {&sip__backend_onnxruntime,
+                                                           &sip__backend_builtin};
+#define N_BACKENDS (sizeof all_backends / sizeof all_backends[0])
+
+const sip_backend_vtable_t *sip__backend_find(const char *name) {
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    if (name && strcmp(all_backends[i]->name, name) == 0) return all_backends[i];
+  return NULL;
+}
+
+const char *sip__backend_names(void) { return "onnxruntime, builtin"; }
+
+sip_error_t *sip__server_backend_state(sip_server_t *s, const sip_backend_vtable_t *vt,
+                                       void **state) {
+  sip_error_t *e = NULL;
+  pthread_mutex_lock(&s->backend_mu);
+  size_t i = 0;
+  while (i < s->n_backends && s->backends[i].vt != vt) i++;
+  if (i == s->n_backends) {
+    s->backends[i].vt = vt;
+    s->n_backends++;
+  }
+  if (!s->backends[i].inited) {
+    if (vt->init) e = vt->init(&s->cfg->engine, &s->backends[i].state);
+    if (!e) s->backends[i].inited = 1;
+  }
+  *state = s->backends[i].state;
+  pthread_mutex_unlock(&s->backend_mu);
+  return e;
+}
+
+/* ---- housekeeping: deadlines of queued requests ---- */
+
+void sip__server_note_deadline(sip_server_t *s, uint64_t deadline_us) {
+  pthread_mutex_lock(&s->hk_mu);
+  if (deadline_us < atomic_load(&s->hk_next_us)) {
+    atomic_store(&s->hk_next_us, deadline_us);
+    pthread_cond_signal(&s->hk_cv);
+  }
+  pthread_mutex_unlock(&s->hk_mu);
+}
+
+static void *hk_main(void *arg) {
+  sip_server_t *s = arg;
+  pthread_mutex_lock(&s->hk_mu);
+  while (!s->hk_stop) {
+    /* Reset before scanning so a deadline noted during the scan lowers it. */
+    atomic_store(&s->hk_next_us, UINT64_MAX);
+    pthread_mutex_unlock(&s->hk_mu);
+    uint64_t now = sip__now_us(), next = UINT64_MAX;
+    for (size_t i = 0; i < s->n_pools; i++) {
+      uint64_t d = sip__pool_expire(&s->pools[i], now);
+      if (d && d < next) next = d;
+    }
+    pthread_mutex_lock(&s->hk_mu);
+    if (atomic_load(&s->hk_next_us) < next) next = atomic_load(&s->hk_next_us);
+    atomic_store(&s->hk_next_us, next);
+    if (s->hk_stop) break;
+    if (next == UINT64_MAX) {
+      pthread_cond_wait(&s->hk_cv, &s->hk_mu);
+    } else if (next > sip__now_us()) {
+      struct timespec ts = {(time_t)(next / 1000000), (long)(next % 1000000) * 1000};
+      pthread_cond_timedwait(&s->hk_cv, &s->hk_mu, &ts);
+    }
+  }
+  pthread_mutex_unlock(&s->hk_mu);
+  return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static void *loader_main(void *arg) {
+  sip_server_t *s = arg;
+  /* Sequential: loads compete for the same cores and memory bandwidth. */
+  for (size_t i = 0; i < s->n_pools; i++) sip__pool_load(&s->pools[i]);
+  atomic_store(&s->loaded, 1);
+  sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu", s->n_pools);
+  return NULL;
+}
+
+sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
+  *out = NULL;
+  sip_config_t *cfg = NULL;
+  sip_error_t *e;
+  if (o->config_file)
+    e = sip__config_load_file(o->config_file, &cfg);
+  else if (o->config_text)
+    e = sip__config_load_string(o->config_text, strlen(o->config_text), "<string>", o->base_dir,
+                                &cfg);
+  else
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "no config: set a file or a string in the options");
+  if (e) return e;
+  sip__log_set_level((int)cfg->log_level);
+
+  sip_server_t *s = sip__calloc(1, sizeof *s);
+  if (!s) {
+    sip__config_free(cfg);
+    return SIP_OOM();
+  }
+  s->cfg = cfg;
+  s->started_us = sip__now_us();
+  pthread_mutex_init(&s->backend_mu, NULL);
+  pthread_mutex_init(&s->hk_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->hk_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  atomic_store(&s->hk_next_us, UINT64_MAX);
+  s->pools = sip__calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof *s->pools);
+  if (!s->pools) {
+    sip_server_free(s);
+    return SIP_OOM();
+  }
+  s->n_pools = cfg->n_pools;
+  for (size_t i = 0; i < cfg->n_pools; i++) {
+    sip_pool_t *p = &s->pools[i];
+    p->server = s;
+    p->cfg = &cfg->pools[i];
+    atomic_store(&p->state, SIP_POOL_LOADING);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+  }
+  if (pthread_create(&s->hk, NULL, hk_main, s) != 0) {
+    sip_server_free(s);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the housekeeping thread");
+  }
+  s->hk_started = 1;
+  if (o->listen) {
+    e = sip__listeners_start(s, cfg->endpoints, cfg->n_endpoints, &s->listeners);
+    if (e) {
+      sip_server_free(s);
+      return e;
+    }
+  }
+  if (o->wait_for_load) {
+    loader_main(s);
+  } else if (pthread_create(&s->loader, NULL, loader_main, s) == 0) {
+    s->loader_started = 1;
+  } else {
+    sip_server_free(s);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the loader thread");
+  }
+  *out = s;
+  return NULL;
+}
+
+void sip_server_free(sip_server_t *s) {
+  if (!s) return;
+  if (s->loader_started) pthread_join(s->loader, NULL);
+  /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
+   * transports stay up until then so every answer can be delivered. */
+  for (size_t i = 0; i < s->n_pools; i++) sip__pool_shutdown(&s->pools[i]);
+  if (s->listeners) sip__listeners_stop(s->listeners);
+  if (s->hk_started) {
+    pthread_mutex_lock(&s->hk_mu);
+    s->hk_stop = 1;
+    pthread_cond_signal(&s->hk_cv);
+    pthread_mutex_unlock(&s->hk_mu);
+    pthread_join(s->hk, NULL);
+  }
+  for (size_t i = 0; i < s->n_pools; i++) {
+    sip_pool_t *p = &s->pools[i];
+    sip__free(p->sessions);
+    sip__free(p->resolved_path);
+    sip__free(p->version);
+    sip__free(p->error);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+  }
+  sip__free(s->pools);
+  for (size_t i = 0; i < s->n_backends; i++)
+    if (s->backends[i].inited && s->backends[i].vt->shutdown)
+      s->backends[i].vt->shutdown(s->backends[i].state);
+  pthread_mutex_destroy(&s->backend_mu);
+  pthread_mutex_destroy(&s->hk_mu);
+  pthread_cond_destroy(&s->hk_cv);
+  sip__config_free(s->cfg);
+  sip__free(s);
+}
+
+int sip_server_ready(sip_server_t *s) { return atomic_load(&s->loaded); }
+
+size_t sip_server_endpoint_count(sip_server_t *s) {
+  return s->listeners ? sip__listeners_count(s->listeners) : 0;
+}
+
+const char *sip_server_endpoint(sip_server_t *s, size_t i) {
+  return s->listeners ? sip__listeners_address(s->listeners, i) : NULL;
+}
+
+/* ---- requests ---- */
+
+sip_request_t *sip_request_new(const char *pool) {
+  sip_request_t *r = sip__calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->pool = sip__strdup(pool ? pool : "");
+  if (!r->pool) {
+    sip__free(r);
+    return NULL;
+  }
+  return r;
+}
+
+void sip_request_free(sip_request_t *r) {
+  if (!r) return;
+  sip__free(r->pool);
+  for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
+  sip__free(r->inputs);
+  for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
+  sip__free(r->outputs);
+  sip__free(r);
+}
+
+void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }
+void sip_request_set_timeout_ms(sip_request_t *r, uint32_t ms) { r->timeout_ms = ms; }
+
+sip_error_t *sip_request_set_priority(sip_request_t *r, int priority) {
+  if (priority < 0 || priority > 3)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "priority %d; expected 0 (pool default), 1 (high), 2 (medium) or 3 (low)",
+                         priority);
+  r->priority = priority;
+  return NULL;
+}
+
+sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t) {
+  if (!t) return sip_error_new(SIP_INVALID_ARGUMENT, "input tensor is NULL");
+  sip_error_t *e = sip_tensor_validate(t);
+  for (size_t i = 0; !e && i < r->n_inputs; i++)
+    if (strcmp(r->inputs[i]->name, t->name) == 0)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "input '%s' given twice", t->name);
+  if (!e) {
+    sip_tensor_t **v = sip__reallocarray(r->inputs, r->n_inputs + 1, sizeof *v);
+    if (!v)
+      e = SIP_OOM();
+    else {
+      r->inputs = v;
+      v[r->n_inputs++] = t;
+      return NULL;
+    }
+  }
+  sip_tensor_free(t);
+  return e;
+}
+
+sip_error_t *sip_request_add_output(sip_request_t *r, const char *name) {
+  char *n = sip__strdup(name ? name : "");
+  char **v = n ? sip__reallocarray(r->outputs, r->n_outputs + 1, sizeof *v) : NULL;
+  if (!v) {
+    sip__free(n);
+    return SIP_OOM();
+  }
+  r->outputs = v;
+  v[r->n_outputs++] = n;
+  return NULL;
+}
+
+static sip_pool_t *find_pool(sip_server_t *s, const char *name) {
+  for (size_t i = 0; i < s->n_pools; i++)
+    if (strcmp(s->pools[i].cfg->name, name) == 0) return &s->pools[i];
+  return NULL;
+}
+
+sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
+                                    void *user) {
+  if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
+  sip_pool_t *p = find_pool(s, r->pool);
+  sip_error_t *e = NULL;
+  if (!p) {
+    char names[512] = "";
+    for (size_t i = 0; i < s->n_pools; i++)
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "",
+               s->pools[i].cfg->name);
+    e = sip_error_new(SIP_NOT_FOUND, "no pool named '%s'; this server has: %s", r->pool,
+                      s->n_pools ? names : "(no pools)");
+    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=NOT_FOUND", r->pool);
+  } else {
+    r->done = done;
+    r->user = user;
+    e = sip__pool_submit(p, r);
+    if (!e) return NULL;
+    sip__pool_count(p, sip_error_code(e));
+    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", r->pool,
+             sip_code_name(sip_error_code(e)), sip_error_message(e));
+  }
+  sip_request_free(r);
+  return e;
+}
+
+typedef struct sync_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sip_response_t *resp;
+  int done;
+} sync_wait_t;
+
+static void sync_done(sip_response_t *resp, void *user) {
+  sync_wait_t *w = user;
+  pthread_mutex_lock(&w->mu);
+  w->resp = resp;
+  w->done = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+sip_error_t *sip_server_infer(sip_server_t *s, sip_request_t *r, sip_response_t **out) {
+  *out = NULL;
+  sync_wait_t w = {.done = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  sip_error_t *e = sip_server_infer_async(s, r, sync_done, &w);
+  if (!e) {
+    pthread_mutex_lock(&w.mu);
+    while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    *out = w.resp;
+    if (!w.resp) e = SIP_OOM();
+  }
+  pthread_mutex_destroy(&w.mu);
+  pthread_cond_destroy(&w.cv);
+  return e;
+}
+
+/* ---- responses ---- */
+
+sip_code_t sip_response_code(const sip_response_t *r) { return r->code; }
+const char *sip_response_message(const sip_response_t *r) { return r->message; }
+uint64_t sip_response_request_id(const sip_response_t *r) { return r->request_id; }
+size_t sip_response_output_count(const sip_response_t *r) { return r->n_outputs; }
+const sip_tensor_t *sip_response_output(const sip_response_t *r, size_t i) {
+  return i < r->n_outputs ? r->outputs[i] : NULL;
+}
+const sip_tensor_t *sip_response_output_by_name(const sip_response_t *r, const char *name) {
+  for (size_t i = 0; i < r->n_outputs; i++)
+    if (strcmp(r->outputs[i]->name, name) == 0) return r->outputs[i];
+  return NULL;
+}
+void sip_response_timings(const sip_response_t *r, uint64_t *q, uint64_t *c, uint64_t *t) {
+  if (q) *q = r->queue_us;
+  if (c) *c = r->compute_us;
+  if (t) *t = r->total_us;
+}
+sip_tensor_t **sip_response_take_outputs(sip_response_t *r, size_t *n) {
+  sip_tensor_t **o = r->outputs;
+  *n = r->n_outputs;
+  r->outputs = NULL;
+  r->n_outputs = 0;
+  return o;
+}
+void sip_response_free(sip_response_t *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
+  sip__free(r->outputs);
+  sip__free(r->message);
+  sip__free(r);
+}
+
+/* ---- introspection ---- */
+
+static json_t *io_json(const sip_io_desc_t *d, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_t *shape = json_array();
+    for (int k = 0; k < d[i].rank; k++) json_array_append_new(shape, json_integer(d[i].dims[k]));
+    json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", d[i].name, "dtype",
+                                       sip_dtype_name(d[i].dtype), "shape",
+                                       d[i].rank >= 0 ? shape : (json_decref(shape), json_null())));
+  }
+  return a;
+}
+
+static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
+
+static json_t *pool_json(sip_pool_t *p, int detail) {
+  int st = atomic_load(&p->state);
+  int ready = st == SIP_POOL_READY || st == SIP_POOL_STOPPED;
+  json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
+                        sip__pool_state_name((sip_pool_state_t)st), "error",
+                        nullable(st == SIP_POOL_FAILED ? p->error : NULL));
+  if (detail == SIP_INFO_POOLS) {
+    json_object_set_new(o, "backend", json_string(p->cfg->backend));
+    json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
+                                                                   : p->cfg->model_path));
+    json_object_set_new(o, "version", nullable(p->version));
+    json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
+    json_object_set_new(o, "pool_size", json_integer(p->cfg->pool_size));
+    json_object_set_new(o, "inputs", ready ? io_json(p->inputs, p->n_inputs) : json_array());
+    json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
+    return o;
+  }
+  static const char *lvl[] = {"high", "medium", "low"};
+  json_t *qb = json_object();
+  size_t queued = 0;
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
+    json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue[l].n));
+    queued += p->queue[l].n;
+  }
+  pthread_mutex_unlock(&p->mu);
+  int active = 0;
+  json_t *sessions = json_array();
+  if (ready || st == SIP_POOL_FAILED) {
+    for (int i = 0; i < p->n_sessions; i++) {
+      sip_session_t *s = &p->sessions[i];
+      int ss = atomic_load(&s->state);
+      active += ss == SIP_SESSION_READY || ss == SIP_SESSION_RUNNING;
+      json_array_append_new(
+          sessions,
+          json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", s->id, "state",
+                    sip__session_state_name((sip_session_state_t)ss), "since_us",
+                    (json_int_t)atomic_load(&s->since_us), "inferences",
+                    (json_int_t)atomic_load(&s->inferences), "errors",
+                    (json_int_t)atomic_load(&s->errors)));
+    }
+  }
+  json_t *codes = json_object();
+  for (int c = 0; c < SIP_CODE_COUNT_; c++) {
+    uint64_t n = atomic_load(&p->by_code[c]);
+    if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
+  }
+  json_object_set_new(o, "active_sessions", json_integer(active));
+  json_object_set_new(o, "queued_requests", json_integer((json_int_t)queued));
+  json_object_set_new(o, "queued_by_priority", qb);
+  json_object_set_new(o, "load_ms", json_real(p->load_ms));
+  json_object_set_new(o, "model_bytes", json_integer((json_int_t)p->model_bytes));
+  json_object_set_new(o, "requests", codes);
+  json_object_set_new(o, "latency_us",
+                      json_pack("{s:o,s:o,s:o}", "queue", sip__hist_json(&p->h_queue), "compute",
+                                sip__hist_json(&p->h_compute), "total",
+                                sip__hist_json(&p->h_total)));
+  json_object_set_new(o, "sessions", sessions);
+  return o;
+}
+
+char *sip_server_info_json(sip_server_t *s, int kind) {
+  json_t *root;
+  if (kind == SIP_INFO_READY) {
+    json_t *pools = json_object();
+    for (size_t i = 0; i < s->n_pools; i++)
+      json_object_set_new(pools, s->pools[i].cfg->name,
+                          json_string(sip__pool_state_name(atomic_load(&s->pools[i].state))));
+    root = json_pack("{s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "pools", pools);
+  } else if (kind == SIP_INFO_POOLS || kind == SIP_INFO_STATUS) {
+    json_t *pools = json_array();
+    for (size_t i = 0; i < s->n_pools; i++)
+      json_array_append_new(pools, pool_json(&s->pools[i], kind));
+    root = json_pack("{s:o}", "pools", pools);
+    if (kind == SIP_INFO_STATUS) {
+      json_object_set_new(root, "uptime_s",
+                          json_real((double)(sip__now_us() - s->started_us) / 1e6));
+      json_object_set_new(root, "ready", json_boolean(sip_server_ready(s)));
+      json_object_set_new(root, "version", json_string(SIP_VERSION_STRING));
+    }
+  } else {
+    return NULL;
+  }
+  if (!root) return NULL;
+  char *txt = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  return txt;
+}
+
+/* jansson allocates with malloc, as sip__malloc does. */
+void sip_free(void *p) { free(p); }

@@ -1,0 +1,444 @@
+/* sip — native protocol codec. Every read is bounds-checked against the
+ * payload; every failure names the field, its offset and what was expected. */
+#include "transport/frame.h"
+
+#include <string.h>
+
+#include "core/core.h"
+
+static const char *type_names[] = {"?", "INFER_REQUEST", "INFER_RESPONSE", "INFO_REQUEST",
+                                   "INFO_RESPONSE", "ERROR"};
+
+sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
+                                      sip_frame_header_t *h) {
+  if (memcmp(p, SIP_FRAME_MAGIC, 4) != 0)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "bad frame magic %02x %02x %02x %02x; expected \"SIPF\" (this is not a "
+                         "sip native-protocol client, see docs/protocol.md)",
+                         p[0], p[1], p[2], p[3]);
+  h->version = (uint16_t)(p[4] | p[5] << 8);
+  h->type = (uint16_t)(p[6] | p[7] << 8);
+  h->length = (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 | (uint32_t)p[11] << 24;
+  h->flags = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
+  h->request_id = 0;
+  for (int i = 7; i >= 0; i--) h->request_id = h->request_id << 8 | p[16 + i];
+  if (h->version != SIP_FRAME_VERSION)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "unsupported protocol version %u; expected %d",
+                         h->version, SIP_FRAME_VERSION);
+  if (h->flags != 0)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "frame flags 0x%x set; expected 0", h->flags);
+  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_ERROR)
+    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..5", h->type);
+  if (h->length > max_payload)
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                         "%s frame of %u bytes exceeds the limit of %zu bytes (max_frame_bytes)",
+                         type_names[h->type], h->length, max_payload);
+  return NULL;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64_t request_id) {
+  memcpy(p, SIP_FRAME_MAGIC, 4);
+  put_le(p + 4, SIP_FRAME_VERSION, 2);
+  put_le(p + 6, type, 2);
+  put_le(p + 8, length, 4);
+  put_le(p + 12, 0, 4);
+  put_le(p + 16, request_id, 8);
+}
+
+/* ---- writer ---- */
+
+void sip__wbuf_free(sip_wbuf_t *w) {
+  sip__free(w->data);
+  memset(w, 0, sizeof *w);
+}
+
+static int reserve(sip_wbuf_t *w, size_t n) {
+  if (w->oom) return 0;
+  if (w->cap - w->len >= n) return 1;
+  size_t cap = w->cap ? w->cap : 256;
+  while (cap - w->len < n) {
+    if (cap > SIZE_MAX / 2) {
+      w->oom = 1;
+      return 0;
+    }
+    cap *= 2;
+  }
+  uint8_t *d = sip__realloc(w->data, cap);
+  if (!d) {
+    w->oom = 1;
+    return 0;
+  }
+  w->data = d;
+  w->cap = cap;
+  return 1;
+}
+
+void sip__wbuf_put(sip_wbuf_t *w, const void *p, size_t n) {
+  if (!n || !reserve(w, n)) return;
+  memcpy(w->data + w->len, p, n);
+  w->len += n;
+}
+
+static void put_int(sip_wbuf_t *w, uint64_t v, int n) {
+  if (!reserve(w, (size_t)n)) return;
+  put_le(w->data + w->len, v, n);
+  w->len += (size_t)n;
+}
+void sip__wbuf_u8(sip_wbuf_t *w, uint8_t v) { put_int(w, v, 1); }
+void sip__wbuf_u16(sip_wbuf_t *w, uint16_t v) { put_int(w, v, 2); }
+void sip__wbuf_u32(sip_wbuf_t *w, uint32_t v) { put_int(w, v, 4); }
+void sip__wbuf_u64(sip_wbuf_t *w, uint64_t v) { put_int(w, v, 8); }
+
+void sip__wbuf_str16(sip_wbuf_t *w, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > 0xffff) n = 0xffff;
+  sip__wbuf_u16(w, (uint16_t)n);
+  sip__wbuf_put(w, s, n);
+}
+
+void sip__wbuf_tensor(sip_wbuf_t *w, size_t payload_start, const sip_tensor_t *t) {
+  sip__wbuf_str16(w, t->name);
+  sip__wbuf_u8(w, (uint8_t)t->dtype);
+  sip__wbuf_u8(w, (uint8_t)t->rank);
+  sip__wbuf_u16(w, 0);
+  for (int i = 0; i < t->rank; i++) sip__wbuf_u64(w, (uint64_t)t->dims[i]);
+  sip__wbuf_u64(w, t->nbytes);
+  static const uint8_t zeros[8];
+  size_t pad = (8 - (w->len - payload_start) % 8) % 8;
+  sip__wbuf_put(w, zeros, pad);
+  sip__wbuf_put(w, t->data, t->nbytes);
+}
+
+/* Starts a frame: reserves the header; finish() fills it once the payload
+ * length is known. */
+static size_t begin(sip_wbuf_t *w) {
+  size_t at = w->len;
+  static const uint8_t zero[SIP_FRAME_HEADER_SIZE];
+  sip__wbuf_put(w, zero, sizeof zero);
+  return at;
+}
+
+static void finish(sip_wbuf_t *w, size_t at, uint16_t type, uint64_t request_id) {
+  if (w->oom) return;
+  size_t payload = w->len - at - SIP_FRAME_HEADER_SIZE;
+  if (payload > UINT32_MAX) {
+    w->oom = 1;
+    return;
+  }
+  sip__frame_header_encode(w->data + at, type, (uint32_t)payload, request_id);
+}
+
+void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
+                               uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
+                               const sip_tensor_t *const *inputs, size_t n_inputs) {
+  size_t at = begin(w);
+  size_t ps = at + SIP_FRAME_HEADER_SIZE;
+  sip__wbuf_str16(w, pool);
+  sip__wbuf_u8(w, (uint8_t)priority);
+  sip__wbuf_put(w, "\0\0\0", 3);
+  sip__wbuf_u32(w, timeout_ms);
+  sip__wbuf_u16(w, (uint16_t)n_outputs);
+  sip__wbuf_u16(w, (uint16_t)n_inputs);
+  for (size_t i = 0; i < n_outputs; i++) sip__wbuf_str16(w, outputs[i]);
+  for (size_t i = 0; i < n_inputs; i++) sip__wbuf_tensor(w, ps, inputs[i]);
+  finish(w, at, SIP_MSG_INFER_REQUEST, request_id);
+}
+
+void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+                                const char *message, uint64_t queue_us, uint64_t compute_us,
+                                uint64_t total_us, const sip_tensor_t *const *outputs,
+                                size_t n_outputs) {
+  size_t at = begin(w);
+  size_t ps = at + SIP_FRAME_HEADER_SIZE;
+  size_t mlen = message ? strlen(message) : 0;
+  sip__wbuf_u32(w, code);
+  sip__wbuf_u32(w, (uint32_t)mlen);
+  sip__wbuf_put(w, message, mlen);
+  sip__wbuf_u64(w, queue_us);
+  sip__wbuf_u64(w, compute_us);
+  sip__wbuf_u64(w, total_us);
+  sip__wbuf_u16(w, (uint16_t)n_outputs);
+  sip__wbuf_u16(w, 0);
+  sip__wbuf_u32(w, 0);
+  for (size_t i = 0; i < n_outputs; i++) sip__wbuf_tensor(w, ps, outputs[i]);
+  finish(w, at, SIP_MSG_INFER_RESPONSE, request_id);
+}
+
+void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind) {
+  size_t at = begin(w);
+  sip__wbuf_u8(w, kind);
+  finish(w, at, SIP_MSG_INFO_REQUEST, request_id);
+}
+
+void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+                               const char *json, size_t json_len) {
+  size_t at = begin(w);
+  sip__wbuf_u32(w, code);
+  sip__wbuf_put(w, json, json_len);
+  finish(w, at, SIP_MSG_INFO_RESPONSE, request_id);
+}
+
+void sip__encode_error(sip_wbuf_t *w, uint64_t request_id, uint32_t code, const char *message) {
+  size_t at = begin(w);
+  size_t mlen = message ? strlen(message) : 0;
+  sip__wbuf_u32(w, code);
+  sip__wbuf_u32(w, (uint32_t)mlen);
+  sip__wbuf_put(w, message, mlen);
+  finish(w, at, SIP_MSG_ERROR, request_id);
+}
+
+/* ---- reader ---- */
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t len, off;
+  const char *what; /* message being decoded, for errors */
+} reader_t;
+
+static sip_error_t *short_read(reader_t *r, const char *field, size_t need) {
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "%s truncated at offset %zu reading %s: need %zu bytes, %zu remain",
+                       r->what, r->off, field, need, r->len - r->off);
+}
+
+static sip_error_t *get_int(reader_t *r, const char *field, int n, uint64_t *v) {
+  *v = 0;
+  if (r->len - r->off < (size_t)n) return short_read(r, field, (size_t)n);
+  for (int i = n - 1; i >= 0; i--) *v = *v << 8 | r->p[r->off + (size_t)i];
+  r->off += (size_t)n;
+  return NULL;
+}
+
+static sip_error_t *get_str16(reader_t *r, const char *field, char **out) {
+  uint64_t n;
+  sip_error_t *e = get_int(r, field, 2, &n);
+  if (e) return e;
+  if (r->len - r->off < n) return short_read(r, field, n);
+  if (n > SIP_MAX_NAME)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s: %s of %llu bytes is longer than %d",
+                         r->what, field, (unsigned long long)n, SIP_MAX_NAME);
+  if (memchr(r->p + r->off, '\0', n))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s: %s at offset %zu contains a NUL byte",
+                         r->what, field, r->off);
+  *out = sip__strndup((const char *)r->p + r->off, n);
+  if (!*out) return SIP_OOM();
+  r->off += n;
+  return NULL;
+}
+
+static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out) {
+  char *name = NULL;
+  sip_error_t *e = get_str16(r, "tensor name", &name);
+  if (e) return e;
+  uint64_t dtype, rank, reserved, nbytes;
+  int64_t dims[SIP_MAX_RANK];
+  if ((e = get_int(r, "tensor dtype", 1, &dtype)) || (e = get_int(r, "tensor rank", 1, &rank)) ||
+      (e = get_int(r, "tensor reserved", 2, &reserved)))
+    goto fail;
+  if (dtype < SIP_DTYPE_FLOAT32 || dtype > SIP_DTYPE_UINT64) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' has dtype %llu; expected 1..13",
+                      r->what, name, (unsigned long long)dtype);
+    goto fail;
+  }
+  if (rank > SIP_MAX_RANK) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' has rank %llu; expected 0..%d",
+                      r->what, name, (unsigned long long)rank, SIP_MAX_RANK);
+    goto fail;
+  }
+  if (reserved) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' reserved field is %llu; expected 0",
+                      r->what, name, (unsigned long long)reserved);
+    goto fail;
+  }
+  for (uint64_t i = 0; i < rank; i++) {
+    uint64_t d;
+    if ((e = get_int(r, "tensor dim", 8, &d))) goto fail;
+    if (d > (uint64_t)INT64_MAX) {
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' dim %llu is negative; expected >= 0",
+                        r->what, name, (unsigned long long)i);
+      goto fail;
+    }
+    dims[i] = (int64_t)d;
+  }
+  if ((e = get_int(r, "tensor nbytes", 8, &nbytes))) goto fail;
+  size_t pad = (8 - r->off % 8) % 8;
+  if (r->len - r->off < pad) {
+    e = short_read(r, "tensor padding", pad);
+    goto fail;
+  }
+  r->off += pad;
+  if (r->len - r->off < nbytes) {
+    e = short_read(r, "tensor data", nbytes);
+    goto fail;
+  }
+  sip_tensor_t *t = sip_tensor_new_view(name, (sip_dtype_t)dtype, (int)rank, dims, r->p + r->off,
+                                        (size_t)nbytes, owner);
+  if (!t) {
+    e = SIP_OOM();
+    goto fail;
+  }
+  r->off += nbytes;
+  if ((e = sip_tensor_validate(t))) {
+    sip_tensor_free(t);
+    goto fail;
+  }
+  sip__free(name);
+  *out = t;
+  return NULL;
+fail:
+  sip__free(name);
+  return e;
+}
+
+static sip_error_t *get_tensors(reader_t *r, sip_buf_t *owner, size_t n, sip_tensor_t ***out) {
+  *out = NULL;
+  if (!n) return NULL;
+  /* Each tensor takes at least 24 bytes on the wire: a cheap sanity bound
+   * before allocating n slots for a hostile count. */
+  if (n > (r->len - r->off) / 16 + 1) return short_read(r, "tensors", n * 16);
+  sip_tensor_t **ts = sip__calloc(n, sizeof *ts);
+  if (!ts) return SIP_OOM();
+  for (size_t i = 0; i < n; i++) {
+    sip_error_t *e = get_tensor(r, owner, &ts[i]);
+    if (!e) {
+      for (size_t j = 0; j < i; j++)
+        if (strcmp(ts[j]->name, ts[i]->name) == 0)
+          e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' appears twice", r->what,
+                            ts[i]->name);
+    }
+    if (e) {
+      for (size_t j = 0; j <= i; j++) sip_tensor_free(ts[j]);
+      sip__free(ts);
+      return e;
+    }
+  }
+  *out = ts;
+  return NULL;
+}
+
+static sip_error_t *trailing(reader_t *r) {
+  if (r->off == r->len) return NULL;
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "%s has %zu unexpected bytes after its last field at offset %zu",
+                       r->what, r->len - r->off, r->off);
+}
+
+void sip__wire_request_clear(sip_wire_request_t *r) {
+  sip__free(r->pool);
+  for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
+  sip__free(r->outputs);
+  for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
+  sip__free(r->inputs);
+  memset(r, 0, sizeof *r);
+}
+
+void sip__wire_response_clear(sip_wire_response_t *r) {
+  sip__free(r->message);
+  for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
+  sip__free(r->outputs);
+  memset(r, 0, sizeof *r);
+}
+
+sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *owner,
+                                       sip_wire_request_t *out) {
+  memset(out, 0, sizeof *out);
+  reader_t r = {p, len, 0, "INFER_REQUEST"};
+  uint64_t prio, res, timeout, n_out, n_in;
+  sip_error_t *e;
+  if ((e = get_str16(&r, "pool name", &out->pool))) goto fail;
+  if ((e = get_int(&r, "priority", 1, &prio)) || (e = get_int(&r, "reserved", 3, &res)) ||
+      (e = get_int(&r, "timeout_ms", 4, &timeout)) ||
+      (e = get_int(&r, "n_outputs", 2, &n_out)) || (e = get_int(&r, "n_inputs", 2, &n_in)))
+    goto fail;
+  if (prio > 3) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT,
+                      "INFER_REQUEST priority %llu; expected 0 (pool default), 1 (high), 2 "
+                      "(medium) or 3 (low)",
+                      (unsigned long long)prio);
+    goto fail;
+  }
+  if (res) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_REQUEST reserved bytes are not zero");
+    goto fail;
+  }
+  out->priority = (int)prio;
+  out->timeout_ms = (uint32_t)timeout;
+  if (n_out) {
+    if (n_out > (len - r.off) / 2) {
+      e = short_read(&r, "requested outputs", n_out * 2);
+      goto fail;
+    }
+    out->outputs = sip__calloc(n_out, sizeof *out->outputs);
+    if (!out->outputs) {
+      e = SIP_OOM();
+      goto fail;
+    }
+    for (size_t i = 0; i < n_out; i++) {
+      if ((e = get_str16(&r, "requested output name", &out->outputs[i]))) goto fail;
+      out->n_outputs = i + 1;
+    }
+  }
+  if ((e = get_tensors(&r, owner, n_in, &out->inputs))) goto fail;
+  out->n_inputs = n_in;
+  if ((e = trailing(&r))) goto fail;
+  return NULL;
+fail:
+  sip__wire_request_clear(out);
+  return e;
+}
+
+sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t *owner,
+                                        sip_wire_response_t *out) {
+  memset(out, 0, sizeof *out);
+  reader_t r = {p, len, 0, "INFER_RESPONSE"};
+  uint64_t code, mlen, n_out, res;
+  sip_error_t *e;
+  if ((e = get_int(&r, "code", 4, &code)) || (e = get_int(&r, "message length", 4, &mlen)))
+    goto fail;
+  if (len - r.off < mlen) {
+    e = short_read(&r, "message", mlen);
+    goto fail;
+  }
+  out->code = (uint32_t)code;
+  out->message = sip__strndup((const char *)p + r.off, mlen);
+  if (!out->message) {
+    e = SIP_OOM();
+    goto fail;
+  }
+  r.off += mlen;
+  if ((e = get_int(&r, "queue_us", 8, &out->queue_us)) ||
+      (e = get_int(&r, "compute_us", 8, &out->compute_us)) ||
+      (e = get_int(&r, "total_us", 8, &out->total_us)) ||
+      (e = get_int(&r, "n_outputs", 2, &n_out)) || (e = get_int(&r, "reserved", 6, &res)))
+    goto fail;
+  if ((e = get_tensors(&r, owner, n_out, &out->outputs))) goto fail;
+  out->n_outputs = n_out;
+  if ((e = trailing(&r))) goto fail;
+  return NULL;
+fail:
+  sip__wire_response_clear(out);
+  return e;
+}
+
+sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, uint32_t *code,
+                                   const char **text, size_t *text_len) {
+  reader_t r = {p, len, 0, is_error ? "ERROR" : "INFO_RESPONSE"};
+  uint64_t c, n;
+  sip_error_t *e = get_int(&r, "code", 4, &c);
+  if (e) return e;
+  *code = (uint32_t)c;
+  if (!is_error) {
+    *text = (const char *)p + r.off;
+    *text_len = len - r.off;
+    return NULL;
+  }
+  if ((e = get_int(&r, "message length", 4, &n))) return e;
+  if (len - r.off != n) return short_read(&r, "message", n);
+  *text = (const char *)p + r.off;
+  *text_len = (size_t)n;
+  return NULL;
+}

@@ -1,0 +1,104 @@
+/* sip — native protocol codec (docs/protocol.md). Pure functions over bytes:
+ * shared by the server transports and libsipclient. */
+#ifndef SIP_FRAME_H
+#define SIP_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sip/error.h"
+#include "sip/server.h"
+#include "sip/tensor.h"
+
+#define SIP_FRAME_MAGIC "SIPF"
+#define SIP_FRAME_VERSION 1
+#define SIP_FRAME_HEADER_SIZE 24
+#define SIP_MAX_NAME 1024
+
+enum {
+  SIP_MSG_INFER_REQUEST = 1,
+  SIP_MSG_INFER_RESPONSE = 2,
+  SIP_MSG_INFO_REQUEST = 3,
+  SIP_MSG_INFO_RESPONSE = 4,
+  SIP_MSG_ERROR = 5,
+};
+
+typedef struct sip_frame_header {
+  uint16_t version;
+  uint16_t type;
+  uint32_t length;
+  uint32_t flags;
+  uint64_t request_id;
+} sip_frame_header_t;
+
+/* Decodes and checks a 24-byte header: magic, version, flags, type, and
+ * length <= max_payload. Errors: INVALID_ARGUMENT (bad magic/version/flags),
+ * UNIMPLEMENTED (unknown type), RESOURCE_EXHAUSTED (too large). */
+sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
+                                      sip_frame_header_t *h);
+void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64_t request_id);
+
+/* A growable byte buffer for encoding. */
+typedef struct sip_wbuf {
+  uint8_t *data;
+  size_t len, cap;
+  int oom; /* sticky: set when any append failed */
+} sip_wbuf_t;
+void sip__wbuf_free(sip_wbuf_t *w);
+void sip__wbuf_put(sip_wbuf_t *w, const void *p, size_t n);
+void sip__wbuf_u8(sip_wbuf_t *w, uint8_t v);
+void sip__wbuf_u16(sip_wbuf_t *w, uint16_t v);
+void sip__wbuf_u32(sip_wbuf_t *w, uint32_t v);
+void sip__wbuf_u64(sip_wbuf_t *w, uint64_t v);
+void sip__wbuf_str16(sip_wbuf_t *w, const char *s);
+/* Appends a tensor; padding is computed relative to `payload_start`. */
+void sip__wbuf_tensor(sip_wbuf_t *w, size_t payload_start, const sip_tensor_t *t);
+
+/* A decoded INFER_REQUEST. Tensors view the payload and hold a reference to
+ * `owner` (the received frame), so no tensor data is copied. */
+typedef struct sip_wire_request {
+  char *pool;
+  int priority;          /* 0 default, 1 high, 2 medium, 3 low */
+  uint32_t timeout_ms;   /* 0: none */
+  char **outputs;
+  size_t n_outputs;
+  sip_tensor_t **inputs;
+  size_t n_inputs;
+} sip_wire_request_t;
+
+typedef struct sip_wire_response {
+  uint32_t code;
+  char *message;
+  uint64_t queue_us, compute_us, total_us;
+  sip_tensor_t **outputs;
+  size_t n_outputs;
+} sip_wire_response_t;
+
+/* Decode payloads (without the header). On error nothing is left allocated
+ * and the error (INVALID_ARGUMENT) says which field was wrong at which
+ * offset. `owner` may be NULL, in which case the tensors borrow `p`. */
+sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *owner,
+                                       sip_wire_request_t *out);
+sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t *owner,
+                                        sip_wire_response_t *out);
+void sip__wire_request_clear(sip_wire_request_t *r);
+void sip__wire_response_clear(sip_wire_response_t *r);
+
+/* Encode whole frames (header included) into `w` (appending). */
+void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
+                               uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
+                               const sip_tensor_t *const *inputs, size_t n_inputs);
+void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+                                const char *message, uint64_t queue_us, uint64_t compute_us,
+                                uint64_t total_us, const sip_tensor_t *const *outputs,
+                                size_t n_outputs);
+void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind);
+void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+                               const char *json, size_t json_len);
+void sip__encode_error(sip_wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);
+
+/* Decodes an ERROR or INFO_RESPONSE payload's code and text (borrowed). */
+sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, uint32_t *code,
+                                   const char **text, size_t *text_len);
+
+#endif

@@ -1,0 +1,666 @@
+/* sip — native-protocol transports: unix-socket and TCP listeners on one
+ * epoll event-loop thread. The loop never blocks on inference: requests go
+ * to the pools asynchronously; completions come back through a queue and an
+ * eventfd, and are written by the loop. Connections are named by id
+ * (generation << 32 | slot) so a completion for a connection that closed
+ * meanwhile is simply dropped, never a dangling pointer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "session/engine.h"
+#include "transport/frame.h"
+
+#define MAX_LISTENERS 16
+enum { TAG_LISTENER = 1, TAG_CONN = 2, TAG_WAKE = 3 };
+#define TAG(kind, v) (((uint64_t)(kind) << 56) | (uint64_t)(v))
+
+typedef struct chunk {
+  struct chunk *next;
+  uint8_t *data;
+  size_t len, off;
+} chunk_t;
+
+typedef struct conn {
+  int fd;
+  uint32_t gen;
+  uint32_t slot;
+  uint8_t hdr[SIP_FRAME_HEADER_SIZE];
+  size_t hdr_got;
+  sip_frame_header_t h;
+  sip_buf_t *payload; /* non-NULL while reading a payload */
+  size_t got;
+  chunk_t *out_head, *out_tail;
+  int epollout;
+  int closing; /* close once the output is flushed; read nothing more */
+} conn_t;
+
+typedef struct completion {
+  struct completion *next;
+  uint64_t conn_id;
+  uint8_t *data;
+  size_t len;
+} completion_t;
+
+typedef struct listener {
+  int fd;
+  char *address;     /* as reported */
+  char *unlink_path; /* unix socket file to remove on stop */
+} listener_t;
+
+struct sip_listener_set {
+  sip_server_t *srv;
+  size_t max_frame;
+  int epfd, wakefd;
+  pthread_t thread;
+  int thread_started;
+  listener_t ls[MAX_LISTENERS];
+  size_t n_ls;
+  conn_t **slots;
+  uint32_t n_slots;
+  uint32_t next_gen;
+  pthread_mutex_t cq_mu;
+  completion_t *cq_head, *cq_tail;
+  atomic_int stop;
+};
+
+typedef struct pending {
+  sip_listener_set_t *ls;
+  uint64_t conn_id;
+} pending_t;
+
+/* ---- endpoints ---- */
+
+static sip_error_t *open_unix(const char *path, listener_t *l) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "unix socket path %s is longer than %zu bytes",
+                         path, sizeof sa.sun_path - 1);
+  strcpy(sa.sun_path, path);
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return sip_error_new(SIP_UNAVAILABLE, "cannot listen on %s: a file that is not a socket "
+                                            "is in the way",
+                           path);
+    /* A socket file: in use by a live server, or left by a dead one. */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (probe >= 0) close(probe);
+    if (live)
+      return sip_error_new(SIP_UNAVAILABLE, "cannot listen on %s: another server is listening "
+                                            "there",
+                           path);
+    unlink(path);
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return sip_error_new(SIP_UNAVAILABLE, "socket(): %s", strerror(errno));
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 512) != 0) {
+    int err = errno;
+    close(fd);
+    return sip_error_new(SIP_UNAVAILABLE, "cannot listen on unix socket %s: %s", path,
+                         strerror(err));
+  }
+  l->fd = fd;
+  l->unlink_path = sip__strdup(path);
+  l->address = sip__asprintf("unix://%s", path);
+  return NULL;
+}
+
+static sip_error_t *open_tcp(const char *hostport, listener_t *l) {
+  char host[256];
+  const char *colon = strrchr(hostport, ':');
+  if (!colon || (size_t)(colon - hostport) >= sizeof host)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "tcp endpoint '%s'; expected tcp://host:port",
+                         hostport);
+  memcpy(host, hostport, (size_t)(colon - hostport));
+  host[colon - hostport] = '\0';
+  char *h = host;
+  if (h[0] == '[') { /* [::1] */
+    h++;
+    char *e = strchr(h, ']');
+    if (e) *e = '\0';
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *res = NULL;
+  int rc = getaddrinfo(h[0] ? h : NULL, colon + 1, &hints, &res);
+  if (rc != 0)
+    return sip_error_new(SIP_UNAVAILABLE, "cannot resolve tcp endpoint %s: %s", hostport,
+                         gai_strerror(rc));
+  int fd = -1, err = 0;
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 512) != 0) {
+      err = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0)
+    return sip_error_new(SIP_UNAVAILABLE, "cannot listen on tcp://%s: %s", hostport,
+                         strerror(err));
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  int port = 0;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
+  l->fd = fd;
+  l->address = sip__asprintf("tcp://%s:%d", host, port);
+  return NULL;
+}
+
+static sip_error_t *open_endpoint(const char *ep, listener_t *l) {
+  l->fd = -1;
+  if (strncmp(ep, "ipc://", 6) == 0) return open_unix(ep + 6, l);
+  if (strncmp(ep, "unix://", 7) == 0) return open_unix(ep + 7, l);
+  if (strncmp(ep, "tcp://", 6) == 0) return open_tcp(ep + 6, l);
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "endpoint '%s'; expected ipc:///path, unix:///path or tcp://host:port", ep);
+}
+
+/* ---- connections ---- */
+
+static conn_t *conn_get(sip_listener_set_t *ls, uint64_t id) {
+  uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
+  if (slot >= ls->n_slots || !ls->slots[slot] || ls->slots[slot]->gen != gen) return NULL;
+  return ls->slots[slot];
+}
+
+static uint64_t conn_id(const conn_t *c) { return (uint64_t)c->gen << 32 | c->slot; }
+
+static void conn_close(sip_listener_set_t *ls, conn_t *c) {
+  epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  while (c->out_head) {
+    chunk_t *k = c->out_head;
+    c->out_head = k->next;
+    sip__free(k->data);
+    sip__free(k);
+  }
+  sip_buf_unref(c->payload);
+  ls->slots[c->slot] = NULL;
+  sip__free(c);
+}
+
+static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
+  if (c->epollout == on) return;
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
+                           .data.u64 = TAG(TAG_CONN, c->slot)};
+  epoll_ctl(ls->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  c->epollout = on;
+}
+
+/* Writes what it can. Returns -1 when the connection was closed. */
+static int conn_flush(sip_listener_set_t *ls, conn_t *c) {
+  while (c->out_head) {
+    chunk_t *k = c->out_head;
+    ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        set_epollout(ls, c, 1);
+        return 0;
+      }
+      conn_close(ls, c);
+      return -1;
+    }
+    k->off += (size_t)n;
+    if (k->off == k->len) {
+      c->out_head = k->next;
+      if (!c->out_head) c->out_tail = NULL;
+      sip__free(k->data);
+      sip__free(k);
+    }
+  }
+  set_epollout(ls, c, 0);
+  if (c->closing) {
+    conn_close(ls, c);
+    return -1;
+  }
+  return 0;
+}
+
+/* Queues bytes (ownership taken) on a connection. */
+static void conn_queue(conn_t *c, uint8_t *data, size_t len) {
+  chunk_t *k = sip__calloc(1, sizeof *k);
+  if (!k) {
+    sip__free(data);
+    c->closing = 1; /* cannot answer: better to drop the connection than hang it */
+    return;
+  }
+  k->data = data;
+  k->len = len;
+  if (c->out_tail)
+    c->out_tail->next = k;
+  else
+    c->out_head = k;
+  c->out_tail = k;
+}
+
+static void conn_queue_wbuf(conn_t *c, sip_wbuf_t *w) {
+  if (w->oom) {
+    sip__wbuf_free(w);
+    c->closing = 1;
+    return;
+  }
+  conn_queue(c, w->data, w->len);
+  memset(w, 0, sizeof *w);
+}
+
+/* Protocol violation: answer with an ERROR frame, then close. */
+static void conn_error(conn_t *c, uint64_t request_id, sip_error_t *e) {
+  sip__log(SIP__LOG_WARN, "closing connection after a malformed frame", "code=%s reason=\"%s\"",
+           sip_code_name(sip_error_code(e)), sip_error_message(e));
+  sip_wbuf_t w = {0};
+  sip__encode_error(&w, request_id, sip_error_code(e), sip_error_message(e));
+  sip_error_free(e);
+  conn_queue_wbuf(c, &w);
+  c->closing = 1;
+}
+
+/* ---- completions (engine threads → loop) ---- */
+
+static void push_completion(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w) {
+  completion_t *q = sip__calloc(1, sizeof *q);
+  if (!q || w->oom) {
+    sip__free(q);
+    sip__wbuf_free(w);
+    return;
+  }
+  q->conn_id = id;
+  q->data = w->data;
+  q->len = w->len;
+  pthread_mutex_lock(&ls->cq_mu);
+  int was_empty = !ls->cq_head;
+  if (ls->cq_tail)
+    ls->cq_tail->next = q;
+  else
+    ls->cq_head = q;
+  ls->cq_tail = q;
+  pthread_mutex_unlock(&ls->cq_mu);
+  if (was_empty) {
+    uint64_t one = 1;
+    ssize_t rc = write(ls->wakefd, &one, sizeof one);
+    (void)rc; /* a full counter still wakes the loop */
+  }
+}
+
+static void on_done(sip_response_t *resp, void *user) {
+  pending_t *pd = user;
+  sip_wbuf_t w = {0};
+  if (!resp) {
+    sip__encode_infer_response(&w, 0, SIP_RESOURCE_EXHAUSTED, "out of memory", 0, 0, 0, NULL, 0);
+  } else {
+    /* Encoding here, on the engine thread, keeps the loop free for I/O. */
+    sip__encode_infer_response(&w, resp->request_id, resp->code, resp->message, resp->queue_us,
+                               resp->compute_us, resp->total_us,
+                               (const sip_tensor_t *const *)resp->outputs, resp->n_outputs);
+    if (w.oom) {
+      sip__wbuf_free(&w);
+      sip__encode_infer_response(&w, resp->request_id, SIP_RESOURCE_EXHAUSTED,
+                                 "out of memory encoding the response", 0, 0, 0, NULL, 0);
+    }
+    sip_response_free(resp);
+  }
+  push_completion(pd->ls, pd->conn_id, &w);
+  sip__free(pd);
+}
+
+static void drain_completions(sip_listener_set_t *ls) {
+  uint64_t v;
+  ssize_t rc = read(ls->wakefd, &v, sizeof v);
+  (void)rc;
+  pthread_mutex_lock(&ls->cq_mu);
+  completion_t *q = ls->cq_head;
+  ls->cq_head = ls->cq_tail = NULL;
+  pthread_mutex_unlock(&ls->cq_mu);
+  while (q) {
+    completion_t *nx = q->next;
+    conn_t *c = conn_get(ls, q->conn_id);
+    if (c && !c->closing) {
+      conn_queue(c, q->data, q->len);
+      if (!c->epollout) conn_flush(ls, c);
+    } else {
+      sip__free(q->data);
+    }
+    sip__free(q);
+    q = nx;
+  }
+}
+
+/* ---- requests ---- */
+
+static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
+  sip_wire_request_t wr;
+  sip_error_t *e = sip__decode_infer_request(sip_buf_data(c->payload), c->h.length, c->payload,
+                                             &wr);
+  if (e) {
+    conn_error(c, c->h.request_id, e);
+    return;
+  }
+  sip_request_t *r = sip_request_new(wr.pool);
+  pending_t *pd = sip__malloc(sizeof *pd);
+  if (!r || !pd) {
+    sip_request_free(r);
+    sip__free(pd);
+    sip__wire_request_clear(&wr);
+    conn_error(c, c->h.request_id, SIP_OOM());
+    return;
+  }
+  r->id = c->h.request_id;
+  r->priority = wr.priority;
+  r->timeout_ms = wr.timeout_ms;
+  r->inputs = wr.inputs;
+  r->n_inputs = wr.n_inputs;
+  r->outputs = wr.outputs;
+  r->n_outputs = wr.n_outputs;
+  wr.inputs = NULL;
+  wr.n_inputs = 0;
+  wr.outputs = NULL;
+  wr.n_outputs = 0;
+  sip__wire_request_clear(&wr);
+  pd->ls = ls;
+  pd->conn_id = conn_id(c);
+  uint64_t rid = c->h.request_id;
+  e = sip_server_infer_async(ls->srv, r, on_done, pd);
+  if (e) {
+    sip__free(pd);
+    sip_wbuf_t w = {0};
+    sip__encode_infer_response(&w, rid, sip_error_code(e), sip_error_message(e), 0, 0, 0, NULL,
+                               0);
+    sip_error_free(e);
+    conn_queue_wbuf(c, &w);
+  }
+}
+
+static void handle_info(sip_listener_set_t *ls, conn_t *c) {
+  const uint8_t *p = sip_buf_data(c->payload);
+  if (c->h.length != 1 || p[0] < SIP_INFO_READY || p[0] > SIP_INFO_STATUS) {
+    conn_error(c, c->h.request_id,
+               sip_error_new(SIP_INVALID_ARGUMENT,
+                             "INFO_REQUEST payload must be one byte 1 (ready), 2 (pools) or 3 "
+                             "(status); got %u bytes",
+                             c->h.length));
+    return;
+  }
+  char *json = sip_server_info_json(ls->srv, p[0]);
+  sip_wbuf_t w = {0};
+  if (json)
+    sip__encode_info_response(&w, c->h.request_id, SIP_OK, json, strlen(json));
+  else
+    sip__encode_info_response(&w, c->h.request_id, SIP_RESOURCE_EXHAUSTED, "{}", 2);
+  sip_free(json);
+  conn_queue_wbuf(c, &w);
+}
+
+static void handle_frame(sip_listener_set_t *ls, conn_t *c) {
+  switch (c->h.type) {
+  case SIP_MSG_INFER_REQUEST:
+    handle_infer(ls, c);
+    break;
+  case SIP_MSG_INFO_REQUEST:
+    handle_info(ls, c);
+    break;
+  default:
+    conn_error(c, c->h.request_id,
+               sip_error_new(SIP_INVALID_ARGUMENT,
+                             "message type %u is sent by servers, not clients; expected "
+                             "INFER_REQUEST (1) or INFO_REQUEST (3)",
+                             c->h.type));
+  }
+}
+
+static void release_payload(void *p) { sip__free(p); }
+
+/* Reads everything available. Returns -1 when the connection was closed. */
+static int conn_read(sip_listener_set_t *ls, conn_t *c) {
+  for (;;) {
+    if (c->closing) return 0;
+    uint8_t *dst;
+    size_t want;
+    if (!c->payload) {
+      dst = c->hdr + c->hdr_got;
+      want = SIP_FRAME_HEADER_SIZE - c->hdr_got;
+    } else {
+      dst = (uint8_t *)sip_buf_data(c->payload) + c->got;
+      want = c->h.length - c->got;
+    }
+    ssize_t n = want ? recv(c->fd, dst, want, 0) : 0;
+    if (want && n == 0) { /* peer closed; a partial frame is simply dropped */
+      conn_close(ls, c);
+      return -1;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      conn_close(ls, c);
+      return -1;
+    }
+    if (!c->payload) {
+      c->hdr_got += (size_t)n;
+      if (c->hdr_got < SIP_FRAME_HEADER_SIZE) continue;
+      sip_error_t *e = sip__frame_header_decode(c->hdr, ls->max_frame, &c->h);
+      if (e) {
+        uint64_t rid = 0;
+        for (int i = 7; i >= 0; i--) rid = rid << 8 | c->hdr[16 + i];
+        conn_error(c, rid, e);
+        return conn_flush(ls, c);
+      }
+      /* malloc, not calloc: every byte is about to be overwritten. */
+      void *mem = sip__malloc(c->h.length ? c->h.length : 1);
+      c->payload = mem ? sip_buf_wrap(mem, c->h.length, release_payload, mem) : NULL;
+      if (!c->payload) {
+        conn_error(c, c->h.request_id,
+                   sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory for a %u-byte frame",
+                                 c->h.length));
+        return conn_flush(ls, c);
+      }
+      c->got = 0;
+    } else {
+      c->got += (size_t)n;
+    }
+    if (c->payload && c->got == c->h.length) {
+      handle_frame(ls, c);
+      sip_buf_unref(c->payload); /* tensors of queued requests keep their own references */
+      c->payload = NULL;
+      c->hdr_got = 0;
+      if (c->out_head && !c->epollout && conn_flush(ls, c) < 0) return -1;
+    }
+  }
+}
+
+static void do_accept(sip_listener_set_t *ls, listener_t *l) {
+  for (;;) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        sip__log(SIP__LOG_WARN, "accept failed", "endpoint=%s error=\"%s\"", l->address,
+                 strerror(errno));
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* harmless on unix sockets */
+    uint32_t slot = 0;
+    while (slot < ls->n_slots && ls->slots[slot]) slot++;
+    if (slot == ls->n_slots) {
+      uint32_t n = ls->n_slots ? ls->n_slots * 2 : 64;
+      conn_t **v = sip__reallocarray(ls->slots, n, sizeof *v);
+      if (!v) {
+        close(fd);
+        continue;
+      }
+      memset(v + ls->n_slots, 0, (n - ls->n_slots) * sizeof *v);
+      ls->slots = v;
+      ls->n_slots = n;
+    }
+    conn_t *c = sip__calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->slot = slot;
+    c->gen = ++ls->next_gen;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_CONN, slot)};
+    if (epoll_ctl(ls->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      sip__free(c);
+      continue;
+    }
+    ls->slots[slot] = c;
+  }
+}
+
+static void *loop_main(void *arg) {
+  sip_listener_set_t *ls = arg;
+  struct epoll_event evs[64];
+  while (!atomic_load(&ls->stop)) {
+    int n = epoll_wait(ls->epfd, evs, 64, -1);
+    for (int i = 0; i < n; i++) {
+      uint64_t tag = evs[i].data.u64 >> 56, v = evs[i].data.u64 & ((1ull << 56) - 1);
+      if (tag == TAG_WAKE) {
+        drain_completions(ls);
+      } else if (tag == TAG_LISTENER) {
+        do_accept(ls, &ls->ls[v]);
+      } else if (tag == TAG_CONN && v < ls->n_slots && ls->slots[v]) {
+        conn_t *c = ls->slots[v];
+        if ((evs[i].events & EPOLLOUT) && conn_flush(ls, c) < 0) continue;
+        if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+          if (c->closing) {
+            /* Nothing more is read; a hang-up ends it. */
+            if (evs[i].events & (EPOLLHUP | EPOLLERR)) conn_close(ls, c);
+            else {
+              char sink[4096];
+              ssize_t r = recv(c->fd, sink, sizeof sink, 0);
+              if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) conn_close(ls, c);
+            }
+          } else {
+            conn_read(ls, c);
+          }
+        }
+      }
+    }
+  }
+  /* Deliver the last completions (pools are drained before stop). */
+  drain_completions(ls);
+  for (uint32_t i = 0; i < ls->n_slots; i++) {
+    conn_t *c = ls->slots[i];
+    if (!c) continue;
+    if (c->out_head) {
+      /* Give a slow reader a moment, not forever. */
+      int fl = fcntl(c->fd, F_GETFL);
+      fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+      struct timeval tv = {1, 0};
+      setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      c->closing = 1;
+      if (conn_flush(ls, c) < 0) continue;
+    }
+    conn_close(ls, c);
+  }
+  return NULL;
+}
+
+/* ---- public (internal) API ---- */
+
+sip_error_t *sip__listeners_start(sip_server_t *srv, char **endpoints, size_t n,
+                                  sip_listener_set_t **out) {
+  if (n > MAX_LISTENERS)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%zu endpoints; at most %d are supported", n,
+                         MAX_LISTENERS);
+  sip_listener_set_t *ls = sip__calloc(1, sizeof *ls);
+  if (!ls) return SIP_OOM();
+  ls->srv = srv;
+  ls->max_frame = srv->cfg->max_frame_bytes;
+  ls->epfd = epoll_create1(EPOLL_CLOEXEC);
+  ls->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  pthread_mutex_init(&ls->cq_mu, NULL);
+  sip_error_t *e = NULL;
+  if (ls->epfd < 0 || ls->wakefd < 0)
+    e = sip_error_new(SIP_UNAVAILABLE, "epoll/eventfd: %s", strerror(errno));
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG(TAG_WAKE, 0)};
+  if (!e && epoll_ctl(ls->epfd, EPOLL_CTL_ADD, ls->wakefd, &ev) != 0)
+    e = sip_error_new(SIP_UNAVAILABLE, "epoll_ctl: %s", strerror(errno));
+  for (size_t i = 0; !e && i < n; i++) {
+    e = open_endpoint(endpoints[i], &ls->ls[i]);
+    if (e) break;
+    ls->n_ls = i + 1;
+    if (!ls->ls[i].address) {
+      e = SIP_OOM();
+      break;
+    }
+    ev.events = EPOLLIN;
+    ev.data.u64 = TAG(TAG_LISTENER, i);
+    if (epoll_ctl(ls->epfd, EPOLL_CTL_ADD, ls->ls[i].fd, &ev) != 0)
+      e = sip_error_new(SIP_UNAVAILABLE, "epoll_ctl: %s", strerror(errno));
+  }
+  if (!e && pthread_create(&ls->thread, NULL, loop_main, ls) != 0)
+    e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the transport thread");
+  if (e) {
+    sip__listeners_stop(ls);
+    return e;
+  }
+  ls->thread_started = 1;
+  for (size_t i = 0; i < ls->n_ls; i++)
+    sip__log(SIP__LOG_INFO, "listening", "endpoint=%s", ls->ls[i].address);
+  *out = ls;
+  return NULL;
+}
+
+void sip__listeners_stop(sip_listener_set_t *ls) {
+  if (!ls) return;
+  if (ls->thread_started) {
+    atomic_store(&ls->stop, 1);
+    uint64_t one = 1;
+    ssize_t rc = write(ls->wakefd, &one, sizeof one);
+    (void)rc;
+    pthread_join(ls->thread, NULL);
+  }
+  for (size_t i = 0; i < ls->n_ls; i++) {
+    if (ls->ls[i].fd >= 0) close(ls->ls[i].fd);
+    if (ls->ls[i].unlink_path) unlink(ls->ls[i].unlink_path);
+    sip__free(ls->ls[i].unlink_path);
+    sip__free(ls->ls[i].address);
+  }
+  if (!ls->thread_started) { /* never ran: free what may be half-set */
+    for (uint32_t i = 0; i < ls->n_slots; i++)
+      if (ls->slots[i]) conn_close(ls, ls->slots[i]);
+  }
+  completion_t *q = ls->cq_head;
+  while (q) {
+    completion_t *nx = q->next;
+    sip__free(q->data);
+    sip__free(q);
+    q = nx;
+  }
+  sip__free(ls->slots);
+  if (ls->epfd >= 0) close(ls->epfd);
+  if (ls->wakefd >= 0) close(ls->wakefd);
+  pthread_mutex_destroy(&ls->cq_mu);
+  sip__free(ls);
+}
+
+size_t sip__listeners_count(sip_listener_set_t *ls) { return ls->n_ls; }
+const char *sip__listeners_address(sip_listener_set_t *ls, size_t i) {
+  return i < ls->n_ls ? ls->ls[i].address : NULL;
+}

@@ -1,0 +1,341 @@
+"""Unit tests of cann_sip.SessionClient against an in-process fake server
+(no sipd needed): pipelining, out-of-order answers, many threads, errors,
+ERROR frames, dropped connections, timeouts, reconnects."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from cann_sip import (CancelledError, DeadlineExceededError, InferenceRequest, InternalError,
+                      InvalidArgumentError, NotFoundError, ResourceExhaustedError, SessionClient,
+                      UnavailableError, protocol as P)
+from harness import recv_exact, short_tmpdir
+
+
+class FakeServer:
+    """Speaks the native protocol. Behaviour depends on the pool name:
+    echo: returns the inputs as outputs, named out_<name>;
+    batchN: holds answers until N requests arrived, then answers in reverse order;
+    slow: answers after 0.3 s (for the client timeout);
+    silent: never answers;
+    error_frame: sends an ERROR frame (RESOURCE_EXHAUSTED) and closes;
+    drop: closes the connection without answering;
+    fail: answers INFER_RESPONSE with NOT_FOUND;
+    garbage: answers with a bad magic."""
+
+    def __init__(self, tcp=False):
+        self.dir = short_tmpdir()
+        if tcp:
+            self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.lsock.bind(("127.0.0.1", 0))
+            self.endpoint = "tcp://127.0.0.1:%d" % self.lsock.getsockname()[1]
+        else:
+            path = os.path.join(self.dir, "fake.sock")
+            self.lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.lsock.bind(path)
+            self.endpoint = "ipc://" + path
+        self.lsock.listen(64)
+        self.connections = 0
+        self.requests = []
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.stopping = True
+        try:
+            self.lsock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.lsock.close()
+        for c in list(self.conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _send(self, c, wlock, msg_type, rid, payload):
+        with wlock:
+            c.sendall(P.encode_frame(msg_type, rid, payload))
+
+    def _serve(self, c):
+        wlock = threading.Lock()
+        held = []
+        try:
+            while True:
+                h = recv_exact(c, P.HEADER_SIZE)
+                if len(h) < P.HEADER_SIZE:
+                    return
+                hdr = P.check_header(P.decode_header(h))
+                payload = recv_exact(c, hdr.length)
+                if hdr.type == P.INFO_REQUEST:
+                    kind = P.decode_info_request(payload)
+                    obj = {1: {"ready": True, "live": True, "pools": {"echo": "READY"}},
+                           2: {"pools": [{"name": "echo", "state": "READY"}]},
+                           3: {"uptime_s": 1.0, "pools": []}}.get(kind)
+                    if obj is None:
+                        self._send(c, wlock, P.INFO_RESPONSE, hdr.request_id,
+                                   P.encode_info_response(1, {"error": "bad kind %d" % kind}))
+                    else:
+                        self._send(c, wlock, P.INFO_RESPONSE, hdr.request_id,
+                                   P.encode_info_response(0, obj))
+                    continue
+                req = P.decode_infer_request(payload, copy=True)
+                with self.lock:
+                    self.requests.append((hdr.request_id, req))
+                outs = {"out_" + k: v for k, v in req.inputs.items()}
+                ok = P.encode_infer_response(0, queue_us=5, compute_us=7, total_us=20, outputs=outs)
+                if req.pool == "echo":
+                    self._send(c, wlock, P.INFER_RESPONSE, hdr.request_id, ok)
+                elif req.pool.startswith("batch"):
+                    held.append((hdr.request_id, ok))
+                    if len(held) == int(req.pool[5:]):
+                        for rid, p in reversed(held):
+                            self._send(c, wlock, P.INFER_RESPONSE, rid, p)
+                        held = []
+                elif req.pool == "slow":
+                    def later(rid=hdr.request_id, p=ok):
+                        time.sleep(0.3)
+                        try:
+                            self._send(c, wlock, P.INFER_RESPONSE, rid, p)
+                        except OSError:
+                            pass
+                    threading.Thread(target=later, daemon=True).start()
+                elif req.pool == "silent":
+                    pass
+                elif req.pool == "error_frame":
+                    self._send(c, wlock, P.ERROR, hdr.request_id,
+                               P.encode_error(4, "frame too large: 9000 bytes, limit 4096"))
+                    return
+                elif req.pool == "drop":
+                    return
+                elif req.pool == "fail":
+                    self._send(c, wlock, P.INFER_RESPONSE, hdr.request_id,
+                               P.encode_infer_response(2, "unknown pool 'fail'"))
+                elif req.pool == "garbage":
+                    with wlock:
+                        c.sendall(b"XXXX" + b"\0" * 20)
+                    return
+        except OSError:
+            return
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def fake():
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(fake):
+    c = SessionClient(fake.endpoint, timeout_s=10)
+    yield c
+    c.close()
+
+
+def echo(client, x, **kw):
+    return client.infer(InferenceRequest("echo", {"x": x}, **kw))
+
+
+def test_echo_roundtrip(client):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    r = echo(client, x)
+    np.testing.assert_array_equal(r.outputs["out_x"], x)
+    assert r["out_x"].dtype == np.float32
+    assert r.timings == {"queue_us": 5, "compute_us": 7, "total_us": 20}
+    assert isinstance(r.latency_ms, float) and r.latency_ms > 0
+    assert r.session_pool == "echo"
+
+
+def test_request_fields_on_the_wire(client, fake):
+    client.infer(InferenceRequest("echo", {"x": np.zeros(2, np.int8)}, timeout_ms=75,
+                                  priority="low", request_id=2 ** 64 - 1, outputs=["out_x"]))
+    rid, req = fake.requests[-1]
+    assert rid == 2 ** 64 - 1
+    assert (req.pool, req.priority, req.timeout_ms, req.outputs) == ("echo", 3, 75, ["out_x"])
+
+
+def test_auto_request_ids_unique(client, fake):
+    for _ in range(5):
+        echo(client, 1)
+    ids = [rid for rid, _ in fake.requests]
+    assert len(set(ids)) == 5
+
+
+def test_strings_and_scalars(client):
+    s = np.array([["a", "bé"], ["", "xyz"]], dtype=object)
+    r = client.infer(InferenceRequest("echo", {"s": s, "k": np.float16(2.5), "e": np.zeros((0, 3))}))
+    assert r.outputs["out_s"].tolist() == [[b"a", "bé".encode()], [b"", b"xyz"]]
+    assert r.outputs["out_k"].shape == () and r.outputs["out_k"].dtype == np.float16
+    assert r.outputs["out_e"].shape == (0, 3)
+
+
+def test_out_of_order_answers(client):
+    n = 40
+    futs = [client.infer_async(InferenceRequest("batch%d" % n, {"x": np.full(3, i, np.int64)}))
+            for i in range(n)]
+    done_order = []
+    lock = threading.Lock()
+    for i, f in enumerate(futs):
+        f.add_done_callback(lambda _f, i=i: (lock.acquire(), done_order.append(i), lock.release()))
+    for i, f in enumerate(futs):
+        np.testing.assert_array_equal(f.result(timeout=10).outputs["out_x"], [i, i, i])
+    assert done_order == list(reversed(range(n)))
+
+
+def test_many_threads_one_client(client, fake):
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(100):
+                v = np.array([t, i], dtype=np.int32)
+                r = echo(client, v)
+                assert r.outputs["out_x"].tolist() == [t, i]
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors[:3]
+    assert fake.connections == 1
+
+
+def test_server_error_response(client):
+    with pytest.raises(NotFoundError, match="unknown pool 'fail'") as ei:
+        client.infer(InferenceRequest("fail", {"x": 1}, request_id=77))
+    assert ei.value.code == "NOT_FOUND" and ei.value.request_id == 77
+    echo(client, 1)  # connection still fine
+
+
+def test_error_frame_fails_all_pending_and_reconnects(client, fake):
+    pend = [client.infer_async(InferenceRequest("silent", {"x": i})) for i in range(5)]
+    with pytest.raises(ResourceExhaustedError, match="frame too large"):
+        client.infer(InferenceRequest("error_frame", {"x": 1}))
+    for f in pend:
+        with pytest.raises(ResourceExhaustedError):
+            f.result(timeout=5)
+    r = echo(client, 5)  # reconnects
+    assert r.outputs["out_x"] == 5
+    assert fake.connections == 2
+
+
+def test_dropped_connection_then_reconnect(client, fake):
+    pend = client.infer_async(InferenceRequest("silent", {"x": 0}))
+    with pytest.raises(UnavailableError):
+        client.infer(InferenceRequest("drop", {"x": 1}))
+    with pytest.raises(UnavailableError):
+        pend.result(timeout=5)
+    assert echo(client, 3).outputs["out_x"] == 3
+    assert fake.connections == 2
+
+
+def test_bad_frame_from_server(client):
+    with pytest.raises(InternalError, match="magic"):
+        client.infer(InferenceRequest("garbage", {"x": 1}))
+    assert echo(client, 1).outputs["out_x"] == 1
+
+
+def test_client_timeout(fake):
+    with SessionClient(fake.endpoint, timeout_s=0.3) as c:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            c.infer(InferenceRequest("silent", {"x": 1}))
+        assert time.monotonic() - t0 < 3
+        assert echo(c, 2).outputs["out_x"] == 2  # same connection still usable
+    with SessionClient(fake.endpoint, timeout_s=0.1) as c:
+        # the answer arrives after the deadline: dropped, no crash
+        with pytest.raises(DeadlineExceededError):
+            c.infer(InferenceRequest("slow", {"x": 1}))
+        time.sleep(0.4)
+        assert echo(c, 4).outputs["out_x"] == 4
+
+
+def test_duplicate_request_id_in_flight(client):
+    f = client.infer_async(InferenceRequest("silent", {"x": 1}, request_id=5))
+    with pytest.raises(InvalidArgumentError, match="already in flight"):
+        client.infer_async(InferenceRequest("echo", {"x": 1}, request_id=5))
+    assert not f.done()
+
+
+def test_encoding_errors_raise_before_sending(client, fake):
+    with pytest.raises(InvalidArgumentError):
+        client.infer(InferenceRequest("echo", {"x": np.zeros(2, dtype=np.complex64)}))
+    with pytest.raises(InvalidArgumentError):
+        client.infer(InferenceRequest("echo", {"x": 1}, priority="urgent"))
+    with pytest.raises(InvalidArgumentError):
+        client.infer(InferenceRequest("echo", {"x": 1}, request_id=-1))
+    assert fake.requests == []
+
+
+def test_info_calls(client):
+    assert client.ready() is True
+    assert client.pools() == [{"name": "echo", "state": "READY"}]
+    assert client.status()["uptime_s"] == 1.0
+    with pytest.raises(InvalidArgumentError, match="bad kind"):
+        client.info(9)
+
+
+def test_ready_false_without_server():
+    d = short_tmpdir()
+    try:
+        with SessionClient("ipc://" + os.path.join(d, "none.sock"), timeout_s=1) as c:
+            assert c.ready() is False
+            with pytest.raises(UnavailableError, match="cannot connect"):
+                c.infer(InferenceRequest("echo", {"x": 1}))
+    finally:
+        shutil.rmtree(d)
+
+
+def test_close_cancels_pending(fake):
+    c = SessionClient(fake.endpoint, timeout_s=10)
+    f = c.infer_async(InferenceRequest("silent", {"x": 1}))
+    c.close()
+    with pytest.raises(CancelledError):
+        f.result(timeout=5)
+    with pytest.raises(UnavailableError):
+        c.infer(InferenceRequest("echo", {"x": 1}))
+    c.close()  # idempotent
+
+
+def test_tcp_endpoint():
+    s = FakeServer(tcp=True)
+    try:
+        with SessionClient(s.endpoint, timeout_s=10) as c:
+            x = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+            np.testing.assert_array_equal(echo(c, x).outputs["out_x"], x)
+    finally:
+        s.close()
+
+
+def test_large_tensor(client):
+    x = np.random.default_rng(1).standard_normal((4, 1024, 1024)).astype(np.float32)  # 16 MiB
+    r = echo(client, x)
+    np.testing.assert_array_equal(r.outputs["out_x"], x)

@@ -1,0 +1,589 @@
+/* Unit tests for src/config/config.c: values, defaults and every message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "core/core.h"
+
+#define NAME "cfg.yaml"
+#define BASE "/base"
+
+static sip_config_t *load_ok(const char *yaml) {
+  sip_config_t *cfg = NULL;
+  sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, &cfg);
+  if (err) fail_msg("unexpected error: %s\n--- yaml:\n%s", sip_error_message(err), yaml);
+  assert_non_null(cfg);
+  return cfg;
+}
+
+/* Loads `yaml` (length len), expects an error with `code` whose message
+ * contains every string of the NULL-terminated list. */
+static void expect_errn(const char *yaml, size_t len, sip_code_t code, ...) {
+  sip_config_t *cfg = (sip_config_t *)1;
+  sip_error_t *err = sip__config_load_string(yaml, len, NAME, BASE, &cfg);
+  if (!err) fail_msg("expected an error for:\n%s", yaml);
+  assert_null(cfg);
+  /* Copied so the error is freed before a failure longjmps out (LSan). */
+  char msg[4096];
+  snprintf(msg, sizeof msg, "%s", sip_error_message(err));
+  sip_code_t got = sip_error_code(err);
+  sip_error_free(err);
+  if (got != code) fail_msg("code %s, want %s: %s", sip_code_name(got), sip_code_name(code), msg);
+  va_list ap;
+  va_start(ap, code);
+  const char *missing = NULL;
+  for (const char *sub; !missing && (sub = va_arg(ap, const char *));)
+    if (!strstr(msg, sub)) missing = sub;
+  va_end(ap);
+  if (missing) fail_msg("message lacks \"%s\":\n  %s\n--- yaml:\n%s", missing, msg, yaml);
+}
+
+#define EXPECT_ERR(yaml, ...) expect_errn(yaml, strlen(yaml), SIP_INVALID_ARGUMENT, __VA_ARGS__, NULL)
+
+/* One pool around a fragment of pool keys (indented 4). */
+#define POOL(extra) "session_pools:\n  - name: p\n    model_path: m.onnx\n" extra
+
+static void test_full_config(void **state) {
+  (void)state;
+  sip_config_t *cfg = load_ok(
+      "server:\n"
+      "  endpoints: [\"ipc:///tmp/sip_service.sock\", \"unix:///tmp/x.sock\", "
+      "\"tcp://127.0.0.1:8500\"]\n"
+      "  intra_op_threads: 2\n"
+      "  inter_op_threads: 1\n"
+      "  allow_spinning: true\n"
+      "  max_frame_bytes: 64MiB\n"
+      "  log_level: debug\n"
+      "session_pools:\n"
+      "  - name: ocr_cls\n"
+      "    model_path: models/cls.onnx\n"
+      "    backend: onnxruntime\n"
+      "    pool_size: 4\n"
+      "    priority: high\n"
+      "    resource_quota: {max_memory_mb: 2048, max_compute_percent: 25}\n"
+      "    backend_options: {graph_optimization_level: all, execution_provider: cpu, n: 3, "
+      "flag: true}\n"
+      "  - name: det.v2-x\n"
+      "    model_path: /abs/models/det\n"
+      "    priority: low\n"
+      "  - name: echo\n"
+      "    backend: builtin\n");
+  assert_string_equal(cfg->path, NAME);
+  assert_int_equal(cfg->n_endpoints, 3);
+  assert_string_equal(cfg->endpoints[0], "ipc:///tmp/sip_service.sock");
+  assert_string_equal(cfg->endpoints[1], "unix:///tmp/x.sock");
+  assert_string_equal(cfg->endpoints[2], "tcp://127.0.0.1:8500");
+  assert_int_equal(cfg->engine.intra_op_threads, 2);
+  assert_int_equal(cfg->engine.inter_op_threads, 1);
+  assert_int_equal(cfg->engine.allow_spinning, 1);
+  assert_int_equal(cfg->max_frame_bytes, 64u << 20);
+  assert_int_equal(cfg->log_level, SIP_LOG_DEBUG);
+  assert_int_equal(cfg->n_pools, 3);
+
+  sip_pool_config_t *p = &cfg->pools[0];
+  assert_string_equal(p->name, "ocr_cls");
+  assert_string_equal(p->model_path, BASE "/models/cls.onnx");
+  assert_string_equal(p->backend, "onnxruntime");
+  assert_int_equal(p->pool_size, 4);
+  assert_int_equal(p->priority, SIP_PRIO_HIGH);
+  assert_int_equal(p->max_memory_mb, 2048);
+  assert_int_equal(p->max_compute_percent, 25);
+  assert_int_equal(p->line, 9);
+  assert_int_equal(p->n_backend_options, 4);
+  assert_string_equal(p->backend_options[0].key, "graph_optimization_level");
+  assert_string_equal(p->backend_options[0].value, "all");
+  assert_string_equal(p->backend_options[1].key, "execution_provider");
+  assert_string_equal(p->backend_options[1].value, "cpu");
+  assert_string_equal(p->backend_options[2].value, "3");
+  assert_string_equal(p->backend_options[3].value, "true");
+
+  p = &cfg->pools[1];
+  assert_string_equal(p->name, "det.v2-x");
+  assert_string_equal(p->model_path, "/abs/models/det");
+  assert_string_equal(p->backend, "onnxruntime"); /* no extension: a model directory */
+  assert_int_equal(p->priority, SIP_PRIO_LOW);
+  assert_int_equal(p->line, 16);
+
+  p = &cfg->pools[2];
+  assert_string_equal(p->backend, "builtin");
+  assert_null(p->model_path);
+  sip__config_free(cfg);
+}
+
+static void test_defaults(void **state) {
+  (void)state;
+  sip_config_t *cfg = load_ok("session_pools: []\n");
+  assert_int_equal(cfg->n_endpoints, 1);
+  assert_string_equal(cfg->endpoints[0], "ipc:///tmp/sip_service.sock");
+  assert_int_equal(cfg->engine.intra_op_threads, 0);
+  assert_int_equal(cfg->engine.inter_op_threads, 0);
+  assert_int_equal(cfg->engine.allow_spinning, 0);
+  assert_int_equal(cfg->max_frame_bytes, 268435456u);
+  assert_int_equal(cfg->log_level, SIP_LOG_INFO);
+  assert_int_equal(cfg->n_pools, 0);
+  assert_null(cfg->pools);
+  sip__config_free(cfg);
+
+  cfg = load_ok("session_pools:\n  - {name: a, model_path: a.onnx}\n");
+  sip_pool_config_t *p = &cfg->pools[0];
+  assert_int_equal(p->pool_size, 1);
+  assert_int_equal(p->priority, SIP_PRIO_MEDIUM);
+  assert_int_equal(p->max_memory_mb, 0);
+  assert_int_equal(p->max_compute_percent, 0);
+  assert_int_equal(p->n_backend_options, 0);
+  assert_null(p->backend_options);
+  assert_string_equal(p->backend, "onnxruntime");
+  sip__config_free(cfg);
+
+  /* Sections with every key commented out are empty, not errors. */
+  cfg = load_ok("server:\n#  log_level: debug\nsession_pools:\n");
+  assert_int_equal(cfg->n_pools, 0);
+  assert_int_equal(cfg->log_level, SIP_LOG_INFO);
+  sip__config_free(cfg);
+
+  cfg = load_ok(POOL("    resource_quota:\n    backend_options: {}\n"));
+  assert_int_equal(cfg->pools[0].max_memory_mb, 0);
+  assert_int_equal(cfg->pools[0].n_backend_options, 0);
+  sip__config_free(cfg);
+}
+
+static void test_sizes_and_bools(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    size_t want;
+  } cases[] = {
+      {"1024", 1024},          {"64KiB", 64u << 10},     {"256MiB", 256u << 20},
+      {"1GiB", 1u << 30},      {"4GiB", (size_t)4 << 30}, {"2048B", 2048},
+      {"64 kib", 64u << 10},   {"\"1MiB\"", 1u << 20},   {"4294967296", (size_t)4 << 30},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char yaml[256];
+    snprintf(yaml, sizeof yaml, "server: {max_frame_bytes: %s}\nsession_pools: []\n", cases[i].text);
+    sip_config_t *cfg = load_ok(yaml);
+    assert_int_equal(cfg->max_frame_bytes, cases[i].want);
+    sip__config_free(cfg);
+  }
+  static const char *const bools[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
+  for (size_t i = 0; i < 6; i++) {
+    char yaml[256];
+    snprintf(yaml, sizeof yaml, "server: {allow_spinning: %s}\nsession_pools: []\n", bools[i]);
+    sip_config_t *cfg = load_ok(yaml);
+    assert_int_equal(cfg->engine.allow_spinning, i < 3);
+    sip__config_free(cfg);
+  }
+  sip_config_t *cfg = load_ok("server: {intra_op_threads: +8, log_level: error}\nsession_pools: []\n");
+  assert_int_equal(cfg->engine.intra_op_threads, 8);
+  assert_int_equal(cfg->log_level, SIP_LOG_ERROR);
+  sip__config_free(cfg);
+}
+
+static void test_unknown_keys(void **state) {
+  (void)state;
+  EXPECT_ERR("session_pools: []\npipeline_sessions: []\n", NAME ":2:1: pipeline_sessions: unknown key",
+             "expected one of: server, session_pools");
+  EXPECT_ERR("server:\n  log_level: info\n  threads: 2\nsession_pools: []\n",
+             NAME ":3:3: server.threads: unknown key",
+             "expected one of: endpoints, intra_op_threads, inter_op_threads, allow_spinning, "
+             "max_frame_bytes, log_level");
+  EXPECT_ERR(POOL("    hot_standby: {enabled: true}\n"),
+             NAME ":4:5: session_pools[0].hot_standby: unknown key",
+             "expected one of: name, model_path, backend, pool_size, priority, resource_quota, "
+             "backend_options");
+  EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 1, max_gpu: 2}\n"),
+             NAME ":4:40: session_pools[0].resource_quota.max_gpu: unknown key",
+             "expected one of: max_memory_mb, max_compute_percent");
+  EXPECT_ERR("session_pools: []\n[a]: 1\n", NAME ":2:1: (root): a key is a list",
+             "expected a scalar key");
+}
+
+static void test_duplicate_keys(void **state) {
+  (void)state;
+  EXPECT_ERR("session_pools: []\nserver: {}\nsession_pools: []\n",
+             NAME ":3:1: session_pools: duplicate key (first at line 1)",
+             "expected each key at most once");
+  EXPECT_ERR("server:\n  log_level: info\n  log_level: warn\nsession_pools: []\n",
+             NAME ":3:3: server.log_level: duplicate key (first at line 2)");
+  EXPECT_ERR(POOL("    pool_size: 1\n    pool_size: 2\n"),
+             NAME ":5:5: session_pools[0].pool_size: duplicate key (first at line 4)");
+  EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 1, max_memory_mb: 2}\n"),
+             "session_pools[0].resource_quota.max_memory_mb: duplicate key");
+  EXPECT_ERR(POOL("    backend_options: {a: 1, a: 2}\n"),
+             NAME ":4:29: session_pools[0].backend_options.a: duplicate key");
+}
+
+static void test_wrong_kinds(void **state) {
+  (void)state;
+  EXPECT_ERR("server: [1]\nsession_pools: []\n", NAME ":1:9: server: is a list",
+             "expected a map with keys: endpoints,");
+  EXPECT_ERR("session_pools: {a: 1}\n", NAME ":1:16: session_pools: is a map",
+             "expected a list of pools");
+  EXPECT_ERR("session_pools:\n  - just_a_name\n", NAME ":2:5: session_pools[0]: is a scalar",
+             "expected a map with keys: name, model_path");
+  EXPECT_ERR("session_pools:\n  -\n", "session_pools[0]: has no value",
+             "expected a map with keys:");
+  EXPECT_ERR(POOL("    resource_quota: [1, 2]\n"), NAME ":4:21: session_pools[0].resource_quota: is a list",
+             "expected a map with keys: max_memory_mb, max_compute_percent");
+  EXPECT_ERR("server: {endpoints: tcp://h:1}\nsession_pools: []\n",
+             NAME ":1:21: server.endpoints: is a scalar", "expected a non-empty list of endpoints");
+  EXPECT_ERR(POOL("    pool_size: abc\n"), NAME ":4:16: session_pools[0].pool_size: \"abc\" is not an integer",
+             "expected an integer 1..256");
+  EXPECT_ERR(POOL("    pool_size: 2.5\n"), "\"2.5\" is not an integer");
+  EXPECT_ERR(POOL("    pool_size: \"4\"\n"), "session_pools[0].pool_size: \"4\" is a quoted string",
+             "expected an integer 1..256");
+  EXPECT_ERR(POOL("    pool_size: [4]\n"), "session_pools[0].pool_size: is a list",
+             "expected an integer 1..256");
+  EXPECT_ERR(POOL("    pool_size:\n"), NAME ":4:15: session_pools[0].pool_size: has no value",
+             "expected an integer 1..256");
+  EXPECT_ERR("server: {allow_spinning: yes}\nsession_pools: []\n",
+             NAME ":1:26: server.allow_spinning: \"yes\" is not a boolean", "expected true or false");
+  EXPECT_ERR("server: {allow_spinning: \"true\"}\nsession_pools: []\n",
+             "\"true\" is not a boolean (it is quoted)");
+  EXPECT_ERR("server: {log_level: [info]}\nsession_pools: []\n", "server.log_level: is a list",
+             "expected one of debug, info, warn, error");
+  EXPECT_ERR("session_pools:\n  - name: {a: 1}\n", NAME ":2:11: session_pools[0].name: is a map",
+             "expected a pool name");
+  EXPECT_ERR("server: {max_frame_bytes: 12XB}\nsession_pools: []\n",
+             "server.max_frame_bytes: \"12XB\" is not a byte size", "expected a byte size 1024..4294967296");
+  EXPECT_ERR("server: {max_frame_bytes: -5}\nsession_pools: []\n", "\"-5\" is not a byte size");
+}
+
+static void test_out_of_range(void **state) {
+  (void)state;
+  /* The example from the design brief, verbatim. */
+  EXPECT_ERR("server:\n"
+             "  log_level: info\n"
+             "session_pools:\n"
+             "  - name: a\n"
+             "    model_path: a.onnx\n"
+             "  - name: b\n"
+             "    pool_size: 0\n"
+             "    model_path: b.onnx\n",
+             "cfg.yaml:7:16: session_pools[1].pool_size: 0 is out of range; expected an integer 1..256");
+  EXPECT_ERR(POOL("    pool_size: 257\n"), "session_pools[0].pool_size: 257 is out of range");
+  EXPECT_ERR(POOL("    pool_size: 99999999999999999999999\n"),
+             "pool_size: 99999999999999999999999 is out of range");
+  EXPECT_ERR("server: {intra_op_threads: 257}\nsession_pools: []\n",
+             NAME ":1:28: server.intra_op_threads: 257 is out of range", "expected an integer 0..256");
+  EXPECT_ERR("server: {intra_op_threads: -1}\nsession_pools: []\n",
+             "server.intra_op_threads: -1 is out of range");
+  EXPECT_ERR("server: {inter_op_threads: 300}\nsession_pools: []\n",
+             "server.inter_op_threads: 300 is out of range", "expected an integer 0..256");
+  EXPECT_ERR("server: {max_frame_bytes: 1023}\nsession_pools: []\n",
+             "server.max_frame_bytes: \"1023\" is out of range", "1024..4294967296");
+  EXPECT_ERR("server: {max_frame_bytes: 4294967297}\nsession_pools: []\n",
+             "\"4294967297\" is out of range");
+  EXPECT_ERR("server: {max_frame_bytes: 8GiB}\nsession_pools: []\n", "\"8GiB\" is out of range");
+  EXPECT_ERR("server: {max_frame_bytes: 99999999999999999999GiB}\nsession_pools: []\n",
+             "is out of range");
+  EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 0}\n"),
+             NAME ":4:37: session_pools[0].resource_quota.max_memory_mb: 0 is out of range",
+             "expected an integer 1..1048576");
+  EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 1048577}\n"), "1048577 is out of range");
+  EXPECT_ERR(POOL("    resource_quota: {max_compute_percent: 0}\n"),
+             "session_pools[0].resource_quota.max_compute_percent: 0 is out of range",
+             "expected an integer 1..100");
+  EXPECT_ERR(POOL("    resource_quota: {max_compute_percent: 101}\n"), "101 is out of range");
+}
+
+static void test_bad_enums(void **state) {
+  (void)state;
+  EXPECT_ERR(POOL("    priority: urgent\n"),
+             NAME ":4:15: session_pools[0].priority: \"urgent\" is not valid; expected one of high, "
+                  "medium, low");
+  EXPECT_ERR(POOL("    priority: High\n"), "\"High\" is not valid");
+  EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
+             "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
+  EXPECT_ERR(POOL("    backend: tensorrt\n"),
+             "session_pools[0].backend: \"tensorrt\" is not valid; expected one of onnxruntime, builtin");
+}
+
+static void expect_bad_endpoint(const char *ep, const char *problem) {
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml, "server:\n  endpoints:\n    - ipc://a\n    - \"%s\"\nsession_pools: []\n", ep);
+  EXPECT_ERR(yaml, NAME ":4:7: server.endpoints[1]: ", problem,
+             "expected ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT");
+}
+
+static void test_endpoints(void **state) {
+  (void)state;
+  expect_bad_endpoint("http://x:80", "has an unknown scheme");
+  expect_bad_endpoint("tcp://host", "\"tcp://host\" has no port");
+  expect_bad_endpoint("tcp://host:", "has no port");
+  expect_bad_endpoint("tcp://:80", "has no host");
+  expect_bad_endpoint("tcp://h:70000", "has a port out of range");
+  expect_bad_endpoint("tcp://h:-1", "has a port out of range");
+  expect_bad_endpoint("tcp://h:8o", "has a port out of range");
+  expect_bad_endpoint("tcp://::1:80", "has an IPv6 host without brackets");
+  expect_bad_endpoint("tcp://[zz]:80", "has a malformed IPv6 host");
+  expect_bad_endpoint("tcp://[::1]", "has no port");
+  expect_bad_endpoint("tcp://a b:80", "has an invalid host");
+  expect_bad_endpoint("unix://rel.sock", "does not have an absolute path");
+  expect_bad_endpoint("ipc://", "has an empty path");
+
+  char longp[200], yaml[512];
+  memset(longp, 'x', sizeof longp);
+  longp[0] = '/';
+  longp[108] = '\0'; /* 108 bytes: one too many */
+  snprintf(yaml, sizeof yaml, "server: {endpoints: [\"unix://%s\"]}\nsession_pools: []\n", longp);
+  EXPECT_ERR(yaml, "server.endpoints[0]: ", "has a 108-byte path, longer than a Unix socket path can be");
+  snprintf(yaml, sizeof yaml, "server: {endpoints: [\"ipc://%s\"]}\nsession_pools: []\n", longp);
+  EXPECT_ERR(yaml, "has a 108-byte path");
+  longp[107] = '\0';
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: [\"unix://%s\", \"tcp://[::1]:0\", \"ipc://rel/x.sock\", "
+           "\"tcp://localhost:65535\"]}\nsession_pools: []\n",
+           longp);
+  sip_config_t *cfg = load_ok(yaml);
+  assert_int_equal(cfg->n_endpoints, 4);
+  assert_string_equal(cfg->endpoints[1], "tcp://[::1]:0");
+  assert_string_equal(cfg->endpoints[2], "ipc://rel/x.sock"); /* not resolved: as written */
+  sip__config_free(cfg);
+
+  EXPECT_ERR("server: {endpoints: []}\nsession_pools: []\n", NAME ":1:21: server.endpoints: is empty",
+             "expected a non-empty list");
+  EXPECT_ERR("server: {endpoints: [\"tcp://h:1\", \"tcp://h:1\"]}\nsession_pools: []\n",
+             "server.endpoints[1]: \"tcp://h:1\" is listed twice (also [0])");
+  EXPECT_ERR("server: {endpoints: [[a]]}\nsession_pools: []\n", "server.endpoints[0]: is a list");
+}
+
+static void test_pool_names(void **state) {
+  (void)state;
+  EXPECT_ERR("session_pools:\n  - {name: a, model_path: a.onnx}\n  - {name: a, model_path: b.onnx}\n",
+             NAME ":3:12: session_pools[1].name: \"a\" is already the name of session_pools[0] (line 2)",
+             "expected unique pool names");
+  EXPECT_ERR("session_pools:\n  - {name: \"my pool\", model_path: a.onnx}\n",
+             NAME ":2:12: session_pools[0].name: \"my pool\" is not valid",
+             "expected a pool name of 1..128 characters from A-Z a-z 0-9 _ . -");
+  EXPECT_ERR("session_pools:\n  - {name: \"\", model_path: a.onnx}\n", "session_pools[0].name: is empty");
+  EXPECT_ERR("session_pools:\n  - {name: \"a\\0b\", model_path: a.onnx}\n", "contains a NUL byte");
+  char name[200], yaml[512];
+  memset(name, 'n', sizeof name);
+  name[129] = '\0';
+  snprintf(yaml, sizeof yaml, "session_pools:\n  - {name: %s, model_path: a.onnx}\n", name);
+  EXPECT_ERR(yaml, "session_pools[0].name: \"nnnn", "...\" is not valid");
+  name[128] = '\0';
+  snprintf(yaml, sizeof yaml, "session_pools:\n  - {name: %s, model_path: a.onnx}\n", name);
+  sip_config_t *cfg = load_ok(yaml);
+  assert_int_equal(strlen(cfg->pools[0].name), 128);
+  sip__config_free(cfg);
+  EXPECT_ERR("session_pools:\n  - {model_path: a.onnx}\n",
+             NAME ":2:5: session_pools[0].name: missing; expected a pool name");
+}
+
+static void test_model_path(void **state) {
+  (void)state;
+  EXPECT_ERR("session_pools:\n  - name: a\n    model_path: models/ocr.om\n",
+             NAME ":3:17: session_pools[0].model_path: \"models/ocr.om\" is a CANN offline model (.om), "
+                  "but this build has no CANN backend; expected an .onnx file or a model directory");
+  EXPECT_ERR("session_pools:\n  - {name: a, model_path: x.OM, backend: onnxruntime}\n",
+             "is a CANN offline model (.om)");
+  EXPECT_ERR("session_pools:\n  - name: a\n    model_path: m.pt\n",
+             NAME ":3:17: session_pools[0].model_path: \"m.pt\" has an unknown extension (.pt)",
+             "expected an .onnx file or a model directory");
+  EXPECT_ERR("session_pools:\n  - name: a\n    pool_size: 2\n",
+             NAME ":2:5: session_pools[0].model_path: missing",
+             "expected a path to an .onnx file or a model directory (required unless backend: builtin)");
+  EXPECT_ERR("session_pools:\n  - {name: a, model_path: \"\"}\n", "session_pools[0].model_path: is empty");
+  EXPECT_ERR("session_pools:\n  - {name: a, model_path: ~}\n", "session_pools[0].model_path: has no value");
+
+  sip_config_t *cfg = load_ok("session_pools:\n"
+                              "  - {name: a, model_path: m.bin, backend: onnxruntime}\n"
+                              "  - {name: b, model_path: M.ONNX}\n"
+                              "  - {name: c, model_path: models/resnet/}\n"
+                              "  - {name: d, model_path: fixtures/x.om, backend: builtin}\n");
+  assert_string_equal(cfg->pools[0].model_path, BASE "/m.bin");
+  assert_string_equal(cfg->pools[1].backend, "onnxruntime");
+  assert_string_equal(cfg->pools[2].backend, "onnxruntime");
+  assert_string_equal(cfg->pools[2].model_path, BASE "/models/resnet/");
+  assert_string_equal(cfg->pools[3].backend, "builtin");
+  assert_string_equal(cfg->pools[3].model_path, BASE "/fixtures/x.om");
+  sip__config_free(cfg);
+}
+
+static void test_backend_options(void **state) {
+  (void)state;
+  EXPECT_ERR(POOL("    backend_options: {a: {b: 1}}\n"),
+             NAME ":4:26: session_pools[0].backend_options.a: is a map",
+             "expected a scalar value (string, number or bool)");
+  EXPECT_ERR(POOL("    backend_options:\n      providers: [cpu, cuda]\n"),
+             NAME ":5:18: session_pools[0].backend_options.providers: is a list");
+  EXPECT_ERR(POOL("    backend_options: {a: }\n"), "session_pools[0].backend_options.a: has no value");
+  EXPECT_ERR(POOL("    backend_options: [a, b]\n"), "session_pools[0].backend_options: is a list",
+             "expected a map of scalar values");
+  EXPECT_ERR(POOL("    backend_options: {[k]: v}\n"), "session_pools[0].backend_options: a key is a list");
+  sip_config_t *cfg = load_ok(POOL("    backend_options: {\"quoted key\": 'x y', e: \"\"}\n"));
+  assert_string_equal(cfg->pools[0].backend_options[0].key, "quoted key");
+  assert_string_equal(cfg->pools[0].backend_options[0].value, "x y");
+  assert_string_equal(cfg->pools[0].backend_options[1].value, "");
+  sip__config_free(cfg);
+}
+
+static void test_document_shape(void **state) {
+  (void)state;
+  EXPECT_ERR("", NAME ":1:1: (root): the document is empty; expected a map with keys: server, session_pools");
+  EXPECT_ERR("# nothing but a comment\n", "(root): the document is empty");
+  EXPECT_ERR("---\n", "(root): the document is empty");
+  EXPECT_ERR("- a\n- b\n", NAME ":1:1: (root): is a list; expected a map with keys: server, session_pools");
+  EXPECT_ERR("hello\n", "(root): is a scalar");
+  EXPECT_ERR("server: {}\n", NAME ":1:1: session_pools: missing; expected a list of pools");
+  EXPECT_ERR("session_pools: []\n---\nsession_pools: []\n",
+             NAME ":2:1: (root): a second YAML document starts here; expected exactly one document");
+}
+
+static void test_yaml_syntax(void **state) {
+  (void)state;
+  EXPECT_ERR("server: [\nsession_pools: []\n", NAME ":3:1: YAML syntax error:", "expected well-formed YAML");
+  EXPECT_ERR("server:\n  a: 1\n b: 2\n", NAME ":3:", "YAML syntax error");
+  EXPECT_ERR("session_pools: *nope\n", NAME ":1:16: YAML syntax error: found undefined alias");
+  EXPECT_ERR("session_pools: []\n\tserver: {}\n", NAME ":2:1: YAML syntax error");
+  EXPECT_ERR("session_pools: []\nx: \xff\xfe\n", NAME ":2:4: YAML syntax error:", "offset 21");
+  expect_errn("session_pools: []\0\n", 19, SIP_INVALID_ARGUMENT, NAME ":1:18: YAML syntax error",
+              NULL);
+  EXPECT_ERR("session_pools: []\n---\n: : [\n", "YAML syntax error");
+}
+
+static void test_aliases(void **state) {
+  (void)state;
+  /* Self-referencing anchors must end in an error, not a loop. */
+  EXPECT_ERR("session_pools: &a [*a]\n", "session_pools[0]: is a list");
+  EXPECT_ERR("server: &s {endpoints: *s}\nsession_pools: []\n", "server.endpoints: is a map");
+  EXPECT_ERR("&r {server: *r, session_pools: []}\n", "server.server: unknown key");
+  EXPECT_ERR(POOL("    backend_options: &o {a: *o}\n"), "session_pools[0].backend_options.a: is a map");
+  /* Shared (non-cyclic) aliases are ordinary values. */
+  sip_config_t *cfg = load_ok("session_pools:\n"
+                              "  - {name: a, model_path: a.onnx, resource_quota: &q {max_memory_mb: 5}}\n"
+                              "  - {name: b, model_path: b.onnx, resource_quota: *q}\n");
+  assert_int_equal(cfg->pools[1].max_memory_mb, 5);
+  sip__config_free(cfg);
+}
+
+static void test_base_dir(void **state) {
+  (void)state;
+  const char *yaml = "session_pools:\n  - {name: a, model_path: m/a.onnx}\n  - {name: b, model_path: /abs/b.onnx}\n";
+  sip_config_t *cfg = NULL;
+  assert_null(sip__config_load_string(yaml, strlen(yaml), NULL, NULL, &cfg));
+  assert_string_equal(cfg->path, "<string>");
+  assert_string_equal(cfg->pools[0].model_path, "m/a.onnx");
+  assert_string_equal(cfg->pools[1].model_path, "/abs/b.onnx");
+  sip__config_free(cfg);
+  assert_null(sip__config_load_string(yaml, strlen(yaml), "x", "/etc/sip/", &cfg));
+  assert_string_equal(cfg->pools[0].model_path, "/etc/sip/m/a.onnx");
+  sip__config_free(cfg);
+}
+
+static void test_load_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/sip_test_config_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[512], mdir[512];
+  snprintf(path, sizeof path, "%s/cfg.yaml", dir);
+  snprintf(mdir, sizeof mdir, "%s/resnet.v2", dir);
+  assert_int_equal(mkdir(mdir, 0700), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("session_pools:\n  - {name: a, model_path: models/a.onnx}\n  - {name: b, model_path: resnet.v2}\n", f);
+  fclose(f);
+
+  sip_config_t *cfg = NULL;
+  sip_error_t *err = sip__config_load_file(path, &cfg);
+  if (err) fail_msg("%s", sip_error_message(err));
+  char want[600];
+  snprintf(want, sizeof want, "%s/models/a.onnx", dir);
+  assert_string_equal(cfg->path, path);
+  assert_string_equal(cfg->pools[0].model_path, want);
+  /* a directory with a dot in its name, recognised because it exists */
+  assert_string_equal(cfg->pools[1].backend, "onnxruntime");
+  sip__config_free(cfg);
+
+  f = fopen(path, "w");
+  fputs("session_pools: []\nserver: {log_level: loud}\n", f);
+  fclose(f);
+  err = sip__config_load_file(path, &cfg);
+  assert_non_null(err);
+  snprintf(want, sizeof want, "%s:2:21: server.log_level:", path);
+  assert_non_null(strstr(sip_error_message(err), want));
+  sip_error_free(err);
+
+  snprintf(want, sizeof want, "%s/missing.yaml", dir);
+  err = sip__config_load_file(want, &cfg);
+  assert_int_equal(sip_error_code(err), SIP_NOT_FOUND);
+  assert_non_null(strstr(sip_error_message(err), want));
+  assert_non_null(strstr(sip_error_message(err), "No such file or directory"));
+  assert_null(cfg);
+  sip_error_free(err);
+
+  err = sip__config_load_file(mdir, &cfg);
+  assert_int_equal(sip_error_code(err), SIP_NOT_FOUND);
+  assert_non_null(strstr(sip_error_message(err), "Is a directory"));
+  sip_error_free(err);
+
+  unlink(path);
+  rmdir(mdir);
+  rmdir(dir);
+}
+
+static void test_alloc_failures(void **state) {
+  (void)state;
+  const char *yaml = "server: {endpoints: [\"tcp://h:1\", \"ipc://x\"], max_frame_bytes: 1MiB}\n"
+                     "session_pools:\n"
+                     "  - {name: a, model_path: a.onnx, backend_options: {x: 1, y: 2}}\n"
+                     "  - {name: b, backend: builtin, priority: low}\n";
+  int ok = 0;
+  for (long n = 0; n < 1000 && !ok; n++) {
+    sip_config_t *cfg = NULL;
+    sip__alloc_fail_after(n);
+    sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, &cfg);
+    sip__alloc_fail_after(-1);
+    if (err) {
+      assert_int_equal(sip_error_code(err), SIP_RESOURCE_EXHAUSTED);
+      assert_null(cfg);
+      sip_error_free(err);
+    } else {
+      ok = 1;
+      assert_string_equal(cfg->pools[0].backend_options[1].value, "2");
+      sip__config_free(cfg);
+    }
+  }
+  assert_true(ok);
+}
+
+static void test_misc(void **state) {
+  (void)state;
+  sip__config_free(NULL);
+  assert_string_equal(sip__priority_name(SIP_PRIO_HIGH), "high");
+  assert_string_equal(sip__priority_name(SIP_PRIO_MEDIUM), "medium");
+  assert_string_equal(sip__priority_name(SIP_PRIO_LOW), "low");
+  assert_string_equal(sip__priority_name(SIP_PRIO_LEVELS), "unknown");
+  sip_error_t *err = sip__config_load_string("", 0, NULL, NULL, NULL);
+  assert_int_equal(sip_error_code(err), SIP_INVALID_ARGUMENT);
+  sip_error_free(err);
+  /* Long and binary values are quoted, escaped and cut in messages. */
+  EXPECT_ERR(POOL("    priority: \"\\e\\x01" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n"),
+             "\"\\x1b\\x01aaaa", "aaa...\" is not valid");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_sizes_and_bools), cmocka_unit_test(test_unknown_keys),
+      cmocka_unit_test(test_duplicate_keys), cmocka_unit_test(test_wrong_kinds),
+      cmocka_unit_test(test_out_of_range),   cmocka_unit_test(test_bad_enums),
+      cmocka_unit_test(test_endpoints),      cmocka_unit_test(test_pool_names),
+      cmocka_unit_test(test_model_path),     cmocka_unit_test(test_backend_options),
+      cmocka_unit_test(test_document_shape), cmocka_unit_test(test_yaml_syntax),
+      cmocka_unit_test(test_aliases),        cmocka_unit_test(test_base_dir),
+      cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_misc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

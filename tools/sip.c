@@ -1,0 +1,449 @@
+/* sip — the command-line client: status, pools, ready, infer. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sip/client.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]\n"
+          "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port\n"
+          "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
+          "commands:\n"
+          "  status                 pools, their sessions and states, counters\n"
+          "  pools                  each pool's inputs and outputs (-1: dynamic dim)\n"
+          "  ready                  exit 0 when every pool has finished loading\n"
+          "  infer POOL [options]   run one request\n"
+          "     -i NAME:DTYPE:SHAPE=VALUES  an input; SHAPE like 1,3,48,192 (empty: scalar);\n"
+          "                                 VALUES: zeros | ones | random | @FILE (raw\n"
+          "                                 little-endian bytes) | v1,v2,... (numbers or strings)\n"
+          "     -o NAME                     ask for this output only (repeatable)\n"
+          "     --timeout-ms N  --priority high|medium|low  --repeat N\n");
+}
+
+static int fail(sip_error_t *e) {
+  fprintf(stderr, "sip: %s: %s\n", sip_code_name(sip_error_code(e)), sip_error_message(e));
+  int code = (int)sip_error_code(e);
+  sip_error_free(e);
+  return code ? 10 + code : 1;
+}
+
+static void print_shape(json_t *shape) {
+  printf("[");
+  size_t i;
+  json_t *d;
+  json_array_foreach(shape, i, d) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(d));
+  printf("]");
+}
+
+static int cmd_pools(json_t *root) {
+  size_t i, j;
+  json_t *p, *io;
+  json_array_foreach(json_object_get(root, "pools"), i, p) {
+    const char *err = json_string_value(json_object_get(p, "error"));
+    printf("%s  state=%s backend=%s version=%s sessions=%lld priority=%s\n",
+           json_string_value(json_object_get(p, "name")),
+           json_string_value(json_object_get(p, "state")),
+           json_string_value(json_object_get(p, "backend")),
+           json_is_string(json_object_get(p, "version"))
+               ? json_string_value(json_object_get(p, "version"))
+               : "-",
+           (long long)json_integer_value(json_object_get(p, "pool_size")),
+           json_string_value(json_object_get(p, "priority")));
+    if (err) printf("  error: %s\n", err);
+    const char *kinds[] = {"inputs", "outputs"};
+    for (int k = 0; k < 2; k++)
+      json_array_foreach(json_object_get(p, kinds[k]), j, io) {
+        printf("  %-7s %-24s %-8s ", k ? "output" : "input",
+               json_string_value(json_object_get(io, "name")),
+               json_string_value(json_object_get(io, "dtype")));
+        json_t *shape = json_object_get(io, "shape");
+        if (json_is_array(shape))
+          print_shape(shape);
+        else
+          printf("(any)");
+        printf("\n");
+      }
+  }
+  return 0;
+}
+
+static int cmd_status(json_t *root) {
+  printf("uptime %.1fs  ready=%s  version %s\n", json_real_value(json_object_get(root, "uptime_s")),
+         json_is_true(json_object_get(root, "ready")) ? "yes" : "no",
+         json_string_value(json_object_get(root, "version")));
+  printf("%-20s %-8s %7s %7s %9s %9s %10s\n", "POOL", "STATE", "ACTIVE", "QUEUED", "OK", "FAILED",
+         "MEAN_MS");
+  size_t i, j;
+  json_t *p, *s;
+  json_array_foreach(json_object_get(root, "pools"), i, p) {
+    json_t *req = json_object_get(p, "requests");
+    long long ok = 0, failed = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(req, k, v) {
+      if (strcmp(k, "OK") == 0)
+        ok += json_integer_value(v);
+      else
+        failed += json_integer_value(v);
+    }
+    json_t *tot = json_object_get(json_object_get(p, "latency_us"), "total");
+    long long cnt = json_integer_value(json_object_get(tot, "count"));
+    double mean = cnt ? (double)json_integer_value(json_object_get(tot, "sum")) / (double)cnt / 1e3
+                      : 0.0;
+    printf("%-20s %-8s %7lld %7lld %9lld %9lld %10.3f\n",
+           json_string_value(json_object_get(p, "name")),
+           json_string_value(json_object_get(p, "state")),
+           (long long)json_integer_value(json_object_get(p, "active_sessions")),
+           (long long)json_integer_value(json_object_get(p, "queued_requests")), ok, failed, mean);
+    const char *err = json_string_value(json_object_get(p, "error"));
+    if (err) printf("  error: %s\n", err);
+    json_array_foreach(json_object_get(p, "sessions"), j, s) {
+      printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
+             json_string_value(json_object_get(s, "id")),
+             json_string_value(json_object_get(s, "state")),
+             (long long)json_integer_value(json_object_get(s, "inferences")),
+             (long long)json_integer_value(json_object_get(s, "errors")));
+    }
+    if (failed) {
+      printf("  failures:");
+      json_object_foreach(req, k, v) if (strcmp(k, "OK")) printf(" %s=%lld", k,
+                                                                 (long long)json_integer_value(v));
+      printf("\n");
+    }
+  }
+  return 0;
+}
+
+/* ---- infer ---- */
+
+static int parse_dims(const char *s, int64_t *dims, int *rank) {
+  *rank = 0;
+  while (*s) {
+    char *end;
+    errno = 0;
+    long long d = strtoll(s, &end, 10);
+    if (end == s || errno || d < 0 || *rank == SIP_MAX_RANK) return -1;
+    dims[(*rank)++] = d;
+    s = end;
+    if (*s == ',' || *s == 'x') s++;
+    else if (*s) return -1;
+  }
+  return 0;
+}
+
+static void store(sip_dtype_t dt, void *p, size_t i, double v) {
+  switch (dt) {
+  case SIP_DTYPE_FLOAT32: ((float *)p)[i] = (float)v; break;
+  case SIP_DTYPE_FLOAT64: ((double *)p)[i] = v; break;
+  case SIP_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case SIP_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case SIP_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+  case SIP_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+  case SIP_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+  case SIP_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case SIP_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case SIP_DTYPE_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case SIP_DTYPE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  case SIP_DTYPE_FLOAT16: { /* round-to-nearest float → half, enough for test inputs */
+    float f = (float)v;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffff;
+    uint16_t h;
+    if (exp <= 0) h = sign;
+    else if (exp >= 31) h = sign | 0x7c00;
+    else h = (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)((mant + 0x1000) >> 13));
+    ((uint16_t *)p)[i] = h;
+    break;
+  }
+  default: break;
+  }
+}
+
+static double load_value(sip_dtype_t dt, const void *p, size_t i) {
+  switch (dt) {
+  case SIP_DTYPE_FLOAT32: return ((const float *)p)[i];
+  case SIP_DTYPE_FLOAT64: return ((const double *)p)[i];
+  case SIP_DTYPE_INT8: return ((const int8_t *)p)[i];
+  case SIP_DTYPE_UINT8: case SIP_DTYPE_BOOL: return ((const uint8_t *)p)[i];
+  case SIP_DTYPE_INT16: return ((const int16_t *)p)[i];
+  case SIP_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+  case SIP_DTYPE_INT32: return ((const int32_t *)p)[i];
+  case SIP_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+  case SIP_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+  case SIP_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+  case SIP_DTYPE_FLOAT16: {
+    uint16_t h = ((const uint16_t *)p)[i];
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v = exp == 0 ? ldexp(mant, -24) : exp == 31 ? INFINITY : ldexp(mant + 1024, exp - 25);
+    return (h & 0x8000) ? -v : v;
+  }
+  default: return 0;
+  }
+}
+
+/* NAME:DTYPE:SHAPE=VALUES → a tensor, or NULL with a message on stderr. */
+static sip_tensor_t *parse_input(const char *spec) {
+  char *s = strdup(spec), *eq = strchr(s, '='), *c1 = strchr(s, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+  sip_tensor_t *t = NULL;
+  if (!eq || !c1 || !c2 || c2 > eq) {
+    fprintf(stderr, "sip: input '%s'; expected NAME:DTYPE:SHAPE=VALUES\n", spec);
+    goto out;
+  }
+  *c1 = *c2 = *eq = '\0';
+  sip_dtype_t dt = sip_dtype_from_name(c1 + 1);
+  int64_t dims[SIP_MAX_RANK];
+  int rank;
+  if (dt == SIP_DTYPE_INVALID) {
+    fprintf(stderr, "sip: input '%s': unknown dtype '%s'\n", s, c1 + 1);
+    goto out;
+  }
+  if (parse_dims(c2 + 1, dims, &rank) != 0) {
+    fprintf(stderr, "sip: input '%s': shape '%s'; expected dims like 1,3,48,192\n", s, c2 + 1);
+    goto out;
+  }
+  size_t count = 1;
+  for (int i = 0; i < rank; i++) count *= (size_t)dims[i];
+  const char *vals = eq + 1;
+  if (vals[0] == '@') {
+    FILE *f = fopen(vals + 1, "rb");
+    if (!f) {
+      fprintf(stderr, "sip: input '%s': cannot open %s: %s\n", s, vals + 1, strerror(errno));
+      goto out;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    t = sip_tensor_new_copy(s, dt, rank, dims, buf, got);
+    free(buf);
+    goto out;
+  }
+  if (dt == SIP_DTYPE_STRING) {
+    /* Comma-separated elements, packed as u32 length + bytes. */
+    size_t cap = strlen(vals) + 4 * (count + 1), len = 0, n = 0;
+    unsigned char *buf = malloc(cap);
+    const char *p = vals;
+    while (n < count) {
+      const char *e = strchr(p, ',');
+      size_t l = e ? (size_t)(e - p) : strlen(p);
+      uint32_t l32 = (uint32_t)l;
+      memcpy(buf + len, &l32, 4);
+      memcpy(buf + len + 4, p, l);
+      len += 4 + l;
+      n++;
+      if (!e) break;
+      p = e + 1;
+    }
+    t = n == count ? sip_tensor_new_copy(s, dt, rank, dims, buf, len) : NULL;
+    if (!t) fprintf(stderr, "sip: input '%s': %zu strings given, shape needs %zu\n", s, n, count);
+    free(buf);
+    goto out;
+  }
+  size_t es = sip_dtype_size(dt);
+  void *buf = calloc(count ? count : 1, es);
+  if (strcmp(vals, "zeros") == 0) {
+  } else if (strcmp(vals, "ones") == 0) {
+    for (size_t i = 0; i < count; i++) store(dt, buf, i, 1);
+  } else if (strcmp(vals, "random") == 0) {
+    srand(42);
+    for (size_t i = 0; i < count; i++) store(dt, buf, i, (double)rand() / RAND_MAX);
+  } else {
+    const char *p = vals;
+    size_t i = 0;
+    for (; i < count && *p; i++) {
+      char *end;
+      double v = strtod(p, &end);
+      if (end == p) break;
+      store(dt, buf, i, v);
+      p = *end == ',' ? end + 1 : end;
+    }
+    if (i != count || *p) {
+      fprintf(stderr, "sip: input '%s': values '%s' do not give %zu %s numbers\n", s, vals, count,
+              sip_dtype_name(dt));
+      free(buf);
+      goto out;
+    }
+  }
+  t = sip_tensor_new_copy(s, dt, rank, dims, buf, count * es);
+  free(buf);
+out:
+  free(s);
+  return t;
+}
+
+static void print_tensor(const sip_tensor_t *t) {
+  printf("%s: %s [", t->name, sip_dtype_name(t->dtype));
+  for (int i = 0; i < t->rank; i++) printf("%s%lld", i ? ", " : "", (long long)t->dims[i]);
+  printf("]");
+  int64_t n = sip_tensor_count(t);
+  if (t->dtype == SIP_DTYPE_STRING) {
+    const unsigned char *p = t->data;
+    size_t off = 0;
+    printf(" =");
+    for (int64_t i = 0; i < n && i < 10; i++) {
+      uint32_t l;
+      memcpy(&l, p + off, 4);
+      printf(" \"%.*s\"", (int)l, (const char *)p + off + 4);
+      off += 4 + l;
+    }
+    printf("%s\n", n > 10 ? " ..." : "");
+    return;
+  }
+  double mn = INFINITY, mx = -INFINITY, sum = 0;
+  printf(" =");
+  for (int64_t i = 0; i < n; i++) {
+    double v = load_value(t->dtype, t->data, (size_t)i);
+    if (i < 8) printf(" %g", v);
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+    sum += v;
+  }
+  if (n > 8) printf(" ...");
+  if (n > 0) printf("  (min %g, max %g, mean %g)", mn, mx, sum / (double)n);
+  printf("\n");
+}
+
+static int cmd_infer(sip_client_t *c, int argc, char **argv) {
+  if (argc < 1) {
+    usage(stderr);
+    return 2;
+  }
+  sip_client_request_t req = {.pool = argv[0]};
+  sip_tensor_t *inputs[64];
+  const char *outputs[64];
+  size_t n_in = 0, n_out = 0;
+  int repeat = 1, rc = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) {
+      fprintf(stderr, "sip: %s needs a value\n", a);
+      rc = 2;
+      goto done;
+    }
+    i++;
+    if (strcmp(a, "-i") == 0 || strcmp(a, "--input") == 0) {
+      sip_tensor_t *t = n_in < 64 ? parse_input(v) : NULL;
+      if (!t) {
+        rc = 2;
+        goto done;
+      }
+      inputs[n_in++] = t;
+    } else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && n_out < 64) {
+      outputs[n_out++] = v;
+    } else if (strcmp(a, "--timeout-ms") == 0) {
+      req.timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+    } else if (strcmp(a, "--repeat") == 0) {
+      repeat = atoi(v) > 0 ? atoi(v) : 1;
+    } else if (strcmp(a, "--priority") == 0) {
+      req.priority = strcasecmp(v, "high") == 0     ? 1
+                     : strcasecmp(v, "medium") == 0 ? 2
+                     : strcasecmp(v, "low") == 0    ? 3
+                                                    : atoi(v);
+    } else {
+      fprintf(stderr, "sip: unknown infer option '%s'\n", a);
+      rc = 2;
+      goto done;
+    }
+  }
+  req.inputs = (const sip_tensor_t *const *)inputs;
+  req.n_inputs = n_in;
+  req.outputs = outputs;
+  req.n_outputs = n_out;
+  for (int r = 0; r < repeat; r++) {
+    sip_client_response_t *resp = NULL;
+    sip_error_t *e = sip_client_infer(c, &req, &resp);
+    if (e) {
+      rc = fail(e);
+      goto done;
+    }
+    if (r == repeat - 1) {
+      for (size_t i = 0; i < resp->n_outputs; i++) print_tensor(resp->outputs[i]);
+      printf("request %llu: latency %.3f ms (server: queue %llu us, compute %llu us, total %llu "
+             "us)\n",
+             (unsigned long long)resp->request_id, resp->latency_ms,
+             (unsigned long long)resp->queue_us, (unsigned long long)resp->compute_us,
+             (unsigned long long)resp->total_us);
+    }
+    sip_client_response_free(resp);
+  }
+done:
+  for (size_t i = 0; i < n_in; i++) sip_tensor_free(inputs[i]);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  const char *ep = getenv("SIP_ENDPOINT");
+  if (!ep || !*ep) ep = "ipc:///tmp/sip_service.sock";
+  int json_out = 0, i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if ((strcmp(argv[i], "-e") == 0 || strcmp(argv[i], "--endpoint") == 0) && i + 1 < argc)
+      ep = argv[++i];
+    else if (strcmp(argv[i], "--json") == 0)
+      json_out = 1;
+    else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[i];
+  int kind = strcmp(cmd, "status") == 0 ? 3 : strcmp(cmd, "pools") == 0 ? 2
+             : strcmp(cmd, "ready") == 0 ? 1 : 0;
+  if (!kind && strcmp(cmd, "infer") != 0) {
+    fprintf(stderr, "sip: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+  }
+  sip_client_t *c = NULL;
+  sip_error_t *e = sip_client_connect(ep, &c);
+  if (e) return fail(e);
+  int rc = 0;
+  if (!kind) {
+    rc = cmd_infer(c, argc - i - 1, argv + i + 1);
+  } else {
+    char *txt = NULL;
+    e = sip_client_info(c, kind, &txt);
+    if (e) {
+      rc = fail(e);
+    } else {
+      json_error_t je;
+      json_t *root = json_loads(txt, 0, &je);
+      if (!root) {
+        fprintf(stderr, "sip: server sent invalid JSON: %s\n", je.text);
+        rc = 1;
+      } else if (json_out) {
+        char *pretty = json_dumps(root, JSON_INDENT(2));
+        printf("%s\n", pretty);
+        free(pretty);
+      } else if (kind == 1) {
+        int ready = json_is_true(json_object_get(root, "ready"));
+        printf("%s\n", ready ? "ready" : "not ready");
+        rc = ready ? 0 : 1;
+      } else {
+        rc = kind == 2 ? cmd_pools(root) : cmd_status(root);
+      }
+      json_decref(root);
+    }
+    sip_client_free_string(txt);
+  }
+  sip_client_free(c);
+  return rc;
+}
