@@ -49,7 +49,7 @@ fuzz: deps
 	done
 
 bench: build
-	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD); done
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(BUILD) || exit 1; done
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -264,6 +264,14 @@ void sip__pool_load(sip_pool_t *p) {
     pool_fail(p, e);
     return;
   }
+  char real[PATH_MAX];
+  if (p->resolved_path && realpath(p->resolved_path, real)) {
+    char *r = sip__strdup(real);
+    if (r) {
+      sip__free(p->resolved_path);
+      p->resolved_path = r;
+    }
+  }
   void *state = NULL;
   if ((e = sip__server_backend_state(p->server, p->backend, &state)) ||
       (e = p->backend->load(state, p->resolved_path, c->backend_options, c->n_backend_options,

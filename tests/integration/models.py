@@ -3,12 +3,13 @@
 Opset 17, IR version 8 (ONNX Runtime 1.29 runs both). Each builder returns a
 ModelProto; write_all(dir) writes them all and returns name -> path.
 
-  id_<dtype>   inputs  x [N, M] <dtype>, s [] <dtype>  (a 0-d scalar)
-               outputs y = Identity(x), t = Identity(s)      -- every dtype, string included
-  addmul       inputs  a [N, 4] float32, b [N, 4] float32
-               output  y = a * b + a
-  scalar       inputs  s [] float32, v [N] float32
-               outputs y = v * s [N], s2 = s + s []
+  id_<dtype>   inputs  data [N, M] <dtype>, scalar [] <dtype>  (a 0-d scalar)
+               outputs data_out = Identity(data), scalar_out = Identity(scalar)
+               -- every dtype, string included
+  addmul       inputs  lhs [N, 4] float32, rhs [N, 4] float32
+               output  y = lhs * rhs + lhs
+  scalar       inputs  scale [] float32, vec [N] float32
+               outputs y = vec * scale [N], scale2 = scale + scale []
   two_out      input   x [N, 4] float32
                outputs sum = x + x, prod = x * x
 """
@@ -43,39 +44,42 @@ def _model(graph):
 def identity(dtype):
     t = ONNX_TYPE[dtype]
     g = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["s"], ["t"])],
+        [helper.make_node("Identity", ["data"], ["data_out"]),
+         helper.make_node("Identity", ["scalar"], ["scalar_out"])],
         "id_" + dtype,
-        [helper.make_tensor_value_info("x", t, ["N", "M"]),
-         helper.make_tensor_value_info("s", t, [])],
-        [helper.make_tensor_value_info("y", t, ["N", "M"]),
-         helper.make_tensor_value_info("t", t, [])])
+        [helper.make_tensor_value_info("data", t, ["N", "M"]),
+         helper.make_tensor_value_info("scalar", t, [])],
+        [helper.make_tensor_value_info("data_out", t, ["N", "M"]),
+         helper.make_tensor_value_info("scalar_out", t, [])])
     return _model(g)
 
 
 def addmul():
     f = TensorProto.FLOAT
     g = helper.make_graph(
-        [helper.make_node("Mul", ["a", "b"], ["ab"]), helper.make_node("Add", ["ab", "a"], ["y"])],
+        [helper.make_node("Mul", ["lhs", "rhs"], ["prod"]),
+         helper.make_node("Add", ["prod", "lhs"], ["y"])],
         "addmul",
-        [helper.make_tensor_value_info("a", f, ["N", 4]),
-         helper.make_tensor_value_info("b", f, ["N", 4])],
+        [helper.make_tensor_value_info("lhs", f, ["N", 4]),
+         helper.make_tensor_value_info("rhs", f, ["N", 4])],
         [helper.make_tensor_value_info("y", f, ["N", 4])])
     return _model(g)
 
 
-def addmul_ref(a, b):
-    return a * b + a
+def addmul_ref(lhs, rhs):
+    return lhs * rhs + lhs
 
 
 def scalar():
     f = TensorProto.FLOAT
     g = helper.make_graph(
-        [helper.make_node("Mul", ["v", "s"], ["y"]), helper.make_node("Add", ["s", "s"], ["s2"])],
+        [helper.make_node("Mul", ["vec", "scale"], ["y"]),
+         helper.make_node("Add", ["scale", "scale"], ["scale2"])],
         "scalar",
-        [helper.make_tensor_value_info("s", f, []),
-         helper.make_tensor_value_info("v", f, ["N"])],
+        [helper.make_tensor_value_info("scale", f, []),
+         helper.make_tensor_value_info("vec", f, ["N"])],
         [helper.make_tensor_value_info("y", f, ["N"]),
-         helper.make_tensor_value_info("s2", f, [])])
+         helper.make_tensor_value_info("scale2", f, [])])
     return _model(g)
 
 

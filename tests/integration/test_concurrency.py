@@ -53,13 +53,13 @@ def one_request(client, t, i):
         batch = 1 + (t + i) % 5
         a = np.full((batch, 4), t, dtype=np.float32) + np.arange(4, dtype=np.float32)
         b = np.full((batch, 4), i, dtype=np.float32)
-        r = client.infer(InferenceRequest("addmul", {"a": a, "b": b}))
+        r = client.infer(InferenceRequest("addmul", {"lhs": a, "rhs": b}))
         np.testing.assert_allclose(r.outputs["y"], models.addmul_ref(a, b), rtol=1e-6)
     elif kind == 1:
         x = np.array([["t%d" % t, "i%d" % i]], dtype=object)
-        r = client.infer(InferenceRequest("id_string", {"x": x, "s": "%d/%d" % (t, i)}))
-        assert r.outputs["y"].tolist() == [[b"t%d" % t, b"i%d" % i]]
-        assert r.outputs["t"][()] == b"%d/%d" % (t, i)
+        r = client.infer(InferenceRequest("id_string", {"data": x, "scalar": "%d/%d" % (t, i)}))
+        assert r.outputs["data_out"].tolist() == [[b"t%d" % t, b"i%d" % i]]
+        assert r.outputs["scalar_out"][()] == b"%d/%d" % (t, i)
     else:
         x = np.array([[t, i, -t, -i]], dtype=np.float32)
         r = client.infer(InferenceRequest("two_out", {"x": x}, outputs=["sum"]))
@@ -95,7 +95,8 @@ def test_shared_client_async_burst(srv):
             futs = []
             for i in range(PER_THREAD):
                 a = np.full((1, 4), t * 1000 + i, dtype=np.float32)
-                futs.append((a, client.infer_async(InferenceRequest("addmul", {"a": a, "b": a}))))
+                futs.append((a, client.infer_async(
+                    InferenceRequest("addmul", {"lhs": a, "rhs": a}))))
             for a, f in futs:
                 np.testing.assert_allclose(f.result(timeout=120).outputs["y"],
                                            models.addmul_ref(a, a), rtol=1e-6)

@@ -67,60 +67,62 @@ def test_identity_every_dtype(client, dtype, shape):
     rng = np.random.default_rng(zlib.crc32(repr((dtype, shape)).encode()))
     x = rand(dtype, shape, rng)
     s = rand(dtype, (), rng)
-    r = client.infer(InferenceRequest("id_" + dtype, {"x": x, "s": s}))
-    assert set(r.outputs) == {"y", "t"}
-    expect_same(r.outputs["y"], x, dtype)
-    expect_same(r.outputs["t"], s, dtype)
-    assert r.outputs["t"].shape == ()
+    r = client.infer(InferenceRequest("id_" + dtype, {"data": x, "scalar": s}))
+    assert set(r.outputs) == {"data_out", "scalar_out"}
+    expect_same(r.outputs["data_out"], x, dtype)
+    expect_same(r.outputs["scalar_out"], s, dtype)
+    assert r.outputs["scalar_out"].shape == ()
 
 
 def test_float16_special_values(client):
     bits = np.array([[0x0000, 0x8000, 0x3C00, 0x7BFF], [0x0001, 0x7C00, 0xFC00, 0x3555]],
                     dtype=np.uint16)
-    r = client.infer(InferenceRequest("id_float16", {"x": bits.view(np.float16),
-                                                     "s": np.float16(-0.0)}))
-    np.testing.assert_array_equal(r.outputs["y"].view(np.uint16), bits)
-    assert r.outputs["t"].view(np.uint16) == 0x8000
+    r = client.infer(InferenceRequest("id_float16", {"data": bits.view(np.float16),
+                                                     "scalar": np.float16(-0.0)}))
+    np.testing.assert_array_equal(r.outputs["data_out"].view(np.uint16), bits)
+    assert r.outputs["scalar_out"].view(np.uint16) == 0x8000
 
 
 def test_integer_extremes(client):
     for dt in ("int64", "uint64", "int8", "uint32"):
         info = np.iinfo(dt)
         x = np.array([[info.min, info.max, 0, 1]], dtype=dt)
-        r = client.infer(InferenceRequest("id_" + dt, {"x": x, "s": np.array(info.max, dt)}))
-        np.testing.assert_array_equal(r.outputs["y"], x)
-        assert r.outputs["t"] == info.max
+        r = client.infer(InferenceRequest("id_" + dt, {"data": x,
+                                                       "scalar": np.array(info.max, dt)}))
+        np.testing.assert_array_equal(r.outputs["data_out"], x)
+        assert r.outputs["scalar_out"] == info.max
 
 
 def test_string_edge_cases(client):
     x = np.array([["", "\0", "a\0b"], ["\u00e9" * 1000, "\U0001F600", "plain"]], dtype=object)
     x[1, 2] = b"\xff\xfe raw bytes"  # not UTF-8: passed through as bytes
-    r = client.infer(InferenceRequest("id_string", {"x": x, "s": "scalar string"}))
-    y = r.outputs["y"]
+    r = client.infer(InferenceRequest("id_string", {"data": x, "scalar": "scalar string"}))
+    y = r.outputs["data_out"]
     assert y.shape == (2, 3) and y.dtype == object
     assert y[0].tolist() == [b"", b"\0", b"a\0b"]
     assert y[1, 0] == ("\u00e9" * 1000).encode() and y[1, 1] == "\U0001F600".encode()
     assert y[1, 2] == b"\xff\xfe raw bytes"
-    assert r.outputs["t"][()] == b"scalar string"
+    assert r.outputs["scalar_out"][()] == b"scalar string"
 
 
 def test_python_scalar_and_list_inputs(client):
-    r = client.infer(InferenceRequest("id_int64", {"x": [[1, 2, 3]], "s": 7}))
-    assert r.outputs["y"].tolist() == [[1, 2, 3]] and r.outputs["t"] == 7
-    r = client.infer(InferenceRequest("id_float64", {"x": [[0.5]], "s": 1.5}))
-    assert r.outputs["y"].tolist() == [[0.5]] and r.outputs["t"] == 1.5
-    r = client.infer(InferenceRequest("id_bool", {"x": [[True, False]], "s": True}))
-    assert r.outputs["y"].tolist() == [[True, False]] and r.outputs["t"]
+    r = client.infer(InferenceRequest("id_int64", {"data": [[1, 2, 3]], "scalar": 7}))
+    assert r.outputs["data_out"].tolist() == [[1, 2, 3]] and r.outputs["scalar_out"] == 7
+    r = client.infer(InferenceRequest("id_float64", {"data": [[0.5]], "scalar": 1.5}))
+    assert r.outputs["data_out"].tolist() == [[0.5]] and r.outputs["scalar_out"] == 1.5
+    r = client.infer(InferenceRequest("id_bool", {"data": [[True, False]], "scalar": True}))
+    assert r.outputs["data_out"].tolist() == [[True, False]] and r.outputs["scalar_out"]
 
 
 def test_scalar_model(client):
     v = np.array([1.0, -2.0, 3.5], dtype=np.float32)
-    r = client.infer(InferenceRequest("scalar", {"s": np.float32(2.5), "v": v}))
+    r = client.infer(InferenceRequest("scalar", {"scale": np.float32(2.5), "vec": v}))
     np.testing.assert_allclose(r.outputs["y"], v * np.float32(2.5), rtol=1e-6)
-    assert r.outputs["s2"].shape == () and r.outputs["s2"].dtype == np.float32
-    assert float(r.outputs["s2"]) == 5.0
+    assert r.outputs["scale2"].shape == () and r.outputs["scale2"].dtype == np.float32
+    assert float(r.outputs["scale2"]) == 5.0
     # empty vector with a scalar
-    r = client.infer(InferenceRequest("scalar", {"s": np.float32(3), "v": np.zeros(0, np.float32)}))
+    r = client.infer(InferenceRequest("scalar", {"scale": np.float32(3),
+                                                 "vec": np.zeros(0, np.float32)}))
     assert r.outputs["y"].shape == (0,)
 
 
@@ -129,7 +131,7 @@ def test_dynamic_batch(client, batch):
     rng = np.random.default_rng(batch)
     a = rng.standard_normal((batch, 4)).astype(np.float32)
     b = rng.standard_normal((batch, 4)).astype(np.float32)
-    r = client.infer(InferenceRequest("addmul", {"a": a, "b": b}))
+    r = client.infer(InferenceRequest("addmul", {"lhs": a, "rhs": b}))
     y = r.outputs["y"]
     assert y.shape == (batch, 4) and y.dtype == np.float32
     np.testing.assert_allclose(y, models.addmul_ref(a, b), rtol=1e-6, atol=1e-6)
@@ -137,7 +139,7 @@ def test_dynamic_batch(client, batch):
 
 def test_empty_batch(client):
     a = np.zeros((0, 4), np.float32)
-    r = client.infer(InferenceRequest("addmul", {"a": a, "b": a}))
+    r = client.infer(InferenceRequest("addmul", {"lhs": a, "rhs": a}))
     assert r.outputs["y"].shape == (0, 4)
 
 
@@ -163,7 +165,7 @@ def test_pipelined_async(client):
     for i in range(300):
         a = rng.standard_normal((1 + i % 5, 4)).astype(np.float32)
         b = np.full_like(a, i)
-        reqs.append((a, b, client.infer_async(InferenceRequest("addmul", {"a": a, "b": b}))))
+        reqs.append((a, b, client.infer_async(InferenceRequest("addmul", {"lhs": a, "rhs": b}))))
     for a, b, f in reqs:
         np.testing.assert_allclose(f.result(timeout=60).outputs["y"], models.addmul_ref(a, b),
                                    rtol=1e-6)
@@ -171,8 +173,8 @@ def test_pipelined_async(client):
 
 def test_request_id_and_timings(client):
     rid = 2 ** 64 - 2
-    r = client.infer(InferenceRequest("addmul", {"a": np.ones((1, 4), np.float32),
-                                                 "b": np.ones((1, 4), np.float32)},
+    r = client.infer(InferenceRequest("addmul", {"lhs": np.ones((1, 4), np.float32),
+                                                 "rhs": np.ones((1, 4), np.float32)},
                                       request_id=rid, timeout_ms=5000, priority="low"))
     assert r.request_id == rid
     t = r.timings
@@ -201,15 +203,16 @@ def test_pools_document(client, model_dir):
     assert am["pool_size"] == 2 and am["priority"] == "high"
     assert pools["two_out"]["priority"] == "low"
     assert pools["scalar"]["priority"] == "medium"  # the default
-    assert am["inputs"] == [{"name": "a", "dtype": "float32", "shape": [-1, 4]},
-                            {"name": "b", "dtype": "float32", "shape": [-1, 4]}]
+    assert am["inputs"] == [{"name": "lhs", "dtype": "float32", "shape": [-1, 4]},
+                            {"name": "rhs", "dtype": "float32", "shape": [-1, 4]}]
     assert am["outputs"] == [{"name": "y", "dtype": "float32", "shape": [-1, 4]}]
-    assert pools["scalar"]["inputs"][0] == {"name": "s", "dtype": "float32", "shape": []}
+    assert pools["scalar"]["inputs"] == [{"name": "scale", "dtype": "float32", "shape": []},
+                                         {"name": "vec", "dtype": "float32", "shape": [-1]}]
     for dt in models.DTYPES:
         p = pools["id_" + dt]
-        assert p["inputs"] == [{"name": "x", "dtype": dt, "shape": [-1, -1]},
-                               {"name": "s", "dtype": dt, "shape": []}], p
-        assert [o["name"] for o in p["outputs"]] == ["y", "t"]
+        assert p["inputs"] == [{"name": "data", "dtype": dt, "shape": [-1, -1]},
+                               {"name": "scalar", "dtype": dt, "shape": []}], p
+        assert [o["name"] for o in p["outputs"]] == ["data_out", "scalar_out"]
     assert [o["name"] for o in pools["two_out"]["outputs"]] == ["sum", "prod"]
 
 
@@ -256,12 +259,12 @@ def test_endpoints(srv, which):
         r = c.infer(InferenceRequest("two_out", {"x": x}))
         np.testing.assert_array_equal(r.outputs["prod"], x * x)
         s = np.array([["tcp", "and"], ["unix", "é"]], dtype=object)
-        r = c.infer(InferenceRequest("id_string", {"x": s, "s": "z"}))
-        assert r.outputs["y"].tolist() == [[b"tcp", b"and"], [b"unix", "é".encode()]]
+        r = c.infer(InferenceRequest("id_string", {"data": s, "scalar": "z"}))
+        assert r.outputs["data_out"].tolist() == [[b"tcp", b"and"], [b"unix", "é".encode()]]
 
 
 def test_large_tensor_over_tcp(srv):
     with SessionClient(srv.tcp_endpoint, timeout_s=60) as c:
         x = np.random.default_rng(4).standard_normal((1024, 4096)).astype(np.float32)  # 16 MiB
-        r = c.infer(InferenceRequest("id_float32", {"x": x, "s": np.float32(0)}))
-        assert r.outputs["y"].tobytes() == x.tobytes()
+        r = c.infer(InferenceRequest("id_float32", {"data": x, "scalar": np.float32(0)}))
+        assert r.outputs["data_out"].tobytes() == x.tobytes()
