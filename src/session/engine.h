@@ -94,7 +94,8 @@ struct sip_pool {
   _Atomic int state;   /* sip_pool_state_t */
   char *error;         /* why FAILED; set before state becomes FAILED */
   double load_ms;
-  uint64_t model_bytes;
+  uint64_t model_bytes;  /* size of the model file */
+  uint64_t memory_bytes; /* resident memory the load added (model + sessions) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;

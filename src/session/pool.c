@@ -241,6 +241,18 @@ static void *session_main(void *arg) {
 
 /* ---- load ---- */
 
+/* Resident bytes of this process. Pools load one at a time, so the growth
+ * across a load is the memory that model and its sessions brought. */
+static uint64_t resident_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, rss = 0;
+  if (f) {
+    if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
+    fclose(f);
+  }
+  return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 static void pool_fail(sip_pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip__log(SIP__LOG_ERROR, "pool failed to load", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
@@ -251,7 +263,7 @@ static void pool_fail(sip_pool_t *p, sip_error_t *e) {
 
 void sip__pool_load(sip_pool_t *p) {
   const sip_pool_config_t *c = p->cfg;
-  uint64_t t0 = sip__now_us();
+  uint64_t t0 = sip__now_us(), rss0 = resident_bytes();
   sip_error_t *e = NULL;
   p->backend = sip__backend_find(c->backend);
   if (!p->backend) {
@@ -310,12 +322,15 @@ void sip__pool_load(sip_pool_t *p) {
     s->thread_started = 1;
   }
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
+  uint64_t rss1 = resident_bytes();
+  p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
   atomic_store(&p->state, SIP_POOL_READY);
   sip__log(SIP__LOG_INFO, "pool loaded",
-           "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu",
+           "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu "
+           "memory_bytes=%llu",
            c->name, p->backend->name, p->resolved_path ? p->resolved_path : "-",
            p->version ? p->version : "-", c->pool_size, p->load_ms,
-           (unsigned long long)p->model_bytes);
+           (unsigned long long)p->model_bytes, (unsigned long long)p->memory_bytes);
 }
 
 /* ---- admission ---- */
@@ -331,6 +346,10 @@ static sip_error_t *check_inputs(sip_pool_t *p, const sip_request_t *r) {
   const char *pool = p->cfg->name;
   for (size_t i = 0; i < r->n_inputs; i++) {
     const sip_tensor_t *t = r->inputs[i];
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(r->inputs[j]->name, t->name) == 0)
+        return sip_error_new(SIP_INVALID_ARGUMENT, "input '%s' of pool '%s' is given twice",
+                             t->name, pool);
     const sip_io_desc_t *d = NULL;
     for (size_t j = 0; j < p->n_inputs && !d; j++)
       if (strcmp(p->inputs[j].name, t->name) == 0) d = &p->inputs[j];

@@ -495,6 +495,7 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   json_object_set_new(o, "queued_by_priority", qb);
   json_object_set_new(o, "load_ms", json_real(p->load_ms));
   json_object_set_new(o, "model_bytes", json_integer((json_int_t)p->model_bytes));
+  json_object_set_new(o, "memory_bytes", json_integer((json_int_t)p->memory_bytes));
   json_object_set_new(o, "requests", codes);
   json_object_set_new(o, "latency_us",
                       json_pack("{s:o,s:o,s:o}", "queue", sip__hist_json(&p->h_queue), "compute",

@@ -303,13 +303,9 @@ static sip_error_t *get_tensors(reader_t *r, sip_buf_t *owner, size_t n, sip_ten
   sip_tensor_t **ts = sip__calloc(n, sizeof *ts);
   if (!ts) return SIP_OOM();
   for (size_t i = 0; i < n; i++) {
+    /* Duplicate names are well-formed framing; the engine rejects them as a
+     * request error, keeping the connection. */
     sip_error_t *e = get_tensor(r, owner, &ts[i]);
-    if (!e) {
-      for (size_t j = 0; j < i; j++)
-        if (strcmp(ts[j]->name, ts[i]->name) == 0)
-          e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' appears twice", r->what,
-                            ts[i]->name);
-    }
     if (e) {
       for (size_t j = 0; j <= i; j++) sip_tensor_free(ts[j]);
       sip__free(ts);

@@ -1,0 +1,258 @@
+/* libsipclient against an in-process server listening on a temporary unix
+ * socket and an ephemeral TCP port: sync and async infer, pipelining,
+ * introspection, error codes, connection failures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sip/client.h"
+#include "sip/sip.h"
+
+static char sock_path[64];
+static char unix_ep[96];
+
+static int setup(void **state) {
+  snprintf(sock_path, sizeof sock_path, "/tmp/sip_test_client_%d.sock", (int)getpid());
+  snprintf(unix_ep, sizeof unix_ep, "ipc://%s", sock_path);
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: ['%s', 'tcp://127.0.0.1:0'], log_level: error}\n"
+           "session_pools:\n"
+           "  - {name: echo, backend: builtin, pool_size: 2, backend_options: {shape: '-1,3'}}\n"
+           "  - {name: slow, backend: builtin, pool_size: 1,\n"
+           "     backend_options: {shape: '-1', delay_ms: 100}}\n",
+           unix_ep);
+  sip_server_options_t *o = sip_server_options_new();
+  assert_null(sip_server_options_set_config_string(o, yaml, "."));
+  sip_server_options_set_wait_for_load(o, 1);
+  sip_server_t *srv = NULL;
+  sip_error_t *e = sip_server_new(o, &srv);
+  sip_server_options_free(o);
+  if (e) fprintf(stderr, "%s\n", sip_error_message(e));
+  assert_null(e);
+  assert_int_equal(sip_server_endpoint_count(srv), 2);
+  *state = srv;
+  return 0;
+}
+
+static int teardown(void **state) {
+  sip_server_free(*state);
+  assert_int_equal(access(sock_path, F_OK), -1); /* the socket file is removed */
+  return 0;
+}
+
+static sip_tensor_t *vec3(float base, int64_t rows) {
+  float v[64 * 3];
+  for (int i = 0; i < rows * 3; i++) v[i] = base + (float)i;
+  int64_t dims[2] = {rows, 3};
+  return sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 2, dims, v,
+                             (size_t)rows * 3 * sizeof(float));
+}
+
+static void check_echo(const sip_client_response_t *r, float base, int64_t rows) {
+  const sip_tensor_t *t = sip_client_response_output(r, "output");
+  assert_non_null(t);
+  assert_int_equal(t->dtype, SIP_DTYPE_FLOAT32);
+  assert_int_equal(t->rank, 2);
+  assert_int_equal(t->dims[0], rows);
+  assert_int_equal(t->dims[1], 3);
+  const float *f = t->data;
+  for (int i = 0; i < rows * 3; i++) assert_true(f[i] == base + (float)i);
+}
+
+static void sync_on(const char *ep) {
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(ep, &c));
+  sip_tensor_t *t = vec3(1.5f, 4);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .request_id = 77};
+  sip_client_response_t *r = NULL;
+  sip_error_t *e = sip_client_infer(c, &req, &r);
+  assert_null(e);
+  assert_int_equal(r->request_id, 77);
+  assert_true(r->latency_ms > 0);
+  assert_true(r->total_us >= r->compute_us);
+  check_echo(r, 1.5f, 4);
+  sip_client_response_free(r);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
+static void test_sync_unix(void **state) {
+  (void)state;
+  sync_on(unix_ep);
+}
+
+static void test_sync_tcp(void **state) {
+  sip_server_t *srv = *state;
+  const char *tcp = sip_server_endpoint(srv, 1);
+  assert_non_null(strstr(tcp, "tcp://127.0.0.1:"));
+  sync_on(tcp);
+}
+
+typedef struct collect {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done, ok, failed;
+  uint64_t order[64];
+} collect_t;
+
+static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
+  collect_t *c = user;
+  pthread_mutex_lock(&c->mu);
+  if (r) {
+    /* Each request i carried base i*100; check its own data came back. */
+    const sip_tensor_t *t = sip_client_response_output(r, "output");
+    const float *f = t->data;
+    if (f[0] == (float)(r->request_id * 100)) c->ok++;
+    c->order[c->done] = r->request_id;
+  } else {
+    c->failed++;
+  }
+  c->done++;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  sip_client_response_free(r);
+  sip_error_free(e);
+}
+
+static void test_async_pipelined(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  collect_t col = {.done = 0};
+  pthread_mutex_init(&col.mu, NULL);
+  pthread_cond_init(&col.cv, NULL);
+  enum { N = 50 };
+  for (uint64_t i = 1; i <= N; i++) {
+    sip_tensor_t *t = vec3((float)(i * 100), 2);
+    const sip_tensor_t *in[] = {t};
+    sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .request_id = i};
+    assert_null(sip_client_infer_async(c, &req, on_done, &col));
+    sip_tensor_free(t); /* the request was encoded: inputs are not needed any more */
+  }
+  pthread_mutex_lock(&col.mu);
+  while (col.done < N) pthread_cond_wait(&col.cv, &col.mu);
+  pthread_mutex_unlock(&col.mu);
+  assert_int_equal(col.ok, N);
+  assert_int_equal(col.failed, 0);
+  sip_client_free(c);
+  pthread_mutex_destroy(&col.mu);
+  pthread_cond_destroy(&col.cv);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_tensor_t *t = vec3(0, 1);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "nope", .inputs = in, .n_inputs = 1};
+  sip_client_response_t *r = NULL;
+  sip_error_t *e = sip_client_infer(c, &req, &r);
+  assert_non_null(e);
+  assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  assert_non_null(strstr(sip_error_message(e), "nope"));
+  sip_error_free(e);
+
+  int64_t dims[1] = {3};
+  float v[3] = {0};
+  sip_tensor_t *bad = sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, dims, v, sizeof v);
+  const sip_tensor_t *in2[] = {bad};
+  req.pool = "echo";
+  req.inputs = in2;
+  e = sip_client_infer(c, &req, &r);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_non_null(strstr(sip_error_message(e), "[3]"));
+  assert_non_null(strstr(sip_error_message(e), "[-1,3]"));
+  sip_error_free(e);
+
+  /* The connection survived both errors. */
+  req.inputs = in;
+  assert_null(sip_client_infer(c, &req, &r));
+  sip_client_response_free(r);
+  sip_tensor_free(bad);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
+static void test_deadline(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  int64_t dims[1] = {1};
+  float v = 1;
+  sip_tensor_t *t = sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, dims, &v, sizeof v);
+  const sip_tensor_t *in[] = {t};
+  collect_t col = {.done = 0};
+  pthread_mutex_init(&col.mu, NULL);
+  pthread_cond_init(&col.cv, NULL);
+  sip_client_request_t busy = {.pool = "slow", .inputs = in, .n_inputs = 1, .request_id = 0};
+  assert_null(sip_client_infer_async(c, &busy, on_done, &col));
+  sip_client_request_t late = {.pool = "slow", .inputs = in, .n_inputs = 1, .timeout_ms = 20};
+  sip_client_response_t *r = NULL;
+  sip_error_t *e = sip_client_infer(c, &late, &r);
+  assert_int_equal(sip_error_code(e), SIP_DEADLINE_EXCEEDED);
+  sip_error_free(e);
+  pthread_mutex_lock(&col.mu);
+  while (col.done < 1) pthread_cond_wait(&col.cv, &col.mu);
+  pthread_mutex_unlock(&col.mu);
+  sip_tensor_free(t);
+  sip_client_free(c);
+  pthread_mutex_destroy(&col.mu);
+  pthread_cond_destroy(&col.cv);
+}
+
+static void test_info(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  char *json = NULL;
+  assert_null(sip_client_info(c, 1, &json));
+  assert_non_null(strstr(json, "\"ready\":true"));
+  sip_client_free_string(json);
+  assert_null(sip_client_info(c, 2, &json));
+  assert_non_null(strstr(json, "\"name\":\"echo\""));
+  assert_non_null(strstr(json, "\"shape\":[-1,3]"));
+  sip_client_free_string(json);
+  assert_null(sip_client_info(c, 3, &json));
+  assert_non_null(strstr(json, "\"sessions\""));
+  sip_client_free_string(json);
+  sip_error_t *e = sip_client_info(c, 9, &json);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  sip_client_free(c);
+}
+
+static void test_connect_failures(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  sip_error_t *e = sip_client_connect("ipc:///tmp/definitely_not_here.sock", &c);
+  assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
+  sip_error_free(e);
+  e = sip_client_connect("http://x", &c);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  e = sip_client_connect("tcp://127.0.0.1", &c);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  assert_null(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
+      cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
+      cmocka_unit_test(test_connect_failures),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
