@@ -411,6 +411,10 @@ sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t 
       (e = get_int(&r, "total_us", 8, &out->total_us)) ||
       (e = get_int(&r, "n_outputs", 2, &n_out)) || (e = get_int(&r, "reserved", 6, &res)))
     goto fail;
+  if (res) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_RESPONSE reserved bytes are not zero");
+    goto fail;
+  }
   if ((e = get_tensors(&r, owner, n_out, &out->outputs))) goto fail;
   out->n_outputs = n_out;
   if ((e = trailing(&r))) goto fail;
@@ -433,7 +437,11 @@ sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, u
     return NULL;
   }
   if ((e = get_int(&r, "message length", 4, &n))) return e;
-  if (len - r.off != n) return short_read(&r, "message", n);
+  if (len - r.off < n) return short_read(&r, "message", n);
+  if (len - r.off > n)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "ERROR frame has %zu unexpected bytes after its "
+                                               "%llu-byte message",
+                         len - r.off - (size_t)n, (unsigned long long)n);
   *text = (const char *)p + r.off;
   *text_len = (size_t)n;
   return NULL;

@@ -229,3 +229,23 @@ def test_restart_on_same_socket_path(sipd_bin, tmp_path):
     finally:
         rc = srv2.stop()
     assert rc == 0, srv2.log_tail()
+
+
+def test_new_requests_refused_while_draining(start_sipd):
+    """docs/protocol.md: UNAVAILABLE covers "server draining". Once SIGTERM
+    arrived, a new request (on an open connection) is refused with
+    UNAVAILABLE - or its connection is closed - while the in-flight one
+    completes."""
+    srv = start_sipd([{"name": "slow", "backend": "builtin", "pool_size": 1,
+                       "backend_options": {"delay_ms": 500, "shape": "-1"}},
+                      {"name": "fast", "backend": "builtin"}])
+    c = srv.client(timeout_s=20)
+    assert c.infer(InferenceRequest("fast", {"input": np.ones(1, F)}))
+    running = c.infer_async(InferenceRequest("slow", {"input": np.ones(2, F)}))
+    time.sleep(0.1)
+    srv.send_signal(signal.SIGTERM)
+    time.sleep(0.1)  # the signal is handled; the slow request still runs
+    with pytest.raises(UnavailableError):
+        c.infer(InferenceRequest("fast", {"input": np.ones(1, F)}))
+    np.testing.assert_array_equal(running.result(timeout=10).outputs["output"], np.ones(2, F))
+    assert srv.wait(15) == 0, srv.log_tail()

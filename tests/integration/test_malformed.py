@@ -271,11 +271,11 @@ def test_oversize_large_payload_tcp(srv, bystander):
 
 def test_frame_exactly_at_limit(srv, bystander):
     """A payload of exactly max_frame_bytes is allowed; one byte more is not."""
-    base = len(P.encode_infer_request("id_string", {"data": np.array([[""]], dtype=object),
-                                                    "scalar": ""}))
-    pad = MAX_FRAME - base
-    ok = P.encode_infer_request("id_string", {"data": np.array([["x" * pad]], dtype=object),
-                                              "scalar": ""})
+    def make(n):  # the string is the last thing in the payload: no padding moves
+        return P.encode_infer_request("id_string", {"data": np.array([["a"]], dtype=object),
+                                                    "scalar": "x" * n})
+    pad = MAX_FRAME - len(make(0))
+    ok = make(pad)
     assert len(ok) == MAX_FRAME
     s = raw_connect(srv.unix_endpoint)
     try:
@@ -284,11 +284,11 @@ def test_frame_exactly_at_limit(srv, bystander):
         assert hdr.type == P.INFER_RESPONSE, "a frame of exactly the limit was refused"
         m = P.decode_infer_response(payload)
         assert m.code == 0, m.message
-        assert m.outputs["data_out"][0, 0] == b"x" * pad
+        assert m.outputs["scalar_out"][()] == b"x" * pad
     finally:
         s.close()
-    over = P.encode_infer_request("id_string", {"data": np.array([["x" * (pad + 1)]],
-                                                                 dtype=object), "scalar": ""})
+    over = make(pad + 1)
+    assert len(over) == MAX_FRAME + 1
     expect_error_frame(srv, bystander, frame(over), {"RESOURCE_EXHAUSTED"})
 
 
@@ -449,4 +449,41 @@ def test_many_idle_connections(srv, bystander):
     finally:
         for s in socks:
             s.close()
+    srv.assert_alive()
+
+
+def test_client_that_does_not_read(srv, bystander):
+    """A client that pipelines thousands of requests and reads nothing for a
+    while: the server must not block on it (other clients are served), and
+    once it reads, every answer is there, in full."""
+    n = 3000
+    a = np.arange(64 * 4, dtype=F).reshape(64, 4)  # 1 KiB per answer
+    one = frame(addmul_payload(a), rid=0)
+    blob = b"".join(one[:16] + struct.pack("<Q", i) + one[24:] for i in range(n))
+    s = raw_connect(srv.unix_endpoint, timeout=60)
+    sent = threading.Event()
+
+    def writer():
+        s.sendall(blob)  # may block while the server pushes back: that is fine
+        sent.set()
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    try:
+        time.sleep(0.5)
+        for i in range(5):
+            check_serving(bystander, i)  # not starved by the flood
+        ids = set()
+        ref = models.addmul_ref(a, a)
+        for _ in range(n):
+            hdr, payload = read_frame(s)
+            assert hdr.type == P.INFER_RESPONSE
+            m = P.decode_infer_response(payload)
+            assert m.code == 0, m.message
+            ids.add(hdr.request_id)
+        np.testing.assert_allclose(m.outputs["y"], ref)
+        assert ids == set(range(n))
+        assert sent.wait(10)
+    finally:
+        s.close()
     srv.assert_alive()

@@ -1,0 +1,242 @@
+/* libFuzzer target for the native protocol codec (src/transport/frame.c).
+ *
+ * The input is a stream of frames, as a connection would carry: each header
+ * is decoded with a 1 MiB limit, then its payload with the decoder for its
+ * type, from an exactly sized heap copy (so any read past the payload is an
+ * ASan report). Beyond "no crash, no leak" it checks the contract: exactly
+ * one of error and result, errors carry the documented codes, decoded
+ * tensors lie 8-byte aligned inside the payload and validate, and decoded
+ * requests and responses survive encode → decode unchanged (abort on any
+ * mismatch).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/frame.h"
+
+#define MAX_PAYLOAD ((size_t)1 << 20)
+
+#define CHECK(cond)       \
+  do {                    \
+    if (!(cond)) abort(); \
+  } while (0)
+
+static void release(void *ctx) { free(ctx); }
+
+static void check_tensor(const sip_tensor_t *t, const uint8_t *p, size_t len) {
+  CHECK(t && t->name && strlen(t->name) <= SIP_MAX_NAME);
+  CHECK(t->dtype >= SIP_DTYPE_FLOAT32 && t->dtype <= SIP_DTYPE_UINT64);
+  CHECK(t->rank >= 0 && t->rank <= SIP_MAX_RANK);
+  for (int i = 0; i < t->rank; i++) CHECK(t->dims[i] >= 0);
+  const uint8_t *d = t->data;
+  CHECK(d >= p && (size_t)(d - p) <= len && t->nbytes <= len - (size_t)(d - p));
+  CHECK((size_t)(d - p) % 8 == 0);
+  sip_error_t *e = sip_tensor_validate(t);
+  CHECK(!e);
+}
+
+static void check_same_tensor(const sip_tensor_t *a, const sip_tensor_t *b) {
+  CHECK(strcmp(a->name, b->name) == 0);
+  CHECK(a->dtype == b->dtype && a->rank == b->rank && a->nbytes == b->nbytes);
+  for (int i = 0; i < a->rank; i++) CHECK(a->dims[i] == b->dims[i]);
+  CHECK(!a->nbytes || memcmp(a->data, b->data, a->nbytes) == 0);
+}
+
+/* Decodes the single frame in w (header + payload); returns its payload. */
+static const uint8_t *reframe(const sip_wbuf_t *w, uint16_t type, uint64_t id, size_t want_len,
+                              size_t *len) {
+  CHECK(!w->oom && w->len >= SIP_FRAME_HEADER_SIZE);
+  sip_frame_header_t h;
+  sip_error_t *e = sip__frame_header_decode(w->data, SIZE_MAX, &h);
+  CHECK(!e);
+  CHECK(h.type == type && h.request_id == id && h.flags == 0);
+  CHECK(w->len == SIP_FRAME_HEADER_SIZE + (size_t)h.length);
+  /* Same fields and sizes, so the same length (padding bytes may differ). */
+  CHECK(h.length == want_len);
+  *len = h.length;
+  return w->data + SIP_FRAME_HEADER_SIZE;
+}
+
+static void round_trip_request(const sip_wire_request_t *r, uint64_t id, size_t len) {
+  sip_wbuf_t w = {0};
+  sip__encode_infer_request(&w, id, r->pool, r->priority, r->timeout_ms,
+                            (const char *const *)r->outputs, r->n_outputs,
+                            (const sip_tensor_t *const *)r->inputs, r->n_inputs);
+  size_t len2;
+  const uint8_t *p2 = reframe(&w, SIP_MSG_INFER_REQUEST, id, len, &len2);
+  sip_wire_request_t r2;
+  sip_error_t *e = sip__decode_infer_request(p2, len2, NULL, &r2);
+  CHECK(!e);
+  CHECK(strcmp(r->pool, r2.pool) == 0);
+  CHECK(r->priority == r2.priority && r->timeout_ms == r2.timeout_ms);
+  CHECK(r->n_outputs == r2.n_outputs && r->n_inputs == r2.n_inputs);
+  for (size_t i = 0; i < r->n_outputs; i++) CHECK(strcmp(r->outputs[i], r2.outputs[i]) == 0);
+  for (size_t i = 0; i < r->n_inputs; i++) {
+    check_tensor(r2.inputs[i], p2, len2);
+    check_same_tensor(r->inputs[i], r2.inputs[i]);
+  }
+  sip__wire_request_clear(&r2);
+  sip__wbuf_free(&w);
+}
+
+static void round_trip_response(const sip_wire_response_t *r, uint64_t id, const uint8_t *p,
+                                size_t len) {
+  sip_wbuf_t w = {0};
+  sip__encode_infer_response(&w, id, r->code, r->message, r->queue_us, r->compute_us,
+                             r->total_us, (const sip_tensor_t *const *)r->outputs, r->n_outputs);
+  /* The message is kept as a C string: an embedded NUL shortens it, and so
+   * the frame (alignment is monotone, so it never grows). */
+  uint32_t mlen = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                  (uint32_t)p[7] << 24;
+  CHECK(!w.oom);
+  sip_frame_header_t h;
+  sip_error_t *e = sip__frame_header_decode(w.data, SIZE_MAX, &h);
+  CHECK(!e);
+  CHECK(h.type == SIP_MSG_INFER_RESPONSE && h.request_id == id);
+  size_t len2 = h.length;
+  const uint8_t *p2 = w.data + SIP_FRAME_HEADER_SIZE;
+  CHECK(w.len == SIP_FRAME_HEADER_SIZE + len2);
+  if (strlen(r->message) == mlen)
+    CHECK(len2 == len);
+  else
+    CHECK(strlen(r->message) < mlen && len2 <= len);
+  sip_wire_response_t r2;
+  e = sip__decode_infer_response(p2, len2, NULL, &r2);
+  CHECK(!e);
+  CHECK(r->code == r2.code && strcmp(r->message, r2.message) == 0);
+  CHECK(r->queue_us == r2.queue_us && r->compute_us == r2.compute_us &&
+        r->total_us == r2.total_us);
+  CHECK(r->n_outputs == r2.n_outputs);
+  for (size_t i = 0; i < r->n_outputs; i++) {
+    check_tensor(r2.outputs[i], p2, len2);
+    check_same_tensor(r->outputs[i], r2.outputs[i]);
+  }
+  sip__wire_response_clear(&r2);
+  sip__wbuf_free(&w);
+}
+
+static int is_request_zeroed(const sip_wire_request_t *r) {
+  return !r->pool && !r->outputs && !r->n_outputs && !r->inputs && !r->n_inputs;
+}
+
+/* Returns 0 to stop the stream (the server closes the connection). */
+static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
+  size_t len = h->length;
+  /* An exactly sized copy owned by a refcounted buffer, as the server holds
+   * a received frame. */
+  uint8_t *p = malloc(len ? len : 1);
+  CHECK(p);
+  if (len) memcpy(p, payload, len);
+  sip_buf_t *owner = sip_buf_wrap(p, len, release, p);
+  CHECK(owner);
+  int ok = 1;
+  sip_error_t *e = NULL;
+  switch (h->type) {
+    case SIP_MSG_INFER_REQUEST: {
+      sip_wire_request_t r;
+      e = sip__decode_infer_request(p, len, owner, &r);
+      if (e) {
+        CHECK(is_request_zeroed(&r));
+        break;
+      }
+      CHECK(r.pool && strlen(r.pool) <= SIP_MAX_NAME);
+      CHECK(r.priority >= 0 && r.priority <= 3);
+      CHECK(!r.n_outputs || r.outputs);
+      CHECK(!r.n_inputs || r.inputs);
+      for (size_t i = 0; i < r.n_outputs; i++) CHECK(r.outputs[i]);
+      for (size_t i = 0; i < r.n_inputs; i++) {
+        check_tensor(r.inputs[i], p, len);
+        CHECK(r.inputs[i]->owner == owner);
+      }
+      round_trip_request(&r, h->request_id, len);
+      sip__wire_request_clear(&r);
+      break;
+    }
+    case SIP_MSG_INFER_RESPONSE: {
+      sip_wire_response_t r;
+      e = sip__decode_infer_response(p, len, owner, &r);
+      if (e) {
+        CHECK(!r.message && !r.outputs && !r.n_outputs);
+        break;
+      }
+      CHECK(r.message);
+      CHECK(!r.n_outputs || r.outputs);
+      for (size_t i = 0; i < r.n_outputs; i++) check_tensor(r.outputs[i], p, len);
+      round_trip_response(&r, h->request_id, p, len);
+      sip__wire_response_clear(&r);
+      break;
+    }
+    case SIP_MSG_INFO_REQUEST:
+      /* u8 kind; the server answers anything else with an error. */
+      ok = len == 1;
+      break;
+    case SIP_MSG_INFO_RESPONSE:
+    case SIP_MSG_ERROR: {
+      int is_error = h->type == SIP_MSG_ERROR;
+      uint32_t code = 0;
+      const char *text = NULL;
+      size_t tl = 0;
+      e = sip__decode_code_text(p, len, is_error, &code, &text, &tl);
+      if (!e) {
+        CHECK(text >= (const char *)p && tl <= len && (const uint8_t *)text + tl == p + len);
+        CHECK(tl == len - (is_error ? 8u : 4u));
+        /* Round trip. */
+        sip_wbuf_t w = {0};
+        if (is_error) {
+          /* sip__encode_error takes a C string. */
+          if (!memchr(text, 0, tl)) {
+            char *m = malloc(tl + 1);
+            CHECK(m);
+            memcpy(m, text, tl);
+            m[tl] = '\0';
+            sip__encode_error(&w, h->request_id, code, m);
+            free(m);
+          }
+        } else {
+          sip__encode_info_response(&w, h->request_id, code, text, tl);
+        }
+        if (w.len) {
+          size_t l2;
+          const uint8_t *p2 = reframe(&w, h->type, h->request_id, len, &l2);
+          CHECK(memcmp(p2, p, len) == 0);
+        }
+        sip__wbuf_free(&w);
+      }
+      break;
+    }
+    default:
+      abort(); /* the header decoder lets no other type through */
+  }
+  if (e) {
+    sip_code_t c = sip_error_code(e);
+    CHECK(c == SIP_INVALID_ARGUMENT || c == SIP_RESOURCE_EXHAUSTED);
+    CHECK(sip_error_message(e)[0]);
+    sip_error_free(e);
+    ok = 0;
+  }
+  sip_buf_unref(owner);
+  return ok;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  size_t off = 0;
+  while (size - off >= SIP_FRAME_HEADER_SIZE) {
+    sip_frame_header_t h;
+    sip_error_t *e = sip__frame_header_decode(data + off, MAX_PAYLOAD, &h);
+    if (e) {
+      sip_code_t c = sip_error_code(e);
+      CHECK(c == SIP_INVALID_ARGUMENT || c == SIP_UNIMPLEMENTED || c == SIP_RESOURCE_EXHAUSTED);
+      sip_error_free(e);
+      break;
+    }
+    CHECK(h.version == SIP_FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
+    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_ERROR);
+    off += SIP_FRAME_HEADER_SIZE;
+    if (size - off < h.length) break; /* the connection would wait for more */
+    int go_on = one_frame(&h, data + off);
+    off += h.length;
+    if (!go_on) break;
+  }
+  return 0;
+}
