@@ -71,6 +71,9 @@ char *sip_server_info_json(sip_server_t *s, int kind);
 sip_request_t *sip_request_new(const char *pool);
 void sip_request_free(sip_request_t *r);
 void sip_request_set_id(sip_request_t *r, uint64_t id);
+/* Asks for one version of the model (copied); NULL: the default version.
+ * A version the pool does not serve is NOT_FOUND at submission. */
+sip_error_t *sip_request_set_version(sip_request_t *r, const char *version);
 /* 0 = the pool's default, 1 = high, 2 = medium, 3 = low. */
 sip_error_t *sip_request_set_priority(sip_request_t *r, int priority);
 /* 0 = no deadline. Counted from sip_server_infer*. */

@@ -43,3 +43,13 @@ double sip__hist_quantile_us(const sip_hist_t *h, double q) {
   }
   return (double)sip__hist_bounds_us[SIP_HIST_BUCKETS - 1];
 }
+
+void sip__stat_add(sip_stat_t *s, uint64_t ns) {
+  atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
+}
+
+json_t *sip__stat_json(const sip_stat_t *s) {
+  return json_pack("{s:I,s:I}", "count", (json_int_t)atomic_load(&s->count), "ns",
+                   (json_int_t)atomic_load(&s->ns));
+}

@@ -17,6 +17,14 @@ typedef struct sip_hist {
 } sip_hist_t;
 
 void sip__hist_observe(sip_hist_t *h, uint64_t us);
+
+/* A count and a cumulative duration. */
+typedef struct sip_stat {
+  atomic_uint_fast64_t count, ns;
+} sip_stat_t;
+void sip__stat_add(sip_stat_t *s, uint64_t ns);
+/* {"count": n, "ns": t} */
+json_t *sip__stat_json(const sip_stat_t *s);
 /* {"count": n, "sum": s, "buckets": [[le, cumulative], ..., ["+Inf", n]]} */
 json_t *sip__hist_json(const sip_hist_t *h);
 /* Approximate quantile (0..1) in microseconds by interpolating in buckets. */

@@ -13,6 +13,7 @@
 
 struct sip_request {
   char *pool;
+  char *version; /* NULL: default */
   uint64_t id;
   int priority; /* 0 default, 1 high, 2 medium, 3 low */
   uint32_t timeout_ms;
@@ -106,6 +107,11 @@ struct sip_pool {
 
   atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
   sip_hist_t h_queue, h_compute, h_total;
+  /* Triton-style cumulative statistics (count and nanoseconds). */
+  sip_stat_t st_success, st_fail, st_queue, st_compute_input, st_compute_infer, st_compute_output;
+  atomic_uint_fast64_t inference_count; /* requests executed */
+  atomic_uint_fast64_t execution_count; /* backend executions (batches) */
+  atomic_uint_fast64_t last_inference_ms; /* wall clock of the last completion */
 };
 
 /* Loads the model and starts the sessions (blocking). On failure the pool
@@ -118,8 +124,9 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r);
 uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now_us);
 /* Stops sessions after the queue drains, frees everything but the struct. */
 void sip__pool_shutdown(sip_pool_t *p);
-/* Counts the outcome of a finished request in the pool's metrics. */
-void sip__pool_count(sip_pool_t *p, sip_code_t code);
+/* Counts the outcome of a request in the pool's metrics; total_ns is its
+ * time from arrival (0 for requests refused at admission). */
+void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns);
 
 /* Completes a request: builds the response, calls done, frees the request. */
 void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,

@@ -156,19 +156,28 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
   done(resp, user);
 }
 
-void sip__pool_count(sip_pool_t *p, sip_code_t code) {
+void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns) {
   if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
+  sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
+}
+
+/* Every queued request ends here: metrics, a log line for failures, the
+ * answer. */
+static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                   sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
+  uint64_t total_us = sip__now_us() - r->arrival_us;
+  sip__hist_observe(&p->h_total, total_us);
+  sip__pool_count(p, code, total_us * 1000);
+  atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
   if (code != SIP_OK)
-    sip__log(SIP__LOG_DEBUG, "request failed", "pool=%s code=%s", p->cfg->name,
-             sip_code_name(code));
+    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
+             sip_code_name(code), msg);
+  sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
 }
 
 static void fail_request(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                          uint64_t queue_us) {
-  sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
-           sip_code_name(code), msg);
-  sip__pool_count(p, code);
-  sip__request_complete(r, code, msg, NULL, 0, queue_us, 0);
+  finish(p, r, code, msg, NULL, 0, queue_us, 0);
 }
 
 /* ---- executor ---- */
@@ -178,6 +187,7 @@ static void run_one(sip_session_t *s, sip_request_t *r) {
   uint64_t start = sip__now_us();
   uint64_t queue_us = start - r->arrival_us;
   sip__hist_observe(&p->h_queue, queue_us);
+  sip__stat_add(&p->st_queue, queue_us * 1000);
   if (r->deadline_us && start >= r->deadline_us) {
     char msg[256];
     snprintf(msg, sizeof msg,
@@ -187,6 +197,7 @@ static void run_one(sip_session_t *s, sip_request_t *r) {
     fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, queue_us);
     return;
   }
+  uint64_t t_in = sip__now_ns();
   const char *all[64];
   const char *const *names = (const char *const *)r->outputs;
   size_t n_out = r->n_outputs;
@@ -201,11 +212,17 @@ static void run_one(sip_session_t *s, sip_request_t *r) {
     return;
   }
   sip__session_set_state(s, SIP_SESSION_RUNNING);
+  uint64_t t_run = sip__now_ns();
+  sip__stat_add(&p->st_compute_input, t_run - t_in);
   sip_error_t *e = p->backend->execute(s->ctx, (const sip_tensor_t *const *)r->inputs,
                                        r->n_inputs, names, n_out, outs);
+  uint64_t t_done = sip__now_ns();
+  sip__stat_add(&p->st_compute_infer, t_done - t_run);
   uint64_t compute_us = sip__now_us() - start;
   sip__session_set_state(s, SIP_SESSION_READY);
   atomic_fetch_add(&s->inferences, 1);
+  atomic_fetch_add(&p->inference_count, 1);
+  atomic_fetch_add(&p->execution_count, 1);
   sip__hist_observe(&p->h_compute, compute_us);
   if (e) {
     atomic_fetch_add(&s->errors, 1);
@@ -218,9 +235,8 @@ static void run_one(sip_session_t *s, sip_request_t *r) {
     sip__free(msg);
     return;
   }
-  sip__hist_observe(&p->h_total, sip__now_us() - r->arrival_us);
-  sip__pool_count(p, SIP_OK);
-  sip__request_complete(r, SIP_OK, NULL, outs, n_out, queue_us, compute_us);
+  sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
+  finish(p, r, SIP_OK, NULL, outs, n_out, queue_us, compute_us);
 }
 
 static void *session_main(void *arg) {
@@ -456,6 +472,7 @@ uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
     expired = r->next;
     uint64_t waited = now - r->arrival_us;
     sip__hist_observe(&p->h_queue, waited);
+    sip__stat_add(&p->st_queue, waited * 1000);
     char msg[256];
     snprintf(msg, sizeof msg,
              "request waited %.1f ms in the queue of pool '%s', past its timeout of %u ms; it "

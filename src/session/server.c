@@ -221,6 +221,14 @@ void sip_server_free(sip_server_t *s) {
   if (s->loader_started) pthread_join(s->loader, NULL);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
+  /* Refuse new work everywhere first, so no pool keeps admitting while
+   * another drains. */
+  for (size_t i = 0; i < s->n_pools; i++) {
+    pthread_mutex_lock(&s->pools[i].mu);
+    s->pools[i].stopping = 1;
+    pthread_cond_broadcast(&s->pools[i].cv);
+    pthread_mutex_unlock(&s->pools[i].mu);
+  }
   for (size_t i = 0; i < s->n_pools; i++) sip__pool_shutdown(&s->pools[i]);
   if (s->listeners) sip__listeners_stop(s->listeners);
   if (s->hk_started) {
@@ -276,6 +284,7 @@ sip_request_t *sip_request_new(const char *pool) {
 void sip_request_free(sip_request_t *r) {
   if (!r) return;
   sip__free(r->pool);
+  sip__free(r->version);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
   for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
@@ -284,6 +293,14 @@ void sip_request_free(sip_request_t *r) {
 }
 
 void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }
+
+sip_error_t *sip_request_set_version(sip_request_t *r, const char *version) {
+  char *v = NULL;
+  if (version && !(v = sip__strdup(version))) return SIP_OOM();
+  sip__free(r->version);
+  r->version = v;
+  return NULL;
+}
 void sip_request_set_timeout_ms(sip_request_t *r, uint32_t ms) { r->timeout_ms = ms; }
 
 sip_error_t *sip_request_set_priority(sip_request_t *r, int priority) {
@@ -346,12 +363,17 @@ sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer
     e = sip_error_new(SIP_NOT_FOUND, "no pool named '%s'; this server has: %s", r->pool,
                       s->n_pools ? names : "(no pools)");
     sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=NOT_FOUND", r->pool);
+  } else if (r->version && (!p->version || strcmp(r->version, p->version) != 0)) {
+    e = sip_error_new(SIP_NOT_FOUND, "pool '%s' does not serve version '%s'; it serves %s%s%s",
+                      r->pool, r->version, p->version ? "version '" : "an unversioned model",
+                      p->version ? p->version : "", p->version ? "'" : "");
+    sip__pool_count(p, SIP_NOT_FOUND, 0);
   } else {
     r->done = done;
     r->user = user;
     e = sip__pool_submit(p, r);
     if (!e) return NULL;
-    sip__pool_count(p, sip_error_code(e));
+    sip__pool_count(p, sip_error_code(e), 0);
     sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", r->pool,
              sip_code_name(sip_error_code(e)), sip_error_message(e));
   }
@@ -502,6 +524,17 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
                                 sip__hist_json(&p->h_compute), "total",
                                 sip__hist_json(&p->h_total)));
   json_object_set_new(o, "sessions", sessions);
+  json_object_set_new(
+      o, "stats",
+      json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
+                (json_int_t)atomic_load(&p->inference_count), "execution_count",
+                (json_int_t)atomic_load(&p->execution_count), "last_inference",
+                (json_int_t)atomic_load(&p->last_inference_ms), "success",
+                sip__stat_json(&p->st_success), "fail", sip__stat_json(&p->st_fail), "queue",
+                sip__stat_json(&p->st_queue), "compute_input",
+                sip__stat_json(&p->st_compute_input), "compute_infer",
+                sip__stat_json(&p->st_compute_infer), "compute_output",
+                sip__stat_json(&p->st_compute_output)));
   return o;
 }
 
