@@ -182,5 +182,7 @@ sip_error_t *sip__listeners_start(struct sip_server *s, char **endpoints, size_t
 void sip__listeners_stop(sip_listener_set_t *ls);
 size_t sip__listeners_count(sip_listener_set_t *ls);
 const char *sip__listeners_address(sip_listener_set_t *ls, size_t i);
+/* Open native-protocol connections by transport (ls may be NULL). */
+void sip__listeners_connections(sip_listener_set_t *ls, long *unix_conns, long *tcp_conns);
 
 #endif

@@ -556,6 +556,10 @@ char *sip_server_info_json(sip_server_t *s, int kind) {
                           json_real((double)(sip__now_us() - s->started_us) / 1e6));
       json_object_set_new(root, "ready", json_boolean(sip_server_ready(s)));
       json_object_set_new(root, "version", json_string(SIP_VERSION_STRING));
+      long nu, nt;
+      sip__listeners_connections(s->listeners, &nu, &nt);
+      json_object_set_new(root, "connections", json_pack("{s:I,s:I}", "unix", (json_int_t)nu,
+                                                         "tcp", (json_int_t)nt));
     }
   } else {
     return NULL;

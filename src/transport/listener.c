@@ -37,6 +37,7 @@ typedef struct chunk {
 
 typedef struct conn {
   int fd;
+  int is_tcp;
   uint32_t gen;
   uint32_t slot;
   uint8_t hdr[SIP_FRAME_HEADER_SIZE];
@@ -58,6 +59,7 @@ typedef struct completion {
 
 typedef struct listener {
   int fd;
+  int is_tcp;
   char *address;     /* as reported */
   char *unlink_path; /* unix socket file to remove on stop */
 } listener_t;
@@ -76,6 +78,7 @@ struct sip_listener_set {
   pthread_mutex_t cq_mu;
   completion_t *cq_head, *cq_tail;
   atomic_int stop;
+  atomic_long open_conns[2]; /* [0] unix, [1] tcp */
 };
 
 typedef struct pending {
@@ -165,6 +168,7 @@ static sip_error_t *open_tcp(const char *hostport, listener_t *l) {
     port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                           : ((struct sockaddr_in *)&ss)->sin_port);
   l->fd = fd;
+  l->is_tcp = 1;
   l->address = sip__asprintf("tcp://%s:%d", host, port);
   return NULL;
 }
@@ -198,6 +202,7 @@ static void conn_close(sip_listener_set_t *ls, conn_t *c) {
     sip__free(k);
   }
   sip_buf_unref(c->payload);
+  atomic_fetch_sub(&ls->open_conns[c->is_tcp], 1);
   ls->slots[c->slot] = NULL;
   sip__free(c);
 }
@@ -520,6 +525,7 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
       continue;
     }
     c->fd = fd;
+    c->is_tcp = l->is_tcp;
     c->slot = slot;
     c->gen = ++ls->next_gen;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_CONN, slot)};
@@ -529,6 +535,7 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
       continue;
     }
     ls->slots[slot] = c;
+    atomic_fetch_add(&ls->open_conns[c->is_tcp], 1);
   }
 }
 
@@ -661,6 +668,11 @@ void sip__listeners_stop(sip_listener_set_t *ls) {
 }
 
 size_t sip__listeners_count(sip_listener_set_t *ls) { return ls->n_ls; }
+
+void sip__listeners_connections(sip_listener_set_t *ls, long *unix_conns, long *tcp_conns) {
+  *unix_conns = ls ? atomic_load(&ls->open_conns[0]) : 0;
+  *tcp_conns = ls ? atomic_load(&ls->open_conns[1]) : 0;
+}
 const char *sip__listeners_address(sip_listener_set_t *ls, size_t i) {
   return i < ls->n_ls ? ls->ls[i].address : NULL;
 }
