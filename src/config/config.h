@@ -27,6 +27,25 @@ typedef enum sip_log_level {
   SIP_LOG_ERROR = 3
 } sip_log_level_t;
 
+typedef enum sip_padding {
+  SIP_PAD_NONE = 0,           /* never pad: a fixed batch dim only takes exact batches */
+  SIP_PAD_REPLICATE_LAST = 1, /* fill with copies of the last row */
+  SIP_PAD_ZERO = 2,           /* fill with zeros */
+} sip_padding_t;
+
+typedef enum sip_timeout_action {
+  SIP_TIMEOUT_REJECT = 0, /* an expired queued request is answered DEADLINE_EXCEEDED */
+  SIP_TIMEOUT_DELAY = 1,  /* it loses its deadline and moves behind everything else */
+} sip_timeout_action_t;
+
+#define SIP_MAX_PREFERRED 16
+
+/* One traffic level of elastic batching (seed 001). */
+typedef struct sip_batch_level {
+  int max_batch;      /* 0: level not configured */
+  int64_t timeout_ms; /* how long a batch may wait to fill */
+} sip_batch_level_t;
+
 typedef struct sip_pool_config {
   char *name;
   char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
@@ -35,6 +54,20 @@ typedef struct sip_pool_config {
   sip_priority_level_t priority; /* default medium */
   int64_t max_memory_mb;         /* 0: unlimited; else 1..1048576 */
   int max_compute_percent;       /* 0: unlimited; else 1..100 */
+  /* dynamic_batching: max_batch_size 0 = no batching. */
+  int max_batch_size;              /* rows per execution, 1..65536 */
+  int64_t max_queue_delay_us;      /* how long a batch may wait to fill, 0..60 s */
+  int preferred_batch_sizes[SIP_MAX_PREFERRED];
+  size_t n_preferred;
+  int padding_strategy;            /* sip_padding_t */
+  /* queue */
+  int64_t queue_max_size;          /* 0: unbounded */
+  int64_t default_timeout_ms;      /* for requests without one; 0: none */
+  int timeout_action;              /* sip_timeout_action_t */
+  int64_t ageing_ms;               /* a waiting request rises one level per ageing_ms; 0: off */
+  /* batch_strategies (elastic batching): levels low, medium, high by arrival rate. */
+  sip_batch_level_t batch_levels[3];
+  double rate_thresholds[2];       /* req/s: < [0] low, < [1] medium, else high */
   sip_kv_t *backend_options;     /* keys and values owned (strdup'd) */
   size_t n_backend_options;
   int line;                      /* where the pool's entry starts, for messages */

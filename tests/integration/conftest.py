@@ -5,7 +5,6 @@ sipd comes from $SIP_BUILD_DIR (default <repo>/build); tests that need it are
 skipped when it is missing (SIP_REQUIRE_SIPD=1 turns that into a failure).
 """
 
-import os
 import sys
 from pathlib import Path
 

@@ -108,13 +108,17 @@ def short_tmpdir():
 class SipServer:
     """One sipd process on a unix socket and a TCP port of its own."""
 
-    def __init__(self, workdir, pools, server=None, tcp=True, unix=True, log_level="info"):
+    def __init__(self, workdir, pools, server=None, tcp=True, unix=True, log_level="info",
+                 sockdir=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pools = pools
         self.server_opts = dict(server or {})
         self.log_level = log_level
-        self.sockdir = short_tmpdir()
+        # sockdir: reuse a directory (and socket path) of an earlier server; it
+        # is then left in place at cleanup.
+        self._own_sockdir = sockdir is None
+        self.sockdir = short_tmpdir() if sockdir is None else str(sockdir)
         self.sock_path = os.path.join(self.sockdir, "sipd.sock")
         assert len(self.sock_path) < 107
         self.unix_endpoint = "ipc://" + self.sock_path if unix else None
@@ -233,7 +237,8 @@ class SipServer:
         if self._log is not None:
             self._log.close()
             self._log = None
-        shutil.rmtree(self.sockdir, ignore_errors=True)
+        if self._own_sockdir:
+            shutil.rmtree(self.sockdir, ignore_errors=True)
 
     def log(self):
         try:

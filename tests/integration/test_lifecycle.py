@@ -1,6 +1,7 @@
 """sipd as a process: --check-config, startup failures, SIGTERM/SIGINT drain."""
 
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -213,22 +214,50 @@ def test_sigterm_with_idle_connections(start_sipd):
 def test_restart_on_same_socket_path(sipd_bin, tmp_path):
     """A second sipd on the same socket path after a clean stop starts fine."""
     pools = [{"name": "a", "backend": "builtin"}]
-    srv = harness.SipServer(tmp_path / "one", pools, tcp=False)
-    srv.start()
-    sockdir, sock_path = srv.sockdir, srv.sock_path
-    srv.send_signal(signal.SIGTERM)
-    assert srv.wait(10) == 0, srv.log_tail()
-    srv2 = harness.SipServer(tmp_path / "two", pools, tcp=False)
-    srv2.sockdir, srv2.sock_path = sockdir, sock_path
-    srv2.unix_endpoint = "ipc://" + sock_path
+    sockdir = harness.short_tmpdir()
     try:
-        srv2.start()
-        c = srv2.client()
-        r = c.infer(InferenceRequest("a", {"input": np.ones(2, F)}))
-        np.testing.assert_array_equal(r.outputs["output"], np.ones(2, F))
+        srv = harness.SipServer(tmp_path / "one", pools, tcp=False, sockdir=sockdir)
+        srv.start()
+        assert srv.stop() == 0, srv.log_tail()
+        srv2 = harness.SipServer(tmp_path / "two", pools, tcp=False, sockdir=sockdir)
+        assert srv2.sock_path == srv.sock_path
+        try:
+            srv2.start()
+            c = srv2.client()
+            r = c.infer(InferenceRequest("a", {"input": np.ones(2, F)}))
+            np.testing.assert_array_equal(r.outputs["output"], np.ones(2, F))
+        finally:
+            rc = srv2.stop()
+        assert rc == 0, srv2.log_tail()
     finally:
-        rc = srv2.stop()
-    assert rc == 0, srv2.log_tail()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def test_second_server_on_live_socket_refused(sipd_bin, tmp_path):
+    """A second sipd on the socket path of a running one must fail to start
+    (exit non-zero) and must leave the first one's socket alone."""
+    pools = [{"name": "a", "backend": "builtin"}]
+    sockdir = harness.short_tmpdir()
+    try:
+        first = harness.SipServer(tmp_path / "first", pools, tcp=False, sockdir=sockdir)
+        first.start()
+        try:
+            second = harness.SipServer(tmp_path / "second", pools, tcp=False, sockdir=sockdir)
+            second.write_config()
+            r = subprocess.run([str(SIPD), "--config", str(second.config_path)],
+                               capture_output=True, text=True, timeout=30, env=sipd_env())
+            assert r.returncode != 0
+            assert r.stderr.strip()
+            c = first.client()
+            assert c.ready()
+            np.testing.assert_array_equal(
+                c.infer(InferenceRequest("a", {"input": np.ones(2, F)})).outputs["output"],
+                np.ones(2, F))
+        finally:
+            rc = first.stop()
+        assert rc == 0, first.log_tail()
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
 
 
 def test_new_requests_refused_while_draining(start_sipd):
