@@ -408,6 +408,10 @@ static sip_error_t *check_inputs(sip_pool_t *p, const sip_request_t *r) {
     }
   }
   for (size_t i = 0; i < r->n_outputs; i++) {
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(r->outputs[j], r->outputs[i]) == 0)
+        return sip_error_new(SIP_INVALID_ARGUMENT, "output '%s' of pool '%s' is requested twice",
+                             r->outputs[i], pool);
     int found = 0;
     for (size_t j = 0; j < p->n_outputs && !found; j++)
       found = strcmp(r->outputs[i], p->outputs[j].name) == 0;

@@ -1,0 +1,111 @@
+/* sip — compute arbiter (see arbiter.h).
+ *
+ * Policy when a slot frees and sessions wait: a waiting pool is *eligible*
+ * while its virtual time is within `window` of the smallest virtual time
+ * among waiting pools (it has not run ahead of its share). Among eligible
+ * waiters the highest pool priority wins, then the smallest virtual time,
+ * then arrival order. So priority orders work inside the shares, and a
+ * pool that ran ahead of its share waits until the others catch up. A pool
+ * that was idle re-enters at the current virtual clock: idleness earns no
+ * credit to burst with later. */
+#include "sched/arbiter.h"
+
+#include "core/core.h"
+
+struct sip_arb_waiter {
+  sip_arb_waiter_t *next;
+  sip_arb_account_t *acc;
+  pthread_cond_t cv;
+  int granted;
+  uint64_t seq;
+};
+
+void sip__arbiter_init(sip_arbiter_t *a, int slots) {
+  pthread_mutex_init(&a->mu, NULL);
+  a->slots = a->free_slots = slots > 0 ? slots : 1;
+  a->vclock = 0;
+  a->window = 2000000; /* 2 ms of virtual time: a few executions of a small model */
+  a->waiters = NULL;
+  a->seq = 0;
+}
+
+void sip__arbiter_destroy(sip_arbiter_t *a) { pthread_mutex_destroy(&a->mu); }
+
+void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_percent) {
+  acc->priority = priority;
+  acc->weight = compute_percent > 0 ? (uint64_t)compute_percent : 100;
+  acc->vtime = 0;
+  acc->used_ns = 0;
+  acc->active = 0;
+}
+
+/* Picks and unlinks the waiter to grant. Caller holds a->mu. */
+static sip_arb_waiter_t *pick(sip_arbiter_t *a) {
+  if (!a->waiters) return NULL;
+  uint64_t vmin = UINT64_MAX;
+  for (sip_arb_waiter_t *w = a->waiters; w; w = w->next)
+    if (w->acc->vtime < vmin) vmin = w->acc->vtime;
+  sip_arb_waiter_t **best = NULL;
+  for (sip_arb_waiter_t **pp = &a->waiters; *pp; pp = &(*pp)->next) {
+    sip_arb_waiter_t *w = *pp;
+    if (w->acc->vtime > vmin + a->window) continue;
+    if (!best) {
+      best = pp;
+      continue;
+    }
+    sip_arb_waiter_t *b = *best;
+    if (w->acc->priority != b->acc->priority) {
+      if (w->acc->priority < b->acc->priority) best = pp;
+    } else if (w->acc->vtime != b->acc->vtime) {
+      if (w->acc->vtime < b->acc->vtime) best = pp;
+    } else if (w->seq < b->seq) {
+      best = pp;
+    }
+  }
+  sip_arb_waiter_t *w = *best;
+  *best = w->next;
+  return w;
+}
+
+void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc) {
+  pthread_mutex_lock(&a->mu);
+  if (acc->active++ == 0 && acc->vtime < a->vclock) acc->vtime = a->vclock;
+  if (a->free_slots > 0 && !a->waiters) {
+    a->free_slots--;
+    if (acc->vtime > a->vclock) a->vclock = acc->vtime;
+    pthread_mutex_unlock(&a->mu);
+    return;
+  }
+  sip_arb_waiter_t me = {.acc = acc, .granted = 0, .seq = a->seq++};
+  pthread_cond_init(&me.cv, NULL);
+  sip_arb_waiter_t **pp = &a->waiters;
+  while (*pp) pp = &(*pp)->next;
+  *pp = &me;
+  /* A slot may be free while others wait (they were just signalled). */
+  while (a->free_slots > 0 && a->waiters) {
+    sip_arb_waiter_t *w = pick(a);
+    a->free_slots--;
+    w->granted = 1;
+    if (w->acc->vtime > a->vclock) a->vclock = w->acc->vtime;
+    if (w != &me) pthread_cond_signal(&w->cv);
+  }
+  while (!me.granted) pthread_cond_wait(&me.cv, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+  pthread_cond_destroy(&me.cv);
+}
+
+void sip__arbiter_release(sip_arbiter_t *a, sip_arb_account_t *acc, uint64_t exec_ns) {
+  pthread_mutex_lock(&a->mu);
+  acc->vtime += exec_ns * 100 / acc->weight;
+  acc->used_ns += exec_ns;
+  acc->active--;
+  a->free_slots++;
+  if (a->waiters) {
+    sip_arb_waiter_t *w = pick(a);
+    a->free_slots--;
+    w->granted = 1;
+    if (w->acc->vtime > a->vclock) a->vclock = w->acc->vtime;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&a->mu);
+}

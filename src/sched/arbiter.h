@@ -1,0 +1,42 @@
+/* sip — the compute arbiter: a fixed number of execution slots (about one
+ * per core) shared by every pool's sessions. When sessions of several pools
+ * wait for a slot, pool priority decides who runs first, within shares set
+ * by max_compute_percent (weighted fair queuing on measured execution time;
+ * unused share is lent to whoever is busy). Uncontended, a slot is one
+ * mutex round trip. */
+#ifndef SIP_ARBITER_H
+#define SIP_ARBITER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* One pool's account with the arbiter. Fields are owned by the arbiter and
+ * read under its lock (or racily for metrics). */
+typedef struct sip_arb_account {
+  int priority;         /* 0 high, 1 medium, 2 low */
+  uint64_t weight;      /* max_compute_percent, or 100 when unset */
+  uint64_t vtime;       /* virtual time: sum of exec_ns * 100 / weight */
+  uint64_t used_ns;     /* measured execution time, for shares */
+  int active;           /* executions running + waiting */
+} sip_arb_account_t;
+
+typedef struct sip_arb_waiter sip_arb_waiter_t;
+
+typedef struct sip_arbiter {
+  pthread_mutex_t mu;
+  int slots, free_slots;
+  uint64_t vclock; /* virtual time of the last grant */
+  uint64_t window; /* virtual ns a pool may run ahead of the slowest waiter */
+  sip_arb_waiter_t *waiters;
+  uint64_t seq;
+} sip_arbiter_t;
+
+void sip__arbiter_init(sip_arbiter_t *a, int slots);
+void sip__arbiter_destroy(sip_arbiter_t *a);
+void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_percent);
+/* Blocks until `acc` may execute. */
+void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc);
+/* Returns the slot and charges `exec_ns` of execution to `acc`. */
+void sip__arbiter_release(sip_arbiter_t *a, sip_arb_account_t *acc, uint64_t exec_ns);
+
+#endif
