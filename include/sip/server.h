@@ -84,6 +84,16 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
 /* Asks for one output by name (default: all of them, in model order). */
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
 
+/* A cancellation token: requests carrying it can be cancelled together
+ * (for example every request of a client connection that closed). */
+typedef struct sip_cancel_token sip_cancel_token_t;
+/* Returns a token holding one reference (NULL when out of memory). */
+sip_cancel_token_t *sip_cancel_token_new(void);
+/* Drops the caller's reference; NULL is a no-op. */
+void sip_cancel_token_free(sip_cancel_token_t *t);
+/* Attaches `t` to the request (the request takes its own reference). */
+void sip_request_set_cancel_token(sip_request_t *r, sip_cancel_token_t *t);
+
 /* Called exactly once per accepted request, from an engine thread. Owns
  * `resp` (free it with sip_response_free). Must not block for long. */
 typedef void (*sip_infer_done_fn)(sip_response_t *resp, void *user);
@@ -93,6 +103,11 @@ typedef void (*sip_infer_done_fn)(sip_response_t *resp, void *user);
  * callback never fires. Thread-safe. */
 sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
                                     void *user);
+/* Cancels `t`: every queued request carrying it completes with CANCELLED
+ * without running; later submissions carrying it are refused with
+ * CANCELLED. Requests already executing finish normally. Thread-safe. */
+void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t);
+
 /* Synchronous form: *out is an owned response (also for execution errors,
  * see sip_response_code); the return value is an admission error. */
 sip_error_t *sip_server_infer(sip_server_t *s, sip_request_t *r, sip_response_t **out);

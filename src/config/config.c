@@ -100,6 +100,7 @@ static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_pool_name(const char *s, size_t len);
+static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
@@ -111,6 +112,7 @@ static const char *const timeout_action_names[] = {"reject", "delay", NULL};
   "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
   "ephemeral; IPv6 hosts in brackets)"
 #define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
+#define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
 
 /* ---- the schema ------------------------------------------------------- */
 
@@ -230,7 +232,8 @@ static const field_t pool_fields[P_COUNT] = {
 };
 static const section_t pool_section = {pool_fields, P_COUNT};
 
-enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_COUNT };
+enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
+       S_SLOTS, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -252,6 +255,23 @@ static const field_t server_fields[S_COUNT] = {
                  .doc = "Largest request or response frame."},
     [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip_config_t, log_level),
                .names = log_level_names, .def = SIP_LOG_INFO, .doc = "Least severe level logged."},
+    /* KServe v2 HTTP/REST front-end (src/http/). */
+    [S_HTTP] = {.name = "http", .type = F_STRING, .offset = offsetof(sip_config_t, http),
+                .valid = valid_http_address, .expect = HTTP_EXPECT,
+                .doc = "Address of the KServe v2 HTTP/REST front-end and /metrics; absent = off."},
+    [S_HTTP_BODY] = {.name = "http_max_body_bytes", .type = F_SIZE,
+                     .offset = offsetof(sip_config_t, http_max_body_bytes),
+                     .def = (int64_t)64 << 20, .min = 1024, .max = (int64_t)4 << 30,
+                     .doc = "Largest HTTP request body; larger ones get 413 before being read."},
+    [S_HTTP_THREADS] = {.name = "http_threads", .type = F_INT,
+                        .offset = offsetof(sip_config_t, http_threads),
+                        .def = 2, .min = 1, .max = 64,
+                        .doc = "HTTP event-loop threads (they never wait for inference)."},
+    [S_SLOTS] = {.name = "execution_slots", .type = F_INT,
+                 .offset = offsetof(sip_config_t, execution_slots), .def = 0, .min = 0,
+                 .max = 1024,
+                 .doc = "Executions running at once across all pools (more wait, ordered by "
+                        "pool priority and compute share); 0 = number of cores."},
 };
 static const section_t server_section = {server_fields, S_COUNT};
 
@@ -715,6 +735,15 @@ static const char *endpoint_problem(const char *s, size_t len, char *why, size_t
   return "has an unknown scheme";
 }
 
+/* server.http is a tcp endpoint without the scheme: one grammar for both. */
+static bool valid_http_address(const char *s, size_t len) {
+  char buf[300], why[128];
+  if (len > sizeof buf - 7 || memchr(s, '\0', len)) return false;
+  memcpy(buf, "tcp://", 6);
+  memcpy(buf + 6, s, len);
+  return endpoint_problem(buf, len + 6, why, sizeof why) == NULL;
+}
+
 static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip_config_t *cfg = base;
   const char *exp = server_fields[S_ENDPOINTS].expect;
@@ -1155,6 +1184,7 @@ void sip__config_free(sip_config_t *cfg) {
   sip__free(cfg->path);
   for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);
   sip__free(cfg->endpoints);
+  sip__free(cfg->http);
   for (size_t i = 0; i < cfg->n_pools; i++) {
     sip_pool_config_t *p = &cfg->pools[i];
     sip__free(p->name);

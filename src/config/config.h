@@ -80,6 +80,10 @@ typedef struct sip_config {
   sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
   size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
   sip_log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
+  char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
+  size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */
+  int http_threads;           /* server.http_threads, 1..64, default 2 */
+  int execution_slots;        /* server.execution_slots, 0 = number of cores */
   sip_pool_config_t *pools;
   size_t n_pools;
 } sip_config_t;

@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "metrics/metrics.h"
+#include "sched/arbiter.h"
 #include "sip/backend.h"
 #include "sip/server.h"
 
@@ -24,6 +25,8 @@ struct sip_request {
   /* Set when queued. */
   uint64_t arrival_us, deadline_us; /* deadline 0: none */
   int level;                        /* SIP_PRIO_* once resolved against the pool */
+  int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
+  sip_cancel_token_t *cancel;       /* one reference, or NULL */
   sip_infer_done_fn done;
   void *user;
   struct sip_request *next, *prev;
@@ -78,6 +81,18 @@ typedef enum sip_pool_state {
 } sip_pool_state_t;
 const char *sip__pool_state_name(sip_pool_state_t s);
 
+/* Queue index of requests that passed their deadline under timeout_action
+ * delay: they run only when every priority level is empty. */
+#define SIP_Q_DELAYED SIP_PRIO_LEVELS
+#define SIP_N_QUEUES (SIP_PRIO_LEVELS + 1)
+/* Batch-size histogram: executions by rows, bounds 1, 2, 4, ... 4096, +Inf. */
+#define SIP_BATCH_BUCKETS 14
+
+struct sip_cancel_token {
+  atomic_long refs;
+  atomic_int cancelled;
+};
+
 typedef struct sip_queue {
   sip_request_t *head, *tail;
   size_t n;
@@ -99,9 +114,19 @@ struct sip_pool {
   uint64_t memory_bytes; /* resident memory the load added (model + sessions) */
 
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  sip_queue_t queue[SIP_PRIO_LEVELS];
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  sip_queue_t queue[SIP_N_QUEUES];
   int stopping;
+  int forming;         /* a session is waiting for a batch to fill */
+  int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
+  /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
+  uint64_t rate_win_start_us;
+  uint64_t rate_win_count;
+  double rate_rps;
+  _Atomic int batch_level; /* 0 low, 1 medium, 2 high */
+  sip_arb_account_t arb;   /* guarded by the server's arbiter */
+  atomic_uint_fast64_t batch_hist[SIP_BATCH_BUCKETS];
+  atomic_uint_fast64_t batch_rows_sum;
   sip_session_t *sessions;
   int n_sessions;
 
@@ -117,6 +142,12 @@ struct sip_pool {
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
 void sip__pool_load(sip_pool_t *p);
+/* Admission checks of a request against the model (names, dtypes, shapes). */
+sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r);
+/* The executor loop of one session (src/sched/scheduler.c). */
+void *sip__session_main(void *session);
+/* Completes queued requests carrying `t` with CANCELLED. */
+void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t);
 /* Validates and queues; takes `r` on success only. */
 sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r);
 /* Completes queued requests whose deadline passed; returns the earliest
@@ -168,6 +199,7 @@ struct sip_server {
   int hk_stop;
 
   sip_listener_set_t *listeners;
+  sip_arbiter_t arbiter; /* execution slots shared by every pool */
 };
 
 /* Returns the backend's process state, initialising it once. */

@@ -86,44 +86,6 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
   return *version && *file ? NULL : SIP_OOM();
 }
 
-/* ---- queue ---- */
-
-static void q_push(sip_queue_t *q, sip_request_t *r) {
-  r->next = NULL;
-  r->prev = q->tail;
-  if (q->tail)
-    q->tail->next = r;
-  else
-    q->head = r;
-  q->tail = r;
-  q->n++;
-}
-
-static void q_remove(sip_queue_t *q, sip_request_t *r) {
-  if (r->prev)
-    r->prev->next = r->next;
-  else
-    q->head = r->next;
-  if (r->next)
-    r->next->prev = r->prev;
-  else
-    q->tail = r->prev;
-  r->next = r->prev = NULL;
-  q->n--;
-}
-
-/* Highest level first, FIFO within a level. Caller holds p->mu. */
-static sip_request_t *q_pop(sip_pool_t *p) {
-  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
-    sip_request_t *r = p->queue[l].head;
-    if (r) {
-      q_remove(&p->queue[l], r);
-      return r;
-    }
-  }
-  return NULL;
-}
-
 /* ---- completion ---- */
 
 void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,
@@ -156,105 +118,6 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
   done(resp, user);
 }
 
-void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns) {
-  if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
-  sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
-}
-
-/* Every queued request ends here: metrics, a log line for failures, the
- * answer. */
-static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                   sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
-  uint64_t total_us = sip__now_us() - r->arrival_us;
-  sip__hist_observe(&p->h_total, total_us);
-  sip__pool_count(p, code, total_us * 1000);
-  atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
-  if (code != SIP_OK)
-    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
-             sip_code_name(code), msg);
-  sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
-}
-
-static void fail_request(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                         uint64_t queue_us) {
-  finish(p, r, code, msg, NULL, 0, queue_us, 0);
-}
-
-/* ---- executor ---- */
-
-static void run_one(sip_session_t *s, sip_request_t *r) {
-  sip_pool_t *p = s->pool;
-  uint64_t start = sip__now_us();
-  uint64_t queue_us = start - r->arrival_us;
-  sip__hist_observe(&p->h_queue, queue_us);
-  sip__stat_add(&p->st_queue, queue_us * 1000);
-  if (r->deadline_us && start >= r->deadline_us) {
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "request waited %.1f ms in the queue of pool '%s', past its timeout of %u ms; it "
-             "was not executed",
-             (double)queue_us / 1000.0, p->cfg->name, r->timeout_ms);
-    fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, queue_us);
-    return;
-  }
-  uint64_t t_in = sip__now_ns();
-  const char *all[64];
-  const char *const *names = (const char *const *)r->outputs;
-  size_t n_out = r->n_outputs;
-  if (!n_out) {
-    n_out = p->n_outputs < 64 ? p->n_outputs : 64;
-    for (size_t i = 0; i < n_out; i++) all[i] = p->outputs[i].name;
-    names = all;
-  }
-  sip_tensor_t **outs = sip__calloc(n_out ? n_out : 1, sizeof *outs);
-  if (!outs) {
-    fail_request(p, r, SIP_RESOURCE_EXHAUSTED, "out of memory allocating outputs", queue_us);
-    return;
-  }
-  sip__session_set_state(s, SIP_SESSION_RUNNING);
-  uint64_t t_run = sip__now_ns();
-  sip__stat_add(&p->st_compute_input, t_run - t_in);
-  sip_error_t *e = p->backend->execute(s->ctx, (const sip_tensor_t *const *)r->inputs,
-                                       r->n_inputs, names, n_out, outs);
-  uint64_t t_done = sip__now_ns();
-  sip__stat_add(&p->st_compute_infer, t_done - t_run);
-  uint64_t compute_us = sip__now_us() - start;
-  sip__session_set_state(s, SIP_SESSION_READY);
-  atomic_fetch_add(&s->inferences, 1);
-  atomic_fetch_add(&p->inference_count, 1);
-  atomic_fetch_add(&p->execution_count, 1);
-  sip__hist_observe(&p->h_compute, compute_us);
-  if (e) {
-    atomic_fetch_add(&s->errors, 1);
-    sip__free(outs);
-    char *msg = sip__asprintf("pool '%s' session %d: %s", p->cfg->name, s->index,
-                              sip_error_message(e));
-    sip_code_t code = sip_error_code(e);
-    sip_error_free(e);
-    fail_request(p, r, code, msg ? msg : "execution failed", queue_us);
-    sip__free(msg);
-    return;
-  }
-  sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
-  finish(p, r, SIP_OK, NULL, outs, n_out, queue_us, compute_us);
-}
-
-static void *session_main(void *arg) {
-  sip_session_t *s = arg;
-  sip_pool_t *p = s->pool;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    sip_request_t *r;
-    while (!(r = q_pop(p)) && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
-    if (!r) break; /* stopping and the queue is drained */
-    pthread_mutex_unlock(&p->mu);
-    run_one(s, r);
-    pthread_mutex_lock(&p->mu);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return NULL;
-}
-
 /* ---- load ---- */
 
 /* Resident bytes of this process. Pools load one at a time, so the growth
@@ -275,6 +138,58 @@ static void pool_fail(sip_pool_t *p, sip_error_t *e) {
            sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip_error_free(e);
   atomic_store(&p->state, SIP_POOL_FAILED);
+}
+
+/* Undoes a partial load: stops started sessions, frees contexts and the
+ * model, so a FAILED pool holds no memory. */
+static void release(sip_pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  p->stopping = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n_sessions; i++) {
+    sip_session_t *s = &p->sessions[i];
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+    if (s->ctx) p->backend->session_free(s->ctx);
+    s->ctx = NULL;
+    sip__session_set_state(s, SIP_SESSION_FAILED);
+  }
+  if (p->model) p->backend->model_free(p->model);
+  p->model = NULL;
+  p->inputs = p->outputs = NULL;
+  p->n_inputs = p->n_outputs = 0;
+}
+
+static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
+  size_t off = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < rank && off < n; i++)
+    off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)dims[i]);
+  if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+/* With dynamic batching, dim 0 of every input and output must be the batch
+ * dim: dynamic, or one fixed size shared by all (then short batches are
+ * padded). */
+static sip_error_t *check_batching(sip_pool_t *p) {
+  p->fixed_batch = 0;
+  if (!p->cfg->max_batch_size) return NULL;
+  for (int io = 0; io < 2; io++) {
+    const sip_io_desc_t *d = io ? p->outputs : p->inputs;
+    size_t n = io ? p->n_outputs : p->n_inputs;
+    for (size_t i = 0; i < n; i++) {
+      char shape[256];
+      format_shape(shape, sizeof shape, d[i].rank, d[i].dims);
+      if (d[i].rank < 1 || d[i].dims[0] == 0 ||
+          (d[i].dims[0] > 0 && p->fixed_batch && d[i].dims[0] != p->fixed_batch))
+        return sip_error_new(SIP_FAILED_PRECONDITION,
+                             "dynamic_batching needs dim 0 of every input and output to be the "
+                             "batch dim (dynamic, or one fixed size); %s '%s' has shape %s",
+                             io ? "output" : "input", d[i].name, d[i].rank < 0 ? "(unknown)" : shape);
+      if (d[i].dims[0] > 0) p->fixed_batch = d[i].dims[0];
+    }
+  }
+  return NULL;
 }
 
 void sip__pool_load(sip_pool_t *p) {
@@ -311,8 +226,14 @@ void sip__pool_load(sip_pool_t *p) {
   struct stat st;
   if (p->resolved_path && stat(p->resolved_path, &st) == 0) p->model_bytes = (uint64_t)st.st_size;
 
+  if ((e = check_batching(p))) {
+    release(p);
+    pool_fail(p, e);
+    return;
+  }
   p->sessions = sip__calloc((size_t)c->pool_size, sizeof *p->sessions);
   if (!p->sessions) {
+    release(p);
     pool_fail(p, SIP_OOM());
     return;
   }
@@ -325,21 +246,35 @@ void sip__pool_load(sip_pool_t *p) {
     atomic_store(&s->since_us, sip__wall_us());
     p->n_sessions = i + 1;
     if ((e = p->backend->session_new(p->model, &s->ctx))) {
-      sip__session_set_state(s, SIP_SESSION_FAILED);
+      release(p);
       pool_fail(p, e);
       return;
     }
+  }
+  /* The quota is checked on what the model and every session context hold
+   * before any request can run, so an over-quota pool never serves. */
+  uint64_t rss1 = resident_bytes();
+  p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
+  if (c->max_memory_mb && p->memory_bytes > (uint64_t)c->max_memory_mb << 20) {
+    release(p);
+    pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                               "the model and its %d sessions take %.1f MiB measured at load; the "
+                               "pool's quota (resource_quota.max_memory_mb) allows %lld MiB",
+                               c->pool_size, (double)p->memory_bytes / 1048576.0,
+                               (long long)c->max_memory_mb));
+    return;
+  }
+  for (int i = 0; i < c->pool_size; i++) {
+    sip_session_t *s = &p->sessions[i];
     sip__session_set_state(s, SIP_SESSION_READY);
-    if (pthread_create(&s->thread, NULL, session_main, s) != 0) {
-      sip__session_set_state(s, SIP_SESSION_FAILED);
+    if (pthread_create(&s->thread, NULL, sip__session_main, s) != 0) {
+      release(p);
       pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start session thread %d", i));
       return;
     }
     s->thread_started = 1;
   }
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
-  uint64_t rss1 = resident_bytes();
-  p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
   atomic_store(&p->state, SIP_POOL_READY);
   sip__log(SIP__LOG_INFO, "pool loaded",
            "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu "
@@ -351,15 +286,10 @@ void sip__pool_load(sip_pool_t *p) {
 
 /* ---- admission ---- */
 
-static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
-  size_t off = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < rank && off < n; i++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)dims[i]);
-  if (off < n) snprintf(buf + off, n - off, "]");
-}
-
-static sip_error_t *check_inputs(sip_pool_t *p, const sip_request_t *r) {
+sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
   const char *pool = p->cfg->name;
+  if (r->n_inputs > 64)
+    return sip_error_new(SIP_UNIMPLEMENTED, "pool '%s': more than 64 inputs per request", pool);
   for (size_t i = 0; i < r->n_inputs; i++) {
     const sip_tensor_t *t = r->inputs[i];
     for (size_t j = 0; j < i; j++)
@@ -387,7 +317,11 @@ static sip_error_t *check_inputs(sip_pool_t *p, const sip_request_t *r) {
     if (d->rank >= 0) {
       format_shape(want, sizeof want, d->rank, d->dims);
       int ok = t->rank == d->rank;
-      for (int k = 0; ok && k < d->rank; k++) ok = d->dims[k] < 0 || d->dims[k] == t->dims[k];
+      /* A fixed batch dim takes short batches when they can be padded. */
+      int pad = p->fixed_batch && p->cfg->padding_strategy != SIP_PAD_NONE;
+      for (int k = 0; ok && k < d->rank; k++)
+        ok = d->dims[k] < 0 || d->dims[k] == t->dims[k] ||
+             (k == 0 && pad && t->dims[0] >= 1 && t->dims[0] <= d->dims[0]);
       if (!ok)
         return sip_error_new(SIP_INVALID_ARGUMENT,
                              "input '%s' of pool '%s': received shape %s; expected %s (-1 is "
@@ -422,87 +356,4 @@ static sip_error_t *check_inputs(sip_pool_t *p, const sip_request_t *r) {
   if (r->n_outputs > 64 || (!r->n_outputs && p->n_outputs > 64))
     return sip_error_new(SIP_UNIMPLEMENTED, "pool '%s': more than 64 outputs per request", pool);
   return NULL;
-}
-
-sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
-  int st = atomic_load(&p->state);
-  if (st == SIP_POOL_LOADING)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is still loading", p->cfg->name);
-  if (st == SIP_POOL_FAILED)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' failed to load: %s", p->cfg->name,
-                         p->error ? p->error : "unknown reason");
-  if (st != SIP_POOL_READY)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
-  sip_error_t *e = check_inputs(p, r);
-  if (e) return e;
-  static const int level_of[] = {0, SIP_PRIO_HIGH, SIP_PRIO_MEDIUM, SIP_PRIO_LOW};
-  r->level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
-  r->arrival_us = sip__now_us();
-  r->deadline_us = r->timeout_ms ? r->arrival_us + (uint64_t)r->timeout_ms * 1000 : 0;
-  uint64_t deadline = r->deadline_us;
-  pthread_mutex_lock(&p->mu);
-  if (p->stopping) {
-    pthread_mutex_unlock(&p->mu);
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
-  }
-  q_push(&p->queue[r->level], r);
-  pthread_cond_signal(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  /* r may already be completed and freed by an executor here. */
-  if (deadline) sip__server_note_deadline(p->server, deadline);
-  return NULL;
-}
-
-uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
-  sip_request_t *expired = NULL;
-  uint64_t next = 0;
-  pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
-    for (sip_request_t *r = p->queue[l].head, *nx; r; r = nx) {
-      nx = r->next;
-      if (!r->deadline_us) continue;
-      if (r->deadline_us <= now) {
-        q_remove(&p->queue[l], r);
-        r->next = expired;
-        expired = r;
-      } else if (!next || r->deadline_us < next) {
-        next = r->deadline_us;
-      }
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
-  while (expired) {
-    sip_request_t *r = expired;
-    expired = r->next;
-    uint64_t waited = now - r->arrival_us;
-    sip__hist_observe(&p->h_queue, waited);
-    sip__stat_add(&p->st_queue, waited * 1000);
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "request waited %.1f ms in the queue of pool '%s', past its timeout of %u ms; it "
-             "was not executed",
-             (double)waited / 1000.0, p->cfg->name, r->timeout_ms);
-    fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, waited);
-  }
-  return next;
-}
-
-void sip__pool_shutdown(sip_pool_t *p) {
-  pthread_mutex_lock(&p->mu);
-  p->stopping = 1;
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < p->n_sessions; i++) {
-    sip_session_t *s = &p->sessions[i];
-    if (s->thread_started) pthread_join(s->thread, NULL);
-    if (s->ctx) p->backend->session_free(s->ctx);
-    s->ctx = NULL;
-    sip__session_set_state(s, SIP_SESSION_DESTROYED);
-  }
-  /* A pool that never started sessions may still hold queued requests. */
-  sip_request_t *r;
-  while ((r = q_pop(p))) fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
-  if (p->model) p->backend->model_free(p->model);
-  p->model = NULL;
-  if (atomic_load(&p->state) != SIP_POOL_FAILED) atomic_store(&p->state, SIP_POOL_STOPPED);
 }

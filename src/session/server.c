@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "session/engine.h"
@@ -170,6 +171,10 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
   }
   s->cfg = cfg;
   s->started_us = sip__now_us();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  sip__arbiter_init(&s->arbiter, cfg->execution_slots ? cfg->execution_slots
+                                 : cores > 0          ? (int)cores
+                                                      : 1);
   pthread_mutex_init(&s->backend_mu, NULL);
   pthread_mutex_init(&s->hk_mu, NULL);
   pthread_condattr_t ca;
@@ -190,7 +195,12 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
     p->cfg = &cfg->pools[i];
     atomic_store(&p->state, SIP_POOL_LOADING);
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_condattr_t pa;
+    pthread_condattr_init(&pa);
+    pthread_condattr_setclock(&pa, CLOCK_MONOTONIC); /* batch waits use sip__now_us */
+    pthread_cond_init(&p->cv, &pa);
+    pthread_condattr_destroy(&pa);
+    sip__arb_account_init(&p->arb, (int)p->cfg->priority, p->cfg->max_compute_percent);
   }
   if (pthread_create(&s->hk, NULL, hk_main, s) != 0) {
     sip_server_free(s);
@@ -252,6 +262,7 @@ void sip_server_free(sip_server_t *s) {
     if (s->backends[i].inited && s->backends[i].vt->shutdown)
       s->backends[i].vt->shutdown(s->backends[i].state);
   pthread_mutex_destroy(&s->backend_mu);
+  sip__arbiter_destroy(&s->arbiter);
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   sip__config_free(s->cfg);
@@ -285,6 +296,7 @@ void sip_request_free(sip_request_t *r) {
   if (!r) return;
   sip__free(r->pool);
   sip__free(r->version);
+  sip_cancel_token_free(r->cancel);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
   for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
@@ -379,6 +391,12 @@ sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer
   }
   sip_request_free(r);
   return e;
+}
+
+void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
+  if (!t) return;
+  atomic_store(&t->cancelled, 1);
+  for (size_t i = 0; i < s->n_pools; i++) sip__pool_cancel(&s->pools[i], t);
 }
 
 typedef struct sync_wait {
@@ -482,11 +500,11 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
     return o;
   }
-  static const char *lvl[] = {"high", "medium", "low"};
+  static const char *lvl[] = {"high", "medium", "low", "delayed"};
   json_t *qb = json_object();
   size_t queued = 0;
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
+  for (int l = 0; l < SIP_N_QUEUES; l++) {
     json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue[l].n));
     queued += p->queue[l].n;
   }
@@ -524,6 +542,26 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
                                 sip__hist_json(&p->h_compute), "total",
                                 sip__hist_json(&p->h_total)));
   json_object_set_new(o, "sessions", sessions);
+  json_t *bh = json_array();
+  uint64_t bcum = 0;
+  for (int i = 0; i < SIP_BATCH_BUCKETS; i++) {
+    bcum += atomic_load(&p->batch_hist[i]);
+    json_array_append_new(bh, json_pack("[o,I]",
+                                        i < SIP_BATCH_BUCKETS - 1 ? json_integer(1 << i)
+                                                                  : json_string("+Inf"),
+                                        (json_int_t)bcum));
+  }
+  json_object_set_new(o, "batch_sizes",
+                      json_pack("{s:I,s:I,s:o}", "count", (json_int_t)bcum, "sum",
+                                (json_int_t)atomic_load(&p->batch_rows_sum), "buckets", bh));
+  if (p->cfg->batch_levels[0].max_batch) {
+    static const char *lv[] = {"low", "medium", "high"};
+    json_object_set_new(o, "batch_level", json_string(lv[atomic_load(&p->batch_level)]));
+  }
+  pthread_mutex_lock(&p->server->arbiter.mu);
+  uint64_t used = p->arb.used_ns;
+  pthread_mutex_unlock(&p->server->arbiter.mu);
+  json_object_set_new(o, "compute_ns", json_integer((json_int_t)used));
   json_object_set_new(
       o, "stats",
       json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",

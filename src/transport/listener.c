@@ -38,6 +38,7 @@ typedef struct chunk {
 typedef struct conn {
   int fd;
   int is_tcp;
+  sip_cancel_token_t *cancel; /* carried by every request of this connection */
   uint32_t gen;
   uint32_t slot;
   uint8_t hdr[SIP_FRAME_HEADER_SIZE];
@@ -193,6 +194,10 @@ static conn_t *conn_get(sip_listener_set_t *ls, uint64_t id) {
 static uint64_t conn_id(const conn_t *c) { return (uint64_t)c->gen << 32 | c->slot; }
 
 static void conn_close(sip_listener_set_t *ls, conn_t *c) {
+  /* Nobody will read the answers: queued requests of this client are
+   * cancelled instead of run. */
+  if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
+  sip_cancel_token_free(c->cancel);
   epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   while (c->out_head) {
@@ -373,6 +378,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
     return;
   }
   r->id = c->h.request_id;
+  sip_request_set_cancel_token(r, c->cancel);
   r->priority = wr.priority;
   r->timeout_ms = wr.timeout_ms;
   r->inputs = wr.inputs;
@@ -526,6 +532,7 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
     }
     c->fd = fd;
     c->is_tcp = l->is_tcp;
+    c->cancel = sip_cancel_token_new(); /* NULL (no cancel on close) only when out of memory */
     c->slot = slot;
     c->gen = ++ls->next_gen;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_CONN, slot)};

@@ -236,7 +236,7 @@ def test_status_counts_requests(srv, client):
         counts = [c for _, c in h["buckets"]]
         assert counts == sorted(counts)  # cumulative
     assert after["queued_requests"] == 0
-    assert set(after["queued_by_priority"]) == {"high", "medium", "low"}
+    assert set(after["queued_by_priority"]) == {"high", "medium", "low", "delayed"}
     assert after["active_sessions"] == 1
     assert after["load_ms"] >= 0 and after["model_bytes"] > 0
 

@@ -35,7 +35,8 @@ def srv(sipd_bin, tmp_path_factory):
         builtin("wide", pool_size=4, delay_ms=DELAY_MS, shape="-1"),
         builtin("strings", dtype="string", shape="-1"),
     ]
-    with serve(tmp_path_factory.mktemp("sched"), pools) as s:
+    # Enough execution slots that the 4 sleeping sessions of "wide" overlap.
+    with serve(tmp_path_factory.mktemp("sched"), pools, server={"execution_slots": 16}) as s:
         yield s
 
 
@@ -204,7 +205,7 @@ def test_queue_visible_in_status(srv, client):
     time.sleep(0.05)
     st = srv.pool_status("prio", client)
     assert st["queued_requests"] == 3
-    assert st["queued_by_priority"] == {"high": 1, "medium": 0, "low": 2}
+    assert st["queued_by_priority"] == {"high": 1, "medium": 0, "low": 2, "delayed": 0}
     blocker.result(timeout=10)
     for f in futs:
         f.result(timeout=10)

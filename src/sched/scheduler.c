@@ -1,0 +1,543 @@
+/* sip — the per-pool scheduler: priority queues with ageing, deadlines,
+ * queue limits, cancellation, the dynamic batcher and the session executor
+ * loop.
+ *
+ * Each pool has one queue per priority level plus a "delayed" queue. Idle
+ * session executors wait on the pool's condition variable; an arrival wakes
+ * them. An executor takes the best request (highest effective level, then
+ * oldest), and with dynamic batching gathers compatible requests into one
+ * execution, waiting up to max_queue_delay_us (never past the earliest
+ * deadline in the batch) while only one session at a time forms a batch.
+ * Before executing it takes a slot from the server's compute arbiter, which
+ * orders pools by priority within their compute shares. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "sched/batch.h"
+#include "session/engine.h"
+
+#define MAX_BATCH_REQUESTS 1024
+#define RATE_WINDOW_US 200000
+
+/* ---- cancellation tokens ---- */
+
+sip_cancel_token_t *sip_cancel_token_new(void) {
+  sip_cancel_token_t *t = sip__calloc(1, sizeof *t);
+  if (t) atomic_init(&t->refs, 1);
+  return t;
+}
+
+static sip_cancel_token_t *token_ref(sip_cancel_token_t *t) {
+  if (t) atomic_fetch_add(&t->refs, 1);
+  return t;
+}
+
+void sip_cancel_token_free(sip_cancel_token_t *t) {
+  if (t && atomic_fetch_sub(&t->refs, 1) == 1) sip__free(t);
+}
+
+void sip_request_set_cancel_token(sip_request_t *r, sip_cancel_token_t *t) {
+  sip_cancel_token_free(r->cancel);
+  r->cancel = token_ref(t);
+}
+
+static int is_cancelled(const sip_request_t *r) {
+  return r->cancel && atomic_load(&r->cancel->cancelled);
+}
+
+/* ---- queues ---- */
+
+static void q_push(sip_queue_t *q, sip_request_t *r) {
+  r->next = NULL;
+  r->prev = q->tail;
+  if (q->tail)
+    q->tail->next = r;
+  else
+    q->head = r;
+  q->tail = r;
+  q->n++;
+}
+
+static void q_remove(sip_queue_t *q, sip_request_t *r) {
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    q->head = r->next;
+  if (r->next)
+    r->next->prev = r->prev;
+  else
+    q->tail = r->prev;
+  r->next = r->prev = NULL;
+  q->n--;
+}
+
+static size_t queued(const sip_pool_t *p) {
+  size_t n = 0;
+  for (int i = 0; i < SIP_N_QUEUES; i++) n += p->queue[i].n;
+  return n;
+}
+
+/* A request's level after ageing: one level up per ageing_ms waited. */
+static int effective_level(const sip_pool_t *p, const sip_request_t *r, uint64_t now) {
+  int64_t ageing_us = p->cfg->ageing_ms * 1000;
+  if (!ageing_us) return r->level;
+  uint64_t steps = (now - r->arrival_us) / (uint64_t)ageing_us;
+  return steps >= (uint64_t)r->level ? 0 : r->level - (int)steps;
+}
+
+/* The best queued request: lowest effective level, then oldest; the
+ * delayed queue only when the others are empty. Each level is FIFO, so
+ * only the heads compete. Caller holds p->mu. */
+static sip_request_t *q_pop(sip_pool_t *p, uint64_t now) {
+  sip_request_t *best = NULL;
+  int best_q = SIP_Q_DELAYED, best_eff = SIP_PRIO_LEVELS;
+  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
+    sip_request_t *h = p->queue[l].head;
+    if (!h) continue;
+    int e = effective_level(p, h, now);
+    if (!best || e < best_eff || (e == best_eff && h->arrival_us < best->arrival_us)) {
+      best = h;
+      best_q = l;
+      best_eff = e;
+    }
+  }
+  if (!best) best = p->queue[SIP_Q_DELAYED].head;
+  if (best) q_remove(&p->queue[best_q], best);
+  return best;
+}
+
+/* ---- admission ---- */
+
+/* Dim 0 shared by every input: the rows a request adds to a batch. */
+static int64_t request_rows(const sip_request_t *r) {
+  if (!r->n_inputs || r->inputs[0]->rank < 1) return -1;
+  int64_t rows = r->inputs[0]->dims[0];
+  for (size_t i = 1; i < r->n_inputs; i++)
+    if (r->inputs[i]->rank < 1 || r->inputs[i]->dims[0] != rows) return -1;
+  return rows;
+}
+
+/* Arrival-rate estimate for elastic batching: an exponentially weighted
+ * average of the rate over 200 ms windows. The level is low below
+ * rate_thresholds[0] req/s, medium below rate_thresholds[1], else high.
+ * Caller holds p->mu. */
+static void note_arrival(sip_pool_t *p, uint64_t now) {
+  if (!p->cfg->batch_levels[0].max_batch) return;
+  if (!p->rate_win_start_us) p->rate_win_start_us = now;
+  p->rate_win_count++;
+  uint64_t el = now - p->rate_win_start_us;
+  if (el < RATE_WINDOW_US) return;
+  double inst = (double)p->rate_win_count * 1e6 / (double)el;
+  p->rate_rps = p->rate_rps > 0 ? 0.5 * p->rate_rps + 0.5 * inst : inst;
+  p->rate_win_start_us = now;
+  p->rate_win_count = 0;
+  int level = p->rate_rps < p->cfg->rate_thresholds[0]   ? 0
+              : p->rate_rps < p->cfg->rate_thresholds[1] ? 1
+                                                         : 2;
+  if (level != atomic_load(&p->batch_level)) {
+    sip__log(SIP__LOG_DEBUG, "batch level changed", "pool=%s level=%d rate_rps=%.1f",
+             p->cfg->name, level, p->rate_rps);
+    atomic_store(&p->batch_level, level);
+  }
+}
+
+sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
+  int st = atomic_load(&p->state);
+  if (st == SIP_POOL_LOADING)
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is still loading", p->cfg->name);
+  if (st == SIP_POOL_FAILED)
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' failed to load: %s", p->cfg->name,
+                         p->error ? p->error : "unknown reason");
+  if (st != SIP_POOL_READY)
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
+  if (is_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
+  sip_error_t *e = sip__pool_check_inputs(p, r);
+  if (e) return e;
+  static const int level_of[] = {0, SIP_PRIO_HIGH, SIP_PRIO_MEDIUM, SIP_PRIO_LOW};
+  r->level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
+  r->rows = request_rows(r);
+  r->arrival_us = sip__now_us();
+  uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
+  r->timeout_ms = timeout;
+  r->deadline_us = timeout ? r->arrival_us + (uint64_t)timeout * 1000 : 0;
+  uint64_t deadline = r->deadline_us;
+  pthread_mutex_lock(&p->mu);
+  if (p->stopping) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
+  }
+  size_t n = queued(p);
+  if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                         "the queue of pool '%s' is full (%zu requests, queue.max_size); retry "
+                         "later",
+                         p->cfg->name, n);
+  }
+  note_arrival(p, r->arrival_us);
+  q_push(&p->queue[r->level], r);
+  /* A session forming a batch wants to see arrivals too. */
+  if (p->cfg->max_batch_size)
+    pthread_cond_broadcast(&p->cv);
+  else
+    pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  /* r may already be completed and freed by an executor here. */
+  if (deadline) sip__server_note_deadline(p->server, deadline);
+  return NULL;
+}
+
+/* ---- completion ---- */
+
+void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns) {
+  if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
+  sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
+}
+
+/* Every queued request ends here: metrics, a log line for failures, the
+ * answer. */
+static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                   sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
+  uint64_t total_us = sip__now_us() - r->arrival_us;
+  sip__hist_observe(&p->h_total, total_us);
+  sip__pool_count(p, code, total_us * 1000);
+  atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
+  if (code != SIP_OK)
+    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
+             sip_code_name(code), msg);
+  sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
+}
+
+static void fail_request(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                         uint64_t queue_us) {
+  finish(p, r, code, msg, NULL, 0, queue_us, 0);
+}
+
+static void expire_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
+  uint64_t waited = now - r->arrival_us;
+  sip__hist_observe(&p->h_queue, waited);
+  sip__stat_add(&p->st_queue, waited * 1000);
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "request waited %.1f ms in the queue of pool '%s', past its timeout of %u ms; it "
+           "was not executed",
+           (double)waited / 1000.0, p->cfg->name, r->timeout_ms);
+  fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, waited);
+}
+
+static void cancel_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
+  fail_request(p, r, SIP_CANCELLED, "request was cancelled before it ran (client gone)",
+               now - r->arrival_us);
+}
+
+uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
+  sip_request_t *expired = NULL;
+  uint64_t next = 0;
+  int delay = p->cfg->timeout_action == SIP_TIMEOUT_DELAY;
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
+    for (sip_request_t *r = p->queue[l].head, *nx; r; r = nx) {
+      nx = r->next;
+      if (!r->deadline_us) continue;
+      if (r->deadline_us <= now) {
+        q_remove(&p->queue[l], r);
+        if (delay) { /* runs last, whenever the pool is otherwise idle */
+          r->deadline_us = 0;
+          q_push(&p->queue[SIP_Q_DELAYED], r);
+          continue;
+        }
+        r->next = expired;
+        expired = r;
+      } else if (!next || r->deadline_us < next) {
+        next = r->deadline_us;
+      }
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  while (expired) {
+    sip_request_t *r = expired;
+    expired = r->next;
+    expire_request(p, r, now);
+  }
+  return next;
+}
+
+void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t) {
+  sip_request_t *gone = NULL;
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP_N_QUEUES; l++) {
+    for (sip_request_t *r = p->queue[l].head, *nx; r; r = nx) {
+      nx = r->next;
+      if (r->cancel != t) continue;
+      q_remove(&p->queue[l], r);
+      r->next = gone;
+      gone = r;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  uint64_t now = sip__now_us();
+  while (gone) {
+    sip_request_t *r = gone;
+    gone = r->next;
+    cancel_request(p, r, now);
+  }
+}
+
+/* ---- batching ---- */
+
+static int same_outputs(const sip_request_t *a, const sip_request_t *b) {
+  if (a->n_outputs != b->n_outputs) return 0;
+  for (size_t i = 0; i < a->n_outputs; i++)
+    if (strcmp(a->outputs[i], b->outputs[i])) return 0;
+  return 1;
+}
+
+static const sip_tensor_t *input_named(const sip_request_t *r, const char *name) {
+  for (size_t i = 0; i < r->n_inputs; i++)
+    if (strcmp(r->inputs[i]->name, name) == 0) return r->inputs[i];
+  return NULL;
+}
+
+/* Requests may share an execution when their inputs agree in everything
+ * but dim 0 and they want the same outputs. */
+static int can_join(const sip_request_t *a, const sip_request_t *b) {
+  if (b->rows < 0 || a->n_inputs != b->n_inputs || !same_outputs(a, b)) return 0;
+  for (size_t i = 0; i < a->n_inputs; i++) {
+    const sip_tensor_t *o = input_named(b, a->inputs[i]->name);
+    if (!o || !sip__batch_compatible(a->inputs[i], o)) return 0;
+  }
+  return 1;
+}
+
+typedef struct batch {
+  sip_request_t *reqs[MAX_BATCH_REQUESTS];
+  size_t n;
+  int64_t rows;
+} batch_t;
+
+/* Moves compatible queued requests into the batch while they fit, in
+ * scheduling order (levels, then the delayed queue). Caller holds p->mu. */
+static void gather(sip_pool_t *p, batch_t *b, int64_t max_rows) {
+  for (int l = 0; l < SIP_N_QUEUES && b->rows < max_rows; l++) {
+    for (sip_request_t *r = p->queue[l].head, *nx; r && b->n < MAX_BATCH_REQUESTS; r = nx) {
+      nx = r->next;
+      if (b->rows + r->rows > max_rows || !can_join(b->reqs[0], r)) continue;
+      q_remove(&p->queue[l], r);
+      b->reqs[b->n++] = r;
+      b->rows += r->rows;
+    }
+  }
+}
+
+static int is_preferred(const sip_pool_t *p, int64_t rows) {
+  for (size_t i = 0; i < p->cfg->n_preferred; i++)
+    if (p->cfg->preferred_batch_sizes[i] == rows) return 1;
+  return 0;
+}
+
+static void deadline_timespec(uint64_t mono_us, struct timespec *ts) {
+  ts->tv_sec = (time_t)(mono_us / 1000000);
+  ts->tv_nsec = (long)(mono_us % 1000000) * 1000;
+}
+
+/* Fills the batch starting from b->reqs[0]. Caller holds p->mu; it is
+ * released while waiting for more requests. */
+static void form_batch(sip_pool_t *p, batch_t *b) {
+  int64_t max_rows = p->cfg->max_batch_size;
+  uint64_t delay_us = (uint64_t)p->cfg->max_queue_delay_us;
+  if (p->cfg->batch_levels[0].max_batch) {
+    const sip_batch_level_t *lv = &p->cfg->batch_levels[atomic_load(&p->batch_level)];
+    max_rows = lv->max_batch;
+    delay_us = (uint64_t)lv->timeout_ms * 1000;
+  }
+  if (p->fixed_batch && p->fixed_batch < max_rows) max_rows = p->fixed_batch;
+  if (b->reqs[0]->rows < 0 || max_rows <= 1) return;
+  for (;;) {
+    gather(p, b, max_rows);
+    if (b->rows >= max_rows || b->n == MAX_BATCH_REQUESTS || is_preferred(p, b->rows) ||
+        p->stopping)
+      return;
+    uint64_t until = b->reqs[0]->arrival_us + delay_us;
+    for (size_t i = 0; i < b->n; i++)
+      if (b->reqs[i]->deadline_us && b->reqs[i]->deadline_us < until)
+        until = b->reqs[i]->deadline_us;
+    if (sip__now_us() >= until) return;
+    struct timespec ts;
+    deadline_timespec(until, &ts);
+    p->forming = 1;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    p->forming = 0;
+  }
+}
+
+/* ---- execution ---- */
+
+static void count_batch(sip_pool_t *p, int64_t rows) {
+  int i = 0;
+  while (i < SIP_BATCH_BUCKETS - 1 && rows > (1 << i)) i++;
+  atomic_fetch_add(&p->batch_hist[i], 1);
+  atomic_fetch_add(&p->batch_rows_sum, (uint64_t)rows);
+}
+
+/* Runs the batch (one request or many) and answers every request in it. */
+static void run_batch(sip_session_t *s, batch_t *b) {
+  sip_pool_t *p = s->pool;
+  uint64_t start = sip__now_us();
+  size_t n = 0;
+  /* Requests that expired or were cancelled while waiting never run. */
+  for (size_t i = 0; i < b->n; i++) {
+    sip_request_t *r = b->reqs[i];
+    uint64_t queue_us = start - r->arrival_us;
+    if (is_cancelled(r)) {
+      cancel_request(p, r, start);
+    } else if (r->deadline_us && start >= r->deadline_us) {
+      expire_request(p, r, start);
+    } else {
+      sip__hist_observe(&p->h_queue, queue_us);
+      sip__stat_add(&p->st_queue, queue_us * 1000);
+      b->reqs[n++] = r;
+    }
+  }
+  b->n = n;
+  if (!n) return;
+  sip_request_t *r0 = b->reqs[0];
+  b->rows = 0;
+  for (size_t i = 0; i < n; i++) b->rows += b->reqs[i]->rows;
+
+  uint64_t t_in = sip__now_ns();
+  const char *names[64];
+  size_t n_out = r0->n_outputs ? r0->n_outputs : (p->n_outputs < 64 ? p->n_outputs : 64);
+  for (size_t i = 0; i < n_out; i++)
+    names[i] = r0->n_outputs ? r0->outputs[i] : p->outputs[i].name;
+
+  /* One request that fills the model as is runs on its own tensors: no copy. */
+  int direct = n == 1 && (!p->fixed_batch || r0->rows == p->fixed_batch);
+  sip_tensor_t *joined[64] = {0};
+  const sip_tensor_t *inputs[64];
+  sip_error_t *e = NULL;
+  size_t n_in = r0->n_inputs < 64 ? r0->n_inputs : 64;
+  for (size_t i = 0; i < n_in && !e; i++) {
+    if (direct) {
+      inputs[i] = r0->inputs[i];
+      continue;
+    }
+    const sip_tensor_t *parts[MAX_BATCH_REQUESTS];
+    for (size_t k = 0; k < n; k++) parts[k] = input_named(b->reqs[k], r0->inputs[i]->name);
+    e = sip__batch_concat(r0->inputs[i]->name, parts, n, p->fixed_batch,
+                          p->cfg->padding_strategy, &joined[i]);
+    inputs[i] = joined[i];
+  }
+  sip_tensor_t *outs[64] = {0};
+  sip_arbiter_t *arb = &p->server->arbiter;
+  uint64_t t_run = sip__now_ns(), t_done = t_run;
+  sip__stat_add(&p->st_compute_input, t_run - t_in);
+  if (!e) {
+    sip__arbiter_acquire(arb, &p->arb);
+    sip__session_set_state(s, SIP_SESSION_RUNNING);
+    t_run = sip__now_ns();
+    e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
+    t_done = sip__now_ns();
+    sip__session_set_state(s, SIP_SESSION_READY);
+    sip__arbiter_release(arb, &p->arb, t_done - t_run);
+    sip__stat_add(&p->st_compute_infer, t_done - t_run);
+    atomic_fetch_add(&p->execution_count, 1);
+    count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));
+  }
+  for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
+  uint64_t compute_us = (t_done - t_run) / 1000;
+  sip__hist_observe(&p->h_compute, compute_us);
+  atomic_fetch_add(&s->inferences, n);
+  atomic_fetch_add(&p->inference_count, n);
+
+  /* Scatter: each request gets its rows of every output, as views. */
+  int64_t row0 = 0;
+  for (size_t k = 0; k < n; k++) {
+    sip_request_t *r = b->reqs[k];
+    uint64_t queue_us = start - r->arrival_us;
+    sip_tensor_t **mine = NULL;
+    if (!e && direct) {
+      mine = sip__calloc(n_out ? n_out : 1, sizeof *mine);
+      if (mine) memcpy(mine, outs, n_out * sizeof *mine), memset(outs, 0, sizeof outs);
+    } else if (!e) {
+      mine = sip__calloc(n_out ? n_out : 1, sizeof *mine);
+      for (size_t j = 0; mine && j < n_out && !e; j++)
+        e = sip__batch_slice(outs[j], names[j], row0, r->rows, &mine[j]);
+      if (e) { /* the model does not batch like its inputs: every request fails */
+        for (size_t j = 0; j < n_out; j++) sip_tensor_free(mine[j]);
+        sip__free(mine);
+        mine = NULL;
+      }
+    }
+    row0 += r->rows;
+    if (e || !mine) {
+      atomic_fetch_add(&s->errors, 1);
+      char *msg = e ? sip__asprintf("pool '%s' session %d: %s", p->cfg->name, s->index,
+                                    sip_error_message(e))
+                    : NULL;
+      fail_request(p, r, e ? sip_error_code(e) : SIP_RESOURCE_EXHAUSTED,
+                   msg ? msg : "out of memory", queue_us);
+      sip__free(msg);
+      continue;
+    }
+    if (k == n - 1) sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
+    finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
+  }
+  sip_error_free(e);
+  for (size_t j = 0; j < n_out; j++) sip_tensor_free(outs[j]);
+}
+
+void *sip__session_main(void *arg) {
+  sip_session_t *s = arg;
+  sip_pool_t *p = s->pool;
+  batch_t *b = sip__malloc(sizeof *b);
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    sip_request_t *r = NULL;
+    /* While another session forms a batch, it owns the queue. */
+    while ((p->forming || !(r = q_pop(p, sip__now_us()))) && !p->stopping)
+      pthread_cond_wait(&p->cv, &p->mu);
+    if (!r && !(r = q_pop(p, sip__now_us()))) break; /* stopping and drained */
+    if (!b) { /* no memory for a batch: run requests one by one */
+      pthread_mutex_unlock(&p->mu);
+      batch_t one = {.reqs = {r}, .n = 1, .rows = r->rows};
+      run_batch(s, &one);
+      pthread_mutex_lock(&p->mu);
+      continue;
+    }
+    b->reqs[0] = r;
+    b->n = 1;
+    b->rows = r->rows;
+    if (p->cfg->max_batch_size) form_batch(p, b);
+    /* Let the next idle session start on what is left. */
+    if (queued(p)) pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    run_batch(s, b);
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  sip__free(b);
+  return NULL;
+}
+
+void sip__pool_shutdown(sip_pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  p->stopping = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n_sessions; i++) {
+    sip_session_t *s = &p->sessions[i];
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    if (s->ctx) p->backend->session_free(s->ctx);
+    s->ctx = NULL;
+    sip__session_set_state(s, SIP_SESSION_DESTROYED);
+  }
+  /* A pool that never started sessions may still hold queued requests. */
+  sip_request_t *r;
+  while ((r = q_pop(p, sip__now_us())))
+    fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
+  if (p->model) p->backend->model_free(p->model);
+  p->model = NULL;
+  if (atomic_load(&p->state) != SIP_POOL_FAILED) atomic_store(&p->state, SIP_POOL_STOPPED);
+}
