@@ -17,7 +17,6 @@ struct sip_arb_waiter {
   sip_arb_account_t *acc;
   pthread_cond_t cv;
   int granted;
-  uint64_t seq;
 };
 
 void sip__arbiter_init(sip_arbiter_t *a, int slots) {
@@ -26,7 +25,6 @@ void sip__arbiter_init(sip_arbiter_t *a, int slots) {
   a->vclock = 0;
   a->window = 2000000; /* 2 ms of virtual time: a few executions of a small model */
   a->waiters = NULL;
-  a->seq = 0;
 }
 
 void sip__arbiter_destroy(sip_arbiter_t *a) { pthread_mutex_destroy(&a->mu); }
@@ -39,29 +37,43 @@ void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_per
   acc->active = 0;
 }
 
-/* Picks and unlinks the waiter to grant. Caller holds a->mu. */
-static sip_arb_waiter_t *pick(sip_arbiter_t *a) {
-  if (!a->waiters) return NULL;
+size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t window) {
   uint64_t vmin = UINT64_MAX;
-  for (sip_arb_waiter_t *w = a->waiters; w; w = w->next)
-    if (w->acc->vtime < vmin) vmin = w->acc->vtime;
-  sip_arb_waiter_t **best = NULL;
-  for (sip_arb_waiter_t **pp = &a->waiters; *pp; pp = &(*pp)->next) {
-    sip_arb_waiter_t *w = *pp;
-    if (w->acc->vtime > vmin + a->window) continue;
-    if (!best) {
-      best = pp;
+  for (size_t i = 0; i < n; i++)
+    if (waiting[i]->vtime < vmin) vmin = waiting[i]->vtime;
+  size_t best = n;
+  for (size_t i = 0; i < n; i++) {
+    const sip_arb_account_t *w = waiting[i];
+    if (w->vtime > vmin + window) continue; /* ran ahead of its share */
+    if (best == n) {
+      best = i;
       continue;
     }
-    sip_arb_waiter_t *b = *best;
-    if (w->acc->priority != b->acc->priority) {
-      if (w->acc->priority < b->acc->priority) best = pp;
-    } else if (w->acc->vtime != b->acc->vtime) {
-      if (w->acc->vtime < b->acc->vtime) best = pp;
-    } else if (w->seq < b->seq) {
-      best = pp;
-    }
+    const sip_arb_account_t *b = waiting[best];
+    /* Earlier arrivals win ties: i > best here, so only strictly better. */
+    if (w->priority < b->priority || (w->priority == b->priority && w->vtime < b->vtime))
+      best = i;
   }
+  return best;
+}
+
+void sip__arb_charge(sip_arb_account_t *acc, uint64_t exec_ns) {
+  acc->vtime += exec_ns * 100 / acc->weight;
+  acc->used_ns += exec_ns;
+}
+
+/* Picks and unlinks the waiter to grant. Caller holds a->mu. */
+static sip_arb_waiter_t *pick(sip_arbiter_t *a) {
+  sip_arb_account_t *cands[64];
+  sip_arb_waiter_t **links[64];
+  size_t n = 0;
+  /* The first 64 waiters compete; more wait their turn in arrival order. */
+  for (sip_arb_waiter_t **pp = &a->waiters; *pp && n < 64; pp = &(*pp)->next) {
+    cands[n] = (*pp)->acc;
+    links[n++] = pp;
+  }
+  if (!n) return NULL;
+  sip_arb_waiter_t **best = links[sip__arb_choose(cands, n, a->window)];
   sip_arb_waiter_t *w = *best;
   *best = w->next;
   return w;
@@ -76,7 +88,7 @@ void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc) {
     pthread_mutex_unlock(&a->mu);
     return;
   }
-  sip_arb_waiter_t me = {.acc = acc, .granted = 0, .seq = a->seq++};
+  sip_arb_waiter_t me = {.acc = acc, .granted = 0};
   pthread_cond_init(&me.cv, NULL);
   sip_arb_waiter_t **pp = &a->waiters;
   while (*pp) pp = &(*pp)->next;
@@ -96,8 +108,7 @@ void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc) {
 
 void sip__arbiter_release(sip_arbiter_t *a, sip_arb_account_t *acc, uint64_t exec_ns) {
   pthread_mutex_lock(&a->mu);
-  acc->vtime += exec_ns * 100 / acc->weight;
-  acc->used_ns += exec_ns;
+  sip__arb_charge(acc, exec_ns);
   acc->active--;
   a->free_slots++;
   if (a->waiters) {

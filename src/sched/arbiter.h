@@ -27,8 +27,7 @@ typedef struct sip_arbiter {
   int slots, free_slots;
   uint64_t vclock; /* virtual time of the last grant */
   uint64_t window; /* virtual ns a pool may run ahead of the slowest waiter */
-  sip_arb_waiter_t *waiters;
-  uint64_t seq;
+  sip_arb_waiter_t *waiters; /* in arrival order */
 } sip_arbiter_t;
 
 void sip__arbiter_init(sip_arbiter_t *a, int slots);
@@ -36,6 +35,11 @@ void sip__arbiter_destroy(sip_arbiter_t *a);
 void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_percent);
 /* Blocks until `acc` may execute. */
 void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc);
+/* The policy, as a pure function for tests: which of n waiting accounts
+ * (in arrival order) gets the next slot. */
+size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t window);
+/* Charges `exec_ns` of execution to `acc` (virtual time and used time). */
+void sip__arb_charge(sip_arb_account_t *acc, uint64_t exec_ns);
 /* Returns the slot and charges `exec_ns` of execution to `acc`. */
 void sip__arbiter_release(sip_arbiter_t *a, sip_arb_account_t *acc, uint64_t exec_ns);
 
