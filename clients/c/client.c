@@ -298,12 +298,16 @@ static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip_wbuf_t *w) {
   return NULL;
 }
 
-sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
-                                    sip_client_done_fn done, void *user) {
+/* batch < 0: a plain INFER_REQUEST; else a BATCH_INFER_REQUEST. */
+static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req, int64_t batch,
+                                int padding, sip_client_done_fn done, void *user) {
   if (!req || !req->pool || !done)
     return sip_error_new(SIP_INVALID_ARGUMENT, "request, pool and callback are required");
   if (req->priority < 0 || req->priority > 3)
     return sip_error_new(SIP_INVALID_ARGUMENT, "priority %d; expected 0..3", req->priority);
+  if (padding < 0 || padding > 2)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "padding %d; expected 0 (none), 1 (replicate_last) or 2 (zero)", padding);
   pending_t *p = sip__calloc(1, sizeof *p);
   if (!p) return SIP_OOM();
   p->id = req->request_id ? req->request_id : atomic_fetch_add(&c->next_id, 1);
@@ -311,9 +315,25 @@ sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t 
   p->user = user;
   p->start_ns = sip__now_ns();
   sip_wbuf_t w = {0};
-  sip__encode_infer_request(&w, p->id, req->pool, req->priority, req->timeout_ms, req->outputs,
-                            req->n_outputs, req->inputs, req->n_inputs);
+  if (batch < 0)
+    sip__encode_infer_request(&w, p->id, req->pool, req->priority, req->timeout_ms, req->outputs,
+                              req->n_outputs, req->inputs, req->n_inputs);
+  else
+    sip__encode_batch_infer_request(&w, p->id, (uint32_t)batch, (uint8_t)padding, req->pool,
+                                    req->priority, req->timeout_ms, req->outputs, req->n_outputs,
+                                    req->inputs, req->n_inputs);
   return send_frame(c, p, &w);
+}
+
+sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
+                                    sip_client_done_fn done, void *user) {
+  return infer_async(c, req, -1, 0, done, user);
+}
+
+sip_error_t *sip_client_batch_infer_async(sip_client_t *c, const sip_client_request_t *req,
+                                          uint32_t max_batch_size, int padding,
+                                          sip_client_done_fn done, void *user) {
+  return infer_async(c, req, max_batch_size, padding, done, user);
 }
 
 typedef struct waiter {
@@ -347,13 +367,13 @@ static void sync_infer_done(sip_client_response_t *r, sip_error_t *e, void *user
   signal_done(w);
 }
 
-sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
-                              sip_client_response_t **out) {
+static sip_error_t *infer_sync(sip_client_t *c, const sip_client_request_t *req, int64_t batch,
+                               int padding, sip_client_response_t **out) {
   *out = NULL;
   waiter_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  sip_error_t *e = sip_client_infer_async(c, req, sync_infer_done, &w);
+  sip_error_t *e = infer_async(c, req, batch, padding, sync_infer_done, &w);
   if (e) {
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
@@ -362,6 +382,17 @@ sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
   wait_done(&w);
   *out = w.resp;
   return w.err;
+}
+
+sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
+                              sip_client_response_t **out) {
+  return infer_sync(c, req, -1, 0, out);
+}
+
+sip_error_t *sip_client_batch_infer(sip_client_t *c, const sip_client_request_t *req,
+                                    uint32_t max_batch_size, int padding,
+                                    sip_client_response_t **out) {
+  return infer_sync(c, req, max_batch_size, padding, out);
 }
 
 static void sync_info_done(char *json, sip_error_t *e, void *user) {

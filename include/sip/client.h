@@ -61,6 +61,18 @@ typedef void (*sip_client_done_fn)(sip_client_response_t *resp, sip_error_t *err
 sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
                                     sip_client_done_fn done, void *user);
 
+/* A client-side batch (BatchInferenceRequest): the request's inputs stack
+ * the items along dim 0; the server splits them into chunks of at most
+ * max_batch_size rows (0: the pool's), pads the last chunk per `padding`
+ * (0 none, 1 replicate_last, 2 zero) and answers once with outputs in input
+ * order (padding removed). Same ownership rules as sip_client_infer*. */
+sip_error_t *sip_client_batch_infer(sip_client_t *c, const sip_client_request_t *req,
+                                    uint32_t max_batch_size, int padding,
+                                    sip_client_response_t **out);
+sip_error_t *sip_client_batch_infer_async(sip_client_t *c, const sip_client_request_t *req,
+                                          uint32_t max_batch_size, int padding,
+                                          sip_client_done_fn done, void *user);
+
 /* Introspection (INFO_REQUEST kinds 1 ready, 2 pools, 3 status): *json is an
  * owned NUL-terminated string (free with sip_client_free_string). */
 sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);

@@ -103,6 +103,18 @@ typedef void (*sip_infer_done_fn)(sip_response_t *resp, void *user);
  * callback never fires. Thread-safe. */
 sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
                                     void *user);
+/* A client-side batch (seed 000's BatchInferenceRequest): the request's
+ * inputs hold many items stacked along dim 0. The server splits them into
+ * chunks of at most `max_batch_size` rows (0: the pool's max_batch_size, or
+ * no split), pads the last chunk per `padding` (0 none, 1 replicate_last,
+ * 2 zero), runs the chunks through the pool's queue (where they batch and
+ * interleave with other work) and answers once with every output
+ * concatenated in input order, padding removed. Admission errors of the
+ * first chunk are returned (callback never fires); later failures arrive
+ * through the callback with the first failing chunk's code. */
+sip_error_t *sip_server_infer_batch(sip_server_t *s, sip_request_t *r, int max_batch_size,
+                                    int padding, sip_infer_done_fn done, void *user);
+
 /* Cancels `t`: every queued request carrying it completes with CANCELLED
  * without running; later submissions carrying it are refused with
  * CANCELLED. Requests already executing finish normally. Thread-safe. */

@@ -199,6 +199,10 @@ struct sip_server {
   int hk_stop;
 
   sip_listener_set_t *listeners;
+  /* KServe v2 HTTP front-end (src/http/http.c); NULL when server.http is off. */
+  struct sip_http *http;
+  /* Set when sip_server_free begins: health/ready answers 503 from then on. */
+  _Atomic int draining;
   sip_arbiter_t arbiter; /* execution slots shared by every pool */
 };
 

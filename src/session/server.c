@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "http/http.h"
+#include "sched/batch.h"
 #include "session/engine.h"
 
 #define SIP_VERSION_STRING "0.1.0"
@@ -214,6 +216,11 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
       return e;
     }
   }
+  /* HTTP front-end hook (src/http/http.c): KServe v2 REST + /metrics. */
+  if (o->listen && cfg->http && (e = sip__http_start(s, cfg, &s->http))) {
+    sip_server_free(s);
+    return e;
+  }
   if (o->wait_for_load) {
     loader_main(s);
   } else if (pthread_create(&s->loader, NULL, loader_main, s) == 0) {
@@ -228,6 +235,7 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
 
 void sip_server_free(sip_server_t *s) {
   if (!s) return;
+  atomic_store(&s->draining, 1); /* HTTP health/ready turns 503 */
   if (s->loader_started) pthread_join(s->loader, NULL);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
@@ -241,6 +249,7 @@ void sip_server_free(sip_server_t *s) {
   }
   for (size_t i = 0; i < s->n_pools; i++) sip__pool_shutdown(&s->pools[i]);
   if (s->listeners) sip__listeners_stop(s->listeners);
+  sip__http_stop(s->http); /* HTTP front-end hook: every request it submitted has completed */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);
     s->hk_stop = 1;
@@ -272,11 +281,14 @@ void sip_server_free(sip_server_t *s) {
 int sip_server_ready(sip_server_t *s) { return atomic_load(&s->loaded); }
 
 size_t sip_server_endpoint_count(sip_server_t *s) {
-  return s->listeners ? sip__listeners_count(s->listeners) : 0;
+  return (s->listeners ? sip__listeners_count(s->listeners) : 0) + (s->http ? 1 : 0);
 }
 
+/* Native listeners first, then the HTTP front-end ("http://host:port"). */
 const char *sip_server_endpoint(sip_server_t *s, size_t i) {
-  return s->listeners ? sip__listeners_address(s->listeners, i) : NULL;
+  size_t n = s->listeners ? sip__listeners_count(s->listeners) : 0;
+  if (i < n) return sip__listeners_address(s->listeners, i);
+  return i == n && s->http ? sip__http_address(s->http) : NULL;
 }
 
 /* ---- requests ---- */
@@ -399,6 +411,287 @@ void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
   for (size_t i = 0; i < s->n_pools; i++) sip__pool_cancel(&s->pools[i], t);
 }
 
+/* ---- client-side batches split into chunks ---- */
+
+typedef struct split {
+  pthread_mutex_t mu;
+  size_t n_chunks, remaining;
+  int64_t *rows;             /* real rows of each chunk (padding excluded) */
+  sip_response_t **answers;  /* per chunk */
+  sip_code_t code;           /* first failure */
+  char *message;
+  uint64_t id;
+  sip_infer_done_fn done;
+  void *user;
+} split_t;
+
+typedef struct chunk_ctx {
+  split_t *sp;
+  size_t index;
+} chunk_ctx_t;
+
+static void split_free(split_t *sp) {
+  for (size_t i = 0; i < sp->n_chunks; i++) sip_response_free(sp->answers[i]);
+  sip__free(sp->answers);
+  sip__free(sp->rows);
+  sip__free(sp->message);
+  pthread_mutex_destroy(&sp->mu);
+  sip__free(sp);
+}
+
+/* Joins the chunks' outputs (their real rows) into one response. */
+static void split_finish(split_t *sp) {
+  sip_response_t *resp = sip__calloc(1, sizeof *resp);
+  sip_code_t code = sp->code;
+  char *msg = sp->message;
+  sp->message = NULL;
+  uint64_t q = 0, c = 0;
+  if (resp && code == SIP_OK) {
+    sip_response_t *a0 = sp->answers[0];
+    resp->outputs = sip__calloc(a0->n_outputs ? a0->n_outputs : 1, sizeof *resp->outputs);
+    if (!resp->outputs) code = SIP_RESOURCE_EXHAUSTED;
+    for (size_t j = 0; code == SIP_OK && j < a0->n_outputs; j++) {
+      sip_tensor_t *parts[1024];
+      const sip_tensor_t *cparts[1024];
+      size_t n = 0;
+      sip_error_t *e = NULL;
+      for (size_t k = 0; k < sp->n_chunks && !e; k++) {
+        const sip_tensor_t *t = sp->answers[k]->outputs[j];
+        e = sip__batch_slice(t, t->name, 0, sp->rows[k], &parts[n]);
+        if (!e) cparts[n] = parts[n], n++;
+      }
+      if (!e) e = sip__batch_concat(a0->outputs[j]->name, cparts, n, 0, 0, &resp->outputs[j]);
+      for (size_t k = 0; k < n; k++) sip_tensor_free(parts[k]);
+      if (e) {
+        code = sip_error_code(e);
+        sip__free(msg);
+        msg = sip__strdup(sip_error_message(e));
+        sip_error_free(e);
+      } else {
+        resp->n_outputs = j + 1;
+      }
+    }
+  }
+  for (size_t k = 0; k < sp->n_chunks; k++)
+    if (sp->answers[k]) {
+      q = sp->answers[k]->queue_us > q ? sp->answers[k]->queue_us : q;
+      c += sp->answers[k]->compute_us;
+    }
+  if (resp) {
+    resp->code = code;
+    resp->message = msg ? msg : sip__strdup("");
+    msg = NULL;
+    resp->request_id = sp->id;
+    resp->queue_us = q;
+    resp->compute_us = c;
+    resp->total_us = 0;
+    for (size_t k = 0; k < sp->n_chunks; k++)
+      if (sp->answers[k] && sp->answers[k]->total_us > resp->total_us)
+        resp->total_us = sp->answers[k]->total_us;
+    if (code != SIP_OK) {
+      for (size_t j = 0; j < resp->n_outputs; j++) sip_tensor_free(resp->outputs[j]);
+      sip__free(resp->outputs);
+      resp->outputs = NULL;
+      resp->n_outputs = 0;
+    }
+  }
+  sip__free(msg);
+  sip_infer_done_fn done = sp->done;
+  void *user = sp->user;
+  split_free(sp);
+  done(resp, user);
+}
+
+/* Records one chunk's end (an answer, or a failure to submit it). */
+static void chunk_end(split_t *sp, size_t index, sip_response_t *resp, sip_code_t code,
+                      const char *message) {
+  pthread_mutex_lock(&sp->mu);
+  sp->answers[index] = resp;
+  if (resp && resp->code != SIP_OK) {
+    code = resp->code;
+    message = resp->message;
+  } else if (!resp && code == SIP_OK) {
+    code = SIP_RESOURCE_EXHAUSTED;
+    message = "out of memory";
+  }
+  if (code != SIP_OK && sp->code == SIP_OK) {
+    sp->code = code;
+    sp->message = sip__asprintf("chunk %zu of %zu: %s", index + 1, sp->n_chunks, message);
+  }
+  int last = --sp->remaining == 0;
+  pthread_mutex_unlock(&sp->mu);
+  if (last) split_finish(sp);
+}
+
+static void chunk_done(sip_response_t *resp, void *user) {
+  chunk_ctx_t ctx = *(chunk_ctx_t *)user;
+  sip__free(user);
+  chunk_end(ctx.sp, ctx.index, resp, SIP_OK, NULL);
+}
+
+/* Builds chunk i: rows [row0, row0 + rows) of every input, padded to pad_to. */
+static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t rows, int64_t pad_to,
+                               int padding, sip_request_t **out) {
+  sip_request_t *c = sip_request_new(r->pool);
+  sip_error_t *e = c ? NULL : SIP_OOM();
+  if (!e) {
+    c->priority = r->priority;
+    c->timeout_ms = r->timeout_ms;
+    c->id = r->id;
+    sip_request_set_cancel_token(c, r->cancel);
+    if (r->version) e = sip_request_set_version(c, r->version);
+  }
+  for (size_t i = 0; !e && i < r->n_outputs; i++) e = sip_request_add_output(c, r->outputs[i]);
+  for (size_t i = 0; !e && i < r->n_inputs; i++) {
+    sip_tensor_t *slice = NULL, *padded = NULL;
+    e = sip__batch_slice(r->inputs[i], r->inputs[i]->name, row0, rows, &slice);
+    if (!e && pad_to > rows) {
+      const sip_tensor_t *parts[1] = {slice};
+      e = sip__batch_concat(slice->name, parts, 1, pad_to, padding, &padded);
+      sip_tensor_free(slice);
+      slice = padded;
+    }
+    if (!e) e = sip_request_add_input(c, slice);
+  }
+  if (e) {
+    sip_request_free(c);
+    return e;
+  }
+  *out = c;
+  return NULL;
+}
+
+sip_error_t *sip_server_infer_batch(sip_server_t *s, sip_request_t *r, int max_batch_size,
+                                    int padding, sip_infer_done_fn done, void *user) {
+  if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
+  sip_pool_t *p = find_pool(s, r->pool);
+  int64_t rows = -1;
+  for (size_t i = 0; i < r->n_inputs; i++) {
+    int64_t d = r->inputs[i]->rank ? r->inputs[i]->dims[0] : -1;
+    rows = i == 0 ? d : (d == rows ? rows : -1);
+  }
+  if (max_batch_size <= 0 && p) max_batch_size = p->cfg->max_batch_size;
+  if (!p || rows <= 0 || max_batch_size <= 0 || rows <= max_batch_size ||
+      padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
+    if (p && rows < 0) {
+      sip_request_free(r);
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "a batch request's inputs must share dim 0 (the items); pool '%s'",
+                           p->cfg->name);
+    }
+    if (padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
+      sip_request_free(r);
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "padding %d; expected 0 (none), 1 (replicate_last) or 2 (zero)",
+                           padding);
+    }
+    /* Fits one execution (or cannot be split): an ordinary request, padded
+     * when asked so the model sees max_batch_size rows. */
+    if (p && rows > 0 && max_batch_size > 0 && rows < max_batch_size && padding != SIP_PAD_NONE) {
+      split_t *sp = sip__calloc(1, sizeof *sp);
+      sip_request_t *c = NULL;
+      sip_error_t *e = sp ? make_chunk(r, 0, rows, max_batch_size, padding, &c) : SIP_OOM();
+      chunk_ctx_t *ctx = e ? NULL : sip__malloc(sizeof *ctx);
+      if (!e && !ctx) e = SIP_OOM();
+      if (!e) {
+        sp->rows = sip__calloc(1, sizeof *sp->rows);
+        sp->answers = sip__calloc(1, sizeof *sp->answers);
+        if (!sp->rows || !sp->answers) e = SIP_OOM();
+      }
+      if (e) {
+        sip__free(ctx);
+        sip_request_free(c);
+        if (sp) {
+          sip__free(sp->rows);
+          sip__free(sp->answers);
+          sip__free(sp);
+        }
+        sip_request_free(r);
+        return e;
+      }
+      pthread_mutex_init(&sp->mu, NULL);
+      sp->n_chunks = sp->remaining = 1;
+      sp->rows[0] = rows;
+      sp->id = r->id;
+      sp->done = done;
+      sp->user = user;
+      ctx->sp = sp;
+      ctx->index = 0;
+      sip_request_free(r);
+      e = sip_server_infer_async(s, c, chunk_done, ctx);
+      if (e) {
+        sip__free(ctx);
+        split_free(sp);
+      }
+      return e;
+    }
+    return sip_server_infer_async(s, r, done, user);
+  }
+  size_t n = (size_t)((rows + max_batch_size - 1) / max_batch_size);
+  if (n > 1024) {
+    sip_request_free(r);
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "%lld items in chunks of %d make %zu chunks; at most 1024 are supported",
+                         (long long)rows, max_batch_size, n);
+  }
+  split_t *sp = sip__calloc(1, sizeof *sp);
+  if (sp) {
+    sp->rows = sip__calloc(n, sizeof *sp->rows);
+    sp->answers = sip__calloc(n, sizeof *sp->answers);
+  }
+  if (!sp || !sp->rows || !sp->answers) {
+    if (sp) {
+      sip__free(sp->rows);
+      sip__free(sp->answers);
+    }
+    sip__free(sp);
+    sip_request_free(r);
+    return SIP_OOM();
+  }
+  pthread_mutex_init(&sp->mu, NULL);
+  sp->n_chunks = n;
+  sp->remaining = n;
+  sp->id = r->id;
+  sp->done = done;
+  sp->user = user;
+  for (size_t i = 0; i < n; i++) {
+    int64_t row0 = (int64_t)i * max_batch_size;
+    sp->rows[i] = rows - row0 < max_batch_size ? rows - row0 : max_batch_size;
+  }
+  for (size_t i = 0; i < n; i++) {
+    sip_request_t *c = NULL;
+    int64_t pad_to = padding != SIP_PAD_NONE ? max_batch_size : 0;
+    sip_error_t *e = make_chunk(r, (int64_t)i * max_batch_size, sp->rows[i], pad_to, padding, &c);
+    chunk_ctx_t *ctx = e ? NULL : sip__malloc(sizeof *ctx);
+    if (!e && !ctx) {
+      sip_request_free(c);
+      e = SIP_OOM();
+    }
+    if (!e) {
+      ctx->sp = sp;
+      ctx->index = i;
+      e = sip_server_infer_async(s, c, chunk_done, ctx);
+      if (e) sip__free(ctx);
+    }
+    if (e && i == 0) { /* nothing is in flight: a plain admission error */
+      sip_request_free(r);
+      split_free(sp);
+      return e;
+    }
+    if (e) {
+      /* Earlier chunks are in flight: the rest end now, failed; the answer
+       * goes through the callback once the others are done. */
+      for (size_t k = i; k < n; k++)
+        chunk_end(sp, k, NULL, k == i ? sip_error_code(e) : SIP_CANCELLED,
+                  k == i ? sip_error_message(e) : "an earlier chunk was refused");
+      sip_error_free(e);
+      break;
+    }
+  }
+  sip_request_free(r);
+  return NULL;
+}
+
 typedef struct sync_wait {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -496,6 +789,15 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     json_object_set_new(o, "version", nullable(p->version));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
     json_object_set_new(o, "pool_size", json_integer(p->cfg->pool_size));
+    /* For the HTTP model_configuration extension. */
+    json_object_set_new(o, "resource_quota",
+                        json_pack("{s:I,s:i}", "max_memory_mb", (json_int_t)p->cfg->max_memory_mb,
+                                  "max_compute_percent", p->cfg->max_compute_percent));
+    json_t *bo = json_object();
+    for (size_t k = 0; k < p->cfg->n_backend_options; k++)
+      json_object_set_new(bo, p->cfg->backend_options[k].key,
+                          json_string(p->cfg->backend_options[k].value));
+    json_object_set_new(o, "backend_options", bo);
     json_object_set_new(o, "inputs", ready ? io_json(p->inputs, p->n_inputs) : json_array());
     json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
     return o;
@@ -596,8 +898,10 @@ char *sip_server_info_json(sip_server_t *s, int kind) {
       json_object_set_new(root, "version", json_string(SIP_VERSION_STRING));
       long nu, nt;
       sip__listeners_connections(s->listeners, &nu, &nt);
-      json_object_set_new(root, "connections", json_pack("{s:I,s:I}", "unix", (json_int_t)nu,
-                                                         "tcp", (json_int_t)nt));
+      json_object_set_new(root, "connections",
+                          json_pack("{s:I,s:I,s:I}", "unix", (json_int_t)nu, "tcp",
+                                    (json_int_t)nt, "http",
+                                    (json_int_t)sip__http_connections(s->http)));
     }
   } else {
     return NULL;

@@ -6,8 +6,9 @@
 
 #include "core/core.h"
 
-static const char *type_names[] = {"?", "INFER_REQUEST", "INFER_RESPONSE", "INFO_REQUEST",
-                                   "INFO_RESPONSE", "ERROR"};
+static const char *type_names[] = {"?",           "INFER_REQUEST", "INFER_RESPONSE",
+                                   "INFO_REQUEST", "INFO_RESPONSE", "ERROR",
+                                   "BATCH_INFER_REQUEST"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip_frame_header_t *h) {
@@ -27,8 +28,8 @@ sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                          h->version, SIP_FRAME_VERSION);
   if (h->flags != 0)
     return sip_error_new(SIP_INVALID_ARGUMENT, "frame flags 0x%x set; expected 0", h->flags);
-  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_ERROR)
-    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..5", h->type);
+  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_BATCH_INFER_REQUEST)
+    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..6", h->type);
   if (h->length > max_payload)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED,
                          "%s frame of %u bytes exceeds the limit of %zu bytes (max_frame_bytes)",
@@ -132,11 +133,9 @@ static void finish(sip_wbuf_t *w, size_t at, uint16_t type, uint64_t request_id)
   sip__frame_header_encode(w->data + at, type, (uint32_t)payload, request_id);
 }
 
-void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
-                               uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
-                               const sip_tensor_t *const *inputs, size_t n_inputs) {
-  size_t at = begin(w);
-  size_t ps = at + SIP_FRAME_HEADER_SIZE;
+static void infer_body(sip_wbuf_t *w, size_t ps, const char *pool, int priority,
+                       uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
+                       const sip_tensor_t *const *inputs, size_t n_inputs) {
   sip__wbuf_str16(w, pool);
   sip__wbuf_u8(w, (uint8_t)priority);
   sip__wbuf_put(w, "\0\0\0", 3);
@@ -145,8 +144,32 @@ void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *p
   sip__wbuf_u16(w, (uint16_t)n_inputs);
   for (size_t i = 0; i < n_outputs; i++) sip__wbuf_str16(w, outputs[i]);
   for (size_t i = 0; i < n_inputs; i++) sip__wbuf_tensor(w, ps, inputs[i]);
+}
+
+void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
+                               uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
+                               const sip_tensor_t *const *inputs, size_t n_inputs) {
+  size_t at = begin(w);
+  infer_body(w, at + SIP_FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, n_outputs, inputs,
+             n_inputs);
   finish(w, at, SIP_MSG_INFER_REQUEST, request_id);
 }
+
+void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
+                                     uint8_t padding, const char *pool, int priority,
+                                     uint32_t timeout_ms, const char *const *outputs,
+                                     size_t n_outputs, const sip_tensor_t *const *inputs,
+                                     size_t n_inputs) {
+  size_t at = begin(w);
+  sip__wbuf_u32(w, max_batch_size);
+  sip__wbuf_u8(w, padding);
+  sip__wbuf_put(w, "\0\0\0", 3);
+  /* The 8-byte prefix keeps tensor data 8-aligned for the embedded request. */
+  infer_body(w, at + SIP_FRAME_HEADER_SIZE + SIP_BATCH_PREFIX_SIZE, pool, priority, timeout_ms,
+             outputs, n_outputs, inputs, n_inputs);
+  finish(w, at, SIP_MSG_BATCH_INFER_REQUEST, request_id);
+}
+
 
 void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
@@ -444,5 +467,24 @@ sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, u
                          len - r.off - (size_t)n, (unsigned long long)n);
   *text = (const char *)p + r.off;
   *text_len = (size_t)n;
+  return NULL;
+}
+
+sip_error_t *sip__decode_batch_prefix(const uint8_t *p, size_t len, uint32_t *max_batch_size,
+                                      uint8_t *padding) {
+  reader_t r = {p, len, 0, "BATCH_INFER_REQUEST"};
+  uint64_t mb, pad, res;
+  sip_error_t *e;
+  if ((e = get_int(&r, "max_batch_size", 4, &mb)) || (e = get_int(&r, "padding", 1, &pad)) ||
+      (e = get_int(&r, "reserved", 3, &res)))
+    return e;
+  if (pad > 2)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "BATCH_INFER_REQUEST padding %llu; expected 0 (none), 1 "
+                         "(replicate_last) or 2 (zero)",
+                         (unsigned long long)pad);
+  if (res) return sip_error_new(SIP_INVALID_ARGUMENT, "BATCH_INFER_REQUEST reserved bytes are not zero");
+  *max_batch_size = (uint32_t)mb;
+  *padding = (uint8_t)pad;
   return NULL;
 }

@@ -21,7 +21,9 @@ enum {
   SIP_MSG_INFO_REQUEST = 3,
   SIP_MSG_INFO_RESPONSE = 4,
   SIP_MSG_ERROR = 5,
+  SIP_MSG_BATCH_INFER_REQUEST = 6,
 };
+#define SIP_BATCH_PREFIX_SIZE 8
 
 typedef struct sip_frame_header {
   uint16_t version;
@@ -92,6 +94,16 @@ void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t cod
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs);
+/* BATCH_INFER_REQUEST: an 8-byte prefix (u32 max_batch_size, u8 padding,
+ * 3 reserved) followed by an INFER_REQUEST payload whose dim 0 stacks the
+ * items. */
+void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
+                                     uint8_t padding, const char *pool, int priority,
+                                     uint32_t timeout_ms, const char *const *outputs,
+                                     size_t n_outputs, const sip_tensor_t *const *inputs,
+                                     size_t n_inputs);
+sip_error_t *sip__decode_batch_prefix(const uint8_t *p, size_t len, uint32_t *max_batch_size,
+                                      uint8_t *padding);
 void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind);
 void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);

@@ -362,8 +362,17 @@ static void drain_completions(sip_listener_set_t *ls) {
 
 static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
   sip_wire_request_t wr;
-  sip_error_t *e = sip__decode_infer_request(sip_buf_data(c->payload), c->h.length, c->payload,
-                                             &wr);
+  const uint8_t *payload = sip_buf_data(c->payload);
+  size_t len = c->h.length;
+  uint32_t max_batch = 0;
+  uint8_t padding = 0;
+  int batch = c->h.type == SIP_MSG_BATCH_INFER_REQUEST;
+  sip_error_t *e = batch ? sip__decode_batch_prefix(payload, len, &max_batch, &padding) : NULL;
+  if (batch && !e) {
+    payload += SIP_BATCH_PREFIX_SIZE;
+    len -= SIP_BATCH_PREFIX_SIZE;
+  }
+  if (!e) e = sip__decode_infer_request(payload, len, c->payload, &wr);
   if (e) {
     conn_error(c, c->h.request_id, e);
     return;
@@ -393,7 +402,9 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
   pd->ls = ls;
   pd->conn_id = conn_id(c);
   uint64_t rid = c->h.request_id;
-  e = sip_server_infer_async(ls->srv, r, on_done, pd);
+  e = batch ? sip_server_infer_batch(ls->srv, r, (int)(max_batch > INT32_MAX ? INT32_MAX : max_batch),
+                                     padding, on_done, pd)
+            : sip_server_infer_async(ls->srv, r, on_done, pd);
   if (e) {
     sip__free(pd);
     sip_wbuf_t w = {0};
@@ -427,6 +438,7 @@ static void handle_info(sip_listener_set_t *ls, conn_t *c) {
 static void handle_frame(sip_listener_set_t *ls, conn_t *c) {
   switch (c->h.type) {
   case SIP_MSG_INFER_REQUEST:
+  case SIP_MSG_BATCH_INFER_REQUEST:
     handle_infer(ls, c);
     break;
   case SIP_MSG_INFO_REQUEST:
@@ -436,7 +448,7 @@ static void handle_frame(sip_listener_set_t *ls, conn_t *c) {
     conn_error(c, c->h.request_id,
                sip_error_new(SIP_INVALID_ARGUMENT,
                              "message type %u is sent by servers, not clients; expected "
-                             "INFER_REQUEST (1) or INFO_REQUEST (3)",
+                             "INFER_REQUEST (1), INFO_REQUEST (3) or BATCH_INFER_REQUEST (6)",
                              c->h.type));
   }
 }

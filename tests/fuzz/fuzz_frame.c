@@ -153,6 +153,23 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
       sip__wire_request_clear(&r);
       break;
     }
+    case SIP_MSG_BATCH_INFER_REQUEST: {
+      uint32_t max_batch;
+      uint8_t padding;
+      e = sip__decode_batch_prefix(p, len, &max_batch, &padding);
+      if (e) break;
+      CHECK(padding <= 2);
+      sip_wire_request_t r;
+      e = sip__decode_infer_request(p + SIP_BATCH_PREFIX_SIZE, len - SIP_BATCH_PREFIX_SIZE, owner,
+                                    &r);
+      if (e) {
+        CHECK(is_request_zeroed(&r));
+        break;
+      }
+      for (size_t i = 0; i < r.n_inputs; i++) check_tensor(r.inputs[i], p, len);
+      sip__wire_request_clear(&r);
+      break;
+    }
     case SIP_MSG_INFER_RESPONSE: {
       sip_wire_response_t r;
       e = sip__decode_infer_response(p, len, owner, &r);
@@ -231,7 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     CHECK(h.version == SIP_FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
-    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_ERROR);
+    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_BATCH_INFER_REQUEST);
     off += SIP_FRAME_HEADER_SIZE;
     if (size - off < h.length) break; /* the connection would wait for more */
     int go_on = one_frame(&h, data + off);

@@ -232,6 +232,34 @@ static void test_info(void **state) {
   sip_client_free(c);
 }
 
+/* A client-side batch of 7 rows in chunks of 3: the answer has the 7 rows
+ * in order, the padding of the last chunk removed. */
+static void test_batch_infer(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_tensor_t *t = vec3(10.0f, 7);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1};
+  for (int padding = 0; padding <= 2; padding++) {
+    sip_client_response_t *r = NULL;
+    sip_error_t *e = sip_client_batch_infer(c, &req, 3, padding, &r);
+    assert_null(e);
+    check_echo(r, 10.0f, 7);
+    sip_client_response_free(r);
+  }
+  sip_client_response_t *r = NULL;
+  sip_error_t *e = sip_client_batch_infer(c, &req, 3, 7, &r);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  req.pool = "nope";
+  e = sip_client_batch_infer(c, &req, 3, 1, &r);
+  assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  sip_error_free(e);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
 static void test_connect_failures(void **state) {
   (void)state;
   sip_client_t *c = NULL;
@@ -252,7 +280,7 @@ int main(void) {
       cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
       cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
-      cmocka_unit_test(test_connect_failures),
+      cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -557,6 +557,50 @@ static void test_alloc_failures(void **state) {
   assert_true(ok);
 }
 
+/* server.http, http_max_body_bytes, http_threads (the HTTP front-end). */
+static void test_http_keys(void **state) {
+  (void)state;
+  sip_config_t *cfg = load_ok("session_pools: []\n");
+  assert_null(cfg->http);
+  assert_int_equal(cfg->http_max_body_bytes, (size_t)64 << 20);
+  assert_int_equal(cfg->http_threads, 2);
+  sip__config_free(cfg);
+
+  static const char *const good[] = {"127.0.0.1:8000", "localhost:0", "\"[::1]:65535\"",
+                                     "0.0.0.0:80", "my-host.example:8080"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    char yaml[256], want[64];
+    snprintf(yaml, sizeof yaml, "server: {http: %s}\nsession_pools: []\n", good[i]);
+    cfg = load_ok(yaml);
+    snprintf(want, sizeof want, "%s", good[i][0] == '"' ? "[::1]:65535" : good[i]);
+    assert_string_equal(cfg->http, want);
+    sip__config_free(cfg);
+  }
+  cfg = load_ok("server: {http: \"127.0.0.1:0\", http_max_body_bytes: 4KiB, http_threads: 8}\n"
+                "session_pools: []\n");
+  assert_int_equal(cfg->http_max_body_bytes, 4096);
+  assert_int_equal(cfg->http_threads, 8);
+  sip__config_free(cfg);
+
+  EXPECT_ERR("server: {http: \"127.0.0.1\"}\nsession_pools: []\n",
+             NAME ":1:16: server.http: \"127.0.0.1\" is not valid", "expected HOST:PORT");
+  EXPECT_ERR("server: {http: \"127.0.0.1:65536\"}\nsession_pools: []\n", "server.http",
+             "is not valid; expected HOST:PORT (port 0..65535");
+  EXPECT_ERR("server: {http: \"tcp://127.0.0.1:80\"}\nsession_pools: []\n", "server.http",
+             "is not valid");
+  EXPECT_ERR("server: {http: \"::1:80\"}\nsession_pools: []\n", "server.http", "is not valid");
+  EXPECT_ERR("server: {http: }\nsession_pools: []\n", "server.http: has no value");
+  EXPECT_ERR("server: {http: [a]}\nsession_pools: []\n", "server.http: is a list");
+  EXPECT_ERR("server: {http_max_body_bytes: 1023}\nsession_pools: []\n",
+             "server.http_max_body_bytes: \"1023\" is out of range", "1024..4294967296");
+  EXPECT_ERR("server: {http_max_body_bytes: 5GiB}\nsession_pools: []\n",
+             "server.http_max_body_bytes", "out of range");
+  EXPECT_ERR("server: {http_threads: 0}\nsession_pools: []\n",
+             "server.http_threads: 0 is out of range; expected an integer 1..64");
+  EXPECT_ERR("server: {http_threads: 65}\nsession_pools: []\n", "server.http_threads",
+             "out of range");
+}
+
 static void test_misc(void **state) {
   (void)state;
   sip__config_free(NULL);
@@ -583,7 +627,7 @@ int main(void) {
       cmocka_unit_test(test_document_shape), cmocka_unit_test(test_yaml_syntax),
       cmocka_unit_test(test_aliases),        cmocka_unit_test(test_base_dir),
       cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
-      cmocka_unit_test(test_misc),
+      cmocka_unit_test(test_misc),           cmocka_unit_test(test_http_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

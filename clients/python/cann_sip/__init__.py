@@ -11,21 +11,24 @@ pure encode/decode functions.
 """
 
 from . import protocol
-from .client import (DEFAULT_ENDPOINT, InferenceRequest, InferenceResponse, SessionClient,
-                     parse_endpoint)
+from .client import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResponse,
+                     InferenceRequest, InferenceResponse, SessionClient, parse_endpoint)
 from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
                      UnimplementedError, sip_error_from_code)
+from .metrics import MetricsCollector, MetricsSnapshot, PoolMetrics, SessionMetrics
 from .protocol import ProtocolError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "SessionClient", "InferenceRequest", "InferenceResponse", "DEFAULT_ENDPOINT",
+    "BatchInferenceRequest", "BatchInferenceResponse",
     "parse_endpoint", "protocol", "ProtocolError",
     "SipError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError",
     "UnimplementedError", "FailedPreconditionError", "PermissionDeniedError", "InternalError",
     "sip_error_from_code", "__version__",
+    "MetricsCollector", "MetricsSnapshot", "PoolMetrics", "SessionMetrics",
 ]

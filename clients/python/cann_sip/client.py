@@ -26,11 +26,13 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
+
+import numpy as np
 from concurrent.futures import TimeoutError as _FutureTimeout
 
 from . import protocol as P
 from .errors import (CancelledError, DeadlineExceededError, InternalError,
-                     InvalidArgumentError, SipError, UnavailableError,
+                     InvalidArgumentError, NotFoundError, SipError, UnavailableError,
                      sip_error_from_code)
 
 __all__ = ["SessionClient", "InferenceRequest", "InferenceResponse", "parse_endpoint",
@@ -73,6 +75,36 @@ class InferenceRequest:
                                                 self.outputs))
 
 
+class BatchInferenceRequest:
+    """Many items in one call (seed 000). The server splits them into chunks
+    of ``batch_config["max_batch_size"]`` rows, pads the last chunk per
+    ``padding_strategy`` (none | replicate_last | zero), runs the chunks
+    (which batch with other traffic) and answers with outputs in input order.
+
+    batch_inputs: a list of items; each item is a dict name -> array, or a
+        bare array for a single-input pool. An item with the model's rank
+        contributes its dim 0 rows; one with rank - 1 is one row.
+    batch_config: {"max_batch_size": N (0: the pool's), "timeout_ms": T,
+        "padding_strategy": "none" | "replicate_last" | "zero"}.
+    """
+
+    __slots__ = ("session_pool", "batch_inputs", "batch_config", "priority", "request_id",
+                 "outputs")
+
+    def __init__(self, session_pool, batch_inputs, batch_config=None, priority=None,
+                 request_id=None, outputs=None):
+        self.session_pool = session_pool
+        self.batch_inputs = list(batch_inputs)
+        self.batch_config = dict(batch_config or {})
+        self.priority = priority
+        self.request_id = request_id
+        self.outputs = outputs
+
+    def __repr__(self):
+        return "BatchInferenceRequest(session_pool=%r, items=%d, batch_config=%r)" % (
+            self.session_pool, len(self.batch_inputs), self.batch_config)
+
+
 class InferenceResponse:
     """The answer to one request.
 
@@ -98,6 +130,22 @@ class InferenceResponse:
         shapes = ", ".join("%s%s" % (k, list(v.shape)) for k, v in self.outputs.items())
         return "InferenceResponse(request_id=%r, outputs={%s}, latency_ms=%.3f)" % (
             self.request_id, shapes, self.latency_ms)
+
+
+class BatchInferenceResponse(InferenceResponse):
+    """The answer to a BatchInferenceRequest: ``outputs`` holds every item's
+    rows in input order; ``batch_outputs[i]`` is item i's own dict."""
+
+    __slots__ = ("batch_outputs",)
+
+    def __init__(self, inner, rows):
+        super().__init__(inner.outputs, inner.latency_ms, inner.request_id, inner.timings,
+                         inner.session_pool)
+        self.batch_outputs = []
+        start = 0
+        for n in rows:
+            self.batch_outputs.append({k: v[start:start + n] for k, v in inner.outputs.items()})
+            start += n
 
 
 def parse_endpoint(endpoint):
@@ -418,6 +466,7 @@ class SessionClient:
         self._conn = None
         self._closed = False
         self._ids = itertools.count(1)
+        self._ranks = {}  # pool -> {input: rank}, for batch_infer
 
     # -- plumbing -----------------------------------------------------------
     def _connection(self):
@@ -477,6 +526,94 @@ class SessionClient:
     def infer(self, request):
         """Runs one request and returns its InferenceResponse (raises SipError)."""
         return self._wait(self.infer_async(request))
+
+    def _input_ranks(self, pool):
+        ranks = self._ranks.get(pool)
+        if ranks is None:
+            for p in self.pools():
+                if p["name"] == pool:
+                    ranks = {i["name"]: (len(i["shape"]) if i.get("shape") is not None else None)
+                             for i in p.get("inputs", [])}
+                    self._ranks[pool] = ranks
+                    break
+        if ranks is None:
+            raise NotFoundError("no pool named %r on %s" % (pool, self.endpoint))
+        return ranks
+
+    def _stack_items(self, request):
+        ranks = self._input_ranks(request.session_pool)
+        items = []
+        for item in request.batch_inputs:
+            if not isinstance(item, dict):
+                if len(ranks) != 1:
+                    raise InvalidArgumentError(
+                        "pool %r has %d inputs; give each item as a dict name -> array"
+                        % (request.session_pool, len(ranks)))
+                item = {next(iter(ranks)): item}
+            items.append({k: P.as_tensor_array(v)[1] for k, v in item.items()})
+        if not items:
+            raise InvalidArgumentError("batch_inputs is empty")
+        rows, stacked = [], {}
+        for item in items:
+            if set(item) != set(items[0]):
+                raise InvalidArgumentError("every item needs the same inputs: %s vs %s"
+                                           % (sorted(items[0]), sorted(item)))
+            n = None
+            for name, arr in item.items():
+                rank = ranks.get(name)
+                k = 1 if rank is not None and arr.ndim == rank - 1 else (
+                    arr.shape[0] if arr.ndim else None)
+                if k is None or (n is not None and k != n):
+                    raise InvalidArgumentError(
+                        "item inputs must share dim 0 (the rows of the item); %r has shape %s"
+                        % (name, list(arr.shape)))
+                n = k
+            rows.append(n)
+        for name in items[0]:
+            parts = []
+            for item in items:
+                arr = item[name]
+                rank = ranks.get(name)
+                parts.append(arr[np.newaxis] if rank is not None and arr.ndim == rank - 1 else arr)
+            stacked[name] = np.concatenate(parts, axis=0)
+        return stacked, rows
+
+    def batch_infer_async(self, request):
+        """Sends a BatchInferenceRequest; returns a Future resolving to a
+        BatchInferenceResponse."""
+        if not isinstance(request, BatchInferenceRequest):
+            raise InvalidArgumentError("batch_infer expects a BatchInferenceRequest, not %s"
+                                       % type(request).__name__)
+        cfg = request.batch_config
+        unknown = set(cfg) - {"max_batch_size", "timeout_ms", "padding_strategy"}
+        if unknown:
+            raise InvalidArgumentError("unknown batch_config keys %s; expected max_batch_size, "
+                                       "timeout_ms, padding_strategy" % sorted(unknown))
+        stacked, rows = self._stack_items(request)
+        try:
+            parts = P.encode_batch_infer_request_parts(
+                request.session_pool, stacked, max_batch_size=cfg.get("max_batch_size", 0) or 0,
+                padding=cfg.get("padding_strategy", "none") or "none",
+                priority=request.priority, timeout_ms=cfg.get("timeout_ms"),
+                outputs=request.outputs)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(str(e)) from None
+        rid = request.request_id if request.request_id is not None else self._next_id()
+        inner = self._submit(rid, "infer", P.BATCH_INFER_REQUEST, parts, request.session_pool)
+        outer = Future()
+
+        def done(f):
+            try:
+                outer.set_result(BatchInferenceResponse(f.result(), rows))
+            except BaseException as e:  # noqa: B902 - propagate any failure to the caller
+                outer.set_exception(e)
+
+        inner.add_done_callback(done)
+        return outer
+
+    def batch_infer(self, request):
+        """Runs a BatchInferenceRequest; returns its BatchInferenceResponse."""
+        return self._wait(self.batch_infer_async(request))
 
     # -- introspection ------------------------------------------------------
     def info_async(self, kind):

@@ -51,6 +51,10 @@ INFER_RESPONSE = 2
 INFO_REQUEST = 3
 INFO_RESPONSE = 4
 ERROR = 5
+BATCH_INFER_REQUEST = 6
+
+PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
+_BATCH_PREFIX = struct.Struct("<IB3x")  # max_batch_size, padding; keeps data 8-aligned
 MESSAGE_TYPES = (INFER_REQUEST, INFER_RESPONSE, INFO_REQUEST, INFO_RESPONSE, ERROR)
 
 # INFO_REQUEST kinds.
@@ -498,6 +502,19 @@ def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, output
     for name, value in ins:
         _write_tensor(w, name, value)
     return w.finish()
+
+
+def encode_batch_infer_request_parts(pool, inputs, *, max_batch_size=0, padding="none",
+                                     priority=0, timeout_ms=0, outputs=()):
+    """BATCH_INFER_REQUEST payload: an 8-byte prefix (u32 max_batch_size, u8
+    padding) and an INFER_REQUEST payload whose dim 0 stacks the items."""
+    if padding not in PADDING:
+        raise ValueError("padding_strategy %r; expected one of %s" % (padding, sorted(PADDING)))
+    if not 0 <= int(max_batch_size) <= MAX_U32:
+        raise ValueError("max_batch_size must be within 0..%d" % MAX_U32)
+    return [_BATCH_PREFIX.pack(int(max_batch_size), PADDING[padding])] + \
+        encode_infer_request_parts(pool, inputs, priority=priority, timeout_ms=timeout_ms,
+                                   outputs=outputs)
 
 
 def encode_infer_request(pool, inputs, *, priority=0, timeout_ms=0, outputs=()):

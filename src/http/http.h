@@ -1,0 +1,130 @@
+/* sip — the KServe v2 HTTP/REST front-end (http.c, on libmicrohttpd) and the
+ * codec between HTTP bodies and engine requests/responses (kserve_json.c).
+ *
+ * The codec has no HTTP or engine state in it, so it can be unit-tested and
+ * fuzzed on its own (tests/unit/test_kserve.c, tests/fuzz/fuzz_http.c).
+ * docs/http.md documents the endpoints; docs/internals/http.md the design.
+ */
+#ifndef SIP_HTTP_H
+#define SIP_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "sip/backend.h"
+#include "sip/server.h"
+
+struct sip_server;
+typedef struct sip_http sip_http_t;
+
+/* ---- the front-end (http.c) ---------------------------------------------- */
+
+/* Starts the HTTP daemon on cfg->http (which must be set). Its threads only
+ * decode, submit and encode: a request waiting for inference holds no thread
+ * (the connection is suspended and resumed by the completion). Errors:
+ * UNAVAILABLE naming the address when it cannot be bound. Borrows `s` and
+ * `cfg`, which must outlive the daemon. */
+sip_error_t *sip__http_start(struct sip_server *s, const sip_config_t *cfg, sip_http_t **out);
+/* Stops accepting, gives responses still being written up to a second,
+ * closes every connection and frees. Call only after every request it
+ * submitted has completed (sip_server_free drains the pools first). NULL is
+ * a no-op. */
+void sip__http_stop(sip_http_t *h);
+/* "http://host:port" with the bound port. Borrowed, valid until stop. */
+const char *sip__http_address(const sip_http_t *h);
+/* Open HTTP connections (h may be NULL: 0). Thread-safe. */
+long sip__http_connections(const sip_http_t *h);
+
+/* ---- the codec (kserve_json.c) ------------------------------------------- */
+
+/* Deepest JSON nesting accepted in a request header (objects and arrays).
+ * Rank <= 16 data plus the request's own structure needs about 20. */
+#define SIP_KS_MAX_DEPTH 64
+
+/* One output the client asked for, with its KServe parameters. */
+typedef struct sip__ks_output {
+  char *name;
+  int binary;              /* parameters.binary_data: 1 / 0, or -1 when not given */
+  uint32_t classification; /* parameters.classification: top-N, 0 = off */
+} sip__ks_output_t;
+
+/* A decoded KServe inference request. */
+typedef struct sip__ks_request {
+  sip_request_t *req;          /* owned until submitted (set to NULL then) */
+  char *id;                    /* the request's "id" to echo, or NULL */
+  size_t id_len;               /* (ids may hold NUL: echoed byte for byte) */
+  int binary_output;           /* default for outputs without binary_data */
+  sip__ks_output_t *outputs;   /* as listed in "outputs" (none: all, default kind) */
+  size_t n_outputs;
+} sip__ks_request_t;
+
+/* Decodes one POST .../infer body into a request for `model` (and
+ * `version`, may be NULL).
+ *
+ * header_len < 0: the body is all JSON. header_len > 0: the first header_len
+ * bytes are JSON and the rest is binary tensor data, consumed in input order
+ * by inputs with parameters.binary_data_size. header_len == 0: a raw binary
+ * request: the whole body is the model's single input, described by
+ * `raw_inputs` (the model's inputs; the request is refused unless there is
+ * exactly one) and outputs default to binary.
+ *
+ * Binary inputs view the body without a copy when `owner` (a buffer keeping
+ * `body` alive; a reference is taken per tensor) is given and the data is
+ * 8-byte aligned; otherwise they are copied. Errors: INVALID_ARGUMENT with a
+ * message naming the field, UNIMPLEMENTED for extensions sip does not have
+ * (shared memory, BF16), RESOURCE_EXHAUSTED when out of memory. On success
+ * *out is owned by the caller (sip__ks_request_free). */
+sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
+                            size_t len, int64_t header_len, sip_buf_t *owner,
+                            const sip_io_desc_t *raw_inputs, size_t n_raw_inputs,
+                            sip__ks_request_t **out);
+/* Frees a decoded request (and its engine request if still owned). NULL is a
+ * no-op. */
+void sip__ks_request_free(sip__ks_request_t *k);
+
+/* A piece of the binary section of a response. */
+typedef struct sip__ks_segment {
+  const void *data;
+  size_t len;
+} sip__ks_segment_t;
+
+/* An encoded response body: `json` then each segment in order. Segments
+ * point into the output tensors passed to sip__ks_encode (which must outlive
+ * the body) or into buffers the body keeps itself (classification results). */
+typedef struct sip__ks_body {
+  char *json;
+  size_t json_len;
+  sip__ks_segment_t *segs;
+  size_t n_segs;
+  sip_buf_t **keep;
+  size_t n_keep;
+  int binary; /* 1: binary sections follow; send Inference-Header-Content-Length */
+} sip__ks_body_t;
+
+/* Encodes the outputs of a successful inference as a KServe response for
+ * request `k`: JSON "data" or binary sections as asked, classification
+ * applied, the request id echoed. `version` (may be NULL) becomes
+ * "model_version". Errors: INVALID_ARGUMENT (classification of a non-numeric
+ * output; a BYTES element that is not UTF-8 asked as JSON), RESOURCE_EXHAUSTED.
+ * On success the caller owns *out's contents (sip__ks_body_clear). */
+sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const char *version,
+                            const sip_tensor_t *const *outputs, size_t n_outputs,
+                            sip__ks_body_t *out);
+void sip__ks_body_clear(sip__ks_body_t *b);
+
+/* {"error":"<msg>"} as an owned string (sip__free), NULL when out of memory. */
+char *sip__ks_error_json(const char *msg, size_t *len);
+/* KServe datatype name of a dtype ("FP32", "BYTES"), NULL for invalid. */
+const char *sip__ks_datatype(sip_dtype_t dt);
+/* Inverse of sip__ks_datatype; SIP_DTYPE_INVALID when unknown. */
+sip_dtype_t sip__ks_dtype(const char *datatype);
+/* 1 when the JSON text nests no deeper than max_depth (strings skipped).
+ * Linear and allocation-free: run before parsing, so a hostile body costs
+ * neither recursion nor memory. */
+int sip__ks_depth_ok(const uint8_t *p, size_t n, int max_depth);
+/* IEEE half <-> double, round to nearest even. */
+uint16_t sip__f64_to_f16(double d);
+double sip__f16_to_f64(uint16_t h);
+
+#endif
