@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "sip/client.h"
+#include "tools/cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -23,7 +24,10 @@ static void usage(FILE *f) {
           "                                 VALUES: zeros | ones | random | @FILE (raw\n"
           "                                 little-endian bytes) | v1,v2,... (numbers or strings)\n"
           "     -o NAME                     ask for this output only (repeatable)\n"
-          "     --timeout-ms N  --priority high|medium|low  --repeat N\n");
+          "     --timeout-ms N  --priority high|medium|low  --repeat N\n"
+          "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
+          "                         [--distribution poisson] | --pattern spike ...\n"
+          "                         (sip bench --help for all options)\n");
 }
 
 static int fail(sip_error_t *e) {
@@ -191,7 +195,7 @@ static double load_value(sip_dtype_t dt, const void *p, size_t i) {
 }
 
 /* NAME:DTYPE:SHAPE=VALUES → a tensor, or NULL with a message on stderr. */
-static sip_tensor_t *parse_input(const char *spec) {
+sip_tensor_t *sip_cli_parse_input(const char *spec) {
   char *s = strdup(spec), *eq = strchr(s, '='), *c1 = strchr(s, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
   sip_tensor_t *t = NULL;
   if (!eq || !c1 || !c2 || c2 > eq) {
@@ -334,7 +338,7 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
     }
     i++;
     if (strcmp(a, "-i") == 0 || strcmp(a, "--input") == 0) {
-      sip_tensor_t *t = n_in < 64 ? parse_input(v) : NULL;
+      sip_tensor_t *t = n_in < 64 ? sip_cli_parse_input(v) : NULL;
       if (!t) {
         rc = 2;
         goto done;
@@ -407,7 +411,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i];
   int kind = strcmp(cmd, "status") == 0 ? 3 : strcmp(cmd, "pools") == 0 ? 2
              : strcmp(cmd, "ready") == 0 ? 1 : 0;
-  if (!kind && strcmp(cmd, "infer") != 0) {
+  if (!kind && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
@@ -416,7 +420,9 @@ int main(int argc, char **argv) {
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
   int rc = 0;
-  if (!kind) {
+  if (!strcmp(cmd, "bench")) {
+    rc = sip_cli_bench(c, ep, json_out, argc - i - 1, argv + i + 1);
+  } else if (!kind) {
     rc = cmd_infer(c, argc - i - 1, argv + i + 1);
   } else {
     char *txt = NULL;

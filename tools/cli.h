@@ -1,0 +1,12 @@
+/* sip CLI — pieces shared by the commands. */
+#ifndef SIP_TOOLS_CLI_H
+#define SIP_TOOLS_CLI_H
+
+#include "sip/client.h"
+
+/* NAME:DTYPE:SHAPE=VALUES → an owned tensor, or NULL with a message on stderr. */
+sip_tensor_t *sip_cli_parse_input(const char *spec);
+/* `sip bench POOL ...`: argv[0] is the pool. Returns the exit status. */
+int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc, char **argv);
+
+#endif
