@@ -90,11 +90,25 @@ static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
     unsigned c = (unsigned)sip_error_code(e);
     b->cur.errors_by_code[c < SIP_CODE_COUNT_ ? c : SIP_INTERNAL]++;
   }
-  b->outstanding--;
+  int again = b->concurrency && !b->stop;
+  if (again) b->sent++; /* the slot passes straight to the next request */
+  else b->outstanding--;
   pthread_cond_signal(&b->cv);
   pthread_mutex_unlock(&b->mu);
   sip_client_response_free(r);
   sip_error_free(e);
+  /* Closed loop: send the next request from here, without waking another
+   * thread, so the generator adds as little as it can to each round trip. */
+  if (again) {
+    f->intended_ns = now_ns();
+    sip_error_t *e2 = sip_client_infer_async(b->client, &b->req, on_done, f);
+    if (!e2) return;
+    sip_error_free(e2);
+    pthread_mutex_lock(&b->mu);
+    b->outstanding--;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+  }
   free(f);
 }
 

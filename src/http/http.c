@@ -94,6 +94,7 @@ typedef struct hreq {
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */
   sip__ks_request_t *ks;
+  const struct meta *meta; /* the model's cached metadata, or NULL */
   /* Set before the connection is resumed. */
   sip_response_t *resp;
   int resp_oom;
@@ -239,7 +240,8 @@ static const meta_t *meta_get(sip_http_t *h, const char *model) {
   meta_t *m = h->cache;
   while (m && strcmp(m->model, model)) m = m->next;
   pthread_mutex_unlock(&h->cache_mu);
-  if (m) return m;
+  /* While draining, pools free their models: their I/O is no longer asked. */
+  if (m || atomic_load(&h->s->draining)) return m;
   json_t *root = info(h, SIP_INFO_POOLS), *pool = find_pool(root, model);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (st && !strcmp(st, "READY")) m = meta_build(pool, model);
@@ -379,6 +381,10 @@ static sip_error_t *need_loaded(json_t *pool, const char *model) {
 }
 
 static enum MHD_Result model_meta(hreq_t *q, int config) {
+  /* The pools JSON lists each model's inputs and outputs, which a draining
+   * server is freeing: answer from the status only from then on. */
+  if (atomic_load(&q->h->s->draining))
+    return send_error_msg(q->conn, 503, "server is draining: model metadata is unavailable");
   json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model);
   sip_error_t *e = check_model(pool, q->model, q->version);
   if (!e) e = need_loaded(pool, q->model);
@@ -416,7 +422,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
 }
 
 static enum MHD_Result model_ready(hreq_t *q) {
-  json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model);
+  json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model);
   sip_error_t *e = check_model(pool, q->model, q->version);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (!e && (!st || strcmp(st, "READY")))
@@ -436,17 +442,12 @@ static json_t *stat_pair(json_t *stats, const char *key) {
 
 /* Triton's statistics extension, from the status JSON's per-pool "stats". */
 static enum MHD_Result stats(hreq_t *q, int all) {
-  json_t *status = info(q->h, SIP_INFO_STATUS), *pools = info(q->h, SIP_INFO_POOLS);
-  if (!status || !pools) {
-    json_decref(status);
-    json_decref(pools);
-    return send_error_msg(q->conn, 500, "out of memory");
-  }
+  json_t *status = info(q->h, SIP_INFO_STATUS);
+  if (!status) return send_error_msg(q->conn, 500, "out of memory");
   if (!all) {
-    sip_error_t *e = check_model(find_pool(pools, q->model), q->model, q->version);
+    sip_error_t *e = check_model(find_pool(status, q->model), q->model, q->version);
     if (e) {
       json_decref(status);
-      json_decref(pools);
       return send_error(q->conn, e);
     }
   }
@@ -455,7 +456,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   json_array_foreach(json_object_get(status, "pools"), i, p) {
     const char *name = jstr(p, "name");
     if (!name || (!all && strcmp(name, q->model))) continue;
-    const char *v = jstr(find_pool(pools, name), "version");
+    const char *v = jstr(p, "version");
     json_t *st = json_object_get(p, "stats");
     json_array_append_new(
         list,
@@ -471,7 +472,6 @@ static enum MHD_Result stats(hreq_t *q, int all) {
                   "id", 0, "byte_size", json_integer_value(json_object_get(p, "memory_bytes"))));
   }
   json_decref(status);
-  json_decref(pools);
   return send_json(q->conn, 200, json_pack("{s:o}", "model_stats", list));
 }
 
@@ -577,15 +577,17 @@ static enum MHD_Result infer_start(hreq_t *q) {
   if (!body) return send_error_msg(q->conn, 429, "out of memory");
   const sip_io_desc_t *ins = NULL;
   size_t n_ins = 0;
+  /* Fetched now, while the pool is certainly alive: raw requests need the
+   * input's shape, and the answer names the version that served. */
+  q->meta = meta_get(q->h, q->model);
   if (q->header_len == 0) {
-    const meta_t *m = meta_get(q->h, q->model);
-    if (m) {
-      ins = m->inputs;
-      n_ins = m->n_inputs;
+    if (q->meta) {
+      ins = q->meta->inputs;
+      n_ins = q->meta->n_inputs;
     } else {
       /* Say why there is no metadata: unknown model, or not loaded. */
       sip_buf_unref(body);
-      json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model);
+      json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model);
       sip_error_t *e = check_model(pool, q->model, q->version);
       if (!e) e = need_loaded(pool, q->model);
       json_decref(root);
@@ -640,11 +642,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   size_t n = sip_response_output_count(resp);
   const sip_tensor_t *outs[64];
   for (size_t i = 0; i < n && i < 64; i++) outs[i] = sip_response_output(resp, i);
-  const char *version = q->version;
-  if (!version) {
-    const meta_t *m = meta_get(q->h, q->model);
-    version = m ? m->version : NULL;
-  }
+  const char *version = q->version ? q->version : q->meta ? q->meta->version : NULL;
   sent_t *s = sip__calloc(1, sizeof *s);
   sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
                      : SIP_OOM();

@@ -881,7 +881,9 @@ static sip_error_t *classify(const sip_tensor_t *t, uint32_t topn, sip_tensor_t 
   int64_t classes = t->rank ? t->dims[t->rank - 1] : 1, rows = 1;
   for (int i = 0; i + 1 < t->rank; i++) rows *= t->dims[i];
   int64_t n = classes < (int64_t)topn ? classes : (int64_t)topn;
-  cls_item_t *items = sip__calloc(classes ? (size_t)classes : 1, sizeof *items);
+  /* With no rows there is nothing to rank; with rows, classes <= elements,
+   * so the scratch array is bounded by the tensor's own size. */
+  cls_item_t *items = sip__calloc(rows && classes ? (size_t)classes : 1, sizeof *items);
   if (!items) return SIP_OOM();
   /* "%f" of a double is at most ~320 bytes; indices at most 20. */
   size_t per = 4 + 352;

@@ -1,6 +1,6 @@
 /* sip — Prometheus text exposition of the status JSON.
  *
- * Everything comes from sip_server_info_json (status + pools), the same
+ * Everything comes from sip_server_info_json (the status), the same
  * numbers `sip status` and the statistics endpoint show, so the page cannot
  * disagree with them; process metrics come from /proc. Samples of one family
  * are written together, as the format requires.
@@ -184,24 +184,20 @@ static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
 static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
 char *sip__prometheus_text(sip_server_t *s) {
-  json_t *status = info(s, SIP_INFO_STATUS), *pools = info(s, SIP_INFO_POOLS);
+  json_t *status = info(s, SIP_INFO_STATUS);
   json_t *plist = json_object_get(status, "pools");
   size_t n = json_array_size(plist);
   pool_labels_t *pl = sip__calloc(n ? n : 1, sizeof *pl);
   sb_t b = {0};
-  if (!status || !pools || !pl) {
+  if (!status || !pl) {
     b.oom = 1;
     goto done;
   }
   for (size_t i = 0; i < n; i++) {
-    json_t *p = json_array_get(plist, i), *cfg, *all = json_object_get(pools, "pools");
+    json_t *p = json_array_get(plist, i);
     char e1[300], e2[300];
-    const char *name = json_string_value(json_object_get(p, "name")), *ver = NULL;
-    size_t j;
-    json_array_foreach(all, j, cfg) {
-      const char *cn = json_string_value(json_object_get(cfg, "name"));
-      if (cn && name && !strcmp(cn, name)) ver = json_string_value(json_object_get(cfg, "version"));
-    }
+    const char *name = json_string_value(json_object_get(p, "name"));
+    const char *ver = json_string_value(json_object_get(p, "version"));
     pl[i].status = p;
     snprintf(pl[i].labels, sizeof pl[i].labels, "pool=\"%s\",version=\"%s\"",
              esc(e1, sizeof e1, name), esc(e2, sizeof e2, ver ? ver : ""));
@@ -332,7 +328,6 @@ char *sip__prometheus_text(sip_server_t *s) {
 done:
   sip__free(pl);
   json_decref(status);
-  json_decref(pools);
   if (b.oom) {
     sip__free(b.p);
     return NULL;

@@ -5,7 +5,7 @@
 #include "sip/server.h"
 
 /* The whole /metrics page: per pool and version, per session, and process
- * metrics, built from the status and pools introspection JSON (so it shows
+ * metrics, built from the status introspection JSON (so it shows
  * exactly what `sip status` shows). Returns an owned NUL-terminated string
  * (sip__free), NULL when out of memory. Thread-safe. docs/http.md lists the
  * names. */

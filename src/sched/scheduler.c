@@ -359,10 +359,17 @@ static void form_batch(sip_pool_t *p, batch_t *b) {
     if (b->rows >= max_rows || b->n == MAX_BATCH_REQUESTS || is_preferred(p, b->rows) ||
         p->stopping)
       return;
+    /* Leave before the earliest deadline by the pool's mean execution time
+     * (at least 1 ms): a request whose deadline passes while it waits in a
+     * forming batch would not run at all. */
+    uint64_t n_exec = atomic_load(&p->st_compute_infer.count);
+    uint64_t margin = n_exec ? atomic_load(&p->st_compute_infer.ns) / n_exec / 1000 : 0;
+    if (margin < 1000) margin = 1000;
     uint64_t until = b->reqs[0]->arrival_us + delay_us;
-    for (size_t i = 0; i < b->n; i++)
-      if (b->reqs[i]->deadline_us && b->reqs[i]->deadline_us < until)
-        until = b->reqs[i]->deadline_us;
+    for (size_t i = 0; i < b->n; i++) {
+      uint64_t d = b->reqs[i]->deadline_us;
+      if (d && d - (d > margin ? margin : d) < until) until = d > margin ? d - margin : 0;
+    }
     if (sip__now_us() >= until) return;
     struct timespec ts;
     deadline_timespec(until, &ts);
@@ -384,6 +391,10 @@ static void count_batch(sip_pool_t *p, int64_t rows) {
 /* Runs the batch (one request or many) and answers every request in it. */
 static void run_batch(sip_session_t *s, batch_t *b) {
   sip_pool_t *p = s->pool;
+  sip_arbiter_t *arb = &p->server->arbiter;
+  /* Take the compute slot first: waiting for it may take a request past its
+   * deadline, and such a request must not run. */
+  sip__arbiter_acquire(arb, &p->arb);
   uint64_t start = sip__now_us();
   size_t n = 0;
   /* Requests that expired or were cancelled while waiting never run. */
@@ -401,7 +412,10 @@ static void run_batch(sip_session_t *s, batch_t *b) {
     }
   }
   b->n = n;
-  if (!n) return;
+  if (!n) {
+    sip__arbiter_release(arb, &p->arb, 0);
+    return;
+  }
   sip_request_t *r0 = b->reqs[0];
   b->rows = 0;
   for (size_t i = 0; i < n; i++) b->rows += b->reqs[i]->rows;
@@ -430,11 +444,10 @@ static void run_batch(sip_session_t *s, batch_t *b) {
     inputs[i] = joined[i];
   }
   sip_tensor_t *outs[64] = {0};
-  sip_arbiter_t *arb = &p->server->arbiter;
   uint64_t t_run = sip__now_ns(), t_done = t_run;
   sip__stat_add(&p->st_compute_input, t_run - t_in);
+  if (e) sip__arbiter_release(arb, &p->arb, 0);
   if (!e) {
-    sip__arbiter_acquire(arb, &p->arb);
     sip__session_set_state(s, SIP_SESSION_RUNNING);
     t_run = sip__now_ns();
     e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
@@ -463,7 +476,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
     } else if (!e) {
       mine = sip__calloc(n_out ? n_out : 1, sizeof *mine);
       for (size_t j = 0; mine && j < n_out && !e; j++)
-        e = sip__batch_slice(outs[j], names[j], row0, r->rows, &mine[j]);
+        e = sip__batch_slice(outs[j], outs[j]->name, row0, r->rows, &mine[j]);
       if (e) { /* the model does not batch like its inputs: every request fails */
         for (size_t j = 0; j < n_out; j++) sip_tensor_free(mine[j]);
         sip__free(mine);

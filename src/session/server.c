@@ -782,6 +782,9 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
                         sip__pool_state_name((sip_pool_state_t)st), "error",
                         nullable(st == SIP_POOL_FAILED ? p->error : NULL));
+  /* The status carries the version too (the HTTP front-end's stats and
+   * /metrics label by it without asking for the pools' I/O). */
+  if (detail != SIP_INFO_POOLS) json_object_set_new(o, "version", nullable(p->version));
   if (detail == SIP_INFO_POOLS) {
     json_object_set_new(o, "backend", json_string(p->cfg->backend));
     json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path

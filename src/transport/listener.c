@@ -1,14 +1,18 @@
 /* sip — native-protocol transports: unix-socket and TCP listeners on one
  * epoll event-loop thread. The loop never blocks on inference: requests go
- * to the pools asynchronously; completions come back through a queue and an
- * eventfd, and are written by the loop. Connections are named by id
- * (generation << 32 | slot) so a completion for a connection that closed
- * meanwhile is simply dropped, never a dangling pointer. */
+ * to the pools asynchronously. An answer is written by the engine thread
+ * that completed it, straight to the socket when nothing is queued before
+ * it (no extra thread hop on the hot path); what the socket does not take
+ * at once is queued and flushed by the loop on EPOLLOUT. Connections are
+ * named by id (generation << 32 | slot) and reference-counted, so an answer
+ * for a connection that closed meanwhile is dropped, and a descriptor is
+ * closed only when no thread can still write to it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,6 +41,9 @@ typedef struct chunk {
 
 typedef struct conn {
   int fd;
+  atomic_int refs;     /* the loop's, plus writers' in flight */
+  pthread_mutex_t wmu; /* output queue, epollout, dead */
+  int dead;            /* closed by the loop: writers drop their answers */
   int is_tcp;
   sip_cancel_token_t *cancel; /* carried by every request of this connection */
   uint32_t gen;
@@ -48,15 +55,8 @@ typedef struct conn {
   size_t got;
   chunk_t *out_head, *out_tail;
   int epollout;
-  int closing; /* close once the output is flushed; read nothing more */
+  atomic_int closing; /* close once the output is flushed; read nothing more */
 } conn_t;
-
-typedef struct completion {
-  struct completion *next;
-  uint64_t conn_id;
-  uint8_t *data;
-  size_t len;
-} completion_t;
 
 typedef struct listener {
   int fd;
@@ -73,11 +73,10 @@ struct sip_listener_set {
   int thread_started;
   listener_t ls[MAX_LISTENERS];
   size_t n_ls;
-  conn_t **slots;
+  conn_t **slots; /* changed by the loop under slots_mu; writers look up under it */
   uint32_t n_slots;
   uint32_t next_gen;
-  pthread_mutex_t cq_mu;
-  completion_t *cq_head, *cq_tail;
+  pthread_mutex_t slots_mu;
   atomic_int stop;
   atomic_long open_conns[2]; /* [0] unix, [1] tcp */
 };
@@ -185,33 +184,61 @@ static sip_error_t *open_endpoint(const char *ep, listener_t *l) {
 
 /* ---- connections ---- */
 
-static conn_t *conn_get(sip_listener_set_t *ls, uint64_t id) {
-  uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
-  if (slot >= ls->n_slots || !ls->slots[slot] || ls->slots[slot]->gen != gen) return NULL;
-  return ls->slots[slot];
-}
-
 static uint64_t conn_id(const conn_t *c) { return (uint64_t)c->gen << 32 | c->slot; }
 
-static void conn_close(sip_listener_set_t *ls, conn_t *c) {
-  /* Nobody will read the answers: queued requests of this client are
-   * cancelled instead of run. */
-  if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
-  sip_cancel_token_free(c->cancel);
-  epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-  close(c->fd);
+/* A referenced connection by id, or NULL when it is gone. Any thread. */
+static conn_t *conn_acquire(sip_listener_set_t *ls, uint64_t id) {
+  uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
+  pthread_mutex_lock(&ls->slots_mu);
+  conn_t *c = slot < ls->n_slots ? ls->slots[slot] : NULL;
+  if (c && c->gen == gen)
+    atomic_fetch_add(&c->refs, 1);
+  else
+    c = NULL;
+  pthread_mutex_unlock(&ls->slots_mu);
+  return c;
+}
+
+static void free_chunks(conn_t *c) {
   while (c->out_head) {
     chunk_t *k = c->out_head;
     c->out_head = k->next;
     sip__free(k->data);
     sip__free(k);
   }
-  sip_buf_unref(c->payload);
-  atomic_fetch_sub(&ls->open_conns[c->is_tcp], 1);
-  ls->slots[c->slot] = NULL;
+  c->out_tail = NULL;
+}
+
+static void conn_unref(conn_t *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  close(c->fd);
+  free_chunks(c);
+  pthread_mutex_destroy(&c->wmu);
   sip__free(c);
 }
 
+/* Loop only. */
+static void conn_close(sip_listener_set_t *ls, conn_t *c) {
+  /* Nobody will read the answers: queued requests of this client are
+   * cancelled instead of run. */
+  if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
+  sip_cancel_token_free(c->cancel);
+  c->cancel = NULL;
+  pthread_mutex_lock(&ls->slots_mu);
+  ls->slots[c->slot] = NULL;
+  pthread_mutex_unlock(&ls->slots_mu);
+  pthread_mutex_lock(&c->wmu);
+  c->dead = 1;
+  free_chunks(c);
+  pthread_mutex_unlock(&c->wmu);
+  epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  sip_buf_unref(c->payload);
+  c->payload = NULL;
+  atomic_fetch_sub(&ls->open_conns[c->is_tcp], 1);
+  conn_unref(c); /* the descriptor closes when the last writer lets go */
+}
+
+/* Caller holds c->wmu. */
 static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
   if (c->epollout == on) return;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
@@ -220,18 +247,18 @@ static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
   c->epollout = on;
 }
 
-/* Writes what it can. Returns -1 when the connection was closed. */
-static int conn_flush(sip_listener_set_t *ls, conn_t *c) {
+/* Sends queued chunks until done or the socket is full. Caller holds
+ * c->wmu. Returns -1 on a socket error. */
+static int send_queued(sip_listener_set_t *ls, conn_t *c) {
   while (c->out_head) {
     chunk_t *k = c->out_head;
-    ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL);
+    ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         set_epollout(ls, c, 1);
         return 0;
       }
-      conn_close(ls, c);
       return -1;
     }
     k->off += (size_t)n;
@@ -243,19 +270,31 @@ static int conn_flush(sip_listener_set_t *ls, conn_t *c) {
     }
   }
   set_epollout(ls, c, 0);
-  if (c->closing) {
+  return 0;
+}
+
+/* Loop only: writes what it can. Returns -1 when the connection was closed. */
+static int conn_flush(sip_listener_set_t *ls, conn_t *c) {
+  pthread_mutex_lock(&c->wmu);
+  int rc = send_queued(ls, c);
+  int done = !c->out_head;
+  pthread_mutex_unlock(&c->wmu);
+  if (rc < 0 || (done && atomic_load(&c->closing))) {
     conn_close(ls, c);
     return -1;
   }
   return 0;
 }
 
-/* Queues bytes (ownership taken) on a connection. */
-static void conn_queue(conn_t *c, uint8_t *data, size_t len) {
+/* Queues bytes (ownership taken) behind what is already queued. Caller
+ * holds c->wmu. */
+static void queue_locked(sip_listener_set_t *ls, conn_t *c, uint8_t *data, size_t len) {
   chunk_t *k = sip__calloc(1, sizeof *k);
   if (!k) {
     sip__free(data);
-    c->closing = 1; /* cannot answer: better to drop the connection than hang it */
+    /* Cannot answer: better to drop the connection than hang the client. */
+    atomic_store(&c->closing, 1);
+    set_epollout(ls, c, 1); /* the loop closes it on the next EPOLLOUT */
     return;
   }
   k->data = data;
@@ -267,52 +306,56 @@ static void conn_queue(conn_t *c, uint8_t *data, size_t len) {
   c->out_tail = k;
 }
 
-static void conn_queue_wbuf(conn_t *c, sip_wbuf_t *w) {
+/* Loop only: queues an encoded frame; conn_flush sends it. */
+static void conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w) {
   if (w->oom) {
     sip__wbuf_free(w);
-    c->closing = 1;
+    atomic_store(&c->closing, 1);
     return;
   }
-  conn_queue(c, w->data, w->len);
+  pthread_mutex_lock(&c->wmu);
+  queue_locked(ls, c, w->data, w->len);
+  pthread_mutex_unlock(&c->wmu);
   memset(w, 0, sizeof *w);
 }
 
 /* Protocol violation: answer with an ERROR frame, then close. */
-static void conn_error(conn_t *c, uint64_t request_id, sip_error_t *e) {
+static void conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e) {
   sip__log(SIP__LOG_WARN, "closing connection after a malformed frame", "code=%s reason=\"%s\"",
            sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip_wbuf_t w = {0};
   sip__encode_error(&w, request_id, sip_error_code(e), sip_error_message(e));
   sip_error_free(e);
-  conn_queue_wbuf(c, &w);
-  c->closing = 1;
+  conn_queue_wbuf(ls, c, &w);
+  atomic_store(&c->closing, 1);
 }
 
-/* ---- completions (engine threads → loop) ---- */
+/* ---- answers (engine threads) ---- */
 
-static void push_completion(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w) {
-  completion_t *q = sip__calloc(1, sizeof *q);
-  if (!q || w->oom) {
-    sip__free(q);
+/* Writes an answer from the engine thread that produced it: directly when
+ * nothing is queued before it, else behind the queue (the loop flushes). */
+static void write_answer(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w) {
+  conn_t *c = w->oom ? NULL : conn_acquire(ls, id);
+  if (!c) {
     sip__wbuf_free(w);
     return;
   }
-  q->conn_id = id;
-  q->data = w->data;
-  q->len = w->len;
-  pthread_mutex_lock(&ls->cq_mu);
-  int was_empty = !ls->cq_head;
-  if (ls->cq_tail)
-    ls->cq_tail->next = q;
-  else
-    ls->cq_head = q;
-  ls->cq_tail = q;
-  pthread_mutex_unlock(&ls->cq_mu);
-  if (was_empty) {
-    uint64_t one = 1;
-    ssize_t rc = write(ls->wakefd, &one, sizeof one);
-    (void)rc; /* a full counter still wakes the loop */
+  pthread_mutex_lock(&c->wmu);
+  /* After an ERROR frame nothing more is sent: the connection is ending. */
+  if (c->dead || atomic_load(&c->closing)) {
+    sip__wbuf_free(w);
+  } else {
+    queue_locked(ls, c, w->data, w->len);
+    memset(w, 0, sizeof *w);
+    /* With EPOLLOUT armed the loop owns flushing; otherwise send now. */
+    if (!c->epollout && send_queued(ls, c) < 0) {
+      free_chunks(c);
+      atomic_store(&c->closing, 1);
+      set_epollout(ls, c, 1); /* the loop sees the error and closes */
+    }
   }
+  pthread_mutex_unlock(&c->wmu);
+  conn_unref(c);
 }
 
 static void on_done(sip_response_t *resp, void *user) {
@@ -321,7 +364,6 @@ static void on_done(sip_response_t *resp, void *user) {
   if (!resp) {
     sip__encode_infer_response(&w, 0, SIP_RESOURCE_EXHAUSTED, "out of memory", 0, 0, 0, NULL, 0);
   } else {
-    /* Encoding here, on the engine thread, keeps the loop free for I/O. */
     sip__encode_infer_response(&w, resp->request_id, resp->code, resp->message, resp->queue_us,
                                resp->compute_us, resp->total_us,
                                (const sip_tensor_t *const *)resp->outputs, resp->n_outputs);
@@ -332,30 +374,8 @@ static void on_done(sip_response_t *resp, void *user) {
     }
     sip_response_free(resp);
   }
-  push_completion(pd->ls, pd->conn_id, &w);
+  write_answer(pd->ls, pd->conn_id, &w);
   sip__free(pd);
-}
-
-static void drain_completions(sip_listener_set_t *ls) {
-  uint64_t v;
-  ssize_t rc = read(ls->wakefd, &v, sizeof v);
-  (void)rc;
-  pthread_mutex_lock(&ls->cq_mu);
-  completion_t *q = ls->cq_head;
-  ls->cq_head = ls->cq_tail = NULL;
-  pthread_mutex_unlock(&ls->cq_mu);
-  while (q) {
-    completion_t *nx = q->next;
-    conn_t *c = conn_get(ls, q->conn_id);
-    if (c && !c->closing) {
-      conn_queue(c, q->data, q->len);
-      if (!c->epollout) conn_flush(ls, c);
-    } else {
-      sip__free(q->data);
-    }
-    sip__free(q);
-    q = nx;
-  }
 }
 
 /* ---- requests ---- */
@@ -374,7 +394,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
   }
   if (!e) e = sip__decode_infer_request(payload, len, c->payload, &wr);
   if (e) {
-    conn_error(c, c->h.request_id, e);
+    conn_error(ls, c, c->h.request_id, e);
     return;
   }
   sip_request_t *r = sip_request_new(wr.pool);
@@ -383,7 +403,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
     sip_request_free(r);
     sip__free(pd);
     sip__wire_request_clear(&wr);
-    conn_error(c, c->h.request_id, SIP_OOM());
+    conn_error(ls, c, c->h.request_id, SIP_OOM());
     return;
   }
   r->id = c->h.request_id;
@@ -411,14 +431,14 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
     sip__encode_infer_response(&w, rid, sip_error_code(e), sip_error_message(e), 0, 0, 0, NULL,
                                0);
     sip_error_free(e);
-    conn_queue_wbuf(c, &w);
+    conn_queue_wbuf(ls, c, &w);
   }
 }
 
 static void handle_info(sip_listener_set_t *ls, conn_t *c) {
   const uint8_t *p = sip_buf_data(c->payload);
   if (c->h.length != 1 || p[0] < SIP_INFO_READY || p[0] > SIP_INFO_STATUS) {
-    conn_error(c, c->h.request_id,
+    conn_error(ls, c, c->h.request_id,
                sip_error_new(SIP_INVALID_ARGUMENT,
                              "INFO_REQUEST payload must be one byte 1 (ready), 2 (pools) or 3 "
                              "(status); got %u bytes",
@@ -432,7 +452,7 @@ static void handle_info(sip_listener_set_t *ls, conn_t *c) {
   else
     sip__encode_info_response(&w, c->h.request_id, SIP_RESOURCE_EXHAUSTED, "{}", 2);
   sip_free(json);
-  conn_queue_wbuf(c, &w);
+  conn_queue_wbuf(ls, c, &w);
 }
 
 static void handle_frame(sip_listener_set_t *ls, conn_t *c) {
@@ -445,7 +465,7 @@ static void handle_frame(sip_listener_set_t *ls, conn_t *c) {
     handle_info(ls, c);
     break;
   default:
-    conn_error(c, c->h.request_id,
+    conn_error(ls, c, c->h.request_id,
                sip_error_new(SIP_INVALID_ARGUMENT,
                              "message type %u is sent by servers, not clients; expected "
                              "INFER_REQUEST (1), INFO_REQUEST (3) or BATCH_INFER_REQUEST (6)",
@@ -486,14 +506,14 @@ static int conn_read(sip_listener_set_t *ls, conn_t *c) {
       if (e) {
         uint64_t rid = 0;
         for (int i = 7; i >= 0; i--) rid = rid << 8 | c->hdr[16 + i];
-        conn_error(c, rid, e);
+        conn_error(ls, c, rid, e);
         return conn_flush(ls, c);
       }
       /* malloc, not calloc: every byte is about to be overwritten. */
       void *mem = sip__malloc(c->h.length ? c->h.length : 1);
       c->payload = mem ? sip_buf_wrap(mem, c->h.length, release_payload, mem) : NULL;
       if (!c->payload) {
-        conn_error(c, c->h.request_id,
+        conn_error(ls, c, c->h.request_id,
                    sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory for a %u-byte frame",
                                  c->h.length));
         return conn_flush(ls, c);
@@ -507,7 +527,7 @@ static int conn_read(sip_listener_set_t *ls, conn_t *c) {
       sip_buf_unref(c->payload); /* tensors of queued requests keep their own references */
       c->payload = NULL;
       c->hdr_got = 0;
-      if (c->out_head && !c->epollout && conn_flush(ls, c) < 0) return -1;
+      if (conn_flush(ls, c) < 0) return -1;
     }
   }
 }
@@ -528,20 +548,26 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
     while (slot < ls->n_slots && ls->slots[slot]) slot++;
     if (slot == ls->n_slots) {
       uint32_t n = ls->n_slots ? ls->n_slots * 2 : 64;
+      pthread_mutex_lock(&ls->slots_mu); /* writers read the table */
       conn_t **v = sip__reallocarray(ls->slots, n, sizeof *v);
+      if (v) {
+        memset(v + ls->n_slots, 0, (n - ls->n_slots) * sizeof *v);
+        ls->slots = v;
+        ls->n_slots = n;
+      }
+      pthread_mutex_unlock(&ls->slots_mu);
       if (!v) {
         close(fd);
         continue;
       }
-      memset(v + ls->n_slots, 0, (n - ls->n_slots) * sizeof *v);
-      ls->slots = v;
-      ls->n_slots = n;
     }
     conn_t *c = sip__calloc(1, sizeof *c);
     if (!c) {
       close(fd);
       continue;
     }
+    atomic_init(&c->refs, 1);
+    pthread_mutex_init(&c->wmu, NULL);
     c->fd = fd;
     c->is_tcp = l->is_tcp;
     c->cancel = sip_cancel_token_new(); /* NULL (no cancel on close) only when out of memory */
@@ -549,11 +575,13 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
     c->gen = ++ls->next_gen;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_CONN, slot)};
     if (epoll_ctl(ls->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      close(fd);
-      sip__free(c);
+      sip_cancel_token_free(c->cancel);
+      conn_unref(c);
       continue;
     }
+    pthread_mutex_lock(&ls->slots_mu);
     ls->slots[slot] = c;
+    pthread_mutex_unlock(&ls->slots_mu);
     atomic_fetch_add(&ls->open_conns[c->is_tcp], 1);
   }
 }
@@ -566,7 +594,9 @@ static void *loop_main(void *arg) {
     for (int i = 0; i < n; i++) {
       uint64_t tag = evs[i].data.u64 >> 56, v = evs[i].data.u64 & ((1ull << 56) - 1);
       if (tag == TAG_WAKE) {
-        drain_completions(ls);
+        uint64_t v;
+        ssize_t rc = read(ls->wakefd, &v, sizeof v); /* the stop signal */
+        (void)rc;
       } else if (tag == TAG_LISTENER) {
         do_accept(ls, &ls->ls[v]);
       } else if (tag == TAG_CONN && v < ls->n_slots && ls->slots[v]) {
@@ -588,20 +618,16 @@ static void *loop_main(void *arg) {
       }
     }
   }
-  /* Deliver the last completions (pools are drained before stop). */
-  drain_completions(ls);
+  /* Pools are drained before stop: every answer is written or queued. */
   for (uint32_t i = 0; i < ls->n_slots; i++) {
     conn_t *c = ls->slots[i];
     if (!c) continue;
-    if (c->out_head) {
-      /* Give a slow reader a moment, not forever. */
-      int fl = fcntl(c->fd, F_GETFL);
-      fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-      struct timeval tv = {1, 0};
-      setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      c->closing = 1;
-      if (conn_flush(ls, c) < 0) continue;
-    }
+    /* Give a slow reader a moment to take the last answers, not forever. */
+    pthread_mutex_lock(&c->wmu);
+    uint64_t until = sip__now_us() + 1000000;
+    while (c->out_head && sip__now_us() < until && send_queued(ls, c) == 0)
+      if (c->out_head) poll(&(struct pollfd){.fd = c->fd, .events = POLLOUT}, 1, 100);
+    pthread_mutex_unlock(&c->wmu);
     conn_close(ls, c);
   }
   return NULL;
@@ -620,7 +646,7 @@ sip_error_t *sip__listeners_start(sip_server_t *srv, char **endpoints, size_t n,
   ls->max_frame = srv->cfg->max_frame_bytes;
   ls->epfd = epoll_create1(EPOLL_CLOEXEC);
   ls->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  pthread_mutex_init(&ls->cq_mu, NULL);
+  pthread_mutex_init(&ls->slots_mu, NULL);
   sip_error_t *e = NULL;
   if (ls->epfd < 0 || ls->wakefd < 0)
     e = sip_error_new(SIP_UNAVAILABLE, "epoll/eventfd: %s", strerror(errno));
@@ -672,17 +698,10 @@ void sip__listeners_stop(sip_listener_set_t *ls) {
     for (uint32_t i = 0; i < ls->n_slots; i++)
       if (ls->slots[i]) conn_close(ls, ls->slots[i]);
   }
-  completion_t *q = ls->cq_head;
-  while (q) {
-    completion_t *nx = q->next;
-    sip__free(q->data);
-    sip__free(q);
-    q = nx;
-  }
   sip__free(ls->slots);
   if (ls->epfd >= 0) close(ls->epfd);
   if (ls->wakefd >= 0) close(ls->wakefd);
-  pthread_mutex_destroy(&ls->cq_mu);
+  pthread_mutex_destroy(&ls->slots_mu);
   sip__free(ls);
 }
 

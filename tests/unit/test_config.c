@@ -616,6 +616,259 @@ static void test_misc(void **state) {
              "\"\\x1b\\x01aaaa", "aaa...\" is not valid");
 }
 
+/* ---- scheduling keys: dynamic_batching, queue, batch_strategies, execution_slots ---- */
+
+static void test_scheduling_keys(void **state) {
+  (void)state;
+  sip_config_t *cfg = load_ok(
+      "server: {execution_slots: 3}\n" POOL(
+          "    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: 500, "
+          "preferred_batch_sizes: [2, 4, 8], padding_strategy: replicate_last}\n"
+          "    queue: {max_size: 100, default_timeout_ms: 250, timeout_action: delay, "
+          "ageing_ms: 0}\n"
+          "    batch_strategies:\n"
+          "      low: {max_batch: 1, timeout: 0}\n"
+          "      medium: {max_batch: 4, timeout: 5}\n"
+          "      high: {max_batch: 8, timeout: 60000}\n"
+          "      rate_thresholds: [20, 100.5]\n"));
+  assert_int_equal(cfg->execution_slots, 3);
+  sip_pool_config_t *p = &cfg->pools[0];
+  assert_int_equal(p->max_batch_size, 8);
+  assert_int_equal(p->max_queue_delay_us, 500);
+  assert_int_equal(p->n_preferred, 3);
+  assert_int_equal(p->preferred_batch_sizes[0], 2);
+  assert_int_equal(p->preferred_batch_sizes[1], 4);
+  assert_int_equal(p->preferred_batch_sizes[2], 8); /* = max_batch_size is allowed */
+  assert_int_equal(p->padding_strategy, SIP_PAD_REPLICATE_LAST);
+  assert_int_equal(p->queue_max_size, 100);
+  assert_int_equal(p->default_timeout_ms, 250);
+  assert_int_equal(p->timeout_action, SIP_TIMEOUT_DELAY);
+  assert_int_equal(p->ageing_ms, 0);
+  assert_int_equal(p->batch_levels[0].max_batch, 1);
+  assert_int_equal(p->batch_levels[0].timeout_ms, 0);
+  assert_int_equal(p->batch_levels[1].max_batch, 4);
+  assert_int_equal(p->batch_levels[1].timeout_ms, 5);
+  assert_int_equal(p->batch_levels[2].max_batch, 8); /* = max_batch_size is allowed */
+  assert_int_equal(p->batch_levels[2].timeout_ms, 60000);
+  assert_true(p->rate_thresholds[0] == 20.0 && p->rate_thresholds[1] == 100.5);
+  sip__config_free(cfg);
+
+  /* Defaults: no batching, unbounded queue without deadlines, reject,
+   * ageing 2 s, no elastic levels, one execution slot per core. */
+  cfg = load_ok(POOL(""));
+  p = &cfg->pools[0];
+  assert_int_equal(cfg->execution_slots, 0);
+  assert_int_equal(p->max_batch_size, 0);
+  assert_int_equal(p->max_queue_delay_us, 0);
+  assert_int_equal(p->n_preferred, 0);
+  assert_int_equal(p->padding_strategy, SIP_PAD_NONE);
+  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->default_timeout_ms, 0);
+  assert_int_equal(p->timeout_action, SIP_TIMEOUT_REJECT);
+  assert_int_equal(p->ageing_ms, 2000);
+  for (int i = 0; i < 3; i++) assert_int_equal(p->batch_levels[i].max_batch, 0);
+  sip__config_free(cfg);
+
+  /* Sections with only their required keys (or none) take the defaults. */
+  cfg = load_ok(POOL("    dynamic_batching: {max_batch_size: 1, padding_strategy: zero}\n"
+                     "    queue: {}\n"));
+  p = &cfg->pools[0];
+  assert_int_equal(p->max_batch_size, 1);
+  assert_int_equal(p->max_queue_delay_us, 0);
+  assert_int_equal(p->n_preferred, 0);
+  assert_int_equal(p->padding_strategy, SIP_PAD_ZERO);
+  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->timeout_action, SIP_TIMEOUT_REJECT);
+  assert_int_equal(p->ageing_ms, 2000);
+  sip__config_free(cfg);
+  cfg = load_ok(POOL("    dynamic_batching: {max_batch_size: 65536, max_queue_delay_us: 60000000, "
+                     "padding_strategy: none}\n"
+                     "    queue: {max_size: 100000000, default_timeout_ms: 86400000, "
+                     "timeout_action: reject, ageing_ms: 86400000}\n"));
+  p = &cfg->pools[0];
+  assert_int_equal(p->max_batch_size, 65536);
+  assert_int_equal(p->max_queue_delay_us, 60000000);
+  assert_int_equal(p->padding_strategy, SIP_PAD_NONE);
+  assert_int_equal(p->queue_max_size, 100000000);
+  assert_int_equal(p->default_timeout_ms, 86400000);
+  assert_int_equal(p->ageing_ms, 86400000);
+  sip__config_free(cfg);
+
+  /* batch_strategies alone: batching up to the largest level, default
+   * thresholds [50, 200], level timeouts 0. */
+  cfg = load_ok(POOL("    batch_strategies: {low: {max_batch: 2}, medium: {max_batch: 16}, "
+                     "high: {max_batch: 4}}\n"));
+  p = &cfg->pools[0];
+  assert_int_equal(p->max_batch_size, 16);
+  assert_int_equal(p->batch_levels[0].max_batch, 2);
+  assert_int_equal(p->batch_levels[0].timeout_ms, 0);
+  assert_int_equal(p->batch_levels[2].max_batch, 4);
+  assert_true(p->rate_thresholds[0] == 50.0 && p->rate_thresholds[1] == 200.0);
+  sip__config_free(cfg);
+
+  cfg = load_ok("server: {execution_slots: 1024}\nsession_pools: []\n");
+  assert_int_equal(cfg->execution_slots, 1024);
+  sip__config_free(cfg);
+}
+
+static void test_scheduling_errors(void **state) {
+  (void)state;
+  /* dynamic_batching */
+  EXPECT_ERR(POOL("    dynamic_batching: {max_queue_delay_us: 5}\n"),
+             NAME ":4:23: session_pools[0].dynamic_batching.max_batch_size: missing",
+             "expected an integer 1..65536");
+  EXPECT_ERR(POOL("    dynamic_batching: {}\n"), "dynamic_batching.max_batch_size: missing");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 0}\n"),
+             "dynamic_batching.max_batch_size: 0 is out of range; expected an integer 1..65536");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 65537}\n"),
+             "dynamic_batching.max_batch_size: 65537 is out of range");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: x}\n"),
+             "dynamic_batching.max_batch_size: \"x\" is not an integer");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: -1}\n"),
+             "dynamic_batching.max_queue_delay_us: -1 is out of range",
+             "expected an integer 0..60000000");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: 60000001}\n"),
+             "dynamic_batching.max_queue_delay_us: 60000001 is out of range");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, padding_strategy: pad}\n"),
+             "dynamic_batching.padding_strategy: \"pad\" is not valid",
+             "expected one of none, replicate_last, zero");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, max_delay: 1}\n"),
+             "dynamic_batching.max_delay: unknown key",
+             "max_batch_size, max_queue_delay_us, preferred_batch_sizes, padding_strategy");
+  EXPECT_ERR(POOL("    dynamic_batching: 8\n"), "session_pools[0].dynamic_batching: is a scalar",
+             "expected a map");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, max_batch_size: 4}\n"),
+             "dynamic_batching.max_batch_size: duplicate key");
+
+  /* preferred_batch_sizes */
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [2, 16]}\n"),
+             "dynamic_batching.preferred_batch_sizes: 16 is larger than max_batch_size 8",
+             "expected sizes 1..8");
+  /* ...whichever key comes first. */
+  EXPECT_ERR(POOL("    dynamic_batching: {preferred_batch_sizes: [9], max_batch_size: 8}\n"),
+             "preferred_batch_sizes: 9 is larger than max_batch_size 8");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [4, 2]}\n"),
+             NAME ":4:70: session_pools[0].dynamic_batching.preferred_batch_sizes[1]",
+             "is not larger than the item before it",
+             "expected a list of up to 16 increasing batch sizes, each 1..max_batch_size");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [2, 2]}\n"),
+             "preferred_batch_sizes[1]", "is not larger than the item before it");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [1, 4, 3]}\n"),
+             "preferred_batch_sizes[2]", "is not larger");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: []}\n"),
+             "preferred_batch_sizes: has 0 items", "increasing batch sizes");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [0]}\n"),
+             "preferred_batch_sizes[0]", "is not a positive integer");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [-2]}\n"),
+             "preferred_batch_sizes[0]", "is not a positive integer");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [1.5]}\n"),
+             "preferred_batch_sizes[0]", "is not a positive integer");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [\"2\"]}\n"),
+             "preferred_batch_sizes[0]", "is not a number");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: [[2]]}\n"),
+             "preferred_batch_sizes[0]");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 8, preferred_batch_sizes: 4}\n"),
+             "preferred_batch_sizes: is a scalar", "expected a list");
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 20, preferred_batch_sizes: "
+                  "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}\n"),
+             "preferred_batch_sizes: has 17 items", "up to 16");
+
+  /* queue */
+  EXPECT_ERR(POOL("    queue: {max_size: -1}\n"),
+             "session_pools[0].queue.max_size: -1 is out of range",
+             "expected an integer 0..100000000");
+  EXPECT_ERR(POOL("    queue: {max_size: 100000001}\n"), "queue.max_size", "out of range");
+  EXPECT_ERR(POOL("    queue: {default_timeout_ms: 86400001}\n"),
+             "queue.default_timeout_ms: 86400001 is out of range", "0..86400000");
+  EXPECT_ERR(POOL("    queue: {default_timeout_ms: -5}\n"), "queue.default_timeout_ms",
+             "out of range");
+  EXPECT_ERR(POOL("    queue: {timeout_action: drop}\n"),
+             "queue.timeout_action: \"drop\" is not valid", "expected one of reject, delay");
+  EXPECT_ERR(POOL("    queue: {ageing_ms: -1}\n"), "queue.ageing_ms: -1 is out of range",
+             "0..86400000");
+  EXPECT_ERR(POOL("    queue: {ageing_ms: 86400001}\n"), "queue.ageing_ms", "out of range");
+  EXPECT_ERR(POOL("    queue: {max_size: 1, max_size: 2}\n"), "queue.max_size: duplicate key");
+  EXPECT_ERR(POOL("    queue: {timeout_ms: 1}\n"), "queue.timeout_ms: unknown key",
+             "max_size, default_timeout_ms, timeout_action, ageing_ms");
+  EXPECT_ERR(POOL("    queue: [1]\n"), "session_pools[0].queue: is a list", "expected a map");
+
+  /* batch_strategies */
+#define LEVELS "low: {max_batch: 1}, medium: {max_batch: 2}, high: {max_batch: 4}"
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 1}, medium: {max_batch: 2}}\n"),
+             "session_pools[0].batch_strategies.high: missing", "expected a map with keys: "
+                                                                "max_batch, timeout");
+  EXPECT_ERR(POOL("    batch_strategies: {medium: {max_batch: 2}, high: {max_batch: 4}}\n"),
+             "batch_strategies.low: missing");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 2}, high: {max_batch: 4}}\n"),
+             "batch_strategies.medium: missing");
+  EXPECT_ERR(POOL("    batch_strategies: {}\n"), "batch_strategies.", "missing");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {timeout: 1}, medium: {max_batch: 2}, high: "
+                  "{max_batch: 4}}\n"),
+             "batch_strategies.low.max_batch: missing", "expected an integer 1..65536");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 1}, medium: {max_batch: 2}, high: "
+                  "{timeout: 4}}\n"),
+             "batch_strategies.high.max_batch: missing");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 0}, medium: {max_batch: 2}, high: "
+                  "{max_batch: 4}}\n"),
+             "batch_strategies.low.max_batch: 0 is out of range");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 1, timeout: 60001}, medium: "
+                  "{max_batch: 2}, high: {max_batch: 4}}\n"),
+             "batch_strategies.low.timeout: 60001 is out of range", "0..60000");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 1}, medium: {max_batch: 2, wait: 1}, "
+                  "high: {max_batch: 4}}\n"),
+             "batch_strategies.medium.wait: unknown key", "max_batch, timeout");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", extreme: {max_batch: 8}}\n"),
+             "batch_strategies.extreme: unknown key",
+             "low, medium, high, rate_thresholds");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [100, 20]}\n"),
+             "batch_strategies.rate_thresholds[1]", "is not larger than the item before it",
+             "expected two increasing arrival rates");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [10, 10]}\n"),
+             "batch_strategies.rate_thresholds[1]", "is not larger");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [20]}\n"),
+             "batch_strategies.rate_thresholds: has 1 items", "two increasing");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [20, 30, 40]}\n"),
+             "batch_strategies.rate_thresholds: has 3 items");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: []}\n"),
+             "batch_strategies.rate_thresholds: has 0 items");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [0, 10]}\n"),
+             "batch_strategies.rate_thresholds[0]", "is not a positive number");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: [x, 10]}\n"),
+             "batch_strategies.rate_thresholds[0]", "is not a positive number");
+  EXPECT_ERR(POOL("    batch_strategies: {" LEVELS ", rate_thresholds: 50}\n"),
+             "batch_strategies.rate_thresholds: is a scalar");
+  /* A level may not batch more than dynamic_batching allows. */
+  EXPECT_ERR(POOL("    dynamic_batching: {max_batch_size: 2}\n"
+                  "    batch_strategies: {" LEVELS "}\n"),
+             NAME ":5:23: session_pools[0].batch_strategies",
+             "max_batch 4 is larger than dynamic_batching.max_batch_size 2",
+             "expected max_batch <= max_batch_size");
+  EXPECT_ERR(POOL("    batch_strategies: {low: {max_batch: 9}, medium: {max_batch: 2}, high: "
+                  "{max_batch: 4}}\n"
+                  "    dynamic_batching: {max_batch_size: 8}\n"),
+             "max_batch 9 is larger than dynamic_batching.max_batch_size 8");
+#undef LEVELS
+
+  /* server.execution_slots */
+  EXPECT_ERR("server: {execution_slots: -1}\nsession_pools: []\n",
+             NAME ":1:27: server.execution_slots: -1 is out of range",
+             "expected an integer 0..1024");
+  EXPECT_ERR("server: {execution_slots: 1025}\nsession_pools: []\n",
+             "server.execution_slots: 1025 is out of range");
+  EXPECT_ERR("server: {execution_slots: two}\nsession_pools: []\n",
+             "server.execution_slots: \"two\" is not an integer");
+  EXPECT_ERR("server: {execution_slots: [1]}\nsession_pools: []\n",
+             "server.execution_slots: is a list");
+
+  /* resource_quota bounds used by the arbiter and the memory check. */
+  EXPECT_ERR(POOL("    resource_quota: {max_compute_percent: 0}\n"),
+             "resource_quota.max_compute_percent: 0 is out of range", "1..100");
+  EXPECT_ERR(POOL("    resource_quota: {max_compute_percent: 101}\n"),
+             "resource_quota.max_compute_percent: 101 is out of range");
+  EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 0}\n"),
+             "resource_quota.max_memory_mb: 0 is out of range", "1..1048576");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
@@ -628,6 +881,7 @@ int main(void) {
       cmocka_unit_test(test_aliases),        cmocka_unit_test(test_base_dir),
       cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
       cmocka_unit_test(test_misc),           cmocka_unit_test(test_http_keys),
+      cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

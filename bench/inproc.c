@@ -1,0 +1,102 @@
+/* bench_inproc — the in-process baseline for the benchmarks: a model run
+ * straight through sip's ONNX Runtime backend (the same zero-copy calls the
+ * server makes), with no queue, scheduler or transport.
+ *
+ *   bench_inproc latency MODEL INPUT DIMS N        -> {"p50_us", "p99_us", "mean_us"}
+ *   bench_inproc throughput MODEL INPUT DIMS SECONDS [intra_threads]
+ *                                                   -> {"items_per_s", "batch"}
+ * DIMS like 1,3,48,192 (dim 0 is the batch); the input is float32 filled
+ * with a fixed pattern. Results are JSON on stdout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "session/engine.h"
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(sip_error_t *e) {
+  fprintf(stderr, "bench_inproc: %s\n", sip_error_message(e));
+  exit(1);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 6) {
+    fprintf(stderr, "usage: bench_inproc latency|throughput MODEL INPUT DIMS N|SECONDS [threads]\n");
+    return 2;
+  }
+  const char *mode = argv[1], *model = argv[2], *input = argv[3];
+  int64_t dims[SIP_MAX_RANK];
+  int rank = 0;
+  for (char *p = argv[4]; *p && rank < SIP_MAX_RANK;) {
+    dims[rank++] = strtoll(p, &p, 10);
+    if (*p == ',') p++;
+  }
+  size_t count = 1;
+  for (int i = 0; i < rank; i++) count *= (size_t)dims[i];
+  float *data = malloc(count * sizeof *data);
+  for (size_t i = 0; i < count; i++) data[i] = (float)(i % 255) / 255.0f;
+
+  sip_engine_settings_t st = {.intra_op_threads = argc > 6 ? atoi(argv[6]) : 0};
+  const sip_backend_vtable_t *be = &sip__backend_onnxruntime;
+  void *state = NULL, *m = NULL, *sess = NULL;
+  sip_error_t *e;
+  if ((e = be->init(&st, &state)) || (e = be->load(state, model, NULL, 0, &m)) ||
+      (e = be->session_new(m, &sess)))
+    die(e);
+  const sip_io_desc_t *ins, *outs;
+  size_t n_in, n_out;
+  be->describe(m, &ins, &n_in, &outs, &n_out);
+  const char *names[16];
+  for (size_t i = 0; i < n_out && i < 16; i++) names[i] = outs[i].name;
+  sip_tensor_t *t = sip_tensor_new_view(input, SIP_DTYPE_FLOAT32, rank, dims, data,
+                                        count * sizeof *data, NULL);
+  const sip_tensor_t *tin[1] = {t};
+  sip_tensor_t *res[16];
+
+  if (!strcmp(mode, "latency")) {
+    long n = atol(argv[5]);
+    uint64_t *lat = malloc((size_t)n * sizeof *lat);
+    for (long i = 0; i < n / 10 + 10; i++) { /* warm-up */
+      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
+      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+    }
+    double sum = 0;
+    for (long i = 0; i < n; i++) {
+      uint64_t t0 = sip__now_ns();
+      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
+      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+      lat[i] = sip__now_ns() - t0;
+      sum += (double)lat[i];
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    printf("{\"p50_us\": %.3f, \"p99_us\": %.3f, \"mean_us\": %.3f}\n", lat[n / 2] / 1e3,
+           lat[(size_t)(n * 0.99)] / 1e3, sum / (double)n / 1e3);
+    free(lat);
+  } else {
+    double seconds = atof(argv[5]);
+    for (int i = 0; i < 3; i++) { /* warm-up */
+      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
+      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+    }
+    uint64_t t0 = sip__now_ns(), runs = 0;
+    while ((double)(sip__now_ns() - t0) < seconds * 1e9) {
+      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
+      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+      runs++;
+    }
+    double el = (double)(sip__now_ns() - t0) / 1e9;
+    printf("{\"items_per_s\": %.3f, \"batch\": %lld}\n", (double)runs * (double)dims[0] / el,
+           (long long)dims[0]);
+  }
+  sip_tensor_free(t);
+  be->session_free(sess);
+  be->model_free(m);
+  be->shutdown(state);
+  free(data);
+  return 0;
+}

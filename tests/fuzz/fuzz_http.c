@@ -1,0 +1,119 @@
+/* libFuzzer target for the HTTP request -> inference request decoding
+ * (src/http/kserve_json.c), and the response encoding of what it decoded.
+ *
+ * Input: byte 0 picks the framing (all JSON; JSON header + binary data with
+ * the header length from bytes 1-2; or a raw binary body for a one-input
+ * model whose dtype and shape byte 1 picks); the rest is the HTTP body, in an
+ * exactly sized heap buffer owned by a sip_buf (so binary inputs are views
+ * and any read past the body is an ASan report). Beyond "no crash, no leak"
+ * it checks the contract: exactly one of error and result; errors carry the
+ * documented codes; decoded tensors validate; and the decoded inputs,
+ * encoded back as a response with the request's output options, give JSON
+ * that jansson parses (NaN/Infinity aside) followed by exactly the announced
+ * binary sections.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/http.h"
+#include "session/engine.h"
+
+#define CHECK(cond)       \
+  do {                    \
+    if (!(cond)) abort(); \
+  } while (0)
+
+static void release(void *ctx) { free(ctx); }
+
+static void check_response(const sip__ks_request_t *k, const sip_request_t *r) {
+  sip__ks_body_t b;
+  sip_error_t *e = sip__ks_encode(k, "model", "1", (const sip_tensor_t *const *)r->inputs,
+                                  r->n_inputs, &b);
+  if (e) {
+    sip_code_t c = sip_error_code(e);
+    CHECK(c == SIP_INVALID_ARGUMENT || c == SIP_RESOURCE_EXHAUSTED);
+    sip_error_free(e);
+    return;
+  }
+  CHECK(b.json && strlen(b.json) == b.json_len);
+  json_error_t jerr;
+  json_t *doc = json_loadb(b.json, b.json_len, 0, &jerr);
+  if (!doc) {
+    /* The only non-JSON tokens the encoder writes. */
+    CHECK(strstr(b.json, "NaN") || strstr(b.json, "Infinity"));
+  } else {
+    json_t *outs = json_object_get(doc, "outputs");
+    CHECK(json_array_size(outs) == r->n_inputs);
+    size_t announced = 0, segs = 0;
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+      json_t *sz = json_object_get(json_object_get(json_array_get(outs, i), "parameters"),
+                                   "binary_data_size");
+      if (sz) {
+        announced += (size_t)json_integer_value(sz);
+        CHECK(b.binary);
+      }
+    }
+    for (size_t i = 0; i < b.n_segs; i++) segs += b.segs[i].len;
+    CHECK(announced == segs);
+    json_decref(doc);
+  }
+  sip__ks_body_clear(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 3) return 0;
+  int mode = data[0] % 3;
+  int64_t header_len = -1;
+  sip_io_desc_t raw = {.name = (char *)"x", .rank = 2, .dims = {-1, 4}};
+  static const sip_dtype_t raw_types[] = {SIP_DTYPE_FLOAT32, SIP_DTYPE_STRING, SIP_DTYPE_UINT8,
+                                          SIP_DTYPE_FLOAT16};
+  const uint8_t *body = data + 3;
+  size_t len = size - 3;
+  if (mode == 1) {
+    header_len = (int64_t)((data[1] | (size_t)data[2] << 8) % (len + 1));
+    if (header_len == 0) header_len = -1;
+  } else if (mode == 2) {
+    header_len = 0;
+    raw.dtype = raw_types[data[1] % 4];
+    if (data[2] & 1) raw.rank = -1;
+    if (data[2] & 2) raw.dims[1] = -1;
+  }
+  /* The body, exactly sized, refcounted as the front-end holds it. */
+  uint8_t *copy = malloc(len ? len : 1);
+  if (!copy) return 0;
+  if (len) memcpy(copy, body, len);
+  sip_buf_t *owner = sip_buf_wrap(copy, len, release, copy);
+  if (!owner) return 0;
+  sip__ks_request_t *k = (sip__ks_request_t *)1;
+  sip_error_t *e = sip__ks_decode("model", (data[1] & 0x80) ? "1" : NULL, copy, len, header_len,
+                                  owner, &raw, 1, &k);
+  sip_buf_unref(owner);
+  if (e) {
+    sip_code_t c = sip_error_code(e);
+    CHECK(c == SIP_INVALID_ARGUMENT || c == SIP_UNIMPLEMENTED || c == SIP_RESOURCE_EXHAUSTED);
+    CHECK(strlen(sip_error_message(e)) > 0);
+    sip_error_free(e);
+    return 0;
+  }
+  CHECK(k && k->req && !strcmp(k->req->pool, "model"));
+  sip_request_t *r = k->req;
+  for (size_t i = 0; i < r->n_inputs; i++) {
+    sip_error_t *v = sip_tensor_validate(r->inputs[i]);
+    CHECK(!v);
+    CHECK(sip__ks_datatype(r->inputs[i]->dtype));
+  }
+  CHECK(r->priority >= 0 && r->priority <= 3);
+  CHECK(k->n_outputs == r->n_outputs && k->n_outputs <= 64);
+  /* Outputs "named" like the inputs: rename so options apply to them. */
+  for (size_t i = 0; i < r->n_inputs && i < k->n_outputs; i++) {
+    char *n = strdup(k->outputs[i].name);
+    if (!n) break;
+    free(r->inputs[i]->name); /* sip__free is free() (src/core/alloc.c) */
+    r->inputs[i]->name = n;
+  }
+  check_response(k, r);
+  sip__ks_request_free(k);
+  return 0;
+}

@@ -1,0 +1,712 @@
+"""The KServe v2 HTTP/REST front-end of a real sipd (server.http), driven with
+urllib, http.client and curl: every endpoint, JSON and binary tensors of every
+datatype against numpy references, errors, limits, keep-alive concurrency,
+/metrics (parsed with prometheus_client) and cann_sip.MetricsCollector."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from cann_sip import InferenceRequest, MetricsCollector
+from harness import SipServer, serve
+import kserve as K
+import models
+
+pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+CURL = shutil.which("curl")
+
+
+@pytest.fixture(scope="module")
+def srv(sipd_bin, model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("http")
+    versioned = root / "vmodel"
+    for v, build in (("1", models.two_out), ("3", models.addmul)):
+        (versioned / v).mkdir(parents=True)
+        onnx.save(build(), str(versioned / v / "model.onnx"))
+    pools = [{"name": "id_" + dt, "model_path": str(model_dir["id_" + dt])} for dt in models.DTYPES]
+    pools += [
+        {"name": "addmul", "model_path": str(model_dir["addmul"]), "pool_size": 2},
+        {"name": "two_out", "model_path": str(model_dir["two_out"]), "priority": "high",
+         "resource_quota": {"max_memory_mb": 512, "max_compute_percent": 50},
+         "backend_options": {"graph_optimization_level": "basic"}},
+        {"name": "vmodel", "model_path": str(versioned)},
+        {"name": "echo", "backend": "builtin", "pool_size": 2,
+         "backend_options": {"shape": "-1,4"}},
+        {"name": "broken", "model_path": str(models.write_corrupt(root / "broken.onnx"))},
+    ]
+    with serve(root, pools, server={"http": "127.0.0.1:0", "http_threads": 2}) as s:
+        s.http = K.http_base(s)
+        yield s
+
+
+@pytest.fixture(scope="module")
+def base(srv):
+    return srv.http
+
+
+def rand(dtype, shape, rng):
+    if dtype == "string":
+        words = ["", "a", "héllo", "中文字", "x" * 50, "tab\tnew\nline \"q\" \\"]
+        flat = np.empty(int(np.prod(shape)), dtype=object)
+        for i in range(flat.size):
+            flat[i] = (words[rng.integers(len(words))] + str(i)).encode("utf-8")
+        return flat.reshape(shape)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    return (rng.standard_normal(size=shape) * 1000).astype(dt)
+
+
+def same(out, ref):
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    if ref.dtype == object:
+        assert [bytes(x) for x in out.ravel()] == [bytes(x) for x in ref.ravel()]
+    else:
+        assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+        assert out.tobytes() == ref.tobytes()  # bit for bit, float16 included
+
+
+def error_of(reply, status):
+    assert reply.status == status, reply
+    assert reply.headers.get("content-type", "").startswith("application/json")
+    doc = json.loads(reply.body)
+    assert list(doc) == ["error"] and isinstance(doc["error"], str) and doc["error"], doc
+    return doc["error"]
+
+
+def metrics(base):
+    r = K.get(base + "/metrics")
+    assert r.status == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for fam in text_string_to_metric_families(r.body.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(m, name, **labels):
+    return m.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+# ---------------------------------------------------------------------------
+# health, server and model metadata
+
+def test_health_and_server_metadata(base):
+    r = K.get(base + "/v2/health/live")
+    assert r.status == 200 and r.json() == {"live": True}
+    r = K.get(base + "/v2/health/ready")
+    assert r.status == 200 and r.json() == {"ready": True}
+    r = K.get(base + "/v2")
+    doc = r.json()
+    assert r.status == 200 and doc["name"] == "sip" and doc["version"]
+    assert {"binary_tensor_data", "classification", "statistics",
+            "model_configuration"} <= set(doc["extensions"])
+
+
+@pytest.mark.parametrize("dtype", models.DTYPES)
+def test_model_metadata(base, dtype):
+    r = K.get(base + "/v2/models/id_" + dtype)
+    assert r.status == 200, r
+    doc = r.json()
+    ks = K.DATATYPE[dtype]
+    assert doc["name"] == "id_" + dtype and doc["platform"] == "onnx_onnxv1"
+    assert doc["versions"] == []
+    assert doc["inputs"] == [{"name": "data", "datatype": ks, "shape": [-1, -1]},
+                             {"name": "scalar", "datatype": ks, "shape": []}]
+    assert doc["outputs"] == [{"name": "data_out", "datatype": ks, "shape": [-1, -1]},
+                              {"name": "scalar_out", "datatype": ks, "shape": []}]
+    r = K.get(base + "/v2/models/id_%s/ready" % dtype)
+    assert r.status == 200 and r.json() == {"name": "id_" + dtype, "ready": True}
+
+
+def test_builtin_platform_and_versions(base):
+    doc = K.get(base + "/v2/models/echo").json()
+    assert doc["platform"] == "builtin"
+    assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]
+    doc = K.get(base + "/v2/models/vmodel").json()
+    assert doc["versions"] == ["3"] and doc["inputs"][0]["name"] == "lhs"
+    assert K.get(base + "/v2/models/vmodel/versions/3").status == 200
+    assert K.get(base + "/v2/models/vmodel/versions/3/ready").status == 200
+    msg = error_of(K.get(base + "/v2/models/vmodel/versions/1"), 404)
+    assert "no version '1'" in msg and "'3'" in msg
+    error_of(K.get(base + "/v2/models/vmodel/versions/1/ready"), 404)
+    error_of(K.get(base + "/v2/models/addmul/versions/1"), 404)  # unversioned
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    r = K.infer(base, "vmodel", {"lhs": a, "rhs": a}, version="3")
+    doc, out = K.decode_outputs(r)
+    assert r.status == 200 and doc["model_name"] == "vmodel" and doc["model_version"] == "3"
+    np.testing.assert_array_equal(out["y"], models.addmul_ref(a, a))
+    error_of(K.infer(base, "vmodel", {"lhs": a, "rhs": a}, version="1"), 404)
+    # Without a version the response names the one that served it.
+    assert K.decode_outputs(K.infer(base, "vmodel", {"lhs": a, "rhs": a}))[0]["model_version"] == "3"
+
+
+def test_failed_and_unknown_models(base):
+    msg = error_of(K.get(base + "/v2/models/broken/ready"), 503)
+    assert "FAILED" in msg
+    assert "failed to load" in error_of(K.get(base + "/v2/models/broken"), 503)
+    x = np.ones((1, 4), np.float32)
+    assert "failed to load" in error_of(K.infer(base, "broken", {"x": x}), 503)
+    assert "unknown model 'nope'" in error_of(K.get(base + "/v2/models/nope"), 404)
+    error_of(K.get(base + "/v2/models/nope/ready"), 404)
+    error_of(K.get(base + "/v2/models/nope/config"), 404)
+    error_of(K.get(base + "/v2/models/nope/stats"), 404)
+    assert "no pool named 'nope'" in error_of(K.infer(base, "nope", {"x": x}), 404)
+    # The server is still ready: a FAILED pool is reported, not waited for.
+    assert K.get(base + "/v2/health/ready").status == 200
+
+
+# ---------------------------------------------------------------------------
+# inference: every datatype, JSON and binary, against numpy
+
+@pytest.mark.parametrize("dtype", models.DTYPES)
+@pytest.mark.parametrize("nested", [True, False])
+def test_json_infer_every_dtype(base, dtype, nested):
+    rng = np.random.default_rng(abs(hash((dtype, nested))) % 2**32)
+    data, scalar = rand(dtype, (3, 5), rng), rand(dtype, (), rng)
+    if dtype == "uint64":  # JSON integers travel as int64 in jansson
+        data, scalar = data >> np.uint64(1), scalar >> np.uint64(1)
+    r = K.infer(base, "id_" + dtype, {"data": data, "scalar": scalar}, nested=nested,
+                id="req-%s" % dtype)
+    assert r.status == 200, r
+    assert r.headers["content-type"] == "application/json" and r.header_len() is None
+    doc, out = K.decode_outputs(r)
+    assert doc["id"] == "req-" + dtype and doc["model_name"] == "id_" + dtype
+    assert [o["datatype"] for o in doc["outputs"]] == [K.DATATYPE[dtype]] * 2
+    same(out["data_out"], data)
+    same(out["scalar_out"], np.asarray(scalar))
+
+
+@pytest.mark.parametrize("dtype", models.DTYPES)
+def test_binary_infer_every_dtype(base, dtype):
+    rng = np.random.default_rng(7)
+    data, scalar = rand(dtype, (4, 3), rng), rand(dtype, (), rng)
+    if dtype in ("float16", "float32", "float64"):
+        data.ravel()[:3] = [np.nan, np.inf, -np.inf]  # binary carries every bit pattern
+    r = K.infer(base, "id_" + dtype, {"data": data, "scalar": scalar},
+                binary_inputs=("data", "scalar"), params={"binary_data_output": True})
+    assert r.status == 200, r
+    assert r.headers["content-type"] == "application/octet-stream"
+    doc, out = K.decode_outputs(r)
+    for o in doc["outputs"]:
+        assert "data" not in o and o["parameters"]["binary_data_size"] >= 0
+    same(out["data_out"], data)
+    same(out["scalar_out"], np.asarray(scalar))
+
+
+def test_mixed_binary_and_json(base):
+    rng = np.random.default_rng(3)
+    lhs = rand("float32", (5, 4), rng)
+    rhs = rand("float32", (5, 4), rng)
+    # One input binary, one JSON; the output asked binary explicitly.
+    r = K.infer(base, "addmul", {"lhs": lhs, "rhs": rhs}, binary_inputs=("rhs",),
+                outputs=[("y", {"binary_data": True})])
+    doc, out = K.decode_outputs(r)
+    assert r.status == 200 and doc["outputs"][0]["parameters"]["binary_data_size"] == 80
+    np.testing.assert_array_equal(out["y"], models.addmul_ref(lhs, rhs))
+    # binary_data_output for all, one output overridden back to JSON.
+    x = rand("float32", (2, 4), rng)
+    r = K.infer(base, "two_out", {"x": x}, params={"binary_data_output": True},
+                outputs=[("sum", {"binary_data": False}), "prod"])
+    doc, out = K.decode_outputs(r)
+    assert "data" in doc["outputs"][0] and "parameters" in doc["outputs"][1]
+    np.testing.assert_array_equal(out["sum"], x + x)
+    np.testing.assert_array_equal(out["prod"], x * x)
+
+
+def test_requested_outputs_and_id(base):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    r = K.infer(base, "two_out", {"x": x}, outputs=["prod"], id="abc-\u00e9-\"1\"")
+    doc, out = K.decode_outputs(r)
+    assert doc["id"] == "abc-\u00e9-\"1\"" and list(out) == ["prod"]
+    np.testing.assert_array_equal(out["prod"], x * x)
+    r = K.infer(base, "two_out", {"x": x})
+    assert list(K.decode_outputs(r)[1]) == ["sum", "prod"] and "id" not in r.json()
+
+
+def test_raw_binary_request(base):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    r = K.request("POST", base + "/v2/models/two_out/infer", body=x.tobytes(),
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 200, r
+    doc, out = K.decode_outputs(r)
+    assert doc["outputs"][0]["shape"] == [3, 4]  # N inferred from the byte count
+    np.testing.assert_array_equal(out["sum"], x + x)
+    np.testing.assert_array_equal(out["prod"], x * x)
+    # Triton's form: an explicit Inference-Header-Content-Length of 0.
+    r = K.request("POST", base + "/v2/models/echo/infer", body=x.tobytes(),
+                  headers={"Inference-Header-Content-Length": "0"})
+    np.testing.assert_array_equal(K.decode_outputs(r)[1]["output"], x)
+    msg = error_of(K.request("POST", base + "/v2/models/addmul/infer", body=x.tobytes(),
+                             headers={"Content-Type": "application/octet-stream"}), 400)
+    assert "single input" in msg and "2 inputs" in msg
+    msg = error_of(K.request("POST", base + "/v2/models/two_out/infer", body=b"\0" * 20,
+                             headers={"Content-Type": "application/octet-stream"}), 400)
+    assert "do not fill" in msg
+
+
+def test_classification(base):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    for binary in (False, True):
+        r = K.infer(base, "two_out", {"x": x},
+                    outputs=[("sum", {"classification": 2, "binary_data": binary})])
+        doc, out = K.decode_outputs(r)
+        assert r.status == 200, r
+        assert doc["outputs"][0]["datatype"] == "BYTES" and doc["outputs"][0]["shape"] == [3, 2]
+        s = x + x
+        for row in range(3):
+            order = np.argsort(-s[row], kind="stable")[:2]
+            want = [("%f:%d" % (s[row][i], i)).encode() for i in order]
+            assert list(out["sum"][row]) == want
+    # More classes than exist: all of them; integer outputs work too.
+    d = np.array([[5, -3, 9]], np.int32)
+    r = K.infer(base, "id_int32", {"data": d, "scalar": np.int32(1)},
+                outputs=[("data_out", {"classification": 10})])
+    assert list(K.decode_outputs(r)[1]["data_out"][0]) == [b"9:2", b"5:0", b"-3:1"]
+    msg = error_of(K.infer(base, "id_string", {"data": np.array([[b"a"]], object),
+                                               "scalar": np.array(b"b", object)},
+                           outputs=[("data_out", {"classification": 1})]), 400)
+    assert "numeric" in msg
+
+
+def test_priority_and_timeout_parameters(sipd_bin, tmp_path):
+    pools = [{"name": "slow", "backend": "builtin", "pool_size": 1,
+              "backend_options": {"shape": "-1,4", "delay_ms": 300}}]
+    with serve(tmp_path, pools, server={"http": "127.0.0.1:0"}) as s:
+        base = K.http_base(s)
+        x = np.ones((1, 4), np.float32)
+        done, lock = [], threading.Lock()
+
+        def send(tag, params):
+            r = K.infer(base, "slow", {"input": x}, params=params)
+            with lock:
+                done.append((tag, r.status))
+
+        blocker = threading.Thread(target=send, args=("blocker", None))
+        blocker.start()
+        time.sleep(0.1)  # the blocker is running; the rest queue behind it
+        # A deadline shorter than the wait: 504 without running.
+        t = time.monotonic()
+        msg = error_of(K.infer(base, "slow", {"input": x}, params={"timeout": 50000}), 504)
+        assert "timeout of 50 ms" in msg and time.monotonic() - t < 0.25
+        lows = [threading.Thread(target=send, args=("low%d" % i, {"priority": 9}))
+                for i in range(2)]
+        for th in lows:
+            th.start()
+            time.sleep(0.02)
+        high = threading.Thread(target=send, args=("high", {"priority": 1}))
+        high.start()
+        for th in [blocker, high] + lows:
+            th.join(10)
+        tags = [t for t, st in done if st == 200]
+        assert tags[0] == "blocker" and tags[1] == "high", done
+        assert len(tags) == 4
+        error_of(K.infer(base, "slow", {"input": x}, params={"priority": -1}), 400)
+        error_of(K.infer(base, "slow", {"input": x}, params={"timeout": "soon"}), 400)
+
+
+# ---------------------------------------------------------------------------
+# errors
+
+def raw_post(base, path, body, headers=None):
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    return K.request("POST", base + path, body=body, headers=h)
+
+
+def test_error_statuses_and_bodies(base):
+    x = {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}
+    path = "/v2/models/two_out/infer"
+
+    def post(doc, **kw):
+        return raw_post(base, path, json.dumps(doc).encode(), **kw)
+
+    assert "malformed" in error_of(raw_post(base, path, b"{\"inputs\": ["), 400)
+    assert "not an object" in error_of(raw_post(base, path, b"[1]"), 400)
+    assert "inputs is missing" in error_of(post({}), 400)
+    assert "received dtype float64" in error_of(post({"inputs": [dict(x, datatype="FP64")]}), 400)
+    assert "received shape [2,2]" in error_of(post({"inputs": [dict(x, shape=[2, 2])]}), 400)
+    assert "data has 4 elements; its shape needs 8" in error_of(
+        post({"inputs": [dict(x, shape=[2, 4])]}), 400)
+    assert "missing input 'x'" in error_of(post({"inputs": []}), 400)
+    assert "has no input 'y'" in error_of(post({"inputs": [dict(x, name="y")]}), 400)
+    assert "has no output 'nope'" in error_of(post({"inputs": [x], "outputs": [{"name": "nope"}]}),
+                                              400)
+    assert "is a string" in error_of(post({"inputs": [dict(x, data=[1, 2, "3", 4])]}), 400)
+    assert "out of range" in error_of(raw_post(
+        base, "/v2/models/id_int8/infer",
+        json.dumps({"inputs": [{"name": "data", "datatype": "INT8", "shape": [1, 1], "data": [300]},
+                               {"name": "scalar", "datatype": "INT8", "shape": [], "data": [1]}]}
+                   ).encode()), 400)
+    assert "unknown" in error_of(post({"inputs": [dict(x, datatype="FLOAT")]}), 400)
+    assert "BF16" in error_of(post({"inputs": [dict(x, datatype="BF16")]}), 501)
+    assert "shared memory" in error_of(post({"inputs": [dict(
+        x, parameters={"shared_memory_region": "r"})]}), 501)
+    assert "listed twice" in error_of(post({"inputs": [x], "outputs": [{"name": "sum"},
+                                                                       {"name": "sum"}]}), 400)
+    assert "given twice" in error_of(post({"inputs": [x, x]}), 400)
+    deep = b"{\"inputs\": [{\"name\": \"x\", \"data\": " + b"[" * 100 + b"]" * 100 + b"}]}"
+    assert "deeper than 64" in error_of(raw_post(base, path, deep), 400)
+    # Binary framing errors.
+    head = json.dumps({"inputs": [dict(x, data=None, parameters={"binary_data_size": 16})]})
+    head = head.replace(', "data": null', "").encode()
+    blob = np.ones(4, np.float32).tobytes()
+    ok = raw_post(base, path, head + blob, {"Inference-Header-Content-Length": str(len(head))})
+    assert ok.status == 200, ok
+    assert "only 8 bytes" in error_of(raw_post(
+        base, path, head + blob[:8], {"Inference-Header-Content-Length": str(len(head))}), 400)
+    assert "follow the last binary input" in error_of(raw_post(
+        base, path, head + blob + b"xx", {"Inference-Header-Content-Length": str(len(head))}), 400)
+    assert "has only" in error_of(raw_post(
+        base, path, head, {"Inference-Header-Content-Length": str(len(head) + 5)}), 400)
+    assert "not a byte count" in error_of(raw_post(
+        base, path, head, {"Inference-Header-Content-Length": "-3"}), 400)
+    assert "no binary section" in error_of(raw_post(base, path, head), 400)
+    # Endpoints and methods.
+    msg = error_of(K.get(base + "/v2/models/two_out/infer"), 405)
+    assert "use POST" in msg
+    r = K.request("POST", base + "/v2/models/two_out", body=b"{}")
+    assert error_of(r, 405) and r.headers["allow"] == "GET, HEAD"
+    assert "no such endpoint" in error_of(K.get(base + "/v2/nothing"), 404)
+    error_of(K.get(base + "/v2/models/two_out/explode"), 404)
+    error_of(K.get(base + "/v2/models//ready"), 404)
+
+
+def test_json_output_of_non_utf8_bytes(base):
+    data = np.array([[b"\xff\xfe"]], dtype=object)
+    inputs = {"data": data, "scalar": np.array(b"ok", dtype=object)}
+    msg = error_of(K.infer(base, "id_string", inputs, binary_inputs=("data", "scalar")), 400)
+    assert "not UTF-8" in msg and "binary_data" in msg
+    r = K.infer(base, "id_string", inputs, binary_inputs=("data", "scalar"),
+                params={"binary_data_output": True})
+    same(K.decode_outputs(r)[1]["data_out"], data)
+
+
+# ---------------------------------------------------------------------------
+# limits
+
+def test_body_size_limit(sipd_bin, tmp_path):
+    limit = 4096
+    pools = [{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1,4"}}]
+    with serve(tmp_path, pools, server={"http": "127.0.0.1:0", "http_max_body_bytes": limit}) as s:
+        base = K.http_base(s)
+        doc = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
+                                      "data": [1, 2, 3, 4]}]}).encode()
+        at_limit = doc + b" " * (limit - len(doc))  # trailing whitespace is valid JSON
+        assert len(at_limit) == limit
+        r = raw_post(base, "/v2/models/echo/infer", at_limit)
+        assert r.status == 200, r
+        msg = error_of(raw_post(base, "/v2/models/echo/infer", at_limit + b" "), 413)
+        assert "4097 bytes" in msg and "4096" in msg
+        # Refused on the header alone: a client announcing a huge body gets 413
+        # without sending it.
+        with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), 10) as c:
+            c.sendall(b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 1000000000\r\n\r\n")
+            c.settimeout(10)
+            head = c.recv(4096)
+        assert head.startswith(b"HTTP/1.1 413"), head
+        if CURL:
+            out = subprocess.run([CURL, "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                  "-H", "Content-Type: application/json", "--data-binary", "@-",
+                                  base + "/v2/models/echo/infer"], input=at_limit + b"x",
+                                 capture_output=True, timeout=30)
+            assert out.stdout == b"413", out
+        # The server is fine afterwards.
+        assert raw_post(base, "/v2/models/echo/infer", doc).status == 200
+
+
+def test_header_size_limit(base):
+    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), 10) as c:
+        c.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 +
+                  b"\r\n\r\n")
+        c.settimeout(10)
+        try:
+            head = c.recv(4096)
+        except ConnectionResetError:
+            head = b""
+    # MHD answers 431 when the headers outgrow the connection's memory limit.
+    assert head.startswith(b"HTTP/1.1 431") or head == b"", head
+    # An ordinary large header (8 KiB) is fine.
+    r = K.request("GET", base + "/v2/health/live", headers={"X-Big": "a" * 8192})
+    assert r.status == 200
+
+
+# ---------------------------------------------------------------------------
+# concurrency: keep-alive connections, no thread held while waiting
+
+def test_64_concurrent_keepalive_connections(base, srv):
+    n, per = 64, 5
+    barrier = threading.Barrier(n + 1, timeout=30)
+    measured = threading.Barrier(n + 1, timeout=30)
+    errors, socks = [], {}
+
+    def worker(i):
+        try:
+            conn = K.connection(base)
+            rng = np.random.default_rng(i)
+            for k in range(per):
+                lhs = rng.standard_normal((2, 4)).astype(np.float32)
+                rhs = rng.standard_normal((2, 4)).astype(np.float32)
+                body, headers = K.build_request({"lhs": lhs, "rhs": rhs}, binary_inputs=("lhs",))
+                conn.request("POST", "/v2/models/addmul/infer", body=body, headers=headers)
+                resp = conn.getresponse()
+                reply = K.Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()},
+                                resp.read())
+                assert reply.status == 200, reply
+                assert reply.headers.get("connection", "").lower() != "close"
+                np.testing.assert_array_equal(K.decode_outputs(reply)[1]["y"],
+                                              models.addmul_ref(lhs, rhs))
+                if k == 0:
+                    socks[i] = conn.sock
+                    barrier.wait()  # every connection open at once
+                    measured.wait()  # ... until the main thread has counted them
+                assert conn.sock is socks[i], "the connection was not kept alive"
+            conn.close()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+            barrier.abort()
+            measured.abort()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    conns = srv.client().status()["connections"]["http"]
+    m = metrics(base)
+    measured.wait()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+    assert conns >= n, conns
+    assert sample(m, "sip_open_connections", transport="http") >= n
+
+
+def test_no_http_thread_held_while_waiting(sipd_bin, tmp_path):
+    pools = [{"name": "slow", "backend": "builtin", "pool_size": 4,
+              "backend_options": {"shape": "-1,4", "delay_ms": 600}}]
+    with serve(tmp_path, pools, server={"http": "127.0.0.1:0", "http_threads": 1}) as s:
+        base = K.http_base(s)
+        x = np.ones((1, 4), np.float32)
+        statuses = []
+        threads = [threading.Thread(target=lambda: statuses.append(
+            K.infer(base, "slow", {"input": x}).status)) for _ in range(4)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        # One HTTP thread, four requests waiting on it: it still answers.
+        t1 = time.monotonic()
+        assert K.get(base + "/v2/health/live").status == 200
+        assert time.monotonic() - t1 < 0.3
+        for t in threads:
+            t.join(10)
+        assert statuses == [200] * 4
+        assert time.monotonic() - t0 < 1.5  # ran concurrently, not one after another
+
+
+def test_drain_ready_503_while_in_flight_completes(sipd_bin, tmp_path):
+    pools = [{"name": "slow", "backend": "builtin", "pool_size": 1,
+              "backend_options": {"shape": "-1,4", "delay_ms": 1500}}]
+    s = SipServer(tmp_path, pools, server={"http": "127.0.0.1:0"})
+    s.start()
+    try:
+        base = K.http_base(s)
+        x = np.ones((1, 4), np.float32)
+        result = {}
+        t = threading.Thread(target=lambda: result.update(r=K.infer(base, "slow", {"input": x})))
+        t.start()
+        time.sleep(0.3)
+        s.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        msg = error_of(K.get(base + "/v2/health/ready"), 503)
+        assert "draining" in msg
+        assert K.get(base + "/v2/health/live").status == 200
+        t.join(10)
+        assert result["r"].status == 200, result
+        np.testing.assert_array_equal(K.decode_outputs(result["r"])[1]["output"], x)
+        assert s.wait() == 0
+    finally:
+        s.kill()
+
+
+# ---------------------------------------------------------------------------
+# statistics, model configuration, /metrics
+
+def test_statistics_extension(srv, base):
+    before = K.get(base + "/v2/models/addmul/stats").json()["model_stats"][0]
+    a = np.ones((1, 4), np.float32)
+    for _ in range(3):
+        assert K.infer(base, "addmul", {"lhs": a, "rhs": a}).status == 200
+    error_of(K.infer(base, "addmul", {"lhs": a}), 400)
+    r = K.get(base + "/v2/models/addmul/stats")
+    st = r.json()["model_stats"]
+    assert r.status == 200 and len(st) == 1
+    st = st[0]
+    assert st["name"] == "addmul" and st["version"] == ""
+    assert st["inference_count"] - before["inference_count"] == 3
+    assert st["execution_count"] - before["execution_count"] == 3
+    inf = st["inference_stats"]
+    assert set(inf) == {"success", "fail", "queue", "compute_input", "compute_infer",
+                        "compute_output"}
+    assert inf["success"]["count"] - before["inference_stats"]["success"]["count"] == 3
+    assert inf["fail"]["count"] - before["inference_stats"]["fail"]["count"] == 1
+    assert inf["compute_infer"]["ns"] > 0 and st["last_inference"] > 0
+    assert st["batch_stats"] == []
+    assert st["memory_usage"][0]["type"] == "CPU" and st["memory_usage"][0]["byte_size"] >= 0
+    all_stats = K.get(base + "/v2/models/stats").json()["model_stats"]
+    assert {m["name"] for m in all_stats} >= {"addmul", "two_out", "vmodel", "echo"}
+    assert K.get(base + "/v2/models/vmodel/versions/3/stats").json()["model_stats"][0][
+        "version"] == "3"
+    error_of(K.get(base + "/v2/models/vmodel/versions/2/stats"), 404)
+
+
+def test_model_configuration_extension(base):
+    r = K.get(base + "/v2/models/two_out/config")
+    cfg = r.json()
+    assert r.status == 200
+    assert cfg["name"] == "two_out" and cfg["platform"] == "onnx_onnxv1"
+    assert cfg["backend"] == "onnxruntime" and cfg["max_batch_size"] == 0
+    assert cfg["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]
+    assert [o["name"] for o in cfg["output"]] == ["sum", "prod"]
+    assert cfg["instance_group"] == [{"count": 1, "kind": "KIND_CPU"}]
+    assert cfg["priority"] == "high"
+    assert cfg["resource_quota"] == {"max_memory_mb": 512, "max_compute_percent": 50}
+    assert cfg["backend_options"] == {"graph_optimization_level": "basic"}
+    assert K.get(base + "/v2/models/id_string/config").json()["input"][0]["data_type"] == \
+        "TYPE_STRING"
+    assert K.get(base + "/v2/models/vmodel/versions/3/config").json()["version"] == "3"
+
+
+def test_metrics_counters_move_exactly(base):
+    m0 = metrics(base)
+    a = np.ones((2, 4), np.float32)
+    ok, bad = 7, 2
+    for _ in range(ok):
+        assert K.infer(base, "addmul", {"lhs": a, "rhs": a}).status == 200
+    for _ in range(bad):
+        error_of(K.infer(base, "addmul", {"lhs": a, "rhs": a[:, :2]}), 400)
+    m1 = metrics(base)
+    lab = {"pool": "addmul", "version": ""}
+
+    def d(name, **extra):
+        return sample(m1, name, **lab, **extra) - sample(m0, name, **lab, **extra)
+
+    assert d("sip_requests_total", code="OK") == ok
+    assert d("sip_requests_total", code="INVALID_ARGUMENT") == bad
+    assert d("sip_inference_count_total") == ok
+    assert d("sip_execution_count_total") == ok
+    # Refused requests never queue: histograms count exactly the requests run.
+    assert d("sip_request_latency_us_count") == ok
+    assert d("sip_request_latency_us_bucket", le="+Inf") == ok
+    assert d("sip_queue_latency_us_count") == ok
+    assert d("sip_compute_latency_us_count") == ok
+    assert d("sip_request_duration_us_total") > 0
+    assert d("sip_compute_infer_duration_us_total") > 0
+    sessions = [k for k in m1 if k[0] == "sip_session_inferences_total"
+                and dict(k[1])["pool"] == "addmul"]
+    assert len(sessions) == 2
+    assert sum(m1[k] - m0.get(k, 0) for k in sessions) == ok
+    assert sample(m1, "sip_sessions", state="READY", **lab) == 2
+    assert sample(m1, "sip_pool_state", state="READY", **lab) == 1
+    assert sample(m1, "sip_pool_state", state="FAILED", pool="broken", version="") == 1
+    assert sample(m1, "sip_pending_requests", **lab) == 0
+    assert sample(m1, "sip_pending_requests_by_priority", priority="high", **lab) == 0
+    assert sample(m1, "sip_model_load_duration_ms", **lab) > 0
+    assert ("sip_model_memory_bytes", tuple(sorted(lab.items()))) in m1
+    assert sample(m1, "sip_request_latency_us_count", pool="vmodel", version="3") >= 0
+    assert ("sip_request_latency_us_count", (("pool", "vmodel"), ("version", "3"))) in m1
+    assert sample(m1, "process_resident_memory_bytes") > 1 << 20
+    assert sample(m1, "process_cpu_seconds_total") > 0
+    for t in ("unix", "tcp", "http"):
+        assert ("sip_open_connections", (("transport", t),)) in m1
+    assert sample(m1, "sip_open_connections", transport="http") >= 1
+    # Histogram buckets are cumulative and end at the count.
+    buckets = sorted(((float(dict(k[1])["le"]), v) for k, v in m1.items()
+                      if k[0] == "sip_request_latency_us_bucket" and dict(k[1])["pool"] == "addmul"))
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert buckets[-1][1] == sample(m1, "sip_request_latency_us_count", **lab)
+
+
+def test_metrics_collector(sipd_bin, tmp_path):
+    pools = [{"name": "work", "backend": "builtin", "pool_size": 2,
+              "backend_options": {"shape": "-1,4", "delay_ms": 20, "fail_every": 5}}]
+    with serve(tmp_path, pools) as s, MetricsCollector(s.endpoint) as mc:
+        c = s.client()
+        x = np.ones((1, 4), np.float32)
+        m = mc.collect()
+        p = m.session_pools["work"]
+        assert p.active_sessions == 2 and p.queued_requests == 0 and p.completed == 0
+        assert p.avg_latency_ms == 0.0 and p.throughput_ratio == 0.0
+        assert set(m.sessions) == {"work/0", "work/1"}
+        futs = [c.infer_async(InferenceRequest("work", {"input": x})) for _ in range(20)]
+        failed = 0
+        for f in futs:
+            try:
+                f.result(30)
+            except Exception:  # noqa: BLE001 - fail_every makes every 5th execution fail
+                failed += 1
+        m = mc.collect()
+        p = m.session_pools["work"]
+        assert failed == 4
+        assert p.completed == 20 and p.error_count == 4 and p.requests["INTERNAL"] == 4
+        assert 20 <= p.avg_latency_ms < 1000
+        assert p.avg_latency_ms <= p.p99_latency_ms < 2000
+        assert 0 < p.throughput_ratio <= 1.5, p
+        assert sum(sm.error_count for sm in m.sessions.values()) == 4
+        assert sum(sm.inferences for sm in m.sessions.values()) == 20
+        assert all(sm.state == "READY" and sm.pool == "work" for sm in m.sessions.values())
+        # An idle window: nothing completed, nothing achieved.
+        m = mc.collect()
+        p = m.session_pools["work"]
+        assert p.completed == 0 and p.throughput_ratio == 0.0 and p.avg_latency_ms == 0.0
+        assert m.sessions["work/0"].error_count + m.sessions["work/1"].error_count == 4
+
+
+# ---------------------------------------------------------------------------
+# curl as the client
+
+@pytest.mark.skipif(not CURL, reason="curl is not installed")
+def test_curl_client(base, tmp_path):
+    def curl(*args, data=None):
+        out = subprocess.run([CURL, "-s", "-S", "-D", str(tmp_path / "h")] + list(args),
+                             input=data, capture_output=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        head = (tmp_path / "h").read_text()
+        return int(head.split()[1]), head.lower(), out.stdout
+
+    st, _, body = curl(base + "/v2/health/ready")
+    assert st == 200 and json.loads(body) == {"ready": True}
+    st, _, body = curl("-X", "POST", "-H", "Content-Type: application/json", "-d",
+                       '{"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],'
+                       '"data":[[1,2,3,4]]}],"outputs":[{"name":"sum"}]}',
+                       base + "/v2/models/two_out/infer")
+    assert st == 200 and json.loads(body)["outputs"][0]["data"] == [2, 4, 6, 8]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    raw = tmp_path / "x.bin"
+    raw.write_bytes(x.tobytes())
+    st, head, body = curl("-X", "POST", "-H", "Content-Type: application/octet-stream",
+                          "--data-binary", "@" + str(raw), base + "/v2/models/echo/infer")
+    assert st == 200 and "inference-header-content-length:" in head
+    hl = int(head.split("inference-header-content-length:")[1].split()[0])
+    assert np.frombuffer(body[hl:], np.float32).tolist() == x.ravel().tolist()
+    st, _, body = curl(base + "/v2/models/nope")
+    assert st == 404 and "error" in json.loads(body)
+    st, head, body = curl(base + "/metrics")
+    assert st == 200 and "text/plain; version=0.0.4" in head and b"sip_requests_total" in body
