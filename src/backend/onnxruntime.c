@@ -296,6 +296,7 @@ typedef struct load_options {
   GraphOptimizationLevel opt_level;
   int mem_arena;   /* -1: ORT default */
   int mem_pattern; /* -1: ORT default */
+  int own_threads; /* > 0: this model gets its own intra-op pool of that many threads */
 } load_options_t;
 
 static int parse_bool(const char *v, int *out) {
@@ -353,6 +354,20 @@ static sip_error_t *opt_pattern(const char *key, const char *v, load_options_t *
   return opt_bool(key, v, &lo->mem_pattern);
 }
 
+/* For comparison (bench/threads.py): a model with its own intra-op pool,
+ * as ORT does by default, instead of the shared global one. */
+static sip_error_t *opt_own_threads(const char *key, const char *v, load_options_t *lo) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < 0 || n > 256)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "onnxruntime: backend option '%s' is '%s'; expected 0 (share the global "
+                         "pool) or a thread count 1..256",
+                         key, v);
+  lo->own_threads = (int)n;
+  return NULL;
+}
+
 /* Thread settings are engine-wide because every model shares the one
  * global pool; accepting them per model would silently do nothing. */
 static sip_error_t *opt_engine_wide(const char *key, const char *v, load_options_t *lo) {
@@ -372,6 +387,7 @@ static const struct {
     {"execution_provider", opt_provider},          /* cpu */
     {"enable_cpu_mem_arena", opt_arena},           /* true|false */
     {"enable_mem_pattern", opt_pattern},           /* true|false */
+    {"own_intra_op_threads", opt_own_threads},     /* 0 | N */
     /* Recognised only to explain where they belong. */
     {"intra_op_threads", opt_engine_wide},
     {"inter_op_threads", opt_engine_wide},
@@ -382,6 +398,7 @@ static sip_error_t *parse_options(const sip_kv_t *options, size_t n, load_option
   lo->opt_level = ORT_ENABLE_ALL;
   lo->mem_arena = -1;
   lo->mem_pattern = -1;
+  lo->own_threads = 0;
   if (n && !options)
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: %zu backend options but no array", n);
   for (size_t i = 0; i < n; i++) {
@@ -396,7 +413,7 @@ static sip_error_t *parse_options(const sip_kv_t *options, size_t n, load_option
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "onnxruntime: unknown backend option '%s' (known: "
                            "graph_optimization_level, execution_provider, enable_cpu_mem_arena, "
-                           "enable_mem_pattern)",
+                           "enable_mem_pattern, own_intra_op_threads)",
                            key);
     sip_error_t *err = known_options[k].fn(key, value, lo);
     if (err) return err;
@@ -545,7 +562,9 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
 
   OrtSessionOptions *so = NULL;
   OrtStatus *st = ort->CreateSessionOptions(&so);
-  if (!st) st = ort->DisablePerSessionThreads(so);
+  if (!st && !lo.own_threads) st = ort->DisablePerSessionThreads(so);
+  if (!st && lo.own_threads) st = ort->SetIntraOpNumThreads(so, lo.own_threads);
+  if (!st && lo.own_threads) st = ort->SetInterOpNumThreads(so, 1);
   if (!st) st = ort->SetSessionGraphOptimizationLevel(so, lo.opt_level);
   if (!st && lo.mem_arena >= 0)
     st = lo.mem_arena ? ort->EnableCpuMemArena(so) : ort->DisableCpuMemArena(so);

@@ -286,6 +286,16 @@ static route_kind_t route(const char *url, hreq_t *q) {
     p = slash + 1;
     if (n == 4) return R_NONE;
   }
+  /* Names as the config allows them (pool names; version directory names
+   * likewise): anything else cannot exist, and must not reach the logs. */
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < len[i]; j++) {
+      char ch = seg[i][j];
+      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            ch == '_' || ch == '.' || ch == '-'))
+        return R_NONE;
+    }
+  if (len[0] > 128) return R_NONE;
   size_t action = 1;
   if (n >= 3 && len[1] == 8 && !memcmp(seg[1], "versions", 8)) {
     if (!(q->version = sip__strndup(seg[2], len[2]))) return R_NONE;
@@ -538,7 +548,10 @@ static enum MHD_Result infer_begin(hreq_t *q) {
   }
   size_t hdr = q->header_len > 0 ? (size_t)q->header_len : 0;
   q->pad = (64 - hdr % 64) % 64;
-  q->cap = q->pad + (content_len > 0 ? (size_t)content_len : 4096);
+  /* Sized from Content-Length, but only up to 1 MiB before any data has
+   * come: an announced body is not memory a client has spent yet. */
+  size_t first = content_len > 0 ? (size_t)content_len : 4096;
+  q->cap = q->pad + (first < ((size_t)1 << 20) ? first : ((size_t)1 << 20));
   if (!(q->buf = sip__malloc(q->cap))) {
     q->refused = 1;
     return send_error_msg(c, 429, "out of memory");
@@ -591,6 +604,8 @@ static enum MHD_Result infer_start(hreq_t *q) {
       sip_error_t *e = check_model(pool, q->model, q->version);
       if (!e) e = need_loaded(pool, q->model);
       json_decref(root);
+      if (!e && atomic_load(&q->h->s->draining))
+        e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
       return send_error(q->conn, e ? e : SIP_OOM());
     }
   }

@@ -12,12 +12,7 @@
 
 #include "core/core.h"
 
-struct sip_arb_waiter {
-  sip_arb_waiter_t *next;
-  sip_arb_account_t *acc;
-  pthread_cond_t cv;
-  int granted;
-};
+enum { TICKET_IDLE = 0, TICKET_WAITING, TICKET_GRANTED };
 
 void sip__arbiter_init(sip_arbiter_t *a, int slots) {
   pthread_mutex_init(&a->mu, NULL);
@@ -36,6 +31,15 @@ void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_per
   acc->used_ns = 0;
   acc->active = 0;
 }
+
+void sip__arb_ticket_init(sip_arb_ticket_t *t, sip_arb_account_t *acc) {
+  t->next = NULL;
+  t->acc = acc;
+  t->state = TICKET_IDLE;
+  pthread_cond_init(&t->cv, NULL);
+}
+
+void sip__arb_ticket_destroy(sip_arb_ticket_t *t) { pthread_cond_destroy(&t->cv); }
 
 size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t window) {
   uint64_t vmin = UINT64_MAX;
@@ -62,61 +66,75 @@ void sip__arb_charge(sip_arb_account_t *acc, uint64_t exec_ns) {
   acc->used_ns += exec_ns;
 }
 
-/* Picks and unlinks the waiter to grant. Caller holds a->mu. */
-static sip_arb_waiter_t *pick(sip_arbiter_t *a) {
-  sip_arb_account_t *cands[64];
-  sip_arb_waiter_t **links[64];
-  size_t n = 0;
-  /* The first 64 waiters compete; more wait their turn in arrival order. */
-  for (sip_arb_waiter_t **pp = &a->waiters; *pp && n < 64; pp = &(*pp)->next) {
-    cands[n] = (*pp)->acc;
-    links[n++] = pp;
-  }
-  if (!n) return NULL;
-  sip_arb_waiter_t **best = links[sip__arb_choose(cands, n, a->window)];
-  sip_arb_waiter_t *w = *best;
-  *best = w->next;
-  return w;
-}
-
-void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_account_t *acc) {
-  pthread_mutex_lock(&a->mu);
+/* Enqueues a ticket. Caller holds a->mu. */
+static void enqueue(sip_arbiter_t *a, sip_arb_ticket_t *t) {
+  sip_arb_account_t *acc = t->acc;
   if (acc->active++ == 0 && acc->vtime < a->vclock) acc->vtime = a->vclock;
-  if (a->free_slots > 0 && !a->waiters) {
-    a->free_slots--;
-    if (acc->vtime > a->vclock) a->vclock = acc->vtime;
-    pthread_mutex_unlock(&a->mu);
-    return;
-  }
-  sip_arb_waiter_t me = {.acc = acc, .granted = 0};
-  pthread_cond_init(&me.cv, NULL);
-  sip_arb_waiter_t **pp = &a->waiters;
+  t->state = TICKET_WAITING;
+  t->next = NULL;
+  sip_arb_ticket_t **pp = &a->waiters;
   while (*pp) pp = &(*pp)->next;
-  *pp = &me;
-  /* A slot may be free while others wait (they were just signalled). */
-  while (a->free_slots > 0 && a->waiters) {
-    sip_arb_waiter_t *w = pick(a);
-    a->free_slots--;
-    w->granted = 1;
-    if (w->acc->vtime > a->vclock) a->vclock = w->acc->vtime;
-    if (w != &me) pthread_cond_signal(&w->cv);
-  }
-  while (!me.granted) pthread_cond_wait(&me.cv, &a->mu);
-  pthread_mutex_unlock(&a->mu);
-  pthread_cond_destroy(&me.cv);
+  *pp = t;
 }
 
-void sip__arbiter_release(sip_arbiter_t *a, sip_arb_account_t *acc, uint64_t exec_ns) {
-  pthread_mutex_lock(&a->mu);
-  sip__arb_charge(acc, exec_ns);
-  acc->active--;
-  a->free_slots++;
-  if (a->waiters) {
-    sip_arb_waiter_t *w = pick(a);
+/* Hands free slots to the chosen waiters. Caller holds a->mu. */
+static void grant(sip_arbiter_t *a) {
+  while (a->free_slots > 0 && a->waiters) {
+    sip_arb_account_t *cands[64];
+    sip_arb_ticket_t **links[64];
+    size_t n = 0;
+    /* The first 64 waiters compete; more wait their turn in arrival order. */
+    for (sip_arb_ticket_t **pp = &a->waiters; *pp && n < 64; pp = &(*pp)->next) {
+      cands[n] = (*pp)->acc;
+      links[n++] = pp;
+    }
+    sip_arb_ticket_t **best = links[sip__arb_choose(cands, n, a->window)];
+    sip_arb_ticket_t *t = *best;
+    *best = t->next;
+    t->next = NULL;
     a->free_slots--;
-    w->granted = 1;
-    if (w->acc->vtime > a->vclock) a->vclock = w->acc->vtime;
-    pthread_cond_signal(&w->cv);
+    t->state = TICKET_GRANTED;
+    if (t->acc->vtime > a->vclock) a->vclock = t->acc->vtime;
+    pthread_cond_signal(&t->cv);
   }
+}
+
+void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_ticket_t *t) {
+  pthread_mutex_lock(&a->mu);
+  if (t->state == TICKET_IDLE) {
+    enqueue(a, t);
+    grant(a);
+  }
+  while (t->state != TICKET_GRANTED) pthread_cond_wait(&t->cv, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void sip__arbiter_release(sip_arbiter_t *a, sip_arb_ticket_t *t, uint64_t exec_ns, int again) {
+  pthread_mutex_lock(&a->mu);
+  sip__arb_charge(t->acc, exec_ns);
+  t->acc->active--;
+  t->state = TICKET_IDLE;
+  a->free_slots++;
+  if (again) enqueue(a, t);
+  grant(a);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void sip__arbiter_cancel(sip_arbiter_t *a, sip_arb_ticket_t *t) {
+  pthread_mutex_lock(&a->mu);
+  if (t->state == TICKET_WAITING) {
+    for (sip_arb_ticket_t **pp = &a->waiters; *pp; pp = &(*pp)->next)
+      if (*pp == t) {
+        *pp = t->next;
+        break;
+      }
+    t->acc->active--;
+  } else if (t->state == TICKET_GRANTED) {
+    t->acc->active--;
+    a->free_slots++;
+  }
+  t->next = NULL;
+  t->state = TICKET_IDLE;
+  grant(a);
   pthread_mutex_unlock(&a->mu);
 }

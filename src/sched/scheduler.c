@@ -50,6 +50,7 @@ static int is_cancelled(const sip_request_t *r) {
 /* ---- queues ---- */
 
 static void q_push(sip_queue_t *q, sip_request_t *r) {
+  atomic_fetch_add_explicit(q->count, 1, memory_order_relaxed);
   r->next = NULL;
   r->prev = q->tail;
   if (q->tail)
@@ -61,6 +62,7 @@ static void q_push(sip_queue_t *q, sip_request_t *r) {
 }
 
 static void q_remove(sip_queue_t *q, sip_request_t *r) {
+  atomic_fetch_sub_explicit(q->count, 1, memory_order_relaxed);
   if (r->prev)
     r->prev->next = r->next;
   else
@@ -344,7 +346,7 @@ static void deadline_timespec(uint64_t mono_us, struct timespec *ts) {
 
 /* Fills the batch starting from b->reqs[0]. Caller holds p->mu; it is
  * released while waiting for more requests. */
-static void form_batch(sip_pool_t *p, batch_t *b) {
+static void form_batch(sip_pool_t *p, sip_session_t *s, batch_t *b) {
   int64_t max_rows = p->cfg->max_batch_size;
   uint64_t delay_us = (uint64_t)p->cfg->max_queue_delay_us;
   if (p->cfg->batch_levels[0].max_batch) {
@@ -373,6 +375,8 @@ static void form_batch(sip_pool_t *p, batch_t *b) {
     if (sip__now_us() >= until) return;
     struct timespec ts;
     deadline_timespec(until, &ts);
+    /* Waiting for a batch to fill is not computing: give up a kept slot. */
+    if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
     p->forming = 1;
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     p->forming = 0;
@@ -394,7 +398,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   sip_arbiter_t *arb = &p->server->arbiter;
   /* Take the compute slot first: waiting for it may take a request past its
    * deadline, and such a request must not run. */
-  sip__arbiter_acquire(arb, &p->arb);
+  sip__arbiter_acquire(arb, &s->ticket);
   uint64_t start = sip__now_us();
   size_t n = 0;
   /* Requests that expired or were cancelled while waiting never run. */
@@ -413,7 +417,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   }
   b->n = n;
   if (!n) {
-    sip__arbiter_release(arb, &p->arb, 0);
+    sip__arbiter_release(arb, &s->ticket, 0, 0);
     return;
   }
   sip_request_t *r0 = b->reqs[0];
@@ -446,14 +450,16 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   sip_tensor_t *outs[64] = {0};
   uint64_t t_run = sip__now_ns(), t_done = t_run;
   sip__stat_add(&p->st_compute_input, t_run - t_in);
-  if (e) sip__arbiter_release(arb, &p->arb, 0);
+  if (e) sip__arbiter_release(arb, &s->ticket, 0, 0);
   if (!e) {
     sip__session_set_state(s, SIP_SESSION_RUNNING);
     t_run = sip__now_ns();
     e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
     t_done = sip__now_ns();
     sip__session_set_state(s, SIP_SESSION_READY);
-    sip__arbiter_release(arb, &p->arb, t_done - t_run);
+    /* With more work queued this session stays in line for the slot. */
+    sip__arbiter_release(arb, &s->ticket, t_done - t_run,
+                         atomic_load_explicit(&p->n_queued, memory_order_relaxed) > 0);
     sip__stat_add(&p->st_compute_infer, t_done - t_run);
     atomic_fetch_add(&p->execution_count, 1);
     count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));
@@ -509,8 +515,11 @@ void *sip__session_main(void *arg) {
   for (;;) {
     sip_request_t *r = NULL;
     /* While another session forms a batch, it owns the queue. */
-    while ((p->forming || !(r = q_pop(p, sip__now_us()))) && !p->stopping)
+    while ((p->forming || !(r = q_pop(p, sip__now_us()))) && !p->stopping) {
+      /* Idle: a place kept in line for the compute slot goes to others. */
+      if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
       pthread_cond_wait(&p->cv, &p->mu);
+    }
     if (!r && !(r = q_pop(p, sip__now_us()))) break; /* stopping and drained */
     if (!b) { /* no memory for a batch: run requests one by one */
       pthread_mutex_unlock(&p->mu);
@@ -522,7 +531,7 @@ void *sip__session_main(void *arg) {
     b->reqs[0] = r;
     b->n = 1;
     b->rows = r->rows;
-    if (p->cfg->max_batch_size) form_batch(p, b);
+    if (p->cfg->max_batch_size) form_batch(p, s, b);
     /* Let the next idle session start on what is left. */
     if (queued(p)) pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
@@ -530,6 +539,7 @@ void *sip__session_main(void *arg) {
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
+  if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
   sip__free(b);
   return NULL;
 }

