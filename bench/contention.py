@@ -20,7 +20,7 @@ inp = ["x:float32:1,3,48,192=random"]
 pools = [{"name": "hi", "model_path": CLS, "pool_size": 1, "priority": "high"},
          {"name": "lo", "model_path": CLS, "pool_size": 2, "priority": "low"},
          {"name": "mid", "model_path": tiny, "pool_size": 1, "priority": "medium"}]
-with Sipd(pools) as s:
+with Sipd(pools, "  execution_slots: 1\n") as s:
     alone = sip_bench(s.endpoint, "hi", inp, "--rate", "50", "--distribution", "poisson")
     bg = [sip_bench(s.endpoint, "lo", inp, "--concurrency", "16", "--window-ms", "2000",
                     "--max-windows", "12", background=True),

@@ -105,7 +105,7 @@ struct sip_pool {
   const sip_pool_config_t *cfg; /* borrowed from the server's config */
   const sip_backend_vtable_t *backend;
   void *model;
-  const sip_io_desc_t *inputs, *outputs;
+  sip_io_desc_t *inputs, *outputs; /* the pool's copies, freed with the server */
   size_t n_inputs, n_outputs;
   char *resolved_path; /* the model file actually loaded */
   char *version;       /* version directory name, or NULL */
@@ -145,6 +145,7 @@ struct sip_pool {
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
 void sip__pool_load(sip_pool_t *p);
+void sip__pool_free_descs(sip_io_desc_t *d, size_t n);
 /* Admission checks of a request against the model (names, dtypes, shapes). */
 sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/sched/scheduler.c). */

@@ -157,8 +157,26 @@ static void release(sip_pool_t *p) {
   }
   if (p->model) p->backend->model_free(p->model);
   p->model = NULL;
-  p->inputs = p->outputs = NULL;
-  p->n_inputs = p->n_outputs = 0;
+}
+
+/* The pool keeps its own copy of the model's inputs and outputs: admission
+ * checks and introspection read them without racing a model being freed at
+ * shutdown. */
+static sip_io_desc_t *copy_descs(const sip_io_desc_t *d, size_t n) {
+  sip_io_desc_t *c = sip__calloc(n ? n : 1, sizeof *c);
+  for (size_t i = 0; c && i < n; i++) {
+    c[i] = d[i];
+    if (!(c[i].name = sip__strdup(d[i].name))) {
+      sip__pool_free_descs(c, i);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+void sip__pool_free_descs(sip_io_desc_t *d, size_t n) {
+  for (size_t i = 0; d && i < n; i++) sip__free(d[i].name);
+  sip__free(d);
 }
 
 static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
@@ -222,7 +240,15 @@ void sip__pool_load(sip_pool_t *p) {
     pool_fail(p, e);
     return;
   }
-  p->backend->describe(p->model, &p->inputs, &p->n_inputs, &p->outputs, &p->n_outputs);
+  const sip_io_desc_t *ins, *outs;
+  p->backend->describe(p->model, &ins, &p->n_inputs, &outs, &p->n_outputs);
+  p->inputs = copy_descs(ins, p->n_inputs);
+  p->outputs = copy_descs(outs, p->n_outputs);
+  if (!p->inputs || !p->outputs) {
+    release(p);
+    pool_fail(p, SIP_OOM());
+    return;
+  }
   struct stat st;
   if (p->resolved_path && stat(p->resolved_path, &st) == 0) p->model_bytes = (uint64_t)st.st_size;
 

@@ -264,6 +264,8 @@ void sip_server_free(sip_server_t *s) {
     sip__free(p->sessions);
     sip__free(p->resolved_path);
     sip__free(p->version);
+    sip__pool_free_descs(p->inputs, p->n_inputs);
+    sip__pool_free_descs(p->outputs, p->n_outputs);
     sip__free(p->error);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
