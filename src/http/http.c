@@ -426,6 +426,18 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
                                                                  ? json_object_get(pool, "model_path")
                                                                  : json_null());
     if (out) json_object_set_new(out, "version", v ? json_string(v) : json_null());
+    /* Triton's names: max_batch_size and dynamic_batching.max_queue_delay_microseconds. */
+    json_t *db = json_object_get(pool, "dynamic_batching");
+    if (out && db) {
+      json_object_set_new(out, "max_batch_size",
+                          json_integer(json_integer_value(json_object_get(db, "max_batch_size"))));
+      json_object_set_new(
+          out, "dynamic_batching",
+          json_pack("{s:O,s:O,s:O}", "preferred_batch_size",
+                    json_object_get(db, "preferred_batch_sizes"),
+                    "max_queue_delay_microseconds", json_object_get(db, "max_queue_delay_us"),
+                    "padding_strategy", json_object_get(db, "padding_strategy")));
+    }
   }
   json_decref(root);
   return send_json(q->conn, 200, out);

@@ -100,11 +100,14 @@ static void counter_per_pool(sb_t *b, pool_labels_t *pl, size_t n, const char *n
   }
 }
 
+/* `which` names a histogram in the pool status's "latency_us", or at the
+ * top level of the pool status when `group` is NULL. */
 static void histogram_per_pool(sb_t *b, pool_labels_t *pl, size_t n, const char *name,
-                               const char *help, const char *which) {
+                               const char *help, const char *group, const char *which) {
   family(b, name, "histogram", help);
   for (size_t i = 0; i < n; i++) {
-    json_t *h = json_object_get(json_object_get(pl[i].status, "latency_us"), which), *bk;
+    json_t *parent = group ? json_object_get(pl[i].status, group) : pl[i].status;
+    json_t *h = json_object_get(parent, which), *bk;
     size_t j;
     json_array_foreach(json_object_get(h, "buckets"), j, bk) {
       json_t *le = json_array_get(bk, 0);
@@ -236,11 +239,31 @@ char *sip__prometheus_text(sip_server_t *s) {
   counter_per_pool(&b, pl, n, "sip_compute_output_duration_us_total",
                    "Cumulative time handling outputs, in microseconds.", "compute_output", 1);
   histogram_per_pool(&b, pl, n, "sip_request_latency_us",
-                     "Time from arrival to answer of queued requests, in microseconds.", "total");
+                     "Time from arrival to answer of queued requests, in microseconds.",
+                     "latency_us", "total");
   histogram_per_pool(&b, pl, n, "sip_queue_latency_us",
-                     "Time requests waited in the queue, in microseconds.", "queue");
+                     "Time requests waited in the queue, in microseconds.", "latency_us", "queue");
   histogram_per_pool(&b, pl, n, "sip_compute_latency_us",
-                     "Execution time of requests that ran, in microseconds.", "compute");
+                     "Execution time of requests that ran, in microseconds.", "latency_us",
+                     "compute");
+  histogram_per_pool(&b, pl, n, "sip_batch_size",
+                     "Rows per execution (padding included); 1 without dynamic batching.", NULL,
+                     "batch_sizes");
+  family(&b, "sip_compute_seconds_total", "counter",
+         "Execution time charged to the pool by the compute arbiter (its share of the cores).");
+  for (size_t i = 0; i < n; i++)
+    sb_add(&b, "sip_compute_seconds_total{%s} %.9f\n", pl[i].labels,
+           (double)ival(pl[i].status, "compute_ns") / 1e9);
+  family(&b, "sip_batch_level", "gauge",
+         "Elastic batching: 1 for the traffic level the pool batches at now (batch_strategies).");
+  for (size_t i = 0; i < n; i++) {
+    const char *lv = json_string_value(json_object_get(pl[i].status, "batch_level"));
+    if (!lv) continue;
+    static const char *const levels[] = {"low", "medium", "high"};
+    for (int k = 0; k < 3; k++)
+      sb_add(&b, "sip_batch_level{%s,level=\"%s\"} %d\n", pl[i].labels, levels[k],
+             !strcmp(lv, levels[k]));
+  }
   gauge_per_pool(&b, pl, n, "sip_pending_requests", "Requests queued and not yet running.",
                  "queued_requests");
   family(&b, "sip_pending_requests_by_priority", "gauge", "Queued requests by priority level.");

@@ -805,6 +805,18 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
       json_object_set_new(bo, p->cfg->backend_options[k].key,
                           json_string(p->cfg->backend_options[k].value));
     json_object_set_new(o, "backend_options", bo);
+    if (p->cfg->max_batch_size) {
+      json_t *pref = json_array();
+      for (size_t k = 0; k < p->cfg->n_preferred; k++)
+        json_array_append_new(pref, json_integer(p->cfg->preferred_batch_sizes[k]));
+      static const char *pads[] = {"none", "replicate_last", "zero"};
+      json_object_set_new(
+          o, "dynamic_batching",
+          json_pack("{s:i,s:I,s:o,s:s}", "max_batch_size", p->cfg->max_batch_size,
+                    "max_queue_delay_us", (json_int_t)p->cfg->max_queue_delay_us,
+                    "preferred_batch_sizes", pref, "padding_strategy",
+                    pads[p->cfg->padding_strategy]));
+    }
     json_object_set_new(o, "inputs", ready ? io_json(p->inputs, p->n_inputs) : json_array());
     json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
     return o;
