@@ -9,6 +9,7 @@
  * server cannot hide behind a generator that waits for it (coordinated
  * omission). Measurement runs in windows until the last three agree within
  * ±10% in throughput and p99, then reports those three together. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -45,6 +46,14 @@ typedef struct bench {
   window_t cur;
   uint64_t sent;
   unsigned seed;
+  /* HTTP (KServe v2) transport: worker threads with keep-alive connections. */
+  const char *http_url;
+  char *http_body;
+  size_t http_body_len;
+  char http_hdr[96];
+  uint64_t next_ns; /* rate modes: the next intended send time */
+  uint64_t period_end_ns;
+  double period_rate;
 } bench_t;
 
 typedef struct inflight {
@@ -181,6 +190,157 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
+/* ---- HTTP transport ---- */
+
+static const char *kserve_type(sip_dtype_t dt) {
+  switch (dt) {
+  case SIP_DTYPE_BOOL: return "BOOL";
+  case SIP_DTYPE_UINT8: return "UINT8";
+  case SIP_DTYPE_UINT16: return "UINT16";
+  case SIP_DTYPE_UINT32: return "UINT32";
+  case SIP_DTYPE_UINT64: return "UINT64";
+  case SIP_DTYPE_INT8: return "INT8";
+  case SIP_DTYPE_INT16: return "INT16";
+  case SIP_DTYPE_INT32: return "INT32";
+  case SIP_DTYPE_INT64: return "INT64";
+  case SIP_DTYPE_FLOAT16: return "FP16";
+  case SIP_DTYPE_FLOAT32: return "FP32";
+  case SIP_DTYPE_FLOAT64: return "FP64";
+  case SIP_DTYPE_STRING: return "BYTES";
+  default: return "?";
+  }
+}
+
+/* A KServe v2 request body with the binary tensor extension (the JSON
+ * header, then every input's raw bytes; outputs asked for as binary). */
+static int build_http_body(bench_t *b) {
+  json_t *ins = json_array(), *root = json_object();
+  size_t data = 0;
+  for (size_t i = 0; i < b->req.n_inputs; i++) {
+    const sip_tensor_t *t = b->req.inputs[i];
+    json_t *shape = json_array();
+    for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
+    json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:{s:I}}", "name", t->name, "shape", shape,
+                                         "datatype", kserve_type(t->dtype), "parameters",
+                                         "binary_data_size", (json_int_t)t->nbytes));
+    data += t->nbytes;
+  }
+  json_object_set_new(root, "inputs", ins);
+  if (b->req.n_outputs) {
+    json_t *outs = json_array();
+    for (size_t i = 0; i < b->req.n_outputs; i++)
+      json_array_append_new(outs, json_pack("{s:s,s:{s:b}}", "name", b->req.outputs[i],
+                                            "parameters", "binary_data", 1));
+    json_object_set_new(root, "outputs", outs);
+  } else {
+    json_object_set_new(root, "parameters", json_pack("{s:b}", "binary_data_output", 1));
+  }
+  if (b->req.timeout_ms || b->req.priority) {
+    json_t *params = json_object_get(root, "parameters");
+    if (!params) json_object_set_new(root, "parameters", params = json_object());
+    if (b->req.timeout_ms)
+      json_object_set_new(params, "timeout", json_integer((json_int_t)b->req.timeout_ms * 1000));
+    if (b->req.priority) json_object_set_new(params, "priority", json_integer(b->req.priority));
+  }
+  char *hdr = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  if (!hdr) return -1;
+  size_t hl = strlen(hdr);
+  b->http_body = malloc(hl + data + 1);
+  if (!b->http_body) {
+    free(hdr);
+    return -1;
+  }
+  memcpy(b->http_body, hdr, hl);
+  size_t off = hl;
+  for (size_t i = 0; i < b->req.n_inputs; i++) {
+    memcpy(b->http_body + off, b->req.inputs[i]->data, b->req.inputs[i]->nbytes);
+    off += b->req.inputs[i]->nbytes;
+  }
+  b->http_body_len = off;
+  snprintf(b->http_hdr, sizeof b->http_hdr, "Inference-Header-Content-Length: %zu", hl);
+  free(hdr);
+  return 0;
+}
+
+static size_t sink(char *p, size_t size, size_t n, void *user) {
+  (void)p;
+  (void)user;
+  return size * n;
+}
+
+static sip_code_t code_of_http(long status) {
+  switch (status) {
+  case 200: return SIP_OK;
+  case 400: return SIP_INVALID_ARGUMENT;
+  case 404: return SIP_NOT_FOUND;
+  case 413: case 429: return SIP_RESOURCE_EXHAUSTED;
+  case 499: return SIP_CANCELLED;
+  case 501: return SIP_UNIMPLEMENTED;
+  case 503: return SIP_UNAVAILABLE;
+  case 504: return SIP_DEADLINE_EXCEEDED;
+  default: return SIP_INTERNAL;
+  }
+}
+
+/* When the next request is meant to leave; 0 once the run is over. */
+static uint64_t next_intended(bench_t *b) {
+  pthread_mutex_lock(&b->mu);
+  uint64_t t = 0;
+  if (!b->stop) {
+    if (b->concurrency) {
+      t = now_ns();
+    } else {
+      if (b->spike && b->next_ns >= b->period_end_ns) {
+        b->period_rate = (rand_r(&b->seed) / ((double)RAND_MAX + 1.0)) < b->spike_p ? b->max_rate
+                                                                                      : b->min_rate;
+        b->period_end_ns = b->next_ns + 1000000000ull;
+      }
+      t = b->next_ns;
+      b->next_ns += gap_ns(b, b->spike ? b->period_rate : b->rate);
+    }
+    b->outstanding++;
+  }
+  pthread_mutex_unlock(&b->mu);
+  return t;
+}
+
+static void *http_worker(void *arg) {
+  bench_t *b = arg;
+  CURL *h = curl_easy_init();
+  struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+  hdrs = curl_slist_append(hdrs, b->http_hdr);
+  curl_easy_setopt(h, CURLOPT_URL, b->http_url);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, b->http_body);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->http_body_len);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  for (;;) {
+    uint64_t intended = next_intended(b);
+    if (!intended) break;
+    sleep_until(intended);
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    uint64_t lat_us = (now_ns() - intended) / 1000;
+    pthread_mutex_lock(&b->mu);
+    record(&b->cur, lat_us);
+    sip_code_t code = rc == CURLE_OK ? code_of_http(status) : SIP_UNAVAILABLE;
+    if (code == SIP_OK)
+      b->cur.ok++;
+    else
+      b->cur.errors_by_code[code]++;
+    b->outstanding--;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+  }
+  curl_slist_free_all(hdrs);
+  curl_easy_cleanup(h);
+  return NULL;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -238,6 +398,7 @@ static int within(double a, double b, double tol) {
 static void usage_bench(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] bench POOL -i NAME:DTYPE:SHAPE=VALUES... [options]\n"
+          "  ENDPOINT may also be http://HOST:PORT (KServe v2 with binary tensors)\n"
           "  --concurrency N            N requests outstanding (default 1)\n"
           "  --rate R                   R requests/s instead (open loop)\n"
           "  --distribution constant|poisson   arrivals in --rate mode (default constant)\n"
@@ -350,8 +511,29 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   fprintf(stderr, "sip bench: pool %s at %s, %s, windows of %ld ms\n", b.req.pool, endpoint, mode,
           window_ms);
 
-  pthread_t sender;
-  pthread_create(&sender, NULL, sender_main, &b);
+  /* Native endpoints: one sender thread, asynchronous requests. HTTP: a
+   * worker per outstanding request (concurrency N, or --max-outstanding in
+   * rate modes), each on its own keep-alive connection. */
+  size_t n_workers = 0;
+  pthread_t sender, *workers = NULL;
+  char url[512];
+  if (b.client) {
+    pthread_create(&sender, NULL, sender_main, &b);
+  } else {
+    snprintf(url, sizeof url, "%s/v2/models/%s/infer", endpoint, b.req.pool);
+    b.http_url = url;
+    if (build_http_body(&b) != 0) {
+      fprintf(stderr, "sip bench: out of memory\n");
+      rc = 1;
+      goto done;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    b.next_ns = now_ns();
+    n_workers = b.concurrency ? (size_t)b.concurrency
+                              : (size_t)(b.max_outstanding < 256 ? b.max_outstanding : 256);
+    workers = calloc(n_workers, sizeof *workers);
+    for (size_t k = 0; k < n_workers; k++) pthread_create(&workers[k], NULL, http_worker, &b);
+  }
   window_t *ws = calloc((size_t)max_windows, sizeof *ws);
   size_t nw = 0;
   int stable = 0;
@@ -381,7 +563,11 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   b.stop = 1;
   pthread_cond_broadcast(&b.cv);
   pthread_mutex_unlock(&b.mu);
-  pthread_join(sender, NULL);
+  if (b.client) pthread_join(sender, NULL);
+  for (size_t k = 0; k < n_workers; k++) pthread_join(workers[k], NULL);
+  free(workers);
+  free(b.http_body);
+  if (!b.client) curl_global_cleanup();
   /* Let outstanding requests finish so their callbacks don't outlive us. */
   pthread_mutex_lock(&b.mu);
   while (b.outstanding > 0) pthread_cond_wait(&b.cv, &b.mu);

@@ -417,6 +417,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   sip_client_t *c = NULL;
+  if (!strcmp(cmd, "bench") && !strncmp(ep, "http://", 7)) /* bench speaks HTTP itself */
+    return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
   int rc = 0;
