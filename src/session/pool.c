@@ -234,9 +234,24 @@ void sip__pool_load(sip_pool_t *p) {
     }
   }
   void *state = NULL;
+  /* A memory quota also caps growth after load: ONNX Runtime's CPU arena
+   * keeps the high-water mark of every run, so a pool with a quota runs
+   * without it (each run's scratch memory is returned), unless the pool's
+   * backend_options say otherwise. */
+  sip_kv_t opts[64];
+  if (c->n_backend_options > 63) {
+    pool_fail(p, sip_error_new(SIP_INVALID_ARGUMENT, "%zu backend_options; at most 63 are supported",
+                               c->n_backend_options));
+    return;
+  }
+  size_t n_opts = c->n_backend_options;
+  memcpy(opts, c->backend_options, n_opts * sizeof *opts);
+  int arena_set = 0;
+  for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
+  if (c->max_memory_mb && !arena_set && !strcmp(p->backend->name, "onnxruntime"))
+    opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
   if ((e = sip__server_backend_state(p->server, p->backend, &state)) ||
-      (e = p->backend->load(state, p->resolved_path, c->backend_options, c->n_backend_options,
-                            &p->model))) {
+      (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts, &p->model))) {
     pool_fail(p, e);
     return;
   }
