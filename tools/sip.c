@@ -19,6 +19,9 @@ static void usage(FILE *f) {
           "  status                 pools, their sessions and states, counters\n"
           "  pools                  each pool's inputs and outputs (-1: dynamic dim)\n"
           "  ready                  exit 0 when every pool has finished loading\n"
+          "  models                 the model repository index: models, versions, states\n"
+          "  load MODEL             load or reload a repository model (waits until it serves)\n"
+          "  unload MODEL           unload a repository model (requests in flight finish)\n"
           "  infer POOL [options]   run one request\n"
           "     -i NAME:DTYPE:SHAPE=VALUES  an input; SHAPE like 1,3,48,192 (empty: scalar);\n"
           "                                 VALUES: zeros | ones | random | @FILE (raw\n"
@@ -121,6 +124,48 @@ static int cmd_status(json_t *root) {
       printf("\n");
     }
   }
+  return 0;
+}
+
+/* ---- model repository ---- */
+
+static int cmd_repo(sip_client_t *c, const char *action, const char *model, int json_out) {
+  json_t *req = model ? json_pack("{s:s,s:s}", "action", action, "model", model)
+                      : json_pack("{s:s}", "action", action);
+  char *txt = req ? json_dumps(req, JSON_COMPACT) : NULL, *answer = NULL;
+  json_decref(req);
+  if (!txt) {
+    fprintf(stderr, "sip: out of memory\n");
+    return 1;
+  }
+  sip_error_t *e = sip_client_repository(c, txt, &answer);
+  free(txt);
+  if (e) return fail(e);
+  json_t *root = json_loads(answer, 0, NULL);
+  sip_client_free_string(answer);
+  if (!root) {
+    fprintf(stderr, "sip: server sent invalid JSON\n");
+    return 1;
+  }
+  if (json_out) {
+    char *pretty = json_dumps(root, JSON_INDENT(2));
+    printf("%s\n", pretty);
+    free(pretty);
+  } else if (!strcmp(action, "index")) {
+    printf("%-24s %-8s %-12s %-8s %s\n", "MODEL", "VERSION", "STATE", "DEFAULT", "REASON");
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(root, "models"), i, m) {
+      const char *v = json_string_value(json_object_get(m, "version"));
+      json_t *d = json_object_get(m, "default");
+      printf("%-24s %-8s %-12s %-8s %s\n", json_string_value(json_object_get(m, "name")),
+             v ? v : "-", json_string_value(json_object_get(m, "state")),
+             json_is_true(d) ? "yes" : "", json_string_value(json_object_get(m, "reason")));
+    }
+  } else {
+    printf("%s: %sed\n", model, action);
+  }
+  json_decref(root);
   return 0;
 }
 
@@ -411,7 +456,12 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i];
   int kind = strcmp(cmd, "status") == 0 ? 3 : strcmp(cmd, "pools") == 0 ? 2
              : strcmp(cmd, "ready") == 0 ? 1 : 0;
-  if (!kind && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
+  int repo = !strcmp(cmd, "models") || !strcmp(cmd, "load") || !strcmp(cmd, "unload");
+  if (repo && strcmp(cmd, "models") && i + 2 != argc) {
+    fprintf(stderr, "sip: %s takes one MODEL\n", cmd);
+    return 2;
+  }
+  if (!kind && !repo && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
@@ -422,7 +472,10 @@ int main(int argc, char **argv) {
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
   int rc = 0;
-  if (!strcmp(cmd, "bench")) {
+  if (repo) {
+    rc = cmd_repo(c, !strcmp(cmd, "models") ? "index" : cmd,
+                  !strcmp(cmd, "models") ? NULL : argv[i + 1], json_out);
+  } else if (!strcmp(cmd, "bench")) {
     rc = sip_cli_bench(c, ep, json_out, argc - i - 1, argv + i + 1);
   } else if (!kind) {
     rc = cmd_infer(c, argc - i - 1, argv + i + 1);

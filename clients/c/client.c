@@ -1,6 +1,7 @@
 /* sip — libsipclient: native-protocol client. A writer lock serialises
  * frames; a reader thread demultiplexes answers by request id. */
 #include <errno.h>
+#include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -138,6 +139,16 @@ static void fail_all(sip_client_t *c, sip_code_t code, const char *msg) {
 
 static void release_payload(void *p) { sip__free(p); }
 
+/* A failed INFO_RESPONSE carries {"error": "message"}: its message, or the
+ * text as is when it is not that. */
+static sip_error_t *error_from_text(sip_code_t code, const char *txt, size_t n) {
+  json_t *o = json_loadb(txt, n, 0, NULL);
+  const char *msg = json_string_value(json_object_get(o, "error"));
+  sip_error_t *e = msg ? sip_error_new(code, "%s", msg) : sip_error_new(code, "%.*s", (int)n, txt);
+  json_decref(o);
+  return e;
+}
+
 static void *reader_main(void *arg) {
   sip_client_t *c = arg;
   for (;;) {
@@ -179,7 +190,7 @@ static void *reader_main(void *arg) {
       const char *txt;
       size_t n;
       e = sip__decode_code_text(mem, h.length, 0, &code, &txt, &n);
-      if (!e && code) e = sip_error_new((sip_code_t)code, "%.*s", (int)n, txt);
+      if (!e && code) e = error_from_text((sip_code_t)code, txt, n);
       char *json = e ? NULL : sip__strndup(txt, n);
       if (!e && !json) e = SIP_OOM();
       p->info_done(json, e, p->user);
@@ -315,13 +326,22 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
   p->user = user;
   p->start_ns = sip__now_ns();
   sip_wbuf_t w = {0};
+  char *params = req->pipeline_config
+                     ? sip__asprintf("{\"pipeline_config\": %s}", req->pipeline_config)
+                     : NULL;
+  if (req->pipeline_config && !params) {
+    sip__free(p);
+    return SIP_OOM();
+  }
   if (batch < 0)
-    sip__encode_infer_request(&w, p->id, req->pool, req->priority, req->timeout_ms, req->outputs,
-                              req->n_outputs, req->inputs, req->n_inputs);
+    sip__encode_infer_request_params(&w, p->id, req->pool, req->priority, req->timeout_ms,
+                                     req->outputs, req->n_outputs, req->inputs, req->n_inputs,
+                                     params);
   else
     sip__encode_batch_infer_request(&w, p->id, (uint32_t)batch, (uint8_t)padding, req->pool,
                                     req->priority, req->timeout_ms, req->outputs, req->n_outputs,
                                     req->inputs, req->n_inputs);
+  sip__free(params);
   return send_frame(c, p, &w);
 }
 
@@ -402,10 +422,9 @@ static void sync_info_done(char *json, sip_error_t *e, void *user) {
   signal_done(w);
 }
 
-sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
-  *json = NULL;
-  if (kind < 1 || kind > 3)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "info kind %d; expected 1..3", kind);
+/* Sends an INFO_REQUEST (kind > 0) or a REPO_REQUEST (`repo` JSON) and
+ * waits for its INFO_RESPONSE. */
+static sip_error_t *info_call(sip_client_t *c, int kind, const char *repo, char **json) {
   pending_t *p = sip__calloc(1, sizeof *p);
   if (!p) return SIP_OOM();
   waiter_t w = {.done = 0};
@@ -416,7 +435,10 @@ sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
   p->info_done = sync_info_done;
   p->user = &w;
   sip_wbuf_t wb = {0};
-  sip__encode_info_request(&wb, p->id, (uint8_t)kind);
+  if (repo)
+    sip__encode_repo_request(&wb, p->id, repo, strlen(repo));
+  else
+    sip__encode_info_request(&wb, p->id, (uint8_t)kind);
   sip_error_t *e = send_frame(c, p, &wb);
   if (e) {
     pthread_mutex_destroy(&w.mu);
@@ -426,6 +448,19 @@ sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
   wait_done(&w);
   *json = w.json;
   return w.err;
+}
+
+sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
+  *json = NULL;
+  if (kind < 1 || kind > 3)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "info kind %d; expected 1..3", kind);
+  return info_call(c, kind, NULL, json);
+}
+
+sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json) {
+  *json = NULL;
+  if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "repository request is NULL");
+  return info_call(c, 0, request, json);
 }
 
 void sip_client_free_string(char *s) { sip__free(s); }

@@ -30,6 +30,8 @@ typedef struct sip_client_request {
   size_t n_inputs;
   const char *const *outputs; /* requested outputs; NULL/0: all */
   size_t n_outputs;
+  /* For pipelines: JSON {"stage_timeout_ms": [...], "early_exit_condition": "..."}; NULL: none. */
+  const char *pipeline_config;
 } sip_client_request_t;
 
 /* A successful answer. Owned by the caller: sip_client_response_free. */
@@ -76,6 +78,12 @@ sip_error_t *sip_client_batch_infer_async(sip_client_t *c, const sip_client_requ
 /* Introspection (INFO_REQUEST kinds 1 ready, 2 pools, 3 status): *json is an
  * owned NUL-terminated string (free with sip_client_free_string). */
 sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);
+/* Model repository request (REPO_REQUEST): `request` is the JSON text
+ * {"action": "index" | "load" | "unload", "model": NAME} (borrowed). Blocks
+ * until the server answers (a load answers once the model serves). *json
+ * is the answer's JSON, owned (sip_client_free_string); the error carries
+ * the server's code and message. */
+sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json);
 void sip_client_free_string(char *s);
 
 void sip_client_response_free(sip_client_response_t *r);

@@ -66,8 +66,48 @@ void sip_free(void *p);
  * OOM or an unknown kind. Thread-safe. */
 char *sip_server_info_json(sip_server_t *s, int kind);
 
+/* ---- model repository (server.model_repository) ----
+ * Models of the repository can be loaded, reloaded and unloaded while the
+ * server serves. A load brings the versions the model's version_policy
+ * selects to READY beside the running ones, switches new requests to them
+ * at once, lets requests already admitted finish on the old versions, then
+ * frees those: no request fails because of the switch. A load that fails
+ * leaves what was serving in place and its reason in the index. Unload
+ * stops admitting (later requests: UNAVAILABLE), drains and frees.
+ * Loads and unloads run one at a time on the server's loader thread. */
+
+/* Called exactly once when a load or unload finished, from the loader
+ * thread: `err` is NULL on success, else owned by the callee
+ * (sip_error_free). Must not call the blocking sip_server_load_model or
+ * sip_server_unload_model. */
+typedef void (*sip_repo_done_fn)(sip_error_t *err, void *user);
+/* Queues a load (or reload) of model `name` (borrowed). Errors, when the
+ * callback never fires: INVALID_ARGUMENT (a name that is not a plain
+ * directory name: '/', '..', absolute, NUL...), NOT_FOUND (not in the
+ * repository), FAILED_PRECONDITION (no repository; a session_pools name),
+ * UNAVAILABLE (shutting down). Thread-safe. */
+sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
+                                         void *user);
+/* Queues an unload of `name`; errors as for load. Unloading a model that is
+ * not loaded succeeds. Thread-safe. */
+sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
+                                           sip_repo_done_fn done, void *user);
+/* Blocking forms: return when the model serves its new versions (the old
+ * ones are freed) or is unloaded; the load's failure otherwise (what was
+ * serving stays). Must not be called from a completion callback. */
+sip_error_t *sip_server_load_model(sip_server_t *s, const char *name);
+sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name);
+/* The repository index as JSON: {"models": [{"name", "version" (absent for a
+ * model as a whole), "state" (READY | LOADING | UNLOADING | UNAVAILABLE),
+ * "reason", "source" ("repository" | "config"), "default" (served
+ * versions)}, ...]}, sorted by name and version; with ready_only only READY
+ * entries. Owned string (sip_free), NULL when out of memory. Thread-safe. */
+char *sip_server_repository_index(sip_server_t *s, int ready_only);
+
 /* ---- requests ---- */
-/* Returns an owned request for `pool` (copied), NULL when out of memory. */
+/* Returns an owned request for `pool` (copied), NULL when out of memory.
+ * "model:version" names one version of a model (':' is not allowed in pool
+ * names); it is the same as sip_request_set_version. */
 sip_request_t *sip_request_new(const char *pool);
 void sip_request_free(sip_request_t *r);
 void sip_request_set_id(sip_request_t *r, uint64_t id);
@@ -81,6 +121,11 @@ void sip_request_set_timeout_ms(sip_request_t *r, uint32_t timeout_ms);
 /* Adds an input; takes ownership of `t` (freed on error too). Errors:
  * a duplicate name or bytes that do not match dtype × shape. */
 sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
+/* Per-request settings of a pipeline (copied JSON text):
+ * {"stage_timeout_ms": [50, 20, 30], "early_exit_condition": "len(det.boxes) == 0"}.
+ * Checked when the request is submitted to a pipeline (INVALID_ARGUMENT
+ * naming the problem); ignored by pools. */
+sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json);
 /* Asks for one output by name (default: all of them, in model order). */
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
 

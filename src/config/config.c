@@ -50,11 +50,15 @@ enum {
 
 #define DEFAULT_ENDPOINT "ipc:///tmp/sip_service.sock"
 
+/* Where a pool map is being read: fields marked `only` exist in one place. */
+enum { IN_POOL = 1, IN_MODEL = 2 };
+
 typedef struct ctx {
   const char *name;     /* label for messages: the file path or "<string>" */
   const char *base_dir; /* relative model paths are joined to it; NULL: kept */
   yaml_document_t *doc;
   sip_error_t *err; /* the first error; set together with a -1 return */
+  unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
 } ctx_t;
 
 typedef enum ftype {
@@ -83,6 +87,9 @@ typedef struct field {
   custom_fn parse;          /* F_CUSTOM */
   bool (*valid)(const char *s, size_t len); /* F_STRING, optional */
   bool required;
+  /* 0: valid wherever the section is; IN_POOL: only in session_pools[]
+   * entries; IN_MODEL: only in a model repository's config.yaml. */
+  unsigned only;
   const char *expect; /* F_STRING / F_CUSTOM: what a valid value looks like */
   const char *doc;    /* one line for the reference documentation */
 } field_t;
@@ -99,20 +106,25 @@ static int parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_pool_name(const char *s, size_t len);
+static int parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
-static const char *const backend_names[] = {"onnxruntime", "builtin", NULL};
+static const char *const backend_names[] = {"onnxruntime", "builtin", "transform", NULL};
 static const char *const padding_names[] = {"none", "replicate_last", "zero", NULL};
 static const char *const timeout_action_names[] = {"reject", "delay", NULL};
+static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 #define ENDPOINT_EXPECT                                                                          \
   "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
   "ephemeral; IPv6 hosts in brackets)"
 #define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
+#define VERSION_POLICY_EXPECT                                                                  \
+  "{latest: N} (N 1..1024), {specific: [V, ...]} (up to 64 distinct version numbers) or all"
 
 /* ---- the schema ------------------------------------------------------- */
 
@@ -196,17 +208,18 @@ static const field_t elastic_fields[E_COUNT] = {
 static const section_t elastic_section = {elastic_fields, E_COUNT};
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
-       P_QUEUE, P_ELASTIC, P_COUNT };
+       P_QUEUE, P_ELASTIC, P_VERSIONS, P_COUNT };
 static const field_t pool_fields[P_COUNT] = {
+    /* A repository model's name and files come from its directory. */
     [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
-                .valid = valid_pool_name, .required = true,
+                .valid = valid_pool_name, .required = true, .only = IN_POOL,
                 .expect = "a pool name of 1..128 characters from A-Z a-z 0-9 _ . -",
                 .doc = "Unique name clients address the pool by."},
     [P_MODEL_PATH] = {.name = "model_path", .type = F_STRING,
                       .offset = offsetof(sip_pool_config_t, model_path),
-                      .expect = MODEL_PATH_EXPECT,
+                      .expect = MODEL_PATH_EXPECT, .only = IN_POOL,
                       .doc = "Model file or directory; relative paths are relative to the "
-                             "config file. Required unless backend is builtin."},
+                             "config file. Required unless backend is builtin or transform."},
     [P_BACKEND] = {.name = "backend", .type = F_WORD,
                    .offset = offsetof(sip_pool_config_t, backend), .names = backend_names,
                    .doc = "Backend; default inferred from model_path (.onnx or directory: "
@@ -229,11 +242,14 @@ static const field_t pool_fields[P_COUNT] = {
                  .doc = "Queue size, default deadline, expiry action, ageing."},
     [P_ELASTIC] = {.name = "batch_strategies", .type = F_SECTION, .section = &elastic_section,
                    .doc = "Elastic batching: batch size and wait by traffic level."},
+    [P_VERSIONS] = {.name = "version_policy", .type = F_CUSTOM, .parse = parse_version_policy,
+                    .only = IN_MODEL, .expect = VERSION_POLICY_EXPECT,
+                    .doc = "Which version directories are served; default {latest: 1}."},
 };
 static const section_t pool_section = {pool_fields, P_COUNT};
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
-       S_SLOTS, S_COUNT };
+       S_SLOTS, S_REPO, S_CONTROL, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -272,16 +288,30 @@ static const field_t server_fields[S_COUNT] = {
                  .max = 1024,
                  .doc = "Executions running at once across all pools (more wait, ordered by "
                         "pool priority and compute share); 0 = number of cores."},
+    [S_REPO] = {.name = "model_repository", .type = F_STRING,
+                .offset = offsetof(sip_config_t, model_repository),
+                .expect = "a directory of <model>/<version>/model.onnx",
+                .doc = "Model repository: every <model> directory is a pool per served version; "
+                       "relative to the config file."},
+    [S_CONTROL] = {.name = "model_control", .type = F_ENUM,
+                   .offset = offsetof(sip_config_t, model_control), .names = model_control_names,
+                   .def = SIP_MODEL_CONTROL_STARTUP,
+                   .doc = "startup: load every repository model at start; explicit: only on "
+                          "request. Load/unload work in both."},
 };
 static const section_t server_section = {server_fields, S_COUNT};
 
-enum { T_SERVER, T_POOLS, T_COUNT };
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_COUNT };
 static const field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &server_section,
                   .doc = "Process-wide settings."},
+    /* Required unless server.model_repository is set (checked in parse_document). */
     [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = parse_pools,
-                 .required = true, .expect = "a list of pools (may be empty: session_pools: [])",
+                 .expect = "a list of pools (may be empty: session_pools: [])",
                  .doc = "The model pools to serve."},
+    [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = parse_pipelines,
+                     .expect = "a list of pipelines (docs/pipelines.md)",
+                     .doc = "Declarative multi-model pipelines."},
 };
 static const section_t top_section = {top_fields, T_COUNT};
 
@@ -368,17 +398,23 @@ static void list_names(char *buf, size_t n, const char *const *names) {
   }
 }
 
-static void list_fields(char *buf, size_t n, const section_t *s) {
+/* Whether field f exists where the parser is (see field_t.only). */
+static bool visible(const field_t *f, unsigned where) { return !f->only || (f->only & where); }
+
+static void list_fields(char *buf, size_t n, const section_t *s, unsigned where) {
   size_t o = strlen(buf);
+  bool first = true;
   for (size_t i = 0; i < s->n && o < n; i++) {
-    int w = snprintf(buf + o, n - o, "%s%s", i ? ", " : "", s->fields[i].name);
+    if (!visible(&s->fields[i], where)) continue;
+    int w = snprintf(buf + o, n - o, "%s%s", first ? "" : ", ", s->fields[i].name);
+    first = false;
     if (w < 0) return;
     o += (size_t)w;
   }
 }
 
 /* The "expected ..." text of a field: derived from its type and bounds. */
-static const char *expected(char *buf, size_t n, const field_t *f) {
+static const char *expected(char *buf, size_t n, const field_t *f, unsigned where) {
   buf[0] = '\0';
   switch (f->type) {
   case F_INT:
@@ -401,7 +437,7 @@ static const char *expected(char *buf, size_t n, const field_t *f) {
     break;
   case F_SECTION:
     snprintf(buf, n, "a map with keys: ");
-    list_fields(buf, n, f->section);
+    list_fields(buf, n, f->section, where);
     break;
   case F_STRING:
   case F_CUSTOM:
@@ -539,7 +575,7 @@ static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t 
 
 static int parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key, void *base) {
   char exp[1024], shown[SHOW_MAX * 4 + 8];
-  expected(exp, sizeof exp, f);
+  expected(exp, sizeof exp, f, c->where);
   void *p = at(base, f->offset);
 
   if (f->type == F_SECTION) {
@@ -646,7 +682,7 @@ static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t 
         return -1;
       }
       buf[0] = '\0';
-      list_fields(buf, sizeof buf, s);
+      list_fields(buf, sizeof buf, s, c->where);
       if (k->type != YAML_SCALAR_NODE)
         return fail(c, k->start_mark, key, "a key is %s; expected a scalar key, one of: %s",
                     k->type == YAML_MAPPING_NODE ? "a map" : "a list", buf);
@@ -654,7 +690,8 @@ static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t 
       size_t kl = k->data.scalar.length;
       key_join(child, key, kn, kl);
       size_t i = 0;
-      while (i < s->n && !(strlen(s->fields[i].name) == kl && !memcmp(s->fields[i].name, kn, kl)))
+      while (i < s->n && !(visible(&s->fields[i], c->where) && strlen(s->fields[i].name) == kl &&
+                           !memcmp(s->fields[i].name, kn, kl)))
         i++;
       if (i == s->n) return fail(c, k->start_mark, child, "unknown key; expected one of: %s", buf);
       if (vals[i])
@@ -667,10 +704,10 @@ static int parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t 
     }
   }
   for (size_t i = 0; i < s->n; i++) {
-    if (!s->fields[i].required || vals[i]) continue;
+    if (!s->fields[i].required || vals[i] || !visible(&s->fields[i], c->where)) continue;
     key_join(child, key, s->fields[i].name, strlen(s->fields[i].name));
     return fail(c, m->start_mark, child, "missing; expected %s",
-                expected(buf, sizeof buf, &s->fields[i]));
+                expected(buf, sizeof buf, &s->fields[i], c->where));
   }
   return 0;
 }
@@ -847,11 +884,14 @@ static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_
                       const char *key) {
   char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   key_join(mkey, key, "model_path", strlen("model_path"));
-  bool builtin = pool->backend && !strcmp(pool->backend, "builtin");
+  /* builtin and transform pools need no model file. */
+  bool builtin = pool->backend &&
+                 (!strcmp(pool->backend, "builtin") || !strcmp(pool->backend, "transform"));
 
   if (!pool->model_path) {
     if (builtin) return 0;
-    return fail(c, map->start_mark, mkey, "missing; expected %s (required unless backend: builtin)",
+    return fail(c, map->start_mark, mkey,
+                "missing; expected %s (required unless backend: builtin or transform)",
                 MODEL_PATH_EXPECT);
   }
   yaml_mark_t pm = vals[P_MODEL_PATH]->start_mark;
@@ -950,6 +990,72 @@ static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *bas
   return 0;
 }
 
+/* version_policy: {latest: N} | {specific: [V, ...]} | all. */
+static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  const char *exp = VERSION_POLICY_EXPECT;
+  char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+    if (v->data.scalar.length == 3 && !memcmp(text(v), "all", 3)) {
+      pool->version_policy = SIP_VERSIONS_ALL;
+      return 0;
+    }
+    return fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                show(shown, sizeof shown, text(v), v->data.scalar.length), exp);
+  }
+  if (v->type != YAML_MAPPING_NODE) return fail_kind(c, v, key, exp);
+  size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+  if (n != 1) return fail(c, v->start_mark, key, "has %zu keys; expected %s", n, exp);
+  yaml_node_t *kn = yaml_document_get_node(c->doc, v->data.mapping.pairs.start[0].key);
+  yaml_node_t *vn = yaml_document_get_node(c->doc, v->data.mapping.pairs.start[0].value);
+  if (!kn || !vn) return oom(c);
+  if (kn->type != YAML_SCALAR_NODE) return fail_kind(c, kn, key, exp);
+  const char *ks = text(kn);
+  size_t kl = kn->data.scalar.length;
+  key_join(k, key, ks, kl);
+  if (kl == 6 && !memcmp(ks, "latest", 6)) {
+    static const field_t latest = {.name = "latest", .type = F_INT,
+                                   .offset = offsetof(sip_pool_config_t, version_latest),
+                                   .min = 1, .max = 1024};
+    pool->version_policy = SIP_VERSIONS_LATEST;
+    return parse_value(c, &latest, vn, k, pool);
+  }
+  if (kl == 8 && !memcmp(ks, "specific", 8)) {
+    const char *sexp = "a list of up to 64 distinct version numbers (0..2^53), e.g. [1, 3]";
+    if (vn->type != YAML_SEQUENCE_NODE) return fail_kind(c, vn, k, sexp);
+    size_t m = seq_len(vn);
+    if (m == 0 || m > SIP_MAX_SPECIFIC_VERSIONS)
+      return fail(c, vn->start_mark, k, "has %zu items; expected %s", m, sexp);
+    for (size_t i = 0; i < m; i++) {
+      char ik[KEY_MAX];
+      yaml_node_t *e = seq_item(c, vn, i);
+      key_index(ik, k, i);
+      if (!e) return oom(c);
+      if (want_scalar(c, e, ik, sexp)) return -1;
+      int64_t x = 0;
+      if (!is_plain(e) || parse_int(text(e), e->data.scalar.length, &x) || x < 0 ||
+          x > ((int64_t)1 << 53))
+        return fail(c, e->start_mark, ik, "%s is not a version number; expected %s",
+                    show(shown, sizeof shown, text(e), e->data.scalar.length), sexp);
+      /* Kept sorted; a repeated number is a mistake worth naming. */
+      size_t at = pool->n_versions;
+      for (size_t j = 0; j < pool->n_versions; j++) {
+        if (pool->versions[j] == x)
+          return fail(c, e->start_mark, ik, "%lld is listed twice; expected %s", (long long)x,
+                      sexp);
+        if (pool->versions[j] > x && at == pool->n_versions) at = j;
+      }
+      memmove(&pool->versions[at + 1], &pool->versions[at],
+              (pool->n_versions - at) * sizeof pool->versions[0]);
+      pool->versions[at] = x;
+      pool->n_versions++;
+    }
+    pool->version_policy = SIP_VERSIONS_SPECIFIC;
+    return 0;
+  }
+  return fail(c, kn->start_mark, k, "unknown key; expected %s", exp);
+}
+
 /* Cross-field rules of the scheduling sections. */
 static int check_scheduling(ctx_t *c, sip_pool_config_t *pool, yaml_node_t **vals,
                             const char *key) {
@@ -989,7 +1095,7 @@ static int parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip_config_t *cfg = base;
   char ikey[KEY_MAX], exp[1024], shown[SHOW_MAX * 4 + 8];
   snprintf(exp, sizeof exp, "a map with keys: ");
-  list_fields(exp, sizeof exp, &pool_section);
+  list_fields(exp, sizeof exp, &pool_section, IN_POOL);
 
   if (is_null(v)) return 0;
   if (v->type != YAML_SEQUENCE_NODE) return fail_kind(c, v, key, top_fields[T_POOLS].expect);
@@ -1008,7 +1114,10 @@ static int parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
     if (item->type != YAML_MAPPING_NODE) return fail_kind(c, item, ikey, exp);
     apply_defaults(&pool_section, pool);
     pool->line = (int)item->start_mark.line + 1;
-    if (parse_map(c, item, ikey, &pool_section, exp, pool, vals)) return -1;
+    c->where = IN_POOL;
+    int rc = parse_map(c, item, ikey, &pool_section, exp, pool, vals);
+    c->where = 0;
+    if (rc) return -1;
     for (size_t j = 0; j < i; j++) {
       if (strcmp(cfg->pools[j].name, pool->name)) continue;
       char nkey[KEY_MAX];
@@ -1056,10 +1165,12 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
                        col, problem);
 }
 
+#include "config/pipelines.inc"
+
 static int parse_document(ctx_t *c, sip_config_t *cfg) {
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
-  list_fields(exp, sizeof exp, &top_section);
+  list_fields(exp, sizeof exp, &top_section, 0);
 
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   if (!root || is_null(root))
@@ -1068,6 +1179,16 @@ static int parse_document(ctx_t *c, sip_config_t *cfg) {
   if (root->type != YAML_MAPPING_NODE) return fail_kind(c, root, "", exp);
   yaml_node_t *vals[MAX_FIELDS] = {0};
   if (parse_map(c, root, "", &top_section, exp, cfg, vals)) return -1;
+  if (!vals[T_POOLS] && !cfg->model_repository)
+    return fail(c, root->start_mark, "session_pools",
+                "missing; expected %s, or a server.model_repository", top_fields[T_POOLS].expect);
+  if (cfg->model_repository) {
+    char *r = resolve_path(c->base_dir, cfg->model_repository);
+    if (!r) return oom(c);
+    sip__free(cfg->model_repository);
+    cfg->model_repository = r;
+  }
+  if (check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
     if (!cfg->endpoints) return oom(c);
@@ -1076,6 +1197,39 @@ static int parse_document(ctx_t *c, sip_config_t *cfg) {
   }
   return 0;
 }
+
+/* Runs libyaml over the text and `body` over its one document; refuses a
+ * second document (it would be silently ignored). Returns c->err. */
+static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
+                               int (*body)(ctx_t *c, void *arg), void *arg) {
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) return SIP_OOM();
+  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+
+  yaml_document_t doc;
+  if (!yaml_parser_load(&parser, &doc)) { /* libyaml already freed `doc` */
+    c->err = syntax_error(c->name, &parser, yaml, len);
+  } else {
+    c->doc = &doc;
+    if (body(c, arg) == 0) {
+      yaml_document_t extra;
+      if (!yaml_parser_load(&parser, &extra)) {
+        c->err = syntax_error(c->name, &parser, yaml, len);
+      } else {
+        if (yaml_document_get_root_node(&extra))
+          fail(c, extra.start_mark, "", "a second YAML document starts here; expected exactly "
+               "one document");
+        yaml_document_delete(&extra);
+      }
+    }
+    yaml_document_delete(&doc);
+    c->doc = NULL;
+  }
+  yaml_parser_delete(&parser);
+  return c->err;
+}
+
+static int parse_document_body(ctx_t *c, void *cfg) { return parse_document(c, cfg); }
 
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
                                      const char *base_dir, sip_config_t **out) {
@@ -1094,48 +1248,20 @@ sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *n
   apply_defaults(&top_section, cfg);
 
   ctx_t c = {.name = cfg->path, .base_dir = base_dir};
-  yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser)) {
+  sip_error_t *e = parse_text(&c, yaml, len, parse_document_body, cfg);
+  if (e) {
     sip__config_free(cfg);
-    return SIP_OOM();
-  }
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-
-  yaml_document_t doc;
-  if (!yaml_parser_load(&parser, &doc)) { /* libyaml already freed `doc` */
-    c.err = syntax_error(c.name, &parser, yaml, len);
-  } else {
-    c.doc = &doc;
-    if (parse_document(&c, cfg) == 0) {
-      /* A second document would be silently ignored; refuse it instead. */
-      yaml_document_t extra;
-      if (!yaml_parser_load(&parser, &extra)) {
-        c.err = syntax_error(c.name, &parser, yaml, len);
-      } else {
-        if (yaml_document_get_root_node(&extra))
-          fail(&c, extra.start_mark, "", "a second YAML document starts here; expected exactly "
-               "one document");
-        yaml_document_delete(&extra);
-      }
-    }
-    yaml_document_delete(&doc);
-  }
-  yaml_parser_delete(&parser);
-
-  if (c.err) {
-    sip__config_free(cfg);
-    return c.err;
+    return e;
   }
   *out = cfg;
   return NULL;
 }
 
-sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
-  if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
-  *out = NULL;
-  if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
-
+/* Reads a whole config file (at most CONFIG_FILE_MAX bytes) into *buf. */
+static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out) {
   char eb[256];
+  *buf_out = NULL;
+  *len_out = 0;
   FILE *f = fopen(path, "rb");
   if (!f)
     return sip_error_new(SIP_NOT_FOUND, "%s: cannot open the config file: %s", path,
@@ -1170,13 +1296,92 @@ sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
     }
   }
   fclose(f);
+  if (err) {
+    sip__free(buf);
+    return err;
+  }
+  *buf_out = buf;
+  *len_out = n;
+  return NULL;
+}
 
-  char *copy = NULL;
+sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
+  if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
+  *out = NULL;
+  if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
+  char *buf = NULL, *copy = NULL;
+  size_t n = 0;
+  sip_error_t *err = read_file(path, &buf, &n);
   if (!err && !(copy = sip__strdup(path))) err = SIP_OOM();
   if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), out);
   sip__free(copy);
   sip__free(buf);
   return err;
+}
+
+/* ---- a model repository's config.yaml ---------------------------------- */
+
+/* Field by field what a session_pools entry holds, minus name/model_path
+ * (they come from the repository layout), plus version_policy. */
+static int parse_model_body(ctx_t *c, void *arg) {
+  sip_pool_config_t *pool = arg;
+  char exp[1024];
+  snprintf(exp, sizeof exp, "a map with keys: ");
+  list_fields(exp, sizeof exp, &pool_section, IN_MODEL);
+  yaml_node_t *root = yaml_document_get_root_node(c->doc);
+  yaml_node_t *vals[MAX_FIELDS] = {0};
+  if (!root || is_null(root)) return 0; /* an empty file: every default */
+  if (root->type != YAML_MAPPING_NODE) return fail_kind(c, root, "", exp);
+  if (parse_map(c, root, "", &pool_section, exp, pool, vals)) return -1;
+  return check_scheduling(c, pool, vals, "");
+}
+
+sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
+                                    sip_pool_config_t **out) {
+  *out = NULL;
+  sip_pool_config_t *pool = sip__calloc(1, sizeof *pool);
+  if (!pool) return SIP_OOM();
+  apply_defaults(&pool_section, pool);
+  pool->version_latest = 1;
+  pool->line = 1;
+  sip_error_t *e = NULL;
+  if (!(pool->name = sip__strdup(name)) || (model_path && !(pool->model_path = sip__strdup(model_path))))
+    e = SIP_OOM();
+  if (!e && path) {
+    char *buf = NULL;
+    size_t n = 0;
+    e = read_file(path, &buf, &n);
+    if (!e) {
+      ctx_t c = {.name = path, .where = IN_MODEL};
+      e = parse_text(&c, buf, n, parse_model_body, pool);
+    }
+    sip__free(buf);
+  }
+  if (!e && !pool->backend && !(pool->backend = sip__strdup("onnxruntime"))) e = SIP_OOM();
+  if (e) {
+    sip__config_pool_free(pool);
+    return e;
+  }
+  *out = pool;
+  return NULL;
+}
+
+static void pool_clear(sip_pool_config_t *p) {
+  sip__free(p->name);
+  sip__free(p->model_path);
+  sip__free(p->backend);
+  for (size_t j = 0; j < p->n_backend_options; j++) {
+    /* Owned copies behind sip_kv_t's borrowed-looking const pointers. */
+    sip__free((void *)p->backend_options[j].key);
+    sip__free((void *)p->backend_options[j].value);
+  }
+  sip__free(p->backend_options);
+}
+
+void sip__config_pool_free(sip_pool_config_t *p) {
+  if (!p) return;
+  pool_clear(p);
+  sip__free(p);
 }
 
 void sip__config_free(sip_config_t *cfg) {
@@ -1185,19 +1390,10 @@ void sip__config_free(sip_config_t *cfg) {
   for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);
   sip__free(cfg->endpoints);
   sip__free(cfg->http);
-  for (size_t i = 0; i < cfg->n_pools; i++) {
-    sip_pool_config_t *p = &cfg->pools[i];
-    sip__free(p->name);
-    sip__free(p->model_path);
-    sip__free(p->backend);
-    for (size_t j = 0; j < p->n_backend_options; j++) {
-      /* Owned copies behind sip_kv_t's borrowed-looking const pointers. */
-      sip__free((void *)p->backend_options[j].key);
-      sip__free((void *)p->backend_options[j].value);
-    }
-    sip__free(p->backend_options);
-  }
+  sip__free(cfg->model_repository);
+  for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
+  pipelines_free(cfg);
   sip__free(cfg);
 }
 

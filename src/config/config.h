@@ -39,6 +39,19 @@ typedef enum sip_timeout_action {
 } sip_timeout_action_t;
 
 #define SIP_MAX_PREFERRED 16
+#define SIP_MAX_SPECIFIC_VERSIONS 64
+
+/* Which version directories of a repository model are served. */
+typedef enum sip_version_policy {
+  SIP_VERSIONS_LATEST = 0,   /* the `latest` highest numbers (default: 1) */
+  SIP_VERSIONS_SPECIFIC = 1, /* the numbers listed */
+  SIP_VERSIONS_ALL = 2,      /* every version directory */
+} sip_version_policy_t;
+
+typedef enum sip_model_control {
+  SIP_MODEL_CONTROL_STARTUP = 0,  /* every repository model is loaded at start */
+  SIP_MODEL_CONTROL_EXPLICIT = 1, /* repository models load only when asked */
+} sip_model_control_t;
 
 /* One traffic level of elastic batching (seed 001). */
 typedef struct sip_batch_level {
@@ -71,7 +84,38 @@ typedef struct sip_pool_config {
   sip_kv_t *backend_options;     /* keys and values owned (strdup'd) */
   size_t n_backend_options;
   int line;                      /* where the pool's entry starts, for messages */
+  /* version_policy (repository models' config.yaml only). */
+  int version_policy;            /* sip_version_policy_t */
+  int version_latest;            /* latest: N, 1..1024 */
+  int64_t versions[SIP_MAX_SPECIFIC_VERSIONS]; /* specific: [...], increasing */
+  size_t n_versions;
 } sip_pool_config_t;
+
+/* One stage of a pipeline (pipeline_sessions[].stages[]). */
+typedef struct sip_stage_config {
+  char *name;
+  int is_transform;       /* type: transform */
+  char *pool;             /* model stage: the pool it runs on (an implicit one for model_path) */
+  char *operation;        /* transform stage */
+  sip_kv_t *options;      /* transform options: the stage's other keys, lists as "a,b" */
+  size_t n_options;
+  sip_kv_t *input_mapping; /* input name -> "pipeline.<input>" or "<stage>.<output>" */
+  size_t n_input_mapping;
+  char **output_filter;   /* outputs kept (all when none) */
+  size_t n_output_filter;
+  char *when;             /* condition (docs/expressions.md); NULL: always */
+  int line;
+} sip_stage_config_t;
+
+typedef struct sip_pipeline_config {
+  char *name;
+  sip_stage_config_t *stages;
+  size_t n_stages;
+  char *early_exit_condition; /* NULL: none */
+  char **outputs;             /* "stage.output" the pipeline returns; none: every sink's outputs */
+  size_t n_outputs;
+  int line;
+} sip_pipeline_config_t;
 
 typedef struct sip_config {
   char *path;                 /* the file it came from ("<string>" for text) */
@@ -84,8 +128,12 @@ typedef struct sip_config {
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */
   int http_threads;           /* server.http_threads, 1..64, default 2 */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
+  char *model_repository;     /* server.model_repository, resolved; NULL: none */
+  int model_control;          /* server.model_control: sip_model_control_t */
   sip_pool_config_t *pools;
   size_t n_pools;
+  sip_pipeline_config_t *pipelines; /* pipeline_sessions[] */
+  size_t n_pipelines;
 } sip_config_t;
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
@@ -94,6 +142,16 @@ sip_error_t *sip__config_load_file(const char *path, sip_config_t **out);
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
                                      const char *base_dir, sip_config_t **out);
 void sip__config_free(sip_config_t *cfg);
+
+/* Parses a model repository's <model>/config.yaml: the settings of one pool
+ * (every session_pools key but name and model_path, plus version_policy),
+ * with FILE:LINE:COL errors. `path` NULL (no config.yaml): all defaults.
+ * The pool is named `name` and serves `model_path` (both copied). On
+ * success *out is owned by the caller (sip__config_pool_free). */
+sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
+                                    sip_pool_config_t **out);
+/* Frees a pool config from sip__config_load_model; NULL is a no-op. */
+void sip__config_pool_free(sip_pool_config_t *p);
 
 /* "high" | "medium" | "low" */
 const char *sip__priority_name(sip_priority_level_t p);

@@ -51,7 +51,9 @@ int main(int argc, char **argv) {
       sip_error_free(e);
       return 1;
     }
-    printf("%s: OK (%zu pools, %zu endpoints)\n", config, cfg->n_pools, cfg->n_endpoints);
+    printf("%s: OK (%zu pools, %zu endpoints%s%s)\n", config, cfg->n_pools, cfg->n_endpoints,
+           cfg->model_repository ? ", model repository " : "",
+           cfg->model_repository ? cfg->model_repository : "");
     sip__config_free(cfg);
     return 0;
   }

@@ -41,14 +41,18 @@
 #define STOP_GRACE_US 1000000
 
 /* What a model's inputs look like, for raw binary requests (which carry no
- * shape), and its version, for "model_version" in answers. Filled once per
- * model from the pools JSON when the pool is READY; never invalidated yet
- * (pools do not change while the server runs). */
+ * shape), and its version, for "model_version" in answers. Filled from the
+ * pools JSON when the pool is READY, per model and requested version, and
+ * rebuilt when the server's pools changed since (a model repository load
+ * or unload). Reference-counted: a request keeps the one it used. */
 typedef struct meta {
   char *model;
+  char *asked;   /* the version asked for, NULL: the default one */
+  uint64_t gen;  /* the registry generation it describes */
   char *version; /* NULL: unversioned */
   sip_io_desc_t *inputs;
   size_t n_inputs;
+  atomic_int refs;
   struct meta *next;
 } meta_t;
 
@@ -77,6 +81,9 @@ typedef enum route_kind {
   R_STATS,
   R_ALL_STATS,
   R_METRICS,
+  R_REPO_INDEX,  /* POST /v2/repository/index */
+  R_REPO_LOAD,   /* POST /v2/repository/models/{m}/load */
+  R_REPO_UNLOAD, /* POST /v2/repository/models/{m}/unload */
 } route_kind_t;
 
 /* One HTTP request (MHD's con_cls). */
@@ -94,7 +101,7 @@ typedef struct hreq {
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */
   sip__ks_request_t *ks;
-  const struct meta *meta; /* the model's cached metadata, or NULL */
+  struct meta *meta; /* the model's metadata (a reference), or NULL */
   /* Set before the connection is resumed. */
   sip_response_t *resp;
   int resp_oom;
@@ -165,31 +172,54 @@ static json_t *info(sip_http_t *h, int kind) {
   return v;
 }
 
-/* The pool object named `model` in a pools/status JSON array, or NULL. */
-static json_t *find_pool(json_t *root, const char *model) {
-  json_t *pools = json_object_get(root, "pools"), *p;
-  size_t i;
-  json_array_foreach(pools, i, p) {
-    const char *n = json_string_value(json_object_get(p, "name"));
-    if (n && !strcmp(n, model)) return p;
-  }
-  return NULL;
-}
-
 static const char *jstr(json_t *o, const char *key) {
   return json_string_value(json_object_get(o, key));
 }
 
+/* The pool object serving `model` (and `version`, NULL: the model's
+ * default version) in a pools/status JSON array, or NULL. */
+static json_t *find_pool(json_t *root, const char *model, const char *version) {
+  json_t *pools = json_object_get(root, "pools"), *p, *first = NULL;
+  size_t i;
+  json_array_foreach(pools, i, p) {
+    const char *n = jstr(p, "name");
+    if (!n || strcmp(n, model)) continue;
+    const char *v = jstr(p, "version");
+    if (version) {
+      if (v && !strcmp(v, version)) return p;
+    } else if (json_is_true(json_object_get(p, "default"))) {
+      return p;
+    } else if (!first) {
+      first = p;
+    }
+  }
+  return first;
+}
+
 /* NOT_FOUND for an unknown model or a version it does not serve; NULL when
- * the pool serves the request. */
-static sip_error_t *check_model(json_t *pool, const char *model, const char *version) {
-  if (!pool) return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'", model);
-  const char *v = jstr(pool, "version");
-  if (version && (!v || strcmp(v, version)))
-    return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s%s%s", model,
-                         version, v ? "version '" : "an unversioned model", v ? v : "",
-                         v ? "'" : "");
-  return NULL;
+ * `pool` (from find_pool) serves the request. */
+static sip_error_t *check_model(json_t *root, json_t *pool, const char *model,
+                                const char *version) {
+  if (pool) return NULL;
+  char served[256] = "";
+  int n = 0, unversioned = 0;
+  json_t *p;
+  size_t i;
+  json_array_foreach(json_object_get(root, "pools"), i, p) {
+    const char *name = jstr(p, "name"), *v = jstr(p, "version");
+    if (!name || strcmp(name, model)) continue;
+    n++;
+    if (!v) unversioned = 1;
+    else
+      snprintf(served + strlen(served), sizeof served - strlen(served), "%s'%s'",
+               served[0] ? ", " : "", v);
+  }
+  if (!n) return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'", model);
+  if (unversioned)
+    return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves an unversioned model",
+                         model, version);
+  return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s %s", model,
+                       version, n > 1 ? "versions" : "version", served);
 }
 
 /* ---- the model metadata cache ------------------------------------------ */
@@ -197,21 +227,29 @@ static sip_error_t *check_model(json_t *pool, const char *model, const char *ver
 static void meta_free(meta_t *m) {
   if (!m) return;
   sip__free(m->model);
+  sip__free(m->asked);
   sip__free(m->version);
   for (size_t i = 0; i < m->n_inputs; i++) sip__free(m->inputs[i].name);
   sip__free(m->inputs);
   sip__free(m);
 }
 
-static meta_t *meta_build(json_t *pool, const char *model) {
+static void meta_unref(meta_t *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) meta_free(m);
+}
+
+static meta_t *meta_build(json_t *pool, const char *model, const char *asked, uint64_t gen) {
   meta_t *m = sip__calloc(1, sizeof *m);
   if (!m) return NULL;
+  atomic_init(&m->refs, 1);
+  m->gen = gen;
   json_t *ins = json_object_get(pool, "inputs"), *in;
   m->model = sip__strdup(model);
+  m->asked = asked ? sip__strdup(asked) : NULL;
   const char *v = jstr(pool, "version");
   m->version = v ? sip__strdup(v) : NULL;
   m->inputs = sip__calloc(json_array_size(ins) + 1, sizeof *m->inputs);
-  if (!m->model || (v && !m->version) || !m->inputs) goto fail;
+  if (!m->model || (v && !m->version) || (asked && !m->asked) || !m->inputs) goto fail;
   size_t i;
   json_array_foreach(ins, i, in) {
     sip_io_desc_t *d = &m->inputs[i];
@@ -233,23 +271,35 @@ fail:
   return NULL;
 }
 
-/* Cached metadata of a READY model, or NULL (unknown, not ready, OOM). The
- * entry lives until the front-end stops. */
-static const meta_t *meta_get(sip_http_t *h, const char *model) {
+static int meta_is(const meta_t *m, const char *model, const char *asked) {
+  return !strcmp(m->model, model) && (asked ? m->asked && !strcmp(m->asked, asked) : !m->asked);
+}
+
+/* Metadata of a READY model (a reference for the caller: meta_unref), or
+ * NULL (unknown, not ready, OOM). Entries describing an older set of pools
+ * are replaced; requests still holding them keep them alive. */
+static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
+  uint64_t gen = atomic_load(&h->s->reg_gen);
   pthread_mutex_lock(&h->cache_mu);
-  meta_t *m = h->cache;
-  while (m && strcmp(m->model, model)) m = m->next;
+  meta_t **pp = &h->cache, *m;
+  while ((m = *pp) && !meta_is(m, model, asked)) pp = &m->next;
+  if (m && m->gen != gen) { /* the pools changed since: build it again */
+    *pp = m->next;
+    meta_unref(m);
+    m = NULL;
+  }
+  if (m) atomic_fetch_add(&m->refs, 1);
   pthread_mutex_unlock(&h->cache_mu);
   /* While draining, pools free their models: their I/O is no longer asked. */
   if (m || atomic_load(&h->s->draining)) return m;
-  json_t *root = info(h, SIP_INFO_POOLS), *pool = find_pool(root, model);
+  json_t *root = info(h, SIP_INFO_POOLS), *pool = find_pool(root, model, asked);
   const char *st = pool ? jstr(pool, "state") : NULL;
-  if (st && !strcmp(st, "READY")) m = meta_build(pool, model);
+  if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
   json_decref(root);
   if (!m) return NULL;
   pthread_mutex_lock(&h->cache_mu);
   meta_t *old = h->cache;
-  while (old && strcmp(old->model, model)) old = old->next;
+  while (old && !(meta_is(old, model, asked) && old->gen == gen)) old = old->next;
   if (old) { /* another thread won the race */
     meta_free(m);
     m = old;
@@ -257,6 +307,7 @@ static const meta_t *meta_get(sip_http_t *h, const char *model) {
     m->next = h->cache;
     h->cache = m;
   }
+  atomic_fetch_add(&m->refs, 1); /* the caller's, or the cache's for a new entry */
   pthread_mutex_unlock(&h->cache_mu);
   return m;
 }
@@ -271,6 +322,19 @@ static route_kind_t route(const char *url, hreq_t *q) {
   if (!strcmp(url, "/v2") || !strcmp(url, "/v2/")) return R_SERVER;
   if (!strcmp(url, "/metrics")) return R_METRICS;
   if (!strcmp(url, "/v2/models/stats")) return R_ALL_STATS;
+  if (!strcmp(url, "/v2/repository/index")) return R_REPO_INDEX;
+  static const char repo[] = "/v2/repository/models/";
+  if (!strncmp(url, repo, sizeof repo - 1)) {
+    /* The name is everything up to the last '/', checked by the engine, so
+     * that a traversal attempt ("..", "a/b") is answered 400 with the reason
+     * rather than a bare 404. */
+    const char *name = url + sizeof repo - 1, *slash = strrchr(name, '/');
+    if (!slash || slash == name) return R_NONE;
+    route_kind_t k = !strcmp(slash, "/load") ? R_REPO_LOAD : !strcmp(slash, "/unload") ? R_REPO_UNLOAD
+                                                                                        : R_NONE;
+    if (k != R_NONE && !(q->model = sip__strndup(name, (size_t)(slash - name)))) return R_NONE;
+    return k;
+  }
   static const char pre[] = "/v2/models/";
   if (strncmp(url, pre, sizeof pre - 1)) return R_NONE;
   const char *seg[4];
@@ -345,11 +409,12 @@ static enum MHD_Result health_ready(hreq_t *q) {
 }
 
 static enum MHD_Result server_meta(hreq_t *q) {
-  /* model_repository is added by the repository front-end when present. */
-  return send_json(q->conn, 200,
-                   json_pack("{s:s,s:s,s:[s,s,s,s]}", "name", "sip", "version", sip_version(),
-                             "extensions", "binary_tensor_data", "classification",
-                             "model_configuration", "statistics"));
+  json_t *v = json_pack("{s:s,s:s,s:[s,s,s,s]}", "name", "sip", "version", sip_version(),
+                        "extensions", "binary_tensor_data", "classification",
+                        "model_configuration", "statistics");
+  if (v && q->h->cfg->model_repository)
+    json_array_append_new(json_object_get(v, "extensions"), json_string("model_repository"));
+  return send_json(q->conn, 200, v);
 }
 
 static const char *platform(json_t *pool) {
@@ -395,8 +460,8 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
    * server is freeing: answer from the status only from then on. */
   if (atomic_load(&q->h->s->draining))
     return send_error_msg(q->conn, 503, "server is draining: model metadata is unavailable");
-  json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model);
-  sip_error_t *e = check_model(pool, q->model, q->version);
+  json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model, q->version);
+  sip_error_t *e = check_model(root, pool, q->model, q->version);
   if (!e) e = need_loaded(pool, q->model);
   if (e) {
     json_decref(root);
@@ -408,7 +473,14 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
     out = json_pack("{s:s,s:[],s:s,s:o,s:o}", "name", q->model, "versions", "platform",
                     platform(pool), "inputs", ks_io(json_object_get(pool, "inputs"), 0),
                     "outputs", ks_io(json_object_get(pool, "outputs"), 0));
-    if (out && v) json_array_append_new(json_object_get(out, "versions"), json_string(v));
+    /* Every version the model serves (a repository model may serve several). */
+    json_t *p;
+    size_t i;
+    json_array_foreach(json_object_get(root, "pools"), i, p) {
+      const char *pv = jstr(p, "version");
+      if (out && pv && jstr(p, "name") && !strcmp(jstr(p, "name"), q->model))
+        json_array_append_new(json_object_get(out, "versions"), json_string(pv));
+    }
   } else {
     /* Triton's model configuration field names where they exist; sip's own
      * settings (priority, quota, backend options) under their config names. */
@@ -444,8 +516,8 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
 }
 
 static enum MHD_Result model_ready(hreq_t *q) {
-  json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model);
-  sip_error_t *e = check_model(pool, q->model, q->version);
+  json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
+  sip_error_t *e = check_model(root, pool, q->model, q->version);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (!e && (!st || strcmp(st, "READY")))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
@@ -467,7 +539,8 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   json_t *status = info(q->h, SIP_INFO_STATUS);
   if (!status) return send_error_msg(q->conn, 500, "out of memory");
   if (!all) {
-    sip_error_t *e = check_model(find_pool(status, q->model), q->model, q->version);
+    sip_error_t *e = check_model(status, find_pool(status, q->model, q->version), q->model,
+                                 q->version);
     if (e) {
       json_decref(status);
       return send_error(q->conn, e);
@@ -479,6 +552,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
     const char *name = jstr(p, "name");
     if (!name || (!all && strcmp(name, q->model))) continue;
     const char *v = jstr(p, "version");
+    if (!all && q->version && (!v || strcmp(v, q->version))) continue;
     json_t *st = json_object_get(p, "stats");
     json_array_append_new(
         list,
@@ -604,7 +678,7 @@ static enum MHD_Result infer_start(hreq_t *q) {
   size_t n_ins = 0;
   /* Fetched now, while the pool is certainly alive: raw requests need the
    * input's shape, and the answer names the version that served. */
-  q->meta = meta_get(q->h, q->model);
+  q->meta = meta_get(q->h, q->model, q->version);
   if (q->header_len == 0) {
     if (q->meta) {
       ins = q->meta->inputs;
@@ -612,8 +686,8 @@ static enum MHD_Result infer_start(hreq_t *q) {
     } else {
       /* Say why there is no metadata: unknown model, or not loaded. */
       sip_buf_unref(body);
-      json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model);
-      sip_error_t *e = check_model(pool, q->model, q->version);
+      json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
+      sip_error_t *e = check_model(root, pool, q->model, q->version);
       if (!e) e = need_loaded(pool, q->model);
       json_decref(root);
       if (!e && atomic_load(&q->h->s->draining))
@@ -700,6 +774,103 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   return queue(c, 200, r, s->body.binary ? "application/octet-stream" : "application/json");
 }
 
+/* ---- model repository extension ----------------------------------------- */
+
+static int is_repo(route_kind_t k) {
+  return k == R_REPO_INDEX || k == R_REPO_LOAD || k == R_REPO_UNLOAD;
+}
+
+#define REPO_BODY_MAX ((size_t)64 << 10)
+
+/* Collects a repository request's (small JSON) body. */
+static enum MHD_Result repo_body(hreq_t *q, const char *data, size_t n) {
+  if (q->early) return MHD_YES;
+  if (q->len + n > REPO_BODY_MAX) {
+    q->early = sip_error_new(SIP_INVALID_ARGUMENT,
+                             "repository request body is larger than %zu bytes; expected a "
+                             "small JSON object",
+                             REPO_BODY_MAX);
+    return MHD_YES;
+  }
+  if (q->len + n > q->cap) {
+    size_t cap = q->len + n > 4096 ? q->len + n : 4096;
+    uint8_t *b = sip__realloc(q->buf, cap);
+    if (!b) return MHD_NO;
+    q->buf = b;
+    q->cap = cap;
+  }
+  memcpy(q->buf + q->len, data, n);
+  q->len += n;
+  return MHD_YES;
+}
+
+/* A load or unload finished (the loader thread): resume the connection,
+ * whose thread answers. */
+static void on_repo_done(sip_error_t *e, void *user) {
+  hreq_t *q = user;
+  q->err = e;
+  MHD_resume_connection(q->conn);
+}
+
+static enum MHD_Result repo_start(hreq_t *q) {
+  struct MHD_Connection *c = q->conn;
+  if (q->early) {
+    sip_error_t *e = q->early;
+    q->early = NULL;
+    return send_error(c, e);
+  }
+  json_error_t je;
+  json_t *body = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
+                        : json_object();
+  if (!body || !json_is_object(body)) {
+    json_decref(body);
+    return send_error(c, sip_error_new(SIP_INVALID_ARGUMENT,
+                                       "repository request body is not a JSON object; expected "
+                                       "{} or {\"ready\": true} (index)"));
+  }
+  if (q->kind == R_REPO_INDEX) {
+    /* Triton's format: a JSON array of {name, version, state, reason}. */
+    char *txt = sip_server_repository_index(q->h->s, json_is_true(json_object_get(body, "ready")));
+    json_decref(body);
+    json_t *root = txt ? json_loads(txt, 0, NULL) : NULL;
+    sip_free(txt);
+    json_t *models = json_incref(json_object_get(root, "models"));
+    json_decref(root);
+    if (!models) return send_error_msg(c, 500, "out of memory");
+    return send_json(c, 200, models);
+  }
+  json_t *params = json_object_get(body, "parameters");
+  int overrides = json_object_size(params) > 0;
+  json_decref(body);
+  if (overrides)
+    return send_error(c, sip_error_new(SIP_UNIMPLEMENTED,
+                                       "load parameters (a config override, model files) are not "
+                                       "supported; the model loads from the repository as it "
+                                       "is"));
+  q->started = 1;
+  /* Suspend before queuing, so the completion can resume at once. */
+  MHD_suspend_connection(c);
+  sip_error_t *e = q->kind == R_REPO_LOAD
+                       ? sip_server_load_model_async(q->h->s, q->model, on_repo_done, q)
+                       : sip_server_unload_model_async(q->h->s, q->model, on_repo_done, q);
+  if (e) {
+    q->err = e;
+    MHD_resume_connection(c);
+  }
+  return MHD_YES;
+}
+
+/* Called again after the resume. Triton answers a load or unload 200 with
+ * an empty body; {} keeps every answer JSON. */
+static enum MHD_Result repo_answer(hreq_t *q) {
+  if (q->err) {
+    sip_error_t *e = q->err;
+    q->err = NULL;
+    return send_error(q->conn, e);
+  }
+  return send_json(q->conn, 200, json_object());
+}
+
 /* ---- the MHD callbacks ------------------------------------------------- */
 
 /* Non-infer endpoints, and infer with the wrong method: answered once the
@@ -712,9 +883,10 @@ static enum MHD_Result answer(hreq_t *q, const char *url, const char *method) {
     snprintf(msg, sizeof msg, "no such endpoint: %s %.200s", method, url);
     return send_error_msg(c, 404, msg);
   }
-  if (q->kind == R_INFER || !is_get) {
+  int post_only = q->kind == R_INFER || is_repo(q->kind);
+  if (post_only || !is_get) {
     snprintf(msg, sizeof msg, "%s is not allowed on %.200s; use %s", method, url,
-             q->kind == R_INFER ? "POST" : "GET");
+             post_only ? "POST" : "GET");
     size_t len;
     char *body = sip__ks_error_json(msg, &len);
     if (!body) return MHD_NO;
@@ -723,7 +895,7 @@ static enum MHD_Result answer(hreq_t *q, const char *url, const char *method) {
       sip__free(body);
       return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, q->kind == R_INFER ? "POST" : "GET, HEAD");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, post_only ? "POST" : "GET, HEAD");
     return queue(c, 405, r, "application/json");
   }
   switch (q->kind) {
@@ -737,6 +909,9 @@ static enum MHD_Result answer(hreq_t *q, const char *url, const char *method) {
   case R_ALL_STATS: return stats(q, 1);
   case R_METRICS: return metrics(q);
   case R_INFER:
+  case R_REPO_INDEX:
+  case R_REPO_LOAD:
+  case R_REPO_UNLOAD:
   case R_NONE: break;
   }
   return MHD_NO;
@@ -762,12 +937,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
   }
   infer = q->kind == R_INFER && !strcmp(method, MHD_HTTP_METHOD_POST);
+  int repo = is_repo(q->kind) && !strcmp(method, MHD_HTTP_METHOD_POST);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0; /* bodies of other requests are ignored */
+    if (repo) return repo_body(q, upload_data, n);
     if (!infer || q->started || q->refused || q->early) return MHD_YES;
     return infer_body(q, upload_data, n);
   }
+  if (repo) return q->started ? repo_answer(q) : repo_start(q);
   if (!infer) return answer(q, url, method);
   if (q->refused) return MHD_YES;
   if (q->early) {
@@ -789,6 +967,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   sip__free(q->model);
   sip__free(q->version);
   sip__free(q->buf);
+  meta_unref(q->meta);
   sip__ks_request_free(q->ks);
   sip_response_free(q->resp);
   sip_error_free(q->err);
@@ -864,7 +1043,7 @@ static void free_http(sip_http_t *h) {
   while (h->cache) {
     meta_t *m = h->cache;
     h->cache = m->next;
-    meta_free(m);
+    meta_unref(m);
   }
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->mu);

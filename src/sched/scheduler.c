@@ -165,6 +165,9 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
   r->timeout_ms = timeout;
   r->deadline_us = timeout ? r->arrival_us + (uint64_t)timeout * 1000 : 0;
   uint64_t deadline = r->deadline_us;
+  /* Read now: once queued, r may be answered and its pool reference
+   * dropped, after which a retired pool may be freed. */
+  struct sip_server *srv = p->server;
   pthread_mutex_lock(&p->mu);
   if (p->stopping) {
     pthread_mutex_unlock(&p->mu);
@@ -186,8 +189,8 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
   else
     pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  /* r may already be completed and freed by an executor here. */
-  if (deadline) sip__server_note_deadline(p->server, deadline);
+  /* r (and p) may already be completed and freed by an executor here. */
+  if (deadline) sip__server_note_deadline(srv, deadline);
   return NULL;
 }
 

@@ -27,8 +27,12 @@ struct sip_request {
   int level;                        /* SIP_PRIO_* once resolved against the pool */
   int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
   sip_cancel_token_t *cancel;       /* one reference, or NULL */
+  char *pipeline_config;            /* JSON {"stage_timeout_ms": [...], "early_exit_condition": ".."} */
   sip_infer_done_fn done;
   void *user;
+  /* The reference on the pool taken at admission (src/session/registry.c);
+   * dropped after `done` returns, so a retired pool lives until then. */
+  struct sip_pool *held;
   struct sip_request *next, *prev;
 };
 
@@ -102,13 +106,21 @@ typedef struct sip_queue {
 
 struct sip_pool {
   struct sip_server *server;
-  const sip_pool_config_t *cfg; /* borrowed from the server's config */
+  const sip_pool_config_t *cfg; /* the server's config's, or own_cfg */
+  sip_pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
+  /* Registry (src/session/registry.c). */
+  atomic_long refs;      /* the registry's one + admitted requests + iterators */
+  _Atomic int retired;   /* out of service: lookups skip it; it drains, then is freed */
+  int from_repo;         /* loaded from server.model_repository */
+  int64_t version_num;   /* the version as a number; -1: unversioned or not numeric */
+  int pinned;            /* a `current` link names this version: the model's default */
+  char *fingerprint;     /* identity of the files loaded (repository pools), NULL: none */
   const sip_backend_vtable_t *backend;
   void *model;
   sip_io_desc_t *inputs, *outputs; /* the pool's copies, freed with the server */
   size_t n_inputs, n_outputs;
   char *resolved_path; /* the model file actually loaded */
-  char *version;       /* version directory name, or NULL */
+  char *version;       /* version directory name, or NULL; preset for repository pools */
   _Atomic int state;   /* sip_pool_state_t */
   char *error;         /* why FAILED; set before state becomes FAILED */
   double load_ms;
@@ -142,6 +154,14 @@ struct sip_pool {
   atomic_uint_fast64_t last_inference_ms; /* wall clock of the last completion */
 };
 
+/* A pool in state LOADING for `cfg` (borrowed; own_cfg, when given, is
+ * cfg's owner and is freed with the pool). `version` (copied, may be NULL)
+ * presets the version served: the model file is then cfg->model_path as is.
+ * NULL when out of memory (own_cfg is then freed). */
+sip_pool_t *sip__pool_new(struct sip_server *s, const sip_pool_config_t *cfg,
+                          sip_pool_config_t *own_cfg, const char *version);
+/* Frees what shutdown left (sessions array, copies, the struct). */
+void sip__pool_destroy(sip_pool_t *p);
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
 void sip__pool_load(sip_pool_t *p);
@@ -170,16 +190,27 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
 
 /* Backends known to this build. */
 const sip_backend_vtable_t *sip__backend_find(const char *name);
-const char *sip__backend_names(void); /* "onnxruntime, builtin" */
+const char *sip__backend_names(void); /* "onnxruntime, builtin, transform" */
 extern const sip_backend_vtable_t sip__backend_onnxruntime;
 extern const sip_backend_vtable_t sip__backend_builtin;
+extern const sip_backend_vtable_t sip__backend_transform;
 
 typedef struct sip_listener_set sip_listener_set_t;
+typedef struct sip_repo sip_repo_t;
 
 struct sip_server {
   sip_config_t *cfg;
-  sip_pool_t *pools;
-  size_t n_pools;
+  /* The pool registry (src/session/registry.c): every pool in service or
+   * draining, changed while serving under reg_lock. Each entry holds one
+   * reference; admitted requests and iterators hold their own. */
+  pthread_rwlock_t reg_lock;
+  sip_pool_t **pools;
+  size_t n_pools, cap_pools;
+  pthread_mutex_t reg_mu; /* with reg_cv: a drain waits for references to go */
+  pthread_cond_t reg_cv;
+  atomic_int reg_waiters;   /* drains waiting on reg_cv */
+  _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
+  sip_repo_t *repo;         /* model repository and its worker (src/session/repository.c) */
   uint64_t started_us;
   /* Per-backend process state, initialised on first use. */
   struct {
@@ -190,8 +221,7 @@ struct sip_server {
   size_t n_backends;
   pthread_mutex_t backend_mu;
 
-  pthread_t loader;
-  int loader_started;
+  int registry_inited; /* reg_lock & co exist (sip_server_free after a failed new) */
   _Atomic int loaded; /* all pools finished loading */
 
   /* Housekeeping: expires queued requests at their deadline. */
@@ -208,6 +238,7 @@ struct sip_server {
   /* Set when sip_server_free begins: health/ready answers 503 from then on. */
   _Atomic int draining;
   sip_arbiter_t arbiter; /* execution slots shared by every pool */
+  struct sip_pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
 };
 
 /* Returns the backend's process state, initialising it once. */
@@ -215,6 +246,53 @@ sip_error_t *sip__server_backend_state(struct sip_server *s, const sip_backend_v
                                        void **state);
 /* Tells housekeeping that a deadline at `deadline_us` exists. */
 void sip__server_note_deadline(struct sip_server *s, uint64_t deadline_us);
+
+/* ---- pool registry (src/session/registry.c) ---- */
+void sip__registry_init(struct sip_server *s);
+void sip__registry_destroy(struct sip_server *s);
+/* Adds pools and retires others in one step (lookups see either the old or
+ * the new set); the registry takes a reference on each added pool. Retired
+ * pools stay listed (housekeeping and cancellation still reach their queues)
+ * until sip__registry_drain_free. Errors: RESOURCE_EXHAUSTED. */
+sip_error_t *sip__registry_swap(struct sip_server *s, sip_pool_t *const *add, size_t n_add,
+                                sip_pool_t *const *retire, size_t n_retire);
+/* The pool serving `name` (and `version`, NULL: the default one) with a
+ * reference for the caller (sip__pool_unref), or NULL with *err set:
+ * NOT_FOUND for an unknown name or version. */
+sip_pool_t *sip__registry_find(struct sip_server *s, const char *name, const char *version,
+                               sip_error_t **err);
+/* 1 when a pool named `name` is in service. */
+int sip__registry_has(struct sip_server *s, const char *name);
+void sip__pool_ref(sip_pool_t *p);
+void sip__pool_unref(sip_pool_t *p);
+/* Every listed pool (retired ones too unless only_live), each with a
+ * reference; release with sip__registry_release. NULL (n = 0) when empty or
+ * out of memory. */
+sip_pool_t **sip__registry_snapshot(struct sip_server *s, int only_live, size_t *n);
+void sip__registry_release(sip_pool_t **v, size_t n);
+/* Retires `p` (if it is not yet) and, on a thread that is none of its
+ * executors, waits until the requests admitted to it completed (its sessions
+ * serve its queue meanwhile), stops its sessions, unlists it, waits out
+ * iterators and frees it. Blocking. */
+void sip__registry_drain_free(struct sip_server *s, sip_pool_t *p);
+/* 1 when `p` is the default version of its model among live pools. Caller
+ * holds reg_lock. */
+int sip__registry_is_default_locked(struct sip_server *s, const sip_pool_t *p);
+
+/* ---- model repository (src/session/repository.c) ---- */
+/* Starts the repository worker; loads repository models at start unless
+ * model_control is explicit (`wait`: before returning). Errors: a
+ * repository directory that cannot be opened (NOT_FOUND). */
+sip_error_t *sip__repo_start(struct sip_server *s, int wait);
+/* Stops the worker: a load in progress completes, queued ones are answered
+ * UNAVAILABLE. Safe when never started. */
+void sip__repo_stop(struct sip_server *s);
+void sip__repo_free(struct sip_server *s);
+/* Why `name` has no pool when the repository knows it (loading, unloaded,
+ * failed: UNAVAILABLE with the reason), else NULL. */
+sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);
+/* 1 when repository loads requested at start have finished. */
+int sip__repo_settled(struct sip_server *s);
 
 /* Transports (src/transport/listener.c). */
 sip_error_t *sip__listeners_start(struct sip_server *s, char **endpoints, size_t n,

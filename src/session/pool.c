@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -114,8 +115,69 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
   }
   sip_infer_done_fn done = r->done;
   void *user = r->user;
+  sip_pool_t *held = r->held;
+  r->held = NULL;
   sip_request_free(r);
   done(resp, user);
+  /* After the answer: a retired pool is freed only once every request
+   * admitted to it has been answered. */
+  if (held) sip__pool_unref(held);
+}
+
+/* ---- lifetime ---- */
+
+/* A version directory name as a number (they order numerically: 10 > 9);
+ * -1 for none or a name that is not a plain decimal number. */
+static int64_t version_number(const char *v) {
+  if (!v || v[0] < '0' || v[0] > '9') return -1;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  return *end || errno ? -1 : (int64_t)n;
+}
+
+sip_pool_t *sip__pool_new(struct sip_server *s, const sip_pool_config_t *cfg,
+                          sip_pool_config_t *own_cfg, const char *version) {
+  sip_pool_t *p = sip__calloc(1, sizeof *p);
+  char *v = version ? sip__strdup(version) : NULL;
+  if (!p || (version && !v)) {
+    sip__free(p);
+    sip__free(v);
+    sip__config_pool_free(own_cfg);
+    return NULL;
+  }
+  p->server = s;
+  p->cfg = cfg;
+  p->own_cfg = own_cfg;
+  p->version = v;
+  p->version_num = version_number(v);
+  atomic_init(&p->refs, 0);
+  atomic_store(&p->state, SIP_POOL_LOADING);
+  for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].count = &p->n_queued;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_condattr_t pa;
+  pthread_condattr_init(&pa);
+  pthread_condattr_setclock(&pa, CLOCK_MONOTONIC); /* batch waits use sip__now_us */
+  pthread_cond_init(&p->cv, &pa);
+  pthread_condattr_destroy(&pa);
+  sip__arb_account_init(&p->arb, (int)cfg->priority, cfg->max_compute_percent);
+  return p;
+}
+
+void sip__pool_destroy(sip_pool_t *p) {
+  if (!p) return;
+  for (int k = 0; k < p->n_sessions; k++) sip__arb_ticket_destroy(&p->sessions[k].ticket);
+  sip__free(p->sessions);
+  sip__free(p->resolved_path);
+  sip__free(p->version);
+  sip__free(p->fingerprint);
+  sip__pool_free_descs(p->inputs, p->n_inputs);
+  sip__pool_free_descs(p->outputs, p->n_outputs);
+  sip__free(p->error);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv);
+  sip__config_pool_free(p->own_cfg);
+  sip__free(p);
 }
 
 /* ---- load ---- */
@@ -221,10 +283,18 @@ void sip__pool_load(sip_pool_t *p) {
                                c->backend, sip__backend_names()));
     return;
   }
-  if (c->model_path && (e = resolve_model(c->model_path, &p->resolved_path, &p->version))) {
+  if (p->version) {
+    /* A repository version: the file was chosen by the repository. */
+    if (c->model_path && !(p->resolved_path = sip__strdup(c->model_path))) {
+      pool_fail(p, SIP_OOM());
+      return;
+    }
+  } else if (c->model_path &&
+             (e = resolve_model(c->model_path, &p->resolved_path, &p->version))) {
     pool_fail(p, e);
     return;
   }
+  p->version_num = version_number(p->version);
   char real[PATH_MAX];
   if (p->resolved_path && realpath(p->resolved_path, real)) {
     char *r = sip__strdup(real);
@@ -245,7 +315,7 @@ void sip__pool_load(sip_pool_t *p) {
     return;
   }
   size_t n_opts = c->n_backend_options;
-  memcpy(opts, c->backend_options, n_opts * sizeof *opts);
+  if (n_opts) memcpy(opts, c->backend_options, n_opts * sizeof *opts); /* NULL when none */
   int arena_set = 0;
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && !strcmp(p->backend->name, "onnxruntime"))
@@ -282,7 +352,11 @@ void sip__pool_load(sip_pool_t *p) {
     sip_session_t *s = &p->sessions[i];
     s->pool = p;
     s->index = i;
-    snprintf(s->id, sizeof s->id, "%s/%d", c->name, i);
+    /* Versions of a repository model run side by side: their ids differ. */
+    if (p->from_repo && p->version)
+      snprintf(s->id, sizeof s->id, "%s:%s/%d", c->name, p->version, i);
+    else
+      snprintf(s->id, sizeof s->id, "%s/%d", c->name, i);
     atomic_store(&s->state, SIP_SESSION_INIT);
     atomic_store(&s->since_us, sip__wall_us());
     sip__arb_ticket_init(&s->ticket, &p->arb);

@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "http/http.h"
+#include "pipeline/pipeline.h"
 #include "sched/batch.h"
 #include "session/engine.h"
 
@@ -72,8 +73,8 @@ void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
 
 /* ---- backends ---- */
 
-static const sip_backend_vtable_t *const all_backends[] = {&sip__backend_onnxruntime,
-                                                           &sip__backend_builtin};
+static const sip_backend_vtable_t *const all_backends[] = {
+    &sip__backend_onnxruntime, &sip__backend_builtin, &sip__backend_transform};
 #define N_BACKENDS (sizeof all_backends / sizeof all_backends[0])
 
 const sip_backend_vtable_t *sip__backend_find(const char *name) {
@@ -82,7 +83,7 @@ const sip_backend_vtable_t *sip__backend_find(const char *name) {
   return NULL;
 }
 
-const char *sip__backend_names(void) { return "onnxruntime, builtin"; }
+const char *sip__backend_names(void) { return "onnxruntime, builtin, transform"; }
 
 sip_error_t *sip__server_backend_state(sip_server_t *s, const sip_backend_vtable_t *vt,
                                        void **state) {
@@ -122,10 +123,15 @@ static void *hk_main(void *arg) {
     atomic_store(&s->hk_next_us, UINT64_MAX);
     pthread_mutex_unlock(&s->hk_mu);
     uint64_t now = sip__now_us(), next = UINT64_MAX;
-    for (size_t i = 0; i < s->n_pools; i++) {
-      uint64_t d = sip__pool_expire(&s->pools[i], now);
+    size_t n = 0;
+    /* Retired pools too: their queues still hold requests with deadlines. */
+    sip_pool_t **pools = sip__registry_snapshot(s, 0, &n);
+    if (!pools && s->n_pools) next = now + 10000; /* out of memory: look again soon */
+    for (size_t i = 0; i < n; i++) {
+      uint64_t d = sip__pool_expire(pools[i], now);
       if (d && d < next) next = d;
     }
+    sip__registry_release(pools, n);
     pthread_mutex_lock(&s->hk_mu);
     if (atomic_load(&s->hk_next_us) < next) next = atomic_load(&s->hk_next_us);
     atomic_store(&s->hk_next_us, next);
@@ -143,14 +149,8 @@ static void *hk_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
-static void *loader_main(void *arg) {
-  sip_server_t *s = arg;
-  /* Sequential: loads compete for the same cores and memory bandwidth. */
-  for (size_t i = 0; i < s->n_pools; i++) sip__pool_load(&s->pools[i]);
-  atomic_store(&s->loaded, 1);
-  sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu", s->n_pools);
-  return NULL;
-}
+/* Pools load on the loader thread (src/session/repository.c), which then
+ * serves repository loads and unloads. */
 
 sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
   *out = NULL;
@@ -185,25 +185,17 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
   pthread_cond_init(&s->hk_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_store(&s->hk_next_us, UINT64_MAX);
-  s->pools = sip__calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof *s->pools);
-  if (!s->pools) {
-    sip_server_free(s);
-    return SIP_OOM();
-  }
-  s->n_pools = cfg->n_pools;
+  sip__registry_init(s);
+  s->registry_inited = 1;
+  /* The config file's pools are listed (LOADING) from the start, so their
+   * requests hear "loading" rather than "unknown" until they are READY. */
   for (size_t i = 0; i < cfg->n_pools; i++) {
-    sip_pool_t *p = &s->pools[i];
-    p->server = s;
-    p->cfg = &cfg->pools[i];
-    atomic_store(&p->state, SIP_POOL_LOADING);
-    for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].count = &p->n_queued;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t pa;
-    pthread_condattr_init(&pa);
-    pthread_condattr_setclock(&pa, CLOCK_MONOTONIC); /* batch waits use sip__now_us */
-    pthread_cond_init(&p->cv, &pa);
-    pthread_condattr_destroy(&pa);
-    sip__arb_account_init(&p->arb, (int)p->cfg->priority, p->cfg->max_compute_percent);
+    sip_pool_t *p = sip__pool_new(s, &cfg->pools[i], NULL, NULL);
+    if (!p || (e = sip__registry_swap(s, &p, 1, NULL, 0))) {
+      sip__pool_destroy(p);
+      sip_server_free(s);
+      return e ? e : SIP_OOM();
+    }
   }
   if (pthread_create(&s->hk, NULL, hk_main, s) != 0) {
     sip_server_free(s);
@@ -222,13 +214,11 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
     sip_server_free(s);
     return e;
   }
-  if (o->wait_for_load) {
-    loader_main(s);
-  } else if (pthread_create(&s->loader, NULL, loader_main, s) == 0) {
-    s->loader_started = 1;
-  } else {
+  /* The loader (src/session/repository.c) loads the pools, then serves
+   * repository loads and unloads. */
+  if ((e = sip__repo_start(s, o->wait_for_load))) {
     sip_server_free(s);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the loader thread");
+    return e;
   }
   *out = s;
   return NULL;
@@ -237,20 +227,33 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
 void sip_server_free(sip_server_t *s) {
   if (!s) return;
   atomic_store(&s->draining, 1); /* HTTP health/ready turns 503 */
-  if (s->loader_started) pthread_join(s->loader, NULL);
+  /* The loader finishes the load in progress; queued ones are refused. */
+  sip__repo_stop(s);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
-  /* Refuse new work everywhere first, so no pool keeps admitting while
-   * another drains. */
-  for (size_t i = 0; i < s->n_pools; i++) {
-    pthread_mutex_lock(&s->pools[i].mu);
-    s->pools[i].stopping = 1;
-    pthread_cond_broadcast(&s->pools[i].cv);
-    pthread_mutex_unlock(&s->pools[i].mu);
+  if (s->registry_inited) {
+    /* Refuse new work everywhere first, so no pool keeps admitting while
+     * another drains. Nothing else changes the registry any more. */
+    pthread_rwlock_rdlock(&s->reg_lock);
+    for (size_t i = 0; i < s->n_pools; i++) {
+      sip_pool_t *p = s->pools[i];
+      pthread_mutex_lock(&p->mu);
+      p->stopping = 1;
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->mu);
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    for (;;) {
+      pthread_rwlock_rdlock(&s->reg_lock);
+      sip_pool_t *p = s->n_pools ? s->pools[0] : NULL;
+      pthread_rwlock_unlock(&s->reg_lock);
+      if (!p) break;
+      sip__registry_drain_free(s, p);
+    }
   }
-  for (size_t i = 0; i < s->n_pools; i++) sip__pool_shutdown(&s->pools[i]);
   if (s->listeners) sip__listeners_stop(s->listeners);
-  sip__http_stop(s->http); /* HTTP front-end hook: every request it submitted has completed */
+  sip__http_stop(s->http);
+  sip__pipelines_free(s->pipelines); /* pipelines hook: no run is left once pools drained */ /* HTTP front-end hook: every request it submitted has completed */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);
     s->hk_stop = 1;
@@ -258,19 +261,8 @@ void sip_server_free(sip_server_t *s) {
     pthread_mutex_unlock(&s->hk_mu);
     pthread_join(s->hk, NULL);
   }
-  for (size_t i = 0; i < s->n_pools; i++) {
-    sip_pool_t *p = &s->pools[i];
-    for (int k = 0; k < p->n_sessions; k++) sip__arb_ticket_destroy(&p->sessions[k].ticket);
-    sip__free(p->sessions);
-    sip__free(p->resolved_path);
-    sip__free(p->version);
-    sip__pool_free_descs(p->inputs, p->n_inputs);
-    sip__pool_free_descs(p->outputs, p->n_outputs);
-    sip__free(p->error);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-  }
-  sip__free(s->pools);
+  sip__repo_free(s);
+  if (s->registry_inited) sip__registry_destroy(s);
   for (size_t i = 0; i < s->n_backends; i++)
     if (s->backends[i].inited && s->backends[i].vt->shutdown)
       s->backends[i].vt->shutdown(s->backends[i].state);
@@ -312,6 +304,7 @@ void sip_request_free(sip_request_t *r) {
   if (!r) return;
   sip__free(r->pool);
   sip__free(r->version);
+  sip__free(r->pipeline_config);
   sip_cancel_token_free(r->cancel);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
@@ -330,6 +323,14 @@ sip_error_t *sip_request_set_version(sip_request_t *r, const char *version) {
   return NULL;
 }
 void sip_request_set_timeout_ms(sip_request_t *r, uint32_t ms) { r->timeout_ms = ms; }
+
+sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json) {
+  char *v = NULL;
+  if (json && !(v = sip__strdup(json))) return SIP_OOM();
+  sip__free(r->pipeline_config);
+  r->pipeline_config = v;
+  return NULL;
+}
 
 sip_error_t *sip_request_set_priority(sip_request_t *r, int priority) {
   if (priority < 0 || priority > 3)
@@ -372,38 +373,63 @@ sip_error_t *sip_request_add_output(sip_request_t *r, const char *name) {
   return NULL;
 }
 
-static sip_pool_t *find_pool(sip_server_t *s, const char *name) {
-  for (size_t i = 0; i < s->n_pools; i++)
-    if (strcmp(s->pools[i].cfg->name, name) == 0) return &s->pools[i];
+/* "model:version" in the pool name names a version (':' is not allowed in
+ * pool names, so the split is unambiguous). */
+static sip_error_t *split_version(sip_request_t *r) {
+  char *colon = strchr(r->pool, ':');
+  if (!colon) return NULL;
+  if (r->version || !colon[1] || colon == r->pool)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "pool name '%s': expected POOL or MODEL:VERSION (and no other version)",
+                         r->pool);
+  char *v = sip__strdup(colon + 1);
+  if (!v) return SIP_OOM();
+  *colon = '\0';
+  r->version = v;
+  return NULL;
+}
+
+/* The pool a request goes to, with a reference for it (sip__pool_unref);
+ * NULL and the reason otherwise. */
+static sip_pool_t *find_pool(sip_server_t *s, sip_request_t *r, sip_error_t **err) {
+  if ((*err = split_version(r))) return NULL;
+  sip_pool_t *p = sip__registry_find(s, r->pool, r->version, err);
+  if (p) return p;
+  /* Unknown to the registry: the repository may know why (loading,
+   * unloaded, failed); a draining server has unlisted its pools. */
+  sip_error_t *why = atomic_load(&s->draining)
+                         ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
+                     : r->version && sip__registry_has(s, r->pool)
+                         ? NULL
+                         : sip__repo_unavailable(s, r->pool);
+  if (why) {
+    sip_error_free(*err);
+    *err = why;
+  }
   return NULL;
 }
 
 sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
                                     void *user) {
   if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
-  sip_pool_t *p = find_pool(s, r->pool);
+  if (sip__pipelines_has(s->pipelines, r->pool)) /* pipelines hook */
+    return sip__pipeline_submit(s, s->pipelines, r, done, user);
   sip_error_t *e = NULL;
+  sip_pool_t *p = find_pool(s, r, &e);
   if (!p) {
-    char names[512] = "";
-    for (size_t i = 0; i < s->n_pools; i++)
-      snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "",
-               s->pools[i].cfg->name);
-    e = sip_error_new(SIP_NOT_FOUND, "no pool named '%s'; this server has: %s", r->pool,
-                      s->n_pools ? names : "(no pools)");
-    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=NOT_FOUND", r->pool);
-  } else if (r->version && (!p->version || strcmp(r->version, p->version) != 0)) {
-    e = sip_error_new(SIP_NOT_FOUND, "pool '%s' does not serve version '%s'; it serves %s%s%s",
-                      r->pool, r->version, p->version ? "version '" : "an unversioned model",
-                      p->version ? p->version : "", p->version ? "'" : "");
-    sip__pool_count(p, SIP_NOT_FOUND, 0);
+    sip__log(SIP__LOG_WARN, "request failed", "pool=%s version=%s code=%s", r->pool,
+             r->version ? r->version : "-", sip_code_name(sip_error_code(e)));
   } else {
     r->done = done;
     r->user = user;
+    r->held = p; /* dropped after the answer (sip__request_complete) */
     e = sip__pool_submit(p, r);
-    if (!e) return NULL;
+    if (!e) return NULL; /* p may be gone already: not touched again */
+    r->held = NULL;
     sip__pool_count(p, sip_error_code(e), 0);
     sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", r->pool,
              sip_code_name(sip_error_code(e)), sip_error_message(e));
+    sip__pool_unref(p);
   }
   sip_request_free(r);
   return e;
@@ -412,7 +438,17 @@ sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer
 void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
   if (!t) return;
   atomic_store(&t->cancelled, 1);
-  for (size_t i = 0; i < s->n_pools; i++) sip__pool_cancel(&s->pools[i], t);
+  /* Retired pools too: requests admitted to them are still queued there. */
+  size_t n = 0;
+  sip_pool_t **pools = sip__registry_snapshot(s, 0, &n);
+  if (!pools) { /* out of memory: under the lock (a callback's submit nests a reader) */
+    pthread_rwlock_rdlock(&s->reg_lock);
+    for (size_t i = 0; i < s->n_pools; i++) sip__pool_cancel(s->pools[i], t);
+    pthread_rwlock_unlock(&s->reg_lock);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) sip__pool_cancel(pools[i], t);
+  sip__registry_release(pools, n);
 }
 
 /* ---- client-side batches split into chunks ---- */
@@ -568,20 +604,27 @@ static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t row
 sip_error_t *sip_server_infer_batch(sip_server_t *s, sip_request_t *r, int max_batch_size,
                                     int padding, sip_infer_done_fn done, void *user) {
   if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
-  sip_pool_t *p = find_pool(s, r->pool);
+  if (sip__pipelines_has(s->pipelines, r->pool)) /* pipelines hook: stages batch themselves */
+    return sip__pipeline_submit(s, s->pipelines, r, done, user);
+  /* Only the pool's settings are read here; each chunk finds it again. */
+  sip_error_t *fe = NULL;
+  sip_pool_t *found = find_pool(s, r, &fe);
+  sip_error_free(fe); /* an unknown pool is answered by the plain path below */
+  int p = found != NULL, pool_max = found ? found->cfg->max_batch_size : 0;
+  if (found) sip__pool_unref(found);
   int64_t rows = -1;
   for (size_t i = 0; i < r->n_inputs; i++) {
     int64_t d = r->inputs[i]->rank ? r->inputs[i]->dims[0] : -1;
     rows = i == 0 ? d : (d == rows ? rows : -1);
   }
-  if (max_batch_size <= 0 && p) max_batch_size = p->cfg->max_batch_size;
+  if (max_batch_size <= 0 && p) max_batch_size = pool_max;
   if (!p || rows <= 0 || max_batch_size <= 0 || rows <= max_batch_size ||
       padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
     if (p && rows < 0) {
       sip_request_free(r);
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "a batch request's inputs must share dim 0 (the items); pool '%s'",
-                           p->cfg->name);
+                           r->pool);
     }
     if (padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
       sip_request_free(r);
@@ -899,17 +942,42 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
 
 char *sip_server_info_json(sip_server_t *s, int kind) {
   json_t *root;
+  if (kind != SIP_INFO_READY && kind != SIP_INFO_POOLS && kind != SIP_INFO_STATUS) return NULL;
+  /* Pools in service (a retired version still draining is not listed),
+   * each marked whether it is its model's default version. */
+  size_t n = 0;
+  sip_pool_t **v = sip__registry_snapshot(s, 1, &n);
+  int *defaults = sip__calloc(n + 1, sizeof *defaults);
+  pthread_rwlock_rdlock(&s->reg_lock);
+  for (size_t i = 0; defaults && i < n; i++)
+    defaults[i] = sip__registry_is_default_locked(s, v[i]);
+  pthread_rwlock_unlock(&s->reg_lock);
   if (kind == SIP_INFO_READY) {
+    /* Keyed by name; other versions than the default as "name:version". */
     json_t *pools = json_object();
-    for (size_t i = 0; i < s->n_pools; i++)
-      json_object_set_new(pools, s->pools[i].cfg->name,
-                          json_string(sip__pool_state_name(atomic_load(&s->pools[i].state))));
+    for (size_t i = 0; i < n; i++) {
+      char key[300];
+      if (!defaults || defaults[i] || !v[i]->version)
+        snprintf(key, sizeof key, "%s", v[i]->cfg->name);
+      else
+        snprintf(key, sizeof key, "%s:%s", v[i]->cfg->name, v[i]->version);
+      json_object_set_new(pools, key, json_string(sip__pool_state_name(atomic_load(&v[i]->state))));
+    }
     root = json_pack("{s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "pools", pools);
-  } else if (kind == SIP_INFO_POOLS || kind == SIP_INFO_STATUS) {
+  } else {
     json_t *pools = json_array();
-    for (size_t i = 0; i < s->n_pools; i++)
-      json_array_append_new(pools, pool_json(&s->pools[i], kind));
+    for (size_t i = 0; i < n; i++) {
+      json_t *o = pool_json(v[i], kind);
+      if (o) {
+        json_object_set_new(o, "default", json_boolean(!defaults || defaults[i]));
+        if (kind == SIP_INFO_POOLS)
+          json_object_set_new(o, "source", json_string(v[i]->from_repo ? "repository" : "config"));
+      }
+      json_array_append_new(pools, o);
+    }
     root = json_pack("{s:o}", "pools", pools);
+    if (atomic_load(&s->loaded)) /* pipelines hook */
+      json_object_set_new(root, "pipelines", sip__pipelines_json(s->pipelines, kind));
     if (kind == SIP_INFO_STATUS) {
       json_object_set_new(root, "uptime_s",
                           json_real((double)(sip__now_us() - s->started_us) / 1e6));
@@ -922,9 +990,9 @@ char *sip_server_info_json(sip_server_t *s, int kind) {
                                     (json_int_t)nt, "http",
                                     (json_int_t)sip__http_connections(s->http)));
     }
-  } else {
-    return NULL;
   }
+  sip__registry_release(v, n);
+  sip__free(defaults);
   if (!root) return NULL;
   char *txt = json_dumps(root, JSON_COMPACT);
   json_decref(root);

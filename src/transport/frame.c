@@ -8,7 +8,7 @@
 
 static const char *type_names[] = {"?",           "INFER_REQUEST", "INFER_RESPONSE",
                                    "INFO_REQUEST", "INFO_RESPONSE", "ERROR",
-                                   "BATCH_INFER_REQUEST"};
+                                   "BATCH_INFER_REQUEST", "REPO_REQUEST"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip_frame_header_t *h) {
@@ -28,8 +28,8 @@ sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                          h->version, SIP_FRAME_VERSION);
   if (h->flags != 0)
     return sip_error_new(SIP_INVALID_ARGUMENT, "frame flags 0x%x set; expected 0", h->flags);
-  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_BATCH_INFER_REQUEST)
-    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..6", h->type);
+  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_REPO_REQUEST)
+    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..7", h->type);
   if (h->length > max_payload)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED,
                          "%s frame of %u bytes exceeds the limit of %zu bytes (max_frame_bytes)",
@@ -135,23 +135,39 @@ static void finish(sip_wbuf_t *w, size_t at, uint16_t type, uint64_t request_id)
 
 static void infer_body(sip_wbuf_t *w, size_t ps, const char *pool, int priority,
                        uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
-                       const sip_tensor_t *const *inputs, size_t n_inputs) {
+                       const sip_tensor_t *const *inputs, size_t n_inputs,
+                       const char *parameters) {
   sip__wbuf_str16(w, pool);
   sip__wbuf_u8(w, (uint8_t)priority);
-  sip__wbuf_put(w, "\0\0\0", 3);
+  sip__wbuf_u8(w, parameters ? SIP_REQ_HAS_PARAMETERS : 0);
+  sip__wbuf_put(w, "\0\0", 2);
   sip__wbuf_u32(w, timeout_ms);
   sip__wbuf_u16(w, (uint16_t)n_outputs);
   sip__wbuf_u16(w, (uint16_t)n_inputs);
   for (size_t i = 0; i < n_outputs; i++) sip__wbuf_str16(w, outputs[i]);
   for (size_t i = 0; i < n_inputs; i++) sip__wbuf_tensor(w, ps, inputs[i]);
+  if (parameters) {
+    size_t n = strlen(parameters);
+    sip__wbuf_u32(w, (uint32_t)n);
+    sip__wbuf_put(w, parameters, n);
+  }
 }
 
 void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
                                uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
                                const sip_tensor_t *const *inputs, size_t n_inputs) {
+  sip__encode_infer_request_params(w, request_id, pool, priority, timeout_ms, outputs, n_outputs,
+                                   inputs, n_inputs, NULL);
+}
+
+void sip__encode_infer_request_params(sip_wbuf_t *w, uint64_t request_id, const char *pool,
+                                      int priority, uint32_t timeout_ms,
+                                      const char *const *outputs, size_t n_outputs,
+                                      const sip_tensor_t *const *inputs, size_t n_inputs,
+                                      const char *parameters) {
   size_t at = begin(w);
   infer_body(w, at + SIP_FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, n_outputs, inputs,
-             n_inputs);
+             n_inputs, parameters);
   finish(w, at, SIP_MSG_INFER_REQUEST, request_id);
 }
 
@@ -166,7 +182,7 @@ void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_
   sip__wbuf_put(w, "\0\0\0", 3);
   /* The 8-byte prefix keeps tensor data 8-aligned for the embedded request. */
   infer_body(w, at + SIP_FRAME_HEADER_SIZE + SIP_BATCH_PREFIX_SIZE, pool, priority, timeout_ms,
-             outputs, n_outputs, inputs, n_inputs);
+             outputs, n_outputs, inputs, n_inputs, NULL);
   finish(w, at, SIP_MSG_BATCH_INFER_REQUEST, request_id);
 }
 
@@ -195,6 +211,13 @@ void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind) 
   size_t at = begin(w);
   sip__wbuf_u8(w, kind);
   finish(w, at, SIP_MSG_INFO_REQUEST, request_id);
+}
+
+void sip__encode_repo_request(sip_wbuf_t *w, uint64_t request_id, const char *json,
+                              size_t json_len) {
+  size_t at = begin(w);
+  sip__wbuf_put(w, json, json_len);
+  finish(w, at, SIP_MSG_REPO_REQUEST, request_id);
 }
 
 void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
@@ -348,6 +371,7 @@ static sip_error_t *trailing(reader_t *r) {
 
 void sip__wire_request_clear(sip_wire_request_t *r) {
   sip__free(r->pool);
+  sip__free(r->parameters);
   for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
   sip__free(r->outputs);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
@@ -380,8 +404,12 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
                       (unsigned long long)prio);
     goto fail;
   }
-  if (res) {
-    e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_REQUEST reserved bytes are not zero");
+  /* The first reserved byte carries flags; the rest must be zero. */
+  if (res & ~(uint64_t)SIP_REQ_HAS_PARAMETERS) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT,
+                      "INFER_REQUEST reserved bytes are not zero (flags 0x%llx; expected only "
+                      "0x%x, parameters)",
+                      (unsigned long long)res, SIP_REQ_HAS_PARAMETERS);
     goto fail;
   }
   out->priority = (int)prio;
@@ -403,6 +431,23 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
   }
   if ((e = get_tensors(&r, owner, n_in, &out->inputs))) goto fail;
   out->n_inputs = n_in;
+  if (res & SIP_REQ_HAS_PARAMETERS) {
+    uint64_t n;
+    if ((e = get_int(&r, "parameters length", 4, &n))) goto fail;
+    if (len - r.off < n) {
+      e = short_read(&r, "parameters", n);
+      goto fail;
+    }
+    if (memchr(p + r.off, '\0', n)) {
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_REQUEST parameters contain a NUL byte");
+      goto fail;
+    }
+    if (!(out->parameters = sip__strndup((const char *)p + r.off, n))) {
+      e = SIP_OOM();
+      goto fail;
+    }
+    r.off += n;
+  }
   if ((e = trailing(&r))) goto fail;
   return NULL;
 fail:

@@ -22,8 +22,12 @@ enum {
   SIP_MSG_INFO_RESPONSE = 4,
   SIP_MSG_ERROR = 5,
   SIP_MSG_BATCH_INFER_REQUEST = 6,
+  SIP_MSG_REPO_REQUEST = 7, /* JSON {"action": "index"|"load"|"unload", "model": NAME} */
 };
 #define SIP_BATCH_PREFIX_SIZE 8
+/* INFER_REQUEST flag (first reserved byte): a u32-length JSON object of
+ * request parameters follows the inputs. */
+#define SIP_REQ_HAS_PARAMETERS 0x01
 
 typedef struct sip_frame_header {
   uint16_t version;
@@ -66,6 +70,7 @@ typedef struct sip_wire_request {
   size_t n_outputs;
   sip_tensor_t **inputs;
   size_t n_inputs;
+  char *parameters; /* JSON text after the inputs (flag SIP_REQ_HAS_PARAMETERS), or NULL */
 } sip_wire_request_t;
 
 typedef struct sip_wire_response {
@@ -94,6 +99,12 @@ void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t cod
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs);
+/* The same with request parameters (JSON text, e.g. {"pipeline_config": {...}}; NULL: none). */
+void sip__encode_infer_request_params(sip_wbuf_t *w, uint64_t request_id, const char *pool,
+                                      int priority, uint32_t timeout_ms,
+                                      const char *const *outputs, size_t n_outputs,
+                                      const sip_tensor_t *const *inputs, size_t n_inputs,
+                                      const char *parameters);
 /* BATCH_INFER_REQUEST: an 8-byte prefix (u32 max_batch_size, u8 padding,
  * 3 reserved) followed by an INFER_REQUEST payload whose dim 0 stacks the
  * items. */
@@ -105,6 +116,9 @@ void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_
 sip_error_t *sip__decode_batch_prefix(const uint8_t *p, size_t len, uint32_t *max_batch_size,
                                       uint8_t *padding);
 void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind);
+/* REPO_REQUEST: the JSON text is the whole payload; answered by INFO_RESPONSE. */
+void sip__encode_repo_request(sip_wbuf_t *w, uint64_t request_id, const char *json,
+                              size_t json_len);
 void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);
 void sip__encode_error(sip_wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);

@@ -3,6 +3,7 @@ seconds and elastic level; the HTTP model configuration shows the batcher."""
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ def srv(sipd_bin, tmp_path_factory):
         {"name": "b", "backend": "builtin", "pool_size": 1,
          "backend_options": {"shape": "-1,2", "delay_ms": 30},
          "dynamic_batching": {"max_batch_size": 8, "max_queue_delay_us": 100000,
-                              "preferred_batch_sizes": [4, 8]}},
+                              "preferred_batch_sizes": [1, 4, 8]}},
         {"name": "e", "backend": "builtin",
          "backend_options": {"shape": "-1,2"},
          "batch_strategies": {"low": {"max_batch": 2, "timeout": 1},
@@ -49,6 +50,10 @@ def test_batch_histogram_in_metrics(srv):
     c = srv.client()
     # Occupy the session, queue 4 one-row requests: they run as one batch of 4.
     first = c.infer_async(InferenceRequest("b", {"input": np.zeros((1, 2), F)}))
+    # A lone row is a preferred size: it runs at once; the next four queue behind it.
+    deadline = time.time() + 5
+    while srv.pool_status("b", c)["sessions"][0]["state"] != "RUNNING" and time.time() < deadline:
+        time.sleep(0.001)
     futs = [c.infer_async(InferenceRequest("b", {"input": np.full((1, 2), i, F)})) for i in range(4)]
     first.result(timeout=10)
     for i, f in enumerate(futs):
@@ -75,7 +80,7 @@ def test_elastic_level_metric_and_config(srv):
     assert levels == {"low": 1.0, "medium": 0.0, "high": 0.0}
     cfg = K.get(srv.http + "/v2/models/b/config").json()
     assert cfg["max_batch_size"] == 8
-    assert cfg["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    assert cfg["dynamic_batching"]["preferred_batch_size"] == [1, 4, 8]
     assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 100000
     # A burst of traffic raises the level (rate thresholds default to 50/200 req/s).
     c = srv.client()
@@ -88,7 +93,6 @@ def test_elastic_level_metric_and_config(srv):
     ts = [threading.Thread(target=hammer) for _ in range(4)]
     [t.start() for t in ts]
     try:
-        import time
         deadline = time.time() + 10
         level = None
         while time.time() < deadline:

@@ -394,7 +394,7 @@ def test_bad_request_header_fields():
     with pytest.raises(P.ProtocolError, match="priority"):
         P.decode_infer_request(bytes(bad_prio))
     bad_res = bytearray(good)
-    bad_res[4] = 1
+    bad_res[4] = 2  # bit 0 is the parameters flag
     with pytest.raises(P.ProtocolError, match="reserved"):
         P.decode_infer_request(bytes(bad_res))
 

@@ -189,8 +189,8 @@ static void test_sizes_and_bools(void **state) {
 
 static void test_unknown_keys(void **state) {
   (void)state;
-  EXPECT_ERR("session_pools: []\npipeline_sessions: []\n", NAME ":2:1: pipeline_sessions: unknown key",
-             "expected one of: server, session_pools");
+  EXPECT_ERR("session_pools: []\npipelines: []\n", NAME ":2:1: pipelines: unknown key",
+             "expected one of: server, session_pools, pipeline_sessions");
   EXPECT_ERR("server:\n  log_level: info\n  threads: 2\nsession_pools: []\n",
              NAME ":3:3: server.threads: unknown key",
              "expected one of: endpoints, intra_op_threads, inter_op_threads, allow_spinning, "
@@ -304,7 +304,8 @@ static void test_bad_enums(void **state) {
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),
-             "session_pools[0].backend: \"tensorrt\" is not valid; expected one of onnxruntime, builtin");
+             "session_pools[0].backend: \"tensorrt\" is not valid; expected one of onnxruntime, builtin, "
+             "transform");
 }
 
 static void expect_bad_endpoint(const char *ep, const char *problem) {
@@ -392,7 +393,8 @@ static void test_model_path(void **state) {
              "expected an .onnx file or a model directory");
   EXPECT_ERR("session_pools:\n  - name: a\n    pool_size: 2\n",
              NAME ":2:5: session_pools[0].model_path: missing",
-             "expected a path to an .onnx file or a model directory (required unless backend: builtin)");
+             "expected a path to an .onnx file or a model directory (required unless backend: builtin "
+             "or transform)");
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: \"\"}\n", "session_pools[0].model_path: is empty");
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: ~}\n", "session_pools[0].model_path: has no value");
 
@@ -407,6 +409,13 @@ static void test_model_path(void **state) {
   assert_string_equal(cfg->pools[2].model_path, BASE "/models/resnet/");
   assert_string_equal(cfg->pools[3].backend, "builtin");
   assert_string_equal(cfg->pools[3].model_path, BASE "/fixtures/x.om");
+  sip__config_free(cfg);
+
+  /* A transform pool needs no model file. */
+  cfg = load_ok("session_pools:\n"
+                "  - {name: t, backend: transform, backend_options: {operation: softmax}}\n");
+  assert_string_equal(cfg->pools[0].backend, "transform");
+  assert_null(cfg->pools[0].model_path);
   sip__config_free(cfg);
 }
 

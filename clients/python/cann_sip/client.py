@@ -57,16 +57,19 @@ class InferenceRequest:
     outputs: names of the outputs wanted (None: all).
     """
 
-    __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs")
+    __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs",
+                 "pipeline_config")
 
     def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
-                 outputs=None):
+                 outputs=None, pipeline_config=None):
         self.session_pool = session_pool
         self.inputs = inputs
         self.timeout_ms = timeout_ms
         self.priority = priority
         self.request_id = request_id
         self.outputs = outputs
+        # For pipelines: {"stage_timeout_ms": [50, 20, 30], "early_exit_condition": "..."}.
+        self.pipeline_config = pipeline_config
 
     def __repr__(self):
         return ("InferenceRequest(session_pool=%r, inputs=[%s], timeout_ms=%r, priority=%r, "
@@ -114,10 +117,26 @@ class InferenceResponse:
     timings: {"queue_us", "compute_us", "total_us"} as reported by the server.
     """
 
-    __slots__ = ("outputs", "latency_ms", "request_id", "timings", "session_pool")
+    __slots__ = ("outputs", "latency_ms", "request_id", "timings", "session_pool",
+                 "stage_outputs", "stages", "early_exit")
 
-    def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None):
-        self.outputs = outputs
+    def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None, message=""):
+        # A pipeline answers with "<stage>/<output>" tensors and a JSON story of
+        # its stages in the message: split them out (seed 000's stage_outputs).
+        self.outputs = {k: v for k, v in outputs.items() if "/" not in k}
+        self.stage_outputs = {}
+        for k, v in outputs.items():
+            if "/" in k:
+                stage, out = k.split("/", 1)
+                self.stage_outputs.setdefault(stage, {})[out] = v
+        self.stages, self.early_exit = {}, None
+        if message:
+            try:
+                info = json.loads(message)
+                self.stages = info.get("stages", {})
+                self.early_exit = info.get("early_exit")
+            except (ValueError, AttributeError):
+                pass
         self.latency_ms = latency_ms
         self.request_id = request_id
         self.timings = timings
@@ -225,6 +244,7 @@ class _Connection:
         self.pending = {}
         self.dead = False
         self.dead_error = None
+        self.postprocess = None  # the client's {pool: (fn, config)}, shared
         self._last_sweep = time.monotonic()
         self.reader = threading.Thread(target=self._read_loop, name="cann_sip-reader",
                                        daemon=True)
@@ -423,8 +443,17 @@ class _Connection:
                     return
                 timings = {"queue_us": m.queue_us, "compute_us": m.compute_us,
                            "total_us": m.total_us}
-                fut.set_result(InferenceResponse(m.outputs, latency_ms, h.request_id, timings,
-                                                 entry.pool))
+                resp = InferenceResponse(m.outputs, latency_ms, h.request_id, timings,
+                                         entry.pool, m.message)
+                post = self.postprocess.get(entry.pool) if self.postprocess else None
+                if post is not None:
+                    fn, config = post
+                    try:
+                        resp.outputs = fn(resp.outputs, config)
+                    except Exception as e:  # the hook's failure is the caller's, not the reader's
+                        fut.set_exception(e)
+                        return
+                fut.set_result(resp)
             else:
                 if h.type != P.INFO_RESPONSE:
                     raise P.ProtocolError("expected INFO_RESPONSE, got type %d" % h.type)
@@ -467,6 +496,7 @@ class SessionClient:
         self._closed = False
         self._ids = itertools.count(1)
         self._ranks = {}  # pool -> {input: rank}, for batch_infer
+        self._postprocess = {}  # pool -> (fn, config), see register_postprocess
 
     # -- plumbing -----------------------------------------------------------
     def _connection(self):
@@ -476,6 +506,7 @@ class SessionClient:
             c = self._conn
             if c is None or c.dead:
                 c = self._conn = _Connection.open(self.endpoint, self.timeout_s)
+                c.postprocess = self._postprocess
             return c
 
     def _next_id(self):
@@ -508,11 +539,17 @@ class SessionClient:
         if not isinstance(request, InferenceRequest):
             raise InvalidArgumentError("infer expects an InferenceRequest, not %s"
                                        % type(request).__name__)
+        params = None
+        if request.pipeline_config is not None:
+            if not isinstance(request.pipeline_config, dict):
+                raise InvalidArgumentError("pipeline_config must be a dict, not %s"
+                                           % type(request.pipeline_config).__name__)
+            params = {"pipeline_config": request.pipeline_config}
         try:
             parts = P.encode_infer_request_parts(request.session_pool, request.inputs,
                                                  priority=request.priority,
                                                  timeout_ms=request.timeout_ms,
-                                                 outputs=request.outputs)
+                                                 outputs=request.outputs, parameters=params)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(str(e)) from None
         rid = request.request_id
@@ -527,11 +564,26 @@ class SessionClient:
         """Runs one request and returns its InferenceResponse (raises SipError)."""
         return self._wait(self.infer_async(request))
 
+    def register_postprocess(self, pool, fn, config=None):
+        """Seed 003's post-process hook: every response of `pool` (a pool or a
+        pipeline) has its outputs replaced by ``fn(raw_outputs, config)``,
+        which must return a dict. Runs on the client, in the thread that
+        delivers the answer; ``fn=None`` removes the hook."""
+        if fn is None:
+            self._postprocess.pop(pool, None)
+        elif not callable(fn):
+            raise InvalidArgumentError("postprocess for %r is not callable" % (pool,))
+        else:
+            self._postprocess[pool] = (fn, config)
+
     def _input_ranks(self, pool):
         ranks = self._ranks.get(pool)
         if ranks is None:
+            # "model:version" names one version of a repository model.
+            name, _, version = pool.partition(":")
             for p in self.pools():
-                if p["name"] == pool:
+                if p["name"] == name and (p.get("version") == version if version
+                                          else p.get("default", True)):
                     ranks = {i["name"]: (len(i["shape"]) if i.get("shape") is not None else None)
                              for i in p.get("inputs", [])}
                     self._ranks[pool] = ranks
@@ -641,6 +693,32 @@ class SessionClient:
     def status(self):
         """The status document: uptime, per-pool counters, histograms and sessions."""
         return self.info(P.INFO_STATUS) or {}
+
+    # -- model repository ---------------------------------------------------
+    def _repo(self, action, model=None, **extra):
+        if model is not None and not isinstance(model, str):
+            raise InvalidArgumentError("model name must be a str, not %s" % type(model).__name__)
+        return self._wait(self._submit(self._next_id(), "info", P.REPO_REQUEST,
+                                       [P.encode_repo_request(action, model, **extra)], None))
+
+    def repository_index(self, ready=False):
+        """The model repository index: a list of {"name", "version" (absent for a
+        model as a whole), "state" (READY, LOADING, UNLOADING, UNAVAILABLE),
+        "reason", "source" ("repository" or "config"), "default"}. With
+        ``ready=True`` only READY entries."""
+        obj = self._repo("index", ready=bool(ready)) or {}
+        return obj.get("models", [])
+
+    def load_model(self, name):
+        """Loads (or reloads) repository model ``name``; returns when its new
+        versions serve and the replaced ones are freed. Raises SipError: the
+        load's failure (what was serving stays), NotFoundError,
+        InvalidArgumentError (a name with '/', '..', ...)."""
+        return self._repo("load", name)
+
+    def unload_model(self, name):
+        """Unloads repository model ``name`` (requests in flight finish first)."""
+        return self._repo("unload", name)
 
     # -- lifetime -----------------------------------------------------------
     def close(self):

@@ -52,6 +52,7 @@ INFO_REQUEST = 3
 INFO_RESPONSE = 4
 ERROR = 5
 BATCH_INFER_REQUEST = 6
+REPO_REQUEST = 7  # JSON {"action": "index" | "load" | "unload", "model": name} -> INFO_RESPONSE
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
 _BATCH_PREFIX = struct.Struct("<IB3x")  # max_batch_size, padding; keeps data 8-aligned
@@ -481,9 +482,14 @@ def _items(tensors):
     return list(tensors)
 
 
-def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, outputs=()):
+REQ_HAS_PARAMETERS = 0x01  # first reserved byte: a JSON parameters object follows the inputs
+
+
+def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, outputs=(),
+                               parameters=None):
     """INFER_REQUEST payload as a list of buffers (large tensor data is not
-    copied). ``inputs``: dict (or pairs) name -> array-like."""
+    copied). ``inputs``: dict (or pairs) name -> array-like. ``parameters``:
+    a dict sent as JSON after the inputs (e.g. {"pipeline_config": {...}})."""
     prio = priority_code(priority)
     if timeout_ms is None:
         timeout_ms = 0
@@ -496,11 +502,16 @@ def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, output
         raise ValueError("too many inputs or outputs (at most 65535 each)")
     w = _Writer()
     w.str16(pool, "pool name")
-    w.put(_REQUEST_HEAD.pack(prio, b"\0\0\0", timeout_ms, len(outs), len(ins)))
+    flags = bytes([REQ_HAS_PARAMETERS if parameters is not None else 0, 0, 0])
+    w.put(_REQUEST_HEAD.pack(prio, flags, timeout_ms, len(outs), len(ins)))
     for o in outs:
         w.str16(o, "output name")
     for name, value in ins:
         _write_tensor(w, name, value)
+    if parameters is not None:
+        text = json.dumps(parameters).encode("utf-8")
+        w.u32(len(text))
+        w.put(text)
     return w.finish()
 
 
@@ -530,13 +541,16 @@ def decode_infer_request(payload, copy=False):
     prio, reserved, timeout_ms, n_out, n_in = r.unpack(_REQUEST_HEAD, "request header")
     if prio > 3:
         raise ProtocolError("priority %d, expected 0..3" % prio)
-    if reserved != b"\0\0\0":
+    if reserved[1:] != b"\0\0" or reserved[0] & ~REQ_HAS_PARAMETERS:
         raise ProtocolError("reserved request bytes are not zero")
     outs = [r.str16("output name %d" % i) for i in range(n_out)]
     ins = {}
     for _ in range(n_in):
         name, arr = _read_tensor(r, copy)
         ins[name] = arr
+    if reserved[0] & REQ_HAS_PARAMETERS:
+        n = r.u32("parameters length")
+        r.raw(n, "parameters")
     r.done("request")
     return InferRequestMessage(pool, prio, timeout_ms, outs, ins)
 
@@ -589,6 +603,15 @@ def decode_info_request(payload):
     kind = r.u8("info kind")
     r.done("info request")
     return kind
+
+
+def encode_repo_request(action, model=None, **extra):
+    """REPO_REQUEST payload: the JSON object {"action", "model", ...extra}."""
+    obj = {"action": action}
+    if model is not None:
+        obj["model"] = model
+    obj.update(extra)
+    return json.dumps(obj).encode("utf-8")
 
 
 def encode_info_response(code, obj):

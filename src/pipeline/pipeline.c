@@ -1,0 +1,952 @@
+/* sip — pipeline execution.
+ *
+ * A request to a pipeline becomes a `run`: every stage whose inputs are
+ * ready is launched at once (independent branches run concurrently, and
+ * stages of different requests overlap because each model stage is just a
+ * request queued on its pool). A model stage is submitted to its pool with
+ * the request's priority, remaining deadline and cancel token (end-to-end);
+ * a transform stage runs inline on the thread that made its inputs ready.
+ * When a stage ends, its dependents' counters drop; the early-exit
+ * condition is checked; the run answers once nothing is in flight. */
+#include "pipeline/pipeline.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "pipeline/expr.h"
+#include "pipeline/transforms.h"
+#include "session/engine.h"
+
+#define MAX_STAGES 64
+
+typedef struct wire {
+  char *name; /* the stage's input */
+  int src;    /* -1: a pipeline input; else a stage index */
+  char *out;  /* the source's output (or pipeline input) name */
+} wire_t;
+
+typedef struct stage {
+  const sip_stage_config_t *cfg;
+  sip_transform_t *tf;
+  sip_expr_t *when;
+  wire_t *in;
+  size_t n_in;
+  char **outs; /* what the stage produces (model outputs or the transform's) */
+  size_t n_outs;
+  int deps[MAX_STAGES];
+  size_t n_deps;
+  int users[MAX_STAGES];
+  size_t n_users;
+  atomic_uint_fast64_t ran, skipped, failed, total_us;
+} stage_t;
+
+typedef struct pout {
+  int stage;
+  char *out;  /* the stage's output */
+  char *name; /* the name in the response */
+} pout_t;
+
+typedef struct pipeline {
+  const sip_pipeline_config_t *cfg;
+  stage_t *st;
+  size_t n;
+  sip_expr_t *exit;
+  char **inputs; /* pipeline.<name> references */
+  size_t n_inputs;
+  pout_t *po;
+  size_t n_po;
+  char *error; /* non-NULL: FAILED */
+  atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
+  atomic_uint_fast64_t early_exits;
+} pipeline_t;
+
+struct sip_pipeline_set {
+  pipeline_t *p;
+  size_t n;
+};
+
+/* ---- building ---- */
+
+static int find_str(char *const *v, size_t n, const char *s) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(v[i], s)) return (int)i;
+  return -1;
+}
+
+static char **names_of(json_t *arr, size_t *n) {
+  *n = json_array_size(arr);
+  char **v = sip__calloc(*n ? *n : 1, sizeof *v);
+  for (size_t i = 0; v && i < *n; i++)
+    v[i] = sip__strdup(json_string_value(json_object_get(json_array_get(arr, i), "name")));
+  return v;
+}
+
+static char **names_of_descs(const sip_io_desc_t *d, size_t n) {
+  char **v = sip__calloc(n ? n : 1, sizeof *v);
+  for (size_t i = 0; v && i < n; i++) v[i] = sip__strdup(d[i].name);
+  return v;
+}
+
+static void free_strs(char **v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) sip__free(v[i]);
+  sip__free(v);
+}
+
+static void add_dep(stage_t *s, int d) {
+  for (size_t i = 0; i < s->n_deps; i++)
+    if (s->deps[i] == d) return;
+  s->deps[s->n_deps++] = d;
+}
+
+static void add_input(pipeline_t *pl, const char *name) {
+  if (find_str(pl->inputs, pl->n_inputs, name) >= 0) return;
+  char **v = sip__reallocarray(pl->inputs, pl->n_inputs + 1, sizeof *v);
+  if (!v) return;
+  pl->inputs = v;
+  v[pl->n_inputs] = sip__strdup(name);
+  if (v[pl->n_inputs]) pl->n_inputs++;
+}
+
+static int stage_index(const pipeline_t *pl, const char *name, size_t len) {
+  for (size_t i = 0; i < pl->n; i++)
+    if (strlen(pl->st[i].cfg->name) == len && !strncmp(pl->st[i].cfg->name, name, len))
+      return (int)i;
+  return -1;
+}
+
+/* Outputs a stage keeps: all it produces, or its output_filter. */
+static int keeps(const stage_t *s, const char *out) {
+  if (find_str(s->outs, s->n_outs, out) < 0) return 0;
+  if (!s->cfg->n_output_filter) return 1;
+  return find_str(s->cfg->output_filter, s->cfg->n_output_filter, out) >= 0;
+}
+
+/* Resolves "stage.output" / "pipeline.input" into (src, out); NULL or an
+ * owned message. */
+static char *resolve_ref(pipeline_t *pl, size_t before, const char *ref, int *src, char **out) {
+  const char *dot = strchr(ref, '.');
+  if (!dot) return sip__asprintf("'%s' is not \"<stage>.<output>\"", ref);
+  if ((size_t)(dot - ref) == 8 && !strncmp(ref, "pipeline", 8)) {
+    *src = -1;
+    *out = sip__strdup(dot + 1);
+    add_input(pl, dot + 1);
+    return NULL;
+  }
+  int si = stage_index(pl, ref, (size_t)(dot - ref));
+  if (si < 0 || (size_t)si >= before) return sip__asprintf("'%s' names no earlier stage", ref);
+  if (!keeps(&pl->st[si], dot + 1)) {
+    char list[512] = "";
+    for (size_t i = 0; i < pl->st[si].n_outs; i++)
+      if (keeps(&pl->st[si], pl->st[si].outs[i]))
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", list[0] ? ", " : "",
+                 pl->st[si].outs[i]);
+    return sip__asprintf("stage '%s' has no output '%s' (it keeps: %s)", pl->st[si].cfg->name,
+                         dot + 1, list);
+  }
+  *src = si;
+  *out = sip__strdup(dot + 1);
+  return NULL;
+}
+
+/* Finds a pool's JSON in the pools introspection. */
+static json_t *pool_info(json_t *pools, const char *name) {
+  size_t i;
+  json_t *p;
+  json_array_foreach(pools, i, p) if (!strcmp(json_string_value(json_object_get(p, "name")), name))
+      return p;
+  return NULL;
+}
+
+static char *build_one(pipeline_t *pl, json_t *pools) {
+  const sip_pipeline_config_t *c = pl->cfg;
+  if (c->n_stages > MAX_STAGES)
+    return sip__asprintf("%zu stages; at most %d are supported", c->n_stages, MAX_STAGES);
+  pl->st = sip__calloc(c->n_stages, sizeof *pl->st);
+  if (!pl->st) return sip__strdup("out of memory");
+  pl->n = c->n_stages;
+  for (size_t k = 0; k < pl->n; k++) {
+    stage_t *s = &pl->st[k];
+    s->cfg = &c->stages[k];
+    char **in_names = NULL;
+    size_t n_in_names = 0;
+    if (s->cfg->is_transform) {
+      sip_error_t *e = sip__transform_new(s->cfg->operation, s->cfg->options, s->cfg->n_options,
+                                          &s->tf);
+      if (e) {
+        char *m = sip__asprintf("stage '%s': %s", s->cfg->name, sip_error_message(e));
+        sip_error_free(e);
+        return m;
+      }
+      const sip_io_desc_t *ins, *outs;
+      size_t ni, no;
+      sip__transform_describe(s->tf, &ins, &ni, &outs, &no);
+      in_names = names_of_descs(ins, ni);
+      n_in_names = ni;
+      s->outs = names_of_descs(outs, no);
+      s->n_outs = no;
+    } else {
+      json_t *p = pool_info(pools, s->cfg->pool);
+      if (!p) return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
+      const char *state = json_string_value(json_object_get(p, "state"));
+      if (strcmp(state, "READY"))
+        return sip__asprintf("stage '%s': pool '%s' is %s%s%s", s->cfg->name, s->cfg->pool, state,
+                             json_is_string(json_object_get(p, "error")) ? ": " : "",
+                             json_is_string(json_object_get(p, "error"))
+                                 ? json_string_value(json_object_get(p, "error"))
+                                 : "");
+      in_names = names_of(json_object_get(p, "inputs"), &n_in_names);
+      s->outs = names_of(json_object_get(p, "outputs"), &s->n_outs);
+    }
+    for (size_t f = 0; f < s->cfg->n_output_filter; f++)
+      if (find_str(s->outs, s->n_outs, s->cfg->output_filter[f]) < 0) {
+        free_strs(in_names, n_in_names);
+        return sip__asprintf("stage '%s': output_filter names '%s', which the stage does not "
+                             "produce", s->cfg->name, s->cfg->output_filter[f]);
+      }
+    /* Inputs: input_mapping, else pipeline inputs (first stage) or the
+     * previous stage's outputs, by name when they match, else by position. */
+    s->in = sip__calloc(n_in_names ? n_in_names : 1, sizeof *s->in);
+    s->n_in = n_in_names;
+    char *err = NULL;
+    for (size_t i = 0; i < s->cfg->n_input_mapping && !err; i++)
+      if (find_str(in_names, n_in_names, s->cfg->input_mapping[i].key) < 0)
+        err = sip__asprintf("stage '%s': input_mapping names '%s', which is not an input of the "
+                            "stage", s->cfg->name, s->cfg->input_mapping[i].key);
+    for (size_t i = 0; i < n_in_names && !err; i++) {
+      wire_t *w = &s->in[i];
+      w->name = sip__strdup(in_names[i]);
+      const char *mapped = NULL;
+      for (size_t m = 0; m < s->cfg->n_input_mapping; m++)
+        if (!strcmp(s->cfg->input_mapping[m].key, in_names[i])) mapped = s->cfg->input_mapping[m].value;
+      if (mapped) {
+        char *e = resolve_ref(pl, k, mapped, &w->src, &w->out);
+        if (e) {
+          err = sip__asprintf("stage '%s' input '%s': %s", s->cfg->name, in_names[i], e);
+          sip__free(e);
+        }
+      } else if (k == 0 || s->cfg->n_input_mapping) {
+        w->src = -1;
+        w->out = sip__strdup(in_names[i]);
+        add_input(pl, in_names[i]);
+      } else {
+        stage_t *prev = &pl->st[k - 1];
+        w->src = (int)k - 1;
+        if (keeps(prev, in_names[i]))
+          w->out = sip__strdup(in_names[i]);
+        else if (i < prev->n_outs && keeps(prev, prev->outs[i]))
+          w->out = sip__strdup(prev->outs[i]);
+        else
+          err = sip__asprintf("stage '%s' input '%s': the previous stage '%s' has no output of "
+                              "that name or position; add an input_mapping",
+                              s->cfg->name, in_names[i], prev->cfg->name);
+      }
+      if (!err && w->src >= 0) add_dep(s, w->src);
+    }
+    free_strs(in_names, n_in_names);
+    if (err) return err;
+    if (s->cfg->when) {
+      sip_error_t *e = sip__expr_parse(s->cfg->when, &s->when);
+      if (e) {
+        char *m = sip__asprintf("stage '%s' when: %s", s->cfg->name, sip_error_message(e));
+        sip_error_free(e);
+        return m;
+      }
+      const char *const *refs;
+      size_t nr = sip__expr_refs(s->when, &refs);
+      for (size_t r = 0; r < nr; r++) {
+        int src;
+        char *out = NULL, *e2 = resolve_ref(pl, k, refs[r], &src, &out);
+        sip__free(out);
+        if (e2) {
+          char *m = sip__asprintf("stage '%s' when: %s", s->cfg->name, e2);
+          sip__free(e2);
+          return m;
+        }
+        if (src >= 0) add_dep(s, src);
+      }
+    }
+  }
+  for (size_t k = 0; k < pl->n; k++)
+    for (size_t d = 0; d < pl->st[k].n_deps; d++) {
+      stage_t *src = &pl->st[pl->st[k].deps[d]];
+      src->users[src->n_users++] = (int)k;
+    }
+  if (c->early_exit_condition) {
+    sip_error_t *e = sip__expr_parse(c->early_exit_condition, &pl->exit);
+    if (e) {
+      char *m = sip__asprintf("early_exit_condition: %s", sip_error_message(e));
+      sip_error_free(e);
+      return m;
+    }
+  }
+  /* Outputs: the configured ones, else every kept output of the sinks. */
+  size_t cap = 0;
+  for (size_t k = 0; k < pl->n; k++) cap += pl->st[k].n_outs;
+  pl->po = sip__calloc(cap + c->n_outputs + 1, sizeof *pl->po);
+  if (!pl->po) return sip__strdup("out of memory");
+  for (size_t o = 0; o < c->n_outputs; o++) {
+    pout_t *po = &pl->po[pl->n_po];
+    char *e = resolve_ref(pl, pl->n, c->outputs[o], &po->stage, &po->out);
+    if (e) {
+      char *m = sip__asprintf("outputs: %s", e);
+      sip__free(e);
+      return m;
+    }
+    pl->n_po++;
+  }
+  if (!c->n_outputs)
+    for (size_t k = 0; k < pl->n; k++) {
+      if (pl->st[k].n_users) continue;
+      for (size_t o = 0; o < pl->st[k].n_outs; o++)
+        if (keeps(&pl->st[k], pl->st[k].outs[o])) {
+          pl->po[pl->n_po].stage = (int)k;
+          pl->po[pl->n_po].out = sip__strdup(pl->st[k].outs[o]);
+          pl->n_po++;
+        }
+    }
+  /* Plain output names where they are unique, else "stage.output". */
+  for (size_t i = 0; i < pl->n_po; i++) {
+    int dup = 0;
+    for (size_t j = 0; j < pl->n_po; j++)
+      dup |= i != j && pl->po[i].out && pl->po[j].out && !strcmp(pl->po[i].out, pl->po[j].out);
+    pl->po[i].name = dup ? sip__asprintf("%s.%s", pl->st[pl->po[i].stage].cfg->name, pl->po[i].out)
+                         : sip__strdup(pl->po[i].out);
+    if (!pl->po[i].name) return sip__strdup("out of memory");
+  }
+  return NULL;
+}
+
+static void pipeline_clear(pipeline_t *pl) {
+  for (size_t k = 0; k < pl->n; k++) {
+    stage_t *s = &pl->st[k];
+    sip__transform_free(s->tf);
+    sip__expr_free(s->when);
+    for (size_t i = 0; i < s->n_in; i++) {
+      sip__free(s->in[i].name);
+      sip__free(s->in[i].out);
+    }
+    sip__free(s->in);
+    free_strs(s->outs, s->n_outs);
+  }
+  sip__free(pl->st);
+  sip__expr_free(pl->exit);
+  free_strs(pl->inputs, pl->n_inputs);
+  for (size_t i = 0; i < pl->n_po; i++) {
+    sip__free(pl->po[i].out);
+    sip__free(pl->po[i].name);
+  }
+  sip__free(pl->po);
+  sip__free(pl->error);
+}
+
+sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg) {
+  sip_pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
+  if (!ps) return NULL;
+  ps->p = sip__calloc(cfg->n_pipelines ? cfg->n_pipelines : 1, sizeof *ps->p);
+  if (!ps->p) {
+    sip__free(ps);
+    return NULL;
+  }
+  ps->n = cfg->n_pipelines;
+  char *txt = cfg->n_pipelines ? sip_server_info_json(s, SIP_INFO_POOLS) : NULL;
+  json_t *root = txt ? json_loads(txt, 0, NULL) : NULL;
+  sip_free(txt);
+  json_t *pools = json_object_get(root, "pools");
+  for (size_t i = 0; i < ps->n; i++) {
+    pipeline_t *pl = &ps->p[i];
+    pl->cfg = &cfg->pipelines[i];
+    pl->error = build_one(pl, pools);
+    if (pl->error)
+      sip__log(SIP__LOG_ERROR, "pipeline failed to build", "pipeline=%s reason=\"%s\"",
+               pl->cfg->name, pl->error);
+    else
+      sip__log(SIP__LOG_INFO, "pipeline ready", "pipeline=%s stages=%zu inputs=%zu outputs=%zu",
+               pl->cfg->name, pl->n, pl->n_inputs, pl->n_po);
+  }
+  json_decref(root);
+  return ps;
+}
+
+void sip__pipelines_free(sip_pipeline_set_t *ps) {
+  if (!ps) return;
+  for (size_t i = 0; i < ps->n; i++) pipeline_clear(&ps->p[i]);
+  sip__free(ps->p);
+  sip__free(ps);
+}
+
+static pipeline_t *find(const sip_pipeline_set_t *ps, const char *name) {
+  for (size_t i = 0; ps && i < ps->n; i++)
+    if (!strcmp(ps->p[i].cfg->name, name)) return &ps->p[i];
+  return NULL;
+}
+
+int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name) {
+  return find(ps, name) != NULL;
+}
+
+/* ---- running ---- */
+
+enum { ST_PENDING = 0, ST_RUNNING, ST_DONE, ST_SKIPPED, ST_FAILED, ST_NOT_REACHED };
+static const char *status_names[] = {"pending", "running", "ran", "skipped", "failed",
+                                     "not_reached"};
+
+typedef struct sstate {
+  int status;
+  sip_tensor_t **outs; /* kept outputs, named as the stage's outputs */
+  size_t n_outs;
+  int deps_left;
+  uint64_t start_us, end_us;
+  uint64_t queue_us, compute_us;
+} sstate_t;
+
+typedef struct run {
+  sip_server_t *srv;
+  pipeline_t *pl;
+  pthread_mutex_t mu;
+  sip_request_t *req; /* owns the inputs; id, priority, cancel token */
+  uint64_t arrival_us, deadline_us;
+  uint32_t stage_timeout_ms[MAX_STAGES];
+  sip_expr_t *exit; /* the request's own early exit (owned), else NULL */
+  sstate_t st[MAX_STAGES];
+  int pending; /* stages launched and not ended */
+  sip_code_t code;
+  char *message;
+  int exit_stage; /* -1: no early exit */
+  sip_infer_done_fn done;
+  void *user;
+} run_t;
+
+typedef struct stage_call {
+  run_t *r;
+  int stage;
+} stage_call_t;
+
+static void launch(run_t *r, int k);
+
+static const sip_tensor_t *lookup(void *ctx, const char *stage, const char *output) {
+  run_t *r = ctx;
+  if (!strcmp(stage, "pipeline")) {
+    for (size_t i = 0; i < r->req->n_inputs; i++)
+      if (!strcmp(r->req->inputs[i]->name, output)) return r->req->inputs[i];
+    return NULL;
+  }
+  int k = stage_index(r->pl, stage, strlen(stage));
+  if (k < 0 || r->st[k].status != ST_DONE) return NULL;
+  for (size_t i = 0; i < r->st[k].n_outs; i++)
+    if (!strcmp(r->st[k].outs[i]->name, output)) return r->st[k].outs[i];
+  return NULL;
+}
+
+/* 1 when every stage the expression refers to has ended. */
+static int refs_ready(run_t *r, const sip_expr_t *e) {
+  const char *const *refs;
+  size_t n = sip__expr_refs(e, &refs);
+  for (size_t i = 0; i < n; i++) {
+    const char *dot = strchr(refs[i], '.');
+    if (!dot || ((size_t)(dot - refs[i]) == 8 && !strncmp(refs[i], "pipeline", 8))) continue;
+    int k = stage_index(r->pl, refs[i], (size_t)(dot - refs[i]));
+    if (k < 0 || r->st[k].status < ST_DONE) return 0;
+  }
+  return 1;
+}
+
+static void fail_locked(run_t *r, sip_code_t code, char *msg /* owned */) {
+  if (r->code == SIP_OK) {
+    r->code = code;
+    r->message = msg;
+  } else {
+    sip__free(msg);
+  }
+}
+
+static void stage_tensors_free(sip_tensor_t **t, size_t n) {
+  for (size_t i = 0; t && i < n; i++) sip_tensor_free(t[i]);
+  sip__free(t);
+}
+
+/* The response: pipeline outputs, each ran stage's outputs as
+ * "<stage>/<output>", and the stages' story as JSON in the message. */
+static void finish(run_t *r) {
+  pipeline_t *pl = r->pl;
+  sip_response_t *resp = sip__calloc(1, sizeof *resp);
+  json_t *stages = json_object();
+  for (size_t k = 0; k < pl->n; k++) {
+    sstate_t *ss = &r->st[k];
+    json_t *o = json_pack("{s:s}", "status", status_names[ss->status]);
+    if (ss->end_us) {
+      json_object_set_new(o, "us", json_integer((json_int_t)(ss->end_us - ss->start_us)));
+      json_object_set_new(o, "queue_us", json_integer((json_int_t)ss->queue_us));
+      json_object_set_new(o, "compute_us", json_integer((json_int_t)ss->compute_us));
+    }
+    json_object_set_new(stages, pl->st[k].cfg->name, o);
+    stage_t *s = &pl->st[k];
+    if (ss->status == ST_DONE) {
+      atomic_fetch_add(&s->ran, 1);
+      atomic_fetch_add(&s->total_us, ss->end_us - ss->start_us);
+    } else if (ss->status == ST_SKIPPED || ss->status == ST_NOT_REACHED) {
+      atomic_fetch_add(&s->skipped, 1);
+    } else if (ss->status == ST_FAILED) {
+      atomic_fetch_add(&s->failed, 1);
+    }
+  }
+  json_t *info = json_pack("{s:s,s:o,s:o}", "pipeline", pl->cfg->name, "stages", stages,
+                           "early_exit",
+                           r->exit_stage >= 0 ? json_string(pl->st[r->exit_stage].cfg->name)
+                                              : json_null());
+  if (r->exit_stage >= 0) atomic_fetch_add(&pl->early_exits, 1);
+  char *info_txt = json_dumps(info, JSON_COMPACT);
+  json_decref(info);
+  uint64_t q = 0, c = 0;
+  for (size_t k = 0; k < pl->n; k++) q += r->st[k].queue_us, c += r->st[k].compute_us;
+  sip_tensor_t *outs[256];
+  size_t n = 0;
+  if (r->code == SIP_OK) {
+    /* The request may ask for some outputs by name (plain or stage/output). */
+    sip_request_t *rq = r->req;
+#define WANTED(nm) (!rq->n_outputs || find_str(rq->outputs, rq->n_outputs, (nm)) >= 0)
+    for (size_t i = 0; i < pl->n_po && n < 256; i++) {
+      const sip_tensor_t *t = NULL;
+      sstate_t *ss = &r->st[pl->po[i].stage];
+      for (size_t j = 0; ss->status == ST_DONE && j < ss->n_outs; j++)
+        if (!strcmp(ss->outs[j]->name, pl->po[i].out)) t = ss->outs[j];
+      if (!t || !WANTED(pl->po[i].name)) continue;
+      outs[n] = sip_tensor_new_view(pl->po[i].name, t->dtype, t->rank, t->dims, t->data,
+                                    t->nbytes, t->owner);
+      if (outs[n]) n++;
+    }
+    for (size_t k = 0; k < pl->n; k++) {
+      sstate_t *ss = &r->st[k];
+      for (size_t j = 0; ss->status == ST_DONE && j < ss->n_outs && n < 256; j++) {
+        const sip_tensor_t *t = ss->outs[j];
+        char name[512];
+        snprintf(name, sizeof name, "%s/%s", pl->st[k].cfg->name, t->name);
+        if (!WANTED(name)) continue;
+        outs[n] = sip_tensor_new_view(name, t->dtype, t->rank, t->dims, t->data, t->nbytes,
+                                      t->owner);
+        if (outs[n]) n++;
+      }
+    }
+#undef WANTED
+  }
+  atomic_fetch_add(&pl->by_code[r->code < SIP_CODE_COUNT_ ? r->code : SIP_INTERNAL], 1);
+  if (resp) {
+    resp->code = r->code;
+    resp->message = r->code == SIP_OK ? info_txt : r->message;
+    if (r->code == SIP_OK)
+      sip__free(r->message);
+    else
+      sip__free(info_txt);
+    r->message = NULL;
+    resp->request_id = r->req->id;
+    resp->outputs = n ? sip__calloc(n, sizeof *resp->outputs) : NULL;
+    if (resp->outputs) memcpy(resp->outputs, outs, n * sizeof *outs);
+    else
+      for (size_t i = 0; i < n; i++) sip_tensor_free(outs[i]);
+    resp->n_outputs = resp->outputs ? n : 0;
+    resp->queue_us = q;
+    resp->compute_us = c;
+    resp->total_us = sip__now_us() - r->arrival_us;
+    if (!resp->message) resp->message = sip__strdup("");
+  } else {
+    for (size_t i = 0; i < n; i++) sip_tensor_free(outs[i]);
+    sip__free(info_txt);
+    sip__free(r->message);
+  }
+  if (r->code != SIP_OK)
+    sip__log(SIP__LOG_WARN, "request failed", "pipeline=%s code=%s reason=\"%s\"", pl->cfg->name,
+             sip_code_name(r->code), resp && resp->message ? resp->message : "");
+  for (size_t k = 0; k < pl->n; k++) stage_tensors_free(r->st[k].outs, r->st[k].n_outs);
+  sip_infer_done_fn done = r->done;
+  void *user = r->user;
+  sip_request_free(r->req);
+  sip__expr_free(r->exit);
+  pthread_mutex_destroy(&r->mu);
+  sip__free(r);
+  done(resp, user);
+}
+
+/* A stage ended (ran, skipped, failed): record it, release its dependents,
+ * launch those now ready, answer when nothing is left. `outs` is taken. */
+static void stage_end(run_t *r, int k, int status, sip_tensor_t **outs, size_t n_outs,
+                      sip_code_t code, char *msg /* owned */, uint64_t queue_us,
+                      uint64_t compute_us) {
+  pipeline_t *pl = r->pl;
+  stage_t *s = &pl->st[k];
+  int ready[MAX_STAGES], n_ready = 0;
+  pthread_mutex_lock(&r->mu);
+  sstate_t *ss = &r->st[k];
+  ss->status = status;
+  ss->end_us = ss->start_us ? sip__now_us() : 0;
+  ss->queue_us = queue_us;
+  ss->compute_us = compute_us;
+  if (status == ST_DONE) {
+    /* Keep what the stage keeps (output_filter), named as its outputs. */
+    size_t kept = 0;
+    for (size_t i = 0; i < n_outs; i++) {
+      if (keeps(s, outs[i]->name))
+        outs[kept++] = outs[i];
+      else
+        sip_tensor_free(outs[i]);
+    }
+    ss->outs = outs;
+    ss->n_outs = kept;
+    outs = NULL;
+    uint32_t limit = r->stage_timeout_ms[k];
+    if (limit && ss->end_us - ss->start_us > (uint64_t)limit * 1000) {
+      ss->status = ST_FAILED;
+      fail_locked(r, SIP_DEADLINE_EXCEEDED,
+                  sip__asprintf("stage '%s' took %.1f ms, over its stage_timeout_ms of %u",
+                                s->cfg->name, (double)(ss->end_us - ss->start_us) / 1000.0, limit));
+    }
+  } else if (status == ST_FAILED) {
+    fail_locked(r, code, msg);
+    msg = NULL;
+  }
+  stage_tensors_free(outs, n_outs);
+  sip__free(msg);
+  /* Early exit: once the condition can be evaluated and holds, nothing new
+   * starts; what runs finishes and the answer has what was computed. */
+  const sip_expr_t *ex = r->exit ? r->exit : pl->exit;
+  if (ss->status == ST_DONE && ex && r->exit_stage < 0 && r->code == SIP_OK && refs_ready(r, ex)) {
+    int yes = 0;
+    sip_error_t *e = sip__expr_eval(ex, lookup, r, &yes);
+    if (e) {
+      fail_locked(r, SIP_FAILED_PRECONDITION,
+                  sip__asprintf("early_exit_condition after stage '%s': %s", s->cfg->name,
+                                sip_error_message(e)));
+      sip_error_free(e);
+    } else if (yes) {
+      r->exit_stage = k;
+    }
+  }
+  for (size_t u = 0; u < s->n_users; u++) {
+    int d = s->users[u];
+    if (--r->st[d].deps_left == 0) {
+      ready[n_ready++] = d;
+      r->pending++;
+    }
+  }
+  int last = --r->pending == 0;
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < n_ready; i++) launch(r, ready[i]);
+  if (last) finish(r);
+}
+
+static void model_done(sip_response_t *resp, void *user) {
+  stage_call_t sc = *(stage_call_t *)user;
+  sip__free(user);
+  run_t *r = sc.r;
+  const char *name = r->pl->st[sc.stage].cfg->name;
+  if (!resp) {
+    stage_end(r, sc.stage, ST_FAILED, NULL, 0, SIP_RESOURCE_EXHAUSTED,
+              sip__asprintf("stage '%s': out of memory", name), 0, 0);
+    return;
+  }
+  if (resp->code != SIP_OK) {
+    char *m = resp->code == SIP_DEADLINE_EXCEEDED && r->stage_timeout_ms[sc.stage]
+                  ? sip__asprintf("stage '%s' exceeded its stage_timeout_ms of %u: %s", name,
+                                  r->stage_timeout_ms[sc.stage], resp->message)
+                  : sip__asprintf("stage '%s': %s", name, resp->message);
+    sip_code_t code = resp->code;
+    sip_response_free(resp);
+    stage_end(r, sc.stage, ST_FAILED, NULL, 0, code, m, 0, 0);
+    return;
+  }
+  size_t n;
+  uint64_t q = resp->queue_us, c = resp->compute_us;
+  sip_tensor_t **outs = sip_response_take_outputs(resp, &n);
+  sip_response_free(resp);
+  stage_end(r, sc.stage, ST_DONE, outs, n, SIP_OK, NULL, q, c);
+}
+
+/* The source tensor of an input wire (NULL when its stage did not run). */
+static const sip_tensor_t *source(run_t *r, const wire_t *w) {
+  if (w->src < 0) {
+    for (size_t i = 0; i < r->req->n_inputs; i++)
+      if (!strcmp(r->req->inputs[i]->name, w->out)) return r->req->inputs[i];
+    return NULL;
+  }
+  sstate_t *ss = &r->st[w->src];
+  for (size_t i = 0; ss->status == ST_DONE && i < ss->n_outs; i++)
+    if (!strcmp(ss->outs[i]->name, w->out)) return ss->outs[i];
+  return NULL;
+}
+
+static void launch(run_t *r, int k) {
+  pipeline_t *pl = r->pl;
+  stage_t *s = &pl->st[k];
+  pthread_mutex_lock(&r->mu);
+  int cancelled = r->req->cancel && atomic_load(&r->req->cancel->cancelled);
+  if (cancelled) fail_locked(r, SIP_CANCELLED, sip__strdup("request was cancelled between stages"));
+  int why_not = r->code != SIP_OK || r->exit_stage >= 0 ? ST_NOT_REACHED : 0;
+  /* A stage whose inputs come from a stage that did not run does not run. */
+  for (size_t d = 0; !why_not && d < s->n_deps; d++)
+    if (r->st[s->deps[d]].status != ST_DONE) why_not = ST_SKIPPED;
+  int yes = 1;
+  char *err = NULL;
+  if (!why_not && s->when) {
+    sip_error_t *e = sip__expr_eval(s->when, lookup, r, &yes);
+    if (e) {
+      err = sip__asprintf("stage '%s' when: %s", s->cfg->name, sip_error_message(e));
+      sip_error_free(e);
+    } else if (!yes) {
+      why_not = ST_SKIPPED;
+    }
+  }
+  uint64_t now = sip__now_us();
+  r->st[k].start_us = why_not ? 0 : now;
+  r->st[k].status = ST_RUNNING;
+  uint32_t timeout = r->stage_timeout_ms[k];
+  if (!why_not && !err && r->deadline_us) {
+    if (now >= r->deadline_us)
+      err = sip__asprintf("the request's deadline passed before stage '%s'", s->cfg->name);
+    uint64_t left_ms = r->deadline_us > now ? (r->deadline_us - now + 999) / 1000 : 1;
+    if (!timeout || left_ms < timeout) timeout = (uint32_t)left_ms;
+  }
+  /* Inputs as views of their sources (the run keeps the sources alive). */
+  sip_tensor_t *ins[64];
+  size_t n_in = 0;
+  for (size_t i = 0; !why_not && !err && i < s->n_in && i < 64; i++) {
+    const sip_tensor_t *t = source(r, &s->in[i]);
+    if (!t) {
+      err = sip__asprintf("stage '%s': its input '%s' (from %s.%s) is missing", s->cfg->name,
+                          s->in[i].name, s->in[i].src < 0 ? "pipeline" : pl->st[s->in[i].src].cfg->name,
+                          s->in[i].out);
+      break;
+    }
+    ins[n_in] = sip_tensor_new_view(s->in[i].name, t->dtype, t->rank, t->dims, t->data, t->nbytes,
+                                    t->owner);
+    if (!ins[n_in]) err = sip__strdup("out of memory");
+    else n_in++;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (why_not || err) {
+    for (size_t i = 0; i < n_in; i++) sip_tensor_free(ins[i]);
+    stage_end(r, k, why_not ? why_not : ST_FAILED, NULL, 0,
+              err && strstr(err, "deadline") ? SIP_DEADLINE_EXCEEDED : SIP_INVALID_ARGUMENT, err,
+              0, 0);
+    return;
+  }
+  if (s->tf) {
+    sip_tensor_t **outs = NULL;
+    size_t n_outs = 0;
+    uint64_t t0 = sip__now_us();
+    sip_error_t *e = sip__transform_run(s->tf, (const sip_tensor_t *const *)ins, n_in, &outs,
+                                        &n_outs);
+    for (size_t i = 0; i < n_in; i++) sip_tensor_free(ins[i]);
+    if (e) {
+      char *m = sip__asprintf("stage '%s' (%s): %s", s->cfg->name, s->cfg->operation,
+                              sip_error_message(e));
+      sip_code_t code = sip_error_code(e);
+      sip_error_free(e);
+      stage_end(r, k, ST_FAILED, NULL, 0, code, m, 0, 0);
+      return;
+    }
+    /* Transform outputs carry the described names already. */
+    sip_tensor_t **owned = sip__calloc(n_outs ? n_outs : 1, sizeof *owned);
+    if (owned) memcpy(owned, outs, n_outs * sizeof *outs);
+    sip__free(outs);
+    stage_end(r, k, ST_DONE, owned, owned ? n_outs : 0, SIP_OK, NULL, 0, sip__now_us() - t0);
+    return;
+  }
+  sip_request_t *sub = sip_request_new(s->cfg->pool);
+  stage_call_t *sc = sip__malloc(sizeof *sc);
+  sip_error_t *e = sub && sc ? NULL : SIP_OOM();
+  for (size_t i = 0; i < n_in; i++) {
+    if (!e)
+      e = sip_request_add_input(sub, ins[i]);
+    else
+      sip_tensor_free(ins[i]);
+  }
+  if (!e) {
+    sub->id = r->req->id;
+    sub->priority = r->req->priority;
+    sub->timeout_ms = timeout;
+    sip_request_set_cancel_token(sub, r->req->cancel);
+    sc->r = r;
+    sc->stage = k;
+    /* A fan-out (N crops) goes in as one batch, split into the pool's
+     * max_batch_size chunks when it has one. */
+    e = sip_server_infer_batch(r->srv, sub, 0, 0, model_done, sc);
+    sub = NULL;
+    if (!e) return;
+  }
+  sip_request_free(sub);
+  sip__free(sc);
+  char *m = sip__asprintf("stage '%s': %s", s->cfg->name, sip_error_message(e));
+  sip_code_t code = sip_error_code(e);
+  sip_error_free(e);
+  stage_end(r, k, ST_FAILED, NULL, 0, code, m, 0, 0);
+}
+
+/* Reads a request's pipeline_config JSON. NULL or an owned error. */
+static sip_error_t *read_config(run_t *r, const char *text) {
+  json_error_t je;
+  json_t *root = json_loads(text, 0, &je);
+  if (!root || !json_is_object(root)) {
+    json_decref(root);
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "pipeline_config is not a JSON object (%s); expected {\"stage_timeout_ms\": "
+                         "[...], \"early_exit_condition\": \"...\"}",
+                         root ? "another JSON value" : je.text);
+  }
+  sip_error_t *e = NULL;
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (!strcmp(key, "stage_timeout_ms")) {
+      if (!json_is_array(v) || json_array_size(v) > r->pl->n) {
+        e = sip_error_new(SIP_INVALID_ARGUMENT,
+                          "pipeline_config.stage_timeout_ms: expected a list of at most %zu "
+                          "millisecond values, one per stage in config order (0: none)",
+                          r->pl->n);
+        break;
+      }
+      for (size_t i = 0; i < json_array_size(v) && !e; i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 86400000)
+          e = sip_error_new(SIP_INVALID_ARGUMENT,
+                            "pipeline_config.stage_timeout_ms[%zu]: expected an integer 0..86400000",
+                            i);
+        else
+          r->stage_timeout_ms[i] = (uint32_t)json_integer_value(x);
+      }
+    } else if (!strcmp(key, "early_exit_condition")) {
+      if (!json_is_string(v)) {
+        e = sip_error_new(SIP_INVALID_ARGUMENT,
+                          "pipeline_config.early_exit_condition: expected a string");
+        break;
+      }
+      sip_error_t *pe = sip__expr_parse(json_string_value(v), &r->exit);
+      if (pe) {
+        e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline_config.early_exit_condition: %s",
+                          sip_error_message(pe));
+        sip_error_free(pe);
+        break;
+      }
+      const char *const *refs;
+      size_t n = sip__expr_refs(r->exit, &refs);
+      for (size_t i = 0; i < n && !e; i++) {
+        const char *dot = strchr(refs[i], '.');
+        if (dot && !((size_t)(dot - refs[i]) == 8 && !strncmp(refs[i], "pipeline", 8)) &&
+            stage_index(r->pl, refs[i], (size_t)(dot - refs[i])) < 0)
+          e = sip_error_new(SIP_INVALID_ARGUMENT,
+                            "pipeline_config.early_exit_condition: '%s' names no stage of "
+                            "pipeline '%s'",
+                            refs[i], r->pl->cfg->name);
+      }
+    } else {
+      e = sip_error_new(SIP_INVALID_ARGUMENT,
+                        "pipeline_config has no key '%s'; expected stage_timeout_ms or "
+                        "early_exit_condition",
+                        key);
+      break;
+    }
+  }
+  json_decref(root);
+  return e;
+}
+
+sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip_request_t *req,
+                                  sip_infer_done_fn done, void *user) {
+  pipeline_t *pl = find(ps, req->pool);
+  sip_error_t *e = NULL;
+  if (!pl)
+    e = sip_error_new(SIP_NOT_FOUND, "no pipeline named '%s'", req->pool);
+  else if (pl->error)
+    e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' failed to build: %s", pl->cfg->name,
+                      pl->error);
+  /* The pipeline's inputs: each present, no others. */
+  for (size_t i = 0; !e && i < pl->n_inputs; i++) {
+    size_t j = 0;
+    while (j < req->n_inputs && strcmp(req->inputs[j]->name, pl->inputs[i])) j++;
+    if (j == req->n_inputs)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "missing input '%s' of pipeline '%s'",
+                        pl->inputs[i], pl->cfg->name);
+  }
+  for (size_t j = 0; !e && j < req->n_inputs; j++)
+    if (find_str(pl->inputs, pl->n_inputs, req->inputs[j]->name) < 0)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline '%s' has no input '%s'", pl->cfg->name,
+                        req->inputs[j]->name);
+  run_t *r = e ? NULL : sip__calloc(1, sizeof *r);
+  if (!e && !r) e = SIP_OOM();
+  if (!e) {
+    r->srv = srv;
+    r->pl = pl;
+    r->req = req;
+    r->exit_stage = -1;
+    r->arrival_us = sip__now_us();
+    r->deadline_us = req->timeout_ms ? r->arrival_us + (uint64_t)req->timeout_ms * 1000 : 0;
+    r->done = done;
+    r->user = user;
+    pthread_mutex_init(&r->mu, NULL);
+    if (req->pipeline_config) e = read_config(r, req->pipeline_config);
+    if (e) {
+      sip__expr_free(r->exit);
+      pthread_mutex_destroy(&r->mu);
+      sip__free(r);
+    }
+  }
+  if (e) {
+    if (pl) atomic_fetch_add(&pl->by_code[sip_error_code(e)], 1);
+    sip_request_free(req);
+    return e;
+  }
+  int ready[MAX_STAGES], n_ready = 0;
+  for (size_t k = 0; k < pl->n; k++) {
+    r->st[k].deps_left = (int)pl->st[k].n_deps;
+    if (!pl->st[k].n_deps) ready[n_ready++] = (int)k;
+  }
+  r->pending = n_ready;
+  for (int i = 0; i < n_ready; i++) launch(r, ready[i]);
+  return NULL;
+}
+
+/* ---- introspection ---- */
+
+json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
+  json_t *a = json_array();
+  for (size_t i = 0; ps && i < ps->n; i++) {
+    const pipeline_t *pl = &ps->p[i];
+    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pl->cfg->name, "state",
+                          pl->error ? "FAILED" : "READY", "error",
+                          pl->error ? json_string(pl->error) : json_null());
+    json_t *stages = json_array();
+    for (size_t k = 0; k < pl->n; k++) {
+      const stage_t *s = &pl->st[k];
+      json_t *so = json_pack("{s:s,s:s}", "name", s->cfg->name, "type",
+                             s->cfg->is_transform ? "transform" : "model");
+      if (s->cfg->is_transform)
+        json_object_set_new(so, "operation", json_string(s->cfg->operation));
+      else
+        json_object_set_new(so, "pool", json_string(s->cfg->pool));
+      if (kind == SIP_INFO_STATUS) {
+        json_object_set_new(so, "ran", json_integer((json_int_t)atomic_load(&s->ran)));
+        json_object_set_new(so, "skipped", json_integer((json_int_t)atomic_load(&s->skipped)));
+        json_object_set_new(so, "failed", json_integer((json_int_t)atomic_load(&s->failed)));
+        json_object_set_new(so, "total_us", json_integer((json_int_t)atomic_load(&s->total_us)));
+      }
+      json_array_append_new(stages, so);
+    }
+    json_object_set_new(o, "stages", stages);
+    if (kind == SIP_INFO_POOLS) {
+      json_t *ins = json_array(), *outs = json_array();
+      for (size_t k = 0; k < pl->n_inputs; k++) json_array_append_new(ins, json_string(pl->inputs[k]));
+      for (size_t k = 0; k < pl->n_po; k++) json_array_append_new(outs, json_string(pl->po[k].name));
+      json_object_set_new(o, "inputs", ins);
+      json_object_set_new(o, "outputs", outs);
+    } else {
+      json_t *codes = json_object();
+      for (int c = 0; c < SIP_CODE_COUNT_; c++) {
+        uint64_t n = atomic_load(&pl->by_code[c]);
+        if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
+      }
+      json_object_set_new(o, "requests", codes);
+      json_object_set_new(o, "early_exits", json_integer((json_int_t)atomic_load(&pl->early_exits)));
+    }
+    json_array_append_new(a, o);
+  }
+  return a;
+}

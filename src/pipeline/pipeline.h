@@ -1,0 +1,38 @@
+/* sip — pipelines: declarative DAGs of model stages (run on pools) and
+ * transform stages (run inline), with conditions and early exit.
+ * docs/pipelines.md is the user's reference. */
+#ifndef SIP_PIPELINE_H
+#define SIP_PIPELINE_H
+
+#include <jansson.h>
+
+#include "config/config.h"
+#include "sip/server.h"
+
+typedef struct sip_pipeline_set sip_pipeline_set_t;
+
+/* Builds every pipeline of the config once the pools have loaded: wires
+ * each stage's inputs (input_mapping, or by default the previous stage's
+ * outputs / the pipeline's inputs), checks names against the pools' and
+ * transforms' inputs and outputs. A pipeline that cannot be built is FAILED
+ * with the reason (like a pool); the others serve. Returns NULL only when
+ * out of memory. */
+sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg);
+void sip__pipelines_free(sip_pipeline_set_t *ps);
+
+/* 1 when `name` is a pipeline. */
+int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name);
+
+/* Runs request `r` (ownership taken, even on error) through the pipeline
+ * it names. Same contract as sip_server_infer_async: on an error return the
+ * callback never fires. On success the response carries the pipeline's
+ * outputs, every stage's kept outputs as "<stage>/<output>", and in its
+ * message a JSON object describing the stages (docs/pipelines.md). */
+sip_error_t *sip__pipeline_submit(sip_server_t *s, sip_pipeline_set_t *ps, sip_request_t *r,
+                                  sip_infer_done_fn done, void *user);
+
+/* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs/stages) and
+ * status (SIP_INFO_STATUS: counters per pipeline and stage) JSON. */
+json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind);
+
+#endif

@@ -1,0 +1,597 @@
+/* sip — image transforms: resize, letterbox, normalize, color_convert,
+ * to_tensor, rotate180, crop_and_resize.
+ *
+ * Images are viewed through a layout (hwc, nhwc, chw, nchw) as N x C x H x W
+ * with element strides, so one implementation serves every layout, uint8
+ * and float32. Sampling follows OpenCV's INTER_LINEAR with half-pixel
+ * centres (src = (dst + 0.5) * src_size / dst_size - 0.5, border pixels
+ * replicated), because the models these pipelines feed were trained on
+ * OpenCV-resized images. */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "pipeline/transform_impl.h"
+
+/* Views input `x` as an image; resampling needs at least one pixel. */
+static sip_error_t *image_in(const sip_transform_t *t, const sip_tensor_t *x,
+                             sip__tf_img_t *img, int need_pixels) {
+  sip__tf_image(t, &t->layout, x, img);
+  if (need_pixels && (img->h < 1 || img->w < 1))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform %s: input '%s' is %lldx%lld pixels (layout %s); expected at "
+                         "least 1x1",
+                         t->op->name, x->name, (long long)img->h, (long long)img->w,
+                         t->layout.name);
+  return NULL;
+}
+
+/* A client may send a zero-sized tensor with other dims huge ([1e12,0,1,1]
+ * is 0 bytes): loops over such dims would spin for hours doing nothing, so
+ * every loop nest is skipped when the image holds no element. */
+static int empty(const sip__tf_img_t *i) { return !i->n || !i->c || !i->h || !i->w; }
+
+static void fill(const sip__tf_img_t *d, float v) {
+  if (v == 0 || empty(d)) return; /* new tensors are zeroed */
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t c = 0; c < d->c; c++)
+      for (int64_t y = 0; y < d->h; y++)
+        for (int64_t x = 0; x < d->w; x++) sip__tf_put(d, n, c, y, x, v);
+}
+
+typedef struct lin_tap {
+  int64_t i0, i1;
+  float f;
+} lin_tap_t;
+
+static void lin_taps(int64_t src, int64_t dst, lin_tap_t *t) {
+  double scale = (double)src / (double)dst;
+  for (int64_t d = 0; d < dst; d++)
+    sip__tf_tap(((double)d + 0.5) * scale - 0.5, src, &t[d].i0, &t[d].i1, &t[d].f);
+}
+
+/* Resizes every image of `src` into the rh x rw region at (top, left) of
+ * `dst` (same N and C). rh, rw <= TF_MAX_SIDE. */
+static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t *dst,
+                                  int64_t top, int64_t left, int64_t rh, int64_t rw) {
+  if (empty(src) || empty(dst)) return NULL;
+  lin_tap_t *ty = sip__calloc((size_t)(rh + rw), sizeof *ty);
+  if (!ty) return SIP_OOM();
+  lin_tap_t *tx = ty + rh;
+  lin_taps(src->h, rh, ty);
+  lin_taps(src->w, rw, tx);
+  for (int64_t n = 0; n < src->n; n++)
+    for (int64_t c = 0; c < src->c; c++)
+      for (int64_t y = 0; y < rh; y++) {
+        const lin_tap_t *a = &ty[y];
+        for (int64_t x = 0; x < rw; x++) {
+          const lin_tap_t *b = &tx[x];
+          float v00 = sip__tf_get(src, n, c, a->i0, b->i0), v01 = sip__tf_get(src, n, c, a->i0, b->i1);
+          float v10 = sip__tf_get(src, n, c, a->i1, b->i0), v11 = sip__tf_get(src, n, c, a->i1, b->i1);
+          float v = (1 - a->f) * ((1 - b->f) * v00 + b->f * v01) +
+                    a->f * ((1 - b->f) * v10 + b->f * v11);
+          sip__tf_put(dst, n, c, top + y, left + x, v);
+        }
+      }
+  sip__free(ty);
+  return NULL;
+}
+
+/* ---- resize ---- */
+
+static const char *const resize_opts[] = {"size", "layout", "dtype", NULL};
+
+static sip_error_t *need_size(const sip__tf_opts_t *o, const sip_transform_t *t) {
+  if (t->size_h) return NULL;
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "transform %s: option size is required; expected \"H,W\" (e.g. "
+                       "\"224,224\")",
+                       o->op);
+}
+
+static sip_error_t *resize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_hw(o, "size", &t->size_h, &t->size_w)) ||
+      (e = need_size(o, t)))
+    return e;
+  t->n_in = t->n_out = 1;
+  sip__tf_io_image(t, &t->in[0], "image");
+  sip__tf_io_image(t, &t->out[0], "output");
+  return NULL;
+}
+
+static sip_error_t *resize_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                               sip_tensor_t **out) {
+  sip__tf_img_t src, dst;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 1)) ||
+      (e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, t->size_h,
+                             t->size_w, &out[0], &dst)))
+    return e;
+  return resize_region(&src, &dst, 0, 0, t->size_h, t->size_w);
+}
+
+const sip__tf_op_t sip__tf_resize = {"resize", resize_opts, resize_setup, resize_run};
+
+/* ---- letterbox ---- */
+
+static const char *const letterbox_opts[] = {"size", "pad_value", "layout", "dtype", NULL};
+
+static sip_error_t *letterbox_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  double pad = 114; /* the YOLO convention */
+  if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_hw(o, "size", &t->size_h, &t->size_w)) ||
+      (e = need_size(o, t)) || (e = sip__tf_opt_num(o, "pad_value", -1e30, 1e30, &pad)))
+    return e;
+  t->pad_value = (float)pad;
+  t->n_in = 1;
+  t->n_out = 3;
+  sip__tf_io_image(t, &t->in[0], "image");
+  sip__tf_io_image(t, &t->out[0], "output");
+  sip__tf_io(&t->out[1], "scale", SIP_DTYPE_FLOAT32, 1);
+  t->out[1].dims[0] = 1;
+  sip__tf_io(&t->out[2], "offset", SIP_DTYPE_FLOAT32, 1);
+  t->out[2].dims[0] = 2;
+  return NULL;
+}
+
+static sip_error_t *letterbox_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                                  sip_tensor_t **out) {
+  sip__tf_img_t src, dst;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 1)) ||
+      (e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, t->size_h,
+                             t->size_w, &out[0], &dst)))
+    return e;
+  double r = fmin((double)t->size_h / (double)src.h, (double)t->size_w / (double)src.w);
+  /* Rounded like the YOLO reference, at least a pixel, never past the box. */
+  int64_t nh = llround((double)src.h * r), nw = llround((double)src.w * r);
+  nh = nh < 1 ? 1 : nh > t->size_h ? t->size_h : nh;
+  nw = nw < 1 ? 1 : nw > t->size_w ? t->size_w : nw;
+  int64_t top = (t->size_h - nh) / 2, left = (t->size_w - nw) / 2;
+  fill(&dst, t->pad_value);
+  if ((e = resize_region(&src, &dst, top, left, nh, nw))) return e;
+  int64_t d1 = 1, d2 = 2;
+  float *s, *off;
+  if ((e = sip__tf_alloc(t->out[1].name, SIP_DTYPE_FLOAT32, 1, &d1, &out[1], (void **)&s)) ||
+      (e = sip__tf_alloc(t->out[2].name, SIP_DTYPE_FLOAT32, 1, &d2, &out[2], (void **)&off)))
+    return e;
+  s[0] = (float)r;
+  off[0] = (float)top;
+  off[1] = (float)left;
+  return NULL;
+}
+
+const sip__tf_op_t sip__tf_letterbox = {"letterbox", letterbox_opts, letterbox_setup,
+                                        letterbox_run};
+
+/* ---- normalize ---- */
+
+static const char *const normalize_opts[] = {"mean", "std", "scale", "layout", "dtype", NULL};
+
+static sip_error_t *mean_std(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  double scale = 1;
+  t->mean[0] = 0;
+  t->std[0] = 1;
+  t->n_mean = t->n_std = 1;
+  if ((e = sip__tf_opt_num(o, "scale", -1e30, 1e30, &scale)) ||
+      (e = sip__tf_opt_nums(o, "mean", -1e30, 1e30, t->mean, TF_MAX_CH, &t->n_mean)) ||
+      (e = sip__tf_opt_nums(o, "std", -1e30, 1e30, t->std, TF_MAX_CH, &t->n_std)))
+    return e;
+  t->scale = (float)scale;
+  for (int i = 0; i < t->n_std; i++)
+    if (t->std[i] == 0) return sip__tf_bad(o, "std", "non-zero numbers (one, or one per channel)");
+  return NULL;
+}
+
+/* mean/std hold one value or one per channel. */
+static sip_error_t *check_channels(const sip_transform_t *t, int64_t c) {
+  if ((t->n_mean == 1 || t->n_mean == c) && (t->n_std == 1 || t->n_std == c)) return NULL;
+  return sip_error_new(SIP_INVALID_ARGUMENT,
+                       "transform %s: the image has %lld channels but mean has %d values and std "
+                       "%d; expected 1 or %lld of each",
+                       t->op->name, (long long)c, t->n_mean, t->n_std, (long long)c);
+}
+
+static sip_error_t *normalize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  if ((e = sip__tf_opt_image(o, t, "nchw")) || (e = mean_std(t, o))) return e;
+  t->n_in = t->n_out = 1;
+  sip__tf_io_image(t, &t->in[0], "input");
+  sip__tf_io(&t->out[0], "output", SIP_DTYPE_FLOAT32, t->layout.rank);
+  return NULL;
+}
+
+static sip_error_t *normalize_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                                  sip_tensor_t **out) {
+  sip__tf_img_t src, dst;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 0)) || (e = check_channels(t, src.c)) ||
+      (e = sip__tf_image_new(t->out[0].name, &t->layout, SIP_DTYPE_FLOAT32, src.n, src.c, src.h,
+                             src.w, &out[0], &dst)))
+    return e;
+  if (empty(&src)) return NULL;
+  for (int64_t n = 0; n < src.n; n++)
+    for (int64_t c = 0; c < src.c; c++) {
+      float m = t->mean[t->n_mean == 1 ? 0 : c], s = t->std[t->n_std == 1 ? 0 : c];
+      for (int64_t y = 0; y < src.h; y++)
+        for (int64_t x = 0; x < src.w; x++)
+          sip__tf_put(&dst, n, c, y, x, (sip__tf_get(&src, n, c, y, x) * t->scale - m) / s);
+    }
+  return NULL;
+}
+
+const sip__tf_op_t sip__tf_normalize = {"normalize", normalize_opts, normalize_setup,
+                                        normalize_run};
+
+/* ---- color_convert ---- */
+
+enum { BGR2RGB, RGB2BGR, RGB2GRAY, BGR2GRAY };
+static const char *const color_modes[] = {"bgr2rgb", "rgb2bgr", "rgb2gray", "bgr2gray", NULL};
+static const char *const color_opts[] = {"mode", "layout", "dtype", NULL};
+
+static sip_error_t *color_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  t->mode = -1;
+  if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_enum(o, "mode", color_modes, &t->mode)))
+    return e;
+  if (t->mode < 0)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform color_convert: option mode is required; expected one of "
+                         "bgr2rgb, rgb2bgr, rgb2gray, bgr2gray");
+  t->n_in = t->n_out = 1;
+  sip__tf_io_image(t, &t->in[0], "image");
+  sip__tf_io_image(t, &t->out[0], "output");
+  return NULL;
+}
+
+static sip_error_t *color_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                              sip_tensor_t **out) {
+  sip__tf_img_t src, dst;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 0))) return e;
+  if (src.c < 3)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform color_convert: input 'image' has %lld channels (layout %s); "
+                         "expected 3 (or more: channels past the third are kept as they are)",
+                         (long long)src.c, t->layout.name);
+  int gray = t->mode == RGB2GRAY || t->mode == BGR2GRAY;
+  if ((e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, gray ? 1 : src.c,
+                             src.h, src.w, &out[0], &dst)))
+    return e;
+  if (empty(&src)) return NULL;
+  int r = t->mode == RGB2GRAY ? 0 : 2, b = 2 - r;
+  for (int64_t n = 0; n < src.n; n++)
+    for (int64_t y = 0; y < src.h; y++)
+      for (int64_t x = 0; x < src.w; x++) {
+        if (!gray) {
+          for (int64_t c = 0; c < src.c; c++)
+            sip__tf_put(&dst, n, c < 3 ? 2 - c : c, y, x, sip__tf_get(&src, n, c, y, x));
+          continue;
+        }
+        float R = sip__tf_get(&src, n, r, y, x), G = sip__tf_get(&src, n, 1, y, x),
+              B = sip__tf_get(&src, n, b, y, x);
+        if (t->dtype == SIP_DTYPE_UINT8) {
+          /* OpenCV's exact fixed-point weights (14 bits) for 8-bit images. */
+          uint32_t v = ((uint32_t)R * 4899u + (uint32_t)G * 9617u + (uint32_t)B * 1868u + 8192u) >> 14;
+          sip__tf_put(&dst, n, 0, y, x, (float)v);
+        } else {
+          sip__tf_put(&dst, n, 0, y, x, 0.299f * R + 0.587f * G + 0.114f * B);
+        }
+      }
+  return NULL;
+}
+
+const sip__tf_op_t sip__tf_color_convert = {"color_convert", color_opts, color_setup, color_run};
+
+/* ---- to_tensor ---- */
+
+static const char *const to_tensor_opts[] = {"scale", "dtype", NULL};
+
+static sip_error_t *to_tensor_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  double scale = 1;
+  t->dtype = SIP_DTYPE_UINT8;
+  if ((e = sip__tf_opt_dtype(o, "dtype", &t->dtype)) ||
+      (e = sip__tf_opt_num(o, "scale", -1e30, 1e30, &scale)))
+    return e;
+  if (t->dtype != SIP_DTYPE_UINT8 && t->dtype != SIP_DTYPE_FLOAT32)
+    return sip__tf_bad(o, "dtype", "uint8 or float32 (the image element types)");
+  t->scale = (float)scale;
+  t->n_in = t->n_out = 1;
+  sip__tf_io(&t->in[0], "image", t->dtype, -1); /* [H,W,C] or [N,H,W,C] */
+  sip__tf_io(&t->out[0], "output", SIP_DTYPE_FLOAT32, 4);
+  return NULL;
+}
+
+static sip_error_t *to_tensor_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                                  sip_tensor_t **out) {
+  static const sip__tf_layout_t hwc = {"hwc", 3, -1, 2, 0, 1}, nhwc = {"nhwc", 4, 0, 3, 1, 2},
+                                nchw = {"nchw", 4, 0, 1, 2, 3};
+  const sip_tensor_t *x = in[0];
+  if (x->rank != 3 && x->rank != 4)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform to_tensor: input 'image' has rank %d; expected [H,W,C] or "
+                         "[N,H,W,C]",
+                         x->rank);
+  sip__tf_img_t src, dst;
+  sip__tf_image(t, x->rank == 3 ? &hwc : &nhwc, x, &src);
+  sip_error_t *e = sip__tf_image_new(t->out[0].name, &nchw, SIP_DTYPE_FLOAT32, src.n, src.c,
+                                     src.h, src.w, &out[0], &dst);
+  if (e || empty(&src)) return e;
+  for (int64_t n = 0; n < src.n; n++)
+    for (int64_t c = 0; c < src.c; c++)
+      for (int64_t y = 0; y < src.h; y++)
+        for (int64_t xx = 0; xx < src.w; xx++)
+          sip__tf_put(&dst, n, c, y, xx, sip__tf_get(&src, n, c, y, xx) * t->scale);
+  return NULL;
+}
+
+const sip__tf_op_t sip__tf_to_tensor = {"to_tensor", to_tensor_opts, to_tensor_setup,
+                                        to_tensor_run};
+
+/* ---- rotate180 ---- */
+
+static const char *const rotate_opts[] = {"layout", "dtype", "flags", "flag_index",
+                                          "flag_threshold", NULL};
+
+static sip_error_t *rotate_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  if ((e = sip__tf_opt_image(o, t, "nchw")) ||
+      (e = sip__tf_opt_int(o, "flag_index", 0, 1000000000, &t->flag_index)) ||
+      (e = sip__tf_opt_num(o, "flag_threshold", -1e30, 1e30, &t->flag_threshold)))
+    return e;
+  const char *f = sip__tf_opt(o, "flags");
+  sip_dtype_t fd = SIP_DTYPE_FLOAT32;
+  if (f && strcmp(f, "none") && strcmp(f, "false")) {
+    if ((e = sip__tf_opt_dtype(o, "flags", &fd))) return e;
+    t->has_flags = 1;
+  }
+  t->n_in = 1 + (size_t)t->has_flags;
+  t->n_out = 1;
+  sip__tf_io_image(t, &t->in[0], "image");
+  if (t->has_flags) sip__tf_io(&t->in[1], "flags", fd, -1);
+  sip__tf_io_image(t, &t->out[0], "output");
+  return NULL;
+}
+
+static sip_error_t *rotate_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                               sip_tensor_t **out) {
+  sip__tf_img_t src, dst;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 0))) return e;
+  int64_t k = 0;
+  if (t->has_flags && src.n > 0) {
+    int64_t cnt = sip__tf_count(in[1]);
+    k = cnt / src.n;
+    if (cnt % src.n || k <= t->flag_index)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "transform rotate180: input 'flags' has %lld elements for %lld "
+                           "images; expected N x K elements with flag_index %lld < K",
+                           (long long)cnt, (long long)src.n, (long long)t->flag_index);
+  }
+  if ((e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, src.h, src.w,
+                             &out[0], &dst)))
+    return e;
+  if (empty(&src)) return NULL;
+  for (int64_t n = 0; n < src.n; n++) {
+    int rot = !t->has_flags ||
+              sip__tf_read(in[1]->data, in[1]->dtype, n * k + t->flag_index) > t->flag_threshold;
+    for (int64_t c = 0; c < src.c; c++)
+      for (int64_t y = 0; y < src.h; y++)
+        for (int64_t x = 0; x < src.w; x++)
+          sip__tf_put(&dst, n, c, y, x,
+                      rot ? sip__tf_get(&src, n, c, src.h - 1 - y, src.w - 1 - x)
+                          : sip__tf_get(&src, n, c, y, x));
+  }
+  return NULL;
+}
+
+const sip__tf_op_t sip__tf_rotate180 = {"rotate180", rotate_opts, rotate_setup, rotate_run};
+
+/* ---- crop_and_resize ---- */
+
+static const char *const crop_opts[] = {"target_size", "height",    "max_width", "min_width",
+                                        "rotate_tall", "layout",    "dtype",     "scale",
+                                        "mean",        "std",       "pad_value", NULL};
+
+static sip_error_t *crop_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+  sip_error_t *e;
+  double pad = 0;
+  t->max_width = 2048;
+  if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = mean_std(t, o)) ||
+      (e = sip__tf_opt_hw(o, "target_size", &t->size_h, &t->size_w)) ||
+      (e = sip__tf_opt_int(o, "height", 1, TF_MAX_SIDE, &t->height)) ||
+      (e = sip__tf_opt_int(o, "max_width", 1, TF_MAX_SIDE, &t->max_width)) ||
+      (e = sip__tf_opt_int(o, "min_width", 0, TF_MAX_SIDE, &t->min_width)) ||
+      (e = sip__tf_opt_bool(o, "rotate_tall", &t->rotate_tall)) ||
+      (e = sip__tf_opt_num(o, "pad_value", -1e30, 1e30, &pad)))
+    return e;
+  t->pad_value = (float)pad;
+  if (!t->size_h == !t->height)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform crop_and_resize: give exactly one of target_size (\"H,W\": "
+                         "every crop that size) or height (the width follows each box's aspect "
+                         "ratio, up to max_width)");
+  if (t->size_h && (sip__tf_opt(o, "max_width") || sip__tf_opt(o, "min_width") ||
+                    sip__tf_opt(o, "rotate_tall")))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform crop_and_resize: max_width, min_width and rotate_tall go "
+                         "with height, not with target_size");
+  if (t->min_width > t->max_width)
+    return sip__tf_bad(o, "min_width", "at most max_width");
+  t->n_in = t->n_out = 2;
+  sip__tf_io_image(t, &t->in[0], "image");
+  sip__tf_io(&t->in[1], "boxes", SIP_DTYPE_FLOAT32, -1); /* [N,4] or [N,4,2] */
+  sip__tf_io(&t->out[0], "output", SIP_DTYPE_FLOAT32, 4);
+  t->out[0].dims[2] = t->size_h ? t->size_h : t->height;
+  if (t->size_w) t->out[0].dims[3] = t->size_w;
+  sip__tf_io(&t->out[1], "widths", SIP_DTYPE_INT64, 1);
+  return NULL;
+}
+
+/* The projective map of the unit square onto a quad: (0,0) -> p0, (1,0) ->
+ * p1, (1,1) -> p2, (0,1) -> p3, X = (a s + b t + c) / (g s + h t + 1) and
+ * likewise Y with d, e, f (Heckbert's closed form of the 3x3 homography). */
+typedef struct homography {
+  double a, b, c, d, e, f, g, h;
+} homography_t;
+
+int sip__tf_homography(const double *x, const double *y, double *m9) {
+  double dx1 = x[1] - x[2], dx2 = x[3] - x[2], sx = x[0] - x[1] + x[2] - x[3];
+  double dy1 = y[1] - y[2], dy2 = y[3] - y[2], sy = y[0] - y[1] + y[2] - y[3];
+  homography_t m;
+  double den = dx1 * dy2 - dx2 * dy1;
+  if (sx == 0 && sy == 0) {
+    m.g = m.h = 0;
+  } else {
+    if (den == 0 || !isfinite(den)) return -1;
+    m.g = (sx * dy2 - dx2 * sy) / den;
+    m.h = (dx1 * sy - sx * dy1) / den;
+  }
+  m.a = x[1] - x[0] + m.g * x[1];
+  m.b = x[3] - x[0] + m.h * x[3];
+  m.c = x[0];
+  m.d = y[1] - y[0] + m.g * y[1];
+  m.e = y[3] - y[0] + m.h * y[3];
+  m.f = y[0];
+  /* The linear part must be invertible: otherwise the quad has no area. */
+  double det = m.a * (m.e - m.f * m.h) - m.b * (m.d - m.f * m.g) + m.c * (m.d * m.h - m.e * m.g);
+  if (det == 0 || !isfinite(det) || !isfinite(m.g) || !isfinite(m.h)) return -1;
+  double v[9] = {m.a, m.b, m.c, m.d, m.e, m.f, m.g, m.h, 1};
+  memcpy(m9, v, sizeof v);
+  return 0;
+}
+
+typedef struct quad {
+  double x[4], y[4];
+} quad_t;
+
+static double dist(const quad_t *q, int i, int j) {
+  return hypot(q->x[i] - q->x[j], q->y[i] - q->y[j]);
+}
+
+static sip_error_t *crop_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+                             sip_tensor_t **out) {
+  sip__tf_img_t src;
+  sip_error_t *e;
+  if ((e = image_in(t, in[0], &src, 1))) return e;
+  if (src.n != 1)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform crop_and_resize: input 'image' holds %lld images; expected "
+                         "one (the boxes refer to one image)",
+                         (long long)src.n);
+  if ((e = check_channels(t, src.c))) return e;
+  const sip_tensor_t *bx = in[1];
+  int is_quad = bx->rank == 3 && bx->dims[1] == 4 && bx->dims[2] == 2;
+  if (!is_quad && !(bx->rank == 2 && bx->dims[1] == 4))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform crop_and_resize: input 'boxes' has rank %d; expected [N,4] "
+                         "(x1,y1,x2,y2) or [N,4,2] (four corners, clockwise from top-left)",
+                         bx->rank);
+  int64_t nb = bx->dims[0];
+  const float *bv = bx->data;
+  quad_t *q = sip__calloc((size_t)nb, sizeof *q);
+  int64_t *wi = sip__calloc((size_t)nb, sizeof *wi);
+  if (!q || !wi) {
+    sip__free(q);
+    sip__free(wi);
+    return SIP_OOM();
+  }
+  int64_t ho = t->size_h ? t->size_h : t->height, wb = t->size_h ? t->size_w : t->min_width;
+  for (int64_t i = 0; i < nb && !e; i++) {
+    if (is_quad) {
+      for (int k = 0; k < 4; k++) {
+        q[i].x[k] = bv[i * 8 + k * 2];
+        q[i].y[k] = bv[i * 8 + k * 2 + 1];
+      }
+    } else {
+      const float *b = bv + i * 4;
+      double x[4] = {b[0], b[2], b[2], b[0]}, y[4] = {b[1], b[1], b[3], b[3]};
+      memcpy(q[i].x, x, sizeof x);
+      memcpy(q[i].y, y, sizeof y);
+    }
+    for (int k = 0; k < 4 && !e; k++)
+      if (!isfinite(q[i].x[k]) || !isfinite(q[i].y[k]))
+        e = sip_error_new(SIP_INVALID_ARGUMENT,
+                          "transform crop_and_resize: boxes[%lld] has a non-finite coordinate",
+                          (long long)i);
+    if (e || t->size_h) {
+      wi[i] = t->size_w;
+      continue;
+    }
+    /* PP-OCR's crop size: the longer of each pair of opposite sides. */
+    double w = fmax(dist(&q[i], 0, 1), dist(&q[i], 2, 3));
+    double h = fmax(dist(&q[i], 0, 3), dist(&q[i], 1, 2));
+    if (t->rotate_tall && w > 0 && h / w >= 1.5) {
+      /* A vertical text line: read it turned 90 degrees counter-clockwise
+       * (PP-OCR's np.rot90), i.e. start the quad at the top-right corner. */
+      quad_t r;
+      for (int k = 0; k < 4; k++) {
+        r.x[k] = q[i].x[(k + 1) % 4];
+        r.y[k] = q[i].y[(k + 1) % 4];
+      }
+      q[i] = r;
+      double s = w;
+      w = h;
+      h = s;
+    }
+    /* ceil like PP-OCR, less a hair so exact ratios are not pushed up by
+     * rounding noise. */
+    double want = h > 0 ? ceil((double)t->height * w / h - 1e-6) : (double)t->max_width;
+    wi[i] = !(want >= 1) ? 1 : want > (double)t->max_width ? t->max_width : (int64_t)want;
+    if (wi[i] > wb) wb = wi[i];
+  }
+  int64_t dims[4] = {nb, src.c, ho, wb}, dn = nb;
+  float *o = NULL;
+  int64_t *ow = NULL;
+  if (!e) e = sip__tf_alloc(t->out[0].name, SIP_DTYPE_FLOAT32, 4, dims, &out[0], (void **)&o);
+  if (!e) e = sip__tf_alloc(t->out[1].name, SIP_DTYPE_INT64, 1, &dn, &out[1], (void **)&ow);
+  for (int64_t i = 0; i < nb && !e; i++) ow[i] = wi[i];
+  /* (v * scale - mean) / std as one multiply-add per channel; with more
+   * channels than TF_MAX_CH mean and std are single values (slot 0). */
+  float mul[TF_MAX_CH], add[TF_MAX_CH];
+  int per_channel = t->n_mean > 1 || t->n_std > 1;
+  for (int64_t c = 0; c < src.c && c < TF_MAX_CH; c++) {
+    float mean = t->mean[t->n_mean == 1 ? 0 : c], sd = t->std[t->n_std == 1 ? 0 : c];
+    mul[c] = t->scale / sd;
+    add[c] = -mean / sd;
+  }
+  for (int64_t i = 0; i < nb && !e && src.c; i++) { /* C = 0: nothing to write */
+    double m[9];
+    int ok = sip__tf_homography(q[i].x, q[i].y, m) == 0;
+    float *item = o + i * src.c * ho * wb;
+    for (int64_t v = 0; v < ho; v++) {
+      for (int64_t u = 0; u < wi[i]; u++) {
+        /* Pixel centres of the crop map onto continuous image coordinates;
+         * -0.5 turns those into pixel-index coordinates. */
+        double s = ((double)u + 0.5) / (double)wi[i], tt = ((double)v + 0.5) / (double)ho;
+        double den = m[6] * s + m[7] * tt + 1;
+        if (!ok || !(fabs(den) > 1e-12)) {
+          for (int64_t c = 0; c < src.c; c++) item[(c * ho + v) * wb + u] = t->pad_value;
+          continue;
+        }
+        int64_t y0, y1, x0, x1;
+        float fy, fx;
+        sip__tf_tap((m[3] * s + m[4] * tt + m[5]) / den - 0.5, src.h, &y0, &y1, &fy);
+        sip__tf_tap((m[0] * s + m[1] * tt + m[2]) / den - 0.5, src.w, &x0, &x1, &fx);
+        for (int64_t c = 0; c < src.c; c++) {
+          float v00 = sip__tf_get(&src, 0, c, y0, x0), v01 = sip__tf_get(&src, 0, c, y0, x1);
+          float v10 = sip__tf_get(&src, 0, c, y1, x0), v11 = sip__tf_get(&src, 0, c, y1, x1);
+          float val = (1 - fy) * ((1 - fx) * v00 + fx * v01) + fy * ((1 - fx) * v10 + fx * v11);
+          int64_t k = per_channel ? c : 0;
+          item[(c * ho + v) * wb + u] = val * mul[k] + add[k];
+        }
+      }
+      if (t->pad_value != 0) /* new tensors are zeroed */
+        for (int64_t c = 0; c < src.c; c++)
+          for (int64_t u = wi[i]; u < wb; u++) item[(c * ho + v) * wb + u] = t->pad_value;
+    }
+  }
+  sip__free(q);
+  sip__free(wi);
+  return e;
+}
+
+const sip__tf_op_t sip__tf_crop_and_resize = {"crop_and_resize", crop_opts, crop_setup, crop_run};

@@ -1,0 +1,194 @@
+"""Pipelines (pipeline_sessions): DAGs of model and transform stages on a real
+sipd, checked against numpy: wiring, stage_outputs, conditions, early exit
+(per pipeline and per request), parallel branches, stage timeouts, errors."""
+
+import subprocess
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import harness
+from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
+                      NotFoundError)
+
+F = np.float32
+
+
+def unary(op_nodes, in_name, out_name, extra_inits=()):
+    g = helper.make_graph(op_nodes, "g",
+                          [helper.make_tensor_value_info(in_name, TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, ["N", 4])],
+                          list(extra_inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def const(name, value):
+    return helper.make_tensor(name, TensorProto.FLOAT, [1], [value])
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pl_models")
+    plus1 = unary([helper.make_node("Add", ["x", "one"], ["y"])], "x", "y", [const("one", 1.0)])
+    times2 = unary([helper.make_node("Mul", ["y", "two"], ["z"])], "y", "z", [const("two", 2.0)])
+    neg = unary([helper.make_node("Neg", ["a"], ["b"])], "a", "b")
+    for name, m in (("plus1", plus1), ("times2", times2), ("neg", neg)):
+        onnx.save(m, str(d / (name + ".onnx")))
+    return d
+
+
+@pytest.fixture(scope="module")
+def srv(sipd_bin, models_dir, tmp_path_factory):
+    pools = [
+        {"name": "plus1", "model_path": str(models_dir / "plus1.onnx")},
+        {"name": "times2", "model_path": str(models_dir / "times2.onnx")},
+        {"name": "slow_a", "backend": "builtin",
+         "backend_options": {"shape": "-1,4", "delay_ms": 300}},
+        {"name": "slow_b", "backend": "builtin",
+         "backend_options": {"shape": "-1,4", "delay_ms": 300}},
+    ]
+    pipelines = [
+        {"name": "chain", "stages": [
+            {"name": "first", "pool": "plus1"},
+            {"name": "second", "pool": "times2"},
+            {"name": "third", "model_path": str(models_dir / "neg.onnx"),
+             "input_mapping": {"a": "second.z"}},
+        ]},
+        {"name": "gated", "early_exit_condition": "max(first.y) > 100", "stages": [
+            {"name": "first", "pool": "plus1"},
+            {"name": "second", "pool": "times2", "when": "sum(first.y) > 0"},
+            {"name": "soft", "type": "transform", "operation": "softmax",
+             "input_mapping": {"input": "first.y"}},
+        ]},
+        {"name": "fork", "stages": [
+            {"name": "a", "pool": "slow_a", "input_mapping": {"input": "pipeline.input"}},
+            {"name": "b", "pool": "slow_b", "input_mapping": {"input": "pipeline.input"}},
+        ]},
+    ]
+    w = tmp_path_factory.mktemp("pl")
+    s = harness.SipServer(w, pools)
+    cfg = s.config()
+    cfg["pipeline_sessions"] = pipelines
+    s.config = lambda: cfg
+    s.start()
+    yield s
+    assert s.stop() == 0, s.log_tail()
+
+
+def test_chain_equals_numpy(srv):
+    c = srv.client()
+    x = np.arange(12, dtype=F).reshape(3, 4)
+    r = c.infer(InferenceRequest("chain", {"x": x}))
+    np.testing.assert_allclose(r.outputs["b"], -((x + 1) * 2))
+    np.testing.assert_allclose(r.stage_outputs["first"]["y"], x + 1)
+    np.testing.assert_allclose(r.stage_outputs["second"]["z"], (x + 1) * 2)
+    assert set(r.stages) == {"first", "second", "third"}
+    assert all(s["status"] == "ran" for s in r.stages.values())
+    assert all(s["us"] >= 0 for s in r.stages.values())
+    assert r.early_exit is None
+
+
+def test_condition_skips_and_transform_runs(srv):
+    c = srv.client()
+    x = np.full((2, 4), -5, F)  # sum(first.y) < 0: second is skipped
+    r = c.infer(InferenceRequest("gated", {"x": x}))
+    assert r.stages["second"]["status"] == "skipped"
+    assert "second" not in r.stage_outputs
+    y = x + 1
+    e = np.exp(y - y.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(r.stage_outputs["soft"]["output"], e / e.sum(-1, keepdims=True),
+                               rtol=1e-5)
+    x = np.ones((2, 4), F)
+    r = c.infer(InferenceRequest("gated", {"x": x}))
+    assert r.stages["second"]["status"] == "ran"
+    np.testing.assert_allclose(r.stage_outputs["second"]["z"], (x + 1) * 2)
+
+
+def test_early_exit_pipeline_and_request(srv):
+    c = srv.client()
+    r = c.infer(InferenceRequest("gated", {"x": np.full((1, 4), 500, F)}))
+    assert r.early_exit == "first"
+    assert r.stages["second"]["status"] == "not_reached"
+    assert "second" not in r.stage_outputs and "first" in r.stage_outputs
+    # Per request: exit after `first` whatever the data.
+    r = c.infer(InferenceRequest("chain", {"x": np.ones((1, 4), F)},
+                                 pipeline_config={"early_exit_condition": "len(first.y) >= 1"}))
+    assert r.early_exit == "first"
+    assert r.stages["second"]["status"] == "not_reached"
+    assert r.stages["third"]["status"] == "not_reached"
+    st = [p for p in c.status()["pipelines"] if p["name"] == "chain"][0]
+    assert st["early_exits"] >= 1
+
+
+def test_independent_branches_run_concurrently(srv):
+    c = srv.client()
+    t0 = time.monotonic()
+    r = c.infer(InferenceRequest("fork", {"input": np.ones((1, 4), F)}))
+    took = time.monotonic() - t0
+    assert r.stages["a"]["status"] == r.stages["b"]["status"] == "ran"
+    assert took < 0.55, took  # two 300 ms stages side by side, not one after the other
+
+
+def test_stage_timeout_names_the_stage(srv):
+    c = srv.client()
+    with pytest.raises(DeadlineExceededError, match="stage 'a'"):
+        c.infer(InferenceRequest("fork", {"input": np.ones((1, 4), F)},
+                                 pipeline_config={"stage_timeout_ms": [100, 0]}))
+    with pytest.raises(InvalidArgumentError, match="stage_timeout_ms"):
+        c.infer(InferenceRequest("fork", {"input": np.ones((1, 4), F)},
+                                 pipeline_config={"stage_timeout_ms": "fast"}))
+    with pytest.raises(InvalidArgumentError, match="early_exit_condition"):
+        c.infer(InferenceRequest("chain", {"x": np.ones((1, 4), F)},
+                                 pipeline_config={"early_exit_condition": "len(nope.x) > 0"}))
+
+
+def test_pipeline_input_errors(srv):
+    c = srv.client()
+    with pytest.raises(InvalidArgumentError, match="missing input 'x'"):
+        c.infer(InferenceRequest("chain", {"q": np.ones((1, 4), F)}))
+    with pytest.raises(InvalidArgumentError, match="input 'x' of pool 'plus1'"):
+        c.infer(InferenceRequest("chain", {"x": np.ones((1, 3), F)}))
+    with pytest.raises(NotFoundError):
+        c.infer(InferenceRequest("no_such_pipeline", {"x": np.ones((1, 4), F)}))
+
+
+def test_pipelines_in_pools_and_status(srv):
+    c = srv.client()
+    info = c.info(2)
+    pl = {p["name"]: p for p in info["pipelines"]}
+    assert pl["chain"]["state"] == "READY"
+    assert pl["chain"]["inputs"] == ["x"] and pl["chain"]["outputs"] == ["b"]
+    assert [s["name"] for s in pl["gated"]["stages"]] == ["first", "second", "soft"]
+    status = {p["name"]: p for p in c.status()["pipelines"]}
+    chain = {s["name"]: s for s in status["chain"]["stages"]}
+    assert chain["first"]["ran"] >= 1
+
+
+def check_config(tmp_path, text):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    return subprocess.run([str(harness.SIPD), "--check-config", str(p)], capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_config_errors(tmp_path):
+    base = "session_pools:\n  - {name: p, backend: builtin}\npipeline_sessions:\n"
+    r = check_config(tmp_path, base + "  - name: x\n    stages:\n"
+                     "      - {name: a, pool: p, input_mapping: {input: b.output}}\n"
+                     "      - {name: b, pool: p}\n")
+    assert r.returncode == 1 and "bad.yaml:6:" in r.stderr and "no earlier stage" in r.stderr
+    r = check_config(tmp_path, base + "  - name: x\n    stages:\n"
+                     "      - {name: a, pool: p, when: 'len(a.output) >'}\n")
+    assert r.returncode == 1 and "when" in r.stderr and "column" in r.stderr
+    r = check_config(tmp_path, base + "  - name: x\n    stages:\n      - {name: a, pool: q}\n")
+    assert r.returncode == 1 and "'q' is not a pool" in r.stderr
+    r = check_config(tmp_path, base + "  - name: x\n    stages:\n"
+                     "      - {name: a, type: transform, operation: softmax, axiz: 1}\n")
+    assert r.returncode == 1 and "axiz" in r.stderr
+    r = check_config(tmp_path, base + "  - name: p\n    stages:\n      - {name: a, pool: p}\n")
+    assert r.returncode == 1 and "also the name of a pool" in r.stderr

@@ -1,0 +1,481 @@
+"""The model repository (server.model_repository): index, load and unload over
+HTTP, the native protocol and the CLI; version policies and explicit versions;
+the `current` link; names that try to leave the repository; a live version
+switch under steady load with no failed request and the old version's memory
+released; a failed load that leaves the old version serving.
+
+Models are generated: version V of a model computes y = x + V, so every
+answer tells which version served it."""
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import harness
+import kserve as K
+import models
+from cann_sip import (InferenceRequest, InvalidArgumentError, NotFoundError, SipError,
+                      UnavailableError)
+
+SIP = harness.BUILD_DIR / "sip"
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+
+# ---------------------------------------------------------------------------
+# models and repositories
+
+def add_model(k, weights_mib=0):
+    """y = x + k for x float32 [N, 4]. With weights_mib, the model also holds
+    a float32 weight tensor of that size whose element 0 (zero) is added, so
+    the weights stay in memory while it is loaded (with graph optimization
+    off, ONNX Runtime cannot fold them away)."""
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(np.array([k], np.float32), "k")]
+    if weights_mib:
+        n = weights_mib * (1 << 20) // 4
+        w = np.random.default_rng(int(k)).random(n, dtype=np.float32)
+        w[0] = 0
+        inits += [numpy_helper.from_array(w, "w"),
+                  numpy_helper.from_array(np.array([0], np.int64), "i0")]
+        nodes = [helper.make_node("Gather", ["w", "i0"], ["w0"]),
+                 helper.make_node("Add", ["k", "w0"], ["kw"]),
+                 helper.make_node("Add", ["x", "kw"], ["y"])]
+    else:
+        nodes = [helper.make_node("Add", ["x", "k"], ["y"])]
+    g = helper.make_graph(nodes, "add_%g" % k, [helper.make_tensor_value_info("x", f, ["N", 4])],
+                          [helper.make_tensor_value_info("y", f, ["N", 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", models.OPSET)])
+    m.ir_version = models.IR_VERSION
+    return m
+
+
+def add_version(repo, name, version, k=None, weights_mib=0):
+    d = repo / name / str(version)
+    d.mkdir(parents=True, exist_ok=True)
+    # Written aside, then renamed: a model file appears whole or not at all.
+    tmp = d / "model.onnx.tmp"
+    onnx.save(add_model(version if k is None else k, weights_mib), str(tmp))
+    os.replace(tmp, d / "model.onnx")
+    return d
+
+
+def set_current(repo, name, version):
+    link = repo / name / "current"
+    tmp = repo / name / "current.tmp"
+    os.symlink(str(version), str(tmp))
+    os.replace(tmp, link)
+
+
+def start(start_sipd, repo, pools=(), **server):
+    opts = {"model_repository": str(repo), "http": "127.0.0.1:0"}
+    opts.update(server)
+    return start_sipd(list(pools), server=opts)
+
+
+def infer(c, pool, x=X):
+    return c.infer(InferenceRequest(pool, {"x": x})).outputs["y"]
+
+
+def served(index, name):
+    """{version: entry} of a model's READY entries."""
+    return {e.get("version"): e for e in index if e["name"] == name and e["state"] == "READY"}
+
+
+def sip(srv, *args):
+    return subprocess.run([str(SIP), "-e", srv.endpoint, *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def post(base, path, body=b"{}"):
+    return K.request("POST", base + path, body=body,
+                     headers={"Content-Type": "application/json"})
+
+
+def error_of(reply, status):
+    assert reply.status == status, reply
+    doc = json.loads(reply.body)
+    assert list(doc) == ["error"] and doc["error"], doc
+    return doc["error"]
+
+
+# ---------------------------------------------------------------------------
+# index, load, unload from every front-end
+
+def test_index_load_unload_everywhere(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 1)
+    add_version(repo, "other", 3)
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+
+    idx = c.repository_index()
+    assert set(served(idx, "addk")) == {"1"} and set(served(idx, "other")) == {"3"}
+    assert all(e["source"] == "repository" for e in idx)
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+
+    # HTTP: index (Triton's array), unload, load.
+    r = post(base, "/v2/repository/index")
+    assert r.status == 200
+    doc = json.loads(r.body)
+    assert isinstance(doc, list) and {"name": "addk", "version": "1", "state": "READY"}.items() \
+        <= next(e for e in doc if e["name"] == "addk").items()
+    assert "model_repository" in K.get(base + "/v2").json()["extensions"]
+    assert post(base, "/v2/repository/models/addk/unload").status == 200
+    with pytest.raises(UnavailableError, match="unloaded"):
+        infer(c, "addk")
+    assert "unloaded" in error_of(K.infer(base, "addk", {"x": X}), 503)
+    entry = [e for e in c.repository_index() if e["name"] == "addk"]
+    assert entry == [{"name": "addk", "state": "UNAVAILABLE", "reason": "unloaded",
+                      "source": "repository"}]
+    ready_only = json.loads(post(base, "/v2/repository/index", b'{"ready": true}').body)
+    assert {e["name"] for e in ready_only} == {"other"}
+    assert post(base, "/v2/repository/models/addk/load").status == 200
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+    assert K.get(base + "/v2/repository/index").status == 405
+
+    # CLI.
+    r = sip(srv, "unload", "addk")
+    assert r.returncode == 0, r.stderr
+    assert "addk: unloaded" in r.stdout
+    r = sip(srv, "models")
+    assert r.returncode == 0, r.stderr
+    assert "addk" in r.stdout and "unloaded" in r.stdout and "other" in r.stdout
+    r = sip(srv, "load", "addk")
+    assert r.returncode == 0, r.stderr
+    r = sip(srv, "--json", "models")
+    assert served(json.loads(r.stdout)["models"], "addk").keys() == {"1"}
+
+    # Native.
+    c.unload_model("addk")
+    with pytest.raises(UnavailableError):
+        infer(c, "addk")
+    c.load_model("addk")
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+    c.unload_model("addk")
+    c.unload_model("addk")  # unloading an unloaded model is fine
+
+    # A model that is not in the repository.
+    with pytest.raises(NotFoundError, match="not in the model repository"):
+        c.load_model("nope")
+    assert "not in the model repository" in error_of(post(base, "/v2/repository/models/nope/load"),
+                                                     404)
+    r = sip(srv, "load", "nope")
+    assert r.returncode != 0 and "NOT_FOUND" in r.stderr
+
+    # A model added to the repository while serving.
+    add_version(repo, "late", 5)
+    c.load_model("late")
+    np.testing.assert_array_equal(infer(c, "late"), X + 5)
+    srv.assert_alive()
+
+
+def test_explicit_model_control_and_config_pools(start_sipd, tmp_path, model_dir):
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 2)
+    srv = start(start_sipd, repo,
+                pools=[{"name": "addmul", "model_path": str(model_dir["addmul"])}],
+                model_control="explicit")
+    c = srv.client()
+    idx = c.repository_index()
+    assert {(e["name"], e["state"], e["source"]) for e in idx} == {
+        ("addk", "UNAVAILABLE", "repository"), ("addmul", "READY", "config")}
+    assert next(e for e in idx if e["name"] == "addk")["reason"] == "not loaded"
+    with pytest.raises(UnavailableError, match="not loaded"):
+        infer(c, "addk")
+    c.load_model("addk")
+    np.testing.assert_array_equal(infer(c, "addk"), X + 2)
+    # Config pools keep working and are not the repository's to (un)load.
+    a = np.ones((1, 4), np.float32)
+    r = c.infer(InferenceRequest("addmul", {"lhs": a, "rhs": a}))
+    np.testing.assert_allclose(r.outputs["y"], models.addmul_ref(a, a))
+    with pytest.raises(SipError, match="session_pools entry"):
+        c.unload_model("addmul")
+    assert {p["name"]: p["source"] for p in c.pools()} == {"addmul": "config", "addk": "repository"}
+
+
+# ---------------------------------------------------------------------------
+# versions
+
+def test_version_policies_and_explicit_versions(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    for name in ("latest1", "latest2", "specific", "every"):
+        for v in (1, 2, 3):
+            add_version(repo, name, v)
+    add_version(repo, "latest1", 10)  # numeric order: 10 > 3
+    (repo / "latest2" / "config.yaml").write_text("version_policy: {latest: 2}\npool_size: 2\n")
+    (repo / "specific" / "config.yaml").write_text("version_policy: {specific: [1, 3, 7]}\n")
+    (repo / "every" / "config.yaml").write_text("version_policy: all\n")
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+    idx = c.repository_index()
+    assert set(served(idx, "latest1")) == {"10"}
+    assert set(served(idx, "latest2")) == {"2", "3"}
+    assert set(served(idx, "specific")) == {"1", "3"}
+    assert set(served(idx, "every")) == {"1", "2", "3"}
+    # The version the policy names but the repository lacks is reported.
+    missing = [e for e in idx if e["name"] == "specific" and e["state"] != "READY"]
+    assert [(e["version"], e["state"]) for e in missing] == [("7", "UNAVAILABLE")]
+    assert "version_policy.specific" in missing[0]["reason"]
+    # Defaults: the highest served version.
+    assert served(idx, "latest2")["3"]["default"] and not served(idx, "latest2")["2"]["default"]
+    np.testing.assert_array_equal(infer(c, "latest1"), X + 10)
+    np.testing.assert_array_equal(infer(c, "latest2"), X + 3)
+    np.testing.assert_array_equal(infer(c, "every"), X + 3)
+    # Versions by name: native "model:version", HTTP /versions/V.
+    for v in (1, 2, 3):
+        np.testing.assert_array_equal(infer(c, "every:%d" % v), X + v)
+        out = K.decode_outputs(K.infer(base, "every", {"x": X}, version=str(v)))[0]
+        assert out["model_version"] == str(v)
+    np.testing.assert_array_equal(infer(c, "specific:1"), X + 1)
+    with pytest.raises(NotFoundError, match="does not serve version '2'"):
+        infer(c, "specific:2")
+    assert "no version '2'" in error_of(K.get(base + "/v2/models/specific/versions/2"), 404)
+    error_of(K.infer(base, "specific", {"x": X}, version="2"), 404)
+    with pytest.raises(InvalidArgumentError):
+        infer(c, "every:")
+    # Each version is a pool of its own, with its own sessions.
+    pools = [p for p in c.pools() if p["name"] == "latest2"]
+    assert sorted(p["version"] for p in pools) == ["2", "3"]
+    assert all(p["pool_size"] == 2 for p in pools)
+    meta = K.get(base + "/v2/models/every").json()
+    assert sorted(meta["versions"]) == ["1", "2", "3"]
+    assert K.get(base + "/v2/models/every/versions/2/ready").status == 200
+    stats = K.get(base + "/v2/models/every/versions/2/stats").json()["model_stats"]
+    assert [s["version"] for s in stats] == ["2"] and stats[0]["inference_count"] >= 2
+
+
+def test_current_link_names_the_default(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    for v in (1, 2):
+        add_version(repo, "pin", v)
+    set_current(repo, "pin", 1)
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+    s = served(c.repository_index(), "pin")
+    # latest: 1 serves 2; the link adds 1 and makes it the default.
+    assert set(s) == {"1", "2"} and s["1"]["default"] and not s["2"]["default"]
+    np.testing.assert_array_equal(infer(c, "pin"), X + 1)
+    assert K.decode_outputs(K.infer(base, "pin", {"x": X}))[0]["model_version"] == "1"
+    np.testing.assert_array_equal(infer(c, "pin:2"), X + 2)
+
+    # Moving the link and reloading moves the default (no version reloads).
+    set_current(repo, "pin", 2)
+    c.load_model("pin")
+    s = served(c.repository_index(), "pin")
+    assert set(s) == {"2"} and s["2"]["default"]
+    np.testing.assert_array_equal(infer(c, "pin"), X + 2)
+    assert K.decode_outputs(K.infer(base, "pin", {"x": X}))[0]["model_version"] == "2"
+
+    # A link to something that is not a version: the load fails, 2 stays.
+    set_current(repo, "pin", 9)
+    with pytest.raises(NotFoundError, match="current"):
+        c.load_model("pin")
+    np.testing.assert_array_equal(infer(c, "pin"), X + 2)
+
+
+# ---------------------------------------------------------------------------
+# names and links that leave the repository
+
+BAD_NAMES = ["..", ".", "../repo2", "a/b", "/etc", "/etc/passwd", ".hidden", "x/../addk",
+             "a b", "a\\b"]
+
+
+def test_traversal_names_rejected(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 1)
+    outside = tmp_path / "outside"
+    add_version(outside, "evil", 1)
+    add_version(outside, "file", 1)
+    os.symlink(str(outside / "evil"), str(repo / "evil"))  # a model dir outside
+    (repo / "sneaky" / "1").mkdir(parents=True)           # a model file outside
+    os.symlink(str(outside / "file" / "1" / "model.onnx"), str(repo / "sneaky" / "1" / "model.onnx"))
+    add_version(repo, "sneaky", 2)
+    (repo / "sneaky" / "config.yaml").write_text("version_policy: all\n")
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+
+    for name in BAD_NAMES:
+        with pytest.raises(InvalidArgumentError, match="expected a model directory name"):
+            c.load_model(name)
+        with pytest.raises(InvalidArgumentError):
+            c.unload_model(name)
+        r = sip(srv, "load", name)
+        assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr, (name, r.stdout, r.stderr)
+    for path in ("..", "%2e%2e", "..%2Fetc", "a%2Fb", "%2Fetc", ".hidden"):
+        # http.client sends the path as is (no normalisation of "..").
+        r = post(base, "/v2/repository/models/%s/load" % path)
+        assert "expected a model directory name" in error_of(r, 400), (path, r)
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        c._repo("load", "add\0k")
+
+    # Links that resolve outside the repository.
+    with pytest.raises(InvalidArgumentError, match="outside the model repository"):
+        c.load_model("evil")
+    with pytest.raises(UnavailableError, match="outside the model repository"):
+        infer(c, "evil")
+    idx = c.repository_index()
+    assert [e["state"] for e in idx if e["name"] == "evil"] == ["UNAVAILABLE"]
+    sneaky = {e.get("version"): e for e in idx if e["name"] == "sneaky"}
+    assert sneaky["2"]["state"] == "READY"
+    assert sneaky["1"]["state"] == "UNAVAILABLE" and "outside" in sneaky["1"]["reason"]
+    with pytest.raises(NotFoundError):
+        infer(c, "sneaky:1")
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+    srv.assert_alive()
+
+
+# ---------------------------------------------------------------------------
+# a version switch under load
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def settle_rss(pid, seconds=1.0):
+    """RSS once it stopped moving (the smallest of a few samples)."""
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append(rss_kib(pid))
+        time.sleep(0.1)
+    return min(samples)
+
+
+@pytest.fixture
+def no_asan_quarantine(monkeypatch):
+    # Under AddressSanitizer freed memory waits in a quarantine before it goes
+    # back to the system; this test measures what the server gives back.
+    if "ASAN_OPTIONS" in os.environ:
+        monkeypatch.setenv("ASAN_OPTIONS", os.environ["ASAN_OPTIONS"] + ":quarantine_size_mb=0")
+
+
+def test_live_switch_under_load(start_sipd, tmp_path, no_asan_quarantine):
+    repo = tmp_path / "repo"
+    big = 64
+    add_version(repo, "live", 1, weights_mib=big)
+    (repo / "live" / "config.yaml").write_text(
+        "pool_size: 2\nbackend_options: {graph_optimization_level: disable}\n")
+    srv = start(start_sipd, repo)
+    pid = srv.proc.pid
+    c = srv.client()
+    np.testing.assert_array_equal(infer(c, "live"), X + 1)
+    before = settle_rss(pid)
+
+    stop = threading.Event()
+    switched_at = [None]
+    errors, results = [], []  # results: (sent_at, k)
+    lock = threading.Lock()
+
+    def worker(i):
+        cl = srv.client()
+        n = 0
+        while not stop.is_set():
+            x = np.full((1, 4), i * 1000 + n, np.float32)
+            sent = time.monotonic()
+            try:
+                y = cl.infer(InferenceRequest("live", {"x": x}, timeout_ms=10000)).outputs["y"]
+            except Exception as e:  # noqa: BLE001 - every failure counts
+                with lock:
+                    errors.append(repr(e))
+                continue
+            k = float(y[0, 0] - x[0, 0])
+            with lock:
+                results.append((sent, k))
+                if k not in (1.0, 2.0) or not np.array_equal(y, x + k):
+                    errors.append("unexpected output %r for %r" % (y, x))
+            n += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        add_version(repo, "live", 2, weights_mib=big)
+        c.load_model("live")  # returns once 2 serves and 1 is freed
+        switched_at[0] = time.monotonic()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors[:5]
+    assert len(results) > 100, len(results)
+    old = [k for sent, k in results if sent < switched_at[0]]
+    new = [k for sent, k in results if sent > switched_at[0]]
+    assert 1.0 in old and new and set(new) == {2.0}, (set(old), set(new))
+    idx = served(c.repository_index(), "live")
+    assert set(idx) == {"2"}
+    assert not [p for p in c.status()["pools"] if p["name"] == "live" and p["version"] == "1"]
+
+    # The old version's memory is released: RSS returns to within 10% of
+    # its level before version 2 was loaded.
+    deadline = time.monotonic() + 15
+    after = settle_rss(pid)
+    while after > before * 1.10 and time.monotonic() < deadline:
+        after = settle_rss(pid)
+    assert after <= before * 1.10, "RSS %d KiB after the switch, %d KiB before" % (after, before)
+    # ... and it had really grown by the weights while both were loaded.
+    st = [p for p in c.status()["pools"] if p["name"] == "live"][0]
+    assert st["model_bytes"] > big << 20
+
+    # Unload frees it too.
+    c.unload_model("live")
+    assert settle_rss(pid) < before - (big << 10) * 0.8
+    srv.assert_alive()
+
+
+def test_failed_load_keeps_old_version(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    add_version(repo, "fragile", 1)
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+    np.testing.assert_array_equal(infer(c, "fragile"), X + 1)
+
+    # A corrupt new version: the load fails, 1 keeps serving, the index says why.
+    (repo / "fragile" / "2").mkdir()
+    models.write_corrupt(repo / "fragile" / "2" / "model.onnx")
+    with pytest.raises(SipError, match="version '2' failed to load"):
+        c.load_model("fragile")
+    np.testing.assert_array_equal(infer(c, "fragile"), X + 1)
+    idx = {e.get("version"): e for e in c.repository_index() if e["name"] == "fragile"}
+    assert idx["1"]["state"] == "READY" and idx["1"]["default"]
+    assert idx["2"]["state"] == "UNAVAILABLE" and idx["2"]["reason"]
+    r = post(base, "/v2/repository/models/fragile/load")
+    assert r.status >= 400 and "failed to load" in json.loads(r.body)["error"]
+    r = sip(srv, "load", "fragile")
+    assert r.returncode != 0 and "failed to load" in r.stderr
+    r = sip(srv, "models")
+    assert "fragile" in r.stdout and "UNAVAILABLE" in r.stdout
+    np.testing.assert_array_equal(infer(c, "fragile"), X + 1)
+
+    # A config.yaml with an error: reported with file:line:col, 1 stays.
+    (repo / "fragile" / "config.yaml").write_text("pool_size: 2\npriority: urgent\n")
+    with pytest.raises(InvalidArgumentError, match=r"config.yaml:2:11: priority"):
+        c.load_model("fragile")
+    entry = [e for e in c.repository_index() if e["name"] == "fragile" and "version" not in e]
+    assert entry and "config.yaml:2:11" in entry[0]["reason"]
+    np.testing.assert_array_equal(infer(c, "fragile"), X + 1)
+
+    # Fixed: the next load switches to 2.
+    (repo / "fragile" / "config.yaml").unlink()
+    add_version(repo, "fragile", 2)
+    c.load_model("fragile")
+    np.testing.assert_array_equal(infer(c, "fragile"), X + 2)
+    assert set(served(c.repository_index(), "fragile")) == {"2"}
+    assert all(e["state"] == "READY" for e in c.repository_index() if e["name"] == "fragile")

@@ -1,0 +1,305 @@
+/* Unit tests for the model repository's pure parts: model name checks
+ * (src/session/repository.c), version-policy selection, and the parsing of
+ * a model's config.yaml (src/config/config.c, sip__config_load_model). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "core/core.h"
+#include "session/repository.h"
+
+/* ---- names ---- */
+
+static void name_ok(const char *name) {
+  sip_error_t *e = sip__repo_check_name(name, strlen(name));
+  if (e) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", sip_error_message(e));
+    sip_error_free(e);
+    fail_msg("'%s' refused: %s", name, msg);
+  }
+}
+
+/* Refused with INVALID_ARGUMENT and a message containing `want`. */
+static void name_bad(const char *name, size_t len, const char *want) {
+  sip_error_t *e = sip__repo_check_name(name, len);
+  if (!e) fail_msg("'%s' accepted", name);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", sip_error_message(e));
+  sip_code_t code = sip_error_code(e);
+  sip_error_free(e);
+  assert_int_equal(code, SIP_INVALID_ARGUMENT);
+  if (!strstr(msg, want)) fail_msg("message for '%s' lacks \"%s\": %s", name, want, msg);
+  if (!strstr(msg, "expected")) fail_msg("message does not say what is expected: %s", msg);
+}
+
+#define BAD(name, want) name_bad(name, strlen(name), want)
+
+static void test_names(void **state) {
+  (void)state;
+  name_ok("m");
+  name_ok("resnet50");
+  name_ok("det.v2-x_1");
+  name_ok("a..b"); /* dots inside a name are not traversal */
+  char longest[129];
+  memset(longest, 'a', 128);
+  longest[128] = '\0';
+  name_ok(longest);
+
+  BAD("", "empty");
+  BAD(".", "outside the model");
+  BAD("..", "outside the model");
+  BAD("../etc", "path separator");
+  BAD("../../etc/passwd", "path separator");
+  BAD("a/b", "path separator");
+  BAD("a/../b", "path separator");
+  BAD("a\\b", "path separator");
+  BAD("/etc", "absolute path");
+  BAD("/", "absolute path");
+  BAD(".hidden", "starts with '.'");
+  BAD("a b", "not allowed");
+  BAD("a:1", "not allowed");
+  BAD("caf\xc3\xa9", "not allowed");
+  BAD("tab\there", "not allowed");
+  name_bad("ab\0cd", 5, "NUL");
+  name_bad("\0", 1, "NUL");
+  char toolong[130];
+  memset(toolong, 'a', 129);
+  toolong[129] = '\0';
+  BAD(toolong, "too long");
+  /* Unprintable bytes are not echoed into the message (it reaches logs). */
+  sip_error_t *e = sip__repo_check_name("x\x1b[31m/y", 8);
+  assert_non_null(e);
+  assert_null(strchr(sip_error_message(e), '\x1b'));
+  sip_error_free(e);
+}
+
+/* ---- version policy ---- */
+
+static sip_pool_config_t policy(int kind, int latest, const int64_t *specific, size_t n) {
+  sip_pool_config_t p;
+  memset(&p, 0, sizeof p);
+  p.version_policy = kind;
+  p.version_latest = latest;
+  for (size_t i = 0; i < n; i++) p.versions[i] = specific[i];
+  p.n_versions = n;
+  return p;
+}
+
+/* Selects from avail and checks the result and the missing list. */
+static void expect_select(const sip_pool_config_t *p, const int64_t *avail, size_t n,
+                          int64_t current, const int64_t *want, size_t n_want,
+                          const int64_t *want_missing, size_t n_want_missing) {
+  int64_t out[64], missing[SIP_MAX_SPECIFIC_VERSIONS];
+  size_t n_missing = 99;
+  size_t got = sip__repo_select_versions(p, avail, n, current, out, missing, &n_missing);
+  assert_int_equal(got, n_want);
+  for (size_t i = 0; i < got; i++) assert_int_equal(out[i], want[i]);
+  assert_int_equal(n_missing, n_want_missing);
+  for (size_t i = 0; i < n_missing; i++) assert_int_equal(missing[i], want_missing[i]);
+}
+
+static void test_select_versions(void **state) {
+  (void)state;
+  const int64_t avail[] = {1, 2, 10};
+  sip_pool_config_t p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  expect_select(&p, avail, 3, -1, (int64_t[]){10}, 1, NULL, 0); /* numeric: 10 > 2 */
+  p = policy(SIP_VERSIONS_LATEST, 2, NULL, 0);
+  expect_select(&p, avail, 3, -1, (int64_t[]){2, 10}, 2, NULL, 0);
+  p = policy(SIP_VERSIONS_LATEST, 7, NULL, 0);
+  expect_select(&p, avail, 3, -1, avail, 3, NULL, 0);
+  p = policy(SIP_VERSIONS_ALL, 0, NULL, 0);
+  expect_select(&p, avail, 3, -1, avail, 3, NULL, 0);
+  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){1, 3, 10}, 3);
+  expect_select(&p, avail, 3, -1, (int64_t[]){1, 10}, 2, (int64_t[]){3}, 1);
+  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){4}, 1);
+  expect_select(&p, avail, 3, -1, NULL, 0, (int64_t[]){4}, 1);
+
+  /* A `current` link adds the version it names (in order) ... */
+  p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  expect_select(&p, avail, 3, 1, (int64_t[]){1, 10}, 2, NULL, 0);
+  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){1, 10}, 2);
+  expect_select(&p, avail, 3, 2, (int64_t[]){1, 2, 10}, 3, NULL, 0);
+  /* ... once, and only when that version exists. */
+  p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  expect_select(&p, avail, 3, 10, (int64_t[]){10}, 1, NULL, 0);
+  expect_select(&p, avail, 3, 5, (int64_t[]){10}, 1, NULL, 0);
+
+  /* Nothing there: nothing served. */
+  expect_select(&p, NULL, 0, -1, NULL, 0, NULL, 0);
+  p = policy(SIP_VERSIONS_ALL, 0, NULL, 0);
+  expect_select(&p, NULL, 0, -1, NULL, 0, NULL, 0);
+}
+
+/* ---- a model's config.yaml ---- */
+
+static char dir[] = "/tmp/sip_test_repoXXXXXX";
+
+static int setup(void **state) {
+  (void)state;
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char path[256];
+  snprintf(path, sizeof path, "%s/config.yaml", dir);
+  unlink(path);
+  rmdir(dir);
+  return 0;
+}
+
+static const char *write_config(const char *text) {
+  static char path[256];
+  snprintf(path, sizeof path, "%s/config.yaml", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static sip_pool_config_t *model_ok(const char *text) {
+  sip_pool_config_t *p = NULL;
+  sip_error_t *e = sip__config_load_model(text ? write_config(text) : NULL, "m", "/r/m/1/model.onnx", &p);
+  if (e) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", sip_error_message(e));
+    sip_error_free(e);
+    fail_msg("unexpected error: %s\n--- yaml:\n%s", msg, text ? text : "(none)");
+  }
+  assert_non_null(p);
+  return p;
+}
+
+static void model_bad(const char *text, const char *want1, const char *want2) {
+  sip_pool_config_t *p = NULL;
+  sip_error_t *e = sip__config_load_model(write_config(text), "m", "/r/m/1/model.onnx", &p);
+  if (!e) fail_msg("expected an error for:\n%s", text);
+  assert_null(p);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", sip_error_message(e));
+  sip_code_t code = sip_error_code(e);
+  sip_error_free(e);
+  assert_int_equal(code, SIP_INVALID_ARGUMENT);
+  if (!strstr(msg, want1) || (want2 && !strstr(msg, want2)))
+    fail_msg("message lacks \"%s\" / \"%s\":\n  %s\n--- yaml:\n%s", want1, want2 ? want2 : "", msg,
+             text);
+}
+
+static void test_model_config(void **state) {
+  (void)state;
+  /* No config.yaml, or an empty one: every default, latest: 1. */
+  sip_pool_config_t *p = model_ok(NULL);
+  assert_string_equal(p->name, "m");
+  assert_string_equal(p->model_path, "/r/m/1/model.onnx");
+  assert_string_equal(p->backend, "onnxruntime");
+  assert_int_equal(p->pool_size, 1);
+  assert_int_equal(p->priority, SIP_PRIO_MEDIUM);
+  assert_int_equal(p->version_policy, SIP_VERSIONS_LATEST);
+  assert_int_equal(p->version_latest, 1);
+  sip__config_pool_free(p);
+  p = model_ok("# nothing set\n");
+  assert_int_equal(p->version_latest, 1);
+  sip__config_pool_free(p);
+
+  p = model_ok("pool_size: 3\npriority: high\nresource_quota: {max_memory_mb: 512}\n"
+               "dynamic_batching: {max_batch_size: 8}\nqueue: {max_size: 10}\n"
+               "backend_options: {graph_optimization_level: disable}\n"
+               "version_policy: {latest: 2}\n");
+  assert_int_equal(p->pool_size, 3);
+  assert_int_equal(p->priority, SIP_PRIO_HIGH);
+  assert_int_equal(p->max_memory_mb, 512);
+  assert_int_equal(p->max_batch_size, 8);
+  assert_int_equal(p->queue_max_size, 10);
+  assert_int_equal(p->n_backend_options, 1);
+  assert_int_equal(p->version_policy, SIP_VERSIONS_LATEST);
+  assert_int_equal(p->version_latest, 2);
+  sip__config_pool_free(p);
+
+  p = model_ok("version_policy: {specific: [3, 1, 20]}\n");
+  assert_int_equal(p->version_policy, SIP_VERSIONS_SPECIFIC);
+  assert_int_equal(p->n_versions, 3);
+  assert_int_equal(p->versions[0], 1); /* kept sorted */
+  assert_int_equal(p->versions[1], 3);
+  assert_int_equal(p->versions[2], 20);
+  sip__config_pool_free(p);
+
+  p = model_ok("version_policy: all\n");
+  assert_int_equal(p->version_policy, SIP_VERSIONS_ALL);
+  sip__config_pool_free(p);
+
+  /* Errors name the file, line and column, the key and what is expected. */
+  model_bad("pool_size: 0\n", "config.yaml:1:12: pool_size: 0 is out of range", "1..256");
+  model_bad("name: other\n", "config.yaml:1:1: name: unknown key", "version_policy");
+  model_bad("model_path: x.onnx\n", "model_path: unknown key", NULL);
+  model_bad("version_policy: {latest: 0}\n", "1:26: version_policy.latest: 0 is out of range",
+            "1..1024");
+  model_bad("version_policy: {specific: []}\n", "version_policy.specific: has 0 items",
+            "distinct version numbers");
+  model_bad("version_policy: {specific: [1, 1]}\n", "version_policy.specific[1]: 1 is listed twice",
+            NULL);
+  model_bad("version_policy: {specific: [-1]}\n", "is not a version number", NULL);
+  model_bad("version_policy: newest\n", "version_policy: \"newest\" is not valid",
+            "{latest: N}");
+  model_bad("version_policy: {latest: 1, all: 1}\n", "version_policy: has 2 keys", NULL);
+  model_bad("version_policy: {oldest: 1}\n", "version_policy.oldest: unknown key", NULL);
+  model_bad("- 1\n", "is a list; expected a map with keys: backend, pool_size", NULL);
+  model_bad("pool_size: [\n", "YAML syntax error", NULL);
+  model_bad("dynamic_batching: {max_batch_size: 4, preferred_batch_sizes: [8]}\n",
+            "larger than max_batch_size", NULL);
+}
+
+/* version_policy belongs to a repository model's config.yaml only. */
+static void test_policy_not_in_session_pools(void **state) {
+  (void)state;
+  const char *yaml = "session_pools:\n  - name: p\n    model_path: m.onnx\n"
+                     "    version_policy: all\n";
+  sip_config_t *cfg = NULL;
+  sip_error_t *e = sip__config_load_string(yaml, strlen(yaml), "cfg.yaml", "/base", &cfg);
+  assert_non_null(e);
+  assert_non_null(strstr(sip_error_message(e), "session_pools[0].version_policy: unknown key"));
+  assert_null(strstr(sip_error_message(e), "expected one of: name, model_path, backend, pool_size, "
+                                          "priority, resource_quota, backend_options, "
+                                          "dynamic_batching, queue, batch_strategies, version"));
+  sip_error_free(e);
+
+  /* session_pools may be left out when a repository is configured. */
+  const char *repo = "server: {model_repository: models}\n";
+  e = sip__config_load_string(repo, strlen(repo), "cfg.yaml", "/base", &cfg);
+  assert_null(e);
+  assert_string_equal(cfg->model_repository, "/base/models");
+  assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_STARTUP);
+  assert_int_equal(cfg->n_pools, 0);
+  sip__config_free(cfg);
+  const char *expl = "server: {model_repository: /abs/models, model_control: explicit}\n";
+  e = sip__config_load_string(expl, strlen(expl), "cfg.yaml", "/base", &cfg);
+  assert_null(e);
+  assert_string_equal(cfg->model_repository, "/abs/models");
+  assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_EXPLICIT);
+  sip__config_free(cfg);
+  const char *none = "server: {log_level: info}\n";
+  e = sip__config_load_string(none, strlen(none), "cfg.yaml", "/base", &cfg);
+  assert_non_null(e);
+  assert_non_null(strstr(sip_error_message(e), "session_pools: missing; expected a list of pools"));
+  assert_non_null(strstr(sip_error_message(e), "server.model_repository"));
+  sip_error_free(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_names),
+      cmocka_unit_test(test_select_versions),
+      cmocka_unit_test(test_model_config),
+      cmocka_unit_test(test_policy_not_in_session_pools),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

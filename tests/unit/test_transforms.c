@@ -1,0 +1,728 @@
+/* Unit tests for src/pipeline/transform*.c: option validation and its
+ * messages, input matching by name and position, hostile shapes (overflow,
+ * zero-sized tensors with huge dims), numeric edge cases (cast saturation and
+ * wrap-around, float16), the homography, DB boxes, CTC labels files,
+ * allocation failures and concurrent runs of one transform. The numeric
+ * references for every operation are in tests/integration/test_transforms.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "pipeline/transform_impl.h" /* sip__tf_homography */
+#include "pipeline/transforms.h"
+
+/* ---- helpers ---------------------------------------------------------- */
+
+#define KV(k, v) ((sip_kv_t){(k), (v)})
+
+static sip_transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
+  sip_transform_t *t = NULL;
+  sip_error_t *e = sip__transform_new(op, kv, n, &t);
+  if (e) fail_msg("sip__transform_new(%s): %s", op, sip_error_message(e));
+  assert_non_null(t);
+  return t;
+}
+
+/* Asserts that creating `op` fails with `code` and a message holding each
+ * of the NULL-terminated fragments. */
+static void expect_new_error(const char *op, const sip_kv_t *kv, size_t n, sip_code_t code, ...) {
+  sip_transform_t *t = (sip_transform_t *)1;
+  sip_error_t *e = sip__transform_new(op, kv, n, &t);
+  assert_non_null(e);
+  assert_null(t);
+  if (sip_error_code(e) != code)
+    fail_msg("%s: code %s, want %s: %s", op, sip_code_name(sip_error_code(e)), sip_code_name(code),
+             sip_error_message(e));
+  va_list ap;
+  va_start(ap, code);
+  for (const char *w; (w = va_arg(ap, const char *));)
+    if (!strstr(sip_error_message(e), w)) fail_msg("'%s' not in: %s", w, sip_error_message(e));
+  va_end(ap);
+  sip_error_free(e);
+}
+
+static void expect_error(sip_error_t *e, sip_code_t code, const char *frag) {
+  assert_non_null(e);
+  if (sip_error_code(e) != code || !strstr(sip_error_message(e), frag))
+    fail_msg("got %s '%s'; want %s with '%s'", sip_code_name(sip_error_code(e)),
+             sip_error_message(e), sip_code_name(code), frag);
+  sip_error_free(e);
+}
+
+static sip_tensor_t *tensor(const char *name, sip_dtype_t dt, int rank, const int64_t *dims,
+                            const void *data) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  sip_tensor_t *t = sip_tensor_new_copy(name, dt, rank, dims, data, (size_t)n * sip_dtype_size(dt));
+  assert_non_null(t);
+  return t;
+}
+
+/* Runs with one input; returns the error (outputs freed) or NULL with *outs. */
+static sip_error_t *run1(const sip_transform_t *t, const sip_tensor_t *in, sip_tensor_t ***outs,
+                         size_t *n) {
+  const sip_tensor_t *ins[1] = {in};
+  return sip__transform_run(t, ins, 1, outs, n);
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+static void test_option_errors(void **state) {
+  (void)state;
+  expect_new_error("warp", NULL, 0, SIP_INVALID_ARGUMENT, "unknown transform operation 'warp'",
+                   "resize, letterbox", "db_postprocess", NULL);
+  expect_new_error(NULL, NULL, 0, SIP_INVALID_ARGUMENT, "(none)", NULL);
+  sip_kv_t k1[] = {KV("size", "32,48"), KV("sise", "1")};
+  expect_new_error("resize", k1, 2, SIP_INVALID_ARGUMENT, "transform resize has no option 'sise'",
+                   "expected one of: size, layout, dtype", NULL);
+  sip_kv_t k2[] = {KV("size", "32,48"), KV("size", "1,1")};
+  expect_new_error("resize", k2, 2, SIP_INVALID_ARGUMENT, "option size is given twice", NULL);
+  expect_new_error("resize", NULL, 0, SIP_INVALID_ARGUMENT, "option size is required", "H,W", NULL);
+  const char *bad_sizes[] = {"0,5", "1,2,3", "a,b", "99999,1", "32", "3.5,4", "", "-1,4"};
+  for (size_t i = 0; i < sizeof bad_sizes / sizeof *bad_sizes; i++) {
+    sip_kv_t k[] = {KV("size", bad_sizes[i])};
+    expect_new_error("resize", k, 1, SIP_INVALID_ARGUMENT, "transform resize: option size",
+                     "expected \"H,W\": two integers in 1..16384", NULL);
+  }
+  sip_kv_t k3[] = {KV("size", "4,4"), KV("layout", "whc")};
+  expect_new_error("resize", k3, 2, SIP_INVALID_ARGUMENT, "option layout: 'whc'",
+                   "one of hwc, nhwc, chw, nchw", NULL);
+  sip_kv_t k4[] = {KV("size", "4,4"), KV("dtype", "int32")};
+  expect_new_error("resize", k4, 2, SIP_INVALID_ARGUMENT, "option dtype", "uint8 or float32", NULL);
+  sip_kv_t k5[] = {KV("scale", "1/0")};
+  expect_new_error("normalize", k5, 1, SIP_INVALID_ARGUMENT, "option scale: '1/0'", NULL);
+  sip_kv_t k6[] = {KV("mean", "1,2,nan")};
+  expect_new_error("normalize", k6, 1, SIP_INVALID_ARGUMENT, "option mean", NULL);
+  sip_kv_t k7[] = {KV("to", "string")};
+  expect_new_error("cast", k7, 1, SIP_INVALID_ARGUMENT, "option to: 'string'", "numeric dtype",
+                   NULL);
+  expect_new_error("cast", NULL, 0, SIP_INVALID_ARGUMENT, "option to is required", NULL);
+  sip_kv_t k8[] = {KV("k", "0")};
+  expect_new_error("topk", k8, 1, SIP_INVALID_ARGUMENT, "option k: '0'", NULL);
+  sip_kv_t k9[] = {KV("iou_threshold", "1.5")};
+  expect_new_error("nms", k9, 1, SIP_INVALID_ARGUMENT, "iou_threshold", "0..1", NULL);
+  expect_new_error("crop_and_resize", NULL, 0, SIP_INVALID_ARGUMENT, "exactly one of target_size",
+                   NULL);
+  sip_kv_t k10[] = {KV("target_size", "8,8"), KV("max_width", "100")};
+  expect_new_error("crop_and_resize", k10, 2, SIP_INVALID_ARGUMENT, "go with height", NULL);
+  sip_kv_t k11[] = {KV("height", "48"), KV("min_width", "400"), KV("max_width", "100")};
+  expect_new_error("crop_and_resize", k11, 3, SIP_INVALID_ARGUMENT, "min_width", NULL);
+  expect_new_error("ctc_greedy_decode", NULL, 0, SIP_INVALID_ARGUMENT,
+                   "option labels_file is required", NULL);
+  sip_kv_t k12[] = {KV("labels_file", "/nonexistent/keys.txt")};
+  expect_new_error("ctc_greedy_decode", k12, 1, SIP_NOT_FOUND, "cannot open '/nonexistent/keys.txt'",
+                   NULL);
+  sip_kv_t k13[] = {KV("labels_file", "/dev/null")};
+  expect_new_error("ctc_greedy_decode", k13, 1, SIP_INVALID_ARGUMENT, "is empty", NULL);
+  sip_kv_t k14[] = {KV("use_space_char", "maybe"), KV("labels_file", "/dev/null")};
+  expect_new_error("ctc_greedy_decode", k14, 2, SIP_INVALID_ARGUMENT, "true or false", NULL);
+  sip_kv_t k15[] = {KV("mode", "bgr2hsv")};
+  expect_new_error("color_convert", k15, 1, SIP_INVALID_ARGUMENT, "'bgr2hsv'", "bgr2rgb", NULL);
+  expect_new_error("color_convert", NULL, 0, SIP_INVALID_ARGUMENT, "option mode is required", NULL);
+  sip_kv_t k16[] = {KV("flags", "text")};
+  expect_new_error("rotate180", k16, 1, SIP_INVALID_ARGUMENT, "option flags", NULL);
+  sip_kv_t k17[] = {KV("src_size", "0,3")};
+  expect_new_error("db_postprocess", k17, 1, SIP_INVALID_ARGUMENT, "option src_size", NULL);
+}
+
+static void test_option_forms(void **state) {
+  (void)state;
+  /* Lists as YAML flow sequences and fractions are accepted. */
+  sip_kv_t k[] = {KV("target_size", "[224, 224]"), KV("scale", "1/255"),
+                  KV("mean", "[0.5, 0.5, 0.5]"), KV("std", " 0.5 ")};
+  sip_transform_t *t = make("crop_and_resize", k, 4);
+  const sip_io_desc_t *in, *out;
+  size_t ni, no;
+  sip__transform_describe(t, &in, &ni, &out, &no);
+  assert_int_equal(ni, 2);
+  assert_string_equal(in[0].name, "image");
+  assert_int_equal(in[0].dtype, SIP_DTYPE_UINT8);
+  assert_int_equal(in[0].rank, 3);
+  assert_string_equal(in[1].name, "boxes");
+  assert_int_equal(in[1].rank, -1);
+  assert_int_equal(no, 2);
+  assert_int_equal(out[0].rank, 4);
+  assert_int_equal(out[0].dims[2], 224);
+  assert_int_equal(out[0].dims[3], 224);
+  assert_string_equal(sip__transform_op(t), "crop_and_resize");
+  sip__transform_free(t);
+  sip__transform_free(NULL);
+
+  sip_kv_t r[] = {KV("flags", "int64")};
+  t = make("rotate180", r, 1);
+  sip__transform_describe(t, &in, &ni, &out, &no);
+  assert_int_equal(ni, 2);
+  assert_string_equal(in[1].name, "flags");
+  assert_int_equal(in[1].dtype, SIP_DTYPE_INT64);
+  assert_int_equal(in[0].dtype, SIP_DTYPE_FLOAT32); /* nchw default */
+  sip__transform_free(t);
+}
+
+/* ---- inputs ------------------------------------------------------------- */
+
+static void test_input_matching(void **state) {
+  (void)state;
+  sip_transform_t *t = make("nms", NULL, 0);
+  float bx[8] = {0, 0, 10, 10, 1, 1, 11, 11}, sc[2] = {0.5f, 0.9f};
+  int64_t db[2] = {2, 4}, ds[1] = {2};
+  sip_tensor_t *boxes = tensor("boxes", SIP_DTYPE_FLOAT32, 2, db, bx);
+  sip_tensor_t *scores = tensor("scores", SIP_DTYPE_FLOAT32, 1, ds, sc);
+  sip_tensor_t **outs;
+  size_t n;
+
+  /* By name, in any order. */
+  const sip_tensor_t *a[2] = {scores, boxes};
+  assert_null(sip__transform_run(t, a, 2, &outs, &n));
+  assert_int_equal(n, 3);
+  assert_string_equal(outs[0]->name, "indices");
+  assert_int_equal(outs[0]->dims[0], 1);
+  assert_int_equal(((const int64_t *)outs[0]->data)[0], 1);
+  sip__transform_outputs_free(outs, n);
+
+  /* Unnamed tensors go by position. */
+  sip_tensor_t *ub = tensor("", SIP_DTYPE_FLOAT32, 2, db, bx);
+  sip_tensor_t *us = tensor(NULL, SIP_DTYPE_FLOAT32, 1, ds, sc);
+  const sip_tensor_t *b[2] = {ub, us};
+  assert_null(sip__transform_run(t, b, 2, &outs, &n));
+  sip__transform_outputs_free(outs, n);
+
+  const sip_tensor_t *c[2] = {boxes, boxes};
+  expect_error(sip__transform_run(t, c, 2, &outs, &n), SIP_INVALID_ARGUMENT,
+               "input 'boxes' is given twice");
+  assert_null(outs);
+  expect_error(sip__transform_run(t, a, 1, &outs, &n), SIP_INVALID_ARGUMENT,
+               "missing input 'boxes' (float32 [-1,4]");
+  const sip_tensor_t *d[3] = {boxes, scores, scores};
+  expect_error(sip__transform_run(t, d, 3, &outs, &n), SIP_INVALID_ARGUMENT,
+               "takes 2 inputs ('boxes', 'scores'); got 3");
+  sip_tensor_t *other = tensor("image", SIP_DTYPE_FLOAT32, 1, ds, sc);
+  const sip_tensor_t *e[2] = {boxes, other};
+  expect_error(sip__transform_run(t, e, 2, &outs, &n), SIP_INVALID_ARGUMENT,
+               "has no input 'image'; expected 'boxes', 'scores'");
+  const sip_tensor_t *f[2] = {boxes, NULL};
+  expect_error(sip__transform_run(t, f, 2, &outs, &n), SIP_INVALID_ARGUMENT, "NULL");
+
+  /* Data shorter than the shape says: refused before any read. */
+  sip_tensor_t *lie = sip_tensor_new_view("scores", SIP_DTYPE_FLOAT32, 1, (int64_t[]){1000}, sc,
+                                          sizeof sc, NULL);
+  const sip_tensor_t *g[2] = {boxes, lie};
+  expect_error(sip__transform_run(t, g, 2, &outs, &n), SIP_INVALID_ARGUMENT, "data bytes");
+  /* Fixed dims and dtype. */
+  int64_t d5[2] = {1, 5};
+  sip_tensor_t *b5 = tensor("boxes", SIP_DTYPE_FLOAT32, 2, d5, bx);
+  const sip_tensor_t *h[2] = {b5, scores};
+  expect_error(sip__transform_run(t, h, 2, &outs, &n), SIP_INVALID_ARGUMENT, "expected float32 [-1,4]");
+  int32_t si[2] = {1, 2};
+  sip_tensor_t *s32 = tensor("scores", SIP_DTYPE_INT32, 1, ds, si);
+  const sip_tensor_t *k[2] = {boxes, s32};
+  expect_error(sip__transform_run(t, k, 2, &outs, &n), SIP_INVALID_ARGUMENT,
+               "received dtype int32; expected float32");
+
+  sip_tensor_free(boxes);
+  sip_tensor_free(scores);
+  sip_tensor_free(ub);
+  sip_tensor_free(us);
+  sip_tensor_free(other);
+  sip_tensor_free(lie);
+  sip_tensor_free(b5);
+  sip_tensor_free(s32);
+  sip__transform_free(t);
+}
+
+/* ---- hostile shapes ------------------------------------------------------ */
+
+static void test_hostile_shapes(void **state) {
+  (void)state;
+  sip_tensor_t **outs;
+  size_t n;
+  /* Dims whose product overflows: refused by validation. */
+  sip_kv_t k[] = {KV("size", "4,4")};
+  sip_transform_t *t = make("resize", k, 1);
+  int64_t big[3] = {INT64_MAX, 2, 3};
+  uint8_t px[6] = {0};
+  sip_tensor_t *x = sip_tensor_new_view("image", SIP_DTYPE_UINT8, 3, big, px, 6, NULL);
+  expect_error(run1(t, x, &outs, &n), SIP_INVALID_ARGUMENT, "overflows");
+  sip_tensor_free(x);
+  /* Zero-sized images cannot be resampled. */
+  int64_t z[3] = {0, 5, 3};
+  x = sip_tensor_new_view("image", SIP_DTYPE_UINT8, 3, z, px, 0, NULL);
+  expect_error(run1(t, x, &outs, &n), SIP_INVALID_ARGUMENT, "0x5 pixels");
+  sip_tensor_free(x);
+  sip__transform_free(t);
+
+  /* Zero elements with a huge other dim: answered at once (no spinning over
+   * the empty dims), with the right output shape. */
+  sip_kv_t k2[] = {KV("size", "4,4"), KV("layout", "nchw")};
+  t = make("resize", k2, 2);
+  int64_t zc[4] = {(int64_t)1 << 40, 0, 2, 2};
+  x = sip_tensor_new_view("image", SIP_DTYPE_FLOAT32, 4, zc, px, 0, NULL);
+  assert_null(run1(t, x, &outs, &n));
+  assert_int_equal(outs[0]->dims[0], (int64_t)1 << 40);
+  assert_int_equal(outs[0]->dims[1], 0);
+  assert_int_equal(outs[0]->nbytes, 0);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+
+  const char *ops[] = {"softmax", "normalize", "to_tensor", "rotate180"};
+  for (size_t i = 0; i < 4; i++) {
+    sip_kv_t dt[] = {KV("dtype", "float32")};
+    t = make(ops[i], dt, !strcmp(ops[i], "to_tensor") ? 1 : 0);
+    int64_t zd[4] = {(int64_t)1 << 40, 3, 0, (int64_t)1 << 20};
+    x = sip_tensor_new_view(!strcmp(ops[i], "normalize") || !strcmp(ops[i], "softmax") ? "input"
+                                                                                       : "image",
+                            SIP_DTYPE_FLOAT32, 4, zd, px, 0, NULL);
+    sip_error_t *e = run1(t, x, &outs, &n);
+    if (e) fail_msg("%s: %s", ops[i], sip_error_message(e));
+    sip__transform_outputs_free(outs, n);
+    sip_tensor_free(x);
+    sip__transform_free(t);
+  }
+
+  sip_kv_t k3[] = {KV("k", "2"), KV("axis", "1")};
+  t = make("topk", k3, 2);
+  int64_t tz[3] = {(int64_t)1 << 40, 4, 0};
+  x = sip_tensor_new_view("input", SIP_DTYPE_FLOAT32, 3, tz, px, 0, NULL);
+  assert_null(run1(t, x, &outs, &n));
+  assert_int_equal(outs[0]->dims[1], 2);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+
+  /* An output past the size cap: RESOURCE_EXHAUSTED, nothing allocated. */
+  sip_kv_t k4[] = {KV("size", "16384,16384"), KV("layout", "nchw")};
+  t = make("resize", k4, 2);
+  int64_t d4[4] = {4, 3, 1, 1};
+  float f12[12] = {0};
+  x = tensor("image", SIP_DTYPE_FLOAT32, 4, d4, f12);
+  expect_error(run1(t, x, &outs, &n), SIP_RESOURCE_EXHAUSTED, "would exceed");
+  sip_tensor_free(x);
+  sip__transform_free(t);
+
+  /* db_postprocess on an empty map with a huge H. */
+  sip_kv_t k5[] = {KV("src_size", "10,10")};
+  t = make("db_postprocess", k5, 1);
+  int64_t dz[4] = {1, 1, (int64_t)1 << 50, 0};
+  x = sip_tensor_new_view("probs", SIP_DTYPE_FLOAT32, 4, dz, px, 0, NULL);
+  assert_null(run1(t, x, &outs, &n));
+  assert_int_equal(outs[0]->dims[0], 0);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+
+  /* crop_and_resize with zero channels and many boxes writes nothing. */
+  sip_kv_t k6[] = {KV("target_size", "16384,16384")};
+  t = make("crop_and_resize", k6, 1);
+  int64_t di[3] = {(int64_t)1 << 30, (int64_t)1 << 30, 0};
+  sip_tensor_t *img = sip_tensor_new_view("image", SIP_DTYPE_UINT8, 3, di, px, 0, NULL);
+  float bx[4 * 64];
+  for (int i = 0; i < 64; i++) {
+    bx[i * 4] = bx[i * 4 + 1] = 0;
+    bx[i * 4 + 2] = bx[i * 4 + 3] = 1e30f;
+  }
+  int64_t db[2] = {64, 4};
+  sip_tensor_t *boxes = tensor("boxes", SIP_DTYPE_FLOAT32, 2, db, bx);
+  const sip_tensor_t *ins[2] = {img, boxes};
+  assert_null(sip__transform_run(t, ins, 2, &outs, &n));
+  assert_int_equal(outs[0]->nbytes, 0);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(img);
+  sip_tensor_free(boxes);
+  sip__transform_free(t);
+}
+
+/* ---- numerics ----------------------------------------------------------- */
+
+static void test_cast_edges(void **state) {
+  (void)state;
+  sip_tensor_t **outs;
+  size_t n;
+  float in[8] = {NAN, INFINITY, -INFINITY, -1.0f, 300.0f, 3e9f, -2.9f, 2.9f};
+  int64_t d[1] = {8};
+  sip_tensor_t *x = tensor("input", SIP_DTYPE_FLOAT32, 1, d, in);
+
+  sip_kv_t ku8[] = {KV("to", "uint8")};
+  sip_transform_t *t = make("cast", ku8, 1);
+  assert_null(run1(t, x, &outs, &n));
+  const uint8_t *u = outs[0]->data;
+  /* NaN -> 0; infinities saturate through int64 then wrap like numpy on
+   * x86; in-range values truncate toward zero, then wrap. */
+  assert_int_equal(u[0], 0);
+  assert_int_equal(u[1], 255); /* INT64_MAX's low byte */
+  assert_int_equal(u[2], 0);   /* INT64_MIN's */
+  assert_int_equal(u[3], 255);
+  assert_int_equal(u[4], 44);
+  assert_int_equal(u[6], 254);
+  assert_int_equal(u[7], 2);
+  sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+
+  sip_kv_t ki64[] = {KV("to", "int64")};
+  t = make("cast", ki64, 1);
+  assert_null(run1(t, x, &outs, &n));
+  const int64_t *l = outs[0]->data;
+  assert_int_equal(l[0], 0);
+  assert_true(l[1] == INT64_MAX); /* saturated */
+  assert_true(l[2] == INT64_MIN);
+  assert_int_equal(l[5], 3000000000LL);
+  assert_int_equal(l[6], -2);
+  sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+  sip_tensor_free(x);
+
+  /* int64 -> uint64 keeps every bit; -> float16 rounds to nearest even. */
+  int64_t big[3] = {INT64_MIN, -1, 2049};
+  int64_t d3[1] = {3};
+  x = tensor("input", SIP_DTYPE_INT64, 1, d3, big);
+  sip_kv_t k64[] = {KV("from", "int64"), KV("to", "uint64")};
+  t = make("cast", k64, 2);
+  assert_null(run1(t, x, &outs, &n));
+  const uint64_t *q = outs[0]->data;
+  assert_true(q[0] == (uint64_t)1 << 63 && q[1] == UINT64_MAX && q[2] == 2049);
+  sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+  sip_kv_t k16[] = {KV("from", "int64"), KV("to", "float16")};
+  t = make("cast", k16, 2);
+  assert_null(run1(t, x, &outs, &n));
+  const uint16_t *h = outs[0]->data;
+  assert_int_equal(h[2], 0x6800); /* 2049 -> 2048 (ties to even) */
+  assert_int_equal(h[1], 0xbc00); /* -1 */
+  assert_int_equal(h[0], 0xfc00); /* -2^63 -> -inf */
+  sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+  sip_tensor_free(x);
+
+  /* float16 -> float32: subnormals, infinities, NaN. */
+  uint16_t hv[4] = {0x0001, 0x7c00, 0x7e00, 0x3555};
+  int64_t d4[1] = {4};
+  x = tensor("input", SIP_DTYPE_FLOAT16, 1, d4, hv);
+  sip_kv_t kf[] = {KV("from", "float16"), KV("to", "float32")};
+  t = make("cast", kf, 2);
+  assert_null(run1(t, x, &outs, &n));
+  const float *f = outs[0]->data;
+  assert_true(f[0] == ldexpf(1, -24));
+  assert_true(isinf(f[1]) && f[1] > 0);
+  assert_true(isnan(f[2]));
+  assert_true(fabsf(f[3] - 0.33325195f) < 1e-7f);
+  sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+  sip_tensor_free(x);
+}
+
+static void test_homography(void **state) {
+  (void)state;
+  double x[4] = {10, 110, 100, 5}, y[4] = {20, 25, 80, 70}, m[9];
+  assert_int_equal(sip__tf_homography(x, y, m), 0);
+  double s[4] = {0, 1, 1, 0}, t[4] = {0, 0, 1, 1};
+  for (int k = 0; k < 4; k++) {
+    double w = m[6] * s[k] + m[7] * t[k] + m[8];
+    assert_true(fabs((m[0] * s[k] + m[1] * t[k] + m[2]) / w - x[k]) < 1e-9);
+    assert_true(fabs((m[3] * s[k] + m[4] * t[k] + m[5]) / w - y[k]) < 1e-9);
+  }
+  /* A parallelogram is affine. */
+  double px[4] = {0, 10, 15, 5}, py[4] = {0, 0, 10, 10};
+  assert_int_equal(sip__tf_homography(px, py, m), 0);
+  assert_true(m[6] == 0 && m[7] == 0);
+  /* No area: no map. */
+  double dx[4] = {3, 3, 3, 3}, dy[4] = {4, 4, 4, 4};
+  assert_int_equal(sip__tf_homography(dx, dy, m), -1);
+  double lx[4] = {0, 1, 2, 3}, ly[4] = {0, 1, 2, 3};
+  assert_int_equal(sip__tf_homography(lx, ly, m), -1);
+}
+
+static void test_db_box(void **state) {
+  (void)state;
+  /* A 21 x 11 block (pixel centres 10..30 x 5..15) in a 40 x 24 map. */
+  enum { H = 24, W = 40 };
+  static float p[H * W];
+  for (int y = 5; y <= 15; y++)
+    for (int x = 10; x <= 30; x++) p[y * W + x] = 0.9f;
+  p[0] = 0.9f; /* one pixel: under min_size */
+  sip_kv_t k[] = {KV("src_size", "48,80")};
+  sip_transform_t *t = make("db_postprocess", k, 1);
+  int64_t d[4] = {1, 1, H, W};
+  sip_tensor_t *x = tensor("probs", SIP_DTYPE_FLOAT32, 4, d, p);
+  sip_tensor_t **outs;
+  size_t n;
+  assert_null(run1(t, x, &outs, &n));
+  assert_int_equal(outs[0]->dims[0], 1);
+  const float *b = outs[0]->data;
+  double dd = 20.0 * 10.0 * 1.5 / (2 * 30.0);
+  double want[8] = {10 - dd, 5 - dd, 30 + dd, 5 - dd, 30 + dd, 15 + dd, 10 - dd, 15 + dd};
+  for (int i = 0; i < 8; i++) assert_true(fabs(b[i] - want[i] * 2) < 1e-3);
+  assert_true(fabsf(((const float *)outs[1]->data)[0] - 0.9f) < 1e-6f);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+}
+
+static void test_ctc_labels_file(void **state) {
+  (void)state;
+  char path[] = "/tmp/sip_labelsXXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  const char *text = "x\r\ny\n \nzz"; /* CRLF, a space label, no final newline */
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  sip_kv_t k[] = {KV("labels_file", path)};
+  sip_transform_t *t = make("ctc_greedy_decode", k, 1);
+  /* classes: blank, x, y, " ", zz, space */
+  enum { T = 7, C = 6 };
+  int seq[T] = {1, 1, 0, 2, 3, 4, 5};
+  float pr[T * C] = {0};
+  for (int s = 0; s < T; s++) pr[s * C + seq[s]] = 1.0f;
+  int64_t d[3] = {1, T, C};
+  sip_tensor_t *x = tensor("probs", SIP_DTYPE_FLOAT32, 3, d, pr);
+  sip_tensor_t **outs;
+  size_t n;
+  assert_null(run1(t, x, &outs, &n));
+  assert_null(sip_tensor_validate(outs[0]));
+  const unsigned char *s = outs[0]->data;
+  assert_int_equal(s[0], 6);
+  assert_memory_equal(s + 4, "xy zz ", 6);
+  assert_true(((const float *)outs[1]->data)[0] == 1.0f);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+  unlink(path);
+}
+
+/* ---- allocation failures -------------------------------------------------- */
+
+static sip_error_t *try_op(const char *op, const sip_kv_t *kv, size_t nkv,
+                           const sip_tensor_t *const *ins, size_t nin) {
+  sip_transform_t *t = NULL;
+  sip_error_t *e = sip__transform_new(op, kv, nkv, &t);
+  if (e) return e;
+  sip_tensor_t **outs;
+  size_t n;
+  e = sip__transform_run(t, ins, nin, &outs, &n);
+  if (!e) sip__transform_outputs_free(outs, n);
+  sip__transform_free(t);
+  return e;
+}
+
+static void test_alloc_failures(void **state) {
+  (void)state;
+  uint8_t img[6 * 8 * 3];
+  for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)(i * 7);
+  int64_t di[3] = {6, 8, 3};
+  sip_tensor_t *image = tensor("image", SIP_DTYPE_UINT8, 3, di, img);
+  float bx[8] = {1, 1, 5, 4, 0, 0, 8, 6};
+  int64_t db[2] = {2, 4};
+  sip_tensor_t *boxes = tensor("boxes", SIP_DTYPE_FLOAT32, 2, db, bx);
+  float sc[2] = {0.3f, 0.6f};
+  int64_t ds[1] = {2};
+  sip_tensor_t *scores = tensor("scores", SIP_DTYPE_FLOAT32, 1, ds, sc);
+  sip_tensor_t *vec = tensor("input", SIP_DTYPE_FLOAT32, 1, ds, sc);
+  float pm[16 * 16] = {0};
+  for (int y = 3; y < 12; y++)
+    for (int x = 2; x < 14; x++) pm[y * 16 + x] = 0.9f;
+  int64_t dp[4] = {1, 1, 16, 16};
+  sip_tensor_t *probs = tensor("probs", SIP_DTYPE_FLOAT32, 4, dp, pm);
+  int64_t dsz[1] = {2}, szv[2] = {32, 32};
+  sip_tensor_t *srcsz = tensor("src_size", SIP_DTYPE_INT64, 1, dsz, szv);
+
+  sip_kv_t kr[] = {KV("size", "4,5")};
+  sip_kv_t kc[] = {KV("height", "8"), KV("min_width", "4")};
+  sip_kv_t kk[] = {KV("k", "2")};
+  const sip_tensor_t *img1[1] = {image}, *crop[2] = {image, boxes}, *nms[2] = {boxes, scores},
+                     *db2[2] = {probs, srcsz}, *sc1[1] = {vec};
+  struct {
+    const char *op;
+    const sip_kv_t *kv;
+    size_t nkv;
+    const sip_tensor_t *const *in;
+    size_t nin;
+  } cases[] = {
+      {"resize", kr, 1, img1, 1},     {"letterbox", kr, 1, img1, 1},
+      {"crop_and_resize", kc, 2, crop, 2}, {"nms", NULL, 0, nms, 2},
+      {"db_postprocess", NULL, 0, db2, 2}, {"topk", kk, 1, sc1, 1},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int ok = 0;
+    for (long fail = 0; fail < 200 && !ok; fail++) {
+      sip__alloc_fail_after(fail);
+      sip_error_t *e = try_op(cases[c].op, cases[c].kv, cases[c].nkv, cases[c].in, cases[c].nin);
+      sip__alloc_fail_after(-1);
+      if (!e) {
+        ok = 1;
+        break;
+      }
+      if (sip_error_code(e) != SIP_RESOURCE_EXHAUSTED)
+        fail_msg("%s with allocation %ld failing: %s", cases[c].op, fail, sip_error_message(e));
+      sip_error_free(e);
+    }
+    if (!ok) fail_msg("%s never succeeded", cases[c].op);
+  }
+  sip_tensor_free(image);
+  sip_tensor_free(boxes);
+  sip_tensor_free(scores);
+  sip_tensor_free(vec);
+  sip_tensor_free(probs);
+  sip_tensor_free(srcsz);
+}
+
+/* ---- concurrency ------------------------------------------------------------ */
+
+typedef struct worker {
+  const sip_transform_t *t;
+  const sip_tensor_t *in;
+  const float *want;
+  size_t n;
+  int bad;
+} worker_t;
+
+static void *work(void *arg) {
+  worker_t *w = arg;
+  for (int i = 0; i < 200; i++) {
+    sip_tensor_t **outs;
+    size_t n;
+    sip_error_t *e = run1(w->t, w->in, &outs, &n);
+    if (e) {
+      sip_error_free(e);
+      w->bad++;
+      continue;
+    }
+    if (memcmp(outs[0]->data, w->want, w->n * sizeof(float))) w->bad++;
+    sip__transform_outputs_free(outs, n);
+  }
+  return NULL;
+}
+
+static void test_concurrent_runs(void **state) {
+  (void)state;
+  sip_kv_t kr[] = {KV("size", "13,9"), KV("layout", "nchw")};
+  sip_transform_t *t = make("resize", kr, 2);
+  float px[2 * 3 * 10 * 10];
+  for (size_t i = 0; i < sizeof px / sizeof *px; i++) px[i] = (float)(i % 17) * 0.25f;
+  int64_t d[4] = {2, 3, 10, 10};
+  sip_tensor_t *x = tensor("image", SIP_DTYPE_FLOAT32, 4, d, px);
+  sip_tensor_t **outs;
+  size_t n;
+  assert_null(run1(t, x, &outs, &n));
+  worker_t w[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (worker_t){t, x, outs[0]->data, 2 * 3 * 13 * 9, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].bad, 0);
+  }
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+}
+
+/* ---- random inputs ---------------------------------------------------------- */
+
+static uint64_t rng_state = 88172645463325252ULL;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+/* A random tensor for descriptor d: its dtype, mostly its rank, small
+ * random dims (sometimes 0), values including NaN, infinities, huge and
+ * negative numbers. */
+static sip_tensor_t *random_tensor(const sip_io_desc_t *d, unsigned char *buf, size_t cap) {
+  int rank = d->rank >= 0 && rnd() % 8 ? d->rank : (int)(rnd() % 5);
+  int64_t dims[SIP_MAX_RANK];
+  size_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    static const int64_t pick[] = {0, 1, 1, 1, 2, 3, 4, 4, 5, 6};
+    dims[i] = d->rank == rank && d->dims[i] >= 0 && rnd() % 8 ? d->dims[i] : pick[rnd() % 10];
+    n *= (size_t)dims[i];
+  }
+  size_t es = sip_dtype_size(d->dtype);
+  if (n * es > cap) return NULL;
+  static const float special[] = {NAN, INFINITY, -INFINITY, 1e30f, -1e30f, -1, 0, 0.5f, 3};
+  for (size_t i = 0; i < n; i++) {
+    if (d->dtype == SIP_DTYPE_FLOAT32) {
+      float v = rnd() % 4 ? (float)(rnd() % 1000) / 100.0f : special[rnd() % 9];
+      memcpy(buf + i * 4, &v, 4);
+    } else {
+      for (size_t b = 0; b < es; b++) buf[i * es + b] = (unsigned char)rnd();
+    }
+  }
+  return sip_tensor_new_view(d->name, d->dtype, rank, dims, buf, n * es, NULL);
+}
+
+static void test_random_inputs(void **state) {
+  (void)state;
+  static unsigned char bufs[3][1 << 16];
+  sip_kv_t ks[] = {KV("size", "5,7")}, kc[] = {KV("height", "8"), KV("max_width", "40")},
+           kq[] = {KV("target_size", "4,6"), KV("layout", "nchw")},
+           kr[] = {KV("flags", "int8")}, kt[] = {KV("to", "int16")}, kk[] = {KV("k", "2")},
+           km[] = {KV("mode", "bgr2gray")}, kn[] = {KV("mean", "1,2,3")},
+           kd[] = {KV("thresh", "0.5"), KV("min_size", "0"), KV("src_size", "50,60")};
+  struct {
+    const char *op;
+    const sip_kv_t *kv;
+    size_t n;
+  } ops[] = {{"resize", ks, 1},    {"letterbox", ks, 1},    {"normalize", kn, 1},
+             {"color_convert", km, 1}, {"to_tensor", NULL, 0}, {"rotate180", kr, 1},
+             {"cast", kt, 1},      {"softmax", NULL, 0},    {"topk", kk, 1},
+             {"nms", NULL, 0},     {"crop_and_resize", kc, 2}, {"crop_and_resize", kq, 2},
+             {"db_postprocess", kd, 3}};
+  for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+    sip_transform_t *t = make(ops[o].op, ops[o].kv, ops[o].n);
+    const sip_io_desc_t *in, *out;
+    size_t ni, no;
+    sip__transform_describe(t, &in, &ni, &out, &no);
+    int ok = 0;
+    for (int round = 0; round < 2000; round++) {
+      sip_tensor_t *x[3] = {0};
+      int skip = 0;
+      for (size_t i = 0; i < ni; i++) skip |= !(x[i] = random_tensor(&in[i], bufs[i], sizeof bufs[i]));
+      if (!skip) {
+        sip_tensor_t **outs;
+        size_t n;
+        sip_error_t *e = sip__transform_run(t, (const sip_tensor_t *const *)x, ni, &outs, &n);
+        if (e) {
+          if (sip_error_code(e) != SIP_INVALID_ARGUMENT &&
+              sip_error_code(e) != SIP_RESOURCE_EXHAUSTED)
+            fail_msg("%s: %s", ops[o].op, sip_error_message(e));
+          if (getenv("TF_DEBUG")) fprintf(stderr, "%s: %s\n", ops[o].op, sip_error_message(e));
+          sip_error_free(e);
+        } else {
+          ok++;
+          for (size_t k = 0; k < n; k++) {
+            sip_error_t *v = sip_tensor_validate(outs[k]);
+            if (v) fail_msg("%s output %zu: %s", ops[o].op, k, sip_error_message(v));
+          }
+          sip__transform_outputs_free(outs, n);
+        }
+      }
+      for (size_t i = 0; i < ni; i++) sip_tensor_free(x[i]);
+    }
+    if (!ok) fail_msg("%s: no random input was accepted", ops[o].op);
+    sip__transform_free(t);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_option_errors),   cmocka_unit_test(test_option_forms),
+      cmocka_unit_test(test_input_matching),  cmocka_unit_test(test_hostile_shapes),
+      cmocka_unit_test(test_cast_edges),      cmocka_unit_test(test_homography),
+      cmocka_unit_test(test_db_box),          cmocka_unit_test(test_ctc_labels_file),
+      cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_concurrent_runs),
+      cmocka_unit_test(test_random_inputs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
