@@ -29,7 +29,7 @@ def ensure_tiny():
 class Sipd:
     """sipd on a temporary unix socket with the given pools (YAML flow maps)."""
 
-    def __init__(self, pools, server_extra=""):
+    def __init__(self, pools, server_extra="", pipelines=""):
         self.dir = tempfile.mkdtemp(prefix="sipb", dir="/tmp")
         self.sock = os.path.join(self.dir, "s.sock")
         self.endpoint = "ipc://" + self.sock
@@ -40,6 +40,7 @@ class Sipd:
             f.write("session_pools:\n")
             for p in pools:
                 f.write("  - %s\n" % json.dumps(p))
+            f.write(pipelines)
         self.proc = subprocess.Popen([os.path.join(BUILD, "sipd"), "--config", cfg],
                                      stdout=subprocess.DEVNULL)
         deadline = time.time() + 60

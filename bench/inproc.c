@@ -45,7 +45,11 @@ int main(int argc, char **argv) {
   const sip_backend_vtable_t *be = &sip__backend_onnxruntime;
   void *state = NULL, *m = NULL, *sess = NULL;
   sip_error_t *e;
-  if ((e = be->init(&st, &state)) || (e = be->load(state, model, NULL, 0, &m)) ||
+  /* In chain mode MODEL is a list: load its first entry here. */
+  char first[4096];
+  snprintf(first, sizeof first, "%s", model);
+  if (!strcmp(mode, "chain")) first[strcspn(first, ",")] = '\0';
+  if ((e = be->init(&st, &state)) || (e = be->load(state, first, NULL, 0, &m)) ||
       (e = be->session_new(m, &sess)))
     die(e);
   const sip_io_desc_t *ins, *outs;
@@ -58,7 +62,58 @@ int main(int argc, char **argv) {
   const sip_tensor_t *tin[1] = {t};
   sip_tensor_t *res[16];
 
-  if (!strcmp(mode, "latency")) {
+  if (!strcmp(mode, "chain")) {
+    /* MODEL is "a.onnx,b.onnx,c.onnx": each model's first output feeds the
+     * next model's first input, as a pipeline of model stages would. */
+    long n = atol(argv[5]);
+    void *ms[8], *ss[8];
+    const char *names8[8][1];
+    size_t nm = 0;
+    char *list = strdup(model), *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok && nm < 8; tok = strtok_r(NULL, ",", &save)) {
+      if ((e = be->load(state, tok, NULL, 0, &ms[nm])) || (e = be->session_new(ms[nm], &ss[nm])))
+        die(e);
+      const sip_io_desc_t *mi, *mo;
+      size_t a, b2;
+      be->describe(ms[nm], &mi, &a, &mo, &b2);
+      names8[nm][0] = mo[0].name;
+      nm++;
+    }
+    uint64_t *lat = malloc((size_t)n * sizeof *lat);
+    double sum = 0;
+    for (long i = -(n / 10 + 10); i < n; i++) {
+      uint64_t t0 = sip__now_ns();
+      sip_tensor_t *cur = sip_tensor_new_view(input, SIP_DTYPE_FLOAT32, rank, dims, data,
+                                              count * sizeof *data, NULL);
+      for (size_t k = 0; k < nm; k++) {
+        const sip_io_desc_t *mi, *mo;
+        size_t a, b2;
+        be->describe(ms[k], &mi, &a, &mo, &b2);
+        sip_tensor_t *in = sip_tensor_new_view(mi[0].name, cur->dtype, cur->rank, cur->dims,
+                                               cur->data, cur->nbytes, cur->owner);
+        const sip_tensor_t *ins1[1] = {in};
+        sip_tensor_t *o[1];
+        if ((e = be->execute(ss[k], ins1, 1, names8[k], 1, o))) die(e);
+        sip_tensor_free(in);
+        sip_tensor_free(cur);
+        cur = o[0];
+      }
+      sip_tensor_free(cur);
+      if (i >= 0) {
+        lat[i] = sip__now_ns() - t0;
+        sum += (double)lat[i];
+      }
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    printf("{\"p50_us\": %.3f, \"p99_us\": %.3f, \"mean_us\": %.3f, \"models\": %zu}\n",
+           lat[n / 2] / 1e3, lat[(size_t)(n * 0.99)] / 1e3, sum / (double)n / 1e3, nm);
+    for (size_t k = 0; k < nm; k++) {
+      be->session_free(ss[k]);
+      be->model_free(ms[k]);
+    }
+    free(lat);
+    free(list);
+  } else if (!strcmp(mode, "latency")) {
     long n = atol(argv[5]);
     uint64_t *lat = malloc((size_t)n * sizeof *lat);
     for (long i = 0; i < n / 10 + 10; i++) { /* warm-up */
