@@ -280,9 +280,10 @@ void sip__registry_drain_free(struct sip_server *s, sip_pool_t *p);
 int sip__registry_is_default_locked(struct sip_server *s, const sip_pool_t *p);
 
 /* ---- model repository (src/session/repository.c) ---- */
-/* Starts the repository worker; loads repository models at start unless
- * model_control is explicit (`wait`: before returning). Errors: a
- * repository directory that cannot be opened (NOT_FOUND). */
+/* Starts the loader thread: it loads the config file's pools, then the
+ * repository's models (unless model_control is explicit), sets `loaded`,
+ * then runs load/unload requests (`wait`: the initial loads happen before
+ * this returns). Errors: a repository that is not a directory (NOT_FOUND). */
 sip_error_t *sip__repo_start(struct sip_server *s, int wait);
 /* Stops the worker: a load in progress completes, queued ones are answered
  * UNAVAILABLE. Safe when never started. */
@@ -291,8 +292,6 @@ void sip__repo_free(struct sip_server *s);
 /* Why `name` has no pool when the repository knows it (loading, unloaded,
  * failed: UNAVAILABLE with the reason), else NULL. */
 sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);
-/* 1 when repository loads requested at start have finished. */
-int sip__repo_settled(struct sip_server *s);
 
 /* Transports (src/transport/listener.c). */
 sip_error_t *sip__listeners_start(struct sip_server *s, char **endpoints, size_t n,

@@ -821,8 +821,6 @@ void sip__repo_free(sip_server_t *s) {
   s->repo = NULL;
 }
 
-int sip__repo_settled(sip_server_t *s) { return atomic_load(&s->loaded); }
-
 sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
   sip_repo_t *R = s->repo;
   if (!R || !R->root) return NULL;

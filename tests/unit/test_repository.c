@@ -8,13 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include <pthread.h>
+
 #include "config/config.h"
 #include "core/core.h"
 #include "session/repository.h"
+#include "sip/sip.h"
 
 /* ---- names ---- */
 
@@ -294,12 +298,164 @@ static void test_policy_not_in_session_pools(void **state) {
   sip_error_free(e);
 }
 
+/* ---- the engine API: load, reload, unload in-process ---- */
+
+/* A repository version for the builtin backend (identity; it reads no
+ * file, but the repository wants one there). */
+static void make_version(const char *repo, const char *model, int v) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", repo, model);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/%s/%d", repo, model, v);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/%s/%d/model.onnx", repo, model, v);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+}
+
+static sip_request_t *request(const char *pool, float value) {
+  sip_request_t *r = sip_request_new(pool);
+  int64_t dims[1] = {2};
+  float x[2] = {value, value + 0.5f};
+  assert_null(sip_request_add_input(
+      r, sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, dims, x, sizeof x)));
+  return r;
+}
+
+static sip_code_t infer_code(sip_server_t *s, const char *pool) {
+  sip_response_t *resp = NULL;
+  sip_error_t *e = sip_server_infer(s, request(pool, 1), &resp);
+  sip_code_t code = e ? sip_error_code(e) : sip_response_code(resp);
+  sip_error_free(e);
+  sip_response_free(resp);
+  return code;
+}
+
+typedef struct counter {
+  pthread_mutex_t mu;
+  int ok, failed;
+} counter_t;
+
+static void count_done(sip_response_t *resp, void *user) {
+  counter_t *c = user;
+  pthread_mutex_lock(&c->mu);
+  if (resp && sip_response_code(resp) == SIP_OK)
+    c->ok++;
+  else
+    c->failed++;
+  pthread_mutex_unlock(&c->mu);
+  sip_response_free(resp);
+}
+
+static int index_has(sip_server_t *s, const char *needle) {
+  char *idx = sip_server_repository_index(s, 0);
+  assert_non_null(idx);
+  int found = strstr(idx, needle) != NULL;
+  sip_free(idx);
+  return found;
+}
+
+static void test_engine_load_reload_unload(void **state) {
+  (void)state;
+  char repo[] = "/tmp/sip_test_engine_repoXXXXXX";
+  assert_non_null(mkdtemp(repo));
+  make_version(repo, "m", 1);
+  char path[512];
+  snprintf(path, sizeof path, "%s/m/config.yaml", repo);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("backend: builtin\nbackend_options: {delay_ms: 20}\n", f);
+  fclose(f);
+
+  char yaml[512];
+  snprintf(yaml, sizeof yaml, "server: {model_repository: %s}\n", repo);
+  sip_server_options_t *o = sip_server_options_new();
+  assert_null(sip_server_options_set_config_string(o, yaml, NULL));
+  sip_server_options_set_listen(o, 0);
+  sip_server_options_set_wait_for_load(o, 1);
+  sip_server_t *s = NULL;
+  sip_error_t *e = sip_server_new(o, &s);
+  sip_server_options_free(o);
+  assert_null(e);
+  assert_true(sip_server_ready(s));
+  assert_true(index_has(s, "{\"name\":\"m\",\"state\":\"READY\""));
+  assert_int_equal(infer_code(s, "m"), SIP_OK);
+  assert_int_equal(infer_code(s, "m:1"), SIP_OK);
+
+  /* Requests queued on version 1 finish there while 2 takes over: the
+   * blocking load returns only once 1 is drained and freed. */
+  counter_t c = {.ok = 0};
+  pthread_mutex_init(&c.mu, NULL);
+  for (int i = 0; i < 8; i++) assert_null(sip_server_infer_async(s, request("m", (float)i), count_done, &c));
+  make_version(repo, "m", 2);
+  assert_null(sip_server_load_model(s, "m"));
+  pthread_mutex_lock(&c.mu);
+  assert_int_equal(c.ok, 8);
+  assert_int_equal(c.failed, 0);
+  pthread_mutex_unlock(&c.mu);
+  pthread_mutex_destroy(&c.mu);
+  assert_int_equal(infer_code(s, "m:2"), SIP_OK);
+  assert_int_equal(infer_code(s, "m:1"), SIP_NOT_FOUND);
+  assert_true(index_has(s, "\"version\":\"2\""));
+  assert_false(index_has(s, "\"version\":\"1\""));
+  /* Nothing changed: the running version stays (a no-op reload). */
+  assert_null(sip_server_load_model(s, "m"));
+  assert_int_equal(infer_code(s, "m"), SIP_OK);
+
+  /* Names are checked before the file system is touched. */
+  e = sip_server_load_model(s, "../m");
+  assert_non_null(e);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  e = sip_server_unload_model(s, "/etc");
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  e = sip_server_load_model(s, "nope");
+  assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  sip_error_free(e);
+
+  assert_null(sip_server_unload_model(s, "m"));
+  assert_int_equal(infer_code(s, "m"), SIP_UNAVAILABLE);
+  assert_true(index_has(s, "\"reason\":\"unloaded\""));
+  assert_null(sip_server_load_model(s, "m"));
+  assert_int_equal(infer_code(s, "m"), SIP_OK);
+  sip_server_free(s);
+
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", repo);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Without a repository the calls say so; session_pools are not theirs. */
+static void test_engine_without_repository(void **state) {
+  (void)state;
+  sip_server_options_t *o = sip_server_options_new();
+  assert_null(sip_server_options_set_config_string(
+      o, "session_pools:\n  - {name: p, backend: builtin}\n", NULL));
+  sip_server_options_set_listen(o, 0);
+  sip_server_options_set_wait_for_load(o, 1);
+  sip_server_t *s = NULL;
+  assert_null(sip_server_new(o, &s));
+  sip_server_options_free(o);
+  sip_error_t *e = sip_server_load_model(s, "p");
+  assert_int_equal(sip_error_code(e), SIP_FAILED_PRECONDITION);
+  sip_error_free(e);
+  char *idx = sip_server_repository_index(s, 1);
+  assert_non_null(strstr(idx, "{\"name\":\"p\",\"state\":\"READY\",\"reason\":\"\",\"source\":\"config\""));
+  sip_free(idx);
+  assert_int_equal(infer_code(s, "p"), SIP_OK);
+  sip_server_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_names),
       cmocka_unit_test(test_select_versions),
       cmocka_unit_test(test_model_config),
       cmocka_unit_test(test_policy_not_in_session_pools),
+      cmocka_unit_test(test_engine_load_reload_unload),
+      cmocka_unit_test(test_engine_without_repository),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
