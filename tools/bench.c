@@ -51,6 +51,7 @@ typedef struct bench {
   char *http_body;
   size_t http_body_len;
   char http_hdr[96];
+  int http_json;    /* --http-json: JSON tensors instead of binary */
   uint64_t next_ns; /* rate modes: the next intended send time */
   uint64_t period_end_ns;
   double period_rate;
@@ -211,6 +212,55 @@ static const char *kserve_type(sip_dtype_t dt) {
   }
 }
 
+static double elem(sip_dtype_t dt, const void *p, size_t i) {
+  switch (dt) {
+  case SIP_DTYPE_FLOAT32: return ((const float *)p)[i];
+  case SIP_DTYPE_FLOAT64: return ((const double *)p)[i];
+  case SIP_DTYPE_INT8: return ((const int8_t *)p)[i];
+  case SIP_DTYPE_UINT8: case SIP_DTYPE_BOOL: return ((const uint8_t *)p)[i];
+  case SIP_DTYPE_INT16: return ((const int16_t *)p)[i];
+  case SIP_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+  case SIP_DTYPE_INT32: return ((const int32_t *)p)[i];
+  case SIP_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+  case SIP_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+  case SIP_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+  default: return 0;
+  }
+}
+
+/* A KServe v2 request body all in JSON (`data` arrays; numeric inputs only). */
+static int build_http_json_body(bench_t *b) {
+  json_t *ins = json_array();
+  for (size_t i = 0; i < b->req.n_inputs; i++) {
+    const sip_tensor_t *t = b->req.inputs[i];
+    if (t->dtype == SIP_DTYPE_STRING || t->dtype == SIP_DTYPE_FLOAT16) {
+      json_decref(ins);
+      fprintf(stderr, "sip bench: --http-json supports numeric inputs other than float16\n");
+      return -1;
+    }
+    json_t *shape = json_array(), *data = json_array();
+    for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
+    int64_t n = sip_tensor_count(t);
+    for (int64_t k = 0; k < n; k++) {
+      double v = elem(t->dtype, t->data, (size_t)k);
+      json_array_append_new(data, t->dtype == SIP_DTYPE_BOOL       ? json_boolean(v != 0)
+                                  : t->dtype == SIP_DTYPE_FLOAT32 ||
+                                          t->dtype == SIP_DTYPE_FLOAT64
+                                      ? json_real(v)
+                                      : json_integer((json_int_t)v));
+    }
+    json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:o}", "name", t->name, "shape", shape,
+                                         "datatype", kserve_type(t->dtype), "data", data));
+  }
+  json_t *root = json_pack("{s:o}", "inputs", ins);
+  b->http_body = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  if (!b->http_body) return -1;
+  b->http_body_len = strlen(b->http_body);
+  b->http_hdr[0] = '\0'; /* no Inference-Header-Content-Length: the body is JSON */
+  return 0;
+}
+
 /* A KServe v2 request body with the binary tensor extension (the JSON
  * header, then every input's raw bytes; outputs asked for as binary). */
 static int build_http_body(bench_t *b) {
@@ -308,8 +358,9 @@ static uint64_t next_intended(bench_t *b) {
 static void *http_worker(void *arg) {
   bench_t *b = arg;
   CURL *h = curl_easy_init();
-  struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/octet-stream");
-  hdrs = curl_slist_append(hdrs, b->http_hdr);
+  struct curl_slist *hdrs = curl_slist_append(
+      NULL, b->http_hdr[0] ? "Content-Type: application/octet-stream" : "Content-Type: application/json");
+  if (b->http_hdr[0]) hdrs = curl_slist_append(hdrs, b->http_hdr);
   curl_easy_setopt(h, CURLOPT_URL, b->http_url);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, b->http_body);
   curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->http_body_len);
@@ -398,7 +449,8 @@ static int within(double a, double b, double tol) {
 static void usage_bench(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] bench POOL -i NAME:DTYPE:SHAPE=VALUES... [options]\n"
-          "  ENDPOINT may also be http://HOST:PORT (KServe v2 with binary tensors)\n"
+          "  ENDPOINT may also be http://HOST:PORT (KServe v2; --http-format binary|json,\n"
+          "  default binary tensors)\n"
           "  --concurrency N            N requests outstanding (default 1)\n"
           "  --rate R                   R requests/s instead (open loop)\n"
           "  --distribution constant|poisson   arrivals in --rate mode (default constant)\n"
@@ -457,6 +509,13 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
         goto done;
       }
       b.spike = 1;
+    } else if (!strcmp(a, "--http-format")) {
+      if (strcmp(v, "json") && strcmp(v, "binary")) {
+        fprintf(stderr, "sip bench: --http-format %s; expected json or binary\n", v);
+        rc = 2;
+        goto done;
+      }
+      b.http_json = !strcmp(v, "json");
     } else if (!strcmp(a, "--min-rate")) {
       b.min_rate = atof(v);
     } else if (!strcmp(a, "--max-rate")) {
@@ -522,7 +581,7 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   } else {
     snprintf(url, sizeof url, "%s/v2/models/%s/infer", endpoint, b.req.pool);
     b.http_url = url;
-    if (build_http_body(&b) != 0) {
+    if ((b.http_json ? build_http_json_body(&b) : build_http_body(&b)) != 0) {
       fprintf(stderr, "sip bench: out of memory\n");
       rc = 1;
       goto done;
