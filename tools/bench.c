@@ -212,21 +212,6 @@ static const char *kserve_type(sip_dtype_t dt) {
   }
 }
 
-static double elem(sip_dtype_t dt, const void *p, size_t i) {
-  switch (dt) {
-  case SIP_DTYPE_FLOAT32: return ((const float *)p)[i];
-  case SIP_DTYPE_FLOAT64: return ((const double *)p)[i];
-  case SIP_DTYPE_INT8: return ((const int8_t *)p)[i];
-  case SIP_DTYPE_UINT8: case SIP_DTYPE_BOOL: return ((const uint8_t *)p)[i];
-  case SIP_DTYPE_INT16: return ((const int16_t *)p)[i];
-  case SIP_DTYPE_UINT16: return ((const uint16_t *)p)[i];
-  case SIP_DTYPE_INT32: return ((const int32_t *)p)[i];
-  case SIP_DTYPE_UINT32: return ((const uint32_t *)p)[i];
-  case SIP_DTYPE_INT64: return (double)((const int64_t *)p)[i];
-  case SIP_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
-  default: return 0;
-  }
-}
 
 /* A KServe v2 request body all in JSON (`data` arrays; numeric inputs only). */
 static int build_http_json_body(bench_t *b) {
@@ -242,7 +227,7 @@ static int build_http_json_body(bench_t *b) {
     for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
     int64_t n = sip_tensor_count(t);
     for (int64_t k = 0; k < n; k++) {
-      double v = elem(t->dtype, t->data, (size_t)k);
+      double v = sip_cli_value(t->dtype, t->data, (size_t)k);
       json_array_append_new(data, t->dtype == SIP_DTYPE_BOOL       ? json_boolean(v != 0)
                                   : t->dtype == SIP_DTYPE_FLOAT32 ||
                                           t->dtype == SIP_DTYPE_FLOAT64

@@ -217,7 +217,7 @@ static void store(sip_dtype_t dt, void *p, size_t i, double v) {
   }
 }
 
-static double load_value(sip_dtype_t dt, const void *p, size_t i) {
+double sip_cli_value(sip_dtype_t dt, const void *p, size_t i) {
   switch (dt) {
   case SIP_DTYPE_FLOAT32: return ((const float *)p)[i];
   case SIP_DTYPE_FLOAT64: return ((const double *)p)[i];
@@ -352,7 +352,7 @@ static void print_tensor(const sip_tensor_t *t) {
   double mn = INFINITY, mx = -INFINITY, sum = 0;
   printf(" =");
   for (int64_t i = 0; i < n; i++) {
-    double v = load_value(t->dtype, t->data, (size_t)i);
+    double v = sip_cli_value(t->dtype, t->data, (size_t)i);
     if (i < 8) printf(" %g", v);
     mn = v < mn ? v : mn;
     mx = v > mx ? v : mx;

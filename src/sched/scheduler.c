@@ -548,22 +548,10 @@ void *sip__session_main(void *arg) {
 }
 
 void sip__pool_shutdown(sip_pool_t *p) {
-  pthread_mutex_lock(&p->mu);
-  p->stopping = 1;
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < p->n_sessions; i++) {
-    sip_session_t *s = &p->sessions[i];
-    if (s->thread_started) pthread_join(s->thread, NULL);
-    if (s->ctx) p->backend->session_free(s->ctx);
-    s->ctx = NULL;
-    sip__session_set_state(s, SIP_SESSION_DESTROYED);
-  }
+  sip__pool_stop_sessions(p, SIP_SESSION_DESTROYED);
   /* A pool that never started sessions may still hold queued requests. */
   sip_request_t *r;
   while ((r = q_pop(p, sip__now_us())))
     fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
-  if (p->model) p->backend->model_free(p->model);
-  p->model = NULL;
   if (atomic_load(&p->state) != SIP_POOL_FAILED) atomic_store(&p->state, SIP_POOL_STOPPED);
 }

@@ -177,6 +177,9 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r);
 /* Completes queued requests whose deadline passed; returns the earliest
  * remaining deadline (0 when none). */
 uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now_us);
+/* Stops admitting, lets the executors drain the queue, joins them, frees
+ * their contexts (sessions end in `final`) and the model. */
+void sip__pool_stop_sessions(sip_pool_t *p, sip_session_state_t final);
 /* Stops sessions after the queue drains, frees everything but the struct. */
 void sip__pool_shutdown(sip_pool_t *p);
 /* Counts the outcome of a request in the pool's metrics; total_ns is its

@@ -202,24 +202,26 @@ static void pool_fail(sip_pool_t *p, sip_error_t *e) {
   atomic_store(&p->state, SIP_POOL_FAILED);
 }
 
-/* Undoes a partial load: stops started sessions, frees contexts and the
- * model, so a FAILED pool holds no memory. */
-static void release(sip_pool_t *p) {
+void sip__pool_stop_sessions(sip_pool_t *p, sip_session_state_t final) {
   pthread_mutex_lock(&p->mu);
   p->stopping = 1;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+  /* Executors drain what is queued before they exit. */
   for (int i = 0; i < p->n_sessions; i++) {
     sip_session_t *s = &p->sessions[i];
     if (s->thread_started) pthread_join(s->thread, NULL);
     s->thread_started = 0;
     if (s->ctx) p->backend->session_free(s->ctx);
     s->ctx = NULL;
-    sip__session_set_state(s, SIP_SESSION_FAILED);
+    sip__session_set_state(s, final);
   }
   if (p->model) p->backend->model_free(p->model);
   p->model = NULL;
 }
+
+/* Undoes a partial load, so a FAILED pool holds no memory. */
+static void release(sip_pool_t *p) { sip__pool_stop_sessions(p, SIP_SESSION_FAILED); }
 
 /* The pool keeps its own copy of the model's inputs and outputs: admission
  * checks and introspection read them without racing a model being freed at
