@@ -188,6 +188,9 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
       /* u8 kind; the server answers anything else with an error. */
       ok = len == 1;
       break;
+    case SIP_MSG_REPO_REQUEST:
+      /* JSON text, parsed by the engine's repository code (jansson). */
+      break;
     case SIP_MSG_INFO_RESPONSE:
     case SIP_MSG_ERROR: {
       int is_error = h->type == SIP_MSG_ERROR;
@@ -248,7 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     CHECK(h.version == SIP_FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
-    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_BATCH_INFER_REQUEST);
+    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_REPO_REQUEST);
     off += SIP_FRAME_HEADER_SIZE;
     if (size - off < h.length) break; /* the connection would wait for more */
     int go_on = one_frame(&h, data + off);
