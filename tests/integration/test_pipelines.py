@@ -192,3 +192,32 @@ def test_config_errors(tmp_path):
     assert r.returncode == 1 and "axiz" in r.stderr
     r = check_config(tmp_path, base + "  - name: p\n    stages:\n      - {name: a, pool: p}\n")
     assert r.returncode == 1 and "also the name of a pool" in r.stderr
+
+
+def test_register_postprocess(srv):
+    """Seed 003's client-side hook: fn(raw_outputs, config) replaces the outputs."""
+    c = srv.client()
+    calls = []
+
+    def top1(outputs, config):
+        calls.append(config)
+        return {"best": np.argmax(outputs["b"], axis=-1) + config["offset"]}
+
+    c.register_postprocess("chain", top1, {"offset": 100})
+    x = np.array([[0, 5, 1, 2]], F)
+    r = c.infer(InferenceRequest("chain", {"x": x}))
+    np.testing.assert_array_equal(r.outputs["best"], np.argmax(-((x + 1) * 2), axis=-1) + 100)
+    assert calls == [{"offset": 100}]
+    # Other pools are untouched, and the hook can be removed.
+    r = c.infer(InferenceRequest("plus1", {"x": x}))
+    np.testing.assert_allclose(r.outputs["y"], x + 1)
+    c.register_postprocess("chain", None)
+    assert "b" in c.infer(InferenceRequest("chain", {"x": x})).outputs
+
+    def broken(outputs, config):
+        raise ValueError("bad hook")
+
+    c.register_postprocess("plus1", broken)
+    with pytest.raises(ValueError, match="bad hook"):
+        c.infer(InferenceRequest("plus1", {"x": x}))
+    c.register_postprocess("plus1", None)
