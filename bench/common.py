@@ -3,6 +3,7 @@
 against a baseline measured in the same run."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,18 +30,24 @@ def ensure_tiny():
 class Sipd:
     """sipd on a temporary unix socket with the given pools (YAML flow maps)."""
 
-    def __init__(self, pools, server_extra="", pipelines=""):
+    def __init__(self, pools, server_extra="", pipelines="", config=None):
+        """config: a whole config's text instead (its server.endpoints list is
+        replaced by this server's socket)."""
         self.dir = tempfile.mkdtemp(prefix="sipb", dir="/tmp")
         self.sock = os.path.join(self.dir, "s.sock")
         self.endpoint = "ipc://" + self.sock
         cfg = os.path.join(self.dir, "sip.yaml")
         with open(cfg, "w") as f:
-            f.write("server:\n  endpoints: ['%s']\n  log_level: warn\n%s" % (self.endpoint,
-                                                                           server_extra))
-            f.write("session_pools:\n")
-            for p in pools:
-                f.write("  - %s\n" % json.dumps(p))
-            f.write(pipelines)
+            if config is not None:
+                f.write(re.sub(r"(?m)^  endpoints:\n(?:    - .*\n)+",
+                               "  endpoints: ['%s']\n" % self.endpoint, config, count=1))
+            else:
+                f.write("server:\n  endpoints: ['%s']\n  log_level: warn\n%s" % (self.endpoint,
+                                                                               server_extra))
+                f.write("session_pools:\n")
+                for p in pools:
+                    f.write("  - %s\n" % json.dumps(p))
+                f.write(pipelines)
         self.proc = subprocess.Popen([os.path.join(BUILD, "sipd"), "--config", cfg],
                                      stdout=subprocess.DEVNULL)
         deadline = time.time() + 60

@@ -27,6 +27,9 @@ static void usage(FILE *f) {
           "                                 VALUES: zeros | ones | random | @FILE (raw\n"
           "                                 little-endian bytes) | v1,v2,... (numbers or strings)\n"
           "     -o NAME                     ask for this output only (repeatable)\n"
+          "     --image FILE                send FILE's bytes (a PNG or JPEG) as the uint8 [N]\n"
+          "                                 input of an image pipeline (e.g. ocr), and print\n"
+          "                                 each text line with its box and score\n"
           "     --timeout-ms N  --priority high|medium|low  --repeat N\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
@@ -363,6 +366,131 @@ static void print_tensor(const sip_tensor_t *t) {
   printf("\n");
 }
 
+/* ---- infer --image ---- */
+
+/* The pool's or pipeline's entry in the pools introspection (owned), or NULL. */
+static json_t *describe(sip_client_t *c, const char *name) {
+  char *txt = NULL;
+  sip_error_t *e = sip_client_info(c, 2, &txt);
+  if (e) {
+    sip_error_free(e);
+    return NULL;
+  }
+  json_t *root = json_loads(txt, 0, NULL), *found = NULL;
+  sip_client_free_string(txt);
+  const char *lists[] = {"pipelines", "pools"};
+  for (int l = 0; l < 2 && !found; l++) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(root, lists[l]), i, p) {
+      const char *n = json_string_value(json_object_get(p, "name"));
+      if (n && !strcmp(n, name)) {
+        found = json_incref(p);
+        break;
+      }
+    }
+  }
+  json_decref(root);
+  return found;
+}
+
+/* Output names of an introspection entry: pipelines list plain names,
+ * pools {name, dtype, shape} objects. */
+static int has_output(json_t *info, const char *name) {
+  size_t i;
+  json_t *o;
+  json_array_foreach(json_object_get(info, "outputs"), i, o) {
+    const char *n = json_is_string(o) ? json_string_value(o)
+                                      : json_string_value(json_object_get(o, "name"));
+    if (n && !strcmp(n, name)) return 1;
+  }
+  return 0;
+}
+
+/* The image input's name: the only input there is, else "image". */
+static const char *image_input(json_t *info) {
+  json_t *ins = json_object_get(info, "inputs");
+  if (json_array_size(ins) == 1) {
+    json_t *o = json_array_get(ins, 0);
+    const char *n = json_is_string(o) ? json_string_value(o)
+                                      : json_string_value(json_object_get(o, "name"));
+    if (n) return n;
+  }
+  return "image";
+}
+
+static sip_tensor_t *read_image(const char *input, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "sip: --image %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  unsigned char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap) break;
+    unsigned char *nb = realloc(buf, cap * 2);
+    if (!nb) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = nb;
+    cap *= 2;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (!buf || err) {
+    fprintf(stderr, "sip: --image %s: cannot read the file\n", path);
+    free(buf);
+    return NULL;
+  }
+  int64_t dim = (int64_t)n;
+  sip_tensor_t *t = sip_tensor_new_copy(input, SIP_DTYPE_UINT8, 1, &dim, buf, n);
+  free(buf);
+  return t;
+}
+
+static const sip_tensor_t *output_named(const sip_client_response_t *r, const char *name) {
+  for (size_t i = 0; i < r->n_outputs; i++)
+    if (!strcmp(r->outputs[i]->name, name)) return r->outputs[i];
+  return NULL;
+}
+
+/* OCR-style answers: one line per text, with its 4-point box and score. */
+static int print_lines(const sip_client_response_t *r) {
+  const sip_tensor_t *text = output_named(r, "text"), *boxes = output_named(r, "boxes"),
+                     *scores = output_named(r, "scores");
+  if (!text && boxes && boxes->rank >= 1 && boxes->dims[0] == 0) {
+    printf("0 lines\n"); /* no text: the pipeline ended after detection */
+    return 1;
+  }
+  if (!text || text->dtype != SIP_DTYPE_STRING) return 0;
+  int64_t n = sip_tensor_count(text);
+  int box_ok = boxes && boxes->dtype == SIP_DTYPE_FLOAT32 && boxes->rank == 3 &&
+               boxes->dims[0] == n && boxes->dims[1] == 4 && boxes->dims[2] == 2;
+  int score_ok = scores && scores->dtype == SIP_DTYPE_FLOAT32 && sip_tensor_count(scores) == n;
+  const unsigned char *p = text->data;
+  size_t off = 0;
+  printf("%lld line%s\n", (long long)n, n == 1 ? "" : "s");
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t l;
+    memcpy(&l, p + off, 4);
+    printf("%3lld  \"%.*s\"", (long long)i + 1, (int)l, (const char *)p + off + 4);
+    off += 4 + l;
+    if (score_ok) printf("  score %.3f", ((const float *)scores->data)[i]);
+    if (box_ok) {
+      const float *b = (const float *)boxes->data + i * 8;
+      printf("  box");
+      for (int k = 0; k < 4; k++) printf(" (%.0f,%.0f)", b[2 * k], b[2 * k + 1]);
+    }
+    printf("\n");
+  }
+  return 1;
+}
+
 static int cmd_infer(sip_client_t *c, int argc, char **argv) {
   if (argc < 1) {
     usage(stderr);
@@ -372,7 +500,7 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
   sip_tensor_t *inputs[64];
   const char *outputs[64];
   size_t n_in = 0, n_out = 0;
-  int repeat = 1, rc = 0;
+  int repeat = 1, rc = 0, lines = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -391,6 +519,24 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
       inputs[n_in++] = t;
     } else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && n_out < 64) {
       outputs[n_out++] = v;
+    } else if (strcmp(a, "--image") == 0 && n_in < 64) {
+      /* The file's bytes go as they are: the server decodes them. An OCR-like
+       * answer (text, boxes, scores) is asked for alone, not with every
+       * stage's tensors, and printed line by line. */
+      json_t *info = describe(c, argv[0]);
+      sip_tensor_t *t = read_image(image_input(info), v);
+      if (t && has_output(info, "text")) {
+        lines = 1;
+        static const char *const want[] = {"text", "scores", "boxes"};
+        for (size_t k = 0; k < 3 && n_out < 64; k++)
+          if (has_output(info, want[k])) outputs[n_out++] = want[k];
+      }
+      json_decref(info);
+      if (!t) {
+        rc = 2;
+        goto done;
+      }
+      inputs[n_in++] = t;
     } else if (strcmp(a, "--timeout-ms") == 0) {
       req.timeout_ms = (uint32_t)strtoul(v, NULL, 10);
     } else if (strcmp(a, "--repeat") == 0) {
@@ -418,7 +564,8 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
       goto done;
     }
     if (r == repeat - 1) {
-      for (size_t i = 0; i < resp->n_outputs; i++) print_tensor(resp->outputs[i]);
+      if (!lines || !print_lines(resp))
+        for (size_t i = 0; i < resp->n_outputs; i++) print_tensor(resp->outputs[i]);
       printf("request %llu: latency %.3f ms (server: queue %llu us, compute %llu us, total %llu "
              "us)\n",
              (unsigned long long)resp->request_id, resp->latency_ms,

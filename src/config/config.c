@@ -107,6 +107,7 @@ static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_pool_name(const char *s, size_t len);
 static int parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
@@ -122,6 +123,9 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
   "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
   "ephemeral; IPv6 hosts in brackets)"
 #define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
+#define PREPROCESS_EXPECT                                                                   \
+  "a map of steps in order: input, decode, color_convert, resize, letterbox, to_tensor, " \
+  "normalize, cast (docs/preprocess.md)"
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
 #define VERSION_POLICY_EXPECT                                                                  \
   "{latest: N} (N 1..1024), {specific: [V, ...]} (up to 64 distinct version numbers) or all"
@@ -208,7 +212,7 @@ static const field_t elastic_fields[E_COUNT] = {
 static const section_t elastic_section = {elastic_fields, E_COUNT};
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
-       P_QUEUE, P_ELASTIC, P_VERSIONS, P_COUNT };
+       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_COUNT };
 static const field_t pool_fields[P_COUNT] = {
     /* A repository model's name and files come from its directory. */
     [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
@@ -245,6 +249,10 @@ static const field_t pool_fields[P_COUNT] = {
     [P_VERSIONS] = {.name = "version_policy", .type = F_CUSTOM, .parse = parse_version_policy,
                     .only = IN_MODEL, .expect = VERSION_POLICY_EXPECT,
                     .doc = "Which version directories are served; default {latest: 1}."},
+    [P_PREPROCESS] = {.name = "preprocess", .type = F_CUSTOM, .parse = parse_preprocess,
+                      .expect = PREPROCESS_EXPECT,
+                      .doc = "Transforms run on one input before the model, so clients may send "
+                             "raw images or PNG/JPEG bytes (docs/preprocess.md)."},
 };
 static const section_t pool_section = {pool_fields, P_COUNT};
 
@@ -870,6 +878,25 @@ static char *resolve_path(const char *base_dir, const char *p) {
   return sip__asprintf("%s%s%s", base_dir, base_dir[bl - 1] == '/' ? "" : "/", p);
 }
 
+/* Transform options naming files (ctc_greedy_decode's labels_file): their
+ * relative paths resolve against the config file's directory, like
+ * model_path, so a config works from any working directory. */
+static bool is_path_option(const char *key) {
+  size_t n = strlen(key);
+  return n > 5 && !strcmp(key + n - 5, "_file");
+}
+
+static int resolve_option_paths(ctx_t *c, sip_kv_t *kv, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!kv[i].key || !kv[i].value || !is_path_option(kv[i].key)) continue;
+    char *r = resolve_path(c->base_dir, kv[i].value);
+    if (!r) return oom(c);
+    sip__free((void *)kv[i].value);
+    kv[i].value = r;
+  }
+  return 0;
+}
+
 /* The extension of the last path component (".onnx"), or NULL. */
 static const char *path_ext(const char *p) {
   const char *slash = strrchr(p, '/');
@@ -887,6 +914,9 @@ static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_
   /* builtin and transform pools need no model file. */
   bool builtin = pool->backend &&
                  (!strcmp(pool->backend, "builtin") || !strcmp(pool->backend, "transform"));
+  if (pool->backend && !strcmp(pool->backend, "transform") &&
+      resolve_option_paths(c, pool->backend_options, pool->n_backend_options))
+    return -1;
 
   if (!pool->model_path) {
     if (builtin) return 0;
@@ -1166,6 +1196,7 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
 }
 
 #include "config/pipelines.inc"
+#include "config/preprocess.inc"
 
 static int parse_document(ctx_t *c, sip_config_t *cfg) {
   char exp[1024];
@@ -1376,6 +1407,17 @@ static void pool_clear(sip_pool_config_t *p) {
     sip__free((void *)p->backend_options[j].value);
   }
   sip__free(p->backend_options);
+  sip__free(p->preprocess_input);
+  for (size_t j = 0; j < p->n_preprocess; j++) {
+    sip_preprocess_step_t *st = &p->preprocess[j];
+    sip__free(st->op);
+    for (size_t k = 0; k < st->n_options; k++) {
+      sip__free((void *)st->options[k].key);
+      sip__free((void *)st->options[k].value);
+    }
+    sip__free(st->options);
+  }
+  sip__free(p->preprocess);
 }
 
 void sip__config_pool_free(sip_pool_config_t *p) {

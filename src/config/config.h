@@ -59,6 +59,13 @@ typedef struct sip_batch_level {
   int64_t timeout_ms; /* how long a batch may wait to fill */
 } sip_batch_level_t;
 
+/* One step of a pool's preprocess block: a single-input transform. */
+typedef struct sip_preprocess_step {
+  char *op;          /* transform operation (docs/transforms.md), e.g. "resize" */
+  sip_kv_t *options; /* its options; keys and values owned */
+  size_t n_options;
+} sip_preprocess_step_t;
+
 typedef struct sip_pool_config {
   char *name;
   char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
@@ -83,6 +90,13 @@ typedef struct sip_pool_config {
   double rate_thresholds[2];       /* req/s: < [0] low, < [1] medium, else high */
   sip_kv_t *backend_options;     /* keys and values owned (strdup'd) */
   size_t n_backend_options;
+  /* preprocess (docs/preprocess.md): steps applied in order to one input of
+   * each request, on the pool's executor, before the model; none: empty. */
+  char *preprocess_input;            /* the model input they make; NULL: its only input */
+  sip_preprocess_step_t *preprocess; /* owned */
+  size_t n_preprocess;
+  int preprocess_fixed;              /* the steps give one size whatever the image (resize
+                                        to a size, letterbox): any two images can batch */
   int line;                      /* where the pool's entry starts, for messages */
   /* version_policy (repository models' config.yaml only). */
   int version_policy;            /* sip_version_policy_t */

@@ -5,11 +5,14 @@
  * stages of different requests overlap because each model stage is just a
  * request queued on its pool). A model stage is submitted to its pool with
  * the request's priority, remaining deadline and cancel token (end-to-end);
- * a transform stage runs inline on the thread that made its inputs ready.
+ * a transform stage runs inline on the thread that made its inputs ready,
+ * except those ready at submission, which go to a few workers so that the
+ * submitting transport thread never decodes or resizes.
  * When a stage ends, its dependents' counters drop; the early-exit
  * condition is checked; the run answers once nothing is in flight. */
 #include "pipeline/pipeline.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -62,9 +65,30 @@ typedef struct pipeline {
   atomic_uint_fast64_t early_exits;
 } pipeline_t;
 
+/* A transform stage ready at submission, handed to a worker. */
+typedef struct job {
+  struct run *r;
+  int stage;
+  struct job *next;
+} job_t;
+
+#define N_WORKERS 4
+
 struct sip_pipeline_set {
   pipeline_t *p;
   size_t n;
+  /* Transform stages that are ready when a request arrives (decode_image,
+   * resize, ...) would otherwise run on the submitting thread, which is a
+   * transport's event loop: a 20 ms decode there stalls every connection.
+   * They run on these workers instead; later transforms run on the engine
+   * thread that completed their inputs. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv, idle_cv;
+  job_t *head, *tail;
+  int busy;   /* jobs being run */
+  int closed; /* quiesced: submissions run their stages inline */
+  pthread_t workers[N_WORKERS];
+  int n_workers;
 };
 
 /* ---- building ---- */
@@ -341,6 +365,8 @@ static void pipeline_clear(pipeline_t *pl) {
   sip__free(pl->error);
 }
 
+static void *worker_main(void *arg);
+
 sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg) {
   sip_pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
   if (!ps) return NULL;
@@ -366,11 +392,35 @@ sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cf
                pl->cfg->name, pl->n, pl->n_inputs, pl->n_po);
   }
   json_decref(root);
+  pthread_mutex_init(&ps->mu, NULL);
+  pthread_cond_init(&ps->cv, NULL);
+  pthread_cond_init(&ps->idle_cv, NULL);
+  int need = 0; /* workers only where a transform stage starts a pipeline */
+  for (size_t i = 0; i < ps->n; i++)
+    for (size_t k = 0; !ps->p[i].error && k < ps->p[i].n; k++)
+      need |= ps->p[i].st[k].tf && !ps->p[i].st[k].n_deps;
+  for (int i = 0; need && i < N_WORKERS; i++)
+    if (pthread_create(&ps->workers[ps->n_workers], NULL, worker_main, ps) == 0) ps->n_workers++;
   return ps;
+}
+
+void sip__pipelines_quiesce(sip_pipeline_set_t *ps) {
+  if (!ps) return;
+  pthread_mutex_lock(&ps->mu);
+  ps->closed = 1;
+  pthread_cond_broadcast(&ps->cv);
+  while (ps->head || ps->busy) pthread_cond_wait(&ps->idle_cv, &ps->mu);
+  pthread_mutex_unlock(&ps->mu);
+  for (int i = 0; i < ps->n_workers; i++) pthread_join(ps->workers[i], NULL);
+  ps->n_workers = 0;
 }
 
 void sip__pipelines_free(sip_pipeline_set_t *ps) {
   if (!ps) return;
+  sip__pipelines_quiesce(ps);
+  pthread_mutex_destroy(&ps->mu);
+  pthread_cond_destroy(&ps->cv);
+  pthread_cond_destroy(&ps->idle_cv);
   for (size_t i = 0; i < ps->n; i++) pipeline_clear(&ps->p[i]);
   sip__free(ps->p);
   sip__free(ps);
@@ -424,6 +474,50 @@ typedef struct stage_call {
 } stage_call_t;
 
 static void launch(run_t *r, int k);
+
+static void *worker_main(void *arg) {
+  sip_pipeline_set_t *ps = arg;
+  pthread_mutex_lock(&ps->mu);
+  for (;;) {
+    while (!ps->head && !ps->closed) pthread_cond_wait(&ps->cv, &ps->mu);
+    job_t *j = ps->head;
+    if (!j) break; /* closed and drained */
+    ps->head = j->next;
+    if (!ps->head) ps->tail = NULL;
+    ps->busy++;
+    pthread_mutex_unlock(&ps->mu);
+    launch(j->r, j->stage);
+    sip__free(j);
+    pthread_mutex_lock(&ps->mu);
+    ps->busy--;
+    if (!ps->head && !ps->busy) pthread_cond_broadcast(&ps->idle_cv);
+  }
+  pthread_mutex_unlock(&ps->mu);
+  return NULL;
+}
+
+/* Queues stage k of r for a worker; 0 when it must run here instead (no
+ * workers, quiesced, out of memory). */
+static int hand_off(sip_pipeline_set_t *ps, run_t *r, int k) {
+  job_t *j = ps->n_workers ? sip__malloc(sizeof *j) : NULL;
+  if (!j) return 0;
+  j->r = r;
+  j->stage = k;
+  j->next = NULL;
+  pthread_mutex_lock(&ps->mu);
+  int ok = !ps->closed;
+  if (ok) {
+    if (ps->tail)
+      ps->tail->next = j;
+    else
+      ps->head = j;
+    ps->tail = j;
+    pthread_cond_signal(&ps->cv);
+  }
+  pthread_mutex_unlock(&ps->mu);
+  if (!ok) sip__free(j);
+  return ok;
+}
 
 static const sip_tensor_t *lookup(void *ctx, const char *stage, const char *output) {
   run_t *r = ctx;
@@ -900,7 +994,8 @@ sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip
     if (!pl->st[k].n_deps) ready[n_ready++] = (int)k;
   }
   r->pending = n_ready;
-  for (int i = 0; i < n_ready; i++) launch(r, ready[i]);
+  for (int i = 0; i < n_ready; i++)
+    if (!pl->st[ready[i]].tf || !hand_off(ps, r, ready[i])) launch(r, ready[i]);
   return NULL;
 }
 

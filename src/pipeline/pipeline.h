@@ -1,5 +1,6 @@
 /* sip — pipelines: declarative DAGs of model stages (run on pools) and
- * transform stages (run inline), with conditions and early exit.
+ * transform stages (run inline, or on a few workers when they start a
+ * request), with conditions and early exit.
  * docs/pipelines.md is the user's reference. */
 #ifndef SIP_PIPELINE_H
 #define SIP_PIPELINE_H
@@ -18,6 +19,10 @@ typedef struct sip_pipeline_set sip_pipeline_set_t;
  * with the reason (like a pool); the others serve. Returns NULL only when
  * out of memory. */
 sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg);
+/* Stops taking transform stages for the workers and waits until those
+ * queued have run (their answers go out while the transports are still up);
+ * later submissions run those stages on the caller's thread. NULL: no-op. */
+void sip__pipelines_quiesce(sip_pipeline_set_t *ps);
 void sip__pipelines_free(sip_pipeline_set_t *ps);
 
 /* 1 when `name` is a pipeline. */

@@ -79,7 +79,8 @@ static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t 
 
 /* ---- resize ---- */
 
-static const char *const resize_opts[] = {"size", "layout", "dtype", NULL};
+static const char *const resize_opts[] = {"size", "limit_side_len", "multiple_of", "layout",
+                                          "dtype", NULL};
 
 static sip_error_t *need_size(const sip__tf_opts_t *o, const sip_transform_t *t) {
   if (t->size_h) return NULL;
@@ -92,11 +93,45 @@ static sip_error_t *need_size(const sip__tf_opts_t *o, const sip_transform_t *t)
 static sip_error_t *resize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_hw(o, "size", &t->size_h, &t->size_w)) ||
-      (e = need_size(o, t)))
+      (e = sip__tf_opt_int(o, "limit_side_len", 1, TF_MAX_SIDE, &t->limit_side)) ||
+      (e = sip__tf_opt_int(o, "multiple_of", 1, TF_MAX_SIDE, &t->multiple)))
     return e;
+  /* Either a fixed size, or a size that follows each image (PP-OCR). */
+  if (t->size_h && (t->limit_side || t->multiple))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform resize: give either size (\"H,W\") or limit_side_len and/or "
+                         "multiple_of (the size follows each image), not both");
+  if (!t->limit_side && !t->multiple && (e = need_size(o, t))) return e;
   t->n_in = t->n_out = 1;
   sip__tf_io_image(t, &t->in[0], "image");
   sip__tf_io_image(t, &t->out[0], "output");
+  return NULL;
+}
+
+/* PaddleOCR's DetResizeForTest (limit_type max): scale so the longer side
+ * is at most limit_side_len (never up), truncate like Python's int(), then
+ * round each side to the nearest multiple, ties to even like Python's
+ * round(), and at least one multiple. */
+static sip_error_t *fit_size(const sip_transform_t *t, int64_t h, int64_t w, int64_t *rh,
+                             int64_t *rw) {
+  double ratio = 1;
+  int64_t longer = h > w ? h : w;
+  if (t->limit_side && longer > t->limit_side) ratio = (double)t->limit_side / (double)longer;
+  double sh = floor((double)h * ratio), sw = floor((double)w * ratio);
+  if (t->multiple) {
+    double m = (double)t->multiple;
+    sh = fmax(rint(sh / m) * m, m);
+    sw = fmax(rint(sw / m) * m, m);
+  }
+  sh = fmax(sh, 1);
+  sw = fmax(sw, 1);
+  if (sh > TF_MAX_SIDE || sw > TF_MAX_SIDE)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform resize: a %lldx%lld image would be resized to %.0fx%.0f; "
+                         "expected at most %d per side (set limit_side_len)",
+                         (long long)h, (long long)w, sh, sw, TF_MAX_SIDE);
+  *rh = (int64_t)sh;
+  *rw = (int64_t)sw;
   return NULL;
 }
 
@@ -104,11 +139,13 @@ static sip_error_t *resize_run(const sip_transform_t *t, const sip_tensor_t *con
                                sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;
+  int64_t rh = t->size_h, rw = t->size_w;
   if ((e = image_in(t, in[0], &src, 1)) ||
-      (e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, t->size_h,
-                             t->size_w, &out[0], &dst)))
+      (!t->size_h && (e = fit_size(t, src.h, src.w, &rh, &rw))) ||
+      (e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, rh, rw, &out[0],
+                             &dst)))
     return e;
-  return resize_region(&src, &dst, 0, 0, t->size_h, t->size_w);
+  return resize_region(&src, &dst, 0, 0, rh, rw);
 }
 
 const sip__tf_op_t sip__tf_resize = {"resize", resize_opts, resize_setup, resize_run};
@@ -334,13 +371,14 @@ const sip__tf_op_t sip__tf_to_tensor = {"to_tensor", to_tensor_opts, to_tensor_s
 /* ---- rotate180 ---- */
 
 static const char *const rotate_opts[] = {"layout", "dtype", "flags", "flag_index",
-                                          "flag_threshold", NULL};
+                                          "flag_threshold", "widths", NULL};
 
 static sip_error_t *rotate_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   if ((e = sip__tf_opt_image(o, t, "nchw")) ||
       (e = sip__tf_opt_int(o, "flag_index", 0, 1000000000, &t->flag_index)) ||
-      (e = sip__tf_opt_num(o, "flag_threshold", -1e30, 1e30, &t->flag_threshold)))
+      (e = sip__tf_opt_num(o, "flag_threshold", -1e30, 1e30, &t->flag_threshold)) ||
+      (e = sip__tf_opt_bool(o, "widths", &t->has_widths)))
     return e;
   const char *f = sip__tf_opt(o, "flags");
   sip_dtype_t fd = SIP_DTYPE_FLOAT32;
@@ -348,10 +386,13 @@ static sip_error_t *rotate_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
     if ((e = sip__tf_opt_dtype(o, "flags", &fd))) return e;
     t->has_flags = 1;
   }
-  t->n_in = 1 + (size_t)t->has_flags;
+  t->n_in = 1 + (size_t)t->has_flags + (size_t)t->has_widths;
   t->n_out = 1;
   sip__tf_io_image(t, &t->in[0], "image");
   if (t->has_flags) sip__tf_io(&t->in[1], "flags", fd, -1);
+  /* crop_and_resize's widths: a crop padded on the right keeps its padding
+   * there when turned, as PP-OCR turns the crop before padding it. */
+  if (t->has_widths) sip__tf_io(&t->in[t->n_in - 1], "widths", SIP_DTYPE_INT64, 1);
   sip__tf_io_image(t, &t->out[0], "output");
   return NULL;
 }
@@ -371,6 +412,12 @@ static sip_error_t *rotate_run(const sip_transform_t *t, const sip_tensor_t *con
                            "images; expected N x K elements with flag_index %lld < K",
                            (long long)cnt, (long long)src.n, (long long)t->flag_index);
   }
+  const sip_tensor_t *wt = t->has_widths ? in[t->n_in - 1] : NULL;
+  if (wt && wt->dims[0] != src.n)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform rotate180: input 'widths' has %lld values for %lld images; "
+                         "expected one per image",
+                         (long long)wt->dims[0], (long long)src.n);
   if ((e = sip__tf_image_new(t->out[0].name, &t->layout, t->dtype, src.n, src.c, src.h, src.w,
                              &out[0], &dst)))
     return e;
@@ -378,12 +425,17 @@ static sip_error_t *rotate_run(const sip_transform_t *t, const sip_tensor_t *con
   for (int64_t n = 0; n < src.n; n++) {
     int rot = !t->has_flags ||
               sip__tf_read(in[1]->data, in[1]->dtype, n * k + t->flag_index) > t->flag_threshold;
+    int64_t vw = src.w;
+    if (wt) {
+      int64_t v = ((const int64_t *)wt->data)[n];
+      vw = v < 0 ? 0 : v > src.w ? src.w : v;
+    }
     for (int64_t c = 0; c < src.c; c++)
       for (int64_t y = 0; y < src.h; y++)
         for (int64_t x = 0; x < src.w; x++)
           sip__tf_put(&dst, n, c, y, x,
-                      rot ? sip__tf_get(&src, n, c, src.h - 1 - y, src.w - 1 - x)
-                          : sip__tf_get(&src, n, c, y, x));
+                      rot && x < vw ? sip__tf_get(&src, n, c, src.h - 1 - y, vw - 1 - x)
+                                    : sip__tf_get(&src, n, c, y, x));
   }
   return NULL;
 }

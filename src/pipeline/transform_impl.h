@@ -45,6 +45,7 @@ struct sip_transform {
   sip__tf_layout_t layout;
   sip_dtype_t dtype;
   int64_t size_h, size_w; /* resize, letterbox, crop target_size (0: unset) */
+  int64_t limit_side, multiple; /* resize by aspect ratio (PP-OCR det; 0: unset) */
   int64_t height, max_width, min_width;
   int rotate_tall;
   float pad_value;
@@ -54,6 +55,7 @@ struct sip_transform {
   int mode;
   /* rotate180 */
   int has_flags;
+  int has_widths; /* input `widths`: turn only each image's valid width */
   int64_t flag_index;
   double flag_threshold;
   /* cast */
@@ -93,6 +95,7 @@ extern const sip__tf_op_t sip__tf_resize, sip__tf_letterbox, sip__tf_normalize,
 extern const sip__tf_op_t sip__tf_cast, sip__tf_softmax, sip__tf_topk, sip__tf_nms,
     sip__tf_ctc_greedy_decode;
 extern const sip__tf_op_t sip__tf_db_postprocess;
+extern const sip__tf_op_t sip__tf_decode_image; /* transform_decode.c */
 
 /* ---- options (transforms.c) ----
  * Each returns an owned INVALID_ARGUMENT naming the op and option on a bad

@@ -1,6 +1,7 @@
 /* sip — transform operations: the registry, option parsing, input checks
  * and the tensor helpers every operation shares. The operations themselves
- * are in transform_image.c, transform_tensor.c and transform_db.c. */
+ * are in transform_image.c, transform_tensor.c, transform_db.c and
+ * transform_decode.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -16,13 +17,13 @@ static const sip__tf_op_t *const ops[] = {
     &sip__tf_resize,        &sip__tf_letterbox, &sip__tf_normalize,        &sip__tf_color_convert,
     &sip__tf_to_tensor,     &sip__tf_rotate180, &sip__tf_cast,             &sip__tf_softmax,
     &sip__tf_topk,          &sip__tf_nms,       &sip__tf_crop_and_resize,  &sip__tf_ctc_greedy_decode,
-    &sip__tf_db_postprocess,
+    &sip__tf_db_postprocess, &sip__tf_decode_image,
 };
 #define N_OPS (sizeof ops / sizeof ops[0])
 
 const char *sip__transform_op_names(void) {
   return "resize, letterbox, normalize, color_convert, to_tensor, rotate180, cast, softmax, topk, "
-         "nms, crop_and_resize, ctc_greedy_decode, db_postprocess";
+         "nms, crop_and_resize, ctc_greedy_decode, db_postprocess, decode_image";
 }
 
 const char *sip__transform_op(const sip_transform_t *t) { return t->op->name; }

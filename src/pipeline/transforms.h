@@ -22,7 +22,10 @@
  *
  * op                 inputs                      outputs                               options (default)
  * ------------------ --------------------------- ------------------------------------- ----------------------------------------
- * resize             image img                   output img                            size "H,W" (required), layout (hwc), dtype
+ * decode_image       data u8[N] (PNG/JPEG bytes) image u8 [H,W,3] ([H,W,1] gray),       mode rgb|bgr|gray (rgb), dtype uint8|string
+ *                                                size i64[2] (H,W)                     (transform_decode.c)
+ * resize             image img                   output img                            size "H,W", or limit_side_len and/or
+ *                                                                                      multiple_of (PP-OCR det); layout (hwc), dtype
  * letterbox          image img                   output img, scale f32[1],             size "H,W" (required), pad_value (114),
  *                                                offset f32[2] (top,left)              layout (hwc), dtype
  * normalize          input img                   output f32 (same shape)               mean (0), std (1), scale (1; "1/255" ok),
@@ -31,8 +34,9 @@
  *                                                                                      (required), layout (hwc), dtype
  * to_tensor          image [H,W,C] or [N,H,W,C]  output f32 [N,C,H,W]                  scale (1), dtype (uint8)
  * rotate180          image img [, flags]         output img                            layout (nchw), dtype, flags (none | a
- *                                                                                      dtype: adds input `flags`), flag_index (0),
- *                                                                                      flag_threshold (0)
+ *                    [, widths i64[N]]                                                 dtype: adds input `flags`), flag_index (0),
+ *                                                                                      flag_threshold (0), widths (false: adds
+ *                                                                                      input `widths`, valid width per image)
  * cast               input (any shape)           output                                to (required), from (float32)
  * softmax            input f32 (rank >= 1)       output f32                            axis (-1)
  * topk               input f32 (rank >= 1)       values f32, indices i64               k (1), axis (-1)

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "pipeline/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
 
@@ -159,7 +160,9 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
   if (e) return e;
   static const int level_of[] = {0, SIP_PRIO_HIGH, SIP_PRIO_MEDIUM, SIP_PRIO_LOW};
   r->level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
-  r->rows = request_rows(r);
+  r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
+                                          r->n_inputs)
+                   : request_rows(r);
   r->arrival_us = sip__now_us();
   uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
   r->timeout_ms = timeout;
@@ -306,12 +309,17 @@ static const sip_tensor_t *input_named(const sip_request_t *r, const char *name)
 }
 
 /* Requests may share an execution when their inputs agree in everything
- * but dim 0 and they want the same outputs. */
-static int can_join(const sip_request_t *a, const sip_request_t *b) {
+ * but dim 0 and they want the same outputs; a raw input of a preprocess
+ * when its results will (e.g. any two images resized to one size). */
+static int can_join(const sip_pool_t *p, const sip_request_t *a, const sip_request_t *b) {
   if (b->rows < 0 || a->n_inputs != b->n_inputs || !same_outputs(a, b)) return 0;
+  const char *raw = p->pre ? p->inputs[sip__preprocess_input(p->pre)].name : NULL;
   for (size_t i = 0; i < a->n_inputs; i++) {
     const sip_tensor_t *o = input_named(b, a->inputs[i]->name);
-    if (!o || !sip__batch_compatible(a->inputs[i], o)) return 0;
+    if (!o) return 0;
+    if (raw && !strcmp(raw, o->name) ? !sip__preprocess_joinable(p->pre, a->inputs[i], o)
+                                     : !sip__batch_compatible(a->inputs[i], o))
+      return 0;
   }
   return 1;
 }
@@ -328,7 +336,7 @@ static void gather(sip_pool_t *p, batch_t *b, int64_t max_rows) {
   for (int l = 0; l < SIP_N_QUEUES && b->rows < max_rows; l++) {
     for (sip_request_t *r = p->queue[l].head, *nx; r && b->n < MAX_BATCH_REQUESTS; r = nx) {
       nx = r->next;
-      if (b->rows + r->rows > max_rows || !can_join(b->reqs[0], r)) continue;
+      if (b->rows + r->rows > max_rows || !can_join(p, b->reqs[0], r)) continue;
       q_remove(&p->queue[l], r);
       b->reqs[b->n++] = r;
       b->rows += r->rows;
@@ -395,6 +403,35 @@ static void count_batch(sip_pool_t *p, int64_t rows) {
   atomic_fetch_add(&p->batch_rows_sum, (uint64_t)rows);
 }
 
+/* Runs each request's preprocess (here, on the session's thread: never on
+ * a transport's), replacing its raw input by the model's tensor. A request
+ * whose input does not decode or convert fails alone and leaves the batch.
+ * Caller holds no lock. */
+static void preprocess_batch(sip_pool_t *p, batch_t *b, uint64_t start) {
+  const char *raw = p->inputs[sip__preprocess_input(p->pre)].name;
+  size_t n = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    sip_request_t *r = b->reqs[i];
+    sip_error_t *e = NULL;
+    for (size_t k = 0; k < r->n_inputs && !e; k++) {
+      if (strcmp(r->inputs[k]->name, raw)) continue;
+      sip_tensor_t *t = NULL;
+      if (!(e = sip__preprocess_run(p->pre, r->inputs[k], &t))) {
+        sip_tensor_free(r->inputs[k]);
+        r->inputs[k] = t;
+        r->rows = t->rank ? t->dims[0] : -1;
+      }
+    }
+    if (e) {
+      fail_request(p, r, sip_error_code(e), sip_error_message(e), start - r->arrival_us);
+      sip_error_free(e);
+      continue;
+    }
+    b->reqs[n++] = r;
+  }
+  b->n = n;
+}
+
 /* Runs the batch (one request or many) and answers every request in it. */
 static void run_batch(sip_session_t *s, batch_t *b) {
   sip_pool_t *p = s->pool;
@@ -419,6 +456,11 @@ static void run_batch(sip_session_t *s, batch_t *b) {
     }
   }
   b->n = n;
+  uint64_t t_pre = sip__now_ns();
+  if (p->pre && n) {
+    preprocess_batch(p, b, start);
+    n = b->n;
+  }
   if (!n) {
     sip__arbiter_release(arb, &s->ticket, 0, 0);
     return;
@@ -452,7 +494,9 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   }
   sip_tensor_t *outs[64] = {0};
   uint64_t t_run = sip__now_ns(), t_done = t_run;
-  sip__stat_add(&p->st_compute_input, t_run - t_in);
+  /* Preprocessing is the input stage of the computation (Triton's
+   * compute_input). */
+  sip__stat_add(&p->st_compute_input, t_run - (p->pre ? t_pre : t_in));
   if (e) sip__arbiter_release(arb, &s->ticket, 0, 0);
   if (!e) {
     sip__session_set_state(s, SIP_SESSION_RUNNING);

@@ -134,6 +134,9 @@ struct sip_pool {
   int forming;         /* a session is waiting for a batch to fill */
   atomic_long n_queued; /* requests in all queues */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
+  /* preprocess block: run on each request by the executor before batching;
+   * inputs[] then describes the raw input clients send (src/pipeline/preprocess.h). */
+  struct sip_preprocess *pre;
   /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
   uint64_t rate_win_start_us;
   uint64_t rate_win_count;

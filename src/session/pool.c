@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "pipeline/preprocess.h"
 #include "session/engine.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
@@ -173,6 +174,7 @@ void sip__pool_destroy(sip_pool_t *p) {
   sip__free(p->fingerprint);
   sip__pool_free_descs(p->inputs, p->n_inputs);
   sip__pool_free_descs(p->outputs, p->n_outputs);
+  sip__preprocess_free(p->pre);
   sip__free(p->error);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
@@ -339,11 +341,15 @@ void sip__pool_load(sip_pool_t *p) {
   struct stat st;
   if (p->resolved_path && stat(p->resolved_path, &st) == 0) p->model_bytes = (uint64_t)st.st_size;
 
-  if ((e = check_batching(p))) {
+  if ((e = check_batching(p)) ||
+      (c->n_preprocess && (e = sip__preprocess_new(c, p->inputs, p->n_inputs, &p->pre)))) {
     release(p);
     pool_fail(p, e);
     return;
   }
+  /* Clients send what the preprocess takes; batching was checked against
+   * the model's own input above. */
+  if (p->pre) sip__preprocess_raw_desc(p->pre, &p->inputs[sip__preprocess_input(p->pre)]);
   p->sessions = sip__calloc((size_t)c->pool_size, sizeof *p->sessions);
   if (!p->sessions) {
     release(p);

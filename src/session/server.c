@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "http/http.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
 
@@ -251,6 +252,7 @@ void sip_server_free(sip_server_t *s) {
       sip__registry_drain_free(s, p);
     }
   }
+  sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
   if (s->listeners) sip__listeners_stop(s->listeners);
   sip__http_stop(s->http);
   sip__pipelines_free(s->pipelines); /* pipelines hook: no run is left once pools drained */ /* HTTP front-end hook: every request it submitted has completed */
@@ -611,7 +613,11 @@ sip_error_t *sip_server_infer_batch(sip_server_t *s, sip_request_t *r, int max_b
   sip_pool_t *found = find_pool(s, r, &fe);
   sip_error_free(fe); /* an unknown pool is answered by the plain path below */
   int p = found != NULL, pool_max = found ? found->cfg->max_batch_size : 0;
+  /* A preprocess pool's raw input has no rows to split (bytes, one image):
+   * the request goes in whole and is batched after preprocessing. */
+  int pre = found && found->pre;
   if (found) sip__pool_unref(found);
+  if (pre) return sip_server_infer_async(s, r, done, user);
   int64_t rows = -1;
   for (size_t i = 0; i < r->n_inputs; i++) {
     int64_t d = r->inputs[i]->rank ? r->inputs[i]->dims[0] : -1;
@@ -862,6 +868,8 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     }
     json_object_set_new(o, "inputs", ready ? io_json(p->inputs, p->n_inputs) : json_array());
     json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
+    if (ready && p->pre)
+      json_object_set_new(o, "preprocess", json_string(sip__preprocess_steps(p->pre)));
     return o;
   }
   static const char *lvl[] = {"high", "medium", "low", "delayed"};

@@ -84,7 +84,7 @@ static void test_option_errors(void **state) {
   expect_new_error(NULL, NULL, 0, SIP_INVALID_ARGUMENT, "(none)", NULL);
   sip_kv_t k1[] = {KV("size", "32,48"), KV("sise", "1")};
   expect_new_error("resize", k1, 2, SIP_INVALID_ARGUMENT, "transform resize has no option 'sise'",
-                   "expected one of: size, layout, dtype", NULL);
+                   "expected one of: size, limit_side_len, multiple_of, layout, dtype", NULL);
   sip_kv_t k2[] = {KV("size", "32,48"), KV("size", "1,1")};
   expect_new_error("resize", k2, 2, SIP_INVALID_ARGUMENT, "option size is given twice", NULL);
   expect_new_error("resize", NULL, 0, SIP_INVALID_ARGUMENT, "option size is required", "H,W", NULL);
