@@ -254,8 +254,8 @@ void sip_server_free(sip_server_t *s) {
   }
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
   if (s->listeners) sip__listeners_stop(s->listeners);
-  sip__http_stop(s->http);
-  sip__pipelines_free(s->pipelines); /* pipelines hook: no run is left once pools drained */ /* HTTP front-end hook: every request it submitted has completed */
+  sip__http_stop(s->http); /* every request it submitted has completed */
+  sip__pipelines_free(s->pipelines); /* no run is left once pools drained and workers quiesced */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);
     s->hk_stop = 1;
