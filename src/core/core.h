@@ -36,6 +36,10 @@ int sip__log_enabled(int level);
 void sip__log(int level, const char *msg, const char *kv_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A "request failed" warning with `kv` fields, rate-limited process-wide
+ * (at most 50 lines a second; the next line counts those left out). */
+void sip__log_failure(const char *kv_fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Monotonic and wall clocks in microseconds / nanoseconds. */
 uint64_t sip__now_us(void);
 uint64_t sip__now_ns(void);

@@ -649,7 +649,7 @@ static void finish(run_t *r) {
     sip__free(r->message);
   }
   if (r->code != SIP_OK)
-    sip__log(SIP__LOG_WARN, "request failed", "pipeline=%s code=%s reason=\"%s\"", pl->cfg->name,
+    sip__log_failure("pipeline=%s code=%s reason=\"%s\"", pl->cfg->name,
              sip_code_name(r->code), resp && resp->message ? resp->message : "");
   for (size_t k = 0; k < pl->n; k++) stage_tensors_free(r->st[k].outs, r->st[k].n_outs);
   sip_infer_done_fn done = r->done;

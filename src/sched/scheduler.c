@@ -213,7 +213,7 @@ static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char 
   sip__pool_count(p, code, total_us * 1000);
   atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
   if (code != SIP_OK)
-    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
+    sip__log_failure("pool=%s code=%s reason=\"%s\"", p->cfg->name,
              sip_code_name(code), msg);
   sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
 }

@@ -419,7 +419,7 @@ sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer
   sip_error_t *e = NULL;
   sip_pool_t *p = find_pool(s, r, &e);
   if (!p) {
-    sip__log(SIP__LOG_WARN, "request failed", "pool=%s version=%s code=%s", r->pool,
+    sip__log_failure("pool=%s version=%s code=%s", r->pool,
              r->version ? r->version : "-", sip_code_name(sip_error_code(e)));
   } else {
     r->done = done;
@@ -429,7 +429,7 @@ sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer
     if (!e) return NULL; /* p may be gone already: not touched again */
     r->held = NULL;
     sip__pool_count(p, sip_error_code(e), 0);
-    sip__log(SIP__LOG_WARN, "request failed", "pool=%s code=%s reason=\"%s\"", r->pool,
+    sip__log_failure("pool=%s code=%s reason=\"%s\"", r->pool,
              sip_code_name(sip_error_code(e)), sip_error_message(e));
     sip__pool_unref(p);
   }
