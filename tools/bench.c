@@ -149,10 +149,21 @@ static uint64_t gap_ns(bench_t *b, double rate) {
   return (uint64_t)(-log(u) / rate * 1e9);
 }
 
+/* Rate modes: the next intended send time, advancing the shared schedule
+ * (a spike pattern picks each 1-second period's rate). Caller holds b->mu. */
+static uint64_t schedule_next(bench_t *b) {
+  if (b->spike && b->next_ns >= b->period_end_ns) {
+    b->period_rate = (rand_r(&b->seed) / ((double)RAND_MAX + 1.0)) < b->spike_p ? b->max_rate
+                                                                                  : b->min_rate;
+    b->period_end_ns = b->next_ns + 1000000000ull;
+  }
+  uint64_t t = b->next_ns;
+  b->next_ns += gap_ns(b, b->spike ? b->period_rate : b->rate);
+  return t;
+}
+
 static void *sender_main(void *arg) {
   bench_t *b = arg;
-  uint64_t next = now_ns(), period_end = 0;
-  double rate = b->rate;
   for (;;) {
     if (b->concurrency) {
       pthread_mutex_lock(&b->mu);
@@ -168,11 +179,9 @@ static void *sender_main(void *arg) {
       if (send_one(b, now_ns()) < 0) break;
       continue;
     }
-    if (b->spike && next >= period_end) {
-      rate = (rand_r(&b->seed) / ((double)RAND_MAX + 1.0)) < b->spike_p ? b->max_rate
-                                                                          : b->min_rate;
-      period_end = next + 1000000000ull;
-    }
+    pthread_mutex_lock(&b->mu);
+    uint64_t next = schedule_next(b);
+    pthread_mutex_unlock(&b->mu);
     sleep_until(next);
     pthread_mutex_lock(&b->mu);
     /* Past the outstanding cap the send waits, but its latency still
@@ -186,7 +195,6 @@ static void *sender_main(void *arg) {
     b->sent++;
     pthread_mutex_unlock(&b->mu);
     if (send_one(b, next) < 0) break;
-    next += gap_ns(b, rate);
   }
   return NULL;
 }
@@ -323,17 +331,7 @@ static uint64_t next_intended(bench_t *b) {
   pthread_mutex_lock(&b->mu);
   uint64_t t = 0;
   if (!b->stop) {
-    if (b->concurrency) {
-      t = now_ns();
-    } else {
-      if (b->spike && b->next_ns >= b->period_end_ns) {
-        b->period_rate = (rand_r(&b->seed) / ((double)RAND_MAX + 1.0)) < b->spike_p ? b->max_rate
-                                                                                      : b->min_rate;
-        b->period_end_ns = b->next_ns + 1000000000ull;
-      }
-      t = b->next_ns;
-      b->next_ns += gap_ns(b, b->spike ? b->period_rate : b->rate);
-    }
+    t = b->concurrency ? now_ns() : schedule_next(b);
     b->outstanding++;
   }
   pthread_mutex_unlock(&b->mu);
@@ -561,6 +559,7 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   size_t n_workers = 0;
   pthread_t sender, *workers = NULL;
   char url[512];
+  b.next_ns = now_ns();
   if (b.client) {
     pthread_create(&sender, NULL, sender_main, &b);
   } else {
@@ -572,7 +571,6 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
       goto done;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    b.next_ns = now_ns();
     n_workers = b.concurrency ? (size_t)b.concurrency
                               : (size_t)(b.max_outstanding < 256 ? b.max_outstanding : 256);
     workers = calloc(n_workers, sizeof *workers);
