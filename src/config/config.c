@@ -108,6 +108,7 @@ static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base
 static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_pool_name(const char *s, size_t len);
 static int parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
@@ -127,6 +128,9 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
   "a map of steps in order: input, decode, color_convert, resize, letterbox, to_tensor, " \
   "normalize, cast (docs/preprocess.md)"
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
+#define CPUS_EXPECT                                                                        \
+  "logical CPU numbers 0..1023 as a list ([0, 1]) or ranges in taskset's form (\"0-3,8\" or " \
+  "[0-3, 8]), each CPU once"
 #define VERSION_POLICY_EXPECT                                                                  \
   "{latest: N} (N 1..1024), {specific: [V, ...]} (up to 64 distinct version numbers) or all"
 
@@ -212,7 +216,7 @@ static const field_t elastic_fields[E_COUNT] = {
 static const section_t elastic_section = {elastic_fields, E_COUNT};
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
-       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_COUNT };
+       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_COUNT };
 static const field_t pool_fields[P_COUNT] = {
     /* A repository model's name and files come from its directory. */
     [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
@@ -253,6 +257,10 @@ static const field_t pool_fields[P_COUNT] = {
                       .expect = PREPROCESS_EXPECT,
                       .doc = "Transforms run on one input before the model, so clients may send "
                              "raw images or PNG/JPEG bytes (docs/preprocess.md)."},
+    [P_CPUS] = {.name = "cpu_affinity", .type = F_CUSTOM, .parse = parse_cpus,
+                .expect = CPUS_EXPECT,
+                .doc = "Logical CPUs the pool's session threads and own intra-op threads run "
+                       "on (docs/scheduling.md); absent = any."},
 };
 static const section_t pool_section = {pool_fields, P_COUNT};
 
@@ -1008,6 +1016,58 @@ static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base
     return -1;
   for (size_t i = 0; i < n; i++) pool->preferred_batch_sizes[i] = (int)vals[i];
   pool->n_preferred = n;
+  return 0;
+}
+
+/* Adds "N" or "A-B" (s[0..len)) to the pool's CPU set; `at` locates it
+ * for messages. */
+static int add_cpus(ctx_t *c, sip_pool_config_t *pool, yaml_mark_t at, const char *key,
+                    const char *s, size_t len) {
+  char shown[SHOW_MAX * 4 + 8];
+  const char *dash = len > 1 ? memchr(s + 1, '-', len - 1) : NULL;
+  size_t l1 = dash ? (size_t)(dash - s) : len;
+  int64_t lo, hi;
+  if (parse_int(s, l1, &lo) || (dash ? parse_int(dash + 1, len - l1 - 1, &hi) : (hi = lo, 0)) ||
+      lo < 0 || hi < lo || hi >= SIP_MAX_CPUS)
+    return fail(c, at, key, "%s is not a CPU number or range; expected %s",
+                show(shown, sizeof shown, s, len), CPUS_EXPECT);
+  for (int64_t k = lo; k <= hi; k++) {
+    uint64_t bit = UINT64_C(1) << (k % 64);
+    if (pool->cpu_mask[k / 64] & bit)
+      return fail(c, at, key, "names CPU %lld twice; expected %s", (long long)k, CPUS_EXPECT);
+    pool->cpu_mask[k / 64] |= bit;
+    pool->n_cpus++;
+  }
+  return 0;
+}
+
+/* cpu_affinity: [0, 2-3] or "0,2-3". */
+static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  char ikey[KEY_MAX];
+  if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+    const char *s = text(v), *end = s + v->data.scalar.length;
+    for (;;) {
+      const char *comma = memchr(s, ',', (size_t)(end - s));
+      const char *e = comma ? comma : end;
+      while (s < e && *s == ' ') s++;
+      while (e > s && e[-1] == ' ') e--;
+      if (add_cpus(c, pool, v->start_mark, key, s, (size_t)(e - s))) return -1;
+      if (!comma) break;
+      s = comma + 1;
+    }
+    return 0;
+  }
+  if (v->type != YAML_SEQUENCE_NODE) return fail_kind(c, v, key, CPUS_EXPECT);
+  if (seq_len(v) == 0) return fail(c, v->start_mark, key, "is an empty list; expected %s", CPUS_EXPECT);
+  for (size_t i = 0; i < seq_len(v); i++) {
+    yaml_node_t *e = seq_item(c, v, i);
+    key_index(ikey, key, i);
+    if (!e) return oom(c);
+    if (want_scalar(c, e, ikey, CPUS_EXPECT) ||
+        add_cpus(c, pool, e->start_mark, ikey, text(e), e->data.scalar.length))
+      return -1;
+  }
   return 0;
 }
 

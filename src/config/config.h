@@ -39,6 +39,7 @@ typedef enum sip_timeout_action {
 } sip_timeout_action_t;
 
 #define SIP_MAX_PREFERRED 16
+#define SIP_MAX_CPUS 1024 /* cpu_affinity names logical CPUs 0..SIP_MAX_CPUS-1 */
 #define SIP_MAX_SPECIFIC_VERSIONS 64
 
 /* Which version directories of a repository model are served. */
@@ -97,6 +98,11 @@ typedef struct sip_pool_config {
   size_t n_preprocess;
   int preprocess_fixed;              /* the steps give one size whatever the image (resize
                                         to a size, letterbox): any two images can batch */
+  /* cpu_affinity: the logical CPUs the pool's session threads (and its own
+   * intra-op threads) run on, as a bit set; n_cpus 0: wherever the OS
+   * places them. */
+  uint64_t cpu_mask[SIP_MAX_CPUS / 64];
+  int n_cpus;
   int line;                      /* where the pool's entry starts, for messages */
   /* version_policy (repository models' config.yaml only). */
   int version_policy;            /* sip_version_policy_t */

@@ -557,6 +557,17 @@ static void run_batch(sip_session_t *s, batch_t *b) {
 void *sip__session_main(void *arg) {
   sip_session_t *s = arg;
   sip_pool_t *p = s->pool;
+  /* "pool/0" (Linux keeps 15 bytes): `top -H` and /proc show which pool's
+   * session a thread is. */
+  char name[16];
+  const char *slash = strrchr(s->id, '/');
+  size_t tail = slash ? strlen(slash) : 0, head = strlen(s->id) - tail;
+  if (tail > 15) tail = 15;
+  if (head > 15 - tail) head = 15 - tail; /* a long name keeps its /index */
+  memcpy(name, s->id, head);
+  memcpy(name + head, s->id + strlen(s->id) - tail, tail);
+  name[head + tail] = '\0';
+  pthread_setname_np(pthread_self(), name);
   batch_t *b = sip__malloc(sizeof *b);
   pthread_mutex_lock(&p->mu);
   for (;;) {

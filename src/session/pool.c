@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,7 +278,7 @@ static sip_error_t *check_batching(sip_pool_t *p) {
   return NULL;
 }
 
-void sip__pool_load(sip_pool_t *p) {
+static void load(sip_pool_t *p) {
   const sip_pool_config_t *c = p->cfg;
   uint64_t t0 = sip__now_us(), rss0 = resident_bytes();
   sip_error_t *e = NULL;
@@ -409,6 +411,63 @@ void sip__pool_load(sip_pool_t *p) {
 }
 
 /* ---- admission ---- */
+
+/* "0-1,4": the CPUs of `set` for messages. */
+static void format_cpus(const cpu_set_t *set, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < CPU_SETSIZE && used < n; k++) {
+    if (!CPU_ISSET(k, set) || (k && CPU_ISSET(k - 1, set))) continue;
+    int end = k;
+    while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, set)) end++;
+    int w = end > k ? snprintf(buf + used, n - used, "%s%d-%d", used ? "," : "", k, end)
+                    : snprintf(buf + used, n - used, "%s%d", used ? "," : "", k);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
+
+/* cpu_affinity: threads inherit the CPU set of the thread that creates
+ * them, so the loading thread takes the pool's set while it loads: the
+ * session threads it starts and the intra-op threads the backend creates
+ * for the pool (own_intra_op_threads) run only there. Engine-wide threads
+ * (the global intra-op pool) are created beforehand and keep theirs. */
+void sip__pool_load(sip_pool_t *p) {
+  const sip_pool_config_t *c = p->cfg;
+  if (!c->n_cpus) {
+    load(p);
+    return;
+  }
+  cpu_set_t old, want;
+  CPU_ZERO(&want);
+  for (int k = 0; k < SIP_MAX_CPUS && k < CPU_SETSIZE; k++)
+    if (c->cpu_mask[k / 64] >> (k % 64) & 1) CPU_SET(k, &want);
+  if (pthread_getaffinity_np(pthread_self(), sizeof old, &old) != 0) CPU_ZERO(&old);
+  cpu_set_t outside;
+  CPU_AND(&outside, &want, &old);
+  if (!CPU_EQUAL(&outside, &want)) {
+    char named[256], allowed[256];
+    CPU_XOR(&outside, &outside, &want); /* the named CPUs this process may not use */
+    format_cpus(&outside, named, sizeof named);
+    format_cpus(&old, allowed, sizeof allowed);
+    pool_fail(p, sip_error_new(SIP_FAILED_PRECONDITION,
+                               "cpu_affinity names CPU %s, which this process may not run on; "
+                               "expected CPUs among %s",
+                               named, allowed[0] ? allowed : "(unknown)"));
+    return;
+  }
+  /* The backend's engine-wide state (ONNX Runtime's global thread pool)
+   * must not be born inside the pool's set. */
+  const sip_backend_vtable_t *vt = sip__backend_find(c->backend);
+  void *state;
+  if (vt) sip_error_free(sip__server_backend_state(p->server, vt, &state));
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof want, &want), set = rc == 0;
+  if (!set)
+    sip__log(SIP__LOG_WARN, "cpu_affinity not applied", "pool=%s error=\"%s\"", c->name,
+             strerror(rc));
+  load(p);
+  if (set) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+}
 
 sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
   const char *pool = p->cfg->name;

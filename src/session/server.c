@@ -854,6 +854,12 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
       json_object_set_new(bo, p->cfg->backend_options[k].key,
                           json_string(p->cfg->backend_options[k].value));
     json_object_set_new(o, "backend_options", bo);
+    if (p->cfg->n_cpus) {
+      json_t *cpus = json_array();
+      for (int k = 0; k < SIP_MAX_CPUS; k++)
+        if (p->cfg->cpu_mask[k / 64] >> (k % 64) & 1) json_array_append_new(cpus, json_integer(k));
+      json_object_set_new(o, "cpu_affinity", cpus);
+    }
     if (p->cfg->max_batch_size) {
       json_t *pref = json_array();
       for (size_t k = 0; k < p->cfg->n_preferred; k++)

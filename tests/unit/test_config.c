@@ -878,6 +878,47 @@ static void test_scheduling_errors(void **state) {
              "resource_quota.max_memory_mb: 0 is out of range", "1..1048576");
 }
 
+static int has_cpu(const sip_pool_config_t *p, int k) { return (int)(p->cpu_mask[k / 64] >> (k % 64) & 1); }
+
+static void test_cpu_affinity(void **state) {
+  (void)state;
+  sip_config_t *cfg = load_ok(POOL("    cpu_affinity: [0, 2-3, 1023]\n"));
+  const sip_pool_config_t *p = &cfg->pools[0];
+  assert_int_equal(p->n_cpus, 4);
+  assert_true(has_cpu(p, 0) && has_cpu(p, 2) && has_cpu(p, 3) && has_cpu(p, 1023));
+  assert_false(has_cpu(p, 1) || has_cpu(p, 4) || has_cpu(p, 64));
+  sip__config_free(cfg);
+  cfg = load_ok(POOL("    cpu_affinity: \"1, 4-5,64\"\n"));
+  p = &cfg->pools[0];
+  assert_int_equal(p->n_cpus, 4);
+  assert_true(has_cpu(p, 1) && has_cpu(p, 4) && has_cpu(p, 5) && has_cpu(p, 64));
+  sip__config_free(cfg);
+  cfg = load_ok(POOL("    cpu_affinity: 3\n"));
+  assert_int_equal(cfg->pools[0].n_cpus, 1);
+  assert_true(has_cpu(&cfg->pools[0], 3));
+  sip__config_free(cfg);
+  cfg = load_ok(POOL(""));
+  assert_int_equal(cfg->pools[0].n_cpus, 0); /* absent: wherever the OS runs them */
+  sip__config_free(cfg);
+
+  EXPECT_ERR(POOL("    cpu_affinity: [0, 0]\n"),
+             NAME ":4:23: session_pools[0].cpu_affinity[1]: names CPU 0 twice",
+             "expected logical CPU numbers 0..1023");
+  EXPECT_ERR(POOL("    cpu_affinity: \"0-3,2\"\n"), "cpu_affinity: names CPU 2 twice");
+  EXPECT_ERR(POOL("    cpu_affinity: [3-1]\n"),
+             "cpu_affinity[0]: \"3-1\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: [-1]\n"), "\"-1\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: [1024]\n"), "\"1024\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: [0-1024]\n"), "\"0-1024\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: \"0,,1\"\n"), "\"\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: [a]\n"), "\"a\" is not a CPU number or range");
+  EXPECT_ERR(POOL("    cpu_affinity: []\n"), "cpu_affinity: is an empty list");
+  EXPECT_ERR(POOL("    cpu_affinity: {cpu: 1}\n"), "cpu_affinity: is a map",
+             "expected logical CPU numbers");
+  EXPECT_ERR(POOL("    cpu_affinity: [[1]]\n"), "cpu_affinity[0]: is a list");
+  EXPECT_ERR(POOL("    cpu_affinity:\n"), "cpu_affinity: has no value");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
@@ -891,6 +932,7 @@ int main(void) {
       cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
       cmocka_unit_test(test_misc),           cmocka_unit_test(test_http_keys),
       cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
+      cmocka_unit_test(test_cpu_affinity),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
