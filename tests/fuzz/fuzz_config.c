@@ -37,6 +37,9 @@ static void check_config(const sip_config_t *cfg) {
     CHECK(p->max_compute_percent >= 0 && p->max_compute_percent <= 100);
     for (size_t j = 0; j < p->n_backend_options; j++)
       CHECK(p->backend_options[j].key && p->backend_options[j].value);
+    int cpus = 0; /* cpu_affinity: n_cpus is the number of bits set */
+    for (size_t w = 0; w < SIP_MAX_CPUS / 64; w++) cpus += __builtin_popcountll(p->cpu_mask[w]);
+    CHECK(cpus == p->n_cpus);
   }
 }
 

@@ -3,6 +3,7 @@ sipd, checked against numpy: wiring, stage_outputs, conditions, early exit
 (per pipeline and per request), parallel branches, stage timeouts, errors."""
 
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import harness
+from cann_sip import protocol as P
 from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
                       NotFoundError)
 
@@ -51,6 +53,12 @@ def srv(sipd_bin, models_dir, tmp_path_factory):
          "backend_options": {"shape": "-1,4", "delay_ms": 300}},
         {"name": "slow_b", "backend": "builtin",
          "backend_options": {"shape": "-1,4", "delay_ms": 300}},
+        # One session, 400 ms an execution: a queue the tests can fill.
+        {"name": "gate", "backend": "builtin",
+         "backend_options": {"shape": "-1,4", "delay_ms": 400}},
+        {"name": "after", "model_path": str(models_dir / "plus1.onnx")},
+        {"name": "plus1b", "model_path": str(models_dir / "plus1.onnx"),
+         "dynamic_batching": {"max_batch_size": 2}},
     ]
     pipelines = [
         {"name": "chain", "stages": [
@@ -64,6 +72,22 @@ def srv(sipd_bin, models_dir, tmp_path_factory):
             {"name": "second", "pool": "times2", "when": "sum(first.y) > 0"},
             {"name": "soft", "type": "transform", "operation": "softmax",
              "input_mapping": {"input": "first.y"}},
+        ]},
+        # A fast stage, then the slow gate: priority and deadline must reach
+        # the second stage's queue.
+        {"name": "to_gate", "stages": [
+            {"name": "first", "pool": "plus1"},
+            {"name": "slow", "pool": "gate", "input_mapping": {"input": "first.y"}},
+        ]},
+        {"name": "then_after", "stages": [
+            {"name": "a", "pool": "slow_a", "input_mapping": {"input": "pipeline.input"}},
+            {"name": "b", "pool": "after", "input_mapping": {"x": "a.output"}},
+        ]},
+        # N rows made by a transform reach a max_batch_size-2 pool.
+        {"name": "fan", "stages": [
+            {"name": "soft", "type": "transform", "operation": "softmax",
+             "input_mapping": {"input": "pipeline.x"}},
+            {"name": "inc", "pool": "plus1b", "input_mapping": {"x": "soft.output"}},
         ]},
         {"name": "fork", "stages": [
             {"name": "a", "pool": "slow_a", "input_mapping": {"input": "pipeline.input"}},
@@ -221,3 +245,89 @@ def test_register_postprocess(srv):
     with pytest.raises(ValueError, match="bad hook"):
         c.infer(InferenceRequest("plus1", {"x": x}))
     c.register_postprocess("plus1", None)
+
+
+def stats(c, pool):
+    return [p for p in c.status()["pools"] if p["name"] == pool][0]
+
+
+def wait_for(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def test_priority_reaches_later_stages(srv):
+    """The blocker holds the gate; low, medium and high pipeline requests
+    pass `first` and queue at the gate, which takes them by priority."""
+    c = srv.client()
+    order, lock = [], threading.Lock()
+    blocker = c.infer_async(InferenceRequest("to_gate", {"x": np.zeros((1, 4), F)},
+                                             priority="low"))
+    wait_for(lambda: stats(c, "gate")["active_sessions"] == 1, 5, "the blocker at the gate")
+    futs = {}
+    for i, name in enumerate(("low", "medium", "high")):
+        x = np.full((1, 4), i, F)
+        futs[name] = (x, c.infer_async(InferenceRequest("to_gate", {"x": x}, priority=name)))
+        futs[name][1].add_done_callback(
+            lambda _f, name=name: (lock.acquire(), order.append(name), lock.release()))
+    wait_for(lambda: stats(c, "gate")["queued_requests"] == 3, 5, "three queued at the gate")
+    blocker.result(timeout=10)
+    for name, (x, f) in futs.items():
+        np.testing.assert_allclose(f.result(timeout=10).outputs["output"], x + 1)
+    assert order == ["high", "medium", "low"]
+
+
+def test_deadline_reaches_later_stages(srv):
+    """The request's deadline (not a stage timeout) expires while it waits at
+    the second stage: DEADLINE_EXCEEDED, and the gate never runs it."""
+    c = srv.client()
+    before = stats(c, "gate")["stats"]["inference_count"]
+    blocker = c.infer_async(InferenceRequest("to_gate", {"x": np.zeros((1, 4), F)}))
+    wait_for(lambda: stats(c, "gate")["active_sessions"] == 1, 5, "the blocker at the gate")
+    with pytest.raises(DeadlineExceededError):
+        c.infer(InferenceRequest("to_gate", {"x": np.ones((1, 4), F)}, timeout_ms=200))
+    blocker.result(timeout=10)
+    time.sleep(0.2)
+    assert stats(c, "gate")["stats"]["inference_count"] - before == 1
+    assert stats(c, "gate")["requests"].get("DEADLINE_EXCEEDED", 0) >= 1
+
+
+def test_disconnect_cancels_before_the_next_stage(srv):
+    """A client that goes away while stage a runs: stage b never starts."""
+    c = srv.client()
+    after0 = stats(c, "after")["stats"]["inference_count"]
+    a0 = stats(c, "slow_a")["stats"]["inference_count"]
+    sock = harness.raw_connect(srv.unix_endpoint)
+    try:
+        payload = P.encode_infer_request("then_after", {"input": np.ones((1, 4), F)})
+        sock.sendall(P.encode_frame(P.INFER_REQUEST, 1, payload))
+        wait_for(lambda: stats(c, "slow_a")["active_sessions"] == 1, 5, "stage a running")
+    finally:
+        sock.close()
+    wait_for(lambda: stats(c, "slow_a")["stats"]["inference_count"] == a0 + 1, 5,
+             "stage a to end")
+    time.sleep(0.3)  # time enough for a wrongly started stage b
+    assert stats(c, "after")["stats"]["inference_count"] == after0
+    st = [p for p in c.status()["pipelines"] if p["name"] == "then_after"][0]
+    assert st["requests"].get("CANCELLED", 0) == 1, st
+    # Connected clients still get both stages.
+    r = c.infer(InferenceRequest("then_after", {"input": np.ones((1, 4), F)}))
+    np.testing.assert_allclose(r.outputs["y"], np.full((1, 4), 2, F))
+
+
+def test_fan_out_in_max_batch_size_chunks(srv):
+    """Five rows made by a transform go to a pool with max_batch_size 2 as
+    chunks of 2, 2 and 1, and come back in their rows' order."""
+    c = srv.client()
+    before = stats(c, "plus1b")
+    x = np.arange(20, dtype=F).reshape(5, 4) * np.array([1, -1, 0.5, 2], F)
+    r = c.infer(InferenceRequest("fan", {"x": x}))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(r.outputs["y"], e / e.sum(-1, keepdims=True) + 1, rtol=1e-5)
+    after = stats(c, "plus1b")
+    assert after["stats"]["execution_count"] - before["stats"]["execution_count"] == 3
+    assert after["batch_sizes"]["sum"] - before["batch_sizes"]["sum"] == 5
