@@ -79,6 +79,13 @@ static void row_affine(float *row, int64_t w, float a, float b, float d) {
     for (int64_t x = 0; x < w; x++) row[x] = (row[x] * a - b) / d;
 }
 
+/* Where row (n, c, y) of a float32 image with unit x stride lives, so a
+ * row can be computed in place; NULL for other images (use row_put). */
+static float *row_at(const sip__tf_img_t *img, int64_t n, int64_t c, int64_t y) {
+  if (img->dtype != SIP_DTYPE_FLOAT32 || img->sw != 1) return NULL;
+  return (float *)img->out + n * img->sn + c * img->sc + y * img->sh;
+}
+
 typedef struct lin_tap {
   int64_t i0, i1;
   float f;
@@ -140,9 +147,9 @@ static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t 
           hrow(src, n, c, a->i1, tx, rw, tmp, r1);
           have1 = a->i1;
         }
-        float fa = a->f;
-        for (int64_t x = 0; x < rw; x++) o[x] = (1 - fa) * r0[x] + fa * r1[x];
-        row_put(dst, n, c, top + y, left, rw, o);
+        float fa = a->f, *d = row_at(dst, n, c, top + y), *out = d ? d + left : o;
+        for (int64_t x = 0; x < rw; x++) out[x] = (1 - fa) * r0[x] + fa * r1[x];
+        if (!d) row_put(dst, n, c, top + y, left, rw, o);
       }
     }
   sip__free(ty);
@@ -328,9 +335,10 @@ static sip_error_t *normalize_run(const sip_transform_t *t, const sip_tensor_t *
     for (int64_t c = 0; c < src.c; c++) {
       float m = t->mean[t->n_mean == 1 ? 0 : c], s = t->std[t->n_std == 1 ? 0 : c];
       for (int64_t y = 0; y < src.h; y++) {
-        row_get(&src, n, c, y, row);
-        row_affine(row, src.w, t->scale, m, s);
-        row_put(&dst, n, c, y, 0, src.w, row);
+        float *d = row_at(&dst, n, c, y), *r = d ? d : row;
+        row_get(&src, n, c, y, r);
+        row_affine(r, src.w, t->scale, m, s);
+        if (!d) row_put(&dst, n, c, y, 0, src.w, r);
       }
     }
   sip__free(row);
@@ -440,9 +448,10 @@ static sip_error_t *to_tensor_run(const sip_transform_t *t, const sip_tensor_t *
   for (int64_t n = 0; n < src.n; n++)
     for (int64_t c = 0; c < src.c; c++)
       for (int64_t y = 0; y < src.h; y++) {
-        row_get(&src, n, c, y, row);
-        row_affine(row, src.w, t->scale, 0, 1);
-        row_put(&dst, n, c, y, 0, src.w, row);
+        float *d = row_at(&dst, n, c, y), *r = d ? d : row;
+        row_get(&src, n, c, y, r);
+        row_affine(r, src.w, t->scale, 0, 1);
+        if (!d) row_put(&dst, n, c, y, 0, src.w, r);
       }
   sip__free(row);
   return NULL;
