@@ -1255,6 +1255,21 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
                        col, problem);
 }
 
+/* Maps whose keys are parsed by hand (stages, pipelines, preprocess):
+ * libyaml keeps duplicate keys and the first would win silently, so the
+ * pair `pr` of `map` fails when an earlier key is the same (`what`: "key",
+ * "step"). */
+static int dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
+                   const yaml_node_t *kn, const char *key, const char *what) {
+  for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pr; q++) {
+    yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
+    if (qk && qk->type == YAML_SCALAR_NODE && !strcmp(text(qk), text(kn)))
+      return fail(c, kn->start_mark, key, "duplicate key (first at line %zu); expected each %s "
+                  "at most once", qk->start_mark.line + 1, what);
+  }
+  return 0;
+}
+
 #include "config/pipelines.inc"
 #include "config/preprocess.inc"
 

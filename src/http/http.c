@@ -176,11 +176,28 @@ static const char *jstr(json_t *o, const char *key) {
   return json_string_value(json_object_get(o, key));
 }
 
+/* The pipeline named `model` in a pools/status JSON, or NULL. */
+static json_t *find_pipeline(json_t *root, const char *model) {
+  json_t *p;
+  size_t i;
+  json_array_foreach(json_object_get(root, "pipelines"), i, p) {
+    const char *n = jstr(p, "name");
+    if (n && !strcmp(n, model)) return p;
+  }
+  return NULL;
+}
+
+/* A pipeline's entry (it has stages) rather than a pool's. */
+static int is_pipeline(json_t *entry) { return json_object_get(entry, "stages") != NULL; }
+
 /* The pool object serving `model` (and `version`, NULL: the model's
- * default version) in a pools/status JSON array, or NULL. */
+ * default version) in a pools/status JSON array, else the pipeline of that
+ * name (pipelines have no versions), or NULL. Pool and pipeline names never
+ * collide (the config refuses it). */
 static json_t *find_pool(json_t *root, const char *model, const char *version) {
   json_t *pools = json_object_get(root, "pools"), *p, *first = NULL;
   size_t i;
+  if (!version && (p = find_pipeline(root, model))) return p;
   json_array_foreach(pools, i, p) {
     const char *n = jstr(p, "name");
     if (!n || strcmp(n, model)) continue;
@@ -214,6 +231,9 @@ static sip_error_t *check_model(json_t *root, json_t *pool, const char *model,
       snprintf(served + strlen(served), sizeof served - strlen(served), "%s'%s'",
                served[0] ? ", " : "", v);
   }
+  if (!n && find_pipeline(root, model))
+    return sip_error_new(SIP_NOT_FOUND, "model '%s' is a pipeline and has no version '%s'; ask "
+                                        "without a version", model, version);
   if (!n) return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'", model);
   if (unversioned)
     return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves an unversioned model",
@@ -417,7 +437,9 @@ static enum MHD_Result server_meta(hreq_t *q) {
   return send_json(q->conn, 200, v);
 }
 
+/* Pipelines are "ensemble", Triton's platform for a graph of models. */
 static const char *platform(json_t *pool) {
+  if (is_pipeline(pool)) return "ensemble";
   const char *b = jstr(pool, "backend");
   return b && !strcmp(b, "onnxruntime") ? "onnx_onnxv1" : b ? b : "unknown";
 }
@@ -481,6 +503,23 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
       if (out && pv && jstr(p, "name") && !strcmp(jstr(p, "name"), q->model))
         json_array_append_new(json_object_get(out, "versions"), json_string(pv));
     }
+  } else if (is_pipeline(pool)) {
+    /* Triton's ensemble_scheduling steps, one per stage; transform stages
+     * name their operation instead of a model. */
+    json_t *steps = json_array(), *st;
+    size_t i;
+    json_array_foreach(json_object_get(pool, "stages"), i, st) {
+      const char *m = jstr(st, "pool"), *op = jstr(st, "operation");
+      json_array_append_new(steps, m ? json_pack("{s:s,s:s,s:i}", "stage", jstr(st, "name"),
+                                                 "model_name", m, "model_version", -1)
+                                     : json_pack("{s:s,s:s}", "stage", jstr(st, "name"),
+                                                 "transform", op ? op : ""));
+    }
+    out = json_pack("{s:s,s:s,s:I,s:o,s:o,s:{s:o}}", "name", q->model, "platform", "ensemble",
+                    "max_batch_size", (json_int_t)0, "input",
+                    ks_io(json_object_get(pool, "inputs"), 1), "output",
+                    ks_io(json_object_get(pool, "outputs"), 1), "ensemble_scheduling", "step",
+                    steps);
   } else {
     /* Triton's model configuration field names where they exist; sip's own
      * settings (priority, quota, backend options) under their config names. */
@@ -566,6 +605,29 @@ static enum MHD_Result stats(hreq_t *q, int all) {
                   "compute_infer", stat_pair(st, "compute_infer"), "compute_output",
                   stat_pair(st, "compute_output"), "batch_stats", "memory_usage", "type", "CPU",
                   "id", 0, "byte_size", json_integer_value(json_object_get(p, "memory_bytes"))));
+  }
+  /* Pipelines: requests end to end; their stages' queue and compute time
+   * are in the stages' pools' entries. */
+  json_array_foreach(json_object_get(status, "pipelines"), i, p) {
+    const char *name = jstr(p, "name");
+    if (!name || (!all && (q->version || strcmp(name, q->model)))) continue;
+    json_int_t total = 0, ok = json_integer_value(json_object_get(json_object_get(p, "requests"),
+                                                                  "OK"));
+    const char *code;
+    json_t *n;
+    json_object_foreach(json_object_get(p, "requests"), code, n) total += json_integer_value(n);
+    json_t *lat = json_object_get(p, "latency_us"), *zero = json_pack("{s:i,s:i}", "count", 0,
+                                                                        "ns", 0);
+    json_array_append_new(
+        list,
+        json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:{s:I,s:I},s:{s:I,s:I},s:O,s:O,s:O,s:o},s:[]}",
+                  "name", name, "version", "", "last_inference",
+                  json_integer_value(json_object_get(p, "last_inference")), "inference_count",
+                  total, "execution_count", total, "inference_stats", "success", "count", ok,
+                  "ns", json_integer_value(json_object_get(lat, "ok")) * 1000, "fail", "count",
+                  total - ok, "ns", json_integer_value(json_object_get(lat, "failed")) * 1000,
+                  "queue", zero, "compute_input", zero, "compute_infer", zero, "compute_output",
+                  zero, "batch_stats"));
   }
   json_decref(status);
   return send_json(q->conn, 200, json_pack("{s:o}", "model_stats", list));

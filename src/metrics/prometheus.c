@@ -186,6 +186,61 @@ static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
                                              "SUSPENDED", "FAILED", "DESTROYED"};
 static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
+/* Pipelines: requests end to end, early exits, and each stage's runs. */
+static void pipeline_metrics(sb_t *b, json_t *list) {
+  json_t *p, *st;
+  size_t i, k;
+  char e1[300], e2[300];
+  family(b, "sip_pipeline_requests_total", "counter",
+         "Pipeline requests answered, by result code.");
+  json_array_foreach(list, i, p) {
+    json_t *codes = json_object_get(p, "requests"), *v;
+    const char *code, *name = esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
+    if (!json_object_get(codes, "OK"))
+      sb_add(b, "sip_pipeline_requests_total{pipeline=\"%s\",code=\"OK\"} 0\n", name);
+    json_object_foreach(codes, code, v)
+      sb_add(b, "sip_pipeline_requests_total{pipeline=\"%s\",code=\"%s\"} %lld\n", name, code,
+             (long long)json_integer_value(v));
+  }
+  family(b, "sip_pipeline_request_duration_us_total", "counter",
+         "Cumulative time from arrival to answer of pipeline requests, in microseconds.");
+  json_array_foreach(list, i, p) {
+    json_t *lat = json_object_get(p, "latency_us");
+    sb_add(b, "sip_pipeline_request_duration_us_total{pipeline=\"%s\"} %lld\n",
+           esc(e1, sizeof e1, json_string_value(json_object_get(p, "name"))),
+           (long long)(ival(lat, "ok") + ival(lat, "failed")));
+  }
+  family(b, "sip_pipeline_early_exits_total", "counter",
+         "Pipeline requests that ended early (early_exit_condition).");
+  json_array_foreach(list, i, p)
+  sb_add(b, "sip_pipeline_early_exits_total{pipeline=\"%s\"} %lld\n",
+         esc(e1, sizeof e1, json_string_value(json_object_get(p, "name"))),
+         (long long)ival(p, "early_exits"));
+  family(b, "sip_pipeline_stage_runs_total", "counter",
+         "Stages of pipeline requests by outcome: ran, failed, or skipped (not run: its when "
+         "was false, an input's stage did not run, or the request ended first).");
+  static const char *const outcomes[] = {"ran", "skipped", "failed"};
+  json_array_foreach(list, i, p) {
+    esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
+    json_array_foreach(json_object_get(p, "stages"), k, st) {
+      esc(e2, sizeof e2, json_string_value(json_object_get(st, "name")));
+      for (int o = 0; o < 3; o++)
+        sb_add(b, "sip_pipeline_stage_runs_total{pipeline=\"%s\",stage=\"%s\",outcome=\"%s\"} %lld\n",
+               e1, e2, outcomes[o], (long long)ival(st, outcomes[o]));
+    }
+  }
+  family(b, "sip_pipeline_stage_duration_us_total", "counter",
+         "Cumulative time of the stages that ran, from start to end (a model stage's queueing "
+         "included), in microseconds.");
+  json_array_foreach(list, i, p) {
+    esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
+    json_array_foreach(json_object_get(p, "stages"), k, st)
+    sb_add(b, "sip_pipeline_stage_duration_us_total{pipeline=\"%s\",stage=\"%s\"} %lld\n", e1,
+           esc(e2, sizeof e2, json_string_value(json_object_get(st, "name"))),
+           (long long)ival(st, "total_us"));
+  }
+}
+
 char *sip__prometheus_text(sip_server_t *s) {
   json_t *status = info(s, SIP_INFO_STATUS);
   json_t *plist = json_object_get(status, "pools");
@@ -334,6 +389,8 @@ char *sip__prometheus_text(sip_server_t *s) {
              esc(e, sizeof e, json_string_value(json_object_get(x, "id"))), st ? st : "UNKNOWN");
     }
   }
+
+  pipeline_metrics(&b, json_object_get(status, "pipelines"));
 
   family(&b, "sip_open_connections", "gauge", "Open client connections by transport.");
   {

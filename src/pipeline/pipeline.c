@@ -38,6 +38,7 @@ typedef struct stage {
   size_t n_in;
   char **outs; /* what the stage produces (model outputs or the transform's) */
   size_t n_outs;
+  json_t *in_desc, *out_desc; /* [{name, dtype, shape}] of its inputs and outputs */
   int deps[MAX_STAGES];
   size_t n_deps;
   int users[MAX_STAGES];
@@ -58,11 +59,15 @@ typedef struct pipeline {
   sip_expr_t *exit;
   char **inputs; /* pipeline.<name> references */
   size_t n_inputs;
+  json_t *in_io, *out_io; /* the pipeline's inputs and outputs as {name, dtype, shape} */
   pout_t *po;
   size_t n_po;
   char *error; /* non-NULL: FAILED */
   atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
   atomic_uint_fast64_t early_exits;
+  /* End-to-end time of answered requests, successful and failed; when the
+   * last one arrived (ms since the epoch). */
+  atomic_uint_fast64_t ok_us, fail_us, last_ms;
 } pipeline_t;
 
 /* A transform stage ready at submission, handed to a worker. */
@@ -183,6 +188,44 @@ static json_t *pool_info(json_t *pools, const char *name) {
   return NULL;
 }
 
+/* A copy of the entry named `name` in a [{name, dtype, shape}] list,
+ * renamed `as`; {name: as} alone when there is none (an input only a
+ * condition reads has no descriptor). */
+static json_t *desc_as(json_t *list, const char *name, const char *as) {
+  size_t i;
+  json_t *d;
+  json_array_foreach(list, i, d) {
+    const char *n = json_string_value(json_object_get(d, "name"));
+    if (n && !strcmp(n, name)) {
+      json_t *c = json_deep_copy(d);
+      if (c) json_object_set_new(c, "name", json_string(as));
+      return c;
+    }
+  }
+  return json_pack("{s:s,s:n,s:n}", "name", as, "dtype", "shape");
+}
+
+/* The pipeline's inputs as the first stage that consumes each describes
+ * them, and its outputs as the stages that make them do: what a client (or
+ * KServe's model metadata) needs to call the pipeline like a model. */
+static void describe(pipeline_t *pl) {
+  pl->in_io = json_array();
+  pl->out_io = json_array();
+  for (size_t i = 0; i < pl->n_inputs; i++) {
+    json_t *d = NULL;
+    for (size_t k = 0; k < pl->n && !d; k++)
+      for (size_t w = 0; w < pl->st[k].n_in && !d; w++) {
+        const wire_t *wi = &pl->st[k].in[w];
+        if (wi->src == -1 && wi->out && !strcmp(wi->out, pl->inputs[i]))
+          d = desc_as(pl->st[k].in_desc, wi->name, pl->inputs[i]);
+      }
+    json_array_append_new(pl->in_io, d ? d : desc_as(NULL, "", pl->inputs[i]));
+  }
+  for (size_t o = 0; o < pl->n_po; o++)
+    json_array_append_new(pl->out_io,
+                          desc_as(pl->st[pl->po[o].stage].out_desc, pl->po[o].out, pl->po[o].name));
+}
+
 static char *build_one(pipeline_t *pl, json_t *pools) {
   const sip_pipeline_config_t *c = pl->cfg;
   if (c->n_stages > MAX_STAGES)
@@ -210,6 +253,8 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
       n_in_names = ni;
       s->outs = names_of_descs(outs, no);
       s->n_outs = no;
+      s->in_desc = sip__io_json(ins, ni);
+      s->out_desc = sip__io_json(outs, no);
     } else {
       json_t *p = pool_info(pools, s->cfg->pool);
       if (!p) return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
@@ -222,6 +267,8 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
                                  : "");
       in_names = names_of(json_object_get(p, "inputs"), &n_in_names);
       s->outs = names_of(json_object_get(p, "outputs"), &s->n_outs);
+      s->in_desc = json_incref(json_object_get(p, "inputs"));
+      s->out_desc = json_incref(json_object_get(p, "outputs"));
     }
     for (size_t f = 0; f < s->cfg->n_output_filter; f++)
       if (find_str(s->outs, s->n_outs, s->cfg->output_filter[f]) < 0) {
@@ -339,6 +386,7 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
                          : sip__strdup(pl->po[i].out);
     if (!pl->po[i].name) return sip__strdup("out of memory");
   }
+  describe(pl);
   return NULL;
 }
 
@@ -353,7 +401,11 @@ static void pipeline_clear(pipeline_t *pl) {
     }
     sip__free(s->in);
     free_strs(s->outs, s->n_outs);
+    json_decref(s->in_desc);
+    json_decref(s->out_desc);
   }
+  json_decref(pl->in_io);
+  json_decref(pl->out_io);
   sip__free(pl->st);
   sip__expr_free(pl->exit);
   free_strs(pl->inputs, pl->n_inputs);
@@ -625,6 +677,8 @@ static void finish(run_t *r) {
 #undef WANTED
   }
   atomic_fetch_add(&pl->by_code[r->code < SIP_CODE_COUNT_ ? r->code : SIP_INTERNAL], 1);
+  atomic_fetch_add(r->code == SIP_OK ? &pl->ok_us : &pl->fail_us, sip__now_us() - r->arrival_us);
+  atomic_store(&pl->last_ms, sip__wall_us() / 1000);
   if (resp) {
     resp->code = r->code;
     resp->message = r->code == SIP_OK ? info_txt : r->message;
@@ -1027,11 +1081,8 @@ json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
     }
     json_object_set_new(o, "stages", stages);
     if (kind == SIP_INFO_POOLS) {
-      json_t *ins = json_array(), *outs = json_array();
-      for (size_t k = 0; k < pl->n_inputs; k++) json_array_append_new(ins, json_string(pl->inputs[k]));
-      for (size_t k = 0; k < pl->n_po; k++) json_array_append_new(outs, json_string(pl->po[k].name));
-      json_object_set_new(o, "inputs", ins);
-      json_object_set_new(o, "outputs", outs);
+      json_object_set_new(o, "inputs", pl->in_io ? json_deep_copy(pl->in_io) : json_array());
+      json_object_set_new(o, "outputs", pl->out_io ? json_deep_copy(pl->out_io) : json_array());
     } else {
       json_t *codes = json_object();
       for (int c = 0; c < SIP_CODE_COUNT_; c++) {
@@ -1040,6 +1091,10 @@ json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
       }
       json_object_set_new(o, "requests", codes);
       json_object_set_new(o, "early_exits", json_integer((json_int_t)atomic_load(&pl->early_exits)));
+      json_object_set_new(o, "latency_us",
+                          json_pack("{s:I,s:I}", "ok", (json_int_t)atomic_load(&pl->ok_us), "failed",
+                                    (json_int_t)atomic_load(&pl->fail_us)));
+      json_object_set_new(o, "last_inference", json_integer((json_int_t)atomic_load(&pl->last_ms)));
     }
     json_array_append_new(a, o);
   }

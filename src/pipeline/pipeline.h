@@ -36,7 +36,13 @@ int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name);
 sip_error_t *sip__pipeline_submit(sip_server_t *s, sip_pipeline_set_t *ps, sip_request_t *r,
                                   sip_infer_done_fn done, void *user);
 
-/* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs/stages) and
+/* [{name, dtype, shape (null: any rank)}] of descriptors, as the pools JSON
+ * lists a pool's inputs and outputs (session/server.c). */
+json_t *sip__io_json(const sip_io_desc_t *d, size_t n);
+
+/* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs as
+ * {name, dtype, shape} objects taken from the stages that consume each
+ * pipeline input and produce each output, and stages) and
  * status (SIP_INFO_STATUS: counters per pipeline and stage) JSON. */
 json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind);
 

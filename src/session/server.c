@@ -815,7 +815,7 @@ void sip_response_free(sip_response_t *r) {
 
 /* ---- introspection ---- */
 
-static json_t *io_json(const sip_io_desc_t *d, size_t n) {
+json_t *sip__io_json(const sip_io_desc_t *d, size_t n) {
   json_t *a = json_array();
   for (size_t i = 0; i < n; i++) {
     json_t *shape = json_array();
@@ -872,8 +872,8 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
                     "preferred_batch_sizes", pref, "padding_strategy",
                     pads[p->cfg->padding_strategy]));
     }
-    json_object_set_new(o, "inputs", ready ? io_json(p->inputs, p->n_inputs) : json_array());
-    json_object_set_new(o, "outputs", ready ? io_json(p->outputs, p->n_outputs) : json_array());
+    json_object_set_new(o, "inputs", ready ? sip__io_json(p->inputs, p->n_inputs) : json_array());
+    json_object_set_new(o, "outputs", ready ? sip__io_json(p->outputs, p->n_outputs) : json_array());
     if (ready && p->pre)
       json_object_set_new(o, "preprocess", json_string(sip__preprocess_steps(p->pre)));
     return o;

@@ -115,8 +115,12 @@ def test_pipeline_is_ready(client):
     info = client.info(2)  # pools and pipelines
     pl = {p["name"]: p for p in info["pipelines"]}["ocr"]
     assert pl["state"] == "READY", pl
-    assert pl["inputs"] == ["image"]
-    assert set(pl["outputs"]) == {"text", "scores", "boxes"}
+    # PNG/JPEG bytes in (decode_image's input); lines, scores, 4-point boxes out.
+    assert pl["inputs"] == [{"name": "image", "dtype": "uint8", "shape": [-1]}]
+    outs = {o["name"]: o for o in pl["outputs"]}
+    assert set(outs) == {"text", "scores", "boxes"}
+    assert outs["text"]["dtype"] == "string" and outs["scores"]["dtype"] == "float32"
+    assert outs["boxes"]["dtype"] == "float32"
 
 
 def test_recognises_rendered_lines(client):

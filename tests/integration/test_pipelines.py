@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import harness
+import kserve as K
 from cann_sip import protocol as P
 from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
                       NotFoundError)
@@ -95,11 +96,12 @@ def srv(sipd_bin, models_dir, tmp_path_factory):
         ]},
     ]
     w = tmp_path_factory.mktemp("pl")
-    s = harness.SipServer(w, pools)
+    s = harness.SipServer(w, pools, server={"http": "127.0.0.1:0"})
     cfg = s.config()
     cfg["pipeline_sessions"] = pipelines
     s.config = lambda: cfg
     s.start()
+    s.http = K.http_base(s)
     yield s
     assert s.stop() == 0, s.log_tail()
 
@@ -186,7 +188,11 @@ def test_pipelines_in_pools_and_status(srv):
     info = c.info(2)
     pl = {p["name"]: p for p in info["pipelines"]}
     assert pl["chain"]["state"] == "READY"
-    assert pl["chain"]["inputs"] == ["x"] and pl["chain"]["outputs"] == ["b"]
+    # Typed like a pool's: from the stage that consumes or makes each one.
+    assert pl["chain"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 4]}]
+    assert pl["chain"]["outputs"] == [{"name": "b", "dtype": "float32", "shape": [-1, 4]}]
+    # A transform's output has a dtype but any shape.
+    assert pl["fan"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": None}]
     assert [s["name"] for s in pl["gated"]["stages"]] == ["first", "second", "soft"]
     status = {p["name"]: p for p in c.status()["pipelines"]}
     chain = {s["name"]: s for s in status["chain"]["stages"]}
@@ -331,3 +337,85 @@ def test_fan_out_in_max_batch_size_chunks(srv):
     after = stats(c, "plus1b")
     assert after["stats"]["execution_count"] - before["stats"]["execution_count"] == 3
     assert after["batch_sizes"]["sum"] - before["batch_sizes"]["sum"] == 5
+
+
+def test_pipelines_over_kserve_http(srv):
+    """A pipeline is a model to KServe v2 clients: metadata (platform
+    "ensemble"), readiness, config with one step per stage, infer with JSON
+    or binary tensors, statistics; it has no versions."""
+    base = srv.http
+    r = K.get(base + "/v2/models/chain")
+    assert r.status == 200, r
+    assert r.json() == {"name": "chain", "versions": [], "platform": "ensemble",
+                        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+                        "outputs": [{"name": "b", "datatype": "FP32", "shape": [-1, 4]}]}
+    assert K.get(base + "/v2/models/chain/ready").status == 200
+    cfg = K.get(base + "/v2/models/gated/config").json()
+    assert cfg["platform"] == "ensemble"
+    assert cfg["ensemble_scheduling"]["step"] == [
+        {"stage": "first", "model_name": "plus1", "model_version": -1},
+        {"stage": "second", "model_name": "times2", "model_version": -1},
+        {"stage": "soft", "transform": "softmax"}]
+    x = np.arange(8, dtype=F).reshape(2, 4)
+    for binary in ((), ("x",)):
+        r = K.infer(base, "chain", {"x": x}, outputs=["b"], binary_inputs=binary)
+        assert r.status == 200, r
+        doc, out = K.decode_outputs(r)
+        assert [o["name"] for o in doc["outputs"]] == ["b"]
+        np.testing.assert_allclose(out["b"], -((x + 1) * 2))
+    # Without an outputs list, every stage's outputs come too, as <stage>/<output>.
+    doc, out = K.decode_outputs(K.infer(base, "chain", {"x": x}))
+    np.testing.assert_allclose(out["first/y"], x + 1)
+    # A raw binary body: the pipeline's one input, shaped by its metadata.
+    r = K.request("POST", base + "/v2/models/chain/infer", body=x.tobytes(),
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 200, r
+    doc, out = K.decode_outputs(r)
+    np.testing.assert_allclose(out["b"], -((x + 1) * 2))
+    st = K.get(base + "/v2/models/chain/stats").json()["model_stats"]
+    assert [m["name"] for m in st] == ["chain"]
+    ok, failed = st[0]["inference_stats"]["success"], st[0]["inference_stats"]["fail"]
+    assert ok["count"] >= 4 and ok["ns"] > 0
+    assert ok["count"] + failed["count"] == st[0]["inference_count"]
+    r = K.get(base + "/v2/models/chain/versions/1")
+    assert r.status == 404 and "is a pipeline and has no version '1'" in r.json()["error"]
+    assert K.get(base + "/v2/models/nope").status == 404
+
+
+def test_pipeline_metrics(srv):
+    """/metrics has each pipeline's requests by code, early exits and each
+    stage's outcomes; the counters move by exactly what the requests did."""
+    parser = pytest.importorskip("prometheus_client.parser")
+
+    def scrape():
+        text = K.get(srv.http + "/metrics").body.decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in parser.text_string_to_metric_families(text) for s in fam.samples}
+
+    def val(m, name, **labels):
+        return m.get((name, tuple(sorted(labels.items()))), 0)
+
+    c = srv.client()
+    before = scrape()
+    c.infer(InferenceRequest("gated", {"x": np.full((1, 4), -5, F)}))   # second skipped
+    c.infer(InferenceRequest("gated", {"x": np.full((1, 4), 500, F)}))  # exits after first
+    c.infer(InferenceRequest("gated", {"x": np.ones((1, 4), F)}))       # all three run
+    with pytest.raises(InvalidArgumentError):
+        c.infer(InferenceRequest("gated", {"x": np.ones((1, 3), F)}))
+    after = scrape()
+
+    def moved(name, **labels):
+        return val(after, name, **labels) - val(before, name, **labels)
+
+    assert moved("sip_pipeline_requests_total", pipeline="gated", code="OK") == 3
+    assert moved("sip_pipeline_requests_total", pipeline="gated", code="INVALID_ARGUMENT") == 1
+    assert moved("sip_pipeline_early_exits_total", pipeline="gated") == 1
+    assert moved("sip_pipeline_stage_runs_total", pipeline="gated", stage="second",
+                 outcome="ran") == 1
+    # Not run: its condition was false, the request exited early, or `first` failed.
+    assert moved("sip_pipeline_stage_runs_total", pipeline="gated", stage="second",
+                 outcome="skipped") == 3
+    assert moved("sip_pipeline_stage_runs_total", pipeline="gated", stage="first",
+                 outcome="failed") == 1
+    assert moved("sip_pipeline_stage_duration_us_total", pipeline="gated", stage="first") > 0
+    assert moved("sip_pipeline_request_duration_us_total", pipeline="gated") > 0

@@ -919,6 +919,27 @@ static void test_cpu_affinity(void **state) {
   EXPECT_ERR(POOL("    cpu_affinity:\n"), "cpu_affinity: has no value");
 }
 
+/* Pipeline maps are parsed by hand: a repeated key is an error, not a
+ * silent overwrite (the fuzzer found the second early_exit_condition
+ * leaking the first). */
+static void test_pipeline_duplicate_keys(void **state) {
+  (void)state;
+  const char *base = "session_pools:\n  - {name: p, backend: builtin}\npipeline_sessions:\n";
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "%s  - name: x\n    early_exit_condition: \"len(a.output) == 0\"\n"
+           "    stages: [{name: a, pool: p}]\n    early_exit_condition: \"len(a.output) > 1\"\n",
+           base);
+  EXPECT_ERR(yaml, NAME ":7:5: pipeline_sessions[0].early_exit_condition: duplicate key (first at "
+             "line 5); expected each key at most once");
+  snprintf(yaml, sizeof yaml, "%s  - {name: x, stages: [{name: a, pool: p}], name: y}\n", base);
+  EXPECT_ERR(yaml, "pipeline_sessions[0].name: duplicate key (first at line 4)");
+  snprintf(yaml, sizeof yaml,
+           "%s  - {name: x, outputs: [a.output], stages: [{name: a, pool: p}], outputs: [a.output]}\n",
+           base);
+  EXPECT_ERR(yaml, "pipeline_sessions[0].outputs: duplicate key");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
@@ -932,7 +953,7 @@ int main(void) {
       cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
       cmocka_unit_test(test_misc),           cmocka_unit_test(test_http_keys),
       cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
-      cmocka_unit_test(test_cpu_affinity),
+      cmocka_unit_test(test_cpu_affinity), cmocka_unit_test(test_pipeline_duplicate_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
