@@ -51,9 +51,28 @@ static void print_shape(json_t *shape) {
   printf("]");
 }
 
+/* A pool's or pipeline's inputs and outputs, one per line. */
+static void print_io(json_t *p) {
+  const char *kinds[] = {"inputs", "outputs"};
+  size_t j;
+  json_t *io;
+  for (int k = 0; k < 2; k++)
+    json_array_foreach(json_object_get(p, kinds[k]), j, io) {
+      const char *dt = json_string_value(json_object_get(io, "dtype"));
+      printf("  %-7s %-24s %-8s ", k ? "output" : "input",
+             json_string_value(json_object_get(io, "name")), dt ? dt : "(any)");
+      json_t *shape = json_object_get(io, "shape");
+      if (json_is_array(shape))
+        print_shape(shape);
+      else
+        printf("(any)");
+      printf("\n");
+    }
+}
+
 static int cmd_pools(json_t *root) {
   size_t i, j;
-  json_t *p, *io;
+  json_t *p;
   json_array_foreach(json_object_get(root, "pools"), i, p) {
     const char *err = json_string_value(json_object_get(p, "error"));
     printf("%s  state=%s backend=%s version=%s sessions=%lld priority=%s\n",
@@ -66,19 +85,23 @@ static int cmd_pools(json_t *root) {
            (long long)json_integer_value(json_object_get(p, "pool_size")),
            json_string_value(json_object_get(p, "priority")));
     if (err) printf("  error: %s\n", err);
-    const char *kinds[] = {"inputs", "outputs"};
-    for (int k = 0; k < 2; k++)
-      json_array_foreach(json_object_get(p, kinds[k]), j, io) {
-        printf("  %-7s %-24s %-8s ", k ? "output" : "input",
-               json_string_value(json_object_get(io, "name")),
-               json_string_value(json_object_get(io, "dtype")));
-        json_t *shape = json_object_get(io, "shape");
-        if (json_is_array(shape))
-          print_shape(shape);
-        else
-          printf("(any)");
-        printf("\n");
-      }
+    print_io(p);
+  }
+  /* Pipelines: their stages in order, then their inputs and outputs. */
+  json_array_foreach(json_object_get(root, "pipelines"), i, p) {
+    const char *err = json_string_value(json_object_get(p, "error"));
+    printf("%s  state=%s pipeline stages=", json_string_value(json_object_get(p, "name")),
+           json_string_value(json_object_get(p, "state")));
+    json_t *st;
+    json_array_foreach(json_object_get(p, "stages"), j, st) {
+      const char *pool = json_string_value(json_object_get(st, "pool"));
+      const char *op = json_string_value(json_object_get(st, "operation"));
+      printf("%s%s(%s)", j ? "," : "", json_string_value(json_object_get(st, "name")),
+             pool ? pool : op ? op : "?");
+    }
+    printf("\n");
+    if (err) printf("  error: %s\n", err);
+    print_io(p);
   }
   return 0;
 }

@@ -419,3 +419,15 @@ def test_pipeline_metrics(srv):
                  outcome="failed") == 1
     assert moved("sip_pipeline_stage_duration_us_total", pipeline="gated", stage="first") > 0
     assert moved("sip_pipeline_request_duration_us_total", pipeline="gated") > 0
+
+
+def test_cli_lists_pipelines(srv):
+    r = subprocess.run([str(harness.BUILD_DIR / "sip"), "-e", srv.endpoint, "pools"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    i = lines.index("gated  state=READY pipeline stages=first(plus1),second(times2),soft(softmax)")
+    assert lines[i + 1].split() == ["input", "x", "float32", "[-1,", "4]"]
+    # The sinks' outputs: times2's z, and softmax's output of any shape.
+    assert lines[i + 2].split() == ["output", "z", "float32", "[-1,", "4]"]
+    assert lines[i + 3].split() == ["output", "output", "float32", "(any)"]
