@@ -311,4 +311,4 @@ static sip_error_t *db_run(const sip_transform_t *t, const sip_tensor_t *const *
   return e;
 }
 
-const sip__tf_op_t sip__tf_db_postprocess = {"db_postprocess", db_opts, db_setup, db_run};
+const sip__tf_op_t sip__tf_db_postprocess = {"db_postprocess", db_opts, db_setup, db_run, TF_NOT_ITEMS};

@@ -376,4 +376,4 @@ static sip_error_t *decode_run(const sip_transform_t *t, const sip_tensor_t *con
   return e;
 }
 
-const sip__tf_op_t sip__tf_decode_image = {"decode_image", decode_opts, decode_setup, decode_run};
+const sip__tf_op_t sip__tf_decode_image = {"decode_image", decode_opts, decode_setup, decode_run, TF_NOT_ITEMS};

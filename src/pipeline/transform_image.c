@@ -228,7 +228,7 @@ static sip_error_t *resize_run(const sip_transform_t *t, const sip_tensor_t *con
   return resize_region(&src, &dst, 0, 0, rh, rw);
 }
 
-const sip__tf_op_t sip__tf_resize = {"resize", resize_opts, resize_setup, resize_run};
+const sip__tf_op_t sip__tf_resize = {"resize", resize_opts, resize_setup, resize_run, TF_ITEMS_IMAGES};
 
 /* ---- letterbox ---- */
 
@@ -280,7 +280,7 @@ static sip_error_t *letterbox_run(const sip_transform_t *t, const sip_tensor_t *
 }
 
 const sip__tf_op_t sip__tf_letterbox = {"letterbox", letterbox_opts, letterbox_setup,
-                                        letterbox_run};
+                                        letterbox_run, TF_ITEMS_IMAGES};
 
 /* ---- normalize ---- */
 
@@ -346,7 +346,7 @@ static sip_error_t *normalize_run(const sip_transform_t *t, const sip_tensor_t *
 }
 
 const sip__tf_op_t sip__tf_normalize = {"normalize", normalize_opts, normalize_setup,
-                                        normalize_run};
+                                        normalize_run, TF_ITEMS_IMAGES};
 
 /* ---- color_convert ---- */
 
@@ -406,7 +406,7 @@ static sip_error_t *color_run(const sip_transform_t *t, const sip_tensor_t *cons
   return NULL;
 }
 
-const sip__tf_op_t sip__tf_color_convert = {"color_convert", color_opts, color_setup, color_run};
+const sip__tf_op_t sip__tf_color_convert = {"color_convert", color_opts, color_setup, color_run, TF_ITEMS_IMAGES};
 
 /* ---- to_tensor ---- */
 
@@ -458,7 +458,7 @@ static sip_error_t *to_tensor_run(const sip_transform_t *t, const sip_tensor_t *
 }
 
 const sip__tf_op_t sip__tf_to_tensor = {"to_tensor", to_tensor_opts, to_tensor_setup,
-                                        to_tensor_run};
+                                        to_tensor_run, TF_NOT_ITEMS};
 
 /* ---- rotate180 ---- */
 
@@ -532,7 +532,7 @@ static sip_error_t *rotate_run(const sip_transform_t *t, const sip_tensor_t *con
   return NULL;
 }
 
-const sip__tf_op_t sip__tf_rotate180 = {"rotate180", rotate_opts, rotate_setup, rotate_run};
+const sip__tf_op_t sip__tf_rotate180 = {"rotate180", rotate_opts, rotate_setup, rotate_run, TF_ITEMS_IMAGES};
 
 /* ---- crop_and_resize ---- */
 
@@ -738,4 +738,4 @@ static sip_error_t *crop_run(const sip_transform_t *t, const sip_tensor_t *const
   return e;
 }
 
-const sip__tf_op_t sip__tf_crop_and_resize = {"crop_and_resize", crop_opts, crop_setup, crop_run};
+const sip__tf_op_t sip__tf_crop_and_resize = {"crop_and_resize", crop_opts, crop_setup, crop_run, TF_NOT_ITEMS};

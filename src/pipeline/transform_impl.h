@@ -87,6 +87,16 @@ struct sip__tf_op {
    * failure). */
   sip_error_t *(*run)(const sip_transform_t *t, const sip_tensor_t *const *in,
                       sip_tensor_t **out);
+  /* Whether dim 0 holds independent items, one output row per input row,
+   * so that dynamic batching may concatenate requests (TF_ITEMS_*). */
+  int items;
+};
+
+enum {
+  TF_NOT_ITEMS = 0,  /* outputs are not row-aligned (boxes of one image, decoded bytes) */
+  TF_ITEMS_IMAGES,   /* one image per row when the layout has a batch axis (nhwc, nchw) */
+  TF_ITEMS_ROWS,     /* row by row whatever the shape */
+  TF_ITEMS_OFF_AXIS, /* row by row unless `axis` is 0 */
 };
 
 /* The operations, by file. */

@@ -161,7 +161,7 @@ static sip_error_t *cast_run(const sip_transform_t *t, const sip_tensor_t *const
   return NULL;
 }
 
-const sip__tf_op_t sip__tf_cast = {"cast", cast_opts, cast_setup, cast_run};
+const sip__tf_op_t sip__tf_cast = {"cast", cast_opts, cast_setup, cast_run, TF_ITEMS_ROWS};
 
 /* ---- softmax / topk: [outer, L, inner] views ---- */
 
@@ -225,7 +225,7 @@ static sip_error_t *softmax_run(const sip_transform_t *t, const sip_tensor_t *co
   return NULL;
 }
 
-const sip__tf_op_t sip__tf_softmax = {"softmax", softmax_opts, softmax_setup, softmax_run};
+const sip__tf_op_t sip__tf_softmax = {"softmax", softmax_opts, softmax_setup, softmax_run, TF_ITEMS_OFF_AXIS};
 
 static const char *const topk_opts[] = {"k", "axis", NULL};
 
@@ -296,7 +296,7 @@ static sip_error_t *topk_run(const sip_transform_t *t, const sip_tensor_t *const
   return NULL;
 }
 
-const sip__tf_op_t sip__tf_topk = {"topk", topk_opts, topk_setup, topk_run};
+const sip__tf_op_t sip__tf_topk = {"topk", topk_opts, topk_setup, topk_run, TF_ITEMS_OFF_AXIS};
 
 /* ---- nms ---- */
 
@@ -391,7 +391,7 @@ static sip_error_t *nms_run(const sip_transform_t *t, const sip_tensor_t *const 
   return e;
 }
 
-const sip__tf_op_t sip__tf_nms = {"nms", nms_opts, nms_setup, nms_run};
+const sip__tf_op_t sip__tf_nms = {"nms", nms_opts, nms_setup, nms_run, TF_NOT_ITEMS};
 
 /* ---- ctc_greedy_decode ---- */
 
@@ -573,4 +573,4 @@ static sip_error_t *ctc_run(const sip_transform_t *t, const sip_tensor_t *const 
 }
 
 const sip__tf_op_t sip__tf_ctc_greedy_decode = {"ctc_greedy_decode", ctc_opts, ctc_setup,
-                                                ctc_run};
+                                                ctc_run, TF_ITEMS_ROWS};

@@ -28,6 +28,20 @@ const char *sip__transform_op_names(void) {
 
 const char *sip__transform_op(const sip_transform_t *t) { return t->op->name; }
 
+const char *sip__transform_batch_problem(const sip_transform_t *t) {
+  switch (t->op->items) {
+  case TF_ITEMS_ROWS:
+    return NULL;
+  case TF_ITEMS_IMAGES:
+    return t->layout.n == 0 ? NULL
+                            : "its images have no batch axis (layout hwc or chw; use nhwc or nchw)";
+  case TF_ITEMS_OFF_AXIS:
+    return t->axis != 0 ? NULL : "it works across rows (axis 0)";
+  default:
+    return "its outputs are not one row per input row";
+  }
+}
+
 /* ---- options ---- */
 
 const char *sip__tf_opt(const sip__tf_opts_t *o, const char *key) {

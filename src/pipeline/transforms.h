@@ -79,6 +79,10 @@ void sip__transform_free(sip_transform_t *t);
 
 /* The operation's name ("resize"). Static storage. */
 const char *sip__transform_op(const sip_transform_t *t);
+/* NULL when dim 0 of the transform's inputs holds independent items, each
+ * making one row of every output, so requests may be batched along it;
+ * otherwise why not (for a message). */
+const char *sip__transform_batch_problem(const sip_transform_t *t);
 
 /* "resize, letterbox, ..." (static storage), for error messages. */
 const char *sip__transform_op_names(void);

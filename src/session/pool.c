@@ -15,6 +15,7 @@
 
 #include "core/core.h"
 #include "pipeline/preprocess.h"
+#include "pipeline/transforms.h"
 #include "session/engine.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
@@ -260,6 +261,16 @@ static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
 static sip_error_t *check_batching(sip_pool_t *p) {
   p->fixed_batch = 0;
   if (!p->cfg->max_batch_size) return NULL;
+  /* A transform pool's model is its transform: only those working row by
+   * row may have requests concatenated. */
+  const char *why = !strcmp(p->backend->name, "transform")
+                        ? sip__transform_batch_problem(p->model)
+                        : NULL;
+  if (why)
+    return sip_error_new(SIP_FAILED_PRECONDITION,
+                         "dynamic_batching cannot merge requests for transform %s: %s; leave "
+                         "dynamic_batching off for this pool",
+                         sip__transform_op(p->model), why);
   for (int io = 0; io < 2; io++) {
     const sip_io_desc_t *d = io ? p->outputs : p->inputs;
     size_t n = io ? p->n_outputs : p->n_inputs;

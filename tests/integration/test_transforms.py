@@ -781,3 +781,45 @@ def test_outputs_subset(client):
     o = client.infer(InferenceRequest("letterbox", {"image": np.zeros((8, 16, 3), np.uint8)},
                                       outputs=["offset"])).outputs
     assert list(o) == ["offset"] and tuple(o["offset"]) == (16, 0)
+
+
+# ---------------------------------------------------------------------------
+# dynamic batching on transform pools
+
+def batched(name, operation, **opts):
+    p = tf(name, operation, **opts)
+    p["dynamic_batching"] = {"max_batch_size": 8, "max_queue_delay_us": 20000}
+    return p
+
+
+def test_dynamic_batching_only_where_rows_are_items(start_sipd, labels_file):
+    """Requests are concatenated along dim 0 only for transforms that work
+    row by row (images of nhwc/nchw, CTC rows); the others fail to load
+    with the reason instead of mixing up requests."""
+    srv = start_sipd([
+        batched("resize_b", "resize", size="8,12", layout="nchw"),
+        batched("ctc_b", "ctc_greedy_decode", labels_file=str(labels_file)),
+        batched("resize_hwc_b", "resize", size="8,12"),
+        batched("nms_b", "nms", iou_threshold="0.5"),
+        batched("db_b", "db_postprocess"),
+        batched("decode_b", "decode_image"),
+    ])
+    with srv.client() as c:
+        pools = {p["name"]: p for p in c.pools()}
+        assert pools["resize_b"]["state"] == pools["ctc_b"]["state"] == "READY"
+        for name, why in (("resize_hwc_b", "transform resize: its images have no batch axis"),
+                          ("nms_b", "transform nms: its outputs are not one row per input row"),
+                          ("db_b", "transform db_postprocess: its outputs are not one row"),
+                          ("decode_b", "transform decode_image: its outputs are not one row")):
+            assert pools[name]["state"] == "FAILED"
+            assert "dynamic_batching cannot merge requests for " + why in pools[name]["error"]
+        # The batchable one merges concurrent requests and answers each its own images.
+        rng = np.random.default_rng(11)
+        xs = [rng.random((1, 3, 5, 7), dtype=np.float32) for _ in range(12)]
+        futs = [c.infer_async(InferenceRequest("resize_b", {"image": x})) for x in xs]
+        for x, f in zip(xs, futs):
+            out = f.result(timeout=30).outputs["output"]
+            ref = resize_ref(x[0].transpose(1, 2, 0), 8, 12).transpose(2, 0, 1)
+            np.testing.assert_allclose(out[0], ref, atol=1e-4)
+        st = [p for p in c.status()["pools"] if p["name"] == "resize_b"][0]
+        assert st["stats"]["execution_count"] < 12, st["stats"]
