@@ -27,103 +27,10 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "recorder.h"
 #include "sip/sip.h"
 
-/* ---- completion recorder ---------------------------------------------- */
-
-#define MAXR 64
-#define MAXV 64
-
-typedef struct entry {
-  uint64_t id;
-  sip_code_t code;
-  uint64_t t_us; /* sip__now_us() at completion */
-  uint64_t queue_us, compute_us;
-  char msg[512];
-  size_t n_outputs;
-  char out_name[32];
-  int rank;
-  int64_t dims[2];
-  float v[MAXV]; /* the first output's values (float32) */
-  size_t nv;
-} entry_t;
-
-typedef struct rec {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int n;
-  entry_t e[MAXR];
-} rec_t;
-
-static void rec_init(rec_t *r) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
-}
-
-static void rec_destroy(rec_t *r) {
-  pthread_mutex_destroy(&r->mu);
-  pthread_cond_destroy(&r->cv);
-}
-
-static void on_done(sip_response_t *resp, void *user) {
-  rec_t *r = user;
-  uint64_t now = sip__now_us();
-  pthread_mutex_lock(&r->mu);
-  if (r->n < MAXR) {
-    entry_t *e = &r->e[r->n];
-    memset(e, 0, sizeof *e);
-    if (resp) {
-      e->id = sip_response_request_id(resp);
-      e->code = sip_response_code(resp);
-      snprintf(e->msg, sizeof e->msg, "%s", sip_response_message(resp));
-      sip_response_timings(resp, &e->queue_us, &e->compute_us, NULL);
-      e->n_outputs = sip_response_output_count(resp);
-      const sip_tensor_t *t = sip_response_output(resp, 0);
-      if (t) {
-        snprintf(e->out_name, sizeof e->out_name, "%s", t->name);
-        e->rank = t->rank;
-        for (int i = 0; i < t->rank && i < 2; i++) e->dims[i] = t->dims[i];
-        if (t->dtype == SIP_DTYPE_FLOAT32) {
-          e->nv = t->nbytes / sizeof(float);
-          memcpy(e->v, t->data, (e->nv < MAXV ? e->nv : MAXV) * sizeof(float));
-        }
-      }
-    } else {
-      e->code = SIP_CODE_COUNT_; /* marks a NULL response */
-    }
-    e->t_us = now;
-  }
-  r->n++;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-  sip_response_free(resp);
-}
-
-/* Waits until n completions are recorded; returns the count seen. */
-static int rec_wait(rec_t *r, int n, int timeout_ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += timeout_ms / 1000;
-  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  pthread_mutex_lock(&r->mu);
-  while (r->n < n)
-    if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT) break;
-  int got = r->n;
-  pthread_mutex_unlock(&r->mu);
-  return got;
-}
-
-static int rec_count(rec_t *r) {
-  pthread_mutex_lock(&r->mu);
-  int n = r->n;
-  pthread_mutex_unlock(&r->mu);
-  return n;
-}
+/* ---- completion recorder: recorder.h ---- */
 
 /* A copy of request id's entry (fails when it has not completed). */
 static entry_t rec_get(rec_t *r, uint64_t id) {
@@ -195,27 +102,6 @@ static void assert_code(const entry_t *e, sip_code_t code) {
 
 /* ---- server and request helpers --------------------------------------- */
 
-static sip_server_t *new_server_ex(const char *server_yaml, const char *pools_yaml) {
-  char yaml[8192];
-  snprintf(yaml, sizeof yaml, "server: {log_level: error%s}\nsession_pools:\n%s", server_yaml,
-           pools_yaml);
-  sip_server_options_t *o = sip_server_options_new();
-  assert_non_null(o);
-  assert_null(sip_server_options_set_config_string(o, yaml, NULL));
-  sip_server_options_set_listen(o, 0);
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_server_t *s = NULL;
-  sip_error_t *e = sip_server_new(o, &s);
-  sip_server_options_free(o);
-  if (e) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", sip_error_message(e));
-    sip_error_free(e);
-    fail_msg("sip_server_new: %s\n--- yaml:\n%s", msg, yaml);
-  }
-  assert_true(sip_server_ready(s));
-  return s;
-}
 
 static sip_server_t *new_server(const char *pools_yaml) { return new_server_ex("", pools_yaml); }
 
@@ -249,32 +135,6 @@ static sip_request_t *req(const char *pool, uint64_t id, int64_t rows) {
   return req_ex(pool, id, rows, 2, 0, 0, NULL);
 }
 
-static void submit(sip_server_t *s, sip_request_t *r, rec_t *rec) {
-  sip_error_t *e = sip_server_infer_async(s, r, on_done, rec);
-  if (e) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
-    sip_error_free(e);
-    fail_msg("sip_server_infer_async: %s", msg);
-  }
-}
-
-/* Expects an admission error with `code` whose message has every substring. */
-static void expect_reject(sip_server_t *s, sip_request_t *r, rec_t *rec, sip_code_t code, ...) {
-  sip_error_t *e = sip_server_infer_async(s, r, on_done, rec);
-  if (!e) fail_msg("expected %s, the request was accepted", sip_code_name(code));
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", sip_error_message(e));
-  sip_code_t got = sip_error_code(e);
-  sip_error_free(e);
-  if (got != code) fail_msg("code %s, want %s: %s", sip_code_name(got), sip_code_name(code), msg);
-  va_list ap;
-  va_start(ap, code);
-  for (const char *sub; (sub = va_arg(ap, const char *));)
-    if (!strstr(msg, sub)) fail_msg("message lacks \"%s\": %s", sub, msg);
-  va_end(ap);
-}
-#define EXPECT_REJECT(s, r, rec, code, ...) expect_reject(s, r, rec, code, __VA_ARGS__, NULL)
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -282,32 +142,7 @@ static void sleep_ms(int ms) {
   }
 }
 
-/* ---- status ----------------------------------------------------------- */
-
-static json_t *status(sip_server_t *s) {
-  char *txt = sip_server_info_json(s, SIP_INFO_STATUS);
-  assert_non_null(txt);
-  json_error_t err;
-  json_t *root = json_loads(txt, 0, &err);
-  sip_free(txt);
-  if (!root) fail_msg("status JSON does not parse: %s", err.text);
-  return root;
-}
-
-static json_t *pool_status(json_t *root, const char *name) {
-  json_t *pools = json_object_get(root, "pools");
-  for (size_t i = 0; i < json_array_size(pools); i++) {
-    json_t *p = json_array_get(pools, i);
-    if (strcmp(json_string_value(json_object_get(p, "name")), name) == 0) return p;
-  }
-  fail_msg("no pool '%s' in the status", name);
-  return NULL;
-}
-
-static json_int_t jint(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? json_integer_value(v) : 0; /* absent counters are 0 */
-}
+/* ---- status (status(), pool_status(), jint(): recorder.h) ---- */
 
 /* Counters of one pool at one moment. */
 typedef struct counts {

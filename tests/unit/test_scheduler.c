@@ -17,39 +17,11 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "recorder.h"
 #include "session/engine.h" /* struct sip_request: to build what only the wire can send */
 #include "sip/sip.h"
 
-/* ---- completion recorder ---------------------------------------------- */
-
-#define MAXR 64
-
-typedef struct entry {
-  uint64_t id;
-  sip_code_t code;
-  uint64_t t_us; /* sip__now_us() at completion */
-  uint64_t queue_us, compute_us;
-  int echo_ok; /* OK with output "output" equal to the input made by make_req */
-  char msg[512];
-} entry_t;
-
-typedef struct rec {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int n;
-  entry_t e[MAXR];
-} rec_t;
-
-static void rec_init(rec_t *r) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
-}
-
-static void rec_destroy(rec_t *r) {
-  pthread_mutex_destroy(&r->mu);
-  pthread_cond_destroy(&r->cv);
-}
+/* ---- completion recorder: recorder.h ---- */
 
 /* make_req's input: [id, id + 0.5]. */
 static int echo_matches(const sip_response_t *resp) {
@@ -61,53 +33,13 @@ static int echo_matches(const sip_response_t *resp) {
   return f[0] == id && f[1] == id + 0.5f;
 }
 
-static void on_done(sip_response_t *resp, void *user) {
-  rec_t *r = user;
-  uint64_t now = sip__now_us();
-  pthread_mutex_lock(&r->mu);
-  if (r->n < MAXR) {
-    entry_t *e = &r->e[r->n];
-    if (resp) {
-      e->id = sip_response_request_id(resp);
-      e->code = sip_response_code(resp);
-      snprintf(e->msg, sizeof e->msg, "%s", sip_response_message(resp));
-      sip_response_timings(resp, &e->queue_us, &e->compute_us, NULL);
-      e->echo_ok = e->code == SIP_OK && echo_matches(resp);
-    } else {
-      e->code = SIP_CODE_COUNT_; /* marks a NULL response */
-    }
-    e->t_us = now;
-  }
-  r->n++;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
-  sip_response_free(resp);
+/* The recorded answer is OK with output "output" equal to make_req's input. */
+static int echo_ok(const entry_t *e) {
+  float id = (float)e->id;
+  return e->code == SIP_OK && !strcmp(e->out_name, "output") && e->rank == 1 &&
+         e->dims[0] == 2 && e->nv == 2 && e->v[0] == id && e->v[1] == id + 0.5f;
 }
 
-/* Waits until n completions are recorded; returns the count seen. */
-static int rec_wait(rec_t *r, int n, int timeout_ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += timeout_ms / 1000;
-  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  pthread_mutex_lock(&r->mu);
-  while (r->n < n)
-    if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT) break;
-  int got = r->n;
-  pthread_mutex_unlock(&r->mu);
-  return got;
-}
-
-static int rec_count(rec_t *r) {
-  pthread_mutex_lock(&r->mu);
-  int n = r->n;
-  pthread_mutex_unlock(&r->mu);
-  return n;
-}
 
 static const entry_t *rec_find(rec_t *r, uint64_t id) {
   for (int i = 0; i < r->n && i < MAXR; i++)
@@ -129,30 +61,14 @@ static void assert_order(rec_t *r, const uint64_t *want, int n) {
     if (r->e[i].code != SIP_OK)
       fail_msg("request %llu: %s %s", (unsigned long long)r->e[i].id, sip_code_name(r->e[i].code),
                r->e[i].msg);
-    assert_true(r->e[i].echo_ok);
+    assert_true(echo_ok(&r->e[i]));
   }
 }
 
 /* ---- server and request helpers --------------------------------------- */
 
 static sip_server_t *new_server(const char *pools_yaml) {
-  char yaml[4096];
-  snprintf(yaml, sizeof yaml, "server: {log_level: error}\nsession_pools:\n%s", pools_yaml);
-  sip_server_options_t *o = sip_server_options_new();
-  assert_non_null(o);
-  assert_null(sip_server_options_set_config_string(o, yaml, NULL));
-  sip_server_options_set_listen(o, 0);
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_server_t *s = NULL;
-  sip_error_t *e = sip_server_new(o, &s);
-  sip_server_options_free(o);
-  if (e) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", sip_error_message(e));
-    sip_error_free(e);
-    fail_msg("sip_server_new: %s\n--- yaml:\n%s", msg, yaml);
-  }
-  assert_true(sip_server_ready(s));
+  sip_server_t *s = new_server_ex("", pools_yaml);
   assert_int_equal(sip_server_endpoint_count(s), 0);
   return s;
 }
@@ -170,59 +86,7 @@ static sip_request_t *make_req(const char *pool, uint64_t id, int prio, uint32_t
   return r;
 }
 
-static void submit(sip_server_t *s, sip_request_t *r, rec_t *rec) {
-  sip_error_t *e = sip_server_infer_async(s, r, on_done, rec);
-  if (e) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
-    sip_error_free(e);
-    fail_msg("sip_server_infer_async: %s", msg);
-  }
-}
 
-/* Expects an admission error with `code` naming every given substring. */
-static void expect_reject(sip_server_t *s, sip_request_t *r, rec_t *rec, sip_code_t code, ...) {
-  sip_error_t *e = sip_server_infer_async(s, r, on_done, rec);
-  if (!e) fail_msg("expected %s, the request was accepted", sip_code_name(code));
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", sip_error_message(e));
-  sip_code_t got = sip_error_code(e);
-  sip_error_free(e);
-  if (got != code) fail_msg("code %s, want %s: %s", sip_code_name(got), sip_code_name(code), msg);
-  va_list ap;
-  va_start(ap, code);
-  for (const char *sub; (sub = va_arg(ap, const char *));)
-    if (!strstr(msg, sub)) fail_msg("message lacks \"%s\": %s", sub, msg);
-  va_end(ap);
-}
-#define EXPECT_REJECT(s, r, rec, code, ...) expect_reject(s, r, rec, code, __VA_ARGS__, NULL)
-
-/* The status JSON (kind 3), parsed. */
-static json_t *status(sip_server_t *s) {
-  char *txt = sip_server_info_json(s, SIP_INFO_STATUS);
-  assert_non_null(txt);
-  json_error_t err;
-  json_t *root = json_loads(txt, 0, &err);
-  sip_free(txt);
-  if (!root) fail_msg("status JSON does not parse: %s", err.text);
-  return root;
-}
-
-/* Borrowed from root. */
-static json_t *pool_status(json_t *root, const char *name) {
-  json_t *pools = json_object_get(root, "pools");
-  for (size_t i = 0; i < json_array_size(pools); i++) {
-    json_t *p = json_array_get(pools, i);
-    if (strcmp(json_string_value(json_object_get(p, "name")), name) == 0) return p;
-  }
-  fail_msg("no pool '%s' in the status", name);
-  return NULL;
-}
-
-static json_int_t jint(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? json_integer_value(v) : 0; /* absent counters are 0 */
-}
 
 /* Waits until pool `name` has nothing queued and session 0 RUNNING, i.e. the
  * request just submitted occupies it. */
@@ -380,7 +244,7 @@ static void test_deadline_expires_while_queued(void **state) {
   assert_non_null(late);
   assert_int_equal(occ->code, SIP_OK);
   assert_int_equal(late->code, SIP_OK);
-  assert_true(late->echo_ok);
+  assert_true(echo_ok(late));
   assert_true(first.t_us < occ->t_us);
   assert_true(occ->t_us <= late->t_us);
 
