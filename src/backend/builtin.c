@@ -63,10 +63,13 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   m->in.rank = 1;
   m->in.dims[0] = -1;
   sip_error_t *e = NULL;
+  long load_delay_ms = 0;
   for (size_t i = 0; i < n_opts && !e; i++) {
     const char *k = opts[i].key, *v = opts[i].value;
     if (strcmp(k, "delay_ms") == 0)
       e = parse_long(k, v, 0, 3600000, &m->delay_ms);
+    else if (strcmp(k, "load_delay_ms") == 0) /* a slow load, for tests of LOADING */
+      e = parse_long(k, v, 0, 3600000, &load_delay_ms);
     else if (strcmp(k, "fail_every") == 0)
       e = parse_long(k, v, 0, 1000000000, &m->fail_every);
     else if (strcmp(k, "dtype") == 0) {
@@ -81,8 +84,13 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
     else
       e = sip_error_new(SIP_INVALID_ARGUMENT,
                         "builtin backend has no option '%s'; expected one of: dtype, shape, "
-                        "delay_ms, fail_every",
+                        "delay_ms, fail_every, load_delay_ms",
                         k);
+  }
+  if (!e && load_delay_ms) {
+    struct timespec ts = {(time_t)(load_delay_ms / 1000), (load_delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
   }
   m->out = m->in;
   m->in.name = sip__strdup("input");

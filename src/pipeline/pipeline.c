@@ -1006,6 +1006,9 @@ sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip
   else if (pl->error)
     e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' failed to build: %s", pl->cfg->name,
                       pl->error);
+  else if (req->version)
+    e = sip_error_new(SIP_NOT_FOUND, "model '%s' is a pipeline and has no version '%s'; ask "
+                                     "without a version", pl->cfg->name, req->version);
   /* The pipeline's inputs: each present, no others. */
   for (size_t i = 0; !e && i < pl->n_inputs; i++) {
     size_t j = 0;

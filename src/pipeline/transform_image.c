@@ -280,7 +280,7 @@ static sip_error_t *letterbox_run(const sip_transform_t *t, const sip_tensor_t *
 }
 
 const sip__tf_op_t sip__tf_letterbox = {"letterbox", letterbox_opts, letterbox_setup,
-                                        letterbox_run, TF_ITEMS_IMAGES};
+                                        letterbox_run, TF_NOT_ITEMS};
 
 /* ---- normalize ---- */
 

@@ -477,7 +477,10 @@ void sip__pool_load(sip_pool_t *p) {
     sip__log(SIP__LOG_WARN, "cpu_affinity not applied", "pool=%s error=\"%s\"", c->name,
              strerror(rc));
   load(p);
-  if (set) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+  /* Threads this one starts later (other pools' sessions) inherit its set. */
+  if (set && (rc = pthread_setaffinity_np(pthread_self(), sizeof old, &old)) != 0)
+    sip__log(SIP__LOG_WARN, "cpu_affinity not restored after loading a pool",
+             "pool=%s error=\"%s\"", c->name, strerror(rc));
 }
 
 sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {

@@ -307,10 +307,15 @@ static sip_pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
   return v;
 }
 
-static int config_pool_named(sip_server_t *s, const char *name) {
+/* What of the config file already has this name: "a session_pools entry",
+ * "a pipeline (pipeline_sessions)", or NULL. Requests name pools and
+ * pipelines alike, so a repository model may share neither name. */
+static const char *config_name_taken(sip_server_t *s, const char *name) {
   for (size_t i = 0; i < s->cfg->n_pools; i++)
-    if (!strcmp(s->cfg->pools[i].name, name)) return 1;
-  return 0;
+    if (!strcmp(s->cfg->pools[i].name, name)) return "a session_pools entry";
+  for (size_t i = 0; i < s->cfg->n_pipelines; i++)
+    if (!strcmp(s->cfg->pipelines[i].name, name)) return "a pipeline (pipeline_sessions)";
+  return NULL;
 }
 
 /* Returns memory freed by the pools just released to the system: without
@@ -439,11 +444,12 @@ static sip_error_t *check_request(sip_server_t *s, const char *name) {
                          "cannot be loaded or unloaded");
   sip_error_t *e = sip__repo_check_name(name, strlen(name));
   if (e) return e;
-  if (config_pool_named(s, name))
+  const char *taken = config_name_taken(s, name);
+  if (taken)
     return sip_error_new(SIP_FAILED_PRECONDITION,
-                         "'%s' is a session_pools entry of the config file; only models of the "
-                         "model repository are loaded and unloaded",
-                         name);
+                         "'%s' is %s of the config file; only models of the model repository are "
+                         "loaded and unloaded, under names of their own",
+                         name, taken);
   return NULL;
 }
 
@@ -720,7 +726,7 @@ static void initial_load(sip_server_t *s) {
     names = scan_models(R, &n);
     /* Known and loading from now on (requests hear "loading", not "unknown"). */
     for (size_t i = 0; i < n; i++)
-      if (!config_pool_named(s, names[i])) rec_set_state(R, names[i], REC_LOADING);
+      if (!config_name_taken(s, names[i])) rec_set_state(R, names[i], REC_LOADING);
     for (size_t i = 0; i < n && !atomic_load(&s->draining); i++) {
       sip_error_t *e = load_model(s, names[i]);
       sip_error_free(e); /* logged and recorded */

@@ -411,11 +411,44 @@ static sip_pool_t *find_pool(sip_server_t *s, sip_request_t *r, sip_error_t **er
   return NULL;
 }
 
+/* The pipelines hook: a request naming a pipeline (or "PIPELINE:VERSION",
+ * split so that the pipeline refuses the version it does not have) is
+ * submitted to it, and *taken is set; the pipelines are read only once
+ * `loaded` says they are built (before, such a request is UNAVAILABLE). */
+static sip_error_t *pipeline_hook(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
+                                  void *user, int *taken) {
+  int loaded = atomic_load(&s->loaded), is = 0;
+  char *colon = strchr(r->pool, ':');
+  if (colon) *colon = '\0';
+  if (loaded)
+    is = sip__pipelines_has(s->pipelines, r->pool);
+  else
+    for (size_t i = 0; i < s->cfg->n_pipelines && !is; i++)
+      is = !strcmp(s->cfg->pipelines[i].name, r->pool);
+  if (colon) *colon = ':';
+  *taken = 0;
+  if (!is) return NULL;
+  if (colon) {
+    sip_error_t *e = split_version(r);
+    if (e) { /* a second version: the pool path reports it */
+      sip_error_free(e);
+      return NULL;
+    }
+  }
+  *taken = 1;
+  if (loaded) return sip__pipeline_submit(s, s->pipelines, r, done, user);
+  sip_error_t *e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' is not ready: the server is "
+                                                  "still loading its pools", r->pool);
+  sip_request_free(r);
+  return e;
+}
+
 sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,
                                     void *user) {
   if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
-  if (sip__pipelines_has(s->pipelines, r->pool)) /* pipelines hook */
-    return sip__pipeline_submit(s, s->pipelines, r, done, user);
+  int taken;
+  sip_error_t *pe = pipeline_hook(s, r, done, user, &taken);
+  if (taken) return pe;
   sip_error_t *e = NULL;
   sip_pool_t *p = find_pool(s, r, &e);
   if (!p) {
@@ -606,8 +639,9 @@ static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t row
 sip_error_t *sip_server_infer_batch(sip_server_t *s, sip_request_t *r, int max_batch_size,
                                     int padding, sip_infer_done_fn done, void *user) {
   if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
-  if (sip__pipelines_has(s->pipelines, r->pool)) /* pipelines hook: stages batch themselves */
-    return sip__pipeline_submit(s, s->pipelines, r, done, user);
+  int taken; /* pipelines: their stages batch themselves */
+  sip_error_t *pe = pipeline_hook(s, r, done, user, &taken);
+  if (taken) return pe;
   /* Only the pool's settings are read here; each chunk finds it again. */
   sip_error_t *fe = NULL;
   sip_pool_t *found = find_pool(s, r, &fe);
@@ -990,7 +1024,7 @@ char *sip_server_info_json(sip_server_t *s, int kind) {
       json_array_append_new(pools, o);
     }
     root = json_pack("{s:o}", "pools", pools);
-    if (atomic_load(&s->loaded)) /* pipelines hook */
+    if (atomic_load(&s->loaded)) /* pipelines hook: built before `loaded` is set */
       json_object_set_new(root, "pipelines", sip__pipelines_json(s->pipelines, kind));
     if (kind == SIP_INFO_STATUS) {
       json_object_set_new(root, "uptime_s",

@@ -15,7 +15,7 @@ import harness
 import kserve as K
 from cann_sip import protocol as P
 from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
-                      NotFoundError)
+                      NotFoundError, SessionClient, UnavailableError)
 
 F = np.float32
 
@@ -377,8 +377,14 @@ def test_pipelines_over_kserve_http(srv):
     ok, failed = st[0]["inference_stats"]["success"], st[0]["inference_stats"]["fail"]
     assert ok["count"] >= 4 and ok["ns"] > 0
     assert ok["count"] + failed["count"] == st[0]["inference_count"]
-    r = K.get(base + "/v2/models/chain/versions/1")
+    for path in ("", "/ready", "/stats"):
+        r = K.get(base + "/v2/models/chain/versions/1" + path)
+        assert r.status == 404 and "is a pipeline and has no version '1'" in r.json()["error"]
+    # Inference with a version is refused the same way, not run unversioned.
+    r = K.infer(base, "chain", {"x": x}, version="1")
     assert r.status == 404 and "is a pipeline and has no version '1'" in r.json()["error"]
+    with pytest.raises(NotFoundError, match="is a pipeline and has no version '1'"):
+        srv.client().infer(InferenceRequest("chain:1", {"x": x}))
     assert K.get(base + "/v2/models/nope").status == 404
 
 
@@ -431,3 +437,44 @@ def test_cli_lists_pipelines(srv):
     # The sinks' outputs: times2's z, and softmax's output of any shape.
     assert lines[i + 2].split() == ["output", "z", "float32", "[-1,", "4]"]
     assert lines[i + 3].split() == ["output", "output", "float32", "(any)"]
+
+
+def test_pipeline_while_its_pools_load(sipd_bin, tmp_path):
+    """Before the pools have loaded, a pipeline request is UNAVAILABLE
+    (still loading), not an unknown name; afterwards it runs."""
+    srv = harness.SipServer(tmp_path, [{"name": "slow_load", "backend": "builtin",
+                                        "backend_options": {"shape": "-1,4",
+                                                            "load_delay_ms": 1500}}])
+    cfg = srv.config()
+    cfg["pipeline_sessions"] = [{"name": "later", "stages": [{"name": "a", "pool": "slow_load"}]}]
+    srv.config = lambda: cfg
+    srv.write_config()
+    srv.proc = subprocess.Popen([str(harness.require_sipd()), "--config", str(srv.config_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=harness.sipd_env())
+    try:
+        c, end = None, time.monotonic() + 10
+        while c is None:
+            try:
+                c = SessionClient(srv.endpoint, timeout_s=10)
+                c.info(1)
+            except Exception:
+                c = None
+                assert time.monotonic() < end, "sipd did not listen"
+                time.sleep(0.02)
+        assert c.ready() is False
+        with pytest.raises(UnavailableError, match="pipeline 'later' is not ready: the server is "
+                                                   "still loading"):
+            c.infer(InferenceRequest("later", {"input": np.ones((1, 4), F)}))
+        end = time.monotonic() + 20
+        while not c.ready():
+            assert time.monotonic() < end, "sipd did not become ready"
+            time.sleep(0.05)
+        r = c.infer(InferenceRequest("later", {"input": np.ones((1, 4), F)}))
+        np.testing.assert_array_equal(r.outputs["output"], np.ones((1, 4), F))
+        c.close()
+    finally:
+        srv.proc.terminate()
+        rc = srv.proc.wait(timeout=30)
+        srv.kill()  # removes its socket directory
+        assert rc == 0

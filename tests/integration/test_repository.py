@@ -479,3 +479,29 @@ def test_failed_load_keeps_old_version(start_sipd, tmp_path):
     np.testing.assert_array_equal(infer(c, "fragile"), X + 2)
     assert set(served(c.repository_index(), "fragile")) == {"2"}
     assert all(e["state"] == "READY" for e in c.repository_index() if e["name"] == "fragile")
+
+
+def test_repository_model_cannot_take_a_pipeline_name(sipd_bin, tmp_path):
+    """Requests name pools and pipelines alike: a repository model named like
+    a pipeline of the config is refused (at start and on load), and the
+    pipeline keeps the name."""
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 1)
+    add_version(repo, "twice", 3)  # also the pipeline's name
+    srv = harness.SipServer(tmp_path / "srv", [], server={"model_repository": str(repo)})
+    cfg = srv.config()
+    cfg["pipeline_sessions"] = [{"name": "twice", "stages": [
+        {"name": "a", "pool": "addk"}, {"name": "b", "pool": "addk",
+                                        "input_mapping": {"x": "a.y"}}]}]
+    srv.config = lambda: cfg
+    srv.start()
+    try:
+        c = srv.client()
+        with pytest.raises(SipError, match="'twice' is a pipeline \\(pipeline_sessions\\) of the "
+                                           "config file"):
+            c.load_model("twice")
+        assert "twice" not in {p["name"] for p in c.pools()}
+        # The name still reaches the pipeline: x + 1 + 1.
+        np.testing.assert_array_equal(infer(c, "twice"), X + 2)
+    finally:
+        assert srv.stop() == 0, srv.log_tail()

@@ -938,6 +938,14 @@ static void test_pipeline_duplicate_keys(void **state) {
            "%s  - {name: x, outputs: [a.output], stages: [{name: a, pool: p}], outputs: [a.output]}\n",
            base);
   EXPECT_ERR(yaml, "pipeline_sessions[0].outputs: duplicate key");
+  snprintf(yaml, sizeof yaml,
+           "%s  - {name: x, stages: [{name: a, pool: p, input_mapping: {input: pipeline.a, "
+           "input: pipeline.b}}]}\n",
+           base);
+  EXPECT_ERR(yaml, "stages[0].input_mapping.input: duplicate key",
+             "expected each input at most once");
+  EXPECT_ERR(POOL("    preprocess: {resize: {size: \"4,4\", size: \"8,8\"}}\n"),
+             "preprocess.resize.size: duplicate key", "expected each option at most once");
 }
 
 int main(void) {
