@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
+#include "inproc.h"
 #include "sip/backend.h"
 
 extern const sip_backend_vtable_t sip__backend_onnxruntime;
@@ -131,20 +132,6 @@ static size_t pack(unsigned char *out, const char *const *s, const size_t *len, 
 }
 
 /* ---- setup ------------------------------------------------------------- */
-
-static void rm_tree(const char *d) {
-  DIR *dp = opendir(d);
-  if (!dp) return;
-  struct dirent *e;
-  while ((e = readdir(dp))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-    unlink(p);
-  }
-  closedir(dp);
-  rmdir(d);
-}
 
 static int group_setup(void **state) {
   (void)state;

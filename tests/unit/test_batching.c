@@ -27,10 +27,10 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "recorder.h"
+#include "inproc.h"
 #include "sip/sip.h"
 
-/* ---- completion recorder: recorder.h ---- */
+/* ---- completion recorder: inproc.h ---- */
 
 /* A copy of request id's entry (fails when it has not completed). */
 static entry_t rec_get(rec_t *r, uint64_t id) {
@@ -142,7 +142,7 @@ static void sleep_ms(int ms) {
   }
 }
 
-/* ---- status (status(), pool_status(), jint(): recorder.h) ---- */
+/* ---- status (status(), pool_status(), jint(): inproc.h) ---- */
 
 /* Counters of one pool at one moment. */
 typedef struct counts {
@@ -239,20 +239,6 @@ static const char gen_py[] =
     "w = helper.make_tensor('w', T.FLOAT, [n], b'\\x01\\x02\\x03\\x04' * n, raw=True)\n"
     "save('big', [N('Gather', ['w', 'idx'], ['y'], axis=0)], [V('idx', T.INT64, ['N'])],\n"
     "     [V('y', T.FLOAT, ['N'])], [w])\n";
-
-static void rm_tree(const char *d) {
-  DIR *dd = opendir(d);
-  if (!dd) return;
-  struct dirent *de;
-  while ((de = readdir(dd))) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", d, de->d_name);
-    unlink(p);
-  }
-  closedir(dd);
-  rmdir(d);
-}
 
 /* Makes the models once; skips the calling test when python3-onnx is missing. */
 static void need_models(void) {

@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "core/core.h"
+#include "inproc.h"
 #include "session/repository.h"
 #include "sip/sip.h"
 
@@ -370,15 +371,7 @@ static void test_engine_load_reload_unload(void **state) {
 
   char yaml[512];
   snprintf(yaml, sizeof yaml, "server: {model_repository: %s}\n", repo);
-  sip_server_options_t *o = sip_server_options_new();
-  assert_null(sip_server_options_set_config_string(o, yaml, NULL));
-  sip_server_options_set_listen(o, 0);
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_server_t *s = NULL;
-  sip_error_t *e = sip_server_new(o, &s);
-  sip_server_options_free(o);
-  assert_null(e);
-  assert_true(sip_server_ready(s));
+  sip_server_t *s = new_server_yaml(yaml);
   assert_true(index_has(s, "{\"name\":\"m\",\"state\":\"READY\""));
   assert_int_equal(infer_code(s, "m"), SIP_OK);
   assert_int_equal(infer_code(s, "m:1"), SIP_OK);
@@ -404,7 +397,7 @@ static void test_engine_load_reload_unload(void **state) {
   assert_int_equal(infer_code(s, "m"), SIP_OK);
 
   /* Names are checked before the file system is touched. */
-  e = sip_server_load_model(s, "../m");
+  sip_error_t *e = sip_server_load_model(s, "../m");
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
   sip_error_free(e);
@@ -430,14 +423,7 @@ static void test_engine_load_reload_unload(void **state) {
 /* Without a repository the calls say so; session_pools are not theirs. */
 static void test_engine_without_repository(void **state) {
   (void)state;
-  sip_server_options_t *o = sip_server_options_new();
-  assert_null(sip_server_options_set_config_string(
-      o, "session_pools:\n  - {name: p, backend: builtin}\n", NULL));
-  sip_server_options_set_listen(o, 0);
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_server_t *s = NULL;
-  assert_null(sip_server_new(o, &s));
-  sip_server_options_free(o);
+  sip_server_t *s = new_server_yaml("session_pools:\n  - {name: p, backend: builtin}\n");
   sip_error_t *e = sip_server_load_model(s, "p");
   assert_int_equal(sip_error_code(e), SIP_FAILED_PRECONDITION);
   sip_error_free(e);

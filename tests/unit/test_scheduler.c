@@ -17,11 +17,11 @@
 #include <time.h>
 
 #include "core/core.h"
-#include "recorder.h"
+#include "inproc.h"
 #include "session/engine.h" /* struct sip_request: to build what only the wire can send */
 #include "sip/sip.h"
 
-/* ---- completion recorder: recorder.h ---- */
+/* ---- completion recorder: inproc.h ---- */
 
 /* make_req's input: [id, id + 0.5]. */
 static int echo_matches(const sip_response_t *resp) {

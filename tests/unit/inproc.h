@@ -1,12 +1,13 @@
-/* Completion recorder shared by the in-process scheduler tests
- * (test_scheduler.c, test_batching.c): on_done() is the sip_infer_done_fn
+/* Helpers of the unit tests that run in-process servers. The completion
+ * recorder (test_scheduler.c, test_batching.c): on_done() is the sip_infer_done_fn
  * that records each answer (code, message, timings, the first output's
  * name, shape and float32 values) in completion order; submit() and
  * EXPECT_REJECT() send requests to it; new_server_ex() and status()
  * make and read in-process servers. Include after cmocka.h. */
-#ifndef SIP_TEST_RECORDER_H
-#define SIP_TEST_RECORDER_H
+#ifndef SIP_TEST_INPROC_H
+#define SIP_TEST_INPROC_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "sip/sip.h"
@@ -167,12 +169,9 @@ static inline json_int_t jint(json_t *o, const char *k) {
   return json_is_integer(v) ? json_integer_value(v) : 0; /* absent counters are 0 */
 }
 
-/* An in-process server (no endpoints) with `server_yaml` appended to the
- * server map (", execution_slots: 1") and these pools, loaded and ready. */
-static inline sip_server_t *new_server_ex(const char *server_yaml, const char *pools_yaml) {
-  char yaml[8192];
-  snprintf(yaml, sizeof yaml, "server: {log_level: error%s}\nsession_pools:\n%s", server_yaml,
-           pools_yaml);
+/* An in-process server (no endpoints) from a whole config's text, loaded
+ * and ready; fails the test when it cannot start. */
+static inline sip_server_t *new_server_yaml(const char *yaml) {
   sip_server_options_t *o = sip_server_options_new();
   assert_non_null(o);
   assert_null(sip_server_options_set_config_string(o, yaml, NULL));
@@ -189,6 +188,30 @@ static inline sip_server_t *new_server_ex(const char *server_yaml, const char *p
   }
   assert_true(sip_server_ready(s));
   return s;
+}
+
+/* The same with `server_yaml` appended to the server map
+ * (", execution_slots: 1") and these pools. */
+static inline sip_server_t *new_server_ex(const char *server_yaml, const char *pools_yaml) {
+  char yaml[8192];
+  snprintf(yaml, sizeof yaml, "server: {log_level: error%s}\nsession_pools:\n%s", server_yaml,
+           pools_yaml);
+  return new_server_yaml(yaml);
+}
+
+/* Removes directory d and the files in it (one level: generated models). */
+static inline void rm_tree(const char *d) {
+  DIR *dp = opendir(d);
+  if (!dp) return;
+  struct dirent *e;
+  while ((e = readdir(dp))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+    unlink(p);
+  }
+  closedir(dp);
+  rmdir(d);
 }
 
 #endif
