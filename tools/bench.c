@@ -162,39 +162,37 @@ static uint64_t schedule_next(bench_t *b) {
   return t;
 }
 
+/* Waits until fewer than `cap` requests are outstanding and takes a place;
+ * 0 once the run is stopping. */
+static int take_place(bench_t *b, long cap) {
+  pthread_mutex_lock(&b->mu);
+  while (!b->stop && b->outstanding >= cap) pthread_cond_wait(&b->cv, &b->mu);
+  int ok = !b->stop;
+  if (ok) {
+    b->outstanding++;
+    b->sent++;
+  }
+  pthread_mutex_unlock(&b->mu);
+  return ok;
+}
+
 static void *sender_main(void *arg) {
   bench_t *b = arg;
   for (;;) {
+    uint64_t intended;
     if (b->concurrency) {
+      if (!take_place(b, b->concurrency)) break;
+      intended = now_ns(); /* the place freed now: that is when this request was meant to go */
+    } else {
       pthread_mutex_lock(&b->mu);
-      while (!b->stop && b->outstanding >= b->concurrency) pthread_cond_wait(&b->cv, &b->mu);
-      if (b->stop) {
-        pthread_mutex_unlock(&b->mu);
-        break;
-      }
-      b->outstanding++;
-      b->sent++;
+      intended = schedule_next(b);
       pthread_mutex_unlock(&b->mu);
-      /* The slot freed now: that is when this request was meant to go. */
-      if (send_one(b, now_ns()) < 0) break;
-      continue;
+      sleep_until(intended);
+      /* Past the outstanding cap the send waits, but its latency still
+       * counts from `intended`, the time it should have left. */
+      if (!take_place(b, b->max_outstanding)) break;
     }
-    pthread_mutex_lock(&b->mu);
-    uint64_t next = schedule_next(b);
-    pthread_mutex_unlock(&b->mu);
-    sleep_until(next);
-    pthread_mutex_lock(&b->mu);
-    /* Past the outstanding cap the send waits, but its latency still
-     * counts from `next`, the time it should have left. */
-    while (!b->stop && b->outstanding >= b->max_outstanding) pthread_cond_wait(&b->cv, &b->mu);
-    if (b->stop) {
-      pthread_mutex_unlock(&b->mu);
-      break;
-    }
-    b->outstanding++;
-    b->sent++;
-    pthread_mutex_unlock(&b->mu);
-    if (send_one(b, next) < 0) break;
+    if (send_one(b, intended) < 0) break;
   }
   return NULL;
 }

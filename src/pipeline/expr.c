@@ -629,29 +629,23 @@ static int32_t parse_not(parser_t *p) {
   return i;
 }
 
-static int32_t parse_and(parser_t *p) {
-  int32_t l = parse_not(p);
-  while (l >= 0 && tok_is_word(p, "and")) {
+/* Left-associative `operand (word operand)*` for and/or. */
+static int32_t parse_logic(parser_t *p, const char *word, const char *quoted, int kind,
+                           int32_t (*operand)(parser_t *)) {
+  int32_t l = operand(p);
+  while (l >= 0 && tok_is_word(p, word)) {
     size_t at = p->tok.start;
-    if (as_number(p, l, "'and'") || next(p)) return -1;
-    int32_t r = parse_not(p);
-    if (as_number(p, r, "'and'")) return -1;
-    l = binary(p, K_AND, 0, l, r, at);
+    if (as_number(p, l, quoted) || next(p)) return -1;
+    int32_t r = operand(p);
+    if (as_number(p, r, quoted)) return -1;
+    l = binary(p, kind, 0, l, r, at);
   }
   return l;
 }
 
-static int32_t parse_or(parser_t *p) {
-  int32_t l = parse_and(p);
-  while (l >= 0 && tok_is_word(p, "or")) {
-    size_t at = p->tok.start;
-    if (as_number(p, l, "'or'") || next(p)) return -1;
-    int32_t r = parse_and(p);
-    if (as_number(p, r, "'or'")) return -1;
-    l = binary(p, K_OR, 0, l, r, at);
-  }
-  return l;
-}
+static int32_t parse_and(parser_t *p) { return parse_logic(p, "and", "'and'", K_AND, parse_not); }
+
+static int32_t parse_or(parser_t *p) { return parse_logic(p, "or", "'or'", K_OR, parse_and); }
 
 void sip__expr_free(sip_expr_t *e) {
   if (!e) return;
