@@ -23,6 +23,7 @@
 #include "session/engine.h"
 
 #define MAX_STAGES 64
+#define MAX_STAGE_INPUTS 64
 
 typedef struct wire {
   char *name; /* the stage's input */
@@ -278,6 +279,11 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
       }
     /* Inputs: input_mapping, else pipeline inputs (first stage) or the
      * previous stage's outputs, by name when they match, else by position. */
+    if (n_in_names > MAX_STAGE_INPUTS) {
+      free_strs(in_names, n_in_names);
+      return sip__asprintf("stage '%s' has %zu inputs; at most %d are supported", s->cfg->name,
+                           n_in_names, MAX_STAGE_INPUTS);
+    }
     s->in = sip__calloc(n_in_names ? n_in_names : 1, sizeof *s->in);
     s->n_in = n_in_names;
     char *err = NULL;
@@ -834,6 +840,7 @@ static void launch(run_t *r, int k) {
     if (r->st[s->deps[d]].status != ST_DONE) why_not = ST_SKIPPED;
   int yes = 1;
   char *err = NULL;
+  sip_code_t code = SIP_INVALID_ARGUMENT; /* what err answers with */
   if (!why_not && s->when) {
     sip_error_t *e = sip__expr_eval(s->when, lookup, r, &yes);
     if (e) {
@@ -848,15 +855,17 @@ static void launch(run_t *r, int k) {
   r->st[k].status = ST_RUNNING;
   uint32_t timeout = r->stage_timeout_ms[k];
   if (!why_not && !err && r->deadline_us) {
-    if (now >= r->deadline_us)
+    if (now >= r->deadline_us) {
       err = sip__asprintf("the request's deadline passed before stage '%s'", s->cfg->name);
+      code = SIP_DEADLINE_EXCEEDED;
+    }
     uint64_t left_ms = r->deadline_us > now ? (r->deadline_us - now + 999) / 1000 : 1;
     if (!timeout || left_ms < timeout) timeout = (uint32_t)left_ms;
   }
   /* Inputs as views of their sources (the run keeps the sources alive). */
-  sip_tensor_t *ins[64];
+  sip_tensor_t *ins[MAX_STAGE_INPUTS]; /* build_one refuses stages with more */
   size_t n_in = 0;
-  for (size_t i = 0; !why_not && !err && i < s->n_in && i < 64; i++) {
+  for (size_t i = 0; !why_not && !err && i < s->n_in; i++) {
     const sip_tensor_t *t = source(r, &s->in[i]);
     if (!t) {
       err = sip__asprintf("stage '%s': its input '%s' (from %s.%s) is missing", s->cfg->name,
@@ -872,9 +881,7 @@ static void launch(run_t *r, int k) {
   pthread_mutex_unlock(&r->mu);
   if (why_not || err) {
     for (size_t i = 0; i < n_in; i++) sip_tensor_free(ins[i]);
-    stage_end(r, k, why_not ? why_not : ST_FAILED, NULL, 0,
-              err && strstr(err, "deadline") ? SIP_DEADLINE_EXCEEDED : SIP_INVALID_ARGUMENT, err,
-              0, 0);
+    stage_end(r, k, why_not ? why_not : ST_FAILED, NULL, 0, code, err, 0, 0);
     return;
   }
   if (s->tf) {
@@ -887,16 +894,13 @@ static void launch(run_t *r, int k) {
     if (e) {
       char *m = sip__asprintf("stage '%s' (%s): %s", s->cfg->name, s->cfg->operation,
                               sip_error_message(e));
-      sip_code_t code = sip_error_code(e);
+      code = sip_error_code(e);
       sip_error_free(e);
       stage_end(r, k, ST_FAILED, NULL, 0, code, m, 0, 0);
       return;
     }
-    /* Transform outputs carry the described names already. */
-    sip_tensor_t **owned = sip__calloc(n_outs ? n_outs : 1, sizeof *owned);
-    if (owned) memcpy(owned, outs, n_outs * sizeof *outs);
-    sip__free(outs);
-    stage_end(r, k, ST_DONE, owned, owned ? n_outs : 0, SIP_OK, NULL, 0, sip__now_us() - t0);
+    /* Transform outputs carry the described names already; the stage owns the array. */
+    stage_end(r, k, ST_DONE, outs, n_outs, SIP_OK, NULL, 0, sip__now_us() - t0);
     return;
   }
   sip_request_t *sub = sip_request_new(s->cfg->pool);
@@ -924,7 +928,7 @@ static void launch(run_t *r, int k) {
   sip_request_free(sub);
   sip__free(sc);
   char *m = sip__asprintf("stage '%s': %s", s->cfg->name, sip_error_message(e));
-  sip_code_t code = sip_error_code(e);
+  code = sip_error_code(e);
   sip_error_free(e);
   stage_end(r, k, ST_FAILED, NULL, 0, code, m, 0, 0);
 }

@@ -311,11 +311,12 @@ static void format_desc(char *buf, size_t n, const sip_io_desc_t *d) {
   if (off < n) snprintf(buf + off, n - off, "]%s", d->rank ? " (-1: any size)" : "");
 }
 
+/* The messages below are built only on failure: this runs for every
+ * input of every transform call. */
 static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d,
                                 const sip_tensor_t *x) {
   char want[256];
-  format_desc(want, sizeof want, d);
-  if (x->dtype != d->dtype)
+  if (x->dtype != d->dtype && (format_desc(want, sizeof want, d), 1))
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "transform %s: input '%s': received dtype %s; expected %s", t->op->name,
                          d->name, sip_dtype_name(x->dtype), want);
@@ -329,6 +330,7 @@ static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d
       off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? "," : "",
                               (long long)x->dims[i]);
     if (off < sizeof got) snprintf(got + off, sizeof got - off, "]");
+    format_desc(want, sizeof want, d);
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "transform %s: input '%s': received shape %s; expected %s", t->op->name,
                          d->name, got, want);
@@ -343,16 +345,21 @@ static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d
   return NULL;
 }
 
+/* "'a', 'b'" for messages; returns 1 so it can sit in a condition. */
+static int input_names(const sip_transform_t *t, char *buf, size_t n) {
+  buf[0] = '\0';
+  for (size_t j = 0; j < t->n_in; j++)
+    snprintf(buf + strlen(buf), n - strlen(buf), "%s'%s'", j ? ", " : "", t->in[j].name);
+  return 1;
+}
+
 sip_error_t *sip__transform_run(const sip_transform_t *t, const sip_tensor_t *const *inputs,
                                 size_t n_inputs, sip_tensor_t ***outputs, size_t *n_outputs) {
   *outputs = NULL;
   *n_outputs = 0;
   const sip_tensor_t *in[TF_MAX_IO] = {0};
-  char names[256] = "";
-  for (size_t j = 0; j < t->n_in; j++)
-    snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", j ? ", " : "",
-             t->in[j].name);
-  if (n_inputs > t->n_in)
+  char names[256];
+  if (n_inputs > t->n_in && input_names(t, names, sizeof names))
     return sip_error_new(SIP_INVALID_ARGUMENT, "transform %s takes %zu input%s (%s); got %zu",
                          t->op->name, t->n_in, t->n_in == 1 ? "" : "s", names, n_inputs);
   for (size_t i = 0; i < n_inputs; i++) {
@@ -366,7 +373,7 @@ sip_error_t *sip__transform_run(const sip_transform_t *t, const sip_tensor_t *co
     else
       for (size_t j = 0; j < t->n_in && slot == t->n_in; j++)
         if (!strcmp(t->in[j].name, x->name)) slot = j;
-    if (slot == t->n_in)
+    if (slot == t->n_in && input_names(t, names, sizeof names))
       return sip_error_new(SIP_INVALID_ARGUMENT, "transform %s has no input '%s'; expected %s",
                            t->op->name, x->name, names);
     if (in[slot])
