@@ -257,6 +257,11 @@ def stats(c, pool):
     return [p for p in c.status()["pools"] if p["name"] == pool][0]
 
 
+def running(c, pool):
+    """The pool's one session is executing (active_sessions counts idle READY ones too)."""
+    return stats(c, pool)["sessions"][0]["state"] == "RUNNING"
+
+
 def wait_for(cond, timeout, what):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -273,7 +278,7 @@ def test_priority_reaches_later_stages(srv):
     order, lock = [], threading.Lock()
     blocker = c.infer_async(InferenceRequest("to_gate", {"x": np.zeros((1, 4), F)},
                                              priority="low"))
-    wait_for(lambda: stats(c, "gate")["active_sessions"] == 1, 5, "the blocker at the gate")
+    wait_for(lambda: running(c, "gate"), 5, "the blocker at the gate")
     futs = {}
     for i, name in enumerate(("low", "medium", "high")):
         x = np.full((1, 4), i, F)
@@ -293,7 +298,7 @@ def test_deadline_reaches_later_stages(srv):
     c = srv.client()
     before = stats(c, "gate")["stats"]["inference_count"]
     blocker = c.infer_async(InferenceRequest("to_gate", {"x": np.zeros((1, 4), F)}))
-    wait_for(lambda: stats(c, "gate")["active_sessions"] == 1, 5, "the blocker at the gate")
+    wait_for(lambda: running(c, "gate"), 5, "the blocker at the gate")
     with pytest.raises(DeadlineExceededError):
         c.infer(InferenceRequest("to_gate", {"x": np.ones((1, 4), F)}, timeout_ms=200))
     blocker.result(timeout=10)
@@ -311,7 +316,7 @@ def test_disconnect_cancels_before_the_next_stage(srv):
     try:
         payload = P.encode_infer_request("then_after", {"input": np.ones((1, 4), F)})
         sock.sendall(P.encode_frame(P.INFER_REQUEST, 1, payload))
-        wait_for(lambda: stats(c, "slow_a")["active_sessions"] == 1, 5, "stage a running")
+        wait_for(lambda: running(c, "slow_a"), 5, "stage a running")
     finally:
         sock.close()
     wait_for(lambda: stats(c, "slow_a")["stats"]["inference_count"] == a0 + 1, 5,
