@@ -12,7 +12,6 @@ extern const uint64_t sip__hist_bounds_us[SIP_HIST_BUCKETS];
 
 typedef struct sip_hist {
   atomic_uint_fast64_t buckets[SIP_HIST_BUCKETS + 1]; /* non-cumulative */
-  atomic_uint_fast64_t count;
   atomic_uint_fast64_t sum_us;
 } sip_hist_t;
 
@@ -27,7 +26,5 @@ void sip__stat_add(sip_stat_t *s, uint64_t ns);
 json_t *sip__stat_json(const sip_stat_t *s);
 /* {"count": n, "sum": s, "buckets": [[le, cumulative], ..., ["+Inf", n]]} */
 json_t *sip__hist_json(const sip_hist_t *h);
-/* Approximate quantile (0..1) in microseconds by interpolating in buckets. */
-double sip__hist_quantile_us(const sip_hist_t *h, double q);
 
 #endif

@@ -505,25 +505,26 @@ sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
                            "pool '%s' has no input '%s'; expected one of: %s", pool, t->name,
                            names);
     }
-    char want[256], got[256];
-    format_shape(got, sizeof got, t->rank, t->dims);
     if (t->dtype != d->dtype)
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "input '%s' of pool '%s': received dtype %s; expected %s", t->name,
                            pool, sip_dtype_name(t->dtype), sip_dtype_name(d->dtype));
     if (d->rank >= 0) {
-      format_shape(want, sizeof want, d->rank, d->dims);
       int ok = t->rank == d->rank;
       /* A fixed batch dim takes short batches when they can be padded. */
       int pad = p->fixed_batch && p->cfg->padding_strategy != SIP_PAD_NONE;
       for (int k = 0; ok && k < d->rank; k++)
         ok = d->dims[k] < 0 || d->dims[k] == t->dims[k] ||
              (k == 0 && pad && t->dims[0] >= 1 && t->dims[0] <= d->dims[0]);
-      if (!ok)
+      if (!ok) { /* the shapes are formatted only for the message: this runs per request */
+        char want[256], got[256];
+        format_shape(got, sizeof got, t->rank, t->dims);
+        format_shape(want, sizeof want, d->rank, d->dims);
         return sip_error_new(SIP_INVALID_ARGUMENT,
                              "input '%s' of pool '%s': received shape %s; expected %s (-1 is "
                              "any size)",
                              t->name, pool, got, want);
+      }
     }
   }
   for (size_t j = 0; j < p->n_inputs; j++) {

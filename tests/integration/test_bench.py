@@ -47,7 +47,7 @@ def test_concurrency_mode(srv):
     assert r["mode"] == "concurrency 4"
     lat = r["latency_ms"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"]
-    assert r["server_us"]["queue_mean"] >= 0 and r["windows"] >= 3
+    assert r["server_us"]["queue_mean"] >= 0 and 3 <= r["windows"] <= 4  # --max-windows 4
 
 
 @pytest.mark.parametrize("dist", ["constant", "poisson"])
