@@ -164,14 +164,6 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
   return queue(c, status, r, "application/json");
 }
 
-static json_t *info(sip_http_t *h, int kind) {
-  char *txt = sip_server_info_json(h->s, kind);
-  if (!txt) return NULL;
-  json_t *v = json_loads(txt, 0, NULL);
-  sip_free(txt);
-  return v;
-}
-
 static const char *jstr(json_t *o, const char *key) {
   return json_string_value(json_object_get(o, key));
 }
@@ -312,7 +304,7 @@ static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
   pthread_mutex_unlock(&h->cache_mu);
   /* While draining, pools free their models: their I/O is no longer asked. */
   if (m || atomic_load(&h->s->draining)) return m;
-  json_t *root = info(h, SIP_INFO_POOLS), *pool = find_pool(root, model, asked);
+  json_t *root = sip__server_info(h->s, SIP_INFO_POOLS), *pool = find_pool(root, model, asked);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
   json_decref(root);
@@ -407,7 +399,7 @@ static enum MHD_Result health_ready(hreq_t *q) {
   if (atomic_load(&h->s->draining))
     return send_error_msg(q->conn, 503, "server is draining: it answers requests in flight and "
                                         "accepts no new ones");
-  json_t *r = info(h, SIP_INFO_READY);
+  json_t *r = sip__server_info(h->s, SIP_INFO_READY);
   if (!r) return send_error_msg(q->conn, 500, "out of memory");
   char loading[512] = "";
   const char *name;
@@ -482,7 +474,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
    * server is freeing: answer from the status only from then on. */
   if (atomic_load(&q->h->s->draining))
     return send_error_msg(q->conn, 503, "server is draining: model metadata is unavailable");
-  json_t *root = info(q->h, SIP_INFO_POOLS), *pool = find_pool(root, q->model, q->version);
+  json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS), *pool = find_pool(root, q->model, q->version);
   sip_error_t *e = check_model(root, pool, q->model, q->version);
   if (!e) e = need_loaded(pool, q->model);
   if (e) {
@@ -555,7 +547,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
 }
 
 static enum MHD_Result model_ready(hreq_t *q) {
-  json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
+  json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
   sip_error_t *e = check_model(root, pool, q->model, q->version);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (!e && (!st || strcmp(st, "READY")))
@@ -575,7 +567,7 @@ static json_t *stat_pair(json_t *stats, const char *key) {
 
 /* Triton's statistics extension, from the status JSON's per-pool "stats". */
 static enum MHD_Result stats(hreq_t *q, int all) {
-  json_t *status = info(q->h, SIP_INFO_STATUS);
+  json_t *status = sip__server_info(q->h->s, SIP_INFO_STATUS);
   if (!status) return send_error_msg(q->conn, 500, "out of memory");
   if (!all) {
     sip_error_t *e = check_model(status, find_pool(status, q->model, q->version), q->model,
@@ -748,7 +740,7 @@ static enum MHD_Result infer_start(hreq_t *q) {
     } else {
       /* Say why there is no metadata: unknown model, or not loaded. */
       sip_buf_unref(body);
-      json_t *root = info(q->h, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
+      json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS), *pool = find_pool(root, q->model, q->version);
       sip_error_t *e = check_model(root, pool, q->model, q->version);
       if (!e) e = need_loaded(pool, q->model);
       json_decref(root);

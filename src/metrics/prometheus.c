@@ -1,6 +1,6 @@
 /* sip — Prometheus text exposition of the status JSON.
  *
- * Everything comes from sip_server_info_json (the status), the same
+ * Everything comes from sip__server_info (the status), the same
  * numbers `sip status` and the statistics endpoint show, so the page cannot
  * disagree with them; process metrics come from /proc. Samples of one family
  * are written together, as the format requires.
@@ -16,6 +16,7 @@
 
 #include "core/core.h"
 #include "metrics/prometheus.h"
+#include "session/engine.h"
 
 typedef struct sb {
   char *p;
@@ -62,14 +63,6 @@ static const char *esc(char *buf, size_t n, const char *s) {
 
 static void family(sb_t *b, const char *name, const char *type, const char *help) {
   sb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static json_t *info(sip_server_t *s, int kind) {
-  char *txt = sip_server_info_json(s, kind);
-  if (!txt) return NULL;
-  json_t *v = json_loads(txt, 0, NULL);
-  sip_free(txt);
-  return v;
 }
 
 static json_int_t ival(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
@@ -242,7 +235,7 @@ static void pipeline_metrics(sb_t *b, json_t *list) {
 }
 
 char *sip__prometheus_text(sip_server_t *s) {
-  json_t *status = info(s, SIP_INFO_STATUS);
+  json_t *status = sip__server_info(s, SIP_INFO_STATUS);
   json_t *plist = json_object_get(status, "pools");
   size_t n = json_array_size(plist);
   pool_labels_t *pl = sip__calloc(n ? n : 1, sizeof *pl);

@@ -434,9 +434,7 @@ sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cf
     return NULL;
   }
   ps->n = cfg->n_pipelines;
-  char *txt = cfg->n_pipelines ? sip_server_info_json(s, SIP_INFO_POOLS) : NULL;
-  json_t *root = txt ? json_loads(txt, 0, NULL) : NULL;
-  sip_free(txt);
+  json_t *root = cfg->n_pipelines ? sip__server_info(s, SIP_INFO_POOLS) : NULL;
   json_t *pools = json_object_get(root, "pools");
   for (size_t i = 0; i < ps->n; i++) {
     pipeline_t *pl = &ps->p[i];

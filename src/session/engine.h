@@ -275,6 +275,9 @@ void sip__pool_unref(sip_pool_t *p);
  * reference; release with sip__registry_release. NULL (n = 0) when empty or
  * out of memory. */
 sip_pool_t **sip__registry_snapshot(struct sip_server *s, int only_live, size_t *n);
+/* sip_server_info_json's document itself (owned; NULL for an unknown kind),
+ * for the modules that read it rather than send it. */
+json_t *sip__server_info(struct sip_server *s, int kind);
 void sip__registry_release(sip_pool_t **v, size_t n);
 /* Retires `p` (if it is not yet) and, on a thread that is none of its
  * executors, waits until the requests admitted to it completed (its sessions

@@ -988,7 +988,7 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   return o;
 }
 
-char *sip_server_info_json(sip_server_t *s, int kind) {
+json_t *sip__server_info(sip_server_t *s, int kind) {
   json_t *root;
   if (kind != SIP_INFO_READY && kind != SIP_INFO_POOLS && kind != SIP_INFO_STATUS) return NULL;
   /* Pools in service (a retired version still draining is not listed),
@@ -1041,6 +1041,11 @@ char *sip_server_info_json(sip_server_t *s, int kind) {
   }
   sip__registry_release(v, n);
   sip__free(defaults);
+  return root;
+}
+
+char *sip_server_info_json(sip_server_t *s, int kind) {
+  json_t *root = sip__server_info(s, kind);
   if (!root) return NULL;
   char *txt = json_dumps(root, JSON_COMPACT);
   json_decref(root);
