@@ -45,4 +45,8 @@ uint64_t sip__now_us(void);
 uint64_t sip__now_ns(void);
 uint64_t sip__wall_us(void);
 
+/* IEEE half <-> double (src/core/half.c); to half rounds to nearest even. */
+uint16_t sip__f64_to_f16(double d);
+double sip__f16_to_f64(uint16_t h);
+
 #endif

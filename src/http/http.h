@@ -123,8 +123,5 @@ sip_dtype_t sip__ks_dtype(const char *datatype);
  * Linear and allocation-free: run before parsing, so a hostile body costs
  * neither recursion nor memory. */
 int sip__ks_depth_ok(const uint8_t *p, size_t n, int max_depth);
-/* IEEE half <-> double, round to nearest even. */
-uint16_t sip__f64_to_f16(double d);
-double sip__f16_to_f64(uint16_t h);
 
 #endif

@@ -743,12 +743,6 @@ static int get_tensor(eval_t *v, int32_t r, const sip_tensor_t **out, int64_t *c
   return 0;
 }
 
-static double f16_to_f64(uint16_t h) {
-  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double d = exp == 0 ? ldexp(mant, -24) : exp == 31 ? (mant ? NAN : INFINITY) : ldexp(mant | 0x400, exp - 25);
-  return (h & 0x8000) ? -d : d;
-}
-
 #define CHUNK 256
 
 /* Converts n elements from p (little-endian, possibly unaligned) to doubles. */
@@ -778,7 +772,7 @@ static void load_chunk(sip_dtype_t dt, const uint8_t *p, size_t n, double *out) 
     for (size_t i = 0; i < n; i++) {
       uint16_t h;
       memcpy(&h, p + 2 * i, 2);
-      out[i] = f16_to_f64(h);
+      out[i] = sip__f16_to_f64(h);
     }
     break;
   default: break; /* excluded by the caller */

@@ -10,42 +10,6 @@
 
 /* ---- element access ---- */
 
-static float half_to_float(uint16_t h) {
-  int exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  float f;
-  if (exp == 0)
-    f = ldexpf((float)mant, -24);
-  else if (exp == 31)
-    f = mant ? NAN : INFINITY;
-  else
-    f = ldexpf((float)(mant | 0x400), exp - 25);
-  return (h & 0x8000) ? -f : f;
-}
-
-/* Round to nearest even, like numpy's float32 -> float16. */
-static uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  uint32_t mant = x & 0x7fffff;
-  int exp = (int)((x >> 23) & 0xff);
-  if (exp == 255) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
-  int e = exp - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00);
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    int shift = 14 - e;
-    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry into the exponent is right */
-  return (uint16_t)(sign | h);
-}
-
 #define LOAD(T)                                   \
   do {                                            \
     T v;                                          \
@@ -69,7 +33,7 @@ double sip__tf_read(const void *data, sip_dtype_t dt, int64_t i) {
     case SIP_DTYPE_FLOAT16: {
       uint16_t h;
       memcpy(&h, (const char *)data + i * 2, 2);
-      return half_to_float(h);
+      return (float)sip__f16_to_f64(h);
     }
     default: return 0;
   }
@@ -153,7 +117,7 @@ static sip_error_t *cast_run(const sip_transform_t *t, const sip_tensor_t *const
     switch (t->to) {
       case SIP_DTYPE_FLOAT32: ((float *)o)[i] = (float)d; break;
       case SIP_DTYPE_FLOAT64: ((double *)o)[i] = d; break;
-      case SIP_DTYPE_FLOAT16: ((uint16_t *)o)[i] = float_to_half((float)d); break;
+      case SIP_DTYPE_FLOAT16: ((uint16_t *)o)[i] = sip__f64_to_f16((float)d); break; /* via float, as numpy */
       case SIP_DTYPE_BOOL: ((uint8_t *)o)[i] = exact ? bits != 0 : d != 0; break;
       default: store_bits(o, es, i, exact ? bits : int_bits_of_double(d, t->to == SIP_DTYPE_UINT64));
     }
