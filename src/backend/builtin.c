@@ -21,6 +21,13 @@ typedef struct model {
   atomic_long runs;
 } model_t;
 
+/* Sleeps ms milliseconds (0: not at all), through signals. */
+static void sleep_ms(long ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (ms % 1000) * 1000000L};
+  while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 static sip_error_t *parse_long(const char *key, const char *v, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -87,11 +94,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
                         "delay_ms, fail_every, load_delay_ms",
                         k);
   }
-  if (!e && load_delay_ms) {
-    struct timespec ts = {(time_t)(load_delay_ms / 1000), (load_delay_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
+  if (!e) sleep_ms(load_delay_ms);
   m->out = m->in;
   m->in.name = sip__strdup("input");
   m->out.name = sip__strdup("output");
@@ -125,11 +128,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
                             sip_tensor_t **outputs) {
   model_t *m = session;
   (void)out_names;
-  if (m->delay_ms) {
-    struct timespec ts = {m->delay_ms / 1000, (m->delay_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
+  sleep_ms(m->delay_ms);
   long run = atomic_fetch_add(&m->runs, 1) + 1;
   if (m->fail_every && run % m->fail_every == 0)
     return sip_error_new(SIP_INTERNAL, "injected failure (builtin fail_every=%ld, run %ld)",

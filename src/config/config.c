@@ -1255,6 +1255,16 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
                        col, problem);
 }
 
+/* Frees n owned key/value pairs (owned copies behind sip_kv_t's
+ * borrowed-looking const pointers) and the array. */
+static void kv_free(sip_kv_t *kv, size_t n) {
+  for (size_t i = 0; kv && i < n; i++) {
+    sip__free((void *)kv[i].key);
+    sip__free((void *)kv[i].value);
+  }
+  sip__free(kv);
+}
+
 /* Maps whose keys are parsed by hand (stages, pipelines, preprocess):
  * libyaml keeps duplicate keys and the first would win silently, so the
  * pair `pr` of `map` fails when an earlier key is the same (`what`: "key",
@@ -1476,21 +1486,11 @@ static void pool_clear(sip_pool_config_t *p) {
   sip__free(p->name);
   sip__free(p->model_path);
   sip__free(p->backend);
-  for (size_t j = 0; j < p->n_backend_options; j++) {
-    /* Owned copies behind sip_kv_t's borrowed-looking const pointers. */
-    sip__free((void *)p->backend_options[j].key);
-    sip__free((void *)p->backend_options[j].value);
-  }
-  sip__free(p->backend_options);
+  kv_free(p->backend_options, p->n_backend_options);
   sip__free(p->preprocess_input);
   for (size_t j = 0; j < p->n_preprocess; j++) {
-    sip_preprocess_step_t *st = &p->preprocess[j];
-    sip__free(st->op);
-    for (size_t k = 0; k < st->n_options; k++) {
-      sip__free((void *)st->options[k].key);
-      sip__free((void *)st->options[k].value);
-    }
-    sip__free(st->options);
+    sip__free(p->preprocess[j].op);
+    kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
   }
   sip__free(p->preprocess);
 }
