@@ -542,12 +542,8 @@ static int parse_size(const char *s, size_t len, uint64_t *out) {
 
 static bool valid_pool_name(const char *s, size_t len) {
   if (len < 1 || len > POOL_NAME_MAX) return false;
-  for (size_t i = 0; i < len; i++) {
-    char ch = s[i];
-    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '-';
-    if (!ok) return false;
-  }
+  for (size_t i = 0; i < len; i++)
+    if (!sip__name_char(s[i])) return false;
   return true;
 }
 

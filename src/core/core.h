@@ -45,6 +45,13 @@ uint64_t sip__now_us(void);
 uint64_t sip__now_ns(void);
 uint64_t sip__wall_us(void);
 
+/* A character allowed in pool, pipeline, model and version names:
+ * [A-Za-z0-9_.-] (config, repository and HTTP paths all check it). */
+static inline int sip__name_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_' || ch == '.' || ch == '-';
+}
+
 /* IEEE half <-> double (src/core/half.c); to half rounds to nearest even. */
 uint16_t sip__f64_to_f16(double d);
 double sip__f16_to_f64(uint16_t h);

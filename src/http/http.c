@@ -365,12 +365,8 @@ static route_kind_t route(const char *url, hreq_t *q) {
   /* Names as the config allows them (pool names; version directory names
    * likewise): anything else cannot exist, and must not reach the logs. */
   for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < len[i]; j++) {
-      char ch = seg[i][j];
-      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '_' || ch == '.' || ch == '-'))
-        return R_NONE;
-    }
+    for (size_t j = 0; j < len[i]; j++)
+      if (!sip__name_char(seg[i][j])) return R_NONE;
   if (len[0] > 128) return R_NONE;
   size_t action = 1;
   if (n >= 3 && len[1] == 8 && !memcmp(seg[1], "versions", 8)) {

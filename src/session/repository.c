@@ -76,8 +76,7 @@ sip_error_t *sip__repo_check_name(const char *name, size_t len) {
                          len, NAME_EXPECT);
   for (size_t i = 0; i < len; i++) {
     char ch = name[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-          ch == '_' || ch == '.' || ch == '-'))
+    if (!sip__name_char(ch))
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "model name '%s' has a character that is not allowed (byte 0x%02x); "
                            "expected %s",
@@ -453,8 +452,6 @@ static sip_error_t *check_request(sip_server_t *s, const char *name) {
   return NULL;
 }
 
-static void release_pools(sip_pool_t **v, size_t n) { sip__registry_release(v, n); }
-
 /* Loads or reloads one model: the versions its policy selects are brought
  * to READY, swapped in, and the versions they replace drained and freed.
  * When anything fails, what was serving stays (only versions that loaded
@@ -476,7 +473,7 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
 
   e = model_dir(R, name, &dir);
   if (e && !n_old && !rec_exists(R, name)) { /* not a model of this repository */
-    release_pools(old, n_old);
+    sip__registry_release(old, n_old);
     return e;
   }
   rec_set_state(R, name, REC_LOADING);
@@ -600,7 +597,7 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
   }
   size_t n_live = n_old - n_retire + n_add;
   /* Our references go first: a drain waits for every other one. */
-  release_pools(old, n_old);
+  sip__registry_release(old, n_old);
   for (size_t i = 0; i < n_retire; i++) {
     sip__log(SIP__LOG_INFO, "retiring model version", "model=%s version=%s", name,
              retire[i]->version ? retire[i]->version : "-");
@@ -643,7 +640,7 @@ static sip_error_t *unload_model(sip_server_t *s, const char *name) {
   size_t n_old = 0;
   sip_pool_t **old = model_pools(s, name, &n_old);
   if (!n_old) {
-    release_pools(old, n_old);
+    sip__registry_release(old, n_old);
     char *dir = NULL;
     e = rec_exists(R, name) ? NULL : model_dir(R, name, &dir);
     sip__free(dir);
@@ -653,7 +650,7 @@ static sip_error_t *unload_model(sip_server_t *s, const char *name) {
   rec_set_state(R, name, REC_UNLOADING);
   e = sip__registry_swap(s, NULL, 0, old, n_old);
   if (e) {
-    release_pools(old, n_old);
+    sip__registry_release(old, n_old);
     rec_set_state(R, name, REC_READY);
     return e;
   }

@@ -869,14 +869,13 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
                         sip__pool_state_name((sip_pool_state_t)st), "error",
                         nullable(st == SIP_POOL_FAILED ? p->error : NULL));
-  /* The status carries the version too (the HTTP front-end's stats and
-   * /metrics label by it without asking for the pools' I/O). */
-  if (detail != SIP_INFO_POOLS) json_object_set_new(o, "version", nullable(p->version));
+  /* In the status too: the HTTP front-end's stats and /metrics label by it
+   * without asking for the pools' I/O. */
+  json_object_set_new(o, "version", nullable(p->version));
   if (detail == SIP_INFO_POOLS) {
     json_object_set_new(o, "backend", json_string(p->cfg->backend));
     json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
                                                                    : p->cfg->model_path));
-    json_object_set_new(o, "version", nullable(p->version));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
     json_object_set_new(o, "pool_size", json_integer(p->cfg->pool_size));
     /* For the HTTP model_configuration extension. */
