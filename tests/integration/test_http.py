@@ -100,7 +100,10 @@ def metrics(base):
 
 
 def sample(m, name, **labels):
-    return m.get((name, tuple(sorted(labels.items()))), 0.0)
+    """The sample's value; a missing sample fails (a gauge expected at 0 must exist)."""
+    key = (name, tuple(sorted(labels.items())))
+    assert key in m, "no sample %s%s in /metrics" % (name, labels)
+    return m[key]
 
 
 # ---------------------------------------------------------------------------
@@ -204,7 +207,9 @@ def test_binary_infer_every_dtype(base, dtype):
     assert r.headers["content-type"] == "application/octet-stream"
     doc, out = K.decode_outputs(r)
     for o in doc["outputs"]:
-        assert "data" not in o and o["parameters"]["binary_data_size"] >= 0
+        assert "data" not in o
+        if dtype != "string":  # strings: 4-byte lengths + bytes, checked by decode_outputs
+            assert o["parameters"]["binary_data_size"] == out[o["name"]].nbytes
     same(out["data_out"], data)
     same(out["scalar_out"], np.asarray(scalar))
 
