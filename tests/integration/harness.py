@@ -150,7 +150,9 @@ class SipServer:
         self.config_path.write_text(to_yaml(self.config()) + "\n")
         return self.config_path
 
-    def start(self, ready_timeout=READY_TIMEOUT_S):
+    def start(self, ready_timeout=READY_TIMEOUT_S, until_ready=True):
+        """Starts sipd and waits until it is ready, or (until_ready=False)
+        only until it answers on its endpoint (pools may still load)."""
         sipd = require_sipd()
         for attempt in range(3):
             if self.use_tcp:
@@ -163,7 +165,7 @@ class SipServer:
                                          stderr=subprocess.STDOUT, env=sipd_env(),
                                          cwd=str(self.workdir))
             try:
-                self._wait_ready(ready_timeout)
+                self._wait_ready(ready_timeout, until_ready)
                 return self
             except _ExitedEarly:
                 # a port taken between free_port() and bind: try another one
@@ -173,14 +175,14 @@ class SipServer:
                                      % (self.proc.returncode, self.log_tail()))
         raise AssertionError("unreachable")
 
-    def _wait_ready(self, timeout):
+    def _wait_ready(self, timeout, until_ready=True):
         deadline = time.monotonic() + timeout
         probe = SessionClient(self.endpoint, timeout_s=5)
         try:
             while True:
                 if self.proc.poll() is not None:
                     raise _ExitedEarly()
-                if probe.ready():
+                if probe.ready() if until_ready else _answers(probe):
                     return
                 if time.monotonic() > deadline:
                     self.kill()
@@ -255,6 +257,15 @@ class SipServer:
             if p.get("name") == name:
                 return p
         raise AssertionError("pool %r not in status" % name)
+
+
+def _answers(client):
+    """The server answers an INFO request (ready or still loading)."""
+    try:
+        client.info(1)
+        return True
+    except Exception:
+        return False
 
 
 class _ExitedEarly(Exception):

@@ -551,6 +551,56 @@ def test_drain_ready_503_while_in_flight_completes(sipd_bin, tmp_path):
         s.kill()
 
 
+def test_ready_503_while_loading_then_200(sipd_bin, tmp_path):
+    """Issue 3: /v2/health/ready is 503 while a pool loads, the model's ready
+    is 503 too, and both turn 200 once it has loaded."""
+    pools = [{"name": "slow_load", "backend": "builtin",
+              "backend_options": {"shape": "-1,4", "load_delay_ms": 1500}}]
+    s = SipServer(tmp_path, pools, server={"http": "127.0.0.1:0"})
+    s.start(until_ready=False)
+    try:
+        base = K.http_base(s)
+        error_of(K.get(base + "/v2/health/ready"), 503)
+        assert K.get(base + "/v2/health/live").status == 200
+        assert "is not ready: it is LOADING" in error_of(
+            K.get(base + "/v2/models/slow_load/ready"), 503)
+        end = time.monotonic() + 20
+        while K.get(base + "/v2/health/ready").status != 200:
+            assert time.monotonic() < end, "never ready"
+            time.sleep(0.05)
+        assert K.get(base + "/v2/models/slow_load/ready").status == 200
+    finally:
+        assert s.stop() == 0, s.log_tail()
+
+
+def test_queue_full_is_429(sipd_bin, tmp_path):
+    """Issue 3's status mapping: a full queue (queue.max_size) answers 429
+    with the reason; the requests admitted still succeed."""
+    pools = [{"name": "narrow", "backend": "builtin", "pool_size": 1,
+              "backend_options": {"shape": "-1,4", "delay_ms": 400},
+              "queue": {"max_size": 1}}]
+    s = SipServer(tmp_path, pools, server={"http": "127.0.0.1:0", "http_threads": 4})
+    s.start()
+    try:
+        base = K.http_base(s)
+        x = np.ones((1, 4), np.float32)
+        replies = [None] * 4
+        threads = [threading.Thread(target=lambda i=i: replies.__setitem__(
+            i, K.infer(base, "narrow", {"input": x}))) for i in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)  # one runs, one queues, the others find the queue full
+        for t in threads:
+            t.join(10)
+        codes = sorted(r.status for r in replies)
+        assert codes == [200, 200, 429, 429], replies
+        for r in replies:
+            if r.status == 429:
+                assert "queue" in error_of(r, 429)
+    finally:
+        assert s.stop() == 0, s.log_tail()
+
+
 # ---------------------------------------------------------------------------
 # statistics, model configuration, /metrics
 

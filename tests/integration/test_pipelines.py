@@ -15,7 +15,7 @@ import harness
 import kserve as K
 from cann_sip import protocol as P
 from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
-                      NotFoundError, SessionClient, UnavailableError)
+                      NotFoundError, UnavailableError)
 
 F = np.float32
 
@@ -453,20 +453,9 @@ def test_pipeline_while_its_pools_load(sipd_bin, tmp_path):
     cfg = srv.config()
     cfg["pipeline_sessions"] = [{"name": "later", "stages": [{"name": "a", "pool": "slow_load"}]}]
     srv.config = lambda: cfg
-    srv.write_config()
-    srv.proc = subprocess.Popen([str(harness.require_sipd()), "--config", str(srv.config_path)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=harness.sipd_env())
+    srv.start(until_ready=False)
     try:
-        c, end = None, time.monotonic() + 10
-        while c is None:
-            try:
-                c = SessionClient(srv.endpoint, timeout_s=10)
-                c.info(1)
-            except Exception:
-                c = None
-                assert time.monotonic() < end, "sipd did not listen"
-                time.sleep(0.02)
+        c = srv.client(timeout_s=10)
         assert c.ready() is False
         with pytest.raises(UnavailableError, match="pipeline 'later' is not ready: the server is "
                                                    "still loading"):
@@ -477,9 +466,5 @@ def test_pipeline_while_its_pools_load(sipd_bin, tmp_path):
             time.sleep(0.05)
         r = c.infer(InferenceRequest("later", {"input": np.ones((1, 4), F)}))
         np.testing.assert_array_equal(r.outputs["output"], np.ones((1, 4), F))
-        c.close()
     finally:
-        srv.proc.terminate()
-        rc = srv.proc.wait(timeout=30)
-        srv.kill()  # removes its socket directory
-        assert rc == 0
+        assert srv.stop() == 0, srv.log_tail()
