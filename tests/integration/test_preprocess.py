@@ -68,6 +68,9 @@ def srv(sipd_bin, models_dir, tmp_path_factory):
         {"name": "means", "model_path": str(models_dir / "means.onnx"),
          "preprocess": {"input": "img", "resize": {"limit_side_len": 40, "multiple_of": 8},
                         "to_tensor": {"scale": "1/255"}}},
+        # letterbox (seed 003's step): aspect kept, padded with 114
+        {"name": "boxed", "model_path": str(models_dir / "ident.onnx"),
+         "preprocess": {"letterbox": "%d,%d" % (H, W), "to_tensor": {"scale": "1/255"}}},
         # does not fit the model: float32 NCHW expected, uint8 HWC given
         {"name": "misfit", "model_path": str(models_dir / "ident.onnx"),
          "preprocess": {"decode": True, "resize": "32,48"}},
@@ -234,3 +237,19 @@ def test_config_errors(sipd_bin, models_dir, tmp_path):
     assert rc != 0 and "not a preprocess step" in out, out
     rc, out = check({"decode": True, "resize": "32,48", "to_tensor": {"scale": "1/255"}})
     assert rc == 0, out
+
+
+def test_letterbox_step(srv):
+    """preprocess.letterbox: scaled to fit H x W keeping the aspect ratio,
+    centred, the rest 114 (numpy reference)."""
+    img = rand_image(21, 50, 70)
+    out = srv.client().infer(InferenceRequest("boxed", {"x": img})).outputs["y"]
+    r = min(H / 50, W / 70)
+    nh, nw = int(np.floor(50 * r + 0.5)), int(np.floor(70 * r + 0.5))
+    top, left = (H - nh) // 2, (W - nw) // 2
+    ref = np.full((H, W, 3), 114, np.uint8)
+    ref[top:top + nh, left:left + nw] = resize_u8(img, nh, nw)
+    assert out.shape == (1, 3, H, W)
+    got = out[0].transpose(1, 2, 0) * 255
+    np.testing.assert_allclose(got, ref, atol=1.01)  # rounding of exact halves may differ
+    assert (np.abs(got[:, :left] - 114) < 1e-3).all()  # the padding itself is exact
