@@ -278,3 +278,31 @@ def test_new_requests_refused_while_draining(start_sipd):
         c.infer(InferenceRequest("fast", {"input": np.ones(1, F)}))
     np.testing.assert_array_equal(running.result(timeout=10).outputs["output"], np.ones(2, F))
     assert srv.wait(15) == 0, srv.log_tail()
+
+
+@pytest.mark.parametrize("level", ["info", "error"])
+def test_structured_log_lines_and_level(sipd_bin, model_dir, tmp_path, level):
+    """Issue 2: a structured line per pool load (model, load time, memory)
+    and per failed request (pool, code, reason); server.log_level filters."""
+    pools = [{"name": "addmul", "model_path": str(model_dir["addmul"])}]
+    srv = harness.SipServer(tmp_path, pools, log_level=level)
+    srv.start()
+    try:
+        c = srv.client()
+        with pytest.raises(SipError):
+            c.infer(InferenceRequest("addmul", {"lhs": np.ones((1, 3), F),
+                                                "rhs": np.ones((1, 3), F)}))
+    finally:
+        assert srv.stop() == 0, srv.log_tail()
+    log = srv.log()
+    loaded = [ln for ln in log.splitlines() if 'msg="pool loaded"' in ln]
+    failed = [ln for ln in log.splitlines() if 'msg="request failed"' in ln]
+    if level == "error":  # info and warn lines are filtered out
+        assert not loaded and not failed and "level=info" not in log, log
+        return
+    assert len(loaded) == 1, log
+    assert re.search(r'level=info .*pool=addmul .*model="[^"]*addmul[^"]*".* load_ms=[0-9.]+ '
+                     r'.*memory_bytes=[0-9]+', loaded[0]), loaded[0]
+    assert len(failed) == 1, log
+    assert re.search(r'level=warn .*pool=addmul code=INVALID_ARGUMENT reason=".*shape', failed[0]), \
+        failed[0]
