@@ -575,18 +575,26 @@ static int hand_off(sip_pipeline_set_t *ps, run_t *r, int k) {
   return ok;
 }
 
+/* The request's input `name`, or NULL. */
+static const sip_tensor_t *req_input(const run_t *r, const char *name) {
+  for (size_t i = 0; i < r->req->n_inputs; i++)
+    if (!strcmp(r->req->inputs[i]->name, name)) return r->req->inputs[i];
+  return NULL;
+}
+
+/* Output `name` of stage k once it is done, or NULL. */
+static const sip_tensor_t *stage_output(const run_t *r, int k, const char *name) {
+  const sstate_t *ss = &r->st[k];
+  for (size_t i = 0; ss->status == ST_DONE && i < ss->n_outs; i++)
+    if (!strcmp(ss->outs[i]->name, name)) return ss->outs[i];
+  return NULL;
+}
+
 static const sip_tensor_t *lookup(void *ctx, const char *stage, const char *output) {
   run_t *r = ctx;
-  if (!strcmp(stage, "pipeline")) {
-    for (size_t i = 0; i < r->req->n_inputs; i++)
-      if (!strcmp(r->req->inputs[i]->name, output)) return r->req->inputs[i];
-    return NULL;
-  }
+  if (!strcmp(stage, "pipeline")) return req_input(r, output);
   int k = stage_index(r->pl, stage, strlen(stage));
-  if (k < 0 || r->st[k].status != ST_DONE) return NULL;
-  for (size_t i = 0; i < r->st[k].n_outs; i++)
-    if (!strcmp(r->st[k].outs[i]->name, output)) return r->st[k].outs[i];
-  return NULL;
+  return k < 0 ? NULL : stage_output(r, k, output);
 }
 
 /* 1 when every stage the expression refers to has ended. */
@@ -657,10 +665,7 @@ static void finish(run_t *r) {
     sip_request_t *rq = r->req;
 #define WANTED(nm) (!rq->n_outputs || find_str(rq->outputs, rq->n_outputs, (nm)) >= 0)
     for (size_t i = 0; i < pl->n_po && n < 256; i++) {
-      const sip_tensor_t *t = NULL;
-      sstate_t *ss = &r->st[pl->po[i].stage];
-      for (size_t j = 0; ss->status == ST_DONE && j < ss->n_outs; j++)
-        if (!strcmp(ss->outs[j]->name, pl->po[i].out)) t = ss->outs[j];
+      const sip_tensor_t *t = stage_output(r, pl->po[i].stage, pl->po[i].out);
       if (!t || !WANTED(pl->po[i].name)) continue;
       outs[n] = sip_tensor_new_view(pl->po[i].name, t->dtype, t->rank, t->dims, t->data,
                                     t->nbytes, t->owner);
@@ -815,15 +820,7 @@ static void model_done(sip_response_t *resp, void *user) {
 
 /* The source tensor of an input wire (NULL when its stage did not run). */
 static const sip_tensor_t *source(run_t *r, const wire_t *w) {
-  if (w->src < 0) {
-    for (size_t i = 0; i < r->req->n_inputs; i++)
-      if (!strcmp(r->req->inputs[i]->name, w->out)) return r->req->inputs[i];
-    return NULL;
-  }
-  sstate_t *ss = &r->st[w->src];
-  for (size_t i = 0; ss->status == ST_DONE && i < ss->n_outs; i++)
-    if (!strcmp(ss->outs[i]->name, w->out)) return ss->outs[i];
-  return NULL;
+  return w->src < 0 ? req_input(r, w->out) : stage_output(r, w->src, w->out);
 }
 
 static void launch(run_t *r, int k) {
