@@ -60,9 +60,11 @@ static const uint8_t *reframe(const sip_wbuf_t *w, uint16_t type, uint64_t id, s
 
 static void round_trip_request(const sip_wire_request_t *r, uint64_t id, size_t len) {
   sip_wbuf_t w = {0};
-  sip__encode_infer_request(&w, id, r->pool, r->priority, r->timeout_ms,
-                            (const char *const *)r->outputs, r->n_outputs,
-                            (const sip_tensor_t *const *)r->inputs, r->n_inputs);
+  /* Parameters (flag bit 0) travel too: without them the frame is shorter. */
+  sip__encode_infer_request_params(&w, id, r->pool, r->priority, r->timeout_ms,
+                                   (const char *const *)r->outputs, r->n_outputs,
+                                   (const sip_tensor_t *const *)r->inputs, r->n_inputs,
+                                   r->parameters);
   size_t len2;
   const uint8_t *p2 = reframe(&w, SIP_MSG_INFER_REQUEST, id, len, &len2);
   sip_wire_request_t r2;
@@ -71,6 +73,8 @@ static void round_trip_request(const sip_wire_request_t *r, uint64_t id, size_t 
   CHECK(strcmp(r->pool, r2.pool) == 0);
   CHECK(r->priority == r2.priority && r->timeout_ms == r2.timeout_ms);
   CHECK(r->n_outputs == r2.n_outputs && r->n_inputs == r2.n_inputs);
+  CHECK(!r->parameters == !r2.parameters &&
+        (!r->parameters || strcmp(r->parameters, r2.parameters) == 0));
   for (size_t i = 0; i < r->n_outputs; i++) CHECK(strcmp(r->outputs[i], r2.outputs[i]) == 0);
   for (size_t i = 0; i < r->n_inputs; i++) {
     check_tensor(r2.inputs[i], p2, len2);
