@@ -234,9 +234,11 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
   pl->st = sip__calloc(c->n_stages, sizeof *pl->st);
   if (!pl->st) return sip__strdup("out of memory");
   pl->n = c->n_stages;
+  /* Every stage names its config before any can fail: introspection of a
+   * pipeline that failed to build reads them all. */
+  for (size_t k = 0; k < pl->n; k++) pl->st[k].cfg = &c->stages[k];
   for (size_t k = 0; k < pl->n; k++) {
     stage_t *s = &pl->st[k];
-    s->cfg = &c->stages[k];
     char **in_names = NULL;
     size_t n_in_names = 0;
     if (s->cfg->is_transform) {
