@@ -43,6 +43,12 @@ void sip_server_options_set_listen(sip_server_options_t *o, int listen);
 void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait);
 
 /* ---- server ---- */
+/* Parses and validates a config file without loading or serving anything
+ * (sipd --check-config). On success *summary (free with sip_free) tells what
+ * it holds: "3 pools, 2 endpoints, model repository /srv/models". Errors
+ * name the file, line and column of the problem. */
+sip_error_t *sip_config_check_file(const char *path, char **summary);
+
 /* Parses the config, starts listeners and pool loading. Errors: bad config
  * (INVALID_ARGUMENT with file:line:col), an endpoint that cannot be opened
  * (UNAVAILABLE naming it). Borrows `o`. */

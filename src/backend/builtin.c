@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "core/core.h"
-#include "session/engine.h"
+#include "sip/backend.h"
 
 typedef struct model {
   sip_io_desc_t in, out;

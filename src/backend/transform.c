@@ -1,5 +1,5 @@
 /* sip — the `transform` backend: serves one transform operation
- * (src/pipeline/transforms.h) as a pool, so every operation can be called
+ * (src/ops/transforms.h) as a pool, so every operation can be called
  * like a model and tested end to end.
  *
  *   - name: resize_32x48
@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/transforms.h"
-#include "session/engine.h"
+#include "ops/transforms.h"
+#include "sip/backend.h"
 
 static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, size_t n_opts,
                          void **out) {

@@ -9,7 +9,6 @@
 #include "sip/sip.h"
 
 /* Internal: validation without starting anything. */
-#include "config/config.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -44,17 +43,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (check) {
-    sip_config_t *cfg = NULL;
-    sip_error_t *e = sip__config_load_file(config, &cfg);
+    char *summary = NULL;
+    sip_error_t *e = sip_config_check_file(config, &summary);
     if (e) {
       fprintf(stderr, "%s\n", sip_error_message(e));
       sip_error_free(e);
       return 1;
     }
-    printf("%s: OK (%zu pools, %zu endpoints%s%s)\n", config, cfg->n_pools, cfg->n_endpoints,
-           cfg->model_repository ? ", model repository " : "",
-           cfg->model_repository ? cfg->model_repository : "");
-    sip__config_free(cfg);
+    printf("%s: OK (%s)\n", config, summary);
+    sip_free(summary);
     return 0;
   }
 

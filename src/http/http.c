@@ -28,7 +28,7 @@
 
 #include "core/core.h"
 #include "http/http.h"
-#include "metrics/prometheus.h"
+#include "server/prometheus.h"
 #include "session/engine.h"
 
 /* Per-connection memory MHD may use: request line, headers and its read
@@ -1101,7 +1101,9 @@ static void free_http(sip_http_t *h) {
   sip__free(h);
 }
 
-sip_error_t *sip__http_start(sip_server_t *s, const sip_config_t *cfg, sip_http_t **out) {
+static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_) {
+  const sip_config_t *cfg = options;
+  sip_http_t **out = (sip_http_t **)out_;
   *out = NULL;
   sip_http_t *h = sip__calloc(1, sizeof *h);
   if (!h) return SIP_OOM();
@@ -1147,7 +1149,8 @@ sip_error_t *sip__http_start(sip_server_t *s, const sip_config_t *cfg, sip_http_
   return NULL;
 }
 
-void sip__http_stop(sip_http_t *h) {
+static void http_stop(void *state) {
+  sip_http_t *h = state;
   if (!h) return;
   /* Stop accepting, then let answers already queued reach their clients
    * (bounded: a client that stopped reading must not hold shutdown). */
@@ -1163,6 +1166,24 @@ void sip__http_stop(sip_http_t *h) {
   free_http(h);
 }
 
-const char *sip__http_address(const sip_http_t *h) { return h->address; }
+static size_t http_address_count(void *state) {
+  (void)state;
+  return 1;
+}
 
-long sip__http_connections(const sip_http_t *h) { return h ? atomic_load(&h->conns) : 0; }
+static const char *http_address(void *state, size_t i) {
+  return i == 0 ? ((sip_http_t *)state)->address : NULL;
+}
+
+static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
+  emit(ctx, "http", atomic_load(&((sip_http_t *)state)->conns));
+}
+
+const sip_frontend_vtable_t sip__frontend_http = {
+    .name = "http",
+    .start = http_start,
+    .stop = http_stop,
+    .address_count = http_address_count,
+    .address = http_address,
+    .connections = http_connections,
+};

@@ -13,28 +13,21 @@
 
 #include "config/config.h"
 #include "sip/backend.h"
+#include "sip/frontend.h"
 #include "sip/server.h"
 
-struct sip_server;
 typedef struct sip_http sip_http_t;
 
 /* ---- the front-end (http.c) ---------------------------------------------- */
 
-/* Starts the HTTP daemon on cfg->http (which must be set). Its threads only
- * decode, submit and encode: a request waiting for inference holds no thread
- * (the connection is suspended and resumed by the completion). Errors:
- * UNAVAILABLE naming the address when it cannot be bound. Borrows `s` and
- * `cfg`, which must outlive the daemon. */
-sip_error_t *sip__http_start(struct sip_server *s, const sip_config_t *cfg, sip_http_t **out);
-/* Stops accepting, gives responses still being written up to a second,
- * closes every connection and frees. Call only after every request it
- * submitted has completed (sip_server_free drains the pools first). NULL is
- * a no-op. */
-void sip__http_stop(sip_http_t *h);
-/* "http://host:port" with the bound port. Borrowed, valid until stop. */
-const char *sip__http_address(const sip_http_t *h);
-/* Open HTTP connections (h may be NULL: 0). Thread-safe. */
-long sip__http_connections(const sip_http_t *h);
+/* The front-end (sip/frontend.h). start() takes the server's
+ * `const sip_config_t *` and binds cfg->http (which must be set): UNAVAILABLE
+ * naming the address when it cannot. Its threads only decode, submit and
+ * encode: a request waiting for inference holds no thread (the connection is
+ * suspended and resumed by the completion). stop() gives responses still
+ * being written up to a second, then closes every connection. Connections
+ * are reported as "http". */
+extern const sip_frontend_vtable_t sip__frontend_http;
 
 /* ---- the codec (kserve_json.c) ------------------------------------------- */
 

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/expr.h"
-#include "pipeline/transforms.h"
+#include "ops/expr.h"
+#include "ops/transforms.h"
 #include "session/engine.h"
 
 #define MAX_STAGES 64

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "metrics/metrics.h"
+#include "core/metrics.h"
 #include "sched/arbiter.h"
 #include "sip/backend.h"
 #include "sip/server.h"
@@ -135,7 +135,7 @@ struct sip_pool {
   atomic_long n_queued; /* requests in all queues */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
   /* preprocess block: run on each request by the executor before batching;
-   * inputs[] then describes the raw input clients send (src/pipeline/preprocess.h). */
+   * inputs[] then describes the raw input clients send (src/session/preprocess.h). */
   struct sip_preprocess *pre;
   /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
   uint64_t rate_win_start_us;
@@ -171,7 +171,7 @@ void sip__pool_load(sip_pool_t *p);
 void sip__pool_free_descs(sip_io_desc_t *d, size_t n);
 /* Admission checks of a request against the model (names, dtypes, shapes). */
 sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r);
-/* The executor loop of one session (src/sched/scheduler.c). */
+/* The executor loop of one session (src/session/executor.c). */
 void *sip__session_main(void *session);
 /* Completes queued requests carrying `t` with CANCELLED. */
 void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t);
@@ -201,7 +201,7 @@ extern const sip_backend_vtable_t sip__backend_onnxruntime;
 extern const sip_backend_vtable_t sip__backend_builtin;
 extern const sip_backend_vtable_t sip__backend_transform;
 
-typedef struct sip_listener_set sip_listener_set_t;
+#define SIP__MAX_FRONTENDS 8
 typedef struct sip_repo sip_repo_t;
 
 struct sip_server {
@@ -216,7 +216,7 @@ struct sip_server {
   pthread_cond_t reg_cv;
   atomic_int reg_waiters;   /* drains waiting on reg_cv */
   _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
-  sip_repo_t *repo;         /* model repository and its worker (src/session/repository.c) */
+  sip_repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
   uint64_t started_us;
   /* Per-backend process state, initialised on first use. */
   struct {
@@ -238,9 +238,12 @@ struct sip_server {
   _Atomic uint64_t hk_next_us; /* earliest known deadline, UINT64_MAX: none */
   int hk_stop;
 
-  sip_listener_set_t *listeners;
-  /* KServe v2 HTTP front-end (src/http/http.c); NULL when server.http is off. */
-  struct sip_http *http;
+  /* Front-ends attached (sip_server_add_frontend), stopped last first. */
+  struct {
+    const struct sip_frontend_vtable *vt;
+    void *state;
+  } frontends[SIP__MAX_FRONTENDS];
+  size_t n_frontends;
   /* Set when sip_server_free begins: health/ready answers 503 from then on. */
   _Atomic int draining;
   sip_arbiter_t arbiter; /* execution slots shared by every pool */
@@ -288,7 +291,7 @@ void sip__registry_drain_free(struct sip_server *s, sip_pool_t *p);
  * holds reg_lock. */
 int sip__registry_is_default_locked(struct sip_server *s, const sip_pool_t *p);
 
-/* ---- model repository (src/session/repository.c) ---- */
+/* ---- model repository (src/server/repository.c) ---- */
 /* Starts the loader thread: it loads the config file's pools, then the
  * repository's models (unless model_control is explicit), sets `loaded`,
  * then runs load/unload requests (`wait`: the initial loads happen before
@@ -301,14 +304,5 @@ void sip__repo_free(struct sip_server *s);
 /* Why `name` has no pool when the repository knows it (loading, unloaded,
  * failed: UNAVAILABLE with the reason), else NULL. */
 sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);
-
-/* Transports (src/transport/listener.c). */
-sip_error_t *sip__listeners_start(struct sip_server *s, char **endpoints, size_t n,
-                                  sip_listener_set_t **out);
-void sip__listeners_stop(sip_listener_set_t *ls);
-size_t sip__listeners_count(sip_listener_set_t *ls);
-const char *sip__listeners_address(sip_listener_set_t *ls, size_t i);
-/* Open native-protocol connections by transport (ls may be NULL). */
-void sip__listeners_connections(sip_listener_set_t *ls, long *unix_conns, long *tcp_conns);
 
 #endif

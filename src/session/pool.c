@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "pipeline/preprocess.h"
-#include "pipeline/transforms.h"
+#include "session/preprocess.h"
+#include "ops/transforms.h"
 #include "session/engine.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};

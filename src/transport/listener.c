@@ -29,6 +29,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "transport/frame.h"
+#include "transport/listener.h"
 
 #define MAX_LISTENERS 16
 enum { TAG_LISTENER = 1, TAG_CONN = 2, TAG_WAKE = 3 };
@@ -66,6 +67,7 @@ typedef struct listener {
   char *unlink_path; /* unix socket file to remove on stop */
 } listener_t;
 
+typedef struct sip_listener_set sip_listener_set_t;
 struct sip_listener_set {
   sip_server_t *srv;
   size_t max_frame;
@@ -768,15 +770,19 @@ static void *loop_main(void *arg) {
 
 /* ---- public (internal) API ---- */
 
-sip_error_t *sip__listeners_start(sip_server_t *srv, char **endpoints, size_t n,
-                                  sip_listener_set_t **out) {
+static void listeners_stop(void *state);
+
+static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void **out) {
+  const sip_config_t *cfg = options;
+  char **endpoints = cfg->endpoints;
+  size_t n = cfg->n_endpoints;
   if (n > MAX_LISTENERS)
     return sip_error_new(SIP_INVALID_ARGUMENT, "%zu endpoints; at most %d are supported", n,
                          MAX_LISTENERS);
   sip_listener_set_t *ls = sip__calloc(1, sizeof *ls);
   if (!ls) return SIP_OOM();
   ls->srv = srv;
-  ls->max_frame = srv->cfg->max_frame_bytes;
+  ls->max_frame = cfg->max_frame_bytes;
   ls->epfd = epoll_create1(EPOLL_CLOEXEC);
   ls->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pthread_mutex_init(&ls->slots_mu, NULL);
@@ -802,7 +808,7 @@ sip_error_t *sip__listeners_start(sip_server_t *srv, char **endpoints, size_t n,
   if (!e && pthread_create(&ls->thread, NULL, loop_main, ls) != 0)
     e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the transport thread");
   if (e) {
-    sip__listeners_stop(ls);
+    listeners_stop(ls);
     return e;
   }
   ls->thread_started = 1;
@@ -812,7 +818,8 @@ sip_error_t *sip__listeners_start(sip_server_t *srv, char **endpoints, size_t n,
   return NULL;
 }
 
-void sip__listeners_stop(sip_listener_set_t *ls) {
+static void listeners_stop(void *state) {
+  sip_listener_set_t *ls = state;
   if (!ls) return;
   if (ls->thread_started) {
     atomic_store(&ls->stop, 1);
@@ -838,12 +845,24 @@ void sip__listeners_stop(sip_listener_set_t *ls) {
   sip__free(ls);
 }
 
-size_t sip__listeners_count(sip_listener_set_t *ls) { return ls->n_ls; }
+static size_t listeners_count(void *state) { return ((sip_listener_set_t *)state)->n_ls; }
 
-void sip__listeners_connections(sip_listener_set_t *ls, long *unix_conns, long *tcp_conns) {
-  *unix_conns = ls ? atomic_load(&ls->open_conns[0]) : 0;
-  *tcp_conns = ls ? atomic_load(&ls->open_conns[1]) : 0;
+static void listeners_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
+  sip_listener_set_t *ls = state;
+  emit(ctx, "unix", atomic_load(&ls->open_conns[0]));
+  emit(ctx, "tcp", atomic_load(&ls->open_conns[1]));
 }
-const char *sip__listeners_address(sip_listener_set_t *ls, size_t i) {
+
+static const char *listeners_address(void *state, size_t i) {
+  sip_listener_set_t *ls = state;
   return i < ls->n_ls ? ls->ls[i].address : NULL;
 }
+
+const sip_frontend_vtable_t sip__frontend_native = {
+    .name = "native",
+    .start = listeners_start,
+    .stop = listeners_stop,
+    .address_count = listeners_count,
+    .address = listeners_address,
+    .connections = listeners_connections,
+};

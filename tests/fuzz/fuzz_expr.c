@@ -1,4 +1,4 @@
-/* libFuzzer target for the pipeline condition language (src/pipeline/expr.c).
+/* libFuzzer target for the pipeline condition language (src/ops/expr.c).
  *
  * Parses the input (as a NUL-terminated copy) and, when it parses, evaluates
  * it twice against a fixed set of tensors (every kind evaluation must cope
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/expr.h"
+#include "ops/expr.h"
 
 #define CHECK(cond) \
   do {              \

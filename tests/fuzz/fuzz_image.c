@@ -1,4 +1,4 @@
-/* libFuzzer target for decode_image (src/pipeline/transform_decode.c): the
+/* libFuzzer target for decode_image (src/ops/transform_decode.c): the
  * PNG/JPEG bytes a client sends, through libpng and libjpeg-turbo.
  *
  * The input's length picks the mode (rgb, bgr, gray) so every conversion
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/transforms.h"
+#include "ops/transforms.h"
 
 #define CHECK(cond)       \
   do {                    \

@@ -1,4 +1,4 @@
-"""Transform operations (src/pipeline/transform_*.c) served by the `transform`
+"""Transform operations (src/ops/transform_*.c) served by the `transform`
 backend, each compared with a numpy reference implementation written here.
 
 One sipd serves every operation as a pool (`backend: transform`,

@@ -1,9 +1,9 @@
-/* Unit tests for image input: decode_image (src/pipeline/transform_decode.c)
+/* Unit tests for image input: decode_image (src/ops/transform_decode.c)
  * on PNG and JPEG files written here with libpng and libjpeg, its modes and
  * its answers to hostile files (not an image, truncated, oversized headers,
  * allocation failures); resize's limit_side_len / multiple_of sizes
  * (PaddleOCR's DetResizeForTest); rotate180's widths; and the per-pool
- * preprocess chain (src/pipeline/preprocess.c) with its config errors. The
+ * preprocess chain (src/session/preprocess.c) with its config errors. The
  * pixel references against PIL are in tests/integration/test_preprocess.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,8 +20,8 @@
 
 #include "config/config.h"
 #include "core/core.h"
-#include "pipeline/preprocess.h"
-#include "pipeline/transforms.h"
+#include "session/preprocess.h"
+#include "ops/transforms.h"
 
 #define KV(k, v) ((sip_kv_t){(k), (v)})
 #define IW 13

@@ -1,4 +1,4 @@
-/* Unit tests for the pipeline condition language (src/pipeline/expr.c,
+/* Unit tests for the pipeline condition language (src/ops/expr.c,
  * docs/expressions.md): what parses and what is rejected (with the column and
  * the message), the references, evaluation over tensors of every numeric
  * dtype (empty and scalar ones included), precedence, short-circuiting, run
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "pipeline/expr.h"
+#include "ops/expr.h"
 #include "sip/tensor.h"
 
 /* ---- helpers ------------------------------------------------------------- */

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h" /* sip__tf_homography */
-#include "pipeline/transforms.h"
+#include "ops/transform_impl.h" /* sip__tf_homography */
+#include "ops/transforms.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 

@@ -31,7 +31,7 @@ def _buckets(hist):
 
 def _quantile_us(bounds, cum, q):
     """Quantile q (0..1) of a cumulative histogram by linear interpolation inside
-    the bucket, as the server does (src/metrics/metrics.c); 0.0 when empty."""
+    the bucket, as the server does (src/core/metrics.c); 0.0 when empty."""
     total = cum[-1] if cum else 0
     if total <= 0:
         return 0.0

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h"
+#include "ops/transform_impl.h"
 
 /* ---- element access ---- */
 

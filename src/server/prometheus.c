@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "metrics/prometheus.h"
+#include "server/prometheus.h"
 #include "session/engine.h"
 
 typedef struct sb {

@@ -17,7 +17,7 @@
  * place. Names from requests are checked before they touch the file system,
  * and every path is resolved (realpath) and must stay inside the
  * repository. */
-#include "session/repository.h"
+#include "server/repository.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "pipeline/transforms.h"
+#include "ops/transforms.h"
 
 #define TF_MAX_IO 4
 #define TF_MAX_CH 64 /* per-channel mean/std values */

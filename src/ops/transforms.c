@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h"
+#include "ops/transform_impl.h"
 
 static const sip__tf_op_t *const ops[] = {
     &sip__tf_resize,        &sip__tf_letterbox, &sip__tf_normalize,        &sip__tf_color_convert,

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "core/core.h"
-#include "pipeline/preprocess.h"
+#include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
 

@@ -22,7 +22,7 @@
 #include <png.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h"
+#include "ops/transform_impl.h"
 
 /* Limits on what a client's bytes may make us decode: per side, and the
  * decoded image (3 channels). */

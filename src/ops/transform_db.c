@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h"
+#include "ops/transform_impl.h"
 
 static const char *const db_opts[] = {"thresh",   "box_thresh",     "unclip_ratio", "min_size",
                                       "src_size", "max_candidates", NULL};

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/transform_impl.h"
+#include "ops/transform_impl.h"
 
 /* Views input `x` as an image; resampling needs at least one pixel. */
 static sip_error_t *image_in(const sip_transform_t *t, const sip_tensor_t *x,

@@ -1,12 +1,12 @@
 /* sip — per-pool preprocess: transform chains in front of a model input
  * (docs/preprocess.md). */
-#include "pipeline/preprocess.h"
+#include "session/preprocess.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/transforms.h"
+#include "ops/transforms.h"
 
 #define PRE_MAX 16
 

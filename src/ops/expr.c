@@ -10,7 +10,7 @@
  * evaluated whatever the data (a tensor in arithmetic, two tensors compared,
  * a tensor as a condition) is rejected here, at parse time.
  */
-#include "pipeline/expr.h"
+#include "ops/expr.h"
 
 #include <math.h>
 #include <stdarg.h>

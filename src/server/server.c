@@ -8,9 +8,10 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "http/http.h"
+#include "server/server.h"
+#include "sip/frontend.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/preprocess.h"
+#include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
 
@@ -150,10 +151,10 @@ static void *hk_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
-/* Pools load on the loader thread (src/session/repository.c), which then
+/* Pools load on the loader thread (src/server/repository.c), which then
  * serves repository loads and unloads. */
 
-sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
+sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **out) {
   *out = NULL;
   sip_config_t *cfg = NULL;
   sip_error_t *e;
@@ -203,25 +204,47 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the housekeeping thread");
   }
   s->hk_started = 1;
-  if (o->listen) {
-    e = sip__listeners_start(s, cfg->endpoints, cfg->n_endpoints, &s->listeners);
-    if (e) {
-      sip_server_free(s);
-      return e;
-    }
-  }
-  /* HTTP front-end hook (src/http/http.c): KServe v2 REST + /metrics. */
-  if (o->listen && cfg->http && (e = sip__http_start(s, cfg, &s->http))) {
-    sip_server_free(s);
-    return e;
-  }
-  /* The loader (src/session/repository.c) loads the pools, then serves
-   * repository loads and unloads. */
-  if ((e = sip__repo_start(s, o->wait_for_load))) {
-    sip_server_free(s);
-    return e;
-  }
   *out = s;
+  return NULL;
+}
+
+sip_error_t *sip_config_check_file(const char *path, char **summary) {
+  *summary = NULL;
+  sip_config_t *cfg = NULL;
+  sip_error_t *e = sip__config_load_file(path, &cfg);
+  if (e) return e;
+  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s", cfg->n_pools,
+                           cfg->n_pipelines, cfg->n_endpoints, cfg->http ? ", http " : "",
+                           cfg->http ? cfg->http : "",
+                           cfg->model_repository ? ", model repository " : "",
+                           cfg->model_repository ? cfg->model_repository : "");
+  sip__config_free(cfg);
+  return *summary ? NULL : SIP_OOM();
+}
+
+sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
+  /* The loader (src/server/repository.c) loads the pools, then serves
+   * repository loads and unloads. */
+  return sip__repo_start(s, o->wait_for_load);
+}
+
+int sip__server_options_listen(const sip_server_options_t *o) { return o->listen; }
+
+const sip_config_t *sip__server_config(const sip_server_t *s) { return s->cfg; }
+
+sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
+                                     const void *options) {
+  if (!vt || !vt->start || !vt->stop)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "a front-end needs start and stop");
+  if (s->n_frontends == SIP__MAX_FRONTENDS)
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "%d front-ends are attached; at most %d are "
+                         "supported", SIP__MAX_FRONTENDS, SIP__MAX_FRONTENDS);
+  void *state = NULL;
+  sip_error_t *e = vt->start(s, options, &state);
+  if (e) return e;
+  s->frontends[s->n_frontends].vt = vt;
+  s->frontends[s->n_frontends].state = state;
+  s->n_frontends++;
   return NULL;
 }
 
@@ -253,8 +276,11 @@ void sip_server_free(sip_server_t *s) {
     }
   }
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
-  if (s->listeners) sip__listeners_stop(s->listeners);
-  sip__http_stop(s->http); /* every request it submitted has completed */
+  /* Every request a front-end submitted has completed: close them, last first. */
+  while (s->n_frontends) {
+    s->n_frontends--;
+    s->frontends[s->n_frontends].vt->stop(s->frontends[s->n_frontends].state);
+  }
   sip__pipelines_free(s->pipelines); /* no run is left once pools drained and workers quiesced */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);
@@ -279,14 +305,23 @@ void sip_server_free(sip_server_t *s) {
 int sip_server_ready(sip_server_t *s) { return atomic_load(&s->loaded); }
 
 size_t sip_server_endpoint_count(sip_server_t *s) {
-  return (s->listeners ? sip__listeners_count(s->listeners) : 0) + (s->http ? 1 : 0);
+  size_t n = 0;
+  for (size_t f = 0; f < s->n_frontends; f++)
+    if (s->frontends[f].vt->address_count)
+      n += s->frontends[f].vt->address_count(s->frontends[f].state);
+  return n;
 }
 
-/* Native listeners first, then the HTTP front-end ("http://host:port"). */
+/* Every front-end's addresses, in the order they were attached (the native
+ * endpoints, then "http://host:port"). */
 const char *sip_server_endpoint(sip_server_t *s, size_t i) {
-  size_t n = s->listeners ? sip__listeners_count(s->listeners) : 0;
-  if (i < n) return sip__listeners_address(s->listeners, i);
-  return i == n && s->http ? sip__http_address(s->http) : NULL;
+  for (size_t f = 0; f < s->n_frontends; f++) {
+    const sip_frontend_vtable_t *vt = s->frontends[f].vt;
+    size_t n = vt->address_count ? vt->address_count(s->frontends[f].state) : 0;
+    if (i < n) return vt->address(s->frontends[f].state, i);
+    i -= n;
+  }
+  return NULL;
 }
 
 /* ---- requests ---- */
@@ -987,6 +1022,10 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   return o;
 }
 
+static void count_connections(void *ctx, const char *kind, long open) {
+  json_object_set_new((json_t *)ctx, kind, json_integer((json_int_t)open));
+}
+
 json_t *sip__server_info(sip_server_t *s, int kind) {
   json_t *root;
   if (kind != SIP_INFO_READY && kind != SIP_INFO_POOLS && kind != SIP_INFO_STATUS) return NULL;
@@ -1030,12 +1069,11 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
                           json_real((double)(sip__now_us() - s->started_us) / 1e6));
       json_object_set_new(root, "ready", json_boolean(sip_server_ready(s)));
       json_object_set_new(root, "version", json_string(SIP_VERSION_STRING));
-      long nu, nt;
-      sip__listeners_connections(s->listeners, &nu, &nt);
-      json_object_set_new(root, "connections",
-                          json_pack("{s:I,s:I,s:I}", "unix", (json_int_t)nu, "tcp",
-                                    (json_int_t)nt, "http",
-                                    (json_int_t)sip__http_connections(s->http)));
+      json_t *conns = json_object();
+      for (size_t f = 0; f < s->n_frontends; f++)
+        if (s->frontends[f].vt->connections)
+          s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
+      json_object_set_new(root, "connections", conns);
     }
   }
   sip__registry_release(v, n);

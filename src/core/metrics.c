@@ -2,7 +2,7 @@
  * bucket and the sum from slightly different instants, which is fine for
  * monitoring and keeps the hot path free of locks. The count is the sum
  * of the buckets. */
-#include "metrics/metrics.h"
+#include "core/metrics.h"
 
 const uint64_t sip__hist_bounds_us[SIP_HIST_BUCKETS] = {
     50,    100,    250,    500,    1000,    2500,    5000,    10000,   25000,

@@ -1,0 +1,12 @@
+/* sip — the native-protocol front-end (listener.c): framed requests on unix
+ * and tcp endpoints, one epoll loop (docs/protocol.md). */
+#ifndef SIP_TRANSPORT_LISTENER_H
+#define SIP_TRANSPORT_LISTENER_H
+
+#include "sip/frontend.h"
+
+/* start() takes the server's `const sip_config_t *` (endpoints,
+ * max_frame_bytes). Connections are reported as "unix" and "tcp". */
+extern const sip_frontend_vtable_t sip__frontend_native;
+
+#endif
