@@ -6,7 +6,9 @@ build's compile_commands.json is run again with -MM (same flags), and each
 header it pulls in from this repository is mapped to its layer by folder.
 A file may include its own layer and the layers below it; front-ends
 (transport, http, grpc) sit side by side and include none of each other;
-include/sip/ (the public API) is open to all. The daemon and the tools may
+include/sip/ (the public API) is open to all. Front-ends include none of
+the engine's internals (backend, sched, session, pipeline), and
+src/server/server_impl.h is private to src/server. The daemon and the tools may
 include only include/sip/ and their own folder.
 
 usage: check_layers.py BUILD_DIR   (exit 1 with one line per bad include)
@@ -33,6 +35,12 @@ ORDER = [
     ("compose",),
 ]
 RANK = {name: i for i, names in enumerate(ORDER) for name in names}
+# Front-ends reach the engine through the public calls only: of the layers
+# below them they may include core, config and the server's introspection,
+# never the engine's internals.
+FRONTENDS = ("transport", "http", "grpc")
+ENGINE_INTERNALS = ("backend", "sched", "session", "pipeline")
+PRIVATE_HEADERS = ("src/server/server_impl.h",)
 # Folders outside src/ with their own rules.
 PUBLIC_ONLY = ("src/daemon", "tools")
 
@@ -97,6 +105,11 @@ def check(src, dep):
         return "src/%s is not a known layer" % d[1]
     if s[1] == d[1]:
         return None
+    rel_dep = os.path.relpath(os.path.realpath(dep), ROOT)
+    if rel_dep in PRIVATE_HEADERS:
+        return "%s is private to src/%s" % (rel_dep, d[1])
+    if s[1] in FRONTENDS and d[1] in ENGINE_INTERNALS:
+        return "a front-end uses the public calls, not the engine's %s internals" % d[1]
     if RANK[d[1]] > RANK[s[1]]:
         return "%s is above %s" % (d[1], s[1])
     if RANK[d[1]] == RANK[s[1]]:

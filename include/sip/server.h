@@ -67,6 +67,14 @@ enum { SIP_INFO_READY = 1, SIP_INFO_POOLS = 2, SIP_INFO_STATUS = 3 };
 /* Frees memory libsip returned as owned (strings from sip_server_info_json). */
 void sip_free(void *p);
 
+/* A number that changes whenever the set of models served changes (a load,
+ * reload or unload): front-ends compare it to know when what they cached
+ * about the models is stale. */
+uint64_t sip_server_generation(sip_server_t *s);
+/* 1 once sip_server_free has begun: the server answers what is in flight
+ * and accepts nothing new (health and ready checks should fail). */
+int sip_server_draining(sip_server_t *s);
+
 /* Introspection as JSON text (docs/protocol.md, INFO_RESPONSE): kind 1 ready,
  * 2 pools, 3 status. Returns an owned NUL-terminated string (sip_free), NULL on
  * OOM or an unknown kind. Thread-safe. */
@@ -134,6 +142,14 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json);
 /* Asks for one output by name (default: all of them, in model order). */
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
+/* Bulk forms for front-ends whose decoder already checked what it decoded
+ * (each tensor valid per sip_tensor_validate, names unique): the request
+ * takes `inputs` (an array from malloc, and its tensors) or `names` (an
+ * array from malloc of strings from malloc) as they are, without checking
+ * again. Only on a request that has none yet: INVALID_ARGUMENT otherwise
+ * (and nothing is taken). */
+sip_error_t *sip_request_adopt_inputs(sip_request_t *r, sip_tensor_t **inputs, size_t n);
+sip_error_t *sip_request_adopt_outputs(sip_request_t *r, char **names, size_t n);
 
 /* A cancellation token: requests carrying it can be cancelled together
  * (for example every request of a client connection that closed). */
@@ -182,6 +198,8 @@ uint64_t sip_response_request_id(const sip_response_t *resp);
 size_t sip_response_output_count(const sip_response_t *resp);
 const sip_tensor_t *sip_response_output(const sip_response_t *resp, size_t i);
 const sip_tensor_t *sip_response_output_by_name(const sip_response_t *resp, const char *name);
+/* Every output at once (borrowed, valid until the response is freed). */
+const sip_tensor_t *const *sip_response_outputs(const sip_response_t *resp, size_t *n);
 /* Server-side timings in microseconds. */
 void sip_response_timings(const sip_response_t *resp, uint64_t *queue_us, uint64_t *compute_us,
                           uint64_t *total_us);

@@ -29,7 +29,7 @@
 #include "core/core.h"
 #include "http/http.h"
 #include "server/prometheus.h"
-#include "session/engine.h"
+#include "server/introspect.h"
 
 /* Per-connection memory MHD may use: request line, headers and its read
  * buffer. Headers that do not fit are answered 431. */
@@ -291,7 +291,7 @@ static int meta_is(const meta_t *m, const char *model, const char *asked) {
  * NULL (unknown, not ready, OOM). Entries describing an older set of pools
  * are replaced; requests still holding them keep them alive. */
 static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
-  uint64_t gen = atomic_load(&h->s->reg_gen);
+  uint64_t gen = sip_server_generation(h->s);
   pthread_mutex_lock(&h->cache_mu);
   meta_t **pp = &h->cache, *m;
   while ((m = *pp) && !meta_is(m, model, asked)) pp = &m->next;
@@ -303,7 +303,7 @@ static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
   if (m) atomic_fetch_add(&m->refs, 1);
   pthread_mutex_unlock(&h->cache_mu);
   /* While draining, pools free their models: their I/O is no longer asked. */
-  if (m || atomic_load(&h->s->draining)) return m;
+  if (m || sip_server_draining(h->s)) return m;
   json_t *root = sip__server_info(h->s, SIP_INFO_POOLS), *pool = find_pool(root, model, asked);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
@@ -392,7 +392,7 @@ static route_kind_t route(const char *url, hreq_t *q) {
 
 static enum MHD_Result health_ready(hreq_t *q) {
   sip_http_t *h = q->h;
-  if (atomic_load(&h->s->draining))
+  if (sip_server_draining(h->s))
     return send_error_msg(q->conn, 503, "server is draining: it answers requests in flight and "
                                         "accepts no new ones");
   json_t *r = sip__server_info(h->s, SIP_INFO_READY);
@@ -468,7 +468,7 @@ static sip_error_t *need_loaded(json_t *pool, const char *model) {
 static enum MHD_Result model_meta(hreq_t *q, int config) {
   /* The pools JSON lists each model's inputs and outputs, which a draining
    * server is freeing: answer from the status only from then on. */
-  if (atomic_load(&q->h->s->draining))
+  if (sip_server_draining(q->h->s))
     return send_error_msg(q->conn, 503, "server is draining: model metadata is unavailable");
   json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS), *pool = find_pool(root, q->model, q->version);
   sip_error_t *e = check_model(root, pool, q->model, q->version);
@@ -740,7 +740,7 @@ static enum MHD_Result infer_start(hreq_t *q) {
       sip_error_t *e = check_model(root, pool, q->model, q->version);
       if (!e) e = need_loaded(pool, q->model);
       json_decref(root);
-      if (!e && atomic_load(&q->h->s->draining))
+      if (!e && sip_server_draining(q->h->s))
         e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
       return send_error(q->conn, e ? e : SIP_OOM());
     }

@@ -105,14 +105,6 @@ static int find_str(char *const *v, size_t n, const char *s) {
   return -1;
 }
 
-static char **names_of(json_t *arr, size_t *n) {
-  *n = json_array_size(arr);
-  char **v = sip__calloc(*n ? *n : 1, sizeof *v);
-  for (size_t i = 0; v && i < *n; i++)
-    v[i] = sip__strdup(json_string_value(json_object_get(json_array_get(arr, i), "name")));
-  return v;
-}
-
 static char **names_of_descs(const sip_io_desc_t *d, size_t n) {
   char **v = sip__calloc(n ? n : 1, sizeof *v);
   for (size_t i = 0; v && i < n; i++) v[i] = sip__strdup(d[i].name);
@@ -180,15 +172,6 @@ static char *resolve_ref(pipeline_t *pl, size_t before, const char *ref, int *sr
   return NULL;
 }
 
-/* Finds a pool's JSON in the pools introspection. */
-static json_t *pool_info(json_t *pools, const char *name) {
-  size_t i;
-  json_t *p;
-  json_array_foreach(pools, i, p) if (!strcmp(json_string_value(json_object_get(p, "name")), name))
-      return p;
-  return NULL;
-}
-
 /* A copy of the entry named `name` in a [{name, dtype, shape}] list,
  * renamed `as`; {name: as} alone when there is none (an input only a
  * condition reads has no descriptor). */
@@ -227,7 +210,7 @@ static void describe(pipeline_t *pl) {
                           desc_as(pl->st[pl->po[o].stage].out_desc, pl->po[o].out, pl->po[o].name));
 }
 
-static char *build_one(pipeline_t *pl, json_t *pools) {
+static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
   const sip_pipeline_config_t *c = pl->cfg;
   if (c->n_stages > MAX_STAGES)
     return sip__asprintf("%zu stages; at most %d are supported", c->n_stages, MAX_STAGES);
@@ -259,19 +242,30 @@ static char *build_one(pipeline_t *pl, json_t *pools) {
       s->in_desc = sip__io_json(ins, ni);
       s->out_desc = sip__io_json(outs, no);
     } else {
-      json_t *p = pool_info(pools, s->cfg->pool);
-      if (!p) return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
-      const char *state = json_string_value(json_object_get(p, "state"));
-      if (strcmp(state, "READY"))
-        return sip__asprintf("stage '%s': pool '%s' is %s%s%s", s->cfg->name, s->cfg->pool, state,
-                             json_is_string(json_object_get(p, "error")) ? ": " : "",
-                             json_is_string(json_object_get(p, "error"))
-                                 ? json_string_value(json_object_get(p, "error"))
-                                 : "");
-      in_names = names_of(json_object_get(p, "inputs"), &n_in_names);
-      s->outs = names_of(json_object_get(p, "outputs"), &s->n_outs);
-      s->in_desc = json_incref(json_object_get(p, "inputs"));
-      s->out_desc = json_incref(json_object_get(p, "outputs"));
+      /* The pool the stage names (its default version), typed, from the
+       * registry: its state, and what it takes and gives. */
+      sip_error_t *fe = NULL;
+      sip_pool_t *p = sip__registry_find(eng, s->cfg->pool, NULL, &fe);
+      if (!p) {
+        sip_error_free(fe);
+        return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
+      }
+      int state = atomic_load(&p->state);
+      if (state != SIP_POOL_READY) {
+        char *m = sip__asprintf("stage '%s': pool '%s' is %s%s%s", s->cfg->name, s->cfg->pool,
+                                sip__pool_state_name((sip_pool_state_t)state),
+                                state == SIP_POOL_FAILED && p->error ? ": " : "",
+                                state == SIP_POOL_FAILED && p->error ? p->error : "");
+        sip__pool_unref(p);
+        return m;
+      }
+      in_names = names_of_descs(p->inputs, p->n_inputs);
+      n_in_names = p->n_inputs;
+      s->outs = names_of_descs(p->outputs, p->n_outputs);
+      s->n_outs = p->n_outputs;
+      s->in_desc = sip__io_json(p->inputs, p->n_inputs);
+      s->out_desc = sip__io_json(p->outputs, p->n_outputs);
+      sip__pool_unref(p);
     }
     for (size_t f = 0; f < s->cfg->n_output_filter; f++)
       if (find_str(s->outs, s->n_outs, s->cfg->output_filter[f]) < 0) {
@@ -427,7 +421,7 @@ static void pipeline_clear(pipeline_t *pl) {
 
 static void *worker_main(void *arg);
 
-sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg) {
+sip_pipeline_set_t *sip__pipelines_build(sip__engine_t *eng, const sip_config_t *cfg) {
   sip_pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->p = sip__calloc(cfg->n_pipelines ? cfg->n_pipelines : 1, sizeof *ps->p);
@@ -436,12 +430,10 @@ sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cf
     return NULL;
   }
   ps->n = cfg->n_pipelines;
-  json_t *root = cfg->n_pipelines ? sip__server_info(s, SIP_INFO_POOLS) : NULL;
-  json_t *pools = json_object_get(root, "pools");
   for (size_t i = 0; i < ps->n; i++) {
     pipeline_t *pl = &ps->p[i];
     pl->cfg = &cfg->pipelines[i];
-    pl->error = build_one(pl, pools);
+    pl->error = build_one(pl, eng);
     if (pl->error)
       sip__log(SIP__LOG_ERROR, "pipeline failed to build", "pipeline=%s reason=\"%s\"",
                pl->cfg->name, pl->error);
@@ -449,7 +441,6 @@ sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cf
       sip__log(SIP__LOG_INFO, "pipeline ready", "pipeline=%s stages=%zu inputs=%zu outputs=%zu",
                pl->cfg->name, pl->n, pl->n_inputs, pl->n_po);
   }
-  json_decref(root);
   pthread_mutex_init(&ps->mu, NULL);
   pthread_cond_init(&ps->cv, NULL);
   pthread_cond_init(&ps->idle_cv, NULL);

@@ -11,6 +11,7 @@
 #include "sip/server.h"
 
 typedef struct sip_pipeline_set sip_pipeline_set_t;
+struct sip__engine;
 
 /* Builds every pipeline of the config once the pools have loaded: wires
  * each stage's inputs (input_mapping, or by default the previous stage's
@@ -18,7 +19,7 @@ typedef struct sip_pipeline_set sip_pipeline_set_t;
  * transforms' inputs and outputs. A pipeline that cannot be built is FAILED
  * with the reason (like a pool); the others serve. Returns NULL only when
  * out of memory. */
-sip_pipeline_set_t *sip__pipelines_build(sip_server_t *s, const sip_config_t *cfg);
+sip_pipeline_set_t *sip__pipelines_build(struct sip__engine *eng, const sip_config_t *cfg);
 /* Stops taking transform stages for the workers and waits until those
  * queued have run (their answers go out while the transports are still up);
  * later submissions run those stages on the caller's thread. NULL: no-op. */
@@ -35,10 +36,6 @@ int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name);
  * message a JSON object describing the stages (docs/pipelines.md). */
 sip_error_t *sip__pipeline_submit(sip_server_t *s, sip_pipeline_set_t *ps, sip_request_t *r,
                                   sip_infer_done_fn done, void *user);
-
-/* [{name, dtype, shape (null: any rank)}] of descriptors, as the pools JSON
- * lists a pool's inputs and outputs (session/server.c). */
-json_t *sip__io_json(const sip_io_desc_t *d, size_t n);
 
 /* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs as
  * {name, dtype, shape} objects taken from the stages that consume each

@@ -16,7 +16,7 @@
 
 #include "core/core.h"
 #include "server/prometheus.h"
-#include "session/engine.h"
+#include "server/server_impl.h"
 
 typedef struct sb {
   char *p;

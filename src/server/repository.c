@@ -32,7 +32,7 @@
 
 #include "core/core.h"
 #include "pipeline/pipeline.h"
-#include "session/engine.h"
+#include "server/server_impl.h"
 
 #define MODEL_NAME_MAX 128
 #define NAME_EXPECT "a model directory name: 1..128 characters from A-Z a-z 0-9 _ . - not starting with '.'"
@@ -295,7 +295,7 @@ static int add_failure(failure_t **f, size_t *n, const char *version, const char
 /* Live repository pools of `name`, each with a reference. */
 static sip_pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
   size_t all = 0;
-  sip_pool_t **v = sip__registry_snapshot(s, 1, &all);
+  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &all);
   *n = 0;
   for (size_t i = 0; i < all; i++) {
     if (v[i]->from_repo && !strcmp(v[i]->cfg->name, name))
@@ -544,7 +544,7 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
     }
     sip_pool_config_t *pc = NULL;
     sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, &pc);
-    sip_pool_t *p = le ? NULL : sip__pool_new(s, pc, pc, ver->name);
+    sip_pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
     if (!le && !p) le = SIP_OOM();
     if (le) {
       sip__free(fp);
@@ -579,12 +579,12 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
       if (nf == nf_scan || replaced) retire[n_retire++] = old[j];
     }
     /* The `current` link may have moved between versions that stay. */
-    pthread_rwlock_wrlock(&s->reg_lock);
+    pthread_rwlock_wrlock(&s->eng.reg_lock);
     for (size_t j = 0; j < n_old; j++)
       if (keep[j]) old[j]->pinned = old[j]->version_num == current;
-    pthread_rwlock_unlock(&s->reg_lock);
+    pthread_rwlock_unlock(&s->eng.reg_lock);
     if (n_add || n_retire) {
-      sip_error_t *se = sip__registry_swap(s, add, n_add, retire, n_retire);
+      sip_error_t *se = sip__registry_swap(&s->eng, add, n_add, retire, n_retire);
       if (se) {
         for (size_t i = 0; i < n_add; i++) {
           sip__pool_shutdown(add[i]);
@@ -601,7 +601,7 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
   for (size_t i = 0; i < n_retire; i++) {
     sip__log(SIP__LOG_INFO, "retiring model version", "model=%s version=%s", name,
              retire[i]->version ? retire[i]->version : "-");
-    sip__registry_drain_free(s, retire[i]);
+    sip__registry_drain_free(&s->eng, retire[i]);
   }
   if (n_retire) give_back_memory();
   if (e) {
@@ -648,7 +648,7 @@ static sip_error_t *unload_model(sip_server_t *s, const char *name) {
     return e;
   }
   rec_set_state(R, name, REC_UNLOADING);
-  e = sip__registry_swap(s, NULL, 0, old, n_old);
+  e = sip__registry_swap(&s->eng, NULL, 0, old, n_old);
   if (e) {
     sip__registry_release(old, n_old);
     rec_set_state(R, name, REC_READY);
@@ -657,7 +657,7 @@ static sip_error_t *unload_model(sip_server_t *s, const char *name) {
   /* Our references go first (a drain waits for every other one); the pools
    * stay valid, since only sip__registry_drain_free frees them. */
   for (size_t i = 0; i < n_old; i++) sip__pool_unref(old[i]);
-  for (size_t i = 0; i < n_old; i++) sip__registry_drain_free(s, old[i]);
+  for (size_t i = 0; i < n_old; i++) sip__registry_drain_free(&s->eng, old[i]);
   sip__free(old);
   give_back_memory();
   rec_finish(R, name, REC_UNLOADED, NULL, 0);
@@ -712,11 +712,11 @@ static void free_names(char **v, size_t n) {
 static void initial_load(sip_server_t *s) {
   sip_repo_t *R = s->repo;
   /* Only this thread changes the registry while it loads. */
-  pthread_rwlock_rdlock(&s->reg_lock);
-  size_t n_pools = s->n_pools;
+  pthread_rwlock_rdlock(&s->eng.reg_lock);
+  size_t n_pools = s->eng.n_pools;
   for (size_t i = 0; i < n_pools; i++)
-    if (atomic_load(&s->pools[i]->state) == SIP_POOL_LOADING) sip__pool_load(s->pools[i]);
-  pthread_rwlock_unlock(&s->reg_lock);
+    if (atomic_load(&s->eng.pools[i]->state) == SIP_POOL_LOADING) sip__pool_load(s->eng.pools[i]);
+  pthread_rwlock_unlock(&s->eng.reg_lock);
   size_t n = 0;
   char **names = NULL;
   if (R->root && s->cfg->model_control == SIP_MODEL_CONTROL_STARTUP) {
@@ -731,7 +731,7 @@ static void initial_load(sip_server_t *s) {
   }
   free_names(names, n);
   /* Pipelines hook (src/pipeline/): built once their pools have loaded. */
-  s->pipelines = sip__pipelines_build(s, s->cfg);
+  s->pipelines = sip__pipelines_build(&s->eng, s->cfg);
   atomic_store(&s->loaded, 1);
   sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu repository_models=%zu", n_pools, n);
 }
@@ -873,7 +873,7 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
   /* An unknown model is refused at once (the loader checks again). */
   char *dir = NULL;
-  if (!unload || !sip__registry_has(s, name)) {
+  if (!unload || !sip__registry_has(&s->eng, name)) {
     if (!unload || !rec_exists(s->repo, name)) e = model_dir(s->repo, name, &dir);
   }
   sip__free(dir);
@@ -995,13 +995,13 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only) {
   entry_t *v = NULL;
   size_t n = 0, n_pools = 0;
   int oom = 0;
-  sip_pool_t **pools = sip__registry_snapshot(s, 1, &n_pools);
+  sip_pool_t **pools = sip__registry_snapshot(&s->eng, 1, &n_pools);
   int *is_default = sip__calloc(n_pools + 1, sizeof *is_default);
   if (!is_default) oom = 1;
-  pthread_rwlock_rdlock(&s->reg_lock);
+  pthread_rwlock_rdlock(&s->eng.reg_lock);
   for (size_t i = 0; is_default && i < n_pools; i++)
-    is_default[i] = sip__registry_is_default_locked(s, pools[i]);
-  pthread_rwlock_unlock(&s->reg_lock);
+    is_default[i] = sip__registry_is_default_locked(&s->eng, pools[i]);
+  pthread_rwlock_unlock(&s->eng.reg_lock);
   for (size_t i = 0; !oom && i < n_pools; i++) {
     sip_pool_t *p = pools[i];
     int st = atomic_load(&p->state);

@@ -13,7 +13,7 @@
 #include "pipeline/pipeline.h"
 #include "session/preprocess.h"
 #include "sched/batch.h"
-#include "session/engine.h"
+#include "server/server_impl.h"
 
 #define SIP_VERSION_STRING "0.1.0"
 const char *sip_version(void) { return SIP_VERSION_STRING; }
@@ -87,28 +87,10 @@ const sip_backend_vtable_t *sip__backend_find(const char *name) {
 
 const char *sip__backend_names(void) { return "onnxruntime, builtin, transform"; }
 
-sip_error_t *sip__server_backend_state(sip_server_t *s, const sip_backend_vtable_t *vt,
-                                       void **state) {
-  sip_error_t *e = NULL;
-  pthread_mutex_lock(&s->backend_mu);
-  size_t i = 0;
-  while (i < s->n_backends && s->backends[i].vt != vt) i++;
-  if (i == s->n_backends) {
-    s->backends[i].vt = vt;
-    s->n_backends++;
-  }
-  if (!s->backends[i].inited) {
-    if (vt->init) e = vt->init(&s->cfg->engine, &s->backends[i].state);
-    if (!e) s->backends[i].inited = 1;
-  }
-  *state = s->backends[i].state;
-  pthread_mutex_unlock(&s->backend_mu);
-  return e;
-}
-
 /* ---- housekeeping: deadlines of queued requests ---- */
 
-void sip__server_note_deadline(sip_server_t *s, uint64_t deadline_us) {
+static void note_deadline(void *ctx, uint64_t deadline_us) {
+  sip_server_t *s = ctx;
   pthread_mutex_lock(&s->hk_mu);
   if (deadline_us < atomic_load(&s->hk_next_us)) {
     atomic_store(&s->hk_next_us, deadline_us);
@@ -127,8 +109,8 @@ static void *hk_main(void *arg) {
     uint64_t now = sip__now_us(), next = UINT64_MAX;
     size_t n = 0;
     /* Retired pools too: their queues still hold requests with deadlines. */
-    sip_pool_t **pools = sip__registry_snapshot(s, 0, &n);
-    if (!pools && s->n_pools) next = now + 10000; /* out of memory: look again soon */
+    sip_pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
+    if (!pools && s->eng.n_pools) next = now + 10000; /* out of memory: look again soon */
     for (size_t i = 0; i < n; i++) {
       uint64_t d = sip__pool_expire(pools[i], now);
       if (d && d < next) next = d;
@@ -176,10 +158,9 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   s->cfg = cfg;
   s->started_us = sip__now_us();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  sip__arbiter_init(&s->arbiter, cfg->execution_slots ? cfg->execution_slots
-                                 : cores > 0          ? (int)cores
-                                                      : 1);
-  pthread_mutex_init(&s->backend_mu, NULL);
+  sip__engine_init(&s->eng, &cfg->engine,
+                   cfg->execution_slots ? cfg->execution_slots : cores > 0 ? (int)cores : 1,
+                   note_deadline, s);
   pthread_mutex_init(&s->hk_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -187,13 +168,11 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   pthread_cond_init(&s->hk_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_store(&s->hk_next_us, UINT64_MAX);
-  sip__registry_init(s);
-  s->registry_inited = 1;
   /* The config file's pools are listed (LOADING) from the start, so their
    * requests hear "loading" rather than "unknown" until they are READY. */
   for (size_t i = 0; i < cfg->n_pools; i++) {
-    sip_pool_t *p = sip__pool_new(s, &cfg->pools[i], NULL, NULL);
-    if (!p || (e = sip__registry_swap(s, &p, 1, NULL, 0))) {
+    sip_pool_t *p = sip__pool_new(&s->eng, &cfg->pools[i], NULL, NULL);
+    if (!p || (e = sip__registry_swap(&s->eng, &p, 1, NULL, 0))) {
       sip__pool_destroy(p);
       sip_server_free(s);
       return e ? e : SIP_OOM();
@@ -255,24 +234,24 @@ void sip_server_free(sip_server_t *s) {
   sip__repo_stop(s);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
-  if (s->registry_inited) {
+  if (s->eng.registry_inited) {
     /* Refuse new work everywhere first, so no pool keeps admitting while
      * another drains. Nothing else changes the registry any more. */
-    pthread_rwlock_rdlock(&s->reg_lock);
-    for (size_t i = 0; i < s->n_pools; i++) {
-      sip_pool_t *p = s->pools[i];
+    pthread_rwlock_rdlock(&s->eng.reg_lock);
+    for (size_t i = 0; i < s->eng.n_pools; i++) {
+      sip_pool_t *p = s->eng.pools[i];
       pthread_mutex_lock(&p->mu);
       p->stopping = 1;
       pthread_cond_broadcast(&p->cv);
       pthread_mutex_unlock(&p->mu);
     }
-    pthread_rwlock_unlock(&s->reg_lock);
+    pthread_rwlock_unlock(&s->eng.reg_lock);
     for (;;) {
-      pthread_rwlock_rdlock(&s->reg_lock);
-      sip_pool_t *p = s->n_pools ? s->pools[0] : NULL;
-      pthread_rwlock_unlock(&s->reg_lock);
+      pthread_rwlock_rdlock(&s->eng.reg_lock);
+      sip_pool_t *p = s->eng.n_pools ? s->eng.pools[0] : NULL;
+      pthread_rwlock_unlock(&s->eng.reg_lock);
       if (!p) break;
-      sip__registry_drain_free(s, p);
+      sip__registry_drain_free(&s->eng, p);
     }
   }
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
@@ -290,12 +269,7 @@ void sip_server_free(sip_server_t *s) {
     pthread_join(s->hk, NULL);
   }
   sip__repo_free(s);
-  if (s->registry_inited) sip__registry_destroy(s);
-  for (size_t i = 0; i < s->n_backends; i++)
-    if (s->backends[i].inited && s->backends[i].vt->shutdown)
-      s->backends[i].vt->shutdown(s->backends[i].state);
-  pthread_mutex_destroy(&s->backend_mu);
-  sip__arbiter_destroy(&s->arbiter);
+  sip__engine_destroy(&s->eng);
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   sip__config_free(s->cfg);
@@ -303,6 +277,10 @@ void sip_server_free(sip_server_t *s) {
 }
 
 int sip_server_ready(sip_server_t *s) { return atomic_load(&s->loaded); }
+
+uint64_t sip_server_generation(sip_server_t *s) { return atomic_load(&s->eng.reg_gen); }
+
+int sip_server_draining(sip_server_t *s) { return atomic_load(&s->draining); }
 
 size_t sip_server_endpoint_count(sip_server_t *s) {
   size_t n = 0;
@@ -398,6 +376,24 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t) {
   return e;
 }
 
+sip_error_t *sip_request_adopt_inputs(sip_request_t *r, sip_tensor_t **inputs, size_t n) {
+  if (r->n_inputs)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "the request has inputs already; adopt only into "
+                         "a request without any");
+  r->inputs = inputs;
+  r->n_inputs = n;
+  return NULL;
+}
+
+sip_error_t *sip_request_adopt_outputs(sip_request_t *r, char **names, size_t n) {
+  if (r->n_outputs)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "the request names outputs already; adopt only "
+                         "into a request without any");
+  r->outputs = names;
+  r->n_outputs = n;
+  return NULL;
+}
+
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name) {
   char *n = sip__strdup(name ? name : "");
   char **v = n ? sip__reallocarray(r->outputs, r->n_outputs + 1, sizeof *v) : NULL;
@@ -430,13 +426,13 @@ static sip_error_t *split_version(sip_request_t *r) {
  * NULL and the reason otherwise. */
 static sip_pool_t *find_pool(sip_server_t *s, sip_request_t *r, sip_error_t **err) {
   if ((*err = split_version(r))) return NULL;
-  sip_pool_t *p = sip__registry_find(s, r->pool, r->version, err);
+  sip_pool_t *p = sip__registry_find(&s->eng, r->pool, r->version, err);
   if (p) return p;
   /* Unknown to the registry: the repository may know why (loading,
    * unloaded, failed); a draining server has unlisted its pools. */
   sip_error_t *why = atomic_load(&s->draining)
                          ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
-                     : r->version && sip__registry_has(s, r->pool)
+                     : r->version && sip__registry_has(&s->eng, r->pool)
                          ? NULL
                          : sip__repo_unavailable(s, r->pool);
   if (why) {
@@ -510,11 +506,11 @@ void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
   atomic_store(&t->cancelled, 1);
   /* Retired pools too: requests admitted to them are still queued there. */
   size_t n = 0;
-  sip_pool_t **pools = sip__registry_snapshot(s, 0, &n);
+  sip_pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
   if (!pools) { /* out of memory: under the lock (a callback's submit nests a reader) */
-    pthread_rwlock_rdlock(&s->reg_lock);
-    for (size_t i = 0; i < s->n_pools; i++) sip__pool_cancel(s->pools[i], t);
-    pthread_rwlock_unlock(&s->reg_lock);
+    pthread_rwlock_rdlock(&s->eng.reg_lock);
+    for (size_t i = 0; i < s->eng.n_pools; i++) sip__pool_cancel(s->eng.pools[i], t);
+    pthread_rwlock_unlock(&s->eng.reg_lock);
     return;
   }
   for (size_t i = 0; i < n; i++) sip__pool_cancel(pools[i], t);
@@ -857,6 +853,11 @@ size_t sip_response_output_count(const sip_response_t *r) { return r->n_outputs;
 const sip_tensor_t *sip_response_output(const sip_response_t *r, size_t i) {
   return i < r->n_outputs ? r->outputs[i] : NULL;
 }
+const sip_tensor_t *const *sip_response_outputs(const sip_response_t *resp, size_t *n) {
+  *n = resp->n_outputs;
+  return (const sip_tensor_t *const *)resp->outputs;
+}
+
 const sip_tensor_t *sip_response_output_by_name(const sip_response_t *r, const char *name) {
   for (size_t i = 0; i < r->n_outputs; i++)
     if (strcmp(r->outputs[i]->name, name) == 0) return r->outputs[i];
@@ -883,18 +884,6 @@ void sip_response_free(sip_response_t *r) {
 }
 
 /* ---- introspection ---- */
-
-json_t *sip__io_json(const sip_io_desc_t *d, size_t n) {
-  json_t *a = json_array();
-  for (size_t i = 0; i < n; i++) {
-    json_t *shape = json_array();
-    for (int k = 0; k < d[i].rank; k++) json_array_append_new(shape, json_integer(d[i].dims[k]));
-    json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", d[i].name, "dtype",
-                                       sip_dtype_name(d[i].dtype), "shape",
-                                       d[i].rank >= 0 ? shape : (json_decref(shape), json_null())));
-  }
-  return a;
-}
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -1004,9 +993,9 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     static const char *lv[] = {"low", "medium", "high"};
     json_object_set_new(o, "batch_level", json_string(lv[atomic_load(&p->batch_level)]));
   }
-  pthread_mutex_lock(&p->server->arbiter.mu);
+  pthread_mutex_lock(&p->eng->arbiter.mu);
   uint64_t used = p->arb.used_ns;
-  pthread_mutex_unlock(&p->server->arbiter.mu);
+  pthread_mutex_unlock(&p->eng->arbiter.mu);
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)used));
   json_object_set_new(
       o, "stats",
@@ -1032,12 +1021,12 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
   /* Pools in service (a retired version still draining is not listed),
    * each marked whether it is its model's default version. */
   size_t n = 0;
-  sip_pool_t **v = sip__registry_snapshot(s, 1, &n);
+  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
   int *defaults = sip__calloc(n + 1, sizeof *defaults);
-  pthread_rwlock_rdlock(&s->reg_lock);
+  pthread_rwlock_rdlock(&s->eng.reg_lock);
   for (size_t i = 0; defaults && i < n; i++)
-    defaults[i] = sip__registry_is_default_locked(s, v[i]);
-  pthread_rwlock_unlock(&s->reg_lock);
+    defaults[i] = sip__registry_is_default_locked(&s->eng, v[i]);
+  pthread_rwlock_unlock(&s->eng.reg_lock);
   if (kind == SIP_INFO_READY) {
     /* Keyed by name; other versions than the default as "name:version". */
     json_t *pools = json_object();

@@ -105,7 +105,7 @@ typedef struct sip_queue {
 } sip_queue_t;
 
 struct sip_pool {
-  struct sip_server *server;
+  struct sip__engine *eng;
   const sip_pool_config_t *cfg; /* the server's config's, or own_cfg */
   sip_pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
   /* Registry (src/session/registry.c). */
@@ -161,7 +161,7 @@ struct sip_pool {
  * cfg's owner and is freed with the pool). `version` (copied, may be NULL)
  * presets the version served: the model file is then cfg->model_path as is.
  * NULL when out of memory (own_cfg is then freed). */
-sip_pool_t *sip__pool_new(struct sip_server *s, const sip_pool_config_t *cfg,
+sip_pool_t *sip__pool_new(struct sip__engine *s, const sip_pool_config_t *cfg,
                           sip_pool_config_t *own_cfg, const char *version);
 /* Frees what shutdown left (sessions array, copies, the struct). */
 void sip__pool_destroy(sip_pool_t *p);
@@ -201,11 +201,12 @@ extern const sip_backend_vtable_t sip__backend_onnxruntime;
 extern const sip_backend_vtable_t sip__backend_builtin;
 extern const sip_backend_vtable_t sip__backend_transform;
 
-#define SIP__MAX_FRONTENDS 8
-typedef struct sip_repo sip_repo_t;
+#define SIP__MAX_BACKENDS 8
 
-struct sip_server {
-  sip_config_t *cfg;
+/* The engine a server runs (embedded in struct sip_server, src/server): the
+ * pool registry, the backends' process state, the execution-slot arbiter,
+ * and who to tell about request deadlines. Pools point to it. */
+typedef struct sip__engine {
   /* The pool registry (src/session/registry.c): every pool in service or
    * draining, changed while serving under reg_lock. Each entry holds one
    * reference; admitted requests and iterators hold their own. */
@@ -216,93 +217,70 @@ struct sip_server {
   pthread_cond_t reg_cv;
   atomic_int reg_waiters;   /* drains waiting on reg_cv */
   _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
-  sip_repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
-  uint64_t started_us;
+  int registry_inited;      /* reg_lock & co exist */
   /* Per-backend process state, initialised on first use. */
+  const sip_engine_settings_t *settings;
   struct {
     const sip_backend_vtable_t *vt;
     void *state;
     int inited;
-  } backends[4];
+  } backends[SIP__MAX_BACKENDS];
   size_t n_backends;
   pthread_mutex_t backend_mu;
-
-  int registry_inited; /* reg_lock & co exist (sip_server_free after a failed new) */
-  _Atomic int loaded; /* all pools finished loading */
-
-  /* Housekeeping: expires queued requests at their deadline. */
-  pthread_t hk;
-  int hk_started;
-  pthread_mutex_t hk_mu;
-  pthread_cond_t hk_cv;
-  _Atomic uint64_t hk_next_us; /* earliest known deadline, UINT64_MAX: none */
-  int hk_stop;
-
-  /* Front-ends attached (sip_server_add_frontend), stopped last first. */
-  struct {
-    const struct sip_frontend_vtable *vt;
-    void *state;
-  } frontends[SIP__MAX_FRONTENDS];
-  size_t n_frontends;
-  /* Set when sip_server_free begins: health/ready answers 503 from then on. */
-  _Atomic int draining;
   sip_arbiter_t arbiter; /* execution slots shared by every pool */
-  struct sip_pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
-};
+  /* Told when a queued request has a deadline (housekeeping expires it). */
+  void (*note_deadline)(void *ctx, uint64_t deadline_us);
+  void *note_ctx;
+} sip__engine_t;
 
+/* Sets up the engine (registry, backends table, arbiter with `slots`). */
+void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, int slots,
+                      void (*note_deadline)(void *, uint64_t), void *note_ctx);
+/* Shuts the backends down and frees what init set up (pools are gone). */
+void sip__engine_destroy(sip__engine_t *e);
 /* Returns the backend's process state, initialising it once. */
-sip_error_t *sip__server_backend_state(struct sip_server *s, const sip_backend_vtable_t *vt,
+sip_error_t *sip__engine_backend_state(sip__engine_t *e, const sip_backend_vtable_t *vt,
                                        void **state);
-/* Tells housekeeping that a deadline at `deadline_us` exists. */
-void sip__server_note_deadline(struct sip_server *s, uint64_t deadline_us);
+static inline void sip__engine_note_deadline(sip__engine_t *e, uint64_t deadline_us) {
+  if (e->note_deadline) e->note_deadline(e->note_ctx, deadline_us);
+}
+
+
+
+/* [{name, dtype, shape (null: any rank)}] of descriptors, as the pools
+ * introspection lists a pool's inputs and outputs (src/session/describe.c). */
+json_t *sip__io_json(const sip_io_desc_t *d, size_t n);
 
 /* ---- pool registry (src/session/registry.c) ---- */
-void sip__registry_init(struct sip_server *s);
-void sip__registry_destroy(struct sip_server *s);
+void sip__registry_init(sip__engine_t *s);
+void sip__registry_destroy(sip__engine_t *s);
 /* Adds pools and retires others in one step (lookups see either the old or
  * the new set); the registry takes a reference on each added pool. Retired
  * pools stay listed (housekeeping and cancellation still reach their queues)
  * until sip__registry_drain_free. Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip__registry_swap(struct sip_server *s, sip_pool_t *const *add, size_t n_add,
+sip_error_t *sip__registry_swap(sip__engine_t *s, sip_pool_t *const *add, size_t n_add,
                                 sip_pool_t *const *retire, size_t n_retire);
 /* The pool serving `name` (and `version`, NULL: the default one) with a
  * reference for the caller (sip__pool_unref), or NULL with *err set:
  * NOT_FOUND for an unknown name or version. */
-sip_pool_t *sip__registry_find(struct sip_server *s, const char *name, const char *version,
+sip_pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
                                sip_error_t **err);
 /* 1 when a pool named `name` is in service. */
-int sip__registry_has(struct sip_server *s, const char *name);
+int sip__registry_has(sip__engine_t *s, const char *name);
 void sip__pool_ref(sip_pool_t *p);
 void sip__pool_unref(sip_pool_t *p);
 /* Every listed pool (retired ones too unless only_live), each with a
  * reference; release with sip__registry_release. NULL (n = 0) when empty or
  * out of memory. */
-sip_pool_t **sip__registry_snapshot(struct sip_server *s, int only_live, size_t *n);
-/* sip_server_info_json's document itself (owned; NULL for an unknown kind),
- * for the modules that read it rather than send it. */
-json_t *sip__server_info(struct sip_server *s, int kind);
+sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n);
 void sip__registry_release(sip_pool_t **v, size_t n);
 /* Retires `p` (if it is not yet) and, on a thread that is none of its
  * executors, waits until the requests admitted to it completed (its sessions
  * serve its queue meanwhile), stops its sessions, unlists it, waits out
  * iterators and frees it. Blocking. */
-void sip__registry_drain_free(struct sip_server *s, sip_pool_t *p);
+void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p);
 /* 1 when `p` is the default version of its model among live pools. Caller
  * holds reg_lock. */
-int sip__registry_is_default_locked(struct sip_server *s, const sip_pool_t *p);
-
-/* ---- model repository (src/server/repository.c) ---- */
-/* Starts the loader thread: it loads the config file's pools, then the
- * repository's models (unless model_control is explicit), sets `loaded`,
- * then runs load/unload requests (`wait`: the initial loads happen before
- * this returns). Errors: a repository that is not a directory (NOT_FOUND). */
-sip_error_t *sip__repo_start(struct sip_server *s, int wait);
-/* Stops the worker: a load in progress completes, queued ones are answered
- * UNAVAILABLE. Safe when never started. */
-void sip__repo_stop(struct sip_server *s);
-void sip__repo_free(struct sip_server *s);
-/* Why `name` has no pool when the repository knows it (loading, unloaded,
- * failed: UNAVAILABLE with the reason), else NULL. */
-sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);
+int sip__registry_is_default_locked(sip__engine_t *s, const sip_pool_t *p);
 
 #endif

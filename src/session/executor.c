@@ -170,7 +170,7 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
   uint64_t deadline = r->deadline_us;
   /* Read now: once queued, r may be answered and its pool reference
    * dropped, after which a retired pool may be freed. */
-  struct sip_server *srv = p->server;
+  sip__engine_t *srv = p->eng;
   pthread_mutex_lock(&p->mu);
   if (p->stopping) {
     pthread_mutex_unlock(&p->mu);
@@ -193,7 +193,7 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
     pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
   /* r (and p) may already be completed and freed by an executor here. */
-  if (deadline) sip__server_note_deadline(srv, deadline);
+  if (deadline) sip__engine_note_deadline(srv, deadline);
   return NULL;
 }
 
@@ -387,7 +387,7 @@ static void form_batch(sip_pool_t *p, sip_session_t *s, batch_t *b) {
     struct timespec ts;
     deadline_timespec(until, &ts);
     /* Waiting for a batch to fill is not computing: give up a kept slot. */
-    if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
+    if (s->ticket.state) sip__arbiter_cancel(&p->eng->arbiter, &s->ticket);
     p->forming = 1;
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     p->forming = 0;
@@ -435,7 +435,7 @@ static void preprocess_batch(sip_pool_t *p, batch_t *b, uint64_t start) {
 /* Runs the batch (one request or many) and answers every request in it. */
 static void run_batch(sip_session_t *s, batch_t *b) {
   sip_pool_t *p = s->pool;
-  sip_arbiter_t *arb = &p->server->arbiter;
+  sip_arbiter_t *arb = &p->eng->arbiter;
   /* Take the compute slot first: waiting for it may take a request past its
    * deadline, and such a request must not run. */
   sip__arbiter_acquire(arb, &s->ticket);
@@ -575,7 +575,7 @@ void *sip__session_main(void *arg) {
     /* While another session forms a batch, it owns the queue. */
     while ((p->forming || !(r = q_pop(p, sip__now_us()))) && !p->stopping) {
       /* Idle: a place kept in line for the compute slot goes to others. */
-      if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
+      if (s->ticket.state) sip__arbiter_cancel(&p->eng->arbiter, &s->ticket);
       pthread_cond_wait(&p->cv, &p->mu);
     }
     if (!r && !(r = q_pop(p, sip__now_us()))) break; /* stopping and drained */
@@ -597,7 +597,7 @@ void *sip__session_main(void *arg) {
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
-  if (s->ticket.state) sip__arbiter_cancel(&p->server->arbiter, &s->ticket);
+  if (s->ticket.state) sip__arbiter_cancel(&p->eng->arbiter, &s->ticket);
   sip__free(b);
   return NULL;
 }

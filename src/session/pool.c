@@ -140,7 +140,7 @@ static int64_t version_number(const char *v) {
   return *end || errno ? -1 : (int64_t)n;
 }
 
-sip_pool_t *sip__pool_new(struct sip_server *s, const sip_pool_config_t *cfg,
+sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
                           sip_pool_config_t *own_cfg, const char *version) {
   sip_pool_t *p = sip__calloc(1, sizeof *p);
   char *v = version ? sip__strdup(version) : NULL;
@@ -150,7 +150,7 @@ sip_pool_t *sip__pool_new(struct sip_server *s, const sip_pool_config_t *cfg,
     sip__config_pool_free(own_cfg);
     return NULL;
   }
-  p->server = s;
+  p->eng = s;
   p->cfg = cfg;
   p->own_cfg = own_cfg;
   p->version = v;
@@ -337,7 +337,7 @@ static void load(sip_pool_t *p) {
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && !strcmp(p->backend->name, "onnxruntime"))
     opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
-  if ((e = sip__server_backend_state(p->server, p->backend, &state)) ||
+  if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
       (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts, &p->model))) {
     pool_fail(p, e);
     return;
@@ -471,7 +471,7 @@ void sip__pool_load(sip_pool_t *p) {
    * must not be born inside the pool's set. */
   const sip_backend_vtable_t *vt = sip__backend_find(c->backend);
   void *state;
-  if (vt) sip_error_free(sip__server_backend_state(p->server, vt, &state));
+  if (vt) sip_error_free(sip__engine_backend_state(p->eng, vt, &state));
   int rc = pthread_setaffinity_np(pthread_self(), sizeof want, &want), set = rc == 0;
   if (!set)
     sip__log(SIP__LOG_WARN, "cpu_affinity not applied", "pool=%s error=\"%s\"", c->name,

@@ -18,13 +18,13 @@
 #include "core/core.h"
 #include "session/engine.h"
 
-void sip__registry_init(sip_server_t *s) {
+void sip__registry_init(sip__engine_t *s) {
   pthread_rwlock_init(&s->reg_lock, NULL);
   pthread_mutex_init(&s->reg_mu, NULL);
   pthread_cond_init(&s->reg_cv, NULL);
 }
 
-void sip__registry_destroy(sip_server_t *s) {
+void sip__registry_destroy(sip__engine_t *s) {
   sip__free(s->pools);
   s->pools = NULL;
   s->n_pools = s->cap_pools = 0;
@@ -43,7 +43,7 @@ void sip__pool_unref(sip_pool_t *p) {
    * reg_waiters before it reads the count (both sequentially consistent):
    * either it sees this decrement, or this sees it waiting and wakes it
    * under reg_mu, which it holds from its check to its wait. */
-  sip_server_t *s = p->server;
+  sip__engine_t *s = p->eng;
   if (atomic_fetch_sub(&p->refs, 1) == 2 && atomic_load(&s->reg_waiters)) {
     pthread_mutex_lock(&s->reg_mu);
     pthread_cond_broadcast(&s->reg_cv);
@@ -51,7 +51,7 @@ void sip__pool_unref(sip_pool_t *p) {
   }
 }
 
-sip_error_t *sip__registry_swap(sip_server_t *s, sip_pool_t *const *add, size_t n_add,
+sip_error_t *sip__registry_swap(sip__engine_t *s, sip_pool_t *const *add, size_t n_add,
                                 sip_pool_t *const *retire, size_t n_retire) {
   pthread_rwlock_wrlock(&s->reg_lock);
   if (s->n_pools + n_add > s->cap_pools) {
@@ -82,7 +82,7 @@ static int better_default(const sip_pool_t *a, const sip_pool_t *b) {
   return a->version_num > b->version_num;
 }
 
-int sip__registry_is_default_locked(sip_server_t *s, const sip_pool_t *p) {
+int sip__registry_is_default_locked(sip__engine_t *s, const sip_pool_t *p) {
   for (size_t i = 0; i < s->n_pools; i++) {
     const sip_pool_t *q = s->pools[i];
     if (q != p && !atomic_load(&q->retired) && !strcmp(q->cfg->name, p->cfg->name) &&
@@ -94,7 +94,7 @@ int sip__registry_is_default_locked(sip_server_t *s, const sip_pool_t *p) {
 
 /* Why nothing serves name/version (called without a match, so off the hot
  * path): the names, or the versions, there are. */
-static sip_error_t *not_found(sip_server_t *s, const char *name, const char *version) {
+static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *version) {
   int named = 0, unversioned = 0;
   char names[512] = "", versions[256] = "";
   pthread_rwlock_rdlock(&s->reg_lock);
@@ -127,7 +127,7 @@ static sip_error_t *not_found(sip_server_t *s, const char *name, const char *ver
                        name, version, named > 1 ? "versions" : "version", versions);
 }
 
-sip_pool_t *sip__registry_find(sip_server_t *s, const char *name, const char *version,
+sip_pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
                                sip_error_t **err) {
   *err = NULL;
   sip_pool_t *best = NULL;
@@ -150,7 +150,7 @@ sip_pool_t *sip__registry_find(sip_server_t *s, const char *name, const char *ve
   return best;
 }
 
-int sip__registry_has(sip_server_t *s, const char *name) {
+int sip__registry_has(sip__engine_t *s, const char *name) {
   int found = 0;
   pthread_rwlock_rdlock(&s->reg_lock);
   for (size_t i = 0; i < s->n_pools && !found; i++)
@@ -159,7 +159,7 @@ int sip__registry_has(sip_server_t *s, const char *name) {
   return found;
 }
 
-sip_pool_t **sip__registry_snapshot(sip_server_t *s, int only_live, size_t *n) {
+sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n) {
   *n = 0;
   pthread_rwlock_rdlock(&s->reg_lock);
   sip_pool_t **v = s->n_pools ? sip__calloc(s->n_pools, sizeof *v) : NULL;
@@ -179,7 +179,7 @@ void sip__registry_release(sip_pool_t **v, size_t n) {
 }
 
 /* Waits until only the registry's reference is left on a retired pool. */
-static void wait_last_ref(sip_server_t *s, sip_pool_t *p) {
+static void wait_last_ref(sip__engine_t *s, sip_pool_t *p) {
   atomic_fetch_add(&s->reg_waiters, 1);
   pthread_mutex_lock(&s->reg_mu);
   while (atomic_load(&p->refs) > 1) pthread_cond_wait(&s->reg_cv, &s->reg_mu);
@@ -187,7 +187,7 @@ static void wait_last_ref(sip_server_t *s, sip_pool_t *p) {
   atomic_fetch_sub(&s->reg_waiters, 1);
 }
 
-void sip__registry_drain_free(sip_server_t *s, sip_pool_t *p) {
+void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p) {
   atomic_store(&p->retired, 1);
   /* Every admitted request holds a reference until it is answered, so once
    * only ours is left the queue is empty and nothing can be added to it. */

@@ -26,8 +26,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "core/core.h"
-#include "session/engine.h"
 #include "transport/frame.h"
 #include "transport/listener.h"
 
@@ -367,12 +367,16 @@ static void on_done(sip_response_t *resp, void *user) {
   if (!resp) {
     sip__encode_infer_response(&w, 0, SIP_RESOURCE_EXHAUSTED, "out of memory", 0, 0, 0, NULL, 0);
   } else {
-    sip__encode_infer_response(&w, resp->request_id, resp->code, resp->message, resp->queue_us,
-                               resp->compute_us, resp->total_us,
-                               (const sip_tensor_t *const *)resp->outputs, resp->n_outputs);
+    uint64_t queue_us, compute_us, total_us;
+    size_t n_out;
+    sip_response_timings(resp, &queue_us, &compute_us, &total_us);
+    const sip_tensor_t *const *outs = sip_response_outputs(resp, &n_out);
+    sip__encode_infer_response(&w, sip_response_request_id(resp), sip_response_code(resp),
+                               sip_response_message(resp), queue_us, compute_us, total_us, outs,
+                               n_out);
     if (w.oom) {
       sip__wbuf_free(&w);
-      sip__encode_infer_response(&w, resp->request_id, SIP_RESOURCE_EXHAUSTED,
+      sip__encode_infer_response(&w, sip_response_request_id(resp), SIP_RESOURCE_EXHAUSTED,
                                  "out of memory encoding the response", 0, 0, 0, NULL, 0);
     }
     sip_response_free(resp);
@@ -438,19 +442,19 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
     conn_error(ls, c, c->h.request_id, SIP_OOM());
     return;
   }
-  r->id = c->h.request_id;
+  sip_request_set_id(r, c->h.request_id);
   sip_request_set_cancel_token(r, c->cancel);
-  r->priority = wr.priority;
-  r->timeout_ms = wr.timeout_ms;
-  r->inputs = wr.inputs;
-  r->n_inputs = wr.n_inputs;
-  r->outputs = wr.outputs;
-  r->n_outputs = wr.n_outputs;
+  sip_request_set_timeout_ms(r, wr.timeout_ms);
+  /* The codec checked the tensors; a new request has no inputs or outputs
+   * yet, so both adopt. */
+  sip_error_free(sip_request_adopt_inputs(r, wr.inputs, wr.n_inputs));
+  sip_error_free(sip_request_adopt_outputs(r, wr.outputs, wr.n_outputs));
+  e = sip_request_set_priority(r, wr.priority);
   wr.inputs = NULL;
   wr.n_inputs = 0;
   wr.outputs = NULL;
   wr.n_outputs = 0;
-  e = wr.parameters ? apply_parameters(r, wr.parameters) : NULL;
+  if (!e && wr.parameters) e = apply_parameters(r, wr.parameters);
   sip__wire_request_clear(&wr);
   pd->ls = ls;
   pd->conn_id = conn_id(c);
