@@ -621,7 +621,6 @@ static void stage_tensors_free(sip_tensor_t **t, size_t n) {
  * "<stage>/<output>", and the stages' story as JSON in the message. */
 static void finish(run_t *r) {
   pipeline_t *pl = r->pl;
-  sip_response_t *resp = sip__calloc(1, sizeof *resp);
   json_t *stages = json_object();
   for (size_t k = 0; k < pl->n; k++) {
     sstate_t *ss = &r->st[k];
@@ -681,29 +680,15 @@ static void finish(run_t *r) {
   atomic_fetch_add(&pl->by_code[r->code < SIP_CODE_COUNT_ ? r->code : SIP_INTERNAL], 1);
   atomic_fetch_add(r->code == SIP_OK ? &pl->ok_us : &pl->fail_us, sip__now_us() - r->arrival_us);
   atomic_store(&pl->last_ms, sip__wall_us() / 1000);
-  if (resp) {
-    resp->code = r->code;
-    resp->message = r->code == SIP_OK ? info_txt : r->message;
-    if (r->code == SIP_OK)
-      sip__free(r->message);
-    else
-      sip__free(info_txt);
-    r->message = NULL;
-    resp->request_id = r->req->id;
-    resp->outputs = n ? sip__calloc(n, sizeof *resp->outputs) : NULL;
-    if (resp->outputs) memcpy(resp->outputs, outs, n * sizeof *outs);
-    else
-      for (size_t i = 0; i < n; i++) sip_tensor_free(outs[i]);
-    resp->n_outputs = resp->outputs ? n : 0;
-    resp->queue_us = q;
-    resp->compute_us = c;
-    resp->total_us = sip__now_us() - r->arrival_us;
-    if (!resp->message) resp->message = sip__strdup("");
-  } else {
+  sip_tensor_t **arr = n ? sip__calloc(n, sizeof *arr) : NULL;
+  if (arr) memcpy(arr, outs, n * sizeof *outs);
+  else
     for (size_t i = 0; i < n; i++) sip_tensor_free(outs[i]);
-    sip__free(info_txt);
-    sip__free(r->message);
-  }
+  char *msg = r->code == SIP_OK ? info_txt : r->message;
+  sip__free(r->code == SIP_OK ? r->message : info_txt);
+  r->message = NULL;
+  sip_response_t *resp = sip__response_new(r->code, msg, r->req->id, arr, arr ? n : 0, q, c,
+                                           sip__now_us() - r->arrival_us);
   if (r->code != SIP_OK)
     sip__log_failure("pipeline=%s code=%s reason=\"%s\"", pl->cfg->name,
              sip_code_name(r->code), resp && resp->message ? resp->message : "");

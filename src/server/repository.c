@@ -131,7 +131,8 @@ static const char *const rec_state_names[] = {"LOADING", "READY", "UNLOADING", "
 
 typedef struct failure {
   char *version; /* NULL: the model as a whole */
-  char *reason;
+  sip_code_t code;
+  char *reason; /* "CODE: message", as the status shows it */
 } failure_t;
 
 /* What the repository knows about one model beyond its pools. */
@@ -280,12 +281,16 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* Appends a failure (copies); returns -1 on OOM. */
-static int add_failure(failure_t **f, size_t *n, const char *version, const char *reason) {
+/* Records what could not be served: `e` (borrowed) for version `version`
+ * (NULL: the model). -1 when out of memory. */
+static int add_failure(failure_t **f, size_t *n, const char *version, const sip_error_t *e) {
   failure_t *v = sip__reallocarray(*f, *n + 1, sizeof *v);
   if (!v) return -1;
   *f = v;
   v[*n].version = version ? sip__strdup(version) : NULL;
-  v[*n].reason = sip__strdup(reason);
+  v[*n].code = e ? sip_error_code(e) : SIP_INTERNAL;
+  v[*n].reason = e ? sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e))
+                   : sip__strdup("INTERNAL: failed to load");
   (*n)++;
   return 0;
 }
@@ -362,9 +367,7 @@ static sip_error_t *scan_versions(sip_repo_t *R, const char *name, const char *d
                            "version directories '%s' and '%s' are the same version number", v[i].name,
                            de->d_name);
     if (fe) {
-      char *msg = sip__asprintf("%s: %s", sip_code_name(sip_error_code(fe)), sip_error_message(fe));
-      if (!msg || add_failure(f, nf, de->d_name, msg)) e = SIP_OOM();
-      sip__free(msg);
+      if (add_failure(f, nf, de->d_name, fe)) e = SIP_OOM();
       sip_error_free(fe);
       sip__free(real);
       continue;
@@ -416,16 +419,6 @@ static sip_error_t *current_version(const char *name, const char *dir, const ver
                        "model '%s': the 'current' link points to '%s', which is not a version "
                        "directory of the model with a model.onnx",
                        name, target);
-}
-
-/* The code at the start of a pool's error text ("INTERNAL: ..."). */
-static sip_code_t code_of(const char *text) {
-  for (int c = 1; c < SIP_CODE_COUNT_; c++) {
-    const char *n = sip_code_name((sip_code_t)c);
-    size_t l = strlen(n);
-    if (text && !strncmp(text, n, l) && text[l] == ':') return (sip_code_t)c;
-  }
-  return SIP_INTERNAL;
 }
 
 static int rec_exists(sip_repo_t *R, const char *name) {
@@ -503,13 +496,13 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
     sip__free(nums);
   }
   for (size_t i = 0; !e && i < n_missing; i++) {
-    char ver[24], *msg;
+    char ver[24];
     snprintf(ver, sizeof ver, "%lld", (long long)missing[i]);
-    msg = sip__asprintf("NOT_FOUND: version %s is listed in version_policy.specific but %s/%s/"
-                        "model.onnx does not exist",
-                        ver, dir, ver);
-    if (!msg || add_failure(&f, &nf, ver, msg)) e = SIP_OOM();
-    sip__free(msg);
+    sip_error_t *me = sip_error_new(SIP_NOT_FOUND, "version %s is listed in "
+                                    "version_policy.specific but %s/%s/model.onnx does not exist",
+                                    ver, dir, ver);
+    if (add_failure(&f, &nf, ver, me)) e = SIP_OOM();
+    sip_error_free(me);
   }
   if (!e && !n_sel && nf == nf_scan)
     e = sip_error_new(SIP_NOT_FOUND,
@@ -558,8 +551,7 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
     if (atomic_load(&p->state) == SIP_POOL_READY) {
       add[n_add++] = p;
     } else {
-      if (add_failure(&f, &nf, ver->name, p->error ? p->error : "INTERNAL: failed to load"))
-        e = SIP_OOM();
+      if (add_failure(&f, &nf, ver->name, p->load_error)) e = SIP_OOM();
       sip__pool_destroy(p);
     }
   }
@@ -605,12 +597,10 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
   }
   if (n_retire) give_back_memory();
   if (e) {
-    char *msg = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
-    if (msg) add_failure(&f, &nf, NULL, msg);
-    sip__free(msg);
+    add_failure(&f, &nf, NULL, e);
   } else if (nf > nf_scan) {
     const failure_t *first = &f[nf_scan];
-    e = sip_error_new(code_of(first->reason), "model '%s'%s%s%s failed to load: %s%s", name,
+    e = sip_error_new(first->code, "model '%s'%s%s%s failed to load: %s%s", name,
                       first->version ? " version '" : "", first->version ? first->version : "",
                       first->version ? "'" : "", first->reason,
                       n_live ? " (the versions that were serving stay)" : "");

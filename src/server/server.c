@@ -547,26 +547,27 @@ static void split_free(split_t *sp) {
 
 /* Joins the chunks' outputs (their real rows) into one response. */
 static void split_finish(split_t *sp) {
-  sip_response_t *resp = sip__calloc(1, sizeof *resp);
   sip_code_t code = sp->code;
   char *msg = sp->message;
   sp->message = NULL;
-  uint64_t q = 0, c = 0;
-  if (resp && code == SIP_OK) {
+  uint64_t q = 0, c = 0, t = 0;
+  sip_tensor_t **outs = NULL;
+  size_t n_outs = 0;
+  if (code == SIP_OK) {
     sip_response_t *a0 = sp->answers[0];
-    resp->outputs = sip__calloc(a0->n_outputs ? a0->n_outputs : 1, sizeof *resp->outputs);
-    if (!resp->outputs) code = SIP_RESOURCE_EXHAUSTED;
+    outs = sip__calloc(a0->n_outputs ? a0->n_outputs : 1, sizeof *outs);
+    if (!outs) code = SIP_RESOURCE_EXHAUSTED;
     for (size_t j = 0; code == SIP_OK && j < a0->n_outputs; j++) {
       sip_tensor_t *parts[1024];
       const sip_tensor_t *cparts[1024];
       size_t n = 0;
       sip_error_t *e = NULL;
       for (size_t k = 0; k < sp->n_chunks && !e; k++) {
-        const sip_tensor_t *t = sp->answers[k]->outputs[j];
-        e = sip__batch_slice(t, t->name, 0, sp->rows[k], &parts[n]);
+        const sip_tensor_t *ct = sp->answers[k]->outputs[j];
+        e = sip__batch_slice(ct, ct->name, 0, sp->rows[k], &parts[n]);
         if (!e) cparts[n] = parts[n], n++;
       }
-      if (!e) e = sip__batch_concat(a0->outputs[j]->name, cparts, n, 0, 0, &resp->outputs[j]);
+      if (!e) e = sip__batch_concat(a0->outputs[j]->name, cparts, n, 0, 0, &outs[j]);
       for (size_t k = 0; k < n; k++) sip_tensor_free(parts[k]);
       if (e) {
         code = sip_error_code(e);
@@ -574,7 +575,7 @@ static void split_finish(split_t *sp) {
         msg = sip__strdup(sip_error_message(e));
         sip_error_free(e);
       } else {
-        resp->n_outputs = j + 1;
+        n_outs = j + 1;
       }
     }
   }
@@ -582,26 +583,9 @@ static void split_finish(split_t *sp) {
     if (sp->answers[k]) {
       q = sp->answers[k]->queue_us > q ? sp->answers[k]->queue_us : q;
       c += sp->answers[k]->compute_us;
+      t = sp->answers[k]->total_us > t ? sp->answers[k]->total_us : t;
     }
-  if (resp) {
-    resp->code = code;
-    resp->message = msg ? msg : sip__strdup("");
-    msg = NULL;
-    resp->request_id = sp->id;
-    resp->queue_us = q;
-    resp->compute_us = c;
-    resp->total_us = 0;
-    for (size_t k = 0; k < sp->n_chunks; k++)
-      if (sp->answers[k] && sp->answers[k]->total_us > resp->total_us)
-        resp->total_us = sp->answers[k]->total_us;
-    if (code != SIP_OK) {
-      for (size_t j = 0; j < resp->n_outputs; j++) sip_tensor_free(resp->outputs[j]);
-      sip__free(resp->outputs);
-      resp->outputs = NULL;
-      resp->n_outputs = 0;
-    }
-  }
-  sip__free(msg);
+  sip_response_t *resp = sip__response_new(code, msg, sp->id, outs, n_outs, q, c, t);
   sip_infer_done_fn done = sp->done;
   void *user = sp->user;
   split_free(sp);
@@ -842,45 +826,6 @@ sip_error_t *sip_server_infer(sip_server_t *s, sip_request_t *r, sip_response_t 
   pthread_mutex_destroy(&w.mu);
   pthread_cond_destroy(&w.cv);
   return e;
-}
-
-/* ---- responses ---- */
-
-sip_code_t sip_response_code(const sip_response_t *r) { return r->code; }
-const char *sip_response_message(const sip_response_t *r) { return r->message; }
-uint64_t sip_response_request_id(const sip_response_t *r) { return r->request_id; }
-size_t sip_response_output_count(const sip_response_t *r) { return r->n_outputs; }
-const sip_tensor_t *sip_response_output(const sip_response_t *r, size_t i) {
-  return i < r->n_outputs ? r->outputs[i] : NULL;
-}
-const sip_tensor_t *const *sip_response_outputs(const sip_response_t *resp, size_t *n) {
-  *n = resp->n_outputs;
-  return (const sip_tensor_t *const *)resp->outputs;
-}
-
-const sip_tensor_t *sip_response_output_by_name(const sip_response_t *r, const char *name) {
-  for (size_t i = 0; i < r->n_outputs; i++)
-    if (strcmp(r->outputs[i]->name, name) == 0) return r->outputs[i];
-  return NULL;
-}
-void sip_response_timings(const sip_response_t *r, uint64_t *q, uint64_t *c, uint64_t *t) {
-  if (q) *q = r->queue_us;
-  if (c) *c = r->compute_us;
-  if (t) *t = r->total_us;
-}
-sip_tensor_t **sip_response_take_outputs(sip_response_t *r, size_t *n) {
-  sip_tensor_t **o = r->outputs;
-  *n = r->n_outputs;
-  r->outputs = NULL;
-  r->n_outputs = 0;
-  return o;
-}
-void sip_response_free(sip_response_t *r) {
-  if (!r) return;
-  for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
-  sip__free(r->outputs);
-  sip__free(r->message);
-  sip__free(r);
 }
 
 /* ---- introspection ---- */

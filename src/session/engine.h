@@ -122,7 +122,8 @@ struct sip_pool {
   char *resolved_path; /* the model file actually loaded */
   char *version;       /* version directory name, or NULL; preset for repository pools */
   _Atomic int state;   /* sip_pool_state_t */
-  char *error;         /* why FAILED; set before state becomes FAILED */
+  char *error;         /* why FAILED, "CODE: message"; set before state becomes FAILED */
+  sip_error_t *load_error; /* the same, typed (owned) */
   double load_ms;
   uint64_t model_bytes;  /* size of the model file */
   uint64_t memory_bytes; /* resident memory the load added (model + sessions) */
@@ -189,6 +190,13 @@ void sip__pool_shutdown(sip_pool_t *p);
  * time from arrival (0 for requests refused at admission). */
 void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns);
 
+/* The response of every completion path. Takes `message` (NULL: "") and
+ * `outputs` (an array from malloc with its tensors; dropped unless code is
+ * OK). Out of memory gives a RESOURCE_EXHAUSTED response without outputs,
+ * or NULL when not even that can be allocated. */
+sip_response_t *sip__response_new(sip_code_t code, char *message, uint64_t request_id,
+                                  sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,
+                                  uint64_t compute_us, uint64_t total_us);
 /* Completes a request: builds the response, calls done, frees the request. */
 void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,
                            sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,

@@ -96,27 +96,9 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
 void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,
                            sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,
                            uint64_t compute_us) {
-  sip_response_t *resp = sip__calloc(1, sizeof *resp);
-  if (resp) {
-    resp->code = code;
-    resp->message = sip__strdup(message ? message : "");
-    resp->request_id = r->id;
-    resp->outputs = outputs;
-    resp->n_outputs = n_outputs;
-    resp->queue_us = queue_us;
-    resp->compute_us = compute_us;
-    resp->total_us = sip__now_us() - r->arrival_us;
-  }
-  if (!resp || !resp->message) {
-    /* Out of memory: still answer, with the least we can allocate. */
-    for (size_t i = 0; i < n_outputs; i++) sip_tensor_free(outputs[i]);
-    sip__free(outputs);
-    if (resp) {
-      resp->outputs = NULL;
-      resp->n_outputs = 0;
-      resp->code = SIP_RESOURCE_EXHAUSTED;
-    }
-  }
+  sip_response_t *resp =
+      sip__response_new(code, sip__strdup(message ? message : ""), r->id, outputs, n_outputs,
+                        queue_us, compute_us, sip__now_us() - r->arrival_us);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
   sip_pool_t *held = r->held;
@@ -179,6 +161,7 @@ void sip__pool_destroy(sip_pool_t *p) {
   sip__pool_free_descs(p->outputs, p->n_outputs);
   sip__preprocess_free(p->pre);
   sip__free(p->error);
+  sip_error_free(p->load_error);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   sip__config_pool_free(p->own_cfg);
@@ -203,7 +186,7 @@ static void pool_fail(sip_pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip__log(SIP__LOG_ERROR, "pool failed to load", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
            sip_code_name(sip_error_code(e)), sip_error_message(e));
-  sip_error_free(e);
+  p->load_error = e;
   atomic_store(&p->state, SIP_POOL_FAILED);
 }
 
