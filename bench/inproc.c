@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "backend/backends.h"
 #include "session/engine.h"
 
 static int cmp_u64(const void *a, const void *b) {

@@ -44,8 +44,24 @@ typedef struct sip_engine_settings {
   int allow_spinning;    /* 0: threads sleep when idle (default) */
 } sip_engine_settings_t;
 
+/* What a backend can do, for the engine and the config checks (flags). */
+enum {
+  /* load() needs a model file: a pool of this backend must name model_path. */
+  SIP_BACKEND_NEEDS_FILE = 1u << 0,
+  /* Takes the option enable_cpu_mem_arena; a pool's max_memory_mb turns the
+   * arena off unless the pool sets it. */
+  SIP_BACKEND_MEMORY_ARENA = 1u << 1,
+  /* backend_options whose key ends in _path or _file name files, relative to
+   * the config file's folder. */
+  SIP_BACKEND_PATH_OPTIONS = 1u << 2,
+};
+
 typedef struct sip_backend_vtable {
-  const char *name; /* "onnxruntime", "builtin" */
+  const char *name; /* "onnxruntime", "builtin"; letters, digits, '_' and '-' */
+  unsigned flags;   /* SIP_BACKEND_* */
+  /* The platform KServe/Triton clients see in model metadata ("onnxruntime_onnx");
+   * NULL: the name. */
+  const char *platform;
 
   /* Process-wide setup, called once before the first load (may be NULL). */
   sip_error_t *(*init)(const sip_engine_settings_t *settings, void **backend_state);
@@ -70,7 +86,19 @@ typedef struct sip_backend_vtable {
                           sip_tensor_t **outputs);
   void (*session_free)(void *session);
   void (*model_free)(void *model);
+  /* Why requests for `model` cannot be concatenated along dim 0 into one
+   * execution (dynamic batching), or NULL when they can. NULL hook: they
+   * can whenever dim 0 of every input and output is the batch dim. */
+  const char *(*batch_problem)(void *model);
 } sip_backend_vtable_t;
+
+/* Makes `vt` (which must outlive every server) available to configs as
+ * `backend: <vt->name>`, process-wide, alongside the backends this build
+ * carries. Call before creating the servers that use it. Errors:
+ * INVALID_ARGUMENT (no name, a name taken, missing load/describe/
+ * session_new/execute/session_free/model_free), RESOURCE_EXHAUSTED (more
+ * than 16 backends). Thread-safe. */
+sip_error_t *sip_backend_register(const sip_backend_vtable_t *vt);
 
 #ifdef __cplusplus
 }

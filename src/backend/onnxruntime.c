@@ -968,6 +968,8 @@ out:
 
 const sip_backend_vtable_t sip__backend_onnxruntime = {
     .name = "onnxruntime",
+    .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA,
+    .platform = "onnx_onnxv1",
     .init = ort_init,
     .shutdown = ort_shutdown,
     .load = ort_load,

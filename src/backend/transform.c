@@ -9,6 +9,7 @@
  * `operation` picks the operation; every other option goes to it. No
  * model_path is needed. The transform is created once at load and is
  * immutable, so all sessions of the pool share it without locking. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -86,8 +87,20 @@ static void session_free(void *session) { (void)session; }
 
 static void model_free(void *model) { sip__transform_free(model); }
 
+/* Only transforms that work row by row may have requests concatenated.
+ * The text lives until this thread asks again. */
+static const char *batch_problem(void *model) {
+  static _Thread_local char why[256];
+  const char *p = sip__transform_batch_problem(model);
+  if (!p) return NULL;
+  snprintf(why, sizeof why, "transform %s: %s", sip__transform_op(model), p);
+  return why;
+}
+
 const sip_backend_vtable_t sip__backend_transform = {
     .name = "transform",
+    .flags = SIP_BACKEND_PATH_OPTIONS,
+    .batch_problem = batch_problem,
     .load = load,
     .describe = describe,
     .session_new = session_new,

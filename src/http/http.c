@@ -428,8 +428,8 @@ static enum MHD_Result server_meta(hreq_t *q) {
 /* Pipelines are "ensemble", Triton's platform for a graph of models. */
 static const char *platform(json_t *pool) {
   if (is_pipeline(pool)) return "ensemble";
-  const char *b = jstr(pool, "backend");
-  return b && !strcmp(b, "onnxruntime") ? "onnx_onnxv1" : b ? b : "unknown";
+  const char *b = jstr(pool, "platform");
+  return b ? b : "unknown";
 }
 
 /* KServe tensor metadata from the pools JSON's {name, dtype, shape}. Model

@@ -73,20 +73,6 @@ void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
   o->wait_for_load = wait;
 }
 
-/* ---- backends ---- */
-
-static const sip_backend_vtable_t *const all_backends[] = {
-    &sip__backend_onnxruntime, &sip__backend_builtin, &sip__backend_transform};
-#define N_BACKENDS (sizeof all_backends / sizeof all_backends[0])
-
-const sip_backend_vtable_t *sip__backend_find(const char *name) {
-  for (size_t i = 0; i < N_BACKENDS; i++)
-    if (name && strcmp(all_backends[i]->name, name) == 0) return all_backends[i];
-  return NULL;
-}
-
-const char *sip__backend_names(void) { return "onnxruntime, builtin, transform"; }
-
 /* ---- housekeeping: deadlines of queued requests ---- */
 
 static void note_deadline(void *ctx, uint64_t deadline_us) {
@@ -843,6 +829,9 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   json_object_set_new(o, "version", nullable(p->version));
   if (detail == SIP_INFO_POOLS) {
     json_object_set_new(o, "backend", json_string(p->cfg->backend));
+    if (p->backend)
+      json_object_set_new(o, "platform", json_string(p->backend->platform ? p->backend->platform
+                                                                          : p->backend->name));
     json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
                                                                    : p->cfg->model_path));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));

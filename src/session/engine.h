@@ -202,12 +202,6 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
                            sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,
                            uint64_t compute_us);
 
-/* Backends known to this build. */
-const sip_backend_vtable_t *sip__backend_find(const char *name);
-const char *sip__backend_names(void); /* "onnxruntime, builtin, transform" */
-extern const sip_backend_vtable_t sip__backend_onnxruntime;
-extern const sip_backend_vtable_t sip__backend_builtin;
-extern const sip_backend_vtable_t sip__backend_transform;
 
 #define SIP__MAX_BACKENDS 8
 

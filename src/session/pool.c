@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "session/preprocess.h"
 #include "ops/transforms.h"
+#include "backend/backends.h"
 #include "session/engine.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
@@ -244,16 +245,11 @@ static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
 static sip_error_t *check_batching(sip_pool_t *p) {
   p->fixed_batch = 0;
   if (!p->cfg->max_batch_size) return NULL;
-  /* A transform pool's model is its transform: only those working row by
-   * row may have requests concatenated. */
-  const char *why = !strcmp(p->backend->name, "transform")
-                        ? sip__transform_batch_problem(p->model)
-                        : NULL;
+  const char *why = p->backend->batch_problem ? p->backend->batch_problem(p->model) : NULL;
   if (why)
     return sip_error_new(SIP_FAILED_PRECONDITION,
-                         "dynamic_batching cannot merge requests for transform %s: %s; leave "
-                         "dynamic_batching off for this pool",
-                         sip__transform_op(p->model), why);
+                         "dynamic_batching cannot merge requests for %s; leave "
+                         "dynamic_batching off for this pool", why);
   for (int io = 0; io < 2; io++) {
     const sip_io_desc_t *d = io ? p->outputs : p->inputs;
     size_t n = io ? p->n_outputs : p->n_inputs;
@@ -318,7 +314,7 @@ static void load(sip_pool_t *p) {
   if (n_opts) memcpy(opts, c->backend_options, n_opts * sizeof *opts); /* NULL when none */
   int arena_set = 0;
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
-  if (c->max_memory_mb && !arena_set && !strcmp(p->backend->name, "onnxruntime"))
+  if (c->max_memory_mb && !arena_set && (p->backend->flags & SIP_BACKEND_MEMORY_ARENA))
     opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
   if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
       (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts, &p->model))) {
