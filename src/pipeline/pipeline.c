@@ -39,7 +39,8 @@ typedef struct stage {
   size_t n_in;
   char **outs; /* what the stage produces (model outputs or the transform's) */
   size_t n_outs;
-  json_t *in_desc, *out_desc; /* [{name, dtype, shape}] of its inputs and outputs */
+  sip_io_desc_t *in_desc, *out_desc; /* its inputs' and outputs' descriptors (copies) */
+  size_t n_in_desc, n_out_desc;
   int deps[MAX_STAGES];
   size_t n_deps;
   int users[MAX_STAGES];
@@ -54,13 +55,18 @@ typedef struct pout {
 } pout_t;
 
 typedef struct pipeline {
+  sip__model_t base; /* first: a pipeline is a model (pipeline_vt) */
+  struct sip_pipeline_set *ps;
+  _Atomic int state; /* sip__model_state_t: LOADING until built, then READY or FAILED */
   const sip_pipeline_config_t *cfg;
   stage_t *st;
   size_t n;
   sip_expr_t *exit;
   char **inputs; /* pipeline.<name> references */
   size_t n_inputs;
-  json_t *in_io, *out_io; /* the pipeline's inputs and outputs as {name, dtype, shape} */
+  /* The pipeline's inputs and outputs, typed as the stages that read and
+   * make them; an input only conditions read has dtype INVALID, rank -1. */
+  sip_io_desc_t *io_in, *io_out;
   pout_t *po;
   size_t n_po;
   char *error; /* non-NULL: FAILED */
@@ -81,6 +87,7 @@ typedef struct job {
 #define N_WORKERS 4
 
 struct sip_pipeline_set {
+  sip__engine_t *eng; /* its stages find their pools in eng's registry */
   pipeline_t *p;
   size_t n;
   /* Transform stages that are ready when a request arrives (decode_image,
@@ -172,42 +179,43 @@ static char *resolve_ref(pipeline_t *pl, size_t before, const char *ref, int *sr
   return NULL;
 }
 
-/* A copy of the entry named `name` in a [{name, dtype, shape}] list,
- * renamed `as`; {name: as} alone when there is none (an input only a
- * condition reads has no descriptor). */
-static json_t *desc_as(json_t *list, const char *name, const char *as) {
-  size_t i;
-  json_t *d;
-  json_array_foreach(list, i, d) {
-    const char *n = json_string_value(json_object_get(d, "name"));
-    if (n && !strcmp(n, name)) {
-      json_t *c = json_deep_copy(d);
-      if (c) json_object_set_new(c, "name", json_string(as));
-      return c;
-    }
-  }
-  return json_pack("{s:s,s:n,s:n}", "name", as, "dtype", "shape");
+/* The descriptor named `name` among `d`, renamed `as` (into *out, whose
+ * name is owned); dtype INVALID and rank -1 when there is none (an input only
+ * a condition reads has no descriptor). 0 when out of memory. */
+static int desc_as(const sip_io_desc_t *d, size_t n, const char *name, const char *as,
+                   sip_io_desc_t *out) {
+  memset(out, 0, sizeof *out);
+  out->rank = -1;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(d[i].name, name)) *out = d[i];
+  out->name = sip__strdup(as);
+  return out->name != NULL;
 }
 
 /* The pipeline's inputs as the first stage that consumes each describes
  * them, and its outputs as the stages that make them do: what a client (or
  * KServe's model metadata) needs to call the pipeline like a model. */
-static void describe(pipeline_t *pl) {
-  pl->in_io = json_array();
-  pl->out_io = json_array();
+static char *describe(pipeline_t *pl) {
+  pl->io_in = sip__calloc(pl->n_inputs ? pl->n_inputs : 1, sizeof *pl->io_in);
+  pl->io_out = sip__calloc(pl->n_po ? pl->n_po : 1, sizeof *pl->io_out);
+  if (!pl->io_in || !pl->io_out) return sip__strdup("out of memory");
   for (size_t i = 0; i < pl->n_inputs; i++) {
-    json_t *d = NULL;
-    for (size_t k = 0; k < pl->n && !d; k++)
-      for (size_t w = 0; w < pl->st[k].n_in && !d; w++) {
+    const stage_t *by = NULL;
+    const char *as = "";
+    for (size_t k = 0; k < pl->n && !by; k++)
+      for (size_t w = 0; w < pl->st[k].n_in && !by; w++) {
         const wire_t *wi = &pl->st[k].in[w];
-        if (wi->src == -1 && wi->out && !strcmp(wi->out, pl->inputs[i]))
-          d = desc_as(pl->st[k].in_desc, wi->name, pl->inputs[i]);
+        if (wi->src == -1 && wi->out && !strcmp(wi->out, pl->inputs[i])) by = &pl->st[k], as = wi->name;
       }
-    json_array_append_new(pl->in_io, d ? d : desc_as(NULL, "", pl->inputs[i]));
+    if (!desc_as(by ? by->in_desc : NULL, by ? by->n_in_desc : 0, as, pl->inputs[i], &pl->io_in[i]))
+      return sip__strdup("out of memory");
   }
-  for (size_t o = 0; o < pl->n_po; o++)
-    json_array_append_new(pl->out_io,
-                          desc_as(pl->st[pl->po[o].stage].out_desc, pl->po[o].out, pl->po[o].name));
+  for (size_t o = 0; o < pl->n_po; o++) {
+    const stage_t *st = &pl->st[pl->po[o].stage];
+    if (!desc_as(st->out_desc, st->n_out_desc, pl->po[o].out, pl->po[o].name, &pl->io_out[o]))
+      return sip__strdup("out of memory");
+  }
+  return NULL;
 }
 
 static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
@@ -239,33 +247,38 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
       n_in_names = ni;
       s->outs = names_of_descs(outs, no);
       s->n_outs = no;
-      s->in_desc = sip__io_json(ins, ni);
-      s->out_desc = sip__io_json(outs, no);
+      s->in_desc = sip__io_descs_copy(ins, ni);
+      s->out_desc = sip__io_descs_copy(outs, no);
+      s->n_in_desc = s->in_desc ? ni : 0;
+      s->n_out_desc = s->out_desc ? no : 0;
     } else {
-      /* The pool the stage names (its default version), typed, from the
-       * registry: its state, and what it takes and gives. */
+      /* The pool the stage names (its default version), through the
+       * registry's model interface: its state, and what it takes and gives. */
       sip_error_t *fe = NULL;
-      sip_pool_t *p = sip__registry_find(eng, s->cfg->pool, NULL, &fe);
-      if (!p) {
-        sip_error_free(fe);
-        return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
+      sip__model_t *m = sip__registry_is_named(eng, s->cfg->pool)
+                            ? NULL
+                            : sip__registry_find_model(eng, s->cfg->pool, NULL, &fe);
+      sip_error_free(fe);
+      if (!m) return sip__asprintf("stage '%s': no pool named '%s'", s->cfg->name, s->cfg->pool);
+      const char *why = NULL;
+      sip__model_state_t state = m->vt->state(m, &why);
+      sip__model_io_t io;
+      if (state != SIP__MODEL_READY || !m->vt->describe_io(m, &io)) {
+        static const char *names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+        char *msg = sip__asprintf("stage '%s': pool '%s' is %s%s%s", s->cfg->name, s->cfg->pool,
+                                  names[state], why ? ": " : "", why ? why : "");
+        m->vt->unref(m);
+        return msg;
       }
-      int state = atomic_load(&p->state);
-      if (state != SIP_POOL_READY) {
-        char *m = sip__asprintf("stage '%s': pool '%s' is %s%s%s", s->cfg->name, s->cfg->pool,
-                                sip__pool_state_name((sip_pool_state_t)state),
-                                state == SIP_POOL_FAILED && p->error ? ": " : "",
-                                state == SIP_POOL_FAILED && p->error ? p->error : "");
-        sip__pool_unref(p);
-        return m;
-      }
-      in_names = names_of_descs(p->inputs, p->n_inputs);
-      n_in_names = p->n_inputs;
-      s->outs = names_of_descs(p->outputs, p->n_outputs);
-      s->n_outs = p->n_outputs;
-      s->in_desc = sip__io_json(p->inputs, p->n_inputs);
-      s->out_desc = sip__io_json(p->outputs, p->n_outputs);
-      sip__pool_unref(p);
+      in_names = names_of_descs(io.inputs, io.n_inputs);
+      n_in_names = io.n_inputs;
+      s->outs = names_of_descs(io.outputs, io.n_outputs);
+      s->n_outs = io.n_outputs;
+      s->in_desc = sip__io_descs_copy(io.inputs, io.n_inputs);
+      s->out_desc = sip__io_descs_copy(io.outputs, io.n_outputs);
+      s->n_in_desc = s->in_desc ? io.n_inputs : 0;
+      s->n_out_desc = s->out_desc ? io.n_outputs : 0;
+      m->vt->unref(m);
     }
     for (size_t f = 0; f < s->cfg->n_output_filter; f++)
       if (find_str(s->outs, s->n_outs, s->cfg->output_filter[f]) < 0) {
@@ -388,8 +401,7 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
                          : sip__strdup(pl->po[i].out);
     if (!pl->po[i].name) return sip__strdup("out of memory");
   }
-  describe(pl);
-  return NULL;
+  return describe(pl);
 }
 
 static void pipeline_clear(pipeline_t *pl) {
@@ -403,11 +415,11 @@ static void pipeline_clear(pipeline_t *pl) {
     }
     sip__free(s->in);
     free_strs(s->outs, s->n_outs);
-    json_decref(s->in_desc);
-    json_decref(s->out_desc);
+    sip__io_descs_free(s->in_desc, s->n_in_desc);
+    sip__io_descs_free(s->out_desc, s->n_out_desc);
   }
-  json_decref(pl->in_io);
-  json_decref(pl->out_io);
+  sip__io_descs_free(pl->io_in, pl->io_in ? pl->n_inputs : 0);
+  sip__io_descs_free(pl->io_out, pl->io_out ? pl->n_po : 0);
   sip__free(pl->st);
   sip__expr_free(pl->exit);
   free_strs(pl->inputs, pl->n_inputs);
@@ -421,7 +433,9 @@ static void pipeline_clear(pipeline_t *pl) {
 
 static void *worker_main(void *arg);
 
-sip_pipeline_set_t *sip__pipelines_build(sip__engine_t *eng, const sip_config_t *cfg) {
+static const sip__model_vt_t pipeline_vt;
+
+sip_pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip_config_t *cfg) {
   sip_pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->p = sip__calloc(cfg->n_pipelines ? cfg->n_pipelines : 1, sizeof *ps->p);
@@ -429,28 +443,46 @@ sip_pipeline_set_t *sip__pipelines_build(sip__engine_t *eng, const sip_config_t 
     sip__free(ps);
     return NULL;
   }
+  ps->eng = eng;
   ps->n = cfg->n_pipelines;
+  pthread_mutex_init(&ps->mu, NULL);
+  pthread_cond_init(&ps->cv, NULL);
+  pthread_cond_init(&ps->idle_cv, NULL);
   for (size_t i = 0; i < ps->n; i++) {
     pipeline_t *pl = &ps->p[i];
+    pl->base.vt = &pipeline_vt;
+    pl->ps = ps;
     pl->cfg = &cfg->pipelines[i];
-    pl->error = build_one(pl, eng);
+    atomic_store(&pl->state, SIP__MODEL_LOADING);
+    sip_error_t *e = sip__registry_add_named(eng, pl->cfg->name, &pl->base);
+    if (e) {
+      sip_error_free(e);
+      sip__pipelines_free(ps);
+      return NULL;
+    }
+  }
+  return ps;
+}
+
+void sip__pipelines_build(sip_pipeline_set_t *ps) {
+  for (size_t i = 0; ps && i < ps->n; i++) {
+    pipeline_t *pl = &ps->p[i];
+    pl->error = build_one(pl, ps->eng);
     if (pl->error)
       sip__log(SIP__LOG_ERROR, "pipeline failed to build", "pipeline=%s reason=\"%s\"",
                pl->cfg->name, pl->error);
     else
       sip__log(SIP__LOG_INFO, "pipeline ready", "pipeline=%s stages=%zu inputs=%zu outputs=%zu",
                pl->cfg->name, pl->n, pl->n_inputs, pl->n_po);
+    /* Everything built is written before the state says so. */
+    atomic_store(&pl->state, pl->error ? SIP__MODEL_FAILED : SIP__MODEL_READY);
   }
-  pthread_mutex_init(&ps->mu, NULL);
-  pthread_cond_init(&ps->cv, NULL);
-  pthread_cond_init(&ps->idle_cv, NULL);
   int need = 0; /* workers only where a transform stage starts a pipeline */
-  for (size_t i = 0; i < ps->n; i++)
+  for (size_t i = 0; ps && i < ps->n; i++)
     for (size_t k = 0; !ps->p[i].error && k < ps->p[i].n; k++)
       need |= ps->p[i].st[k].tf && !ps->p[i].st[k].n_deps;
   for (int i = 0; need && i < N_WORKERS; i++)
     if (pthread_create(&ps->workers[ps->n_workers], NULL, worker_main, ps) == 0) ps->n_workers++;
-  return ps;
 }
 
 void sip__pipelines_quiesce(sip_pipeline_set_t *ps) {
@@ -475,16 +507,6 @@ void sip__pipelines_free(sip_pipeline_set_t *ps) {
   sip__free(ps);
 }
 
-static pipeline_t *find(const sip_pipeline_set_t *ps, const char *name) {
-  for (size_t i = 0; ps && i < ps->n; i++)
-    if (!strcmp(ps->p[i].cfg->name, name)) return &ps->p[i];
-  return NULL;
-}
-
-int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name) {
-  return find(ps, name) != NULL;
-}
-
 /* ---- running ---- */
 
 enum { ST_PENDING = 0, ST_RUNNING, ST_DONE, ST_SKIPPED, ST_FAILED, ST_NOT_REACHED };
@@ -501,7 +523,6 @@ typedef struct sstate {
 } sstate_t;
 
 typedef struct run {
-  sip_server_t *srv;
   pipeline_t *pl;
   pthread_mutex_t mu;
   sip_request_t *req; /* owns the inputs; id, priority, cancel token */
@@ -892,11 +913,22 @@ static void launch(run_t *r, int k) {
     sip_request_set_cancel_token(sub, r->req->cancel);
     sc->r = r;
     sc->stage = k;
-    /* A fan-out (N crops) goes in as one batch, split into the pool's
+    /* The stage's pool, found once through the registry (its default
+     * version: the pipeline follows reloads) and submitted to directly. A
+     * fan-out (N crops) goes in as one batch, split into the pool's
      * max_batch_size chunks when it has one. */
-    e = sip_server_infer_batch(r->srv, sub, 0, 0, model_done, sc);
-    sub = NULL;
-    if (!e) return;
+    sip__model_t *m = sip__registry_is_named(r->pl->ps->eng, s->cfg->pool)
+                          ? NULL
+                          : sip__registry_find_model(r->pl->ps->eng, s->cfg->pool, NULL, &e);
+    if (m) {
+      sub->done = model_done;
+      sub->user = sc;
+      e = m->vt->submit_batch ? m->vt->submit_batch(m, sub, 0, 0) : m->vt->submit(m, sub);
+      sub = NULL;
+      if (!e) return;
+    } else if (!e) {
+      e = sip_error_new(SIP_NOT_FOUND, "no pool named '%s'", s->cfg->pool);
+    }
   }
   sip_request_free(sub);
   sip__free(sc);
@@ -974,12 +1006,17 @@ static sip_error_t *read_config(run_t *r, const char *text) {
   return e;
 }
 
-sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip_request_t *req,
-                                  sip_infer_done_fn done, void *user) {
-  pipeline_t *pl = find(ps, req->pool);
+/* pipeline_vt.submit: takes `req` (its done/user set), also on error. */
+static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
+  pipeline_t *pl = (pipeline_t *)m;
+  sip_pipeline_set_t *ps = pl->ps;
+  sip_infer_done_fn done = req->done;
+  void *user = req->user;
   sip_error_t *e = NULL;
-  if (!pl)
-    e = sip_error_new(SIP_NOT_FOUND, "no pipeline named '%s'", req->pool);
+  int state = atomic_load(&pl->state);
+  if (state == SIP__MODEL_LOADING)
+    e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' is not ready: the server is still loading "
+                      "its pools", pl->cfg->name);
   else if (pl->error)
     e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' failed to build: %s", pl->cfg->name,
                       pl->error);
@@ -1001,7 +1038,6 @@ sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip
   run_t *r = e ? NULL : sip__calloc(1, sizeof *r);
   if (!e && !r) e = SIP_OOM();
   if (!e) {
-    r->srv = srv;
     r->pl = pl;
     r->req = req;
     r->exit_stage = -1;
@@ -1018,7 +1054,7 @@ sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip
     }
   }
   if (e) {
-    if (pl) atomic_fetch_add(&pl->by_code[sip_error_code(e)], 1);
+    if (state != SIP__MODEL_LOADING) atomic_fetch_add(&pl->by_code[sip_error_code(e)], 1);
     sip_request_free(req);
     return e;
   }
@@ -1033,15 +1069,45 @@ sip_error_t *sip__pipeline_submit(sip_server_t *srv, sip_pipeline_set_t *ps, sip
   return NULL;
 }
 
+static int pipeline_describe_io(sip__model_t *m, sip__model_io_t *io) {
+  pipeline_t *pl = (pipeline_t *)m;
+  if (atomic_load(&pl->state) != SIP__MODEL_READY) return 0;
+  io->inputs = pl->io_in;
+  io->n_inputs = pl->n_inputs;
+  io->outputs = pl->io_out;
+  io->n_outputs = pl->n_po;
+  return 1;
+}
+
+static sip__model_state_t pipeline_state(sip__model_t *m, const char **error) {
+  pipeline_t *pl = (pipeline_t *)m;
+  sip__model_state_t st = (sip__model_state_t)atomic_load(&pl->state);
+  if (error) *error = st == SIP__MODEL_FAILED ? pl->error : NULL;
+  return st;
+}
+
+/* Pipelines live as long as the engine: nothing to count. */
+static void pipeline_ref(sip__model_t *m) { (void)m; }
+
+static const sip__model_vt_t pipeline_vt = {
+    .kind = "pipeline",
+    .submit = pipeline_submit,
+    .describe_io = pipeline_describe_io,
+    .state = pipeline_state,
+    .ref = pipeline_ref,
+    .unref = pipeline_ref,
+};
+
 /* ---- introspection ---- */
 
 json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
   json_t *a = json_array();
   for (size_t i = 0; ps && i < ps->n; i++) {
     const pipeline_t *pl = &ps->p[i];
-    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pl->cfg->name, "state",
-                          pl->error ? "FAILED" : "READY", "error",
-                          pl->error ? json_string(pl->error) : json_null());
+    static const char *states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+    int st = atomic_load(&pl->state);
+    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pl->cfg->name, "state", states[st], "error",
+                          st == SIP__MODEL_FAILED ? json_string(pl->error) : json_null());
     json_t *stages = json_array();
     for (size_t k = 0; k < pl->n; k++) {
       const stage_t *s = &pl->st[k];
@@ -1061,8 +1127,9 @@ json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
     }
     json_object_set_new(o, "stages", stages);
     if (kind == SIP_INFO_POOLS) {
-      json_object_set_new(o, "inputs", pl->in_io ? json_deep_copy(pl->in_io) : json_array());
-      json_object_set_new(o, "outputs", pl->out_io ? json_deep_copy(pl->out_io) : json_array());
+      int built = atomic_load(&pl->state) == SIP__MODEL_READY;
+      json_object_set_new(o, "inputs", built ? sip__io_json(pl->io_in, pl->n_inputs) : json_array());
+      json_object_set_new(o, "outputs", built ? sip__io_json(pl->io_out, pl->n_po) : json_array());
     } else {
       json_t *codes = json_object();
       for (int c = 0; c < SIP_CODE_COUNT_; c++) {

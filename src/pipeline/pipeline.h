@@ -13,29 +13,21 @@
 typedef struct sip_pipeline_set sip_pipeline_set_t;
 struct sip__engine;
 
-/* Builds every pipeline of the config once the pools have loaded: wires
- * each stage's inputs (input_mapping, or by default the previous stage's
- * outputs / the pipeline's inputs), checks names against the pools' and
- * transforms' inputs and outputs. A pipeline that cannot be built is FAILED
- * with the reason (like a pool); the others serve. Returns NULL only when
- * out of memory. */
-sip_pipeline_set_t *sip__pipelines_build(struct sip__engine *eng, const sip_config_t *cfg);
+/* The config's pipelines, each listed in the engine's registry as a model
+ * (LOADING: requests hear that the server is still loading) until
+ * sip__pipelines_build. NULL only when out of memory. */
+sip_pipeline_set_t *sip__pipelines_new(struct sip__engine *eng, const sip_config_t *cfg);
+/* Builds every pipeline once the pools have loaded: wires each stage's
+ * inputs (input_mapping, or by default the previous stage's outputs / the
+ * pipeline's inputs), checks names against the pools' and transforms'
+ * inputs and outputs. A pipeline that cannot be built is FAILED with the
+ * reason (like a pool); the others serve. */
+void sip__pipelines_build(sip_pipeline_set_t *ps);
 /* Stops taking transform stages for the workers and waits until those
  * queued have run (their answers go out while the transports are still up);
  * later submissions run those stages on the caller's thread. NULL: no-op. */
 void sip__pipelines_quiesce(sip_pipeline_set_t *ps);
 void sip__pipelines_free(sip_pipeline_set_t *ps);
-
-/* 1 when `name` is a pipeline. */
-int sip__pipelines_has(const sip_pipeline_set_t *ps, const char *name);
-
-/* Runs request `r` (ownership taken, even on error) through the pipeline
- * it names. Same contract as sip_server_infer_async: on an error return the
- * callback never fires. On success the response carries the pipeline's
- * outputs, every stage's kept outputs as "<stage>/<output>", and in its
- * message a JSON object describing the stages (docs/pipelines.md). */
-sip_error_t *sip__pipeline_submit(sip_server_t *s, sip_pipeline_set_t *ps, sip_request_t *r,
-                                  sip_infer_done_fn done, void *user);
 
 /* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs as
  * {name, dtype, shape} objects taken from the stages that consume each

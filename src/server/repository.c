@@ -721,7 +721,7 @@ static void initial_load(sip_server_t *s) {
   }
   free_names(names, n);
   /* Pipelines hook (src/pipeline/): built once their pools have loaded. */
-  s->pipelines = sip__pipelines_build(&s->eng, s->cfg);
+  sip__pipelines_build(s->pipelines);
   atomic_store(&s->loaded, 1);
   sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu repository_models=%zu", n_pools, n);
 }

@@ -62,6 +62,50 @@ int sip__session_transition_ok(sip_session_state_t from, sip_session_state_t to)
 
 typedef struct sip_pool sip_pool_t;
 
+/* ---- models: what the registry serves by name ----
+ * A pool (one version of a model) or a pipeline (src/pipeline), behind one
+ * vtable: sip_server_infer_async is a lookup plus submit. */
+typedef struct sip__model sip__model_t;
+
+typedef enum sip__model_state {
+  SIP__MODEL_LOADING = 0,
+  SIP__MODEL_READY,
+  SIP__MODEL_FAILED,
+  SIP__MODEL_STOPPED
+} sip__model_state_t;
+
+/* What a model takes and gives (borrowed; valid while a reference is held). */
+typedef struct sip__model_io {
+  const sip_io_desc_t *inputs, *outputs;
+  size_t n_inputs, n_outputs;
+} sip__model_io_t;
+
+typedef struct sip__model_vt {
+  const char *kind; /* "pool", "pipeline" */
+  /* Runs `r` (its done/user set) and answers through r->done. Takes `r` and
+   * the caller's reference, also on error (the callback then never fires). */
+  sip_error_t *(*submit)(sip__model_t *m, sip_request_t *r);
+  /* The same for a client batch split into chunks of max_batch_size rows
+   * (sip_server_infer_batch); NULL: plain submit. */
+  sip_error_t *(*submit_batch)(sip__model_t *m, sip_request_t *r, int max_batch_size,
+                               int padding);
+  /* Inputs and outputs; 0 when not known (not READY). */
+  int (*describe_io)(sip__model_t *m, sip__model_io_t *io);
+  /* The state and, when FAILED, why (borrowed). */
+  sip__model_state_t (*state)(sip__model_t *m, const char **error);
+  void (*ref)(sip__model_t *m);
+  void (*unref)(sip__model_t *m);
+} sip__model_vt_t;
+
+struct sip__model {
+  const sip__model_vt_t *vt;
+};
+
+extern const sip__model_vt_t sip__pool_model_vt;
+/* sip__pool_model_vt.submit_batch (src/session/split.c). */
+sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_batch_size,
+                                    int padding);
+
 typedef struct sip_session {
   sip_pool_t *pool;
   int index;
@@ -105,6 +149,7 @@ typedef struct sip_queue {
 } sip_queue_t;
 
 struct sip_pool {
+  sip__model_t base; /* first: a pool is a model (sip__pool_model_vt) */
   struct sip__engine *eng;
   const sip_pool_config_t *cfg; /* the server's config's, or own_cfg */
   sip_pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
@@ -169,7 +214,6 @@ void sip__pool_destroy(sip_pool_t *p);
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
 void sip__pool_load(sip_pool_t *p);
-void sip__pool_free_descs(sip_io_desc_t *d, size_t n);
 /* Admission checks of a request against the model (names, dtypes, shapes). */
 sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/session/executor.c). */
@@ -220,6 +264,14 @@ typedef struct sip__engine {
   atomic_int reg_waiters;   /* drains waiting on reg_cv */
   _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
   int registry_inited;      /* reg_lock & co exist */
+  /* Models served by name besides pools (pipelines), fixed once the server
+   * is set up; found before pools. Not reference counted: they live as
+   * long as the engine. */
+  struct {
+    const char *name;
+    sip__model_t *model;
+  } *named;
+  size_t n_named;
   /* Per-backend process state, initialised on first use. */
   const sip_engine_settings_t *settings;
   struct {
@@ -252,6 +304,9 @@ static inline void sip__engine_note_deadline(sip__engine_t *e, uint64_t deadline
 /* [{name, dtype, shape (null: any rank)}] of descriptors, as the pools
  * introspection lists a pool's inputs and outputs (src/session/describe.c). */
 json_t *sip__io_json(const sip_io_desc_t *d, size_t n);
+/* A copy of `d` (names copied too), NULL when out of memory; and its free. */
+sip_io_desc_t *sip__io_descs_copy(const sip_io_desc_t *d, size_t n);
+void sip__io_descs_free(sip_io_desc_t *d, size_t n);
 
 /* ---- pool registry (src/session/registry.c) ---- */
 void sip__registry_init(sip__engine_t *s);
@@ -276,6 +331,17 @@ void sip__pool_unref(sip_pool_t *p);
  * out of memory. */
 sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n);
 void sip__registry_release(sip_pool_t **v, size_t n);
+/* Lists `m` under `name` (borrowed; both outlive the engine's use): found
+ * by sip__registry_find_model before any pool. Set-up time only (not
+ * thread-safe with lookups). Errors: RESOURCE_EXHAUSTED. */
+sip_error_t *sip__registry_add_named(sip__engine_t *s, const char *name, sip__model_t *m);
+/* The model serving `name`: a named model (whatever `version` says: it
+ * refuses versions itself), else the pool as sip__registry_find; with a
+ * reference for the caller; NULL with *err (NOT_FOUND) otherwise. */
+sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const char *version,
+                                       sip_error_t **err);
+/* 1 when `name` is a named model (a pipeline). */
+int sip__registry_is_named(sip__engine_t *s, const char *name);
 /* Retires `p` (if it is not yet) and, on a thread that is none of its
  * executors, waits until the requests admitted to it completed (its sessions
  * serve its queue meanwhile), stops its sessions, unlists it, waits out

@@ -133,6 +133,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
     sip__config_pool_free(own_cfg);
     return NULL;
   }
+  p->base.vt = &sip__pool_model_vt;
   p->eng = s;
   p->cfg = cfg;
   p->own_cfg = own_cfg;
@@ -158,8 +159,8 @@ void sip__pool_destroy(sip_pool_t *p) {
   sip__free(p->resolved_path);
   sip__free(p->version);
   sip__free(p->fingerprint);
-  sip__pool_free_descs(p->inputs, p->n_inputs);
-  sip__pool_free_descs(p->outputs, p->n_outputs);
+  sip__io_descs_free(p->inputs, p->n_inputs);
+  sip__io_descs_free(p->outputs, p->n_outputs);
   sip__preprocess_free(p->pre);
   sip__free(p->error);
   sip_error_free(p->load_error);
@@ -215,22 +216,6 @@ static void release(sip_pool_t *p) { sip__pool_stop_sessions(p, SIP_SESSION_FAIL
 /* The pool keeps its own copy of the model's inputs and outputs: admission
  * checks and introspection read them without racing a model being freed at
  * shutdown. */
-static sip_io_desc_t *copy_descs(const sip_io_desc_t *d, size_t n) {
-  sip_io_desc_t *c = sip__calloc(n ? n : 1, sizeof *c);
-  for (size_t i = 0; c && i < n; i++) {
-    c[i] = d[i];
-    if (!(c[i].name = sip__strdup(d[i].name))) {
-      sip__pool_free_descs(c, i);
-      return NULL;
-    }
-  }
-  return c;
-}
-
-void sip__pool_free_descs(sip_io_desc_t *d, size_t n) {
-  for (size_t i = 0; d && i < n; i++) sip__free(d[i].name);
-  sip__free(d);
-}
 
 static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -323,8 +308,8 @@ static void load(sip_pool_t *p) {
   }
   const sip_io_desc_t *ins, *outs;
   p->backend->describe(p->model, &ins, &p->n_inputs, &outs, &p->n_outputs);
-  p->inputs = copy_descs(ins, p->n_inputs);
-  p->outputs = copy_descs(outs, p->n_outputs);
+  p->inputs = sip__io_descs_copy(ins, p->n_inputs);
+  p->outputs = sip__io_descs_copy(outs, p->n_outputs);
   if (!p->inputs || !p->outputs) {
     release(p);
     pool_fail(p, SIP_OOM());

@@ -25,6 +25,9 @@ void sip__registry_init(sip__engine_t *s) {
 }
 
 void sip__registry_destroy(sip__engine_t *s) {
+  sip__free(s->named);
+  s->named = NULL;
+  s->n_named = 0;
   sip__free(s->pools);
   s->pools = NULL;
   s->n_pools = s->cap_pools = 0;
@@ -205,4 +208,34 @@ void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p) {
   /* An iterator that listed it before it was unlisted may still look. */
   wait_last_ref(s, p);
   sip__pool_destroy(p);
+}
+
+sip_error_t *sip__registry_add_named(sip__engine_t *s, const char *name, sip__model_t *m) {
+  void *v = sip__reallocarray(s->named, s->n_named + 1, sizeof *s->named);
+  if (!v) return SIP_OOM();
+  s->named = v;
+  s->named[s->n_named].name = name;
+  s->named[s->n_named].model = m;
+  s->n_named++;
+  return NULL;
+}
+
+static sip__model_t *named(sip__engine_t *s, const char *name) {
+  for (size_t i = 0; i < s->n_named; i++)
+    if (!strcmp(s->named[i].name, name)) return s->named[i].model;
+  return NULL;
+}
+
+int sip__registry_is_named(sip__engine_t *s, const char *name) { return named(s, name) != NULL; }
+
+sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const char *version,
+                                       sip_error_t **err) {
+  *err = NULL;
+  sip__model_t *m = named(s, name);
+  if (m) {
+    m->vt->ref(m);
+    return m;
+  }
+  sip_pool_t *p = sip__registry_find(s, name, version, err);
+  return p ? &p->base : NULL;
 }
