@@ -1098,6 +1098,68 @@ static const sip__model_vt_t pipeline_vt = {
     .unref = pipeline_ref,
 };
 
+/* ---- a pool that stages use changes ---- */
+
+static const sip_io_desc_t *desc_named(const sip_io_desc_t *d, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(d[i].name, name)) return &d[i];
+  return NULL;
+}
+
+/* Why stage `s` cannot run on a pool with `io` instead of what it was built
+ * with (owned), or NULL: every input it feeds is there with its dtype and
+ * nothing more is needed; every output it keeps is made with its dtype. */
+static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
+  for (size_t i = 0; i < s->n_in; i++) {
+    const sip_io_desc_t *now = desc_named(io->inputs, io->n_inputs, s->in[i].name);
+    const sip_io_desc_t *was = desc_named(s->in_desc, s->n_in_desc, s->in[i].name);
+    if (!now) return sip__asprintf("it feeds input '%s', which the new version does not take",
+                                   s->in[i].name);
+    if (was && was->dtype != now->dtype)
+      return sip__asprintf("input '%s' is %s in the new version; the stage feeds %s",
+                           s->in[i].name, sip_dtype_name(now->dtype), sip_dtype_name(was->dtype));
+  }
+  for (size_t i = 0; i < io->n_inputs; i++) {
+    int fed = 0;
+    for (size_t w = 0; w < s->n_in && !fed; w++) fed = !strcmp(s->in[w].name, io->inputs[i].name);
+    if (!fed)
+      return sip__asprintf("the new version also takes input '%s', which the stage does not feed",
+                           io->inputs[i].name);
+  }
+  for (size_t o = 0; o < s->n_outs; o++) {
+    if (!keeps(s, s->outs[o])) continue;
+    const sip_io_desc_t *now = desc_named(io->outputs, io->n_outputs, s->outs[o]);
+    const sip_io_desc_t *was = desc_named(s->out_desc, s->n_out_desc, s->outs[o]);
+    if (!now) return sip__asprintf("it gives output '%s', which the new version does not make",
+                                   s->outs[o]);
+    if (was && was->dtype != now->dtype)
+      return sip__asprintf("output '%s' is %s in the new version; the pipeline reads %s",
+                           s->outs[o], sip_dtype_name(now->dtype), sip_dtype_name(was->dtype));
+  }
+  return NULL;
+}
+
+char *sip__pipelines_check_pool(const sip_pipeline_set_t *ps, const char *name,
+                                const sip__model_io_t *io) {
+  for (size_t i = 0; ps && i < ps->n; i++) {
+    const pipeline_t *pl = &ps->p[i];
+    if (atomic_load(&pl->state) != SIP__MODEL_READY) continue;
+    for (size_t k = 0; k < pl->n; k++) {
+      const stage_t *s = &pl->st[k];
+      if (s->cfg->is_transform || strcmp(s->cfg->pool, name)) continue;
+      if (!io)
+        return sip__asprintf("pipeline '%s' stage '%s' runs on it", pl->cfg->name, s->cfg->name);
+      char *why = stage_fits(s, io);
+      if (why) {
+        char *m = sip__asprintf("pipeline '%s' stage '%s': %s", pl->cfg->name, s->cfg->name, why);
+        sip__free(why);
+        return m ? m : sip__strdup("out of memory");
+      }
+    }
+  }
+  return NULL;
+}
+
 /* ---- introspection ---- */
 
 json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {

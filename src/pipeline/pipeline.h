@@ -8,10 +8,10 @@
 #include <jansson.h>
 
 #include "config/config.h"
+#include "session/engine.h"
 #include "sip/server.h"
 
 typedef struct sip_pipeline_set sip_pipeline_set_t;
-struct sip__engine;
 
 /* The config's pipelines, each listed in the engine's registry as a model
  * (LOADING: requests hear that the server is still loading) until
@@ -28,6 +28,13 @@ void sip__pipelines_build(sip_pipeline_set_t *ps);
  * later submissions run those stages on the caller's thread. NULL: no-op. */
 void sip__pipelines_quiesce(sip_pipeline_set_t *ps);
 void sip__pipelines_free(sip_pipeline_set_t *ps);
+
+/* Whether the pipelines whose stages run on pool `name` can go on with `io`
+ * (its new version's inputs and outputs; NULL: the pool goes away): NULL
+ * when they can (they follow the new version), else why not, naming the
+ * pipeline and stage (owned). Pipelines not READY are not checked. */
+char *sip__pipelines_check_pool(const sip_pipeline_set_t *ps, const char *name,
+                                const sip__model_io_t *io);
 
 /* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs as
  * {name, dtype, shape} objects taken from the stages that consume each

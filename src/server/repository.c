@@ -555,6 +555,18 @@ static sip_error_t *load_model(sip_server_t *s, const char *name) {
       sip__pool_destroy(p);
     }
   }
+  /* Pipelines whose stages run on this model follow its new versions only
+   * if those still fit how the stages were wired. */
+  for (size_t i = 0; !e && i < n_add; i++) {
+    sip__model_io_t io;
+    char *why = add[i]->base.vt->describe_io(&add[i]->base, &io)
+                    ? sip__pipelines_check_pool(s->pipelines, name, &io)
+                    : NULL;
+    if (why)
+      e = sip_error_new(SIP_FAILED_PRECONDITION, "version '%s' does not fit %s; the versions "
+                        "serving stay", add[i]->version ? add[i]->version : "-", why);
+    sip__free(why);
+  }
   if (e) { /* nothing changes: the versions loaded for nothing go */
     for (size_t i = 0; i < n_add; i++) {
       sip__pool_shutdown(add[i]);
@@ -635,6 +647,14 @@ static sip_error_t *unload_model(sip_server_t *s, const char *name) {
     e = rec_exists(R, name) ? NULL : model_dir(R, name, &dir);
     sip__free(dir);
     if (!e) rec_finish(R, name, REC_UNLOADED, NULL, 0); /* already unloaded: done */
+    return e;
+  }
+  char *why = sip__pipelines_check_pool(s->pipelines, name, NULL);
+  if (why) {
+    e = sip_error_new(SIP_FAILED_PRECONDITION, "model '%s' cannot be unloaded: %s; change or "
+                      "remove that pipeline first", name, why);
+    sip__free(why);
+    sip__registry_release(old, n_old);
     return e;
   }
   rec_set_state(R, name, REC_UNLOADING);

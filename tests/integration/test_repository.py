@@ -505,3 +505,64 @@ def test_repository_model_cannot_take_a_pipeline_name(sipd_bin, tmp_path):
         np.testing.assert_array_equal(infer(c, "twice"), X + 2)
     finally:
         assert srv.stop() == 0, srv.log_tail()
+
+
+def renamed_output_model(k):
+    """y2 = x + k: the same input as add_model, another output name."""
+    f = TensorProto.FLOAT
+    g = helper.make_graph([helper.make_node("Add", ["x", "k"], ["y2"])], "ren",
+                          [helper.make_tensor_value_info("x", f, ["N", 4])],
+                          [helper.make_tensor_value_info("y2", f, ["N", 4])],
+                          [numpy_helper.from_array(np.array([k], np.float32), "k")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", models.OPSET)])
+    m.ir_version = models.IR_VERSION
+    return m
+
+
+def test_pipeline_follows_or_refuses_a_reload(sipd_bin, tmp_path):
+    """A pipeline whose stages run on a repository model is checked again when
+    that model is reloaded or unloaded: a new version with the same inputs
+    and outputs is followed at once; one whose outputs no longer fit is
+    refused with the pipeline and stage named, and the old version serves
+    on; unloading the model is refused while the pipeline uses it."""
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 1)
+    srv = harness.SipServer(tmp_path / "srv", [], server={"model_repository": str(repo)})
+    cfg = srv.config()
+    cfg["pipeline_sessions"] = [{"name": "twice", "stages": [
+        {"name": "a", "pool": "addk"}, {"name": "b", "pool": "addk",
+                                        "input_mapping": {"x": "a.y"}}]}]
+    srv.config = lambda: cfg
+    srv.start()
+    try:
+        c = srv.client()
+        np.testing.assert_array_equal(infer(c, "twice"), X + 2)
+
+        # Compatible: version 2 (y = x + 2) serves the pipeline at once.
+        add_version(repo, "addk", 2)
+        c.load_model("addk")
+        np.testing.assert_array_equal(infer(c, "addk"), X + 2)
+        np.testing.assert_array_equal(infer(c, "twice"), X + 4)
+
+        # Incompatible: version 3 names its output y2, which stage a must give.
+        d = repo / "addk" / "3"
+        d.mkdir()
+        onnx.save(renamed_output_model(3), str(d / "model.onnx"))
+        with pytest.raises(SipError) as ei:
+            c.load_model("addk")
+        msg = str(ei.value)
+        assert "pipeline 'twice' stage 'a'" in msg and "output 'y'" in msg, msg
+        assert ei.value.code == "FAILED_PRECONDITION", ei.value.code
+        np.testing.assert_array_equal(infer(c, "addk"), X + 2)
+        np.testing.assert_array_equal(infer(c, "twice"), X + 4)
+        assert set(served(c.repository_index(), "addk")) == {"2"}
+
+        # Unloading what the pipeline runs on is refused; the model serves on.
+        with pytest.raises(SipError) as ei:
+            c.unload_model("addk")
+        assert "pipeline 'twice' stage 'a' runs on it" in str(ei.value)
+        np.testing.assert_array_equal(infer(c, "twice"), X + 4)
+        r = sip(srv, "unload", "addk")
+        assert r.returncode != 0 and "pipeline 'twice'" in r.stderr
+    finally:
+        assert srv.stop() == 0, srv.log_tail()
