@@ -234,6 +234,28 @@ void sip__pool_shutdown(sip_pool_t *p);
  * time from arrival (0 for requests refused at admission). */
 void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns);
 
+/* ---- versioned model directories (src/session/pool.c) ----
+ * A model directory holds <dir>/<version>/model.onnx, <version> a name of
+ * 1..18 decimal digits, and optionally a `current` link naming the version
+ * served by default. A config file's model_path that is a directory and the
+ * model repository's models are both read through these. */
+typedef struct sip__version_dir {
+  int64_t num;   /* the name as a number */
+  char name[24]; /* the directory's name */
+  char *file;    /* "<dir>/<name>/model.onnx" as found, not resolved (owned) */
+} sip__version_dir_t;
+/* The version directories of `dir` that hold a model.onnx (whatever it is:
+ * a link, even one that leads nowhere, or not a regular file; callers
+ * check), sorted by number (then name). 0, or an errno (opendir's; ENOMEM)
+ * with *out NULL. Free with sip__version_dirs_free. */
+int sip__version_dirs(const char *dir, sip__version_dir_t **out, size_t *n);
+void sip__version_dirs_free(sip__version_dir_t *v, size_t n);
+/* Reads `dir`'s `current` link: 1 with its target in `target` (`cap`
+ * bytes; trailing '/' dropped) and *base at the target's last part (the
+ * version's name; "" for "/"), 0 when there is no link, -1 when out of
+ * memory. */
+int sip__version_current(const char *dir, char *target, size_t cap, const char **base);
+
 /* The response of every completion path. Takes `message` (NULL: "") and
  * `outputs` (an array from malloc with its tensors; dropped unless code is
  * OK). Out of memory gives a RESOURCE_EXHAUSTED response without outputs,

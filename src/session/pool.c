@@ -32,6 +32,74 @@ static int is_file(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static int cmp_version_dir(const void *a, const void *b) {
+  const sip__version_dir_t *x = a, *y = b;
+  return x->num != y->num ? (x->num < y->num ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+void sip__version_dirs_free(sip__version_dir_t *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) sip__free(v[i].file);
+  sip__free(v);
+}
+
+int sip__version_dirs(const char *dir, sip__version_dir_t **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno ? errno : ENOENT;
+  sip__version_dir_t *v = NULL;
+  size_t n = 0;
+  int err = 0;
+  struct dirent *de;
+  while (!err && (de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (len == 0 || len > 18 || strspn(de->d_name, "0123456789") != len) continue;
+    char *file = sip__asprintf("%s/%s/model.onnx", dir, de->d_name);
+    if (!file) {
+      err = ENOMEM;
+      break;
+    }
+    struct stat st;
+    if (lstat(file, &st) != 0) { /* a directory without a model is not a version */
+      sip__free(file);
+      continue;
+    }
+    sip__version_dir_t *nv = sip__reallocarray(v, n + 1, sizeof *v);
+    if (!nv) {
+      sip__free(file);
+      err = ENOMEM;
+      break;
+    }
+    v = nv;
+    v[n].num = strtoll(de->d_name, NULL, 10);
+    memcpy(v[n].name, de->d_name, len + 1); /* len <= 18 was checked above */
+    v[n].file = file;
+    n++;
+  }
+  closedir(d);
+  if (err) {
+    sip__version_dirs_free(v, n);
+    return err;
+  }
+  if (n) qsort(v, n, sizeof *v, cmp_version_dir);
+  *out = v;
+  *n_out = n;
+  return 0;
+}
+
+int sip__version_current(const char *dir, char *target, size_t cap, const char **base) {
+  char *link = sip__asprintf("%s/current", dir);
+  if (!link) return -1;
+  ssize_t len = readlink(link, target, cap - 1);
+  sip__free(link);
+  if (len <= 0) return 0;
+  target[len] = '\0';
+  while (len > 1 && target[len - 1] == '/') target[--len] = '\0';
+  const char *b = strrchr(target, '/');
+  *base = b ? b + 1 : target;
+  return 1;
+}
+
 /* Picks the version a directory serves: the one `current` points to, else
  * the highest numeric version that has a model.onnx. */
 static sip_error_t *resolve_model(const char *path, char **file, char **version) {
@@ -45,15 +113,11 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
     *file = sip__strdup(path);
     return *file ? NULL : SIP_OOM();
   }
-  char *cur = sip__asprintf("%s/current", path);
-  if (!cur) return SIP_OOM();
   char target[PATH_MAX];
-  ssize_t n = readlink(cur, target, sizeof target - 1);
-  sip__free(cur);
-  if (n > 0) {
-    target[n] = '\0';
-    const char *base = strrchr(target, '/');
-    base = base ? base + 1 : target;
+  const char *base = NULL;
+  int link = sip__version_current(path, target, sizeof target, &base);
+  if (link < 0) return SIP_OOM();
+  if (link) {
     if (!base[0])
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "model_path %s: the 'current' link points to '%s'; expected a "
@@ -68,27 +132,24 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
                            path, base, *file);
     return NULL;
   }
-  DIR *d = opendir(path);
-  if (!d) return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s", path, strerror(errno));
-  long best = -1;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    char *end;
-    errno = 0;
-    long v = strtol(de->d_name, &end, 10);
-    if (!de->d_name[0] || *end || errno || v < 0 || v <= best) continue;
-    char *f = sip__asprintf("%s/%s/model.onnx", path, de->d_name);
-    if (f && is_file(f)) best = v;
-    sip__free(f);
-  }
-  closedir(d);
-  if (best < 0)
+  sip__version_dir_t *v = NULL;
+  size_t n = 0;
+  int err = sip__version_dirs(path, &v, &n);
+  if (err == ENOMEM) return SIP_OOM();
+  if (err) return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s", path, strerror(err));
+  const sip__version_dir_t *best = NULL;
+  for (size_t i = n; i-- > 0 && !best;)
+    if (is_file(v[i].file)) best = &v[i];
+  if (!best) {
+    sip__version_dirs_free(v, n);
     return sip_error_new(SIP_NOT_FOUND,
                          "model_path %s is a directory without versions; expected "
                          "%s/<version>/model.onnx with a numeric version (or a 'current' link)",
                          path, path);
-  *version = sip__asprintf("%ld", best);
-  *file = sip__asprintf("%s/%ld/model.onnx", path, best);
+  }
+  *version = sip__strdup(best->name);
+  *file = sip__strdup(best->file);
+  sip__version_dirs_free(v, n);
   return *version && *file ? NULL : SIP_OOM();
 }
 

@@ -1,0 +1,74 @@
+/* sip — what a pipeline is to its callers: the inputs and outputs it takes
+ * and gives (typed as its stages take and give them), its state, and the
+ * pipelines' introspection (pools and status JSON). */
+#include "core/core.h"
+#include "pipeline/pipeline_impl.h"
+
+/* ---- the model interface: what it takes and gives, its state ---- */
+
+int sip__pipeline_describe_io(sip__model_t *m, sip__model_io_t *io) {
+  pipeline_t *pl = (pipeline_t *)m;
+  if (atomic_load(&pl->state) != SIP__MODEL_READY) return 0;
+  io->inputs = pl->io_in;
+  io->n_inputs = pl->n_inputs;
+  io->outputs = pl->io_out;
+  io->n_outputs = pl->n_po;
+  return 1;
+}
+
+sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error) {
+  pipeline_t *pl = (pipeline_t *)m;
+  sip__model_state_t st = (sip__model_state_t)atomic_load(&pl->state);
+  if (error) *error = st == SIP__MODEL_FAILED ? pl->error : NULL;
+  return st;
+}
+
+/* ---- introspection ---- */
+
+json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
+  json_t *a = json_array();
+  for (size_t i = 0; ps && i < ps->n; i++) {
+    const pipeline_t *pl = &ps->p[i];
+    static const char *states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+    int st = atomic_load(&pl->state);
+    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pl->cfg->name, "state", states[st], "error",
+                          st == SIP__MODEL_FAILED ? json_string(pl->error) : json_null());
+    json_t *stages = json_array();
+    for (size_t k = 0; k < pl->n; k++) {
+      const stage_t *s = &pl->st[k];
+      json_t *so = json_pack("{s:s,s:s}", "name", s->cfg->name, "type",
+                             s->cfg->is_transform ? "transform" : "model");
+      if (s->cfg->is_transform)
+        json_object_set_new(so, "operation", json_string(s->cfg->operation));
+      else
+        json_object_set_new(so, "pool", json_string(s->cfg->pool));
+      if (kind == SIP_INFO_STATUS) {
+        json_object_set_new(so, "ran", json_integer((json_int_t)atomic_load(&s->ran)));
+        json_object_set_new(so, "skipped", json_integer((json_int_t)atomic_load(&s->skipped)));
+        json_object_set_new(so, "failed", json_integer((json_int_t)atomic_load(&s->failed)));
+        json_object_set_new(so, "total_us", json_integer((json_int_t)atomic_load(&s->total_us)));
+      }
+      json_array_append_new(stages, so);
+    }
+    json_object_set_new(o, "stages", stages);
+    if (kind == SIP_INFO_POOLS) {
+      int built = atomic_load(&pl->state) == SIP__MODEL_READY;
+      json_object_set_new(o, "inputs", built ? sip__io_json(pl->io_in, pl->n_inputs) : json_array());
+      json_object_set_new(o, "outputs", built ? sip__io_json(pl->io_out, pl->n_po) : json_array());
+    } else {
+      json_t *codes = json_object();
+      for (int c = 0; c < SIP_CODE_COUNT_; c++) {
+        uint64_t n = atomic_load(&pl->by_code[c]);
+        if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
+      }
+      json_object_set_new(o, "requests", codes);
+      json_object_set_new(o, "early_exits", json_integer((json_int_t)atomic_load(&pl->early_exits)));
+      json_object_set_new(o, "latency_us",
+                          json_pack("{s:I,s:I}", "ok", (json_int_t)atomic_load(&pl->ok_us), "failed",
+                                    (json_int_t)atomic_load(&pl->fail_us)));
+      json_object_set_new(o, "last_inference", json_integer((json_int_t)atomic_load(&pl->last_ms)));
+    }
+    json_array_append_new(a, o);
+  }
+  return a;
+}

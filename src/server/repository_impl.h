@@ -1,0 +1,102 @@
+/* sip — the model repository's private state, shared by its files. Only
+ * src/server/repository*.c include this.
+ *
+ *   repository_versions.c  names and paths: model names checked, paths kept
+ *                          inside the repository, version directories and
+ *                          the `current` link read, version_policy applied
+ *   repository_load.c      loading and unloading one model: versions brought
+ *                          up beside the serving ones, pipelines re-checked,
+ *                          the registry swap, the retired versions drained
+ *   repository.c           the loader thread and its queue, the records of
+ *                          what each model's last load did, the public
+ *                          load/unload calls and the repository index */
+#ifndef SIP_SERVER_REPOSITORY_IMPL_H
+#define SIP_SERVER_REPOSITORY_IMPL_H
+
+#include "server/repository.h"
+#include "server/server_impl.h"
+
+enum { REC_LOADING, REC_READY, REC_UNLOADING, REC_UNLOADED, REC_FAILED };
+
+typedef struct failure {
+  char *version; /* NULL: the model as a whole */
+  sip_code_t code;
+  char *reason; /* "CODE: message", as the status shows it */
+} failure_t;
+
+/* What the repository knows about one model beyond its pools. */
+typedef struct model_rec {
+  char *name;
+  int state;
+  failure_t *failed; /* what the last load could not serve */
+  size_t n_failed;
+  struct model_rec *next;
+} model_rec_t;
+
+typedef struct repo_op {
+  int unload;
+  char *name;
+  sip_repo_done_fn done;
+  void *user;
+  struct repo_op *next;
+} repo_op_t;
+
+struct sip_repo {
+  char *root; /* realpath of server.model_repository; NULL: none */
+  size_t root_len;
+  pthread_mutex_t mu; /* ops, stop, models */
+  pthread_cond_t cv;
+  repo_op_t *head, *tail;
+  int stop;
+  pthread_t thread;
+  int started;
+  model_rec_t *models;
+};
+
+/* ---- records (repository.c) ---- */
+
+/* Sets the state of `name`'s record, creating it. Takes mu. */
+void sip__repo_rec_set_state(sip_repo_t *R, const char *name, int state);
+/* Sets the outcome of a load: its state and failures (taken). Takes mu. */
+void sip__repo_rec_finish(sip_repo_t *R, const char *name, int state, failure_t *f, size_t n);
+/* 1 when the repository has a record of `name`. Takes mu. */
+int sip__repo_rec_exists(sip_repo_t *R, const char *name);
+/* Records what could not be served: `e` (borrowed) for version `version`
+ * (NULL: the model). -1 when out of memory. */
+int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const sip_error_t *e);
+
+/* ---- names, paths and versions (repository_versions.c) ---- */
+
+/* realpath of `path` into *out (owned) when it lies inside the repository.
+ * Errors: NOT_FOUND (missing), INVALID_ARGUMENT (resolves outside). */
+sip_error_t *sip__repo_inside(sip_repo_t *R, const char *path, const char *what, char **out);
+/* The model's directory (resolved, owned). Errors: NOT_FOUND. */
+sip_error_t *sip__repo_model_dir(sip_repo_t *R, const char *name, char **out);
+/* The model's usable versions in `dir` (sorted; each file resolved inside
+ * the repository and a regular file); versions that cannot be used are
+ * added to the failures. Free *out with sip__version_dirs_free. */
+sip_error_t *sip__repo_scan_versions(sip_repo_t *R, const char *name, const char *dir,
+                                     sip__version_dir_t **out, size_t *n_out, failure_t **f,
+                                     size_t *nf);
+/* The version a `current` link names among `v` (*out -1: no link).
+ * Errors: NOT_FOUND (a link to no usable version). */
+sip_error_t *sip__repo_current_version(const char *name, const char *dir,
+                                       const sip__version_dir_t *v, size_t n, int64_t *out);
+/* Model directory names in the repository, sorted (hidden and invalid
+ * names skipped); free with sip__repo_free_names. */
+char **sip__repo_scan_models(sip_repo_t *R, size_t *n_out);
+void sip__repo_free_names(char **v, size_t n);
+
+/* ---- loading and unloading a model (repository_load.c) ---- */
+
+/* What of the config file already has this name: "a session_pools entry",
+ * "a pipeline (pipeline_sessions)", or NULL. */
+const char *sip__repo_config_name_taken(sip_server_t *s, const char *name);
+/* Checks a request's model name against the repository (not its files). */
+sip_error_t *sip__repo_check_request(sip_server_t *s, const char *name);
+/* Loads or reloads one model; on the loader thread. */
+sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name);
+/* Unloads one model; on the loader thread. */
+sip_error_t *sip__repo_unload_model(sip_server_t *s, const char *name);
+
+#endif
