@@ -251,6 +251,19 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
       sip_error_free(e);
       return m;
     }
+    /* What it reads must exist, as for `when:` and `outputs:`. */
+    const char *const *refs;
+    size_t nr = sip__expr_refs(pl->exit, &refs);
+    for (size_t r = 0; r < nr; r++) {
+      int src;
+      char *out = NULL, *e2 = resolve_ref(pl, pl->n, refs[r], &src, &out);
+      sip__free(out);
+      if (e2) {
+        char *m = sip__asprintf("early_exit_condition: %s", e2);
+        sip__free(e2);
+        return m;
+      }
+    }
   }
   /* Outputs: the configured ones, else every kept output of the sinks. */
   size_t cap = 0;

@@ -570,6 +570,19 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     if (find_str(pl->inputs, pl->n_inputs, req->inputs[j]->name) < 0)
       e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline '%s' has no input '%s'", pl->cfg->name,
                         req->inputs[j]->name);
+  /* Outputs asked for by name: a pipeline output, or STAGE/OUTPUT of a
+   * stage that keeps it. */
+  for (size_t j = 0; !e && j < req->n_outputs; j++) {
+    const char *want = req->outputs[j], *slash = strchr(want, '/');
+    int ok = 0;
+    for (size_t o = 0; o < pl->n_po && !ok; o++) ok = !strcmp(pl->po[o].name, want);
+    int k = slash ? stage_index(pl, want, (size_t)(slash - want)) : -1;
+    if (!ok && k >= 0) ok = keeps(&pl->st[k], slash + 1);
+    if (!ok)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline '%s' has no output '%s'; expected one of "
+                        "its outputs or STAGE/OUTPUT of an output a stage keeps",
+                        pl->cfg->name, want);
+  }
   run_t *r = e ? NULL : sip__calloc(1, sizeof *r);
   if (!e && !r) e = SIP_OOM();
   if (!e) {

@@ -451,7 +451,7 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only) {
   char *txt = NULL;
   json_t *models = oom ? NULL : json_array();
   if (models) {
-    qsort(v, n, sizeof *v, cmp_entry);
+    if (n) qsort(v, n, sizeof *v, cmp_entry);
     for (size_t i = 0; i < n; i++) {
       const char *st = json_string_value(json_object_get(v[i].obj, "state"));
       if (!ready_only || (st && !strcmp(st, "READY"))) json_array_append(models, v[i].obj);

@@ -214,17 +214,11 @@ BUILD_ERRORS = [
     pytest.param({"stages": [{"name": "a", "pool": "wide"}, AFTER]},
                  [{"name": "wide", "model_path": "wide65.onnx"}], None,
                  ["stage 'a'", "65 inputs", "at most 64"], id="too_many_stage_inputs"),
-    # The early-exit condition's references are only checked for stage
-    # names: an unknown output passes the builder, and then every request
-    # fails FAILED_PRECONDITION while the pipeline says READY.
+    # The early-exit condition's references are resolved like when:'s.
     pytest.param({"early_exit_condition": "len(a.nope) == 0",
                   "stages": [{"name": "a", "pool": "echo"}]},
                  [], None, ["early_exit_condition", "stage 'a'", "'nope'"],
-                 id="early_exit_unknown_output",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "sipd bug: the builder does not resolve early_exit_condition's references "
-                     "(when: and outputs: get resolve_ref), so the pipeline is READY and every "
-                     "request fails FAILED_PRECONDITION 'a.nope is not available'"))),
+                 id="early_exit_unknown_output"),
 ]
 
 
@@ -590,10 +584,6 @@ def test_output_filter_bad_name_is_a_build_error(fsrv):
     fsrv.assert_alive()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sipd bug: a pipeline request asking for an output that can never exist (a stage output "
-    "its output_filter drops) is answered OK with that output missing; a pool refuses an "
-    "unknown output with INVALID_ARGUMENT"))
 def test_asking_for_a_filtered_output_is_refused(fsrv):
     c = fsrv.client()
     with pytest.raises(InvalidArgumentError, match="sum"):
