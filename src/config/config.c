@@ -59,6 +59,8 @@ typedef struct ctx {
   yaml_document_t *doc;
   sip_error_t *err; /* the first error; set together with a -1 return */
   unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
+  const sip_backend_catalog_t *backends; /* names and flags of the backends this server has */
+  yaml_node_t *pipelines; /* pipeline_sessions, read after session_pools wherever it is written */
 } ctx_t;
 
 typedef enum ftype {
@@ -109,13 +111,15 @@ static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *bas
 static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_pool_name(const char *s, size_t len);
 static int parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
-static const char *const backend_names[] = {"onnxruntime", "builtin", "transform", NULL};
+#define BACKEND_EXPECT "the name of a backend of this server (built in: onnxruntime, builtin, transform; or one the embedding program registered)"
 static const char *const padding_names[] = {"none", "replicate_last", "zero", NULL};
 static const char *const timeout_action_names[] = {"reject", "delay", NULL};
 static const char *const model_control_names[] = {"startup", "explicit", NULL};
@@ -228,8 +232,8 @@ static const field_t pool_fields[P_COUNT] = {
                       .expect = MODEL_PATH_EXPECT, .only = IN_POOL,
                       .doc = "Model file or directory; relative paths are relative to the "
                              "config file. Required unless backend is builtin or transform."},
-    [P_BACKEND] = {.name = "backend", .type = F_WORD,
-                   .offset = offsetof(sip_pool_config_t, backend), .names = backend_names,
+    [P_BACKEND] = {.name = "backend", .type = F_CUSTOM, .parse = parse_backend,
+                   .expect = BACKEND_EXPECT,
                    .doc = "Backend; default inferred from model_path (.onnx or directory: "
                           "onnxruntime)."},
     [P_POOL_SIZE] = {.name = "pool_size", .type = F_INT,
@@ -325,7 +329,7 @@ static const field_t top_fields[T_COUNT] = {
     [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = parse_pools,
                  .expect = "a list of pools (may be empty: session_pools: [])",
                  .doc = "The model pools to serve."},
-    [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = parse_pipelines,
+    [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = defer_pipelines,
                      .expect = "a list of pipelines (docs/pipelines.md)",
                      .doc = "Declarative multi-model pipelines."},
 };
@@ -915,17 +919,20 @@ static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_
                       const char *key) {
   char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   key_join(mkey, key, "model_path", strlen("model_path"));
-  /* builtin and transform pools need no model file. */
-  bool builtin = pool->backend &&
-                 (!strcmp(pool->backend, "builtin") || !strcmp(pool->backend, "transform"));
-  if (pool->backend && !strcmp(pool->backend, "transform") &&
+  /* A backend without SIP_BACKEND_NEEDS_FILE (builtin, transform) needs no
+   * model file; one with SIP_BACKEND_PATH_OPTIONS reads files named in its
+   * options, resolved like model_path. */
+  int flags = pool->backend ? c->backends->flags_of(pool->backend) : (int)SIP_BACKEND_NEEDS_FILE;
+  bool builtin = flags >= 0 && !(flags & SIP_BACKEND_NEEDS_FILE);
+  if (flags >= 0 && (flags & SIP_BACKEND_PATH_OPTIONS) &&
       resolve_option_paths(c, pool->backend_options, pool->n_backend_options))
     return -1;
 
   if (!pool->model_path) {
     if (builtin) return 0;
     return fail(c, map->start_mark, mkey,
-                "missing; expected %s (required unless backend: builtin or transform)",
+                "missing; expected %s (required unless the backend needs no model file, "
+                "like builtin or transform)",
                 MODEL_PATH_EXPECT);
   }
   yaml_mark_t pm = vals[P_MODEL_PATH]->start_mark;
@@ -1038,6 +1045,21 @@ static int add_cpus(ctx_t *c, sip_pool_config_t *pool, yaml_mark_t at, const cha
 }
 
 /* cpu_affinity: [0, 2-3] or "0,2-3". */
+/* backend: a name from the server's backend table (built-in or registered). */
+static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  char shown[SHOW_MAX * 4 + 8];
+  if (want_scalar(c, v, key, BACKEND_EXPECT)) return -1;
+  const char *s = text(v);
+  size_t len = v->data.scalar.length;
+  if (!len || memchr(s, '\0', len) || c->backends->flags_of(s) < 0)
+    return fail(c, v->start_mark, key, "%s is not a backend of this server; expected one of %s",
+                show(shown, sizeof shown, s, len), c->backends->names());
+  char **slot = &((sip_pool_config_t *)base)->backend;
+  sip__free(*slot);
+  if (!(*slot = sip__strndup(s, len))) return oom(c);
+  return 0;
+}
+
 static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip_pool_config_t *pool = base;
   char ikey[KEY_MAX];
@@ -1279,6 +1301,12 @@ static int dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
 #include "config/pipelines.inc"
 #include "config/preprocess.inc"
 
+static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  (void)key, (void)base;
+  c->pipelines = v;
+  return 0;
+}
+
 static int parse_document(ctx_t *c, sip_config_t *cfg) {
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
@@ -1291,6 +1319,9 @@ static int parse_document(ctx_t *c, sip_config_t *cfg) {
   if (root->type != YAML_MAPPING_NODE) return fail_kind(c, root, "", exp);
   yaml_node_t *vals[MAX_FIELDS] = {0};
   if (parse_map(c, root, "", &top_section, exp, cfg, vals)) return -1;
+  /* Stages refer to pools and add their own: pipelines come after every
+   * session_pools entry, in whichever order the keys are written. */
+  if (c->pipelines && parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
   if (!vals[T_POOLS] && !cfg->model_repository)
     return fail(c, root->start_mark, "session_pools",
                 "missing; expected %s, or a server.model_repository", top_fields[T_POOLS].expect);
@@ -1344,9 +1375,11 @@ static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
 static int parse_document_body(ctx_t *c, void *cfg) { return parse_document(c, cfg); }
 
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
-                                     const char *base_dir, sip_config_t **out) {
+                                     const char *base_dir, const sip_backend_catalog_t *backends,
+                                     sip_config_t **out) {
   if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
   *out = NULL;
+  if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
   if (!yaml && len) return sip_error_new(SIP_INVALID_ARGUMENT, "config: text is NULL");
   if (!yaml) yaml = "";
   if (!name) name = "<string>";
@@ -1359,7 +1392,7 @@ sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *n
   }
   apply_defaults(&top_section, cfg);
 
-  ctx_t c = {.name = cfg->path, .base_dir = base_dir};
+  ctx_t c = {.name = cfg->path, .base_dir = base_dir, .backends = backends};
   sip_error_t *e = parse_text(&c, yaml, len, parse_document_body, cfg);
   if (e) {
     sip__config_free(cfg);
@@ -1417,7 +1450,8 @@ static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out)
   return NULL;
 }
 
-sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
+sip_error_t *sip__config_load_file(const char *path, const sip_backend_catalog_t *backends,
+                                   sip_config_t **out) {
   if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
   *out = NULL;
   if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
@@ -1425,7 +1459,7 @@ sip_error_t *sip__config_load_file(const char *path, sip_config_t **out) {
   size_t n = 0;
   sip_error_t *err = read_file(path, &buf, &n);
   if (!err && !(copy = sip__strdup(path))) err = SIP_OOM();
-  if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), out);
+  if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), backends, out);
   sip__free(copy);
   sip__free(buf);
   return err;
@@ -1449,8 +1483,10 @@ static int parse_model_body(ctx_t *c, void *arg) {
 }
 
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
+                                    const sip_backend_catalog_t *backends,
                                     sip_pool_config_t **out) {
   *out = NULL;
+  if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
   sip_pool_config_t *pool = sip__calloc(1, sizeof *pool);
   if (!pool) return SIP_OOM();
   apply_defaults(&pool_section, pool);
@@ -1464,7 +1500,7 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
     size_t n = 0;
     e = read_file(path, &buf, &n);
     if (!e) {
-      ctx_t c = {.name = path, .where = IN_MODEL};
+      ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
       e = parse_text(&c, buf, n, parse_model_body, pool);
     }
     sip__free(buf);

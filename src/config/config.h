@@ -12,6 +12,7 @@
 
 #include "sip/error.h"
 #include "sip/backend.h"
+#include "config/backend_catalog.h"
 
 typedef enum sip_priority_level {
   SIP_PRIO_HIGH = 0,
@@ -157,10 +158,14 @@ typedef struct sip_config {
 } sip_config_t;
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
- * by the caller (sip_config_free). `name` labels the text in messages. */
-sip_error_t *sip__config_load_file(const char *path, sip_config_t **out);
+ * by the caller (sip_config_free). `name` labels the text in messages.
+ * `backends` is the table backend names and capabilities are checked
+ * against (the server passes sip__backend_catalog()). */
+sip_error_t *sip__config_load_file(const char *path, const sip_backend_catalog_t *backends,
+                                   sip_config_t **out);
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
-                                     const char *base_dir, sip_config_t **out);
+                                     const char *base_dir, const sip_backend_catalog_t *backends,
+                                     sip_config_t **out);
 void sip__config_free(sip_config_t *cfg);
 
 /* Parses a model repository's <model>/config.yaml: the settings of one pool
@@ -169,6 +174,7 @@ void sip__config_free(sip_config_t *cfg);
  * The pool is named `name` and serves `model_path` (both copied). On
  * success *out is owned by the caller (sip__config_pool_free). */
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
+                                    const sip_backend_catalog_t *backends,
                                     sip_pool_config_t **out);
 /* Frees a pool config from sip__config_load_model; NULL is a no-op. */
 void sip__config_pool_free(sip_pool_config_t *p);

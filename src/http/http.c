@@ -595,7 +595,9 @@ static enum MHD_Result stats(hreq_t *q, int all) {
                   "id", 0, "byte_size", json_integer_value(json_object_get(p, "memory_bytes"))));
   }
   /* Pipelines: requests end to end; their stages' queue and compute time
-   * are in the stages' pools' entries. */
+   * are in the stages' pools' entries. As for Triton's models, the
+   * inference and execution counts are of successful requests; refused and
+   * failed ones are the fail count. */
   json_array_foreach(json_object_get(status, "pipelines"), i, p) {
     const char *name = jstr(p, "name");
     if (!name || (!all && (q->version || strcmp(name, q->model)))) continue;
@@ -611,7 +613,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
         json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:{s:I,s:I},s:{s:I,s:I},s:O,s:O,s:O,s:o},s:[]}",
                   "name", name, "version", "", "last_inference",
                   json_integer_value(json_object_get(p, "last_inference")), "inference_count",
-                  total, "execution_count", total, "inference_stats", "success", "count", ok,
+                  ok, "execution_count", ok, "inference_stats", "success", "count", ok,
                   "ns", json_integer_value(json_object_get(lat, "ok")) * 1000, "fail", "count",
                   total - ok, "ns", json_integer_value(json_object_get(lat, "failed")) * 1000,
                   "queue", zero, "compute_input", zero, "compute_infer", zero, "compute_output",

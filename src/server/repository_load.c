@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline.h"
 #include "server/repository_impl.h"
+#include "backend/backends.h"
 
 /* Identity of the files a version was loaded from: a reload with nothing
  * changed keeps the running pool. */
@@ -108,7 +109,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     else if (lstat(path, &st) == 0) e = sip__repo_inside(R, path, "model config", &cfg_file);
     sip__free(path);
   }
-  if (!e) e = sip__config_load_model(cfg_file, name, NULL, &tmpl);
+  if (!e) e = sip__config_load_model(cfg_file, name, NULL, sip__backend_catalog(), &tmpl);
   if (!e) e = sip__repo_scan_versions(R, name, dir, &v, &nv, &f, &nf);
   /* Version directories that cannot be used (a link leaving the
    * repository...) are reported in the index but fail nothing by
@@ -167,7 +168,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
       continue;
     }
     sip_pool_config_t *pc = NULL;
-    sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, &pc);
+    sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, sip__backend_catalog(), &pc);
     sip_pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
     if (!le && !p) le = SIP_OOM();
     if (le) {

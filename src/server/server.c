@@ -14,6 +14,7 @@
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "server/server_impl.h"
+#include "backend/backends.h"
 
 #define SIP_VERSION_STRING "0.1.0"
 const char *sip_version(void) { return SIP_VERSION_STRING; }
@@ -127,9 +128,9 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   sip_config_t *cfg = NULL;
   sip_error_t *e;
   if (o->config_file)
-    e = sip__config_load_file(o->config_file, &cfg);
+    e = sip__config_load_file(o->config_file, sip__backend_catalog(), &cfg);
   else if (o->config_text)
-    e = sip__config_load_string(o->config_text, strlen(o->config_text), "<string>", o->base_dir,
+    e = sip__config_load_string(o->config_text, strlen(o->config_text), "<string>", o->base_dir, sip__backend_catalog(),
                                 &cfg);
   else
     e = sip_error_new(SIP_INVALID_ARGUMENT, "no config: set a file or a string in the options");
@@ -182,7 +183,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
 sip_error_t *sip_config_check_file(const char *path, char **summary) {
   *summary = NULL;
   sip_config_t *cfg = NULL;
-  sip_error_t *e = sip__config_load_file(path, &cfg);
+  sip_error_t *e = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (e) return e;
   *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s", cfg->n_pools,
                            cfg->n_pipelines, cfg->n_endpoints, cfg->http ? ", http " : "",

@@ -31,6 +31,7 @@
 #include "core/core.h"
 #include "metrics/prometheus.h"
 #include "sip/sip.h"
+#include "backend/backends.h"
 
 #define CHECK(cond) \
   do {              \
@@ -596,7 +597,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sip_config_t *cfg = NULL;
   sip_error_t *err =
-      sip__config_load_string((const char *)data, size, "fuzz.yaml", "/fuzz/base", &cfg);
+      sip__config_load_string((const char *)data, size, "fuzz.yaml", "/fuzz/base", sip__backend_catalog(), &cfg);
   if (err) {
     CHECK(!cfg);
     const char *msg = sip_error_message(err);
@@ -610,7 +611,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (yaml) {
     /* The served config is what the text says, not the fuzzer's config. */
     sip_config_t *again = NULL;
-    err = sip__config_load_string(yaml, strlen(yaml), "<string>", "/fuzz/base", &again);
+    err = sip__config_load_string(yaml, strlen(yaml), "<string>", "/fuzz/base", sip__backend_catalog(), &again);
     if (err) fprintf(stderr, "fuzz_config: %s\n---\n%s---\n", sip_error_message(err), yaml);
     CHECK(!err && again);
     check_same_pipelines(cfg, again);

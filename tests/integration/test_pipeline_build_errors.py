@@ -466,10 +466,6 @@ def test_pipeline_named_like_a_pool_is_refused(sipd_bin, tmp_path):
     assert "pipeline_sessions[0].name" in stderr and "also the name of a pool" in stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sipd bug: a stage's implicit pool '<pipeline>.<stage>' (model_path) is not checked against "
-    "session_pools' names: two pools named 'broken.a' are served and the stage runs on the "
-    "explicit one, not on its own model"))
 def test_implicit_pool_name_clash_is_refused(sipd_bin, mdir, tmp_path):
     cfg = parse_cfg(tmp_path, [{"name": "broken", "stages": [
         {"name": "a", "model_path": str(mdir / "two.onnx")}]}],
@@ -478,10 +474,6 @@ def test_implicit_pool_name_clash_is_refused(sipd_bin, mdir, tmp_path):
     assert "broken.a" in stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sipd bug: with pipeline_sessions written before session_pools, parse_pools replaces the "
-    "pools array the stages' implicit pools were appended to (leaking them), and the config is "
-    "refused with \"'broken.a' is not a pool of this config\""))
 def test_section_order_does_not_matter(sipd_bin, mdir, tmp_path):
     pools = base_pools(mdir)
     pipelines = [GOOD, {"name": "broken", "stages": [
@@ -590,10 +582,6 @@ def test_asking_for_a_filtered_output_is_refused(fsrv):
         c.infer(InferenceRequest("only_prod", {"x": X}, outputs=["a/sum"]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sipd bug: KServe statistics of a pipeline count requests refused at admission (UNAVAILABLE "
-    "from a FAILED pipeline) in inference_count and execution_count; a pool counts only the "
-    "requests it ran"))
 def test_refused_requests_are_not_counted_as_executions(fsrv):
     c = fsrv.client()
     with pytest.raises(UnavailableError):

@@ -13,13 +13,14 @@
 
 #include "config/config.h"
 #include "core/core.h"
+#include "backend/backends.h"
 
 #define NAME "cfg.yaml"
 #define BASE "/base"
 
 static sip_config_t *load_ok(const char *yaml) {
   sip_config_t *cfg = NULL;
-  sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, &cfg);
+  sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, sip__backend_catalog(), &cfg);
   if (err) fail_msg("unexpected error: %s\n--- yaml:\n%s", sip_error_message(err), yaml);
   assert_non_null(cfg);
   return cfg;
@@ -29,7 +30,7 @@ static sip_config_t *load_ok(const char *yaml) {
  * contains every string of the NULL-terminated list. */
 static void expect_errn(const char *yaml, size_t len, sip_code_t code, ...) {
   sip_config_t *cfg = (sip_config_t *)1;
-  sip_error_t *err = sip__config_load_string(yaml, len, NAME, BASE, &cfg);
+  sip_error_t *err = sip__config_load_string(yaml, len, NAME, BASE, sip__backend_catalog(), &cfg);
   if (!err) fail_msg("expected an error for:\n%s", yaml);
   assert_null(cfg);
   /* Copied so the error is freed before a failure longjmps out (LSan). */
@@ -304,8 +305,8 @@ static void test_bad_enums(void **state) {
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),
-             "session_pools[0].backend: \"tensorrt\" is not valid; expected one of onnxruntime, builtin, "
-             "transform");
+             "session_pools[0].backend: \"tensorrt\" is not a backend of this server; expected one "
+             "of onnxruntime, builtin, transform");
 }
 
 static void expect_bad_endpoint(const char *ep, const char *problem) {
@@ -393,8 +394,8 @@ static void test_model_path(void **state) {
              "expected an .onnx file or a model directory");
   EXPECT_ERR("session_pools:\n  - name: a\n    pool_size: 2\n",
              NAME ":2:5: session_pools[0].model_path: missing",
-             "expected a path to an .onnx file or a model directory (required unless backend: builtin "
-             "or transform)");
+             "expected a path to an .onnx file or a model directory (required unless the backend "
+             "needs no model file, like builtin or transform)");
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: \"\"}\n", "session_pools[0].model_path: is empty");
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: ~}\n", "session_pools[0].model_path: has no value");
 
@@ -480,12 +481,12 @@ static void test_base_dir(void **state) {
   (void)state;
   const char *yaml = "session_pools:\n  - {name: a, model_path: m/a.onnx}\n  - {name: b, model_path: /abs/b.onnx}\n";
   sip_config_t *cfg = NULL;
-  assert_null(sip__config_load_string(yaml, strlen(yaml), NULL, NULL, &cfg));
+  assert_null(sip__config_load_string(yaml, strlen(yaml), NULL, NULL, sip__backend_catalog(), &cfg));
   assert_string_equal(cfg->path, "<string>");
   assert_string_equal(cfg->pools[0].model_path, "m/a.onnx");
   assert_string_equal(cfg->pools[1].model_path, "/abs/b.onnx");
   sip__config_free(cfg);
-  assert_null(sip__config_load_string(yaml, strlen(yaml), "x", "/etc/sip/", &cfg));
+  assert_null(sip__config_load_string(yaml, strlen(yaml), "x", "/etc/sip/", sip__backend_catalog(), &cfg));
   assert_string_equal(cfg->pools[0].model_path, "/etc/sip/m/a.onnx");
   sip__config_free(cfg);
 }
@@ -504,7 +505,7 @@ static void test_load_file(void **state) {
   fclose(f);
 
   sip_config_t *cfg = NULL;
-  sip_error_t *err = sip__config_load_file(path, &cfg);
+  sip_error_t *err = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (err) fail_msg("%s", sip_error_message(err));
   char want[600];
   snprintf(want, sizeof want, "%s/models/a.onnx", dir);
@@ -517,21 +518,21 @@ static void test_load_file(void **state) {
   f = fopen(path, "w");
   fputs("session_pools: []\nserver: {log_level: loud}\n", f);
   fclose(f);
-  err = sip__config_load_file(path, &cfg);
+  err = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   assert_non_null(err);
   snprintf(want, sizeof want, "%s:2:21: server.log_level:", path);
   assert_non_null(strstr(sip_error_message(err), want));
   sip_error_free(err);
 
   snprintf(want, sizeof want, "%s/missing.yaml", dir);
-  err = sip__config_load_file(want, &cfg);
+  err = sip__config_load_file(want, sip__backend_catalog(), &cfg);
   assert_int_equal(sip_error_code(err), SIP_NOT_FOUND);
   assert_non_null(strstr(sip_error_message(err), want));
   assert_non_null(strstr(sip_error_message(err), "No such file or directory"));
   assert_null(cfg);
   sip_error_free(err);
 
-  err = sip__config_load_file(mdir, &cfg);
+  err = sip__config_load_file(mdir, sip__backend_catalog(), &cfg);
   assert_int_equal(sip_error_code(err), SIP_NOT_FOUND);
   assert_non_null(strstr(sip_error_message(err), "Is a directory"));
   sip_error_free(err);
@@ -551,7 +552,7 @@ static void test_alloc_failures(void **state) {
   for (long n = 0; n < 1000 && !ok; n++) {
     sip_config_t *cfg = NULL;
     sip__alloc_fail_after(n);
-    sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, &cfg);
+    sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, sip__backend_catalog(), &cfg);
     sip__alloc_fail_after(-1);
     if (err) {
       assert_int_equal(sip_error_code(err), SIP_RESOURCE_EXHAUSTED);
@@ -617,7 +618,7 @@ static void test_misc(void **state) {
   assert_string_equal(sip__priority_name(SIP_PRIO_MEDIUM), "medium");
   assert_string_equal(sip__priority_name(SIP_PRIO_LOW), "low");
   assert_string_equal(sip__priority_name(SIP_PRIO_LEVELS), "unknown");
-  sip_error_t *err = sip__config_load_string("", 0, NULL, NULL, NULL);
+  sip_error_t *err = sip__config_load_string("", 0, NULL, NULL, sip__backend_catalog(), NULL);
   assert_int_equal(sip_error_code(err), SIP_INVALID_ARGUMENT);
   sip_error_free(err);
   /* Long and binary values are quoted, escaped and cut in messages. */

@@ -22,6 +22,7 @@
 #include "core/core.h"
 #include "session/preprocess.h"
 #include "ops/transforms.h"
+#include "backend/backends.h"
 
 #define KV(k, v) ((sip_kv_t){(k), (v)})
 #define IW 13
@@ -421,7 +422,7 @@ static void test_rotate_widths(void **state) {
 
 static sip_config_t *load(const char *yaml, sip_error_t **err) {
   sip_config_t *cfg = NULL;
-  *err = sip__config_load_string(yaml, strlen(yaml), "pre.yaml", "/tmp", &cfg);
+  *err = sip__config_load_string(yaml, strlen(yaml), "pre.yaml", "/tmp", sip__backend_catalog(), &cfg);
   return cfg;
 }
 

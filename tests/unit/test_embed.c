@@ -203,7 +203,7 @@ static void test_unknown_backend_lists_the_table(void **state) {
   assert_non_null(e);
   /* The config check and the engine read one table: the registered backend
    * is among the names offered. */
-  assert_non_null(strstr(sip_error_message(e), "'nope'"));
+  assert_non_null(strstr(sip_error_message(e), "\"nope\""));
   assert_non_null(strstr(sip_error_message(e), "onnxruntime"));
   assert_non_null(strstr(sip_error_message(e), "doubler"));
   sip_error_free(e);

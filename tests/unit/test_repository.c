@@ -20,6 +20,7 @@
 #include "inproc.h"
 #include "server/repository.h"
 #include "sip/sip.h"
+#include "backend/backends.h"
 
 /* ---- names ---- */
 
@@ -174,7 +175,7 @@ static const char *write_config(const char *text) {
 
 static sip_pool_config_t *model_ok(const char *text) {
   sip_pool_config_t *p = NULL;
-  sip_error_t *e = sip__config_load_model(text ? write_config(text) : NULL, "m", "/r/m/1/model.onnx", &p);
+  sip_error_t *e = sip__config_load_model(text ? write_config(text) : NULL, "m", "/r/m/1/model.onnx", sip__backend_catalog(), &p);
   if (e) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", sip_error_message(e));
@@ -187,7 +188,7 @@ static sip_pool_config_t *model_ok(const char *text) {
 
 static void model_bad(const char *text, const char *want1, const char *want2) {
   sip_pool_config_t *p = NULL;
-  sip_error_t *e = sip__config_load_model(write_config(text), "m", "/r/m/1/model.onnx", &p);
+  sip_error_t *e = sip__config_load_model(write_config(text), "m", "/r/m/1/model.onnx", sip__backend_catalog(), &p);
   if (!e) fail_msg("expected an error for:\n%s", text);
   assert_null(p);
   char msg[1024];
@@ -269,7 +270,7 @@ static void test_policy_not_in_session_pools(void **state) {
   const char *yaml = "session_pools:\n  - name: p\n    model_path: m.onnx\n"
                      "    version_policy: all\n";
   sip_config_t *cfg = NULL;
-  sip_error_t *e = sip__config_load_string(yaml, strlen(yaml), "cfg.yaml", "/base", &cfg);
+  sip_error_t *e = sip__config_load_string(yaml, strlen(yaml), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_non_null(e);
   assert_non_null(strstr(sip_error_message(e), "session_pools[0].version_policy: unknown key"));
   assert_null(strstr(sip_error_message(e), "expected one of: name, model_path, backend, pool_size, "
@@ -279,20 +280,20 @@ static void test_policy_not_in_session_pools(void **state) {
 
   /* session_pools may be left out when a repository is configured. */
   const char *repo = "server: {model_repository: models}\n";
-  e = sip__config_load_string(repo, strlen(repo), "cfg.yaml", "/base", &cfg);
+  e = sip__config_load_string(repo, strlen(repo), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_null(e);
   assert_string_equal(cfg->model_repository, "/base/models");
   assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_STARTUP);
   assert_int_equal(cfg->n_pools, 0);
   sip__config_free(cfg);
   const char *expl = "server: {model_repository: /abs/models, model_control: explicit}\n";
-  e = sip__config_load_string(expl, strlen(expl), "cfg.yaml", "/base", &cfg);
+  e = sip__config_load_string(expl, strlen(expl), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_null(e);
   assert_string_equal(cfg->model_repository, "/abs/models");
   assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_EXPLICIT);
   sip__config_free(cfg);
   const char *none = "server: {log_level: info}\n";
-  e = sip__config_load_string(none, strlen(none), "cfg.yaml", "/base", &cfg);
+  e = sip__config_load_string(none, strlen(none), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_non_null(e);
   assert_non_null(strstr(sip_error_message(e), "session_pools: missing; expected a list of pools"));
   assert_non_null(strstr(sip_error_message(e), "server.model_repository"));
