@@ -15,17 +15,31 @@ void sip__hist_observe(sip_hist_t *h, uint64_t us) {
   atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
 }
 
-json_t *sip__hist_json(const sip_hist_t *h) {
-  json_t *b = json_array();
+void sip__hist_read(const sip_hist_t *h, sip__hist_read_t *out) {
   uint64_t cum = 0;
   for (int i = 0; i <= SIP_HIST_BUCKETS; i++) {
     cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+    out->cum[i] = cum;
+  }
+  out->sum_us = atomic_load_explicit(&h->sum_us, memory_order_relaxed);
+}
+
+sip__stat_read_t sip__stat_read(const sip_stat_t *s) {
+  return (sip__stat_read_t){atomic_load_explicit(&s->count, memory_order_relaxed),
+                            atomic_load_explicit(&s->ns, memory_order_relaxed)};
+}
+
+json_t *sip__hist_json(const sip_hist_t *h) {
+  sip__hist_read_t r;
+  sip__hist_read(h, &r);
+  json_t *b = json_array();
+  for (int i = 0; i <= SIP_HIST_BUCKETS; i++) {
     json_t *le = i < SIP_HIST_BUCKETS ? json_integer((json_int_t)sip__hist_bounds_us[i])
                                       : json_string("+Inf");
-    json_array_append_new(b, json_pack("[o,I]", le, (json_int_t)cum));
+    json_array_append_new(b, json_pack("[o,I]", le, (json_int_t)r.cum[i]));
   }
-  return json_pack("{s:I,s:I,s:o}", "count", (json_int_t)cum, "sum",
-                   (json_int_t)atomic_load(&h->sum_us), "buckets", b);
+  return json_pack("{s:I,s:I,s:o}", "count", (json_int_t)r.cum[SIP_HIST_BUCKETS], "sum",
+                   (json_int_t)r.sum_us, "buckets", b);
 }
 
 void sip__stat_add(sip_stat_t *s, uint64_t ns) {
@@ -34,6 +48,6 @@ void sip__stat_add(sip_stat_t *s, uint64_t ns) {
 }
 
 json_t *sip__stat_json(const sip_stat_t *s) {
-  return json_pack("{s:I,s:I}", "count", (json_int_t)atomic_load(&s->count), "ns",
-                   (json_int_t)atomic_load(&s->ns));
+  sip__stat_read_t r = sip__stat_read(s);
+  return json_pack("{s:I,s:I}", "count", (json_int_t)r.count, "ns", (json_int_t)r.ns);
 }

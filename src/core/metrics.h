@@ -22,6 +22,18 @@ typedef struct sip_stat {
   atomic_uint_fast64_t count, ns;
 } sip_stat_t;
 void sip__stat_add(sip_stat_t *s, uint64_t ns);
+/* A histogram read at one instant: cumulative bucket counts (the last is
+ * +Inf, so it is the count) and the sum. */
+typedef struct sip__hist_read {
+  uint64_t cum[SIP_HIST_BUCKETS + 1];
+  uint64_t sum_us;
+} sip__hist_read_t;
+void sip__hist_read(const sip_hist_t *h, sip__hist_read_t *out);
+/* A sip_stat_t read at one instant. */
+typedef struct sip__stat_read {
+  uint64_t count, ns;
+} sip__stat_read_t;
+sip__stat_read_t sip__stat_read(const sip_stat_t *s);
 /* {"count": n, "ns": t} */
 json_t *sip__stat_json(const sip_stat_t *s);
 /* {"count": n, "sum": s, "buckets": [[le, cumulative], ..., ["+Inf", n]]} */

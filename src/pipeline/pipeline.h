@@ -36,6 +36,28 @@ void sip__pipelines_free(sip_pipeline_set_t *ps);
 char *sip__pipelines_check_pool(const sip_pipeline_set_t *ps, const char *name,
                                 const sip__model_io_t *io);
 
+/* One pipeline's counters read at one instant (the status document and
+ * /metrics report them). Names stay valid while the set lives. */
+typedef struct sip__pipeline_counters {
+  const char *name;
+  sip__model_state_t state;
+  uint64_t by_code[SIP_CODE_COUNT_]; /* requests answered, by result code */
+  uint64_t early_exits;
+  uint64_t ok_us, fail_us; /* cumulative arrival-to-answer time of OK / failed requests */
+  uint64_t last_ms;        /* wall clock of the last answer */
+  size_t n_stages;
+} sip__pipeline_counters_t;
+typedef struct sip__stage_counters {
+  const char *name;
+  uint64_t ran, skipped, failed, total_us;
+} sip__stage_counters_t;
+/* How many pipelines the set has (0 for NULL). */
+size_t sip__pipelines_count(const sip_pipeline_set_t *ps);
+/* Pipeline `i` (< count) and its stage `k` (< n_stages). */
+void sip__pipelines_counters(const sip_pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *out);
+void sip__pipelines_stage_counters(const sip_pipeline_set_t *ps, size_t i, size_t k,
+                                   sip__stage_counters_t *out);
+
 /* Pipelines for the pools (kind SIP_INFO_POOLS: inputs/outputs as
  * {name, dtype, shape} objects taken from the stages that consume each
  * pipeline input and produce each output, and stages) and

@@ -23,16 +23,43 @@ sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error) {
   return st;
 }
 
+/* ---- counters ---- */
+
+size_t sip__pipelines_count(const sip_pipeline_set_t *ps) { return ps ? ps->n : 0; }
+
+void sip__pipelines_counters(const sip_pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *c) {
+  const pipeline_t *pl = &ps->p[i];
+  c->name = pl->cfg->name;
+  c->state = (sip__model_state_t)atomic_load(&pl->state);
+  for (int k = 0; k < SIP_CODE_COUNT_; k++) c->by_code[k] = atomic_load(&pl->by_code[k]);
+  c->early_exits = atomic_load(&pl->early_exits);
+  c->ok_us = atomic_load(&pl->ok_us);
+  c->fail_us = atomic_load(&pl->fail_us);
+  c->last_ms = atomic_load(&pl->last_ms);
+  c->n_stages = pl->n;
+}
+
+void sip__pipelines_stage_counters(const sip_pipeline_set_t *ps, size_t i, size_t k,
+                                   sip__stage_counters_t *c) {
+  const stage_t *s = &ps->p[i].st[k];
+  c->name = s->cfg->name;
+  c->ran = atomic_load(&s->ran);
+  c->skipped = atomic_load(&s->skipped);
+  c->failed = atomic_load(&s->failed);
+  c->total_us = atomic_load(&s->total_us);
+}
+
 /* ---- introspection ---- */
 
 json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
   json_t *a = json_array();
-  for (size_t i = 0; ps && i < ps->n; i++) {
+  for (size_t i = 0; i < sip__pipelines_count(ps); i++) {
     const pipeline_t *pl = &ps->p[i];
     static const char *states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
-    int st = atomic_load(&pl->state);
-    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pl->cfg->name, "state", states[st], "error",
-                          st == SIP__MODEL_FAILED ? json_string(pl->error) : json_null());
+    sip__pipeline_counters_t pc;
+    sip__pipelines_counters(ps, i, &pc);
+    json_t *o = json_pack("{s:s,s:s,s:o}", "name", pc.name, "state", states[pc.state], "error",
+                          pc.state == SIP__MODEL_FAILED ? json_string(pl->error) : json_null());
     json_t *stages = json_array();
     for (size_t k = 0; k < pl->n; k++) {
       const stage_t *s = &pl->st[k];
@@ -43,30 +70,30 @@ json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
       else
         json_object_set_new(so, "pool", json_string(s->cfg->pool));
       if (kind == SIP_INFO_STATUS) {
-        json_object_set_new(so, "ran", json_integer((json_int_t)atomic_load(&s->ran)));
-        json_object_set_new(so, "skipped", json_integer((json_int_t)atomic_load(&s->skipped)));
-        json_object_set_new(so, "failed", json_integer((json_int_t)atomic_load(&s->failed)));
-        json_object_set_new(so, "total_us", json_integer((json_int_t)atomic_load(&s->total_us)));
+        sip__stage_counters_t sc;
+        sip__pipelines_stage_counters(ps, i, k, &sc);
+        json_object_set_new(so, "ran", json_integer((json_int_t)sc.ran));
+        json_object_set_new(so, "skipped", json_integer((json_int_t)sc.skipped));
+        json_object_set_new(so, "failed", json_integer((json_int_t)sc.failed));
+        json_object_set_new(so, "total_us", json_integer((json_int_t)sc.total_us));
       }
       json_array_append_new(stages, so);
     }
     json_object_set_new(o, "stages", stages);
     if (kind == SIP_INFO_POOLS) {
-      int built = atomic_load(&pl->state) == SIP__MODEL_READY;
+      int built = pc.state == SIP__MODEL_READY;
       json_object_set_new(o, "inputs", built ? sip__io_json(pl->io_in, pl->n_inputs) : json_array());
       json_object_set_new(o, "outputs", built ? sip__io_json(pl->io_out, pl->n_po) : json_array());
     } else {
       json_t *codes = json_object();
-      for (int c = 0; c < SIP_CODE_COUNT_; c++) {
-        uint64_t n = atomic_load(&pl->by_code[c]);
-        if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
-      }
+      for (int c = 0; c < SIP_CODE_COUNT_; c++)
+        if (pc.by_code[c])
+          json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)pc.by_code[c]));
       json_object_set_new(o, "requests", codes);
-      json_object_set_new(o, "early_exits", json_integer((json_int_t)atomic_load(&pl->early_exits)));
-      json_object_set_new(o, "latency_us",
-                          json_pack("{s:I,s:I}", "ok", (json_int_t)atomic_load(&pl->ok_us), "failed",
-                                    (json_int_t)atomic_load(&pl->fail_us)));
-      json_object_set_new(o, "last_inference", json_integer((json_int_t)atomic_load(&pl->last_ms)));
+      json_object_set_new(o, "early_exits", json_integer((json_int_t)pc.early_exits));
+      json_object_set_new(o, "latency_us", json_pack("{s:I,s:I}", "ok", (json_int_t)pc.ok_us,
+                                                     "failed", (json_int_t)pc.fail_us));
+      json_object_set_new(o, "last_inference", json_integer((json_int_t)pc.last_ms));
     }
     json_array_append_new(a, o);
   }

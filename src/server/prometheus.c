@@ -1,12 +1,12 @@
-/* sip — Prometheus text exposition of the status JSON.
+/* sip — Prometheus text exposition.
  *
- * Everything comes from sip__server_info (the status), the same
- * numbers `sip status` and the statistics endpoint show, so the page cannot
- * disagree with them; process metrics come from /proc. Samples of one family
- * are written together, as the format requires.
+ * Pools' and pipelines' numbers are read typed (session/counters.h,
+ * sip__pipelines_counters): the same readers the status document and the
+ * statistics endpoint are built from, so the page cannot disagree with
+ * them; process metrics come from /proc. Samples of one family are written
+ * together, as the format requires.
  */
 #include <dirent.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +15,11 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "pipeline/pipeline.h"
 #include "server/prometheus.h"
+#include "session/counters.h"
 #include "server/server_impl.h"
+#include "sip/frontend.h"
 
 typedef struct sb {
   char *p;
@@ -65,63 +68,88 @@ static void family(sb_t *b, const char *name, const char *type, const char *help
   sb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static json_int_t ival(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
-static double nval(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
-
-/* The label set {pool="...",version="..."} of one pool. */
-typedef struct pool_labels {
-  json_t *status; /* the pool's status object */
+/* One pool: its label set {pool="...",version="..."} and its counters. */
+typedef struct pool_row {
+  sip_pool_t *pool;
+  sip__pool_counters_t c;
   char labels[700];
-} pool_labels_t;
+} pool_row_t;
 
-static void counter_per_pool(sb_t *b, pool_labels_t *pl, size_t n, const char *name,
-                             const char *help, const char *stat, int ns_to_us) {
+typedef uint64_t (*pool_num_fn)(const sip__pool_counters_t *c);
+static uint64_t n_inference(const sip__pool_counters_t *c) { return c->inference_count; }
+static uint64_t n_execution(const sip__pool_counters_t *c) { return c->execution_count; }
+/* Every answered request is a success or a failure. */
+static uint64_t ns_request(const sip__pool_counters_t *c) { return c->success.ns + c->fail.ns; }
+static uint64_t ns_queue(const sip__pool_counters_t *c) { return c->queue_stat.ns; }
+static uint64_t ns_input(const sip__pool_counters_t *c) { return c->compute_input.ns; }
+static uint64_t ns_infer(const sip__pool_counters_t *c) { return c->compute_infer.ns; }
+static uint64_t ns_output(const sip__pool_counters_t *c) { return c->compute_output.ns; }
+
+static void counter_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
+                             const char *help, pool_num_fn get, int ns_to_us) {
   family(b, name, "counter", help);
   for (size_t i = 0; i < n; i++) {
-    json_t *st = json_object_get(pl[i].status, "stats");
-    if (!ns_to_us) {
-      sb_add(b, "%s{%s} %lld\n", name, pl[i].labels, (long long)ival(st, stat));
-    } else if (!strcmp(stat, "request")) {
-      /* Every answered request is a success or a failure. */
-      double ns = (double)ival(json_object_get(st, "success"), "ns") +
-                  (double)ival(json_object_get(st, "fail"), "ns");
-      sb_add(b, "%s{%s} %.3f\n", name, pl[i].labels, ns / 1000.0);
-    } else {
-      sb_add(b, "%s{%s} %.3f\n", name, pl[i].labels,
-             (double)ival(json_object_get(st, stat), "ns") / 1000.0);
-    }
+    if (!ns_to_us) sb_add(b, "%s{%s} %llu\n", name, pl[i].labels, (unsigned long long)get(&pl[i].c));
+    else sb_add(b, "%s{%s} %.3f\n", name, pl[i].labels, (double)get(&pl[i].c) / 1000.0);
   }
 }
 
-/* `which` names a histogram in the pool status's "latency_us", or at the
- * top level of the pool status when `group` is NULL. */
-static void histogram_per_pool(sb_t *b, pool_labels_t *pl, size_t n, const char *name,
-                               const char *help, const char *group, const char *which) {
+typedef const sip__hist_read_t *(*pool_hist_fn)(const sip__pool_counters_t *c);
+static const sip__hist_read_t *h_total(const sip__pool_counters_t *c) { return &c->total; }
+static const sip__hist_read_t *h_queue(const sip__pool_counters_t *c) { return &c->queue; }
+static const sip__hist_read_t *h_compute(const sip__pool_counters_t *c) { return &c->compute; }
+
+static void histogram_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
+                               const char *help, pool_hist_fn get) {
   family(b, name, "histogram", help);
   for (size_t i = 0; i < n; i++) {
-    json_t *parent = group ? json_object_get(pl[i].status, group) : pl[i].status;
-    json_t *h = json_object_get(parent, which), *bk;
-    size_t j;
-    json_array_foreach(json_object_get(h, "buckets"), j, bk) {
-      json_t *le = json_array_get(bk, 0);
-      if (json_is_string(le))
-        sb_add(b, "%s_bucket{%s,le=\"+Inf\"} %lld\n", name, pl[i].labels,
-               (long long)json_integer_value(json_array_get(bk, 1)));
-      else
-        sb_add(b, "%s_bucket{%s,le=\"%lld\"} %lld\n", name, pl[i].labels,
-               (long long)json_integer_value(le),
-               (long long)json_integer_value(json_array_get(bk, 1)));
-    }
-    sb_add(b, "%s_sum{%s} %lld\n%s_count{%s} %lld\n", name, pl[i].labels, (long long)ival(h, "sum"),
-           name, pl[i].labels, (long long)ival(h, "count"));
+    const sip__hist_read_t *h = get(&pl[i].c);
+    for (int j = 0; j < SIP_HIST_BUCKETS; j++)
+      sb_add(b, "%s_bucket{%s,le=\"%llu\"} %llu\n", name, pl[i].labels,
+             (unsigned long long)sip__hist_bounds_us[j], (unsigned long long)h->cum[j]);
+    sb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, pl[i].labels,
+           (unsigned long long)h->cum[SIP_HIST_BUCKETS]);
+    sb_add(b, "%s_sum{%s} %llu\n%s_count{%s} %llu\n", name, pl[i].labels,
+           (unsigned long long)h->sum_us, name, pl[i].labels,
+           (unsigned long long)h->cum[SIP_HIST_BUCKETS]);
   }
 }
 
-static void gauge_per_pool(sb_t *b, pool_labels_t *pl, size_t n, const char *name,
-                           const char *help, const char *key) {
+static void batch_histogram(sb_t *b, pool_row_t *pl, size_t n) {
+  const char *name = "sip_batch_size";
+  family(b, name, "histogram", "Rows per execution (padding included); 1 without dynamic batching.");
+  for (size_t i = 0; i < n; i++) {
+    const sip__pool_counters_t *c = &pl[i].c;
+    for (int j = 0; j < SIP_BATCH_BUCKETS - 1; j++)
+      sb_add(b, "%s_bucket{%s,le=\"%d\"} %llu\n", name, pl[i].labels, 1 << j,
+             (unsigned long long)c->batch_cum[j]);
+    uint64_t count = c->batch_cum[SIP_BATCH_BUCKETS - 1];
+    sb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, pl[i].labels, (unsigned long long)count);
+    sb_add(b, "%s_sum{%s} %llu\n%s_count{%s} %llu\n", name, pl[i].labels,
+           (unsigned long long)c->batch_rows_sum, name, pl[i].labels, (unsigned long long)count);
+  }
+}
+
+typedef double (*pool_gauge_fn)(const sip__pool_counters_t *c);
+static double g_queued(const sip__pool_counters_t *c) { return (double)c->queued_total; }
+static double g_active(const sip__pool_counters_t *c) { return c->active_sessions; }
+static double g_load_ms(const sip__pool_counters_t *c) { return c->load_ms; }
+static double g_memory(const sip__pool_counters_t *c) { return (double)c->memory_bytes; }
+static double g_file(const sip__pool_counters_t *c) { return (double)c->model_bytes; }
+
+static void gauge_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
+                           const char *help, pool_gauge_fn get) {
   family(b, name, "gauge", help);
-  for (size_t i = 0; i < n; i++)
-    sb_add(b, "%s{%s} %.17g\n", name, pl[i].labels, nval(pl[i].status, key));
+  for (size_t i = 0; i < n; i++) sb_add(b, "%s{%s} %.17g\n", name, pl[i].labels, get(&pl[i].c));
+}
+
+/* sip_requests_total-style samples: OK always, other codes once seen. */
+static void codes_samples(sb_t *b, const char *name, const char *labels, const uint64_t *by_code) {
+  if (!by_code[SIP_OK]) sb_add(b, "%s{%s,code=\"OK\"} 0\n", name, labels);
+  for (int k = 0; k < SIP_CODE_COUNT_; k++)
+    if (by_code[k])
+      sb_add(b, "%s{%s,code=\"%s\"} %llu\n", name, labels, sip_code_name((sip_code_t)k),
+             (unsigned long long)by_code[k]);
 }
 
 static void process_metrics(sb_t *b) {
@@ -180,227 +208,209 @@ static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
 static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
 /* Pipelines: requests end to end, early exits, and each stage's runs. */
-static void pipeline_metrics(sb_t *b, json_t *list) {
-  json_t *p, *st;
-  size_t i, k;
-  char e1[300], e2[300];
+static void pipeline_metrics(sb_t *b, const sip_pipeline_set_t *ps) {
+  size_t n = sip__pipelines_count(ps);
+  char e1[300], e2[300], labels[320];
+  sip__pipeline_counters_t pc;
+  sip__stage_counters_t sc;
   family(b, "sip_pipeline_requests_total", "counter",
          "Pipeline requests answered, by result code.");
-  json_array_foreach(list, i, p) {
-    json_t *codes = json_object_get(p, "requests"), *v;
-    const char *code, *name = esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
-    if (!json_object_get(codes, "OK"))
-      sb_add(b, "sip_pipeline_requests_total{pipeline=\"%s\",code=\"OK\"} 0\n", name);
-    json_object_foreach(codes, code, v)
-      sb_add(b, "sip_pipeline_requests_total{pipeline=\"%s\",code=\"%s\"} %lld\n", name, code,
-             (long long)json_integer_value(v));
+  for (size_t i = 0; i < n; i++) {
+    sip__pipelines_counters(ps, i, &pc);
+    snprintf(labels, sizeof labels, "pipeline=\"%s\"", esc(e1, sizeof e1, pc.name));
+    codes_samples(b, "sip_pipeline_requests_total", labels, pc.by_code);
   }
   family(b, "sip_pipeline_request_duration_us_total", "counter",
          "Cumulative time from arrival to answer of pipeline requests, in microseconds.");
-  json_array_foreach(list, i, p) {
-    json_t *lat = json_object_get(p, "latency_us");
-    sb_add(b, "sip_pipeline_request_duration_us_total{pipeline=\"%s\"} %lld\n",
-           esc(e1, sizeof e1, json_string_value(json_object_get(p, "name"))),
-           (long long)(ival(lat, "ok") + ival(lat, "failed")));
+  for (size_t i = 0; i < n; i++) {
+    sip__pipelines_counters(ps, i, &pc);
+    sb_add(b, "sip_pipeline_request_duration_us_total{pipeline=\"%s\"} %llu\n",
+           esc(e1, sizeof e1, pc.name), (unsigned long long)(pc.ok_us + pc.fail_us));
   }
   family(b, "sip_pipeline_early_exits_total", "counter",
          "Pipeline requests that ended early (early_exit_condition).");
-  json_array_foreach(list, i, p)
-  sb_add(b, "sip_pipeline_early_exits_total{pipeline=\"%s\"} %lld\n",
-         esc(e1, sizeof e1, json_string_value(json_object_get(p, "name"))),
-         (long long)ival(p, "early_exits"));
+  for (size_t i = 0; i < n; i++) {
+    sip__pipelines_counters(ps, i, &pc);
+    sb_add(b, "sip_pipeline_early_exits_total{pipeline=\"%s\"} %llu\n", esc(e1, sizeof e1, pc.name),
+           (unsigned long long)pc.early_exits);
+  }
   family(b, "sip_pipeline_stage_runs_total", "counter",
          "Stages of pipeline requests by outcome: ran, failed, or skipped (not run: its when "
          "was false, an input's stage did not run, or the request ended first).");
-  static const char *const outcomes[] = {"ran", "skipped", "failed"};
-  json_array_foreach(list, i, p) {
-    esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
-    json_array_foreach(json_object_get(p, "stages"), k, st) {
-      esc(e2, sizeof e2, json_string_value(json_object_get(st, "name")));
-      for (int o = 0; o < 3; o++)
-        sb_add(b, "sip_pipeline_stage_runs_total{pipeline=\"%s\",stage=\"%s\",outcome=\"%s\"} %lld\n",
-               e1, e2, outcomes[o], (long long)ival(st, outcomes[o]));
+  for (size_t i = 0; i < n; i++) {
+    sip__pipelines_counters(ps, i, &pc);
+    esc(e1, sizeof e1, pc.name);
+    for (size_t k = 0; k < pc.n_stages; k++) {
+      sip__pipelines_stage_counters(ps, i, k, &sc);
+      esc(e2, sizeof e2, sc.name);
+      const struct {
+        const char *outcome;
+        uint64_t n;
+      } o[] = {{"ran", sc.ran}, {"skipped", sc.skipped}, {"failed", sc.failed}};
+      for (int j = 0; j < 3; j++)
+        sb_add(b, "sip_pipeline_stage_runs_total{pipeline=\"%s\",stage=\"%s\",outcome=\"%s\"} %llu\n",
+               e1, e2, o[j].outcome, (unsigned long long)o[j].n);
     }
   }
   family(b, "sip_pipeline_stage_duration_us_total", "counter",
          "Cumulative time of the stages that ran, from start to end (a model stage's queueing "
          "included), in microseconds.");
-  json_array_foreach(list, i, p) {
-    esc(e1, sizeof e1, json_string_value(json_object_get(p, "name")));
-    json_array_foreach(json_object_get(p, "stages"), k, st)
-    sb_add(b, "sip_pipeline_stage_duration_us_total{pipeline=\"%s\",stage=\"%s\"} %lld\n", e1,
-           esc(e2, sizeof e2, json_string_value(json_object_get(st, "name"))),
-           (long long)ival(st, "total_us"));
+  for (size_t i = 0; i < n; i++) {
+    sip__pipelines_counters(ps, i, &pc);
+    esc(e1, sizeof e1, pc.name);
+    for (size_t k = 0; k < pc.n_stages; k++) {
+      sip__pipelines_stage_counters(ps, i, k, &sc);
+      sb_add(b, "sip_pipeline_stage_duration_us_total{pipeline=\"%s\",stage=\"%s\"} %llu\n", e1,
+             esc(e2, sizeof e2, sc.name), (unsigned long long)sc.total_us);
+    }
   }
 }
 
+static void emit_connection(void *ctx, const char *kind, long open) {
+  sb_add((sb_t *)ctx, "sip_open_connections{transport=\"%s\"} %ld\n", kind, open);
+}
+
+/* Per session: the session id names its pool and index ("pool/0"). */
+static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
+  sip__session_counters_t sc;
+  char e[400];
+  family(b, "sip_sessions", "gauge", "Sessions by state.");
+  for (size_t i = 0; i < n; i++) {
+    int ns = sip__pool_session_count(pl[i].pool);
+    for (int k = 0; k < (int)(sizeof session_states / sizeof *session_states); k++) {
+      long cnt = 0;
+      for (int j = 0; j < ns; j++) {
+        sip__pool_session_read(pl[i].pool, j, &sc);
+        cnt += sc.state == k;
+      }
+      sb_add(b, "sip_sessions{%s,state=\"%s\"} %ld\n", pl[i].labels, session_states[k], cnt);
+    }
+  }
+  gauge_per_pool(b, pl, n, "sip_model_load_duration_ms",
+                 "How long loading the model and starting its sessions took, in milliseconds.",
+                 g_load_ms);
+  gauge_per_pool(b, pl, n, "sip_model_memory_bytes",
+                 "Resident memory the model and its sessions added when loaded, in bytes.",
+                 g_memory);
+  gauge_per_pool(b, pl, n, "sip_model_file_bytes", "Size of the model file, in bytes.", g_file);
+  family(b, "sip_last_inference_timestamp_seconds", "gauge",
+         "Wall-clock time of the last completed request (0: none), in seconds.");
+  for (size_t i = 0; i < n; i++)
+    sb_add(b, "sip_last_inference_timestamp_seconds{%s} %.3f\n", pl[i].labels,
+           (double)pl[i].c.last_inference_ms / 1000.0);
+  static const struct {
+    const char *name, *help;
+    int errors;
+  } per_session[] = {
+      {"sip_session_inferences_total", "Requests a session executed.", 0},
+      {"sip_session_errors_total", "Executions of a session that failed.", 1},
+  };
+  for (size_t m = 0; m < 2; m++) {
+    family(b, per_session[m].name, "counter", per_session[m].help);
+    for (size_t i = 0; i < n; i++)
+      for (int j = 0; j < sip__pool_session_count(pl[i].pool); j++) {
+        sip__pool_session_read(pl[i].pool, j, &sc);
+        sb_add(b, "%s{%s,session=\"%s\"} %llu\n", per_session[m].name, pl[i].labels,
+               esc(e, sizeof e, sc.id),
+               (unsigned long long)(per_session[m].errors ? sc.errors : sc.inferences));
+      }
+  }
+  family(b, "sip_session_state", "gauge", "1 for each session, labelled with its state.");
+  for (size_t i = 0; i < n; i++)
+    for (int j = 0; j < sip__pool_session_count(pl[i].pool); j++) {
+      sip__pool_session_read(pl[i].pool, j, &sc);
+      sb_add(b, "sip_session_state{%s,session=\"%s\",state=\"%s\"} 1\n", pl[i].labels,
+             esc(e, sizeof e, sc.id), sip__session_state_name((sip_session_state_t)sc.state));
+    }
+}
+
 char *sip__prometheus_text(sip_server_t *s) {
-  json_t *status = sip__server_info(s, SIP_INFO_STATUS);
-  json_t *plist = json_object_get(status, "pools");
-  size_t n = json_array_size(plist);
-  pool_labels_t *pl = sip__calloc(n ? n : 1, sizeof *pl);
+  size_t n = 0;
+  /* Pools in service: a retired version still draining is not listed. */
+  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  pool_row_t *pl = sip__calloc(n ? n : 1, sizeof *pl);
   sb_t b = {0};
-  if (!status || !pl) {
+  if (!pl) {
     b.oom = 1;
     goto done;
   }
   for (size_t i = 0; i < n; i++) {
-    json_t *p = json_array_get(plist, i);
     char e1[300], e2[300];
-    const char *name = json_string_value(json_object_get(p, "name"));
-    const char *ver = json_string_value(json_object_get(p, "version"));
-    pl[i].status = p;
+    pl[i].pool = v[i];
+    sip__pool_counters_read(v[i], &pl[i].c);
     snprintf(pl[i].labels, sizeof pl[i].labels, "pool=\"%s\",version=\"%s\"",
-             esc(e1, sizeof e1, name), esc(e2, sizeof e2, ver ? ver : ""));
+             esc(e1, sizeof e1, v[i]->cfg->name), esc(e2, sizeof e2, v[i]->version ? v[i]->version : ""));
   }
 
   family(&b, "sip_pool_state", "gauge", "1 for the state the pool is in, 0 for the others.");
-  for (size_t i = 0; i < n; i++) {
-    const char *st = json_string_value(json_object_get(pl[i].status, "state"));
-    for (size_t k = 0; k < sizeof pool_states / sizeof *pool_states; k++)
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < (int)(sizeof pool_states / sizeof *pool_states); k++)
       sb_add(&b, "sip_pool_state{%s,state=\"%s\"} %d\n", pl[i].labels, pool_states[k],
-             st && !strcmp(st, pool_states[k]));
-  }
+             pl[i].c.state == k);
   family(&b, "sip_requests_total", "counter",
          "Requests answered, by result code (OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, ...).");
-  for (size_t i = 0; i < n; i++) {
-    json_t *codes = json_object_get(pl[i].status, "requests"), *v;
-    const char *code;
-    if (!json_object_get(codes, "OK")) sb_add(&b, "sip_requests_total{%s,code=\"OK\"} 0\n", pl[i].labels);
-    json_object_foreach(codes, code, v)
-      sb_add(&b, "sip_requests_total{%s,code=\"%s\"} %lld\n", pl[i].labels, code,
-             (long long)json_integer_value(v));
-  }
+  for (size_t i = 0; i < n; i++) codes_samples(&b, "sip_requests_total", pl[i].labels, pl[i].c.by_code);
   counter_per_pool(&b, pl, n, "sip_inference_count_total", "Inferences executed (requests run).",
-                   "inference_count", 0);
+                   n_inference, 0);
   counter_per_pool(&b, pl, n, "sip_execution_count_total",
-                   "Backend executions (a batch counts once).", "execution_count", 0);
+                   "Backend executions (a batch counts once).", n_execution, 0);
   counter_per_pool(&b, pl, n, "sip_request_duration_us_total",
                    "Cumulative time from arrival to answer of every request, in microseconds.",
-                   "request", 1);
+                   ns_request, 1);
   counter_per_pool(&b, pl, n, "sip_queue_duration_us_total",
-                   "Cumulative time requests waited in the queue, in microseconds.", "queue", 1);
+                   "Cumulative time requests waited in the queue, in microseconds.", ns_queue, 1);
   counter_per_pool(&b, pl, n, "sip_compute_input_duration_us_total",
-                   "Cumulative time preparing inputs, in microseconds.", "compute_input", 1);
+                   "Cumulative time preparing inputs, in microseconds.", ns_input, 1);
   counter_per_pool(&b, pl, n, "sip_compute_infer_duration_us_total",
-                   "Cumulative time executing the model, in microseconds.", "compute_infer", 1);
+                   "Cumulative time executing the model, in microseconds.", ns_infer, 1);
   counter_per_pool(&b, pl, n, "sip_compute_output_duration_us_total",
-                   "Cumulative time handling outputs, in microseconds.", "compute_output", 1);
+                   "Cumulative time handling outputs, in microseconds.", ns_output, 1);
   histogram_per_pool(&b, pl, n, "sip_request_latency_us",
-                     "Time from arrival to answer of queued requests, in microseconds.",
-                     "latency_us", "total");
+                     "Time from arrival to answer of queued requests, in microseconds.", h_total);
   histogram_per_pool(&b, pl, n, "sip_queue_latency_us",
-                     "Time requests waited in the queue, in microseconds.", "latency_us", "queue");
+                     "Time requests waited in the queue, in microseconds.", h_queue);
   histogram_per_pool(&b, pl, n, "sip_compute_latency_us",
-                     "Execution time of requests that ran, in microseconds.", "latency_us",
-                     "compute");
-  histogram_per_pool(&b, pl, n, "sip_batch_size",
-                     "Rows per execution (padding included); 1 without dynamic batching.", NULL,
-                     "batch_sizes");
+                     "Execution time of requests that ran, in microseconds.", h_compute);
+  batch_histogram(&b, pl, n);
   family(&b, "sip_compute_seconds_total", "counter",
          "Execution time charged to the pool by the compute arbiter (its share of the cores).");
   for (size_t i = 0; i < n; i++)
-    sb_add(&b, "sip_compute_seconds_total{%s} %.9f\n", pl[i].labels,
-           (double)ival(pl[i].status, "compute_ns") / 1e9);
+    sb_add(&b, "sip_compute_seconds_total{%s} %.9f\n", pl[i].labels, (double)pl[i].c.compute_ns / 1e9);
   family(&b, "sip_batch_level", "gauge",
          "Elastic batching: 1 for the traffic level the pool batches at now (batch_strategies).");
   for (size_t i = 0; i < n; i++) {
-    const char *lv = json_string_value(json_object_get(pl[i].status, "batch_level"));
-    if (!lv) continue;
     static const char *const levels[] = {"low", "medium", "high"};
+    if (pl[i].c.batch_level < 0) continue;
     for (int k = 0; k < 3; k++)
       sb_add(&b, "sip_batch_level{%s,level=\"%s\"} %d\n", pl[i].labels, levels[k],
-             !strcmp(lv, levels[k]));
+             pl[i].c.batch_level == k);
   }
-  gauge_per_pool(&b, pl, n, "sip_pending_requests", "Requests queued and not yet running.",
-                 "queued_requests");
+  gauge_per_pool(&b, pl, n, "sip_pending_requests", "Requests queued and not yet running.", g_queued);
   family(&b, "sip_pending_requests_by_priority", "gauge", "Queued requests by priority level.");
   for (size_t i = 0; i < n; i++) {
-    json_t *q = json_object_get(pl[i].status, "queued_by_priority"), *v;
-    const char *lvl;
-    json_object_foreach(q, lvl, v)
-      sb_add(&b, "sip_pending_requests_by_priority{%s,priority=\"%s\"} %lld\n", pl[i].labels, lvl,
-             (long long)json_integer_value(v));
+    static const char *const lvl[SIP_N_QUEUES] = {"high", "medium", "low", "delayed"};
+    for (int l = 0; l < SIP_N_QUEUES; l++)
+      sb_add(&b, "sip_pending_requests_by_priority{%s,priority=\"%s\"} %zu\n", pl[i].labels, lvl[l],
+             pl[i].c.queued[l]);
   }
-  gauge_per_pool(&b, pl, n, "sip_active_sessions", "Sessions READY or RUNNING.",
-                 "active_sessions");
-  family(&b, "sip_sessions", "gauge", "Sessions by state.");
-  for (size_t i = 0; i < n; i++) {
-    json_t *ss = json_object_get(pl[i].status, "sessions"), *x;
-    for (size_t k = 0; k < sizeof session_states / sizeof *session_states; k++) {
-      long cnt = 0;
-      size_t j;
-      json_array_foreach(ss, j, x) {
-        const char *st = json_string_value(json_object_get(x, "state"));
-        cnt += st && !strcmp(st, session_states[k]);
-      }
-      sb_add(&b, "sip_sessions{%s,state=\"%s\"} %ld\n", pl[i].labels, session_states[k], cnt);
-    }
-  }
-  gauge_per_pool(&b, pl, n, "sip_model_load_duration_ms",
-                 "How long loading the model and starting its sessions took, in milliseconds.",
-                 "load_ms");
-  gauge_per_pool(&b, pl, n, "sip_model_memory_bytes",
-                 "Resident memory the model and its sessions added when loaded, in bytes.",
-                 "memory_bytes");
-  gauge_per_pool(&b, pl, n, "sip_model_file_bytes", "Size of the model file, in bytes.",
-                 "model_bytes");
-  family(&b, "sip_last_inference_timestamp_seconds", "gauge",
-         "Wall-clock time of the last completed request (0: none), in seconds.");
-  for (size_t i = 0; i < n; i++)
-    sb_add(&b, "sip_last_inference_timestamp_seconds{%s} %.3f\n", pl[i].labels,
-           (double)ival(json_object_get(pl[i].status, "stats"), "last_inference") / 1000.0);
+  gauge_per_pool(&b, pl, n, "sip_active_sessions", "Sessions READY or RUNNING.", g_active);
+  session_metrics(&b, pl, n);
 
-  /* Per session: the session id names its pool and index ("pool/0"). */
-  static const struct {
-    const char *name, *type, *help, *key;
-  } per_session[] = {
-      {"sip_session_inferences_total", "counter", "Requests a session executed.", "inferences"},
-      {"sip_session_errors_total", "counter", "Executions of a session that failed.", "errors"},
-  };
-  for (size_t m = 0; m < 2; m++) {
-    family(&b, per_session[m].name, per_session[m].type, per_session[m].help);
-    for (size_t i = 0; i < n; i++) {
-      json_t *x;
-      size_t j;
-      json_array_foreach(json_object_get(pl[i].status, "sessions"), j, x) {
-        char e[400];
-        sb_add(&b, "%s{%s,session=\"%s\"} %lld\n", per_session[m].name, pl[i].labels,
-               esc(e, sizeof e, json_string_value(json_object_get(x, "id"))),
-               (long long)ival(x, per_session[m].key));
-      }
-    }
-  }
-  family(&b, "sip_session_state", "gauge", "1 for each session, labelled with its state.");
-  for (size_t i = 0; i < n; i++) {
-    json_t *x;
-    size_t j;
-    json_array_foreach(json_object_get(pl[i].status, "sessions"), j, x) {
-      char e[400];
-      const char *st = json_string_value(json_object_get(x, "state"));
-      sb_add(&b, "sip_session_state{%s,session=\"%s\",state=\"%s\"} 1\n", pl[i].labels,
-             esc(e, sizeof e, json_string_value(json_object_get(x, "id"))), st ? st : "UNKNOWN");
-    }
-  }
-
-  pipeline_metrics(&b, json_object_get(status, "pipelines"));
+  /* Pipelines are listed once built (before, the set is still LOADING). */
+  pipeline_metrics(&b, atomic_load(&s->loaded) ? s->pipelines : NULL);
 
   family(&b, "sip_open_connections", "gauge", "Open client connections by transport.");
-  {
-    json_t *c = json_object_get(status, "connections"), *v;
-    const char *t;
-    json_object_foreach(c, t, v)
-      sb_add(&b, "sip_open_connections{transport=\"%s\"} %lld\n", t,
-             (long long)json_integer_value(v));
-  }
+  for (size_t f = 0; f < s->n_frontends; f++)
+    if (s->frontends[f].vt->connections)
+      s->frontends[f].vt->connections(s->frontends[f].state, emit_connection, &b);
   family(&b, "sip_ready", "gauge", "1 when every pool has finished loading.");
-  sb_add(&b, "sip_ready %d\n", json_is_true(json_object_get(status, "ready")));
+  sb_add(&b, "sip_ready %d\n", sip_server_ready(s));
   family(&b, "sip_uptime_seconds", "gauge", "Seconds since the server started.");
-  sb_add(&b, "sip_uptime_seconds %.3f\n", nval(status, "uptime_s"));
+  sb_add(&b, "sip_uptime_seconds %.3f\n", (double)(sip__now_us() - s->started_us) / 1e6);
   process_metrics(&b);
 done:
   sip__free(pl);
-  json_decref(status);
+  sip__registry_release(v, n);
   if (b.oom) {
     sip__free(b.p);
     return NULL;
