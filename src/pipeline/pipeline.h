@@ -36,6 +36,9 @@ void sip__pipelines_free(sip_pipeline_set_t *ps);
 char *sip__pipelines_check_pool(const sip_pipeline_set_t *ps, const char *name,
                                 const sip__model_io_t *io);
 
+/* NOT_FOUND for a request that names a version of pipeline `name`. */
+sip_error_t *sip__pipeline_version_error(const char *name, const char *version);
+
 /* One pipeline's counters read at one instant (the status document and
  * /metrics report them). Names stay valid while the set lives. */
 typedef struct sip__pipeline_counters {

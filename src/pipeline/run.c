@@ -556,8 +556,7 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     e = sip_error_new(SIP_UNAVAILABLE, "pipeline '%s' failed to build: %s", pl->cfg->name,
                       pl->error);
   else if (req->version)
-    e = sip_error_new(SIP_NOT_FOUND, "model '%s' is a pipeline and has no version '%s'; ask "
-                                     "without a version", pl->cfg->name, req->version);
+    e = sip__pipeline_version_error(pl->cfg->name, req->version);
   /* The pipeline's inputs: each present, no others. */
   for (size_t i = 0; !e && i < pl->n_inputs; i++) {
     size_t j = 0;

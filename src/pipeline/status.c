@@ -23,6 +23,11 @@ sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error) {
   return st;
 }
 
+sip_error_t *sip__pipeline_version_error(const char *name, const char *version) {
+  return sip_error_new(SIP_NOT_FOUND, "model '%s' is a pipeline and has no version '%s'; ask "
+                       "without a version", name, version);
+}
+
 /* ---- counters ---- */
 
 size_t sip__pipelines_count(const sip_pipeline_set_t *ps) { return ps ? ps->n : 0; }

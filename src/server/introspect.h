@@ -11,4 +11,8 @@
  * for the modules that read it rather than send it. */
 json_t *sip__server_info(sip_server_t *s, int kind);
 
+/* NULL when `name` (`version`; NULL: the default) is served, else the
+ * NOT_FOUND every front-end answers with (the engine's one wording). */
+sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const char *version);
+
 #endif

@@ -96,38 +96,31 @@ int sip__registry_is_default_locked(sip__engine_t *s, const sip_pool_t *p) {
 }
 
 /* Why nothing serves name/version (called without a match, so off the hot
- * path): the names, or the versions, there are. */
+ * path). The one not-found wording: every front-end answers with it. */
 static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *version) {
   int named = 0, unversioned = 0;
-  char names[512] = "", versions[256] = "";
+  char versions[256] = "";
   pthread_rwlock_rdlock(&s->reg_lock);
   for (size_t i = 0; i < s->n_pools; i++) {
     const sip_pool_t *p = s->pools[i];
-    if (atomic_load(&p->retired)) continue;
-    if (strcmp(p->cfg->name, name)) {
-      char quoted[160];
-      snprintf(quoted, sizeof quoted, "'%s'", p->cfg->name);
-      if (!strstr(names, quoted)) /* one mention per model */
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                 names[0] ? ", " : "", quoted);
-    } else if (!p->version) {
-      named++, unversioned = 1;
-    } else {
-      named++;
+    if (atomic_load(&p->retired) || strcmp(p->cfg->name, name)) continue;
+    named++;
+    if (!p->version) unversioned = 1;
+    else
       snprintf(versions + strlen(versions), sizeof versions - strlen(versions), "%s'%s'",
                versions[0] ? ", " : "", p->version);
-    }
   }
   pthread_rwlock_unlock(&s->reg_lock);
   if (!named || !version)
-    return sip_error_new(SIP_NOT_FOUND, "no pool named '%s'; this server has: %s", name,
-                         names[0] ? names : "(no pools)");
+    return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'; expected the name of a model this "
+                         "server serves (`sip pools` or GET /v2/repository/index lists them)",
+                         name);
   if (unversioned)
     return sip_error_new(SIP_NOT_FOUND,
-                         "pool '%s' does not serve version '%s'; it serves an unversioned model",
-                         name, version);
-  return sip_error_new(SIP_NOT_FOUND, "pool '%s' does not serve version '%s'; it serves %s %s",
-                       name, version, named > 1 ? "versions" : "version", versions);
+                         "model '%s' has no version '%s'; it serves an unversioned model", name,
+                         version);
+  return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s %s", name,
+                       version, named > 1 ? "versions" : "version", versions);
 }
 
 sip_pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,

@@ -169,7 +169,7 @@ def test_failed_and_unknown_models(base):
     error_of(K.get(base + "/v2/models/nope/ready"), 404)
     error_of(K.get(base + "/v2/models/nope/config"), 404)
     error_of(K.get(base + "/v2/models/nope/stats"), 404)
-    assert "no pool named 'nope'" in error_of(K.infer(base, "nope", {"x": x}), 404)
+    assert "unknown model 'nope'" in error_of(K.infer(base, "nope", {"x": x}), 404)
     # The server is still ready: a FAILED pool is reported, not waited for.
     assert K.get(base + "/v2/health/ready").status == 200
 

@@ -236,7 +236,7 @@ def test_version_policies_and_explicit_versions(start_sipd, tmp_path):
         out = K.decode_outputs(K.infer(base, "every", {"x": X}, version=str(v)))[0]
         assert out["model_version"] == str(v)
     np.testing.assert_array_equal(infer(c, "specific:1"), X + 1)
-    with pytest.raises(NotFoundError, match="does not serve version '2'"):
+    with pytest.raises(NotFoundError, match="has no version '2'"):
         infer(c, "specific:2")
     assert "no version '2'" in error_of(K.get(base + "/v2/models/specific/versions/2"), 404)
     error_of(K.infer(base, "specific", {"x": X}, version="2"), 404)
