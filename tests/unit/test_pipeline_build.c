@@ -212,6 +212,24 @@ static void expect_failed(world_t *w, const char *const *frags) {
   rec_destroy(&rec);
 }
 
+/* Builds `cfg` and expects pipeline "bad" FAILED as expect_failed says. */
+static void build_failed(sip_config_t *cfg, const char *const *frags) {
+  world_t w;
+  world_up(&w, cfg);
+  expect_failed(&w, frags);
+  world_down(&w);
+}
+
+/* The parser refuses `pipelines` with a message holding each fragment. */
+static void expect_refused(const char *pipelines, const char *const *frags) {
+  sip_config_t *cfg = NULL;
+  sip_error_t *e = parse(pipelines, &cfg);
+  assert_non_null(e);
+  assert_null(cfg);
+  assert_has(sip_error_message(e), frags);
+  sip_error_free(e);
+}
+
 /* The working pipeline every build-error case has beside "bad". */
 #define GOOD                                                                   \
   "  - name: good\n"                                                           \
@@ -233,205 +251,146 @@ static void test_unknown_pool(void **state) {
   (void)state;
   /* The parser refuses an unknown pool outright (no repository could
    * provide it); a pool can also be gone by build time. */
-  sip_config_t *cfg = NULL;
-  sip_error_t *e = parse(GOOD "  - {name: bad, stages: [{name: a, pool: ghost}]}\n", &cfg);
-  assert_non_null(e);
-  assert_non_null(strstr(sip_error_message(e), "ghost"));
-  sip_error_free(e);
+  static const char *const pfrags[] = {"<test>:", "ghost", NULL};
+  expect_refused(GOOD "  - {name: bad, stages: [{name: a, pool: ghost}]}\n", pfrags);
 
-  cfg = parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo}, {name: b, pool: echo}]}\n");
+  sip_config_t *cfg = parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo}, {name: b, pool: echo}]}\n");
   set_str(&stage_cfg(cfg, "bad", "a")->pool, "ghost");
-  world_t w;
-  world_up(&w, cfg);
   static const char *const frags[] = {"stage 'a'", "no pool named 'ghost'", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(cfg, frags);
 }
 
 static void test_failed_pool(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - {name: bad, stages: [{name: s, pool: rotten}]}\n"));
   static const char *const frags[] = {"stage 's'", "pool 'rotten' is FAILED",
                                       "builtin backend option dtype: 'nope'", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - {name: bad, stages: [{name: s, pool: rotten}]}\n"), frags);
 }
 
 static void test_input_mapping_unknown_stage(void **state) {
   (void)state;
-  const char *bad = "  - name: bad\n"
-                    "    stages:\n"
-                    "      - {name: a, pool: echo}\n"
-                    "      - {name: b, pool: echo, input_mapping: {input: nosuch.output}}\n";
-  char text[2048];
-  snprintf(text, sizeof text, "%s%s", GOOD, bad);
-  sip_config_t *cfg = NULL;
-  sip_error_t *e = parse(text, &cfg);
-  assert_non_null(e);
   static const char *const pfrags[] = {"<test>:", "nosuch.output", "names no earlier stage of pipeline 'bad'", NULL};
-  assert_has(sip_error_message(e), pfrags);
-  sip_error_free(e);
+  expect_refused(GOOD "  - name: bad\n"
+                      "    stages:\n"
+                      "      - {name: a, pool: echo}\n"
+                      "      - {name: b, pool: echo, input_mapping: {input: nosuch.output}}\n",
+                 pfrags);
 
   /* Past the parser: the builder says the same. */
-  snprintf(text, sizeof text, "%s%s", GOOD,
-           "  - name: bad\n"
-           "    stages:\n"
-           "      - {name: a, pool: echo}\n"
-           "      - {name: b, pool: echo, input_mapping: {input: a.output}}\n");
-  cfg = parse_ok(text);
+  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
+                                    "    stages:\n"
+                                    "      - {name: a, pool: echo}\n"
+                                    "      - {name: b, pool: echo, input_mapping: {input: a.output}}\n");
   sip_stage_config_t *b = stage_cfg(cfg, "bad", "b");
   assert_int_equal(b->n_input_mapping, 1);
   set_kv_value(&b->input_mapping[0], "nosuch.output");
-  world_t w;
-  world_up(&w, cfg);
   static const char *const frags[] = {"stage 'b' input 'input'", "'nosuch.output' names no earlier stage", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(cfg, frags);
 }
 
 static void test_input_mapping_unknown_output(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - name: bad\n"
-                             "    stages:\n"
-                             "      - {name: a, pool: echo}\n"
-                             "      - {name: b, pool: echo, input_mapping: {input: a.nope}}\n"));
   static const char *const frags[] = {"stage 'b' input 'input'", "stage 'a' has no output 'nope'",
                                       "(it keeps: 'output')", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - name: bad\n"
+                             "    stages:\n"
+                             "      - {name: a, pool: echo}\n"
+                             "      - {name: b, pool: echo, input_mapping: {input: a.nope}}\n"), frags);
 }
 
 static void test_input_mapping_not_an_input(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo, input_mapping: {q: pipeline.x}}]}\n"));
   static const char *const frags[] = {"stage 'a'", "input_mapping names 'q'", "not an input of the stage", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo, input_mapping: {q: pipeline.x}}]}\n"), frags);
 }
 
 static void test_output_filter_unknown(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - name: bad\n"
-                             "    stages:\n"
-                             "      - {name: a, pool: echo}\n"
-                             "      - {name: k, type: transform, operation: topk, output_filter: [indices, probs]}\n"));
   static const char *const frags[] = {"stage 'k'", "output_filter names 'probs'",
                                       "which the stage does not produce", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - name: bad\n"
+                             "    stages:\n"
+                             "      - {name: a, pool: echo}\n"
+                             "      - {name: k, type: transform, operation: topk, output_filter: [indices, probs]}\n"), frags);
 }
 
 /* A reference to an output the previous stage filtered away. */
 static void test_filtered_output(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - name: bad\n"
+  static const char *const frags[] = {"stage 'c' input 'input'", "stage 'k' has no output 'values'",
+                                      "(it keeps: 'indices')", NULL};
+  build_failed(parse_ok(GOOD "  - name: bad\n"
                              "    stages:\n"
                              "      - {name: k, type: transform, operation: topk, output_filter: [indices]}\n"
                              "      - {name: c, type: transform, operation: cast, to: float32, from: float32, "
-                             "input_mapping: {input: k.values}}\n"));
-  static const char *const frags[] = {"stage 'c' input 'input'", "stage 'k' has no output 'values'",
-                                      "(it keeps: 'indices')", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+                             "input_mapping: {input: k.values}}\n"), frags);
 }
 
 /* Default wiring: the previous stage keeps no output of the input's name
  * nor at its position. */
 static void test_default_wiring_no_output(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - name: bad\n"
-                             "    stages:\n"
-                             "      - {name: k, type: transform, operation: topk, output_filter: [indices]}\n"
-                             "      - {name: e, pool: echo}\n"));
   static const char *const frags[] = {"stage 'e' input 'input'", "the previous stage 'k'",
                                       "no output of that name or position", "add an input_mapping", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - name: bad\n"
+                             "    stages:\n"
+                             "      - {name: k, type: transform, operation: topk, output_filter: [indices]}\n"
+                             "      - {name: e, pool: echo}\n"), frags);
 }
 
 static void test_when_unknown_stage(void **state) {
   (void)state;
-  const char *bad = "  - name: bad\n"
-                    "    stages:\n"
-                    "      - {name: a, pool: echo}\n"
-                    "      - {name: b, pool: echo, when: 'len(ghost.output) > 0'}\n";
-  char text[2048];
-  snprintf(text, sizeof text, "%s%s", GOOD, bad);
-  sip_config_t *cfg = NULL;
-  sip_error_t *e = parse(text, &cfg);
-  assert_non_null(e);
   static const char *const pfrags[] = {"<test>:", "'ghost.output' names no earlier stage of pipeline 'bad'", NULL};
-  assert_has(sip_error_message(e), pfrags);
-  sip_error_free(e);
+  expect_refused(GOOD "  - name: bad\n"
+                      "    stages:\n"
+                      "      - {name: a, pool: echo}\n"
+                      "      - {name: b, pool: echo, when: 'len(ghost.output) > 0'}\n",
+                 pfrags);
 
-  snprintf(text, sizeof text, "%s%s", GOOD,
-           "  - name: bad\n"
-           "    stages:\n"
-           "      - {name: a, pool: echo}\n"
-           "      - {name: b, pool: echo, when: 'len(a.output) > 0'}\n");
-  cfg = parse_ok(text);
+  /* Past the parser: the builder refuses it too. */
+  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
+                                    "    stages:\n"
+                                    "      - {name: a, pool: echo}\n"
+                                    "      - {name: b, pool: echo, when: 'len(a.output) > 0'}\n");
   set_str(&stage_cfg(cfg, "bad", "b")->when, "len(ghost.output) > 0");
-  world_t w;
-  world_up(&w, cfg);
   static const char *const frags[] = {"stage 'b' when", "'ghost.output' names no earlier stage", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(cfg, frags);
 }
 
 static void test_when_unknown_output(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - name: bad\n"
+  static const char *const frags[] = {"stage 'b' when", "stage 'a' has no output 'nope'", NULL};
+  build_failed(parse_ok(GOOD "  - name: bad\n"
                              "    stages:\n"
                              "      - {name: a, pool: echo}\n"
-                             "      - {name: b, pool: echo, when: 'max(a.nope) > 0', input_mapping: {input: a.output}}\n"));
-  static const char *const frags[] = {"stage 'b' when", "stage 'a' has no output 'nope'", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+                             "      - {name: b, pool: echo, when: 'max(a.nope) > 0', input_mapping: {input: a.output}}\n"), frags);
 }
 
 static void test_transform_bad_option(void **state) {
   (void)state;
-  sip_config_t *cfg = NULL;
-  sip_error_t *e = parse(GOOD "  - {name: bad, stages: [{name: t, type: transform, operation: softmax, axis: zz}]}\n", &cfg);
-  assert_non_null(e);
   static const char *const pfrags[] = {"<test>:", "transform softmax: option axis: 'zz'", NULL};
-  assert_has(sip_error_message(e), pfrags);
-  sip_error_free(e);
-  e = parse(GOOD "  - {name: bad, stages: [{name: t, type: transform, operation: softmax, axiz: 1}]}\n", &cfg);
-  assert_non_null(e);
+  expect_refused(GOOD "  - {name: bad, stages: [{name: t, type: transform, operation: softmax, axis: zz}]}\n",
+                 pfrags);
   static const char *const kfrags[] = {"<test>:", "axiz", NULL};
-  assert_has(sip_error_message(e), kfrags);
-  sip_error_free(e);
+  expect_refused(GOOD "  - {name: bad, stages: [{name: t, type: transform, operation: softmax, axiz: 1}]}\n",
+                 kfrags);
 
   /* Past the parser: the builder fails the pipeline with the transform's
    * own message. */
-  cfg = parse_ok(GOOD "  - name: bad\n"
+  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
                       "    stages:\n"
                       "      - {name: a, pool: echo}\n"
                       "      - {name: t, type: transform, operation: softmax, axis: 1}\n");
   set_option(stage_cfg(cfg, "bad", "t"), "axis", "zz");
-  world_t w;
-  world_up(&w, cfg);
   static const char *const frags[] = {"stage 't'", "transform softmax: option axis: 'zz'",
                                       "expected an integer", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(cfg, frags);
 }
 
 static void test_outputs_unknown(void **state) {
   (void)state;
-  world_t w;
-  world_up(&w, parse_ok(GOOD "  - {name: bad, outputs: [a.output, a.nope], stages: [{name: a, pool: echo}]}\n"));
   static const char *const frags[] = {"outputs:", "stage 'a' has no output 'nope'", NULL};
-  expect_failed(&w, frags);
-  world_down(&w);
+  build_failed(parse_ok(GOOD "  - {name: bad, outputs: [a.output, a.nope], stages: [{name: a, pool: echo}]}\n"), frags);
 }
 
 /* ---- a good pipeline's typed inputs and outputs ------------------------------ */

@@ -169,7 +169,7 @@ static void parse_page(const char *text, page_t *pg) {
         int ok = 0;
         for (int k = 0; k < 5; k++) ok |= !strcmp(rest, types[k]);
         if (!ok) fail_msg("unknown type: %s", line);
-        snprintf(f->type, sizeof f->type, "%s", rest);
+        snprintf(f->type, sizeof f->type, "%.15s", rest); /* one of the five types above */
         f->typed = 1;
       }
       continue;
