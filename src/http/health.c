@@ -18,8 +18,8 @@ enum MHD_Result sip__http_live(hreq_t *q) {
 enum MHD_Result sip__http_ready(hreq_t *q) {
   sip_http_t *h = q->h;
   if (sip_server_draining(h->s))
-    return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in flight and "
-                                        "accepts no new ones");
+    return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
+                                                  "flight and accepts no new ones");
   json_t *r = sip__server_info(h->s, SIP_INFO_READY);
   if (!r) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   char loading[512] = "";
@@ -53,5 +53,6 @@ enum MHD_Result sip__http_server_meta(hreq_t *q) {
 enum MHD_Result sip__http_metrics(hreq_t *q) {
   char *txt = sip__prometheus_text(q->h->s);
   if (!txt) return sip__http_send_error_msg(q->conn, 500, "out of memory");
-  return sip__http_send_owned(q->conn, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt));
+  return sip__http_send_owned(q->conn, 200, "text/plain; version=0.0.4; charset=utf-8", txt,
+                              strlen(txt));
 }

@@ -154,7 +154,7 @@ enum MHD_Result sip__http_send_error(struct MHD_Connection *c, sip_error_t *e);
 /* Sends a JSON value (consumed; NULL: 500 out of memory). */
 enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, json_t *v);
 
-static inline const char *sip__http_jstr(json_t *o, const char *key) {
+static inline const char *jstr(json_t *o, const char *key) {
   return json_string_value(json_object_get(o, key));
 }
 

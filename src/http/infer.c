@@ -48,17 +48,17 @@ static meta_t *meta_build(json_t *pool, const char *model, const char *asked, ui
   json_t *ins = json_object_get(pool, "inputs"), *in;
   m->model = sip__strdup(model);
   m->asked = asked ? sip__strdup(asked) : NULL;
-  const char *v = sip__http_jstr(pool, "version");
+  const char *v = jstr(pool, "version");
   m->version = v ? sip__strdup(v) : NULL;
   m->inputs = sip__calloc(json_array_size(ins) + 1, sizeof *m->inputs);
   if (!m->model || (v && !m->version) || (asked && !m->asked) || !m->inputs) goto fail;
   size_t i;
   json_array_foreach(ins, i, in) {
     sip_io_desc_t *d = &m->inputs[i];
-    const char *name = sip__http_jstr(in, "name");
+    const char *name = jstr(in, "name");
     if (!(d->name = sip__strdup(name ? name : ""))) goto fail;
     m->n_inputs = i + 1;
-    d->dtype = sip_dtype_from_name(sip__http_jstr(in, "dtype"));
+    d->dtype = sip_dtype_from_name(jstr(in, "dtype"));
     json_t *shape = json_object_get(in, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > SIP_MAX_RANK) {
       d->rank = -1;
@@ -97,7 +97,7 @@ static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
   if (m || sip_server_draining(h->s)) return m;
   json_t *root = sip__server_info(h->s, SIP_INFO_POOLS);
   json_t *pool = sip__http_find_pool(root, model, asked);
-  const char *st = pool ? sip__http_jstr(pool, "state") : NULL;
+  const char *st = pool ? jstr(pool, "state") : NULL;
   if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
   json_decref(root);
   if (!m) return NULL;
@@ -155,7 +155,8 @@ static enum MHD_Result infer_begin(hreq_t *q) {
     q->refused = 1;
     return sip__http_send_error_msg(c, 413, msg);
   }
-  const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  const char *hl =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
   const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   if (hl) {
     q->header_len = parse_len(hl);
@@ -312,7 +313,8 @@ static enum MHD_Result infer_answer(hreq_t *q) {
     snprintf(hl, sizeof hl, "%zu", s->body.json_len);
     MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
   }
-  return sip__http_queue(c, 200, r, s->body.binary ? "application/octet-stream" : "application/json");
+  return sip__http_queue(c, 200, r,
+                         s->body.binary ? "application/octet-stream" : "application/json");
 }
 
 const http_post_ops_t sip__http_infer_ops = {

@@ -19,13 +19,11 @@ static json_t *find_pipeline(json_t *root, const char *model) {
   json_t *p;
   size_t i;
   json_array_foreach(json_object_get(root, "pipelines"), i, p) {
-    const char *n = sip__http_jstr(p, "name");
+    const char *n = jstr(p, "name");
     if (n && !strcmp(n, model)) return p;
   }
   return NULL;
 }
-
-/* A pipeline's entry (it has stages) rather than a pool's. */
 
 /* The pool object serving `model` (and `version`, NULL: the model's
  * default version) in a pools/status JSON array, else the pipeline of that
@@ -36,9 +34,9 @@ json_t *sip__http_find_pool(json_t *root, const char *model, const char *version
   size_t i;
   if (!version && (p = find_pipeline(root, model))) return p;
   json_array_foreach(pools, i, p) {
-    const char *n = sip__http_jstr(p, "name");
+    const char *n = jstr(p, "name");
     if (!n || strcmp(n, model)) continue;
-    const char *v = sip__http_jstr(p, "version");
+    const char *v = jstr(p, "version");
     if (version) {
       if (v && !strcmp(v, version)) return p;
     } else if (json_is_true(json_object_get(p, "default"))) {
@@ -51,7 +49,7 @@ json_t *sip__http_find_pool(json_t *root, const char *model, const char *version
 }
 
 /* NOT_FOUND for an unknown model or a version it does not serve; NULL when
- * `pool` (from find_pool) serves the request. */
+ * `pool` (from sip__http_find_pool) serves the request. */
 sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model,
                                 const char *version) {
   if (pool) return NULL;
@@ -60,7 +58,7 @@ sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model
   json_t *p;
   size_t i;
   json_array_foreach(json_object_get(root, "pools"), i, p) {
-    const char *name = sip__http_jstr(p, "name"), *v = sip__http_jstr(p, "version");
+    const char *name = jstr(p, "name"), *v = jstr(p, "version");
     if (!name || strcmp(name, model)) continue;
     n++;
     if (!v) unversioned = 1;
@@ -73,8 +71,9 @@ sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model
                                         "without a version", model, version);
   if (!n) return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'", model);
   if (unversioned)
-    return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves an unversioned model",
-                         model, version);
+    return sip_error_new(SIP_NOT_FOUND,
+                         "model '%s' has no version '%s'; it serves an unversioned model", model,
+                         version);
   return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s %s", model,
                        version, n > 1 ? "versions" : "version", served);
 }
@@ -83,11 +82,11 @@ sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model
 
 /* Model metadata and config need a loaded pool. */
 sip_error_t *sip__http_need_loaded(json_t *pool, const char *model) {
-  const char *st = sip__http_jstr(pool, "state");
+  const char *st = jstr(pool, "state");
   if (st && (!strcmp(st, "READY") || !strcmp(st, "STOPPED"))) return NULL;
   if (st && !strcmp(st, "FAILED"))
     return sip_error_new(SIP_UNAVAILABLE, "model '%s' failed to load: %s", model,
-                         sip__http_jstr(pool, "error") ? sip__http_jstr(pool, "error") : "unknown reason");
+                         jstr(pool, "error") ? jstr(pool, "error") : "unknown reason");
   return sip_error_new(SIP_UNAVAILABLE, "model '%s' is still loading", model);
 }
 
@@ -96,7 +95,7 @@ sip_error_t *sip__http_need_loaded(json_t *pool, const char *model) {
 /* Pipelines are "ensemble", Triton's platform for a graph of models. */
 static const char *platform(json_t *pool) {
   if (sip__http_is_pipeline(pool)) return "ensemble";
-  const char *b = sip__http_jstr(pool, "platform");
+  const char *b = jstr(pool, "platform");
   return b ? b : "unknown";
 }
 
@@ -106,7 +105,7 @@ static json_t *ks_io(json_t *list, int config) {
   json_t *out = json_array(), *io;
   size_t i;
   json_array_foreach(list, i, io) {
-    sip_dtype_t dt = sip_dtype_from_name(sip__http_jstr(io, "dtype"));
+    sip_dtype_t dt = sip_dtype_from_name(jstr(io, "dtype"));
     const char *ks = sip__ks_datatype(dt);
     json_t *shape = json_object_get(io, "shape");
     /* Unknown rank: one dynamic dim is the closest KServe can say. */
@@ -114,27 +113,30 @@ static json_t *ks_io(json_t *list, int config) {
     char cfg_type[32];
     snprintf(cfg_type, sizeof cfg_type, "TYPE_%s", ks ? (strcmp(ks, "BYTES") ? ks : "STRING")
                                                       : "INVALID");
-    json_array_append_new(out, config ? json_pack("{s:s,s:s,s:o}", "name", sip__http_jstr(io, "name"),
+    json_array_append_new(out, config ? json_pack("{s:s,s:s,s:o}", "name", jstr(io, "name"),
                                                   "data_type", cfg_type, "dims", dims)
-                                      : json_pack("{s:s,s:s,s:o}", "name", sip__http_jstr(io, "name"),
+                                      : json_pack("{s:s,s:s,s:o}", "name", jstr(io, "name"),
                                                   "datatype", ks ? ks : "INVALID", "shape",
                                                   dims));
   }
   return out;
 }
+
 static enum MHD_Result model_meta(hreq_t *q, int config) {
   /* The pools JSON lists each model's inputs and outputs, which a draining
    * server is freeing: answer from the status only from then on. */
   if (sip_server_draining(q->h->s))
-    return sip__http_send_error_msg(q->conn, 503, "server is draining: model metadata is unavailable");
-  json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS), *pool = sip__http_find_pool(root, q->model, q->version);
+    return sip__http_send_error_msg(q->conn, 503,
+                                    "server is draining: model metadata is unavailable");
+  json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS);
+  json_t *pool = sip__http_find_pool(root, q->model, q->version);
   sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
   if (!e) e = sip__http_need_loaded(pool, q->model);
   if (e) {
     json_decref(root);
     return sip__http_send_error(q->conn, e);
   }
-  const char *v = sip__http_jstr(pool, "version");
+  const char *v = jstr(pool, "version");
   json_t *out;
   if (!config) {
     out = json_pack("{s:s,s:[],s:s,s:o,s:o}", "name", q->model, "versions", "platform",
@@ -144,8 +146,8 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
     json_t *p;
     size_t i;
     json_array_foreach(json_object_get(root, "pools"), i, p) {
-      const char *pv = sip__http_jstr(p, "version");
-      if (out && pv && sip__http_jstr(p, "name") && !strcmp(sip__http_jstr(p, "name"), q->model))
+      const char *pv = jstr(p, "version");
+      if (out && pv && jstr(p, "name") && !strcmp(jstr(p, "name"), q->model))
         json_array_append_new(json_object_get(out, "versions"), json_string(pv));
     }
   } else if (sip__http_is_pipeline(pool)) {
@@ -154,10 +156,10 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
     json_t *steps = json_array(), *st;
     size_t i;
     json_array_foreach(json_object_get(pool, "stages"), i, st) {
-      const char *m = sip__http_jstr(st, "pool"), *op = sip__http_jstr(st, "operation");
-      json_array_append_new(steps, m ? json_pack("{s:s,s:s,s:i}", "stage", sip__http_jstr(st, "name"),
+      const char *m = jstr(st, "pool"), *op = jstr(st, "operation");
+      json_array_append_new(steps, m ? json_pack("{s:s,s:s,s:i}", "stage", jstr(st, "name"),
                                                  "model_name", m, "model_version", -1)
-                                     : json_pack("{s:s,s:s}", "stage", sip__http_jstr(st, "name"),
+                                     : json_pack("{s:s,s:s}", "stage", jstr(st, "name"),
                                                  "transform", op ? op : ""));
     }
     out = json_pack("{s:s,s:s,s:I,s:o,s:o,s:{s:o}}", "name", q->model, "platform", "ensemble",
@@ -171,16 +173,16 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
     json_t *quota = json_object_get(pool, "resource_quota");
     json_t *opts = json_object_get(pool, "backend_options");
     out = json_pack("{s:s,s:s,s:s,s:I,s:o,s:o,s:[{s:I,s:s}],s:s,s:O,s:O,s:O}", "name", q->model,
-                    "platform", platform(pool), "backend", sip__http_jstr(pool, "backend"),
+                    "platform", platform(pool), "backend", jstr(pool, "backend"),
                     "max_batch_size", (json_int_t)0, "input",
                     ks_io(json_object_get(pool, "inputs"), 1), "output",
                     ks_io(json_object_get(pool, "outputs"), 1), "instance_group", "count",
                     json_integer_value(json_object_get(pool, "pool_size")), "kind", "KIND_CPU",
-                    "priority", sip__http_jstr(pool, "priority") ? sip__http_jstr(pool, "priority") : "medium",
+                    "priority", jstr(pool, "priority") ? jstr(pool, "priority") : "medium",
                     "resource_quota", quota ? quota : json_null(), "backend_options",
-                    opts ? opts : json_null(), "model_path", json_object_get(pool, "model_path")
-                                                                 ? json_object_get(pool, "model_path")
-                                                                 : json_null());
+                    opts ? opts : json_null(), "model_path",
+                    json_object_get(pool, "model_path") ? json_object_get(pool, "model_path")
+                                                        : json_null());
     if (out) json_object_set_new(out, "version", v ? json_string(v) : json_null());
     /* Triton's names: max_batch_size and dynamic_batching.max_queue_delay_microseconds. */
     json_t *db = json_object_get(pool, "dynamic_batching");
@@ -200,13 +202,14 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
 }
 
 enum MHD_Result sip__http_model_ready(hreq_t *q) {
-  json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS), *pool = sip__http_find_pool(root, q->model, q->version);
+  json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
+  json_t *pool = sip__http_find_pool(root, q->model, q->version);
   sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
-  const char *st = pool ? sip__http_jstr(pool, "state") : NULL;
+  const char *st = pool ? jstr(pool, "state") : NULL;
   if (!e && (!st || strcmp(st, "READY")))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
-                      st ? st : "UNKNOWN", sip__http_jstr(pool, "error") ? ": " : "",
-                      sip__http_jstr(pool, "error") ? sip__http_jstr(pool, "error") : "");
+                      st ? st : "UNKNOWN", jstr(pool, "error") ? ": " : "",
+                      jstr(pool, "error") ? jstr(pool, "error") : "");
   json_decref(root);
   if (e) return sip__http_send_error(q->conn, e);
   return sip__http_send_json(q->conn, 200, json_pack("{s:s,s:b}", "name", q->model, "ready", 1));
@@ -223,8 +226,8 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   json_t *status = sip__server_info(q->h->s, SIP_INFO_STATUS);
   if (!status) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   if (!all) {
-    sip_error_t *e = sip__http_check_model(status, sip__http_find_pool(status, q->model, q->version), q->model,
-                                 q->version);
+    json_t *pool = sip__http_find_pool(status, q->model, q->version);
+    sip_error_t *e = sip__http_check_model(status, pool, q->model, q->version);
     if (e) {
       json_decref(status);
       return sip__http_send_error(q->conn, e);
@@ -233,9 +236,9 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   json_t *list = json_array(), *p;
   size_t i;
   json_array_foreach(json_object_get(status, "pools"), i, p) {
-    const char *name = sip__http_jstr(p, "name");
+    const char *name = jstr(p, "name");
     if (!name || (!all && strcmp(name, q->model))) continue;
-    const char *v = sip__http_jstr(p, "version");
+    const char *v = jstr(p, "version");
     if (!all && q->version && (!v || strcmp(v, q->version))) continue;
     json_t *st = json_object_get(p, "stats");
     json_array_append_new(
@@ -256,7 +259,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
    * inference and execution counts are of successful requests; refused and
    * failed ones are the fail count. */
   json_array_foreach(json_object_get(status, "pipelines"), i, p) {
-    const char *name = sip__http_jstr(p, "name");
+    const char *name = jstr(p, "name");
     if (!name || (!all && (q->version || strcmp(name, q->model)))) continue;
     json_int_t total = 0, ok = json_integer_value(json_object_get(json_object_get(p, "requests"),
                                                                   "OK"));

@@ -50,8 +50,8 @@ static enum MHD_Result repo_start(hreq_t *q) {
   if (!body || !json_is_object(body)) {
     json_decref(body);
     return sip__http_send_error(c, sip_error_new(SIP_INVALID_ARGUMENT,
-                                       "repository request body is not a JSON object; expected "
-                                       "{} or {\"ready\": true} (index)"));
+                                                 "repository request body is not a JSON object; "
+                                                 "expected {} or {\"ready\": true} (index)"));
   }
   if (q->kind == R_REPO_INDEX) {
     /* Triton's format: a JSON array of {name, version, state, reason}. */
@@ -69,9 +69,9 @@ static enum MHD_Result repo_start(hreq_t *q) {
   json_decref(body);
   if (overrides)
     return sip__http_send_error(c, sip_error_new(SIP_UNIMPLEMENTED,
-                                       "load parameters (a config override, model files) are not "
-                                       "supported; the model loads from the repository as it "
-                                       "is"));
+                                                 "load parameters (a config override, model "
+                                                 "files) are not supported; the model loads from "
+                                                 "the repository as it is"));
   q->started = 1;
   /* Suspend before queuing, so the completion can resume at once. */
   MHD_suspend_connection(c);

@@ -122,7 +122,8 @@ enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method)
     size_t len;
     char *body = sip__ks_error_json(msg, &len);
     if (!body) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, sip__free);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer_with_free_callback(len, body, sip__free);
     if (!r) {
       sip__free(body);
       return MHD_NO;

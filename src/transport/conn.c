@@ -12,10 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config/config.h"
 #include "core/core.h"
 #include "transport/frame.h"
-#include "transport/listener.h"
 #include "transport/listener_impl.h"
 
 /* A referenced connection by id, or NULL when it is gone. Any thread. */

@@ -10,14 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config.h"
 #include "core/core.h"
 #include "transport/frame.h"
-#include "transport/listener.h"
 #include "transport/listener_impl.h"
 
-/* ---- answers (engine threads) ---- */
+/* ---- INFER_REQUEST and BATCH_INFER_REQUEST ---- */
 
+/* The completion, on the engine thread that ran the request. */
 static void on_done(sip_response_t *resp, void *user) {
   pending_t *pd = user;
   sip_wbuf_t w = {0};
@@ -41,8 +40,6 @@ static void on_done(sip_response_t *resp, void *user) {
   sip__conn_write_answer(pd->ls, pd->conn_id, &w);
   sip__free(pd);
 }
-
-/* ---- requests ---- */
 
 /* A request's parameters (a JSON object): today only pipeline_config. A
  * bad one is the request's error, not the connection's. */
@@ -130,14 +127,16 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
   }
 }
 
+/* ---- INFO_REQUEST ---- */
+
 static void handle_info(sip_listener_set_t *ls, conn_t *c) {
   const uint8_t *p = sip_buf_data(c->payload);
   if (c->h.length != 1 || p[0] < SIP_INFO_READY || p[0] > SIP_INFO_STATUS) {
     sip__conn_error(ls, c, c->h.request_id,
-               sip_error_new(SIP_INVALID_ARGUMENT,
-                             "INFO_REQUEST payload must be one byte 1 (ready), 2 (pools) or 3 "
-                             "(status); got %u bytes",
-                             c->h.length));
+                    sip_error_new(SIP_INVALID_ARGUMENT,
+                                  "INFO_REQUEST payload must be one byte 1 (ready), 2 (pools) or 3 "
+                                  "(status); got %u bytes",
+                                  c->h.length));
     return;
   }
   char *json = sip_server_info_json(ls->srv, p[0]);
@@ -261,10 +260,10 @@ void sip__handle_frame(sip_listener_set_t *ls, conn_t *c) {
     break;
   default:
     sip__conn_error(ls, c, c->h.request_id,
-               sip_error_new(SIP_INVALID_ARGUMENT,
-                             "message type %u is sent by servers, not clients; expected "
-                             "INFER_REQUEST (1), INFO_REQUEST (3), BATCH_INFER_REQUEST (6) or "
-                             "REPO_REQUEST (7)",
-                             c->h.type));
+                    sip_error_new(SIP_INVALID_ARGUMENT,
+                                  "message type %u is sent by servers, not clients; expected "
+                                  "INFER_REQUEST (1), INFO_REQUEST (3), BATCH_INFER_REQUEST (6) or "
+                                  "REPO_REQUEST (7)",
+                                  c->h.type));
   }
 }

@@ -70,8 +70,8 @@ static int conn_read(sip_listener_set_t *ls, conn_t *c) {
       c->payload = mem ? sip_buf_wrap(mem, c->h.length, release_payload, mem) : NULL;
       if (!c->payload) {
         sip__conn_error(ls, c, c->h.request_id,
-                   sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory for a %u-byte frame",
-                                 c->h.length));
+                        sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory for a %u-byte frame",
+                                      c->h.length));
         return sip__conn_flush(ls, c);
       }
       c->got = 0;

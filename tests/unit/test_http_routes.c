@@ -46,48 +46,69 @@ static void expect_none(const char *url) {
   if (r) fail_msg("%s: matched '%s', want no route (404)", url, r->pattern);
 }
 
+/* A path and the route it must find. */
+typedef struct route_case {
+  const char *url;
+  route_kind_t kind;
+  const char *model, *version;
+} route_case_t;
+
+static void expect_routes(const route_case_t *cases, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    expect_route(cases[i].url, cases[i].kind, cases[i].model, cases[i].version);
+}
+
 static void test_fixed_routes(void **state) {
   (void)state;
-  expect_route("/v2/health/live", R_LIVE, NULL, NULL);
-  expect_route("/v2/health/ready", R_READY, NULL, NULL);
-  expect_route("/v2", R_SERVER, NULL, NULL);
-  expect_route("/v2/", R_SERVER, NULL, NULL);
-  expect_route("/metrics", R_METRICS, NULL, NULL);
-  expect_route("/v2/models/stats", R_ALL_STATS, NULL, NULL);
-  expect_route("/v2/repository/index", R_REPO_INDEX, NULL, NULL);
+  static const route_case_t cases[] = {
+      {"/v2/health/live", R_LIVE, NULL, NULL},
+      {"/v2/health/ready", R_READY, NULL, NULL},
+      {"/v2", R_SERVER, NULL, NULL},
+      {"/v2/", R_SERVER, NULL, NULL},
+      {"/metrics", R_METRICS, NULL, NULL},
+      {"/v2/models/stats", R_ALL_STATS, NULL, NULL},
+      {"/v2/repository/index", R_REPO_INDEX, NULL, NULL},
+  };
+  expect_routes(cases, sizeof cases / sizeof *cases);
 }
 
 static void test_model_routes(void **state) {
   (void)state;
-  expect_route("/v2/models/resnet", R_MODEL, "resnet", NULL);
-  expect_route("/v2/models/resnet/ready", R_MODEL_READY, "resnet", NULL);
-  expect_route("/v2/models/resnet/infer", R_INFER, "resnet", NULL);
-  expect_route("/v2/models/resnet/config", R_CONFIG, "resnet", NULL);
-  expect_route("/v2/models/resnet/stats", R_STATS, "resnet", NULL);
-  expect_route("/v2/models/a-b_c.1", R_MODEL, "a-b_c.1", NULL);
-  /* "stats" alone is every model's statistics; with more it is a model. */
-  expect_route("/v2/models/stats/ready", R_MODEL_READY, "stats", NULL);
-  expect_route("/v2/models/versions", R_MODEL, "versions", NULL);
+  static const route_case_t cases[] = {
+      {"/v2/models/resnet", R_MODEL, "resnet", NULL},
+      {"/v2/models/resnet/ready", R_MODEL_READY, "resnet", NULL},
+      {"/v2/models/resnet/infer", R_INFER, "resnet", NULL},
+      {"/v2/models/resnet/config", R_CONFIG, "resnet", NULL},
+      {"/v2/models/resnet/stats", R_STATS, "resnet", NULL},
+      {"/v2/models/a-b_c.1", R_MODEL, "a-b_c.1", NULL},
+      /* "stats" alone is every model's statistics; with more it is a model. */
+      {"/v2/models/stats/ready", R_MODEL_READY, "stats", NULL},
+      {"/v2/models/versions", R_MODEL, "versions", NULL},
+  };
+  expect_routes(cases, sizeof cases / sizeof *cases);
 }
 
 static void test_versions_in_paths(void **state) {
   (void)state;
-  expect_route("/v2/models/m/versions/2", R_MODEL, "m", "2");
-  expect_route("/v2/models/m/versions/2/ready", R_MODEL_READY, "m", "2");
-  expect_route("/v2/models/m/versions/2/infer", R_INFER, "m", "2");
-  expect_route("/v2/models/m/versions/2/config", R_CONFIG, "m", "2");
-  expect_route("/v2/models/m/versions/2/stats", R_STATS, "m", "2");
-  expect_route("/v2/models/m/versions/v1.0-rc_2", R_MODEL, "m", "v1.0-rc_2");
-  /* A version named like an action is a version. */
-  expect_route("/v2/models/m/versions/ready", R_MODEL, "m", "ready");
-  expect_route("/v2/models/versions/versions/x", R_MODEL, "versions", "x");
-  expect_none("/v2/models/m/versions");
-  expect_none("/v2/models/m/versions/");
-  expect_none("/v2/models/m/versions//infer");
-  expect_none("/v2/models/m/versions/2/");
-  expect_none("/v2/models/m/versions/2/infer/");
-  expect_none("/v2/models/m/versions/2/nothing");
-  expect_none("/v2/models/m/versions/a b");
+  static const route_case_t cases[] = {
+      {"/v2/models/m/versions/2", R_MODEL, "m", "2"},
+      {"/v2/models/m/versions/2/ready", R_MODEL_READY, "m", "2"},
+      {"/v2/models/m/versions/2/infer", R_INFER, "m", "2"},
+      {"/v2/models/m/versions/2/config", R_CONFIG, "m", "2"},
+      {"/v2/models/m/versions/2/stats", R_STATS, "m", "2"},
+      {"/v2/models/m/versions/v1.0-rc_2", R_MODEL, "m", "v1.0-rc_2"},
+      /* A version named like an action is a version. */
+      {"/v2/models/m/versions/ready", R_MODEL, "m", "ready"},
+      {"/v2/models/versions/versions/x", R_MODEL, "versions", "x"},
+  };
+  expect_routes(cases, sizeof cases / sizeof *cases);
+  static const char *const none[] = {
+      "/v2/models/m/versions",         "/v2/models/m/versions/",
+      "/v2/models/m/versions//infer",  "/v2/models/m/versions/2/",
+      "/v2/models/m/versions/2/infer/", "/v2/models/m/versions/2/nothing",
+      "/v2/models/m/versions/a b",
+  };
+  for (size_t i = 0; i < sizeof none / sizeof *none; i++) expect_none(none[i]);
 }
 
 static void test_repository_routes(void **state) {
