@@ -1,5 +1,6 @@
-/* sip — the KServe v2 HTTP/REST front-end (http.c, on libmicrohttpd) and the
- * codec between HTTP bodies and engine requests/responses (kserve_json.c).
+/* sip — the KServe v2 HTTP/REST front-end (http.c and the files of
+ * http_impl.h, on libmicrohttpd) and the codec between HTTP bodies and
+ * engine requests/responses (kserve_decode.c, kserve_encode.c).
  *
  * The codec has no HTTP or engine state in it, so it can be unit-tested and
  * fuzzed on its own (tests/unit/test_kserve.c, tests/fuzz/fuzz_http.c).
@@ -29,7 +30,7 @@ typedef struct sip_http sip_http_t;
  * are reported as "http". */
 extern const sip_frontend_vtable_t sip__frontend_http;
 
-/* ---- the codec (kserve_json.c) ------------------------------------------- */
+/* ---- the codec (kserve_decode.c, kserve_encode.c) ------------------------ */
 
 /* Deepest JSON nesting accepted in a request header (objects and arrays).
  * Rank <= 16 data plus the request's own structure needs about 20. */

@@ -1,5 +1,6 @@
-/* sip — the native-protocol front-end (listener.c): framed requests on unix
- * and tcp endpoints, one epoll loop (docs/protocol.md). */
+/* sip — the native-protocol front-end (listener.c and the files of
+ * listener_impl.h): framed requests on unix and tcp endpoints, one epoll
+ * loop (docs/protocol.md; the design: docs/internals/transport.md). */
 #ifndef SIP_TRANSPORT_LISTENER_H
 #define SIP_TRANSPORT_LISTENER_H
 

@@ -1,5 +1,5 @@
 /* libFuzzer target for the HTTP request -> inference request decoding
- * (src/http/kserve_json.c), and the response encoding of what it decoded.
+ * (src/http/kserve_decode.c), and the response encoding of what it decoded.
  *
  * Input: byte 0 picks the framing (all JSON; JSON header + binary data with
  * the header length from bytes 1-2; or a raw binary body for a one-input

@@ -1,5 +1,6 @@
-/* Unit tests for src/http/kserve_json.c: KServe v2 bodies <-> engine requests
- * and responses, the binary tensor extension, classification, half floats. */
+/* Unit tests for src/http/kserve_decode.c and kserve_encode.c: KServe v2
+ * bodies <-> engine requests and responses, the binary tensor extension,
+ * classification, half floats. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,0 +1,205 @@
+/* sip — what the HTTP front-end's files share: the front-end's state, one
+ * request's state, the route table's entries and the calls between them.
+ * Private to src/http/ (http.h is the layer's interface).
+ *
+ *   http.c        daemon lifecycle, the front-end vtable, MHD's callbacks
+ *                 (one request's phases) and the send helpers
+ *   routes.c      the route table: method + path -> handler, 404 and 405
+ *   health.c      server-level GETs: live, ready, server metadata, /metrics
+ *   models.c      model metadata, config, readiness and statistics
+ *   infer.c       inference, and the model metadata cache it reads
+ *   repository.c  the model repository extension (index, load, unload)
+ */
+#ifndef SIP_HTTP_IMPL_H
+#define SIP_HTTP_IMPL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "http/http.h"
+
+/* What a model's inputs look like, for raw binary requests (which carry no
+ * shape), and its version, for "model_version" in answers. Filled from the
+ * pools JSON when the pool is READY, per model and requested version, and
+ * rebuilt when the server's pools changed since (a model repository load
+ * or unload). Reference-counted: a request keeps the one it used. */
+typedef struct meta {
+  char *model;
+  char *asked;   /* the version asked for, NULL: the default one */
+  uint64_t gen;  /* the registry generation it describes */
+  char *version; /* NULL: unversioned */
+  sip_io_desc_t *inputs;
+  size_t n_inputs;
+  atomic_int refs;
+  struct meta *next;
+} meta_t;
+
+struct sip_http {
+  sip_server_t *s;
+  const sip_config_t *cfg;
+  struct MHD_Daemon *d;
+  char address[300];
+  atomic_long conns;    /* open connections */
+  atomic_long inflight; /* requests begun and not yet fully answered */
+  pthread_mutex_t mu;   /* with cv: stop waits for inflight to reach 0 */
+  pthread_cond_t cv;
+  pthread_mutex_t cache_mu;
+  meta_t *cache;
+};
+
+typedef enum route_kind {
+  R_NONE = 0,
+  R_LIVE,
+  R_READY,
+  R_SERVER,
+  R_MODEL,
+  R_MODEL_READY,
+  R_INFER,
+  R_CONFIG,
+  R_STATS,
+  R_ALL_STATS,
+  R_METRICS,
+  R_REPO_INDEX,  /* POST /v2/repository/index */
+  R_REPO_LOAD,   /* POST /v2/repository/models/{m}/load */
+  R_REPO_UNLOAD, /* POST /v2/repository/models/{m}/unload */
+} route_kind_t;
+
+typedef struct hreq hreq_t;
+
+/* A GET route's answer (also for HEAD), called once the whole request is
+ * in: answering earlier makes MHD close the connection. */
+typedef enum MHD_Result (*http_get_fn)(hreq_t *q);
+
+/* A POST route's phases (http.c's on_request calls them in order). */
+typedef struct http_post_ops {
+  /* Headers are in, the body is not (NULL: nothing to do). May answer at
+   * once and set q->refused, or leave an error in q->early. */
+  enum MHD_Result (*begin)(hreq_t *q);
+  /* A chunk of the body. */
+  enum MHD_Result (*body)(hreq_t *q, const char *data, size_t n);
+  /* The whole body is in (q->early is answered before this is called). */
+  enum MHD_Result (*start)(hreq_t *q);
+  /* Called again after the connection was resumed: the answer. */
+  enum MHD_Result (*answer)(hreq_t *q);
+} http_post_ops_t;
+
+/* One entry of the route table (routes.c). A pattern is matched literally
+ * but for its placeholders: {model} and {version} take one non-empty path
+ * segment of name characters (a model name at most 128 bytes); {path} takes
+ * the rest of the path up to its last '/' (non-empty, any characters: the
+ * engine checks repository names and says why one is refused). */
+typedef struct http_route {
+  const char *pattern;
+  route_kind_t kind;
+  http_get_fn get;             /* GET and HEAD, or NULL */
+  const http_post_ops_t *post; /* POST, or NULL */
+} http_route_t;
+
+/* One HTTP request (MHD's con_cls). */
+struct hreq {
+  sip_http_t *h;
+  struct MHD_Connection *conn;
+  const http_route_t *route; /* NULL: no such endpoint */
+  route_kind_t kind;
+  char *model, *version;
+  /* The body, written at buf + pad: pad puts the binary section (after the
+   * JSON header) on a 64-byte boundary so binary inputs are used in place. */
+  uint8_t *buf;
+  size_t pad, len, cap;
+  int64_t header_len; /* -1: all JSON, 0: raw binary, > 0: JSON header length */
+  int started;        /* decoded and submitted (or failed): the rest is the answer */
+  int refused;        /* answered before its body was read (MHD drops the body) */
+  sip_error_t *early; /* found in the headers; answered once the body is read */
+  sip__ks_request_t *ks;
+  struct meta *meta; /* the model's metadata (a reference), or NULL */
+  /* Set before the connection is resumed. */
+  sip_response_t *resp;
+  int resp_oom;
+  sip_error_t *err;
+};
+
+/* ---- routes.c ------------------------------------------------------------ */
+
+/* The route of `url` (MHD has percent-decoded it and removed the query), or
+ * NULL when there is none (or out of memory). *model and *version get owned
+ * copies of the path's {model}/{path} and {version} (left alone when the
+ * pattern has none). */
+const http_route_t *sip__http_route_match(const char *url, char **model, char **version);
+/* 0 when `r` answers `method`. Else the status to answer: 404 (r is NULL)
+ * or 405, with the message written to msg and, for 405, the Allow header's
+ * value in *allow. */
+unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const char *method,
+                                 char *msg, size_t msg_n, const char **allow);
+/* Answers a request no POST route takes: the GET routes, 404 and 405. */
+enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method);
+
+/* ---- http.c: answers ----------------------------------------------------- */
+
+/* Queues `r` (consumed; NULL: out of memory, MHD_NO) with a Content-Type. */
+enum MHD_Result sip__http_queue(struct MHD_Connection *c, unsigned status,
+                                struct MHD_Response *r, const char *ctype);
+/* Sends an owned sip__malloc'd body. */
+enum MHD_Result sip__http_send_owned(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                     char *body, size_t len);
+/* {"error": msg} with `status`. */
+enum MHD_Result sip__http_send_error_msg(struct MHD_Connection *c, unsigned status,
+                                         const char *msg);
+/* An error (consumed), with the HTTP status of its code. */
+enum MHD_Result sip__http_send_error(struct MHD_Connection *c, sip_error_t *e);
+/* Sends a JSON value (consumed; NULL: 500 out of memory). */
+enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, json_t *v);
+
+static inline const char *jstr(json_t *o, const char *key) {
+  return json_string_value(json_object_get(o, key));
+}
+
+/* A pipeline's entry (it has stages) rather than a pool's. */
+static inline int sip__http_is_pipeline(json_t *entry) {
+  return json_object_get(entry, "stages") != NULL;
+}
+
+/* ---- models.c ------------------------------------------------------------ */
+
+/* The pool object serving `model` (and `version`, NULL: the model's
+ * default version) in a pools/status JSON array, else the pipeline of that
+ * name (pipelines have no versions), or NULL. Pool and pipeline names never
+ * collide (the config refuses it). */
+json_t *sip__http_find_pool(json_t *root, const char *model, const char *version);
+/* NOT_FOUND for an unknown model or a version it does not serve; NULL when
+ * `pool` (from sip__http_find_pool) serves the request. */
+sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model,
+                                   const char *version);
+/* UNAVAILABLE unless the pool is loaded (READY or STOPPED). */
+sip_error_t *sip__http_need_loaded(json_t *pool, const char *model);
+
+enum MHD_Result sip__http_model_meta(hreq_t *q);
+enum MHD_Result sip__http_model_config(hreq_t *q);
+enum MHD_Result sip__http_model_ready(hreq_t *q);
+enum MHD_Result sip__http_model_stats(hreq_t *q);
+enum MHD_Result sip__http_all_stats(hreq_t *q);
+
+/* ---- health.c ------------------------------------------------------------ */
+
+enum MHD_Result sip__http_live(hreq_t *q);
+enum MHD_Result sip__http_ready(hreq_t *q);
+enum MHD_Result sip__http_server_meta(hreq_t *q);
+enum MHD_Result sip__http_metrics(hreq_t *q);
+
+/* ---- infer.c ------------------------------------------------------------- */
+
+extern const http_post_ops_t sip__http_infer_ops;
+/* Drops a reference to a metadata cache entry (NULL: no-op). */
+void sip__http_meta_unref(meta_t *m);
+/* Empties the front-end's metadata cache (at stop). */
+void sip__http_meta_clear(sip_http_t *h);
+
+/* ---- repository.c -------------------------------------------------------- */
+
+extern const http_post_ops_t sip__http_repo_ops;
+
+#endif

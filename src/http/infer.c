@@ -1,0 +1,325 @@
+/* sip — the KServe infer endpoint (POST .../infer): the body is read into
+ * a buffer aligned for in-place binary inputs, decoded (kserve_decode.c),
+ * the connection suspended and the request submitted; the completion (an
+ * engine thread) resumes it, and the answer is encoded (kserve_encode.c)
+ * on MHD's thread and sent without copying the binary outputs. Also the
+ * metadata cache raw binary requests and "model_version" need.
+ */
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/core.h"
+#include "http/http.h"
+#include "http/http_impl.h"
+#include "server/introspect.h"
+
+/* ---- the model metadata cache -------------------------------------------- */
+
+static void meta_free(meta_t *m) {
+  if (!m) return;
+  sip__free(m->model);
+  sip__free(m->asked);
+  sip__free(m->version);
+  for (size_t i = 0; i < m->n_inputs; i++) sip__free(m->inputs[i].name);
+  sip__free(m->inputs);
+  sip__free(m);
+}
+
+void sip__http_meta_unref(meta_t *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) meta_free(m);
+}
+
+void sip__http_meta_clear(sip_http_t *h) {
+  while (h->cache) {
+    meta_t *m = h->cache;
+    h->cache = m->next;
+    sip__http_meta_unref(m);
+  }
+}
+
+static meta_t *meta_build(json_t *pool, const char *model, const char *asked, uint64_t gen) {
+  meta_t *m = sip__calloc(1, sizeof *m);
+  if (!m) return NULL;
+  atomic_init(&m->refs, 1);
+  m->gen = gen;
+  json_t *ins = json_object_get(pool, "inputs"), *in;
+  m->model = sip__strdup(model);
+  m->asked = asked ? sip__strdup(asked) : NULL;
+  const char *v = jstr(pool, "version");
+  m->version = v ? sip__strdup(v) : NULL;
+  m->inputs = sip__calloc(json_array_size(ins) + 1, sizeof *m->inputs);
+  if (!m->model || (v && !m->version) || (asked && !m->asked) || !m->inputs) goto fail;
+  size_t i;
+  json_array_foreach(ins, i, in) {
+    sip_io_desc_t *d = &m->inputs[i];
+    const char *name = jstr(in, "name");
+    if (!(d->name = sip__strdup(name ? name : ""))) goto fail;
+    m->n_inputs = i + 1;
+    d->dtype = sip_dtype_from_name(jstr(in, "dtype"));
+    json_t *shape = json_object_get(in, "shape");
+    if (!json_is_array(shape) || json_array_size(shape) > SIP_MAX_RANK) {
+      d->rank = -1;
+      continue;
+    }
+    d->rank = (int)json_array_size(shape);
+    for (int k = 0; k < d->rank; k++)
+      d->dims[k] = (int64_t)json_integer_value(json_array_get(shape, (size_t)k));
+  }
+  return m;
+fail:
+  meta_free(m);
+  return NULL;
+}
+
+static int meta_is(const meta_t *m, const char *model, const char *asked) {
+  return !strcmp(m->model, model) && (asked ? m->asked && !strcmp(m->asked, asked) : !m->asked);
+}
+
+/* Metadata of a READY model (a reference for the caller: meta_unref), or
+ * NULL (unknown, not ready, OOM). Entries describing an older set of pools
+ * are replaced; requests still holding them keep them alive. */
+static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
+  uint64_t gen = sip_server_generation(h->s);
+  pthread_mutex_lock(&h->cache_mu);
+  meta_t **pp = &h->cache, *m;
+  while ((m = *pp) && !meta_is(m, model, asked)) pp = &m->next;
+  if (m && m->gen != gen) { /* the pools changed since: build it again */
+    *pp = m->next;
+    sip__http_meta_unref(m);
+    m = NULL;
+  }
+  if (m) atomic_fetch_add(&m->refs, 1);
+  pthread_mutex_unlock(&h->cache_mu);
+  /* While draining, pools free their models: their I/O is no longer asked. */
+  if (m || sip_server_draining(h->s)) return m;
+  json_t *root = sip__server_info(h->s, SIP_INFO_POOLS);
+  json_t *pool = sip__http_find_pool(root, model, asked);
+  const char *st = pool ? jstr(pool, "state") : NULL;
+  if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
+  json_decref(root);
+  if (!m) return NULL;
+  pthread_mutex_lock(&h->cache_mu);
+  meta_t *old = h->cache;
+  while (old && !(meta_is(old, model, asked) && old->gen == gen)) old = old->next;
+  if (old) { /* another thread won the race */
+    meta_free(m);
+    m = old;
+  } else {
+    m->next = h->cache;
+    h->cache = m;
+  }
+  atomic_fetch_add(&m->refs, 1); /* the caller's, or the cache's for a new entry */
+  pthread_mutex_unlock(&h->cache_mu);
+  return m;
+}
+
+/* ---- inference ------------------------------------------------------------ */
+
+/* The completion, on an engine thread: hand the answer to the connection's
+ * own thread. */
+static void on_done(sip_response_t *resp, void *user) {
+  hreq_t *q = user;
+  q->resp = resp;
+  q->resp_oom = !resp;
+  /* MHD's resume takes its own lock, which orders the stores above before
+   * the handler's reads on the daemon thread. */
+  MHD_resume_connection(q->conn);
+}
+
+static int64_t parse_len(const char *s) {
+  if (!s || !*s) return -2;
+  int64_t v = 0;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9' || v > (INT64_MAX - 9) / 10) return -2;
+    v = v * 10 + (*s - '0');
+  }
+  return v;
+}
+
+/* First call of an infer request: headers are in, the body is not. */
+static enum MHD_Result infer_begin(hreq_t *q) {
+  struct MHD_Connection *c = q->conn;
+  size_t limit = q->h->cfg->http_max_body_bytes;
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  int64_t content_len = cl ? parse_len(cl) : -1;
+  char msg[256];
+  if (content_len > (int64_t)limit) {
+    /* Refused before reading: MHD closes the connection after this answer. */
+    snprintf(msg, sizeof msg,
+             "request body of %lld bytes is larger than the server's limit of %zu bytes "
+             "(server.http_max_body_bytes)",
+             (long long)content_len, limit);
+    q->refused = 1;
+    return sip__http_send_error_msg(c, 413, msg);
+  }
+  const char *hl =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+  if (hl) {
+    q->header_len = parse_len(hl);
+    if (q->header_len < 0) {
+      q->early = sip_error_new(SIP_INVALID_ARGUMENT,
+                               "Inference-Header-Content-Length '%.40s' is not a byte count; "
+                               "expected the length of the JSON header",
+                               hl);
+      return MHD_YES;
+    }
+  } else if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
+    q->header_len = 0; /* raw binary: the whole body is the single input */
+  } else {
+    q->header_len = -1;
+  }
+  size_t hdr = q->header_len > 0 ? (size_t)q->header_len : 0;
+  q->pad = (64 - hdr % 64) % 64;
+  /* Sized from Content-Length, but only up to 1 MiB before any data has
+   * come: an announced body is not memory a client has spent yet. */
+  size_t first = content_len > 0 ? (size_t)content_len : 4096;
+  q->cap = q->pad + (first < ((size_t)1 << 20) ? first : ((size_t)1 << 20));
+  if (!(q->buf = sip__malloc(q->cap))) {
+    q->refused = 1;
+    return sip__http_send_error_msg(c, 429, "out of memory");
+  }
+  return MHD_YES;
+}
+
+static enum MHD_Result infer_body(hreq_t *q, const char *data, size_t n) {
+  if (q->early) return MHD_YES; /* answered once the body is in */
+  size_t limit = q->h->cfg->http_max_body_bytes;
+  if (n > limit - q->len) {
+    /* Only a chunked body gets here (a Content-Length was checked first).
+     * MHD cannot answer in the middle of a body: close the connection. */
+    sip__log(SIP__LOG_WARN, "http request refused", "reason=\"chunked body over %zu bytes\"",
+             limit);
+    return MHD_NO;
+  }
+  if (q->pad + q->len + n > q->cap) {
+    size_t cap = q->cap * 2 > q->pad + q->len + n ? q->cap * 2 : q->pad + q->len + n;
+    uint8_t *b = sip__realloc(q->buf, cap);
+    if (!b) return MHD_NO;
+    q->buf = b;
+    q->cap = cap;
+  }
+  memcpy(q->buf + q->pad + q->len, data, n);
+  q->len += n;
+  return MHD_YES;
+}
+
+static enum MHD_Result infer_start(hreq_t *q) {
+  q->started = 1;
+  /* The body becomes a refcounted buffer: binary inputs view it, so it
+   * lives as long as the engine request does. */
+  uint8_t *base = q->buf;
+  q->buf = NULL;
+  sip_buf_t *body = sip_buf_wrap(base, q->pad + q->len, sip__free, base);
+  if (!body) return sip__http_send_error_msg(q->conn, 429, "out of memory");
+  const sip_io_desc_t *ins = NULL;
+  size_t n_ins = 0;
+  /* Fetched now, while the pool is certainly alive: raw requests need the
+   * input's shape, and the answer names the version that served. */
+  q->meta = meta_get(q->h, q->model, q->version);
+  if (q->header_len == 0) {
+    if (q->meta) {
+      ins = q->meta->inputs;
+      n_ins = q->meta->n_inputs;
+    } else {
+      /* Say why there is no metadata: unknown model, or not loaded. */
+      sip_buf_unref(body);
+      json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
+      json_t *pool = sip__http_find_pool(root, q->model, q->version);
+      sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
+      if (!e) e = sip__http_need_loaded(pool, q->model);
+      json_decref(root);
+      if (!e && sip_server_draining(q->h->s))
+        e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
+      return sip__http_send_error(q->conn, e ? e : SIP_OOM());
+    }
+  }
+  sip_error_t *e = sip__ks_decode(q->model, q->version, (const uint8_t *)base + q->pad, q->len,
+                                  q->header_len, body, ins, n_ins, &q->ks);
+  sip_buf_unref(body);
+  if (e) return sip__http_send_error(q->conn, e);
+  sip_request_t *r = q->ks->req;
+  q->ks->req = NULL; /* the engine owns it from here, even on error */
+  /* Suspend before submitting, so the completion can resume at once. */
+  MHD_suspend_connection(q->conn);
+  e = sip_server_infer_async(q->h->s, r, on_done, q);
+  if (e) {
+    q->err = e;
+    MHD_resume_connection(q->conn);
+  }
+  return MHD_YES;
+}
+
+typedef struct sent {
+  sip__ks_body_t body;
+  sip_response_t *resp; /* the outputs the body's segments point into */
+} sent_t;
+
+static void sent_free(void *cls) {
+  sent_t *s = cls;
+  sip__ks_body_clear(&s->body);
+  sip_response_free(s->resp);
+  sip__free(s);
+}
+
+/* Called again after the resume: encode and queue the answer. */
+static enum MHD_Result infer_answer(hreq_t *q) {
+  struct MHD_Connection *c = q->conn;
+  if (q->err) {
+    sip_error_t *e = q->err;
+    q->err = NULL;
+    return sip__http_send_error(c, e);
+  }
+  if (q->resp_oom) return sip__http_send_error_msg(c, 429, "out of memory");
+  sip_response_t *resp = q->resp;
+  q->resp = NULL;
+  if (sip_response_code(resp) != SIP_OK) {
+    enum MHD_Result r = sip__http_send_error_msg(
+        c, (unsigned)sip_code_http_status(sip_response_code(resp)), sip_response_message(resp));
+    sip_response_free(resp);
+    return r;
+  }
+  size_t n = sip_response_output_count(resp);
+  const sip_tensor_t *outs[64];
+  for (size_t i = 0; i < n && i < 64; i++) outs[i] = sip_response_output(resp, i);
+  const char *version = q->version ? q->version : q->meta ? q->meta->version : NULL;
+  sent_t *s = sip__calloc(1, sizeof *s);
+  sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
+                     : SIP_OOM();
+  if (e) {
+    sip__free(s);
+    sip_response_free(resp);
+    return sip__http_send_error(c, e);
+  }
+  s->resp = resp;
+  struct MHD_IoVec iov[65];
+  unsigned niov = 0;
+  iov[niov].iov_base = s->body.json;
+  iov[niov++].iov_len = s->body.json_len;
+  for (size_t i = 0; i < s->body.n_segs && niov < 65; i++) {
+    iov[niov].iov_base = s->body.segs[i].data;
+    iov[niov++].iov_len = s->body.segs[i].len;
+  }
+  struct MHD_Response *r = MHD_create_response_from_iovec(iov, niov, sent_free, s);
+  if (!r) {
+    sent_free(s);
+    return MHD_NO;
+  }
+  if (s->body.binary) {
+    char hl[32];
+    snprintf(hl, sizeof hl, "%zu", s->body.json_len);
+    MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
+  }
+  return sip__http_queue(c, 200, r,
+                         s->body.binary ? "application/octet-stream" : "application/json");
+}
+
+const http_post_ops_t sip__http_infer_ops = {
+    .begin = infer_begin,
+    .body = infer_body,
+    .start = infer_start,
+    .answer = infer_answer,
+};

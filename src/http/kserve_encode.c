@@ -1,0 +1,397 @@
+/* sip — engine responses -> KServe v2 (Open Inference Protocol) response
+ * bodies, with Triton's binary tensor data and classification extensions;
+ * the {"error": ...} body of every failed answer.
+ *
+ * Responses are written by hand into one growing buffer: a jansson node per
+ * element would cost an allocation per number for tensors of millions of
+ * elements, and binary outputs are not copied at all (the body lists
+ * segments that point into the output tensors). Requests are read by
+ * kserve_decode.c.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "http/http.h"
+#include "http/kserve_impl.h"
+
+/* ---- JSON writer ------------------------------------------------------- */
+
+typedef struct jw {
+  char *p;
+  size_t n, cap;
+  int oom;
+} jw_t;
+
+static int jw_reserve(jw_t *w, size_t more) {
+  if (w->oom) return -1;
+  if (w->cap - w->n > more) return 0;
+  size_t cap = w->cap ? w->cap : 256;
+  while (cap - w->n <= more) {
+    if (cap > SIZE_MAX / 2) return w->oom = 1, -1;
+    cap *= 2;
+  }
+  char *p = sip__realloc(w->p, cap);
+  if (!p) return w->oom = 1, -1;
+  w->p = p;
+  w->cap = cap;
+  return 0;
+}
+
+static void jw_raw(jw_t *w, const char *s, size_t len) {
+  if (jw_reserve(w, len)) return;
+  memcpy(w->p + w->n, s, len);
+  w->n += len;
+  w->p[w->n] = '\0';
+}
+
+static void jw_lit(jw_t *w, const char *s) { jw_raw(w, s, strlen(s)); }
+
+static void jw_fmt(jw_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jw_fmt(jw_t *w, const char *fmt, ...) {
+  if (jw_reserve(w, 64)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(w->p + w->n, w->cap - w->n, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= w->cap - w->n) {
+    if (jw_reserve(w, (size_t)n + 1)) return;
+    va_start(ap, fmt);
+    vsnprintf(w->p + w->n, w->cap - w->n, fmt, ap);
+    va_end(ap);
+  }
+  w->n += (size_t)n;
+}
+
+/* Length of the UTF-8 sequence at s (at most n bytes), 0 when invalid. */
+static size_t utf8_len(const uint8_t *s, size_t n) {
+  uint8_t c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+  else return 0;
+  if (n < len) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3f);
+  }
+  /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+  if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+/* A JSON string. strict: fail (-1) on invalid UTF-8; otherwise replace each
+ * bad byte with U+FFFD (names and messages must still produce valid JSON). */
+static int jw_str(jw_t *w, const char *s, size_t len, int strict) {
+  const uint8_t *p = (const uint8_t *)s;
+  if (jw_reserve(w, len + 2)) return 0;
+  w->p[w->n++] = '"';
+  size_t i = 0;
+  while (i < len) {
+    size_t run = i;
+    /* Copy runs of plain bytes at once. */
+    while (run < len && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\') run++;
+    if (run > i) jw_raw(w, s + i, run - i);
+    i = run;
+    if (i >= len) break;
+    uint8_t c = p[i];
+    if (c == '"' || c == '\\') {
+      char esc[2] = {'\\', (char)c};
+      jw_raw(w, esc, 2);
+      i++;
+    } else if (c < 0x20) {
+      static const char *const named[] = {['\b'] = "\\b", ['\f'] = "\\f", ['\n'] = "\\n",
+                                          ['\r'] = "\\r", ['\t'] = "\\t"};
+      if (c < sizeof named / sizeof named[0] && named[c])
+        jw_lit(w, named[c]);
+      else
+        jw_fmt(w, "\\u%04x", c);
+      i++;
+    } else {
+      size_t l = utf8_len(p + i, len - i);
+      if (!l) {
+        if (strict) return -1;
+        jw_lit(w, "\\ufffd");
+        i++;
+      } else {
+        jw_raw(w, s + i, l);
+        i += l;
+      }
+    }
+  }
+  jw_raw(w, "\"", 1);
+  return 0;
+}
+
+static void jw_double(jw_t *w, double v, int digits) {
+  if (isnan(v))
+    jw_lit(w, "NaN");
+  else if (isinf(v))
+    jw_lit(w, v > 0 ? "Infinity" : "-Infinity");
+  else
+    jw_fmt(w, "%.*g", digits, v);
+}
+
+char *sip__ks_error_json(const char *msg, size_t *len) {
+  jw_t w = {0};
+  jw_lit(&w, "{\"error\":");
+  jw_str(&w, msg ? msg : "", msg ? strlen(msg) : 0, 0);
+  jw_lit(&w, "}");
+  if (w.oom) {
+    sip__free(w.p);
+    return NULL;
+  }
+  if (len) *len = w.n;
+  return w.p;
+}
+
+/* ---- responses --------------------------------------------------------- */
+
+void sip__ks_body_clear(sip__ks_body_t *b) {
+  sip__free(b->json);
+  sip__free(b->segs);
+  for (size_t i = 0; i < b->n_keep; i++) sip_buf_unref(b->keep[i]);
+  sip__free(b->keep);
+  memset(b, 0, sizeof *b);
+}
+
+/* Writes a tensor's elements as a flat JSON array. */
+static sip_error_t *write_data(jw_t *w, const sip_tensor_t *t, int64_t count) {
+  const void *d = t->data;
+  jw_raw(w, "[", 1);
+  if (t->dtype == SIP_DTYPE_STRING) {
+    const uint8_t *p = d;
+    size_t off = 0;
+    for (int64_t i = 0; i < count; i++) {
+      if (t->nbytes - off < 4) return sip_error_new(SIP_INTERNAL, "output '%s': bad BYTES data", t->name);
+      uint32_t len = rd_u32(p + off);
+      off += 4;
+      if (t->nbytes - off < len)
+        return sip_error_new(SIP_INTERNAL, "output '%s': bad BYTES data", t->name);
+      if (i) jw_raw(w, ",", 1);
+      if (jw_str(w, (const char *)p + off, len, 1))
+        return BAD("output '%s': element %lld is not UTF-8 text, which JSON cannot carry; ask "
+                   "for it with parameters.binary_data: true",
+                   t->name, (long long)i);
+      off += len;
+    }
+  } else {
+    for (int64_t i = 0; i < count && !w->oom; i++) {
+      if (i) jw_raw(w, ",", 1);
+      switch (t->dtype) {
+      case SIP_DTYPE_BOOL: jw_lit(w, LOAD(uint8_t, d, i) ? "true" : "false"); break;
+      case SIP_DTYPE_INT8: jw_fmt(w, "%d", LOAD(int8_t, d, i)); break;
+      case SIP_DTYPE_INT16: jw_fmt(w, "%d", LOAD(int16_t, d, i)); break;
+      case SIP_DTYPE_INT32: jw_fmt(w, "%" PRId32, LOAD(int32_t, d, i)); break;
+      case SIP_DTYPE_INT64: jw_fmt(w, "%" PRId64, LOAD(int64_t, d, i)); break;
+      case SIP_DTYPE_UINT8: jw_fmt(w, "%u", LOAD(uint8_t, d, i)); break;
+      case SIP_DTYPE_UINT16: jw_fmt(w, "%u", LOAD(uint16_t, d, i)); break;
+      case SIP_DTYPE_UINT32: jw_fmt(w, "%" PRIu32, LOAD(uint32_t, d, i)); break;
+      case SIP_DTYPE_UINT64: jw_fmt(w, "%" PRIu64, LOAD(uint64_t, d, i)); break;
+      /* 9 and 17 significant digits read back to the same float / double. */
+      case SIP_DTYPE_FLOAT16: jw_double(w, sip__f16_to_f64(LOAD(uint16_t, d, i)), 9); break;
+      case SIP_DTYPE_FLOAT32: jw_double(w, LOAD(float, d, i), 9); break;
+      case SIP_DTYPE_FLOAT64: jw_double(w, LOAD(double, d, i), 17); break;
+      default: return sip_error_new(SIP_INTERNAL, "output '%s' has dtype %d", t->name, t->dtype);
+      }
+    }
+  }
+  jw_raw(w, "]", 1);
+  return NULL;
+}
+
+typedef struct cls_item {
+  double v;      /* float types */
+  int64_t s;     /* signed integers */
+  uint64_t u;    /* unsigned integers */
+  int64_t index;
+} cls_item_t;
+
+/* Highest value first; ties (and NaNs, last) in index order, so results are
+ * deterministic. */
+static int cmp_float(const void *a, const void *b) {
+  const cls_item_t *x = a, *y = b;
+  int xn = isnan(x->v), yn = isnan(y->v);
+  if (xn != yn) return xn - yn;
+  if (!xn && x->v != y->v) return x->v > y->v ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+static int cmp_signed(const void *a, const void *b) {
+  const cls_item_t *x = a, *y = b;
+  if (x->s != y->s) return x->s > y->s ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+static int cmp_unsigned(const void *a, const void *b) {
+  const cls_item_t *x = a, *y = b;
+  if (x->u != y->u) return x->u > y->u ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Triton's classification extension: the top-N classes of the last dim as
+ * BYTES "value:index", per row of the leading dims. Values print as C's %f
+ * (Triton's std::to_string). The result is a STRING tensor in a new buffer. */
+static sip_error_t *classify(const sip_tensor_t *t, uint32_t topn, sip_tensor_t **out) {
+  sip_dtype_t dt = t->dtype;
+  int kind; /* 0 float, 1 signed, 2 unsigned */
+  switch (dt) {
+  case SIP_DTYPE_FLOAT16: case SIP_DTYPE_FLOAT32: case SIP_DTYPE_FLOAT64: kind = 0; break;
+  case SIP_DTYPE_INT8: case SIP_DTYPE_INT16: case SIP_DTYPE_INT32: case SIP_DTYPE_INT64: kind = 1; break;
+  case SIP_DTYPE_UINT8: case SIP_DTYPE_UINT16: case SIP_DTYPE_UINT32: case SIP_DTYPE_UINT64: kind = 2; break;
+  default:
+    return BAD("output '%s': classification needs a numeric output; it is %s", t->name,
+               sip__ks_datatype(dt) ? sip__ks_datatype(dt) : "unknown");
+  }
+  int64_t classes = t->rank ? t->dims[t->rank - 1] : 1, rows = 1;
+  for (int i = 0; i + 1 < t->rank; i++) rows *= t->dims[i];
+  int64_t n = classes < (int64_t)topn ? classes : (int64_t)topn;
+  /* With no rows there is nothing to rank; with rows, classes <= elements,
+   * so the scratch array is bounded by the tensor's own size. */
+  cls_item_t *items = sip__calloc(rows && classes ? (size_t)classes : 1, sizeof *items);
+  if (!items) return SIP_OOM();
+  /* "%f" of a double is at most ~320 bytes; indices at most 20. */
+  size_t per = 4 + 352;
+  if ((uint64_t)rows * (uint64_t)n > SIZE_MAX / per) {
+    sip__free(items);
+    return SIP_OOM();
+  }
+  sip_buf_t *b = sip_buf_new((size_t)(rows * n) * per);
+  if (!b) {
+    sip__free(items);
+    return SIP_OOM();
+  }
+  uint8_t *dst = sip_buf_data(b);
+  size_t off = 0;
+  const void *d = t->data;
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c = 0; c < classes; c++) {
+      int64_t i = r * classes + c;
+      cls_item_t *it = &items[c];
+      it->index = c;
+      switch (dt) {
+      case SIP_DTYPE_FLOAT16: it->v = sip__f16_to_f64(LOAD(uint16_t, d, i)); break;
+      case SIP_DTYPE_FLOAT32: it->v = LOAD(float, d, i); break;
+      case SIP_DTYPE_FLOAT64: it->v = LOAD(double, d, i); break;
+      case SIP_DTYPE_INT8: it->s = LOAD(int8_t, d, i); break;
+      case SIP_DTYPE_INT16: it->s = LOAD(int16_t, d, i); break;
+      case SIP_DTYPE_INT32: it->s = LOAD(int32_t, d, i); break;
+      case SIP_DTYPE_INT64: it->s = LOAD(int64_t, d, i); break;
+      case SIP_DTYPE_UINT8: it->u = LOAD(uint8_t, d, i); break;
+      case SIP_DTYPE_UINT16: it->u = LOAD(uint16_t, d, i); break;
+      case SIP_DTYPE_UINT32: it->u = LOAD(uint32_t, d, i); break;
+      default: it->u = LOAD(uint64_t, d, i); break;
+      }
+    }
+    qsort(items, (size_t)classes, sizeof *items,
+          kind == 0 ? cmp_float : kind == 1 ? cmp_signed : cmp_unsigned);
+    for (int64_t j = 0; j < n; j++) {
+      char s[352];
+      int len = kind == 0   ? snprintf(s, sizeof s, "%f:%" PRId64, items[j].v, items[j].index)
+                : kind == 1 ? snprintf(s, sizeof s, "%" PRId64 ":%" PRId64, items[j].s, items[j].index)
+                            : snprintf(s, sizeof s, "%" PRIu64 ":%" PRId64, items[j].u, items[j].index);
+      if (len < 0 || (size_t)len >= sizeof s) len = 0;
+      wr_u32(dst + off, (uint32_t)len);
+      memcpy(dst + off + 4, s, (size_t)len);
+      off += 4 + (size_t)len;
+    }
+  }
+  sip__free(items);
+  int64_t dims[SIP_MAX_RANK];
+  int rank = t->rank ? t->rank : 1;
+  for (int i = 0; i + 1 < rank; i++) dims[i] = t->dims[i];
+  dims[rank - 1] = n;
+  *out = sip_tensor_new_view(t->name, SIP_DTYPE_STRING, rank, dims, dst, off, b);
+  sip_buf_unref(b);
+  return *out ? NULL : SIP_OOM();
+}
+
+static int push_seg(sip__ks_body_t *b, const void *data, size_t len) {
+  sip__ks_segment_t *s = sip__reallocarray(b->segs, b->n_segs + 1, sizeof *s);
+  if (!s) return -1;
+  b->segs = s;
+  s[b->n_segs].data = data;
+  s[b->n_segs].len = len;
+  b->n_segs++;
+  return 0;
+}
+
+static int push_keep(sip__ks_body_t *b, sip_buf_t *buf) {
+  sip_buf_t **k = sip__reallocarray(b->keep, b->n_keep + 1, sizeof *k);
+  if (!k) return -1;
+  b->keep = k;
+  k[b->n_keep++] = sip_buf_ref(buf);
+  return 0;
+}
+
+sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const char *version,
+                            const sip_tensor_t *const *outputs, size_t n_outputs,
+                            sip__ks_body_t *out) {
+  memset(out, 0, sizeof *out);
+  jw_t w = {0};
+  sip_error_t *e = NULL;
+  jw_lit(&w, "{\"model_name\":");
+  jw_str(&w, model, strlen(model), 0);
+  if (version) {
+    jw_lit(&w, ",\"model_version\":");
+    jw_str(&w, version, strlen(version), 0);
+  }
+  if (k->id) {
+    jw_lit(&w, ",\"id\":");
+    jw_str(&w, k->id, k->id_len, 0);
+  }
+  jw_lit(&w, ",\"outputs\":[");
+  for (size_t i = 0; i < n_outputs && !e; i++) {
+    const sip_tensor_t *t = outputs[i];
+    sip_tensor_t *cls = NULL;
+    const sip__ks_output_t *ko = NULL;
+    for (size_t j = 0; j < k->n_outputs && !ko; j++)
+      if (!strcmp(k->outputs[j].name, t->name)) ko = &k->outputs[j];
+    int binary = ko && ko->binary >= 0 ? ko->binary : k->binary_output;
+    if (ko && ko->classification) {
+      if ((e = classify(t, ko->classification, &cls))) break;
+      t = cls;
+    }
+    int64_t count = sip_tensor_count(t);
+    const char *dtn = sip__ks_datatype(t->dtype);
+    if (count < 0 || !dtn) {
+      e = sip_error_new(SIP_INTERNAL, "output '%s' has an invalid shape or dtype", t->name);
+      sip_tensor_free(cls);
+      break;
+    }
+    jw_lit(&w, i ? ",{\"name\":" : "{\"name\":");
+    jw_str(&w, t->name, strlen(t->name), 0);
+    jw_fmt(&w, ",\"datatype\":\"%s\",\"shape\":[", dtn);
+    for (int d = 0; d < t->rank; d++) jw_fmt(&w, "%s%" PRId64, d ? "," : "", t->dims[d]);
+    jw_lit(&w, "]");
+    if (binary) {
+      jw_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+      out->binary = 1;
+      if (t->nbytes && (push_seg(out, t->data, t->nbytes) || (cls && push_keep(out, cls->owner))))
+        e = SIP_OOM();
+    } else {
+      jw_lit(&w, ",\"data\":");
+      e = write_data(&w, t, count);
+      jw_lit(&w, "}");
+    }
+    sip_tensor_free(cls); /* the body keeps its buffer when it is sent binary */
+  }
+  jw_lit(&w, "]}");
+  if (!e && w.oom) e = SIP_OOM();
+  if (e) {
+    sip__free(w.p);
+    sip__ks_body_clear(out);
+    return e;
+  }
+  out->json = w.p;
+  out->json_len = w.n;
+  return NULL;
+}

@@ -1,0 +1,104 @@
+/* sip — the model repository extension (Triton's): POST
+ * /v2/repository/index lists the repository; .../models/{m}/load and
+ * .../unload queue the work on the loader thread with the connection
+ * suspended, and answer once it is done.
+ */
+#include <jansson.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "http/http.h"
+#include "http/http_impl.h"
+
+#define REPO_BODY_MAX ((size_t)64 << 10)
+
+/* Collects a repository request's (small JSON) body. */
+static enum MHD_Result repo_body(hreq_t *q, const char *data, size_t n) {
+  if (q->early) return MHD_YES;
+  if (q->len + n > REPO_BODY_MAX) {
+    q->early = sip_error_new(SIP_INVALID_ARGUMENT,
+                             "repository request body is larger than %zu bytes; expected a "
+                             "small JSON object",
+                             REPO_BODY_MAX);
+    return MHD_YES;
+  }
+  if (q->len + n > q->cap) {
+    size_t cap = q->len + n > 4096 ? q->len + n : 4096;
+    uint8_t *b = sip__realloc(q->buf, cap);
+    if (!b) return MHD_NO;
+    q->buf = b;
+    q->cap = cap;
+  }
+  memcpy(q->buf + q->len, data, n);
+  q->len += n;
+  return MHD_YES;
+}
+
+/* A load or unload finished (the loader thread): resume the connection,
+ * whose thread answers. */
+static void on_repo_done(sip_error_t *e, void *user) {
+  hreq_t *q = user;
+  q->err = e;
+  MHD_resume_connection(q->conn);
+}
+
+static enum MHD_Result repo_start(hreq_t *q) {
+  struct MHD_Connection *c = q->conn;
+  json_error_t je;
+  json_t *body = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
+                        : json_object();
+  if (!body || !json_is_object(body)) {
+    json_decref(body);
+    return sip__http_send_error(c, sip_error_new(SIP_INVALID_ARGUMENT,
+                                                 "repository request body is not a JSON object; "
+                                                 "expected {} or {\"ready\": true} (index)"));
+  }
+  if (q->kind == R_REPO_INDEX) {
+    /* Triton's format: a JSON array of {name, version, state, reason}. */
+    char *txt = sip_server_repository_index(q->h->s, json_is_true(json_object_get(body, "ready")));
+    json_decref(body);
+    json_t *root = txt ? json_loads(txt, 0, NULL) : NULL;
+    sip_free(txt);
+    json_t *models = json_incref(json_object_get(root, "models"));
+    json_decref(root);
+    if (!models) return sip__http_send_error_msg(c, 500, "out of memory");
+    return sip__http_send_json(c, 200, models);
+  }
+  json_t *params = json_object_get(body, "parameters");
+  int overrides = json_object_size(params) > 0;
+  json_decref(body);
+  if (overrides)
+    return sip__http_send_error(c, sip_error_new(SIP_UNIMPLEMENTED,
+                                                 "load parameters (a config override, model "
+                                                 "files) are not supported; the model loads from "
+                                                 "the repository as it is"));
+  q->started = 1;
+  /* Suspend before queuing, so the completion can resume at once. */
+  MHD_suspend_connection(c);
+  sip_error_t *e = q->kind == R_REPO_LOAD
+                       ? sip_server_load_model_async(q->h->s, q->model, on_repo_done, q)
+                       : sip_server_unload_model_async(q->h->s, q->model, on_repo_done, q);
+  if (e) {
+    q->err = e;
+    MHD_resume_connection(c);
+  }
+  return MHD_YES;
+}
+
+/* Called again after the resume. Triton answers a load or unload 200 with
+ * an empty body; {} keeps every answer JSON. */
+static enum MHD_Result repo_answer(hreq_t *q) {
+  if (q->err) {
+    sip_error_t *e = q->err;
+    q->err = NULL;
+    return sip__http_send_error(q->conn, e);
+  }
+  return sip__http_send_json(q->conn, 200, json_object());
+}
+
+const http_post_ops_t sip__http_repo_ops = {
+    .begin = NULL,
+    .body = repo_body,
+    .start = repo_start,
+    .answer = repo_answer,
+};

@@ -1,0 +1,189 @@
+/* sip — one native-protocol connection's output: reference counting and
+ * lookup by id (so an answer for a connection that closed meanwhile is
+ * dropped, and a descriptor is closed only when no thread can still write
+ * to it), the output queue, and answers written straight from the engine
+ * thread that produced them when nothing is queued before them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "transport/frame.h"
+#include "transport/listener_impl.h"
+
+/* A referenced connection by id, or NULL when it is gone. Any thread. */
+static conn_t *conn_acquire(sip_listener_set_t *ls, uint64_t id) {
+  uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
+  pthread_mutex_lock(&ls->slots_mu);
+  conn_t *c = slot < ls->n_slots ? ls->slots[slot] : NULL;
+  if (c && c->gen == gen)
+    atomic_fetch_add(&c->refs, 1);
+  else
+    c = NULL;
+  pthread_mutex_unlock(&ls->slots_mu);
+  return c;
+}
+
+static void free_chunks(conn_t *c) {
+  while (c->out_head) {
+    chunk_t *k = c->out_head;
+    c->out_head = k->next;
+    sip__free(k->data);
+    sip__free(k);
+  }
+  c->out_tail = NULL;
+}
+
+void sip__conn_unref(conn_t *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  close(c->fd);
+  free_chunks(c);
+  pthread_mutex_destroy(&c->wmu);
+  sip__free(c);
+}
+
+/* Loop only. */
+void sip__conn_close(sip_listener_set_t *ls, conn_t *c) {
+  /* Nobody will read the answers: queued requests of this client are
+   * cancelled instead of run. */
+  if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
+  sip_cancel_token_free(c->cancel);
+  c->cancel = NULL;
+  pthread_mutex_lock(&ls->slots_mu);
+  ls->slots[c->slot] = NULL;
+  pthread_mutex_unlock(&ls->slots_mu);
+  pthread_mutex_lock(&c->wmu);
+  c->dead = 1;
+  free_chunks(c);
+  pthread_mutex_unlock(&c->wmu);
+  epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  sip_buf_unref(c->payload);
+  c->payload = NULL;
+  atomic_fetch_sub(&ls->open_conns[c->is_tcp], 1);
+  sip__conn_unref(c); /* the descriptor closes when the last writer lets go */
+}
+
+/* Caller holds c->wmu. */
+static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
+  if (c->epollout == on) return;
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
+                           .data.u64 = TAG(TAG_CONN, c->slot)};
+  epoll_ctl(ls->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  c->epollout = on;
+}
+
+/* Sends queued chunks until done or the socket is full. Caller holds
+ * c->wmu. Returns -1 on a socket error. */
+int sip__conn_send_queued(sip_listener_set_t *ls, conn_t *c) {
+  while (c->out_head) {
+    chunk_t *k = c->out_head;
+    ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        set_epollout(ls, c, 1);
+        return 0;
+      }
+      return -1;
+    }
+    k->off += (size_t)n;
+    if (k->off == k->len) {
+      c->out_head = k->next;
+      if (!c->out_head) c->out_tail = NULL;
+      sip__free(k->data);
+      sip__free(k);
+    }
+  }
+  set_epollout(ls, c, 0);
+  return 0;
+}
+
+/* Loop only: writes what it can. Returns -1 when the connection was closed. */
+int sip__conn_flush(sip_listener_set_t *ls, conn_t *c) {
+  pthread_mutex_lock(&c->wmu);
+  int rc = sip__conn_send_queued(ls, c);
+  int done = !c->out_head;
+  pthread_mutex_unlock(&c->wmu);
+  if (rc < 0 || (done && atomic_load(&c->closing))) {
+    sip__conn_close(ls, c);
+    return -1;
+  }
+  return 0;
+}
+
+/* Queues bytes (ownership taken) behind what is already queued. Caller
+ * holds c->wmu. */
+static void queue_locked(sip_listener_set_t *ls, conn_t *c, uint8_t *data, size_t len) {
+  chunk_t *k = sip__calloc(1, sizeof *k);
+  if (!k) {
+    sip__free(data);
+    /* Cannot answer: better to drop the connection than hang the client. */
+    atomic_store(&c->closing, 1);
+    set_epollout(ls, c, 1); /* the loop closes it on the next EPOLLOUT */
+    return;
+  }
+  k->data = data;
+  k->len = len;
+  if (c->out_tail)
+    c->out_tail->next = k;
+  else
+    c->out_head = k;
+  c->out_tail = k;
+}
+
+/* Loop only: queues an encoded frame; conn_flush sends it. */
+void sip__conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w) {
+  if (w->oom) {
+    sip__wbuf_free(w);
+    atomic_store(&c->closing, 1);
+    return;
+  }
+  pthread_mutex_lock(&c->wmu);
+  queue_locked(ls, c, w->data, w->len);
+  pthread_mutex_unlock(&c->wmu);
+  memset(w, 0, sizeof *w);
+}
+
+/* Protocol violation: answer with an ERROR frame, then close. */
+void sip__conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e) {
+  sip__log(SIP__LOG_WARN, "closing connection after a malformed frame", "code=%s reason=\"%s\"",
+           sip_code_name(sip_error_code(e)), sip_error_message(e));
+  sip_wbuf_t w = {0};
+  sip__encode_error(&w, request_id, sip_error_code(e), sip_error_message(e));
+  sip_error_free(e);
+  sip__conn_queue_wbuf(ls, c, &w);
+  atomic_store(&c->closing, 1);
+}
+
+/* ---- answers (engine threads) ---- */
+
+/* Writes an answer from the engine thread that produced it: directly when
+ * nothing is queued before it, else behind the queue (the loop flushes). */
+void sip__conn_write_answer(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w) {
+  conn_t *c = w->oom ? NULL : conn_acquire(ls, id);
+  if (!c) {
+    sip__wbuf_free(w);
+    return;
+  }
+  pthread_mutex_lock(&c->wmu);
+  /* After an ERROR frame nothing more is sent: the connection is ending. */
+  if (c->dead || atomic_load(&c->closing)) {
+    sip__wbuf_free(w);
+  } else {
+    queue_locked(ls, c, w->data, w->len);
+    memset(w, 0, sizeof *w);
+    /* With EPOLLOUT armed the loop owns flushing; otherwise send now. */
+    if (!c->epollout && sip__conn_send_queued(ls, c) < 0) {
+      free_chunks(c);
+      atomic_store(&c->closing, 1);
+      set_epollout(ls, c, 1); /* the loop sees the error and closes */
+    }
+  }
+  pthread_mutex_unlock(&c->wmu);
+  sip__conn_unref(c);
+}

@@ -1,0 +1,147 @@
+/* sip — what the native-protocol front-end's files share. Private to
+ * src/transport/ (listener.h is the layer's interface).
+ *
+ *   listener.c  the epoll loop: accept, read frames, lifecycle, the vtable
+ *   endpoint.c  the endpoint kinds (ipc://, unix://, tcp://): parse, bind
+ *               and listen, connect
+ *   conn.c      a connection's output: references, the queue, answers
+ *               written from engine threads
+ *   handlers.c  one function per message type of the protocol
+ *   frame.c     the wire codec (frame.h)
+ *
+ * Threads: one loop thread owns the listeners and every connection's
+ * reading; engine threads (completions) and the repository's loader thread
+ * write answers through sip__conn_write_answer.
+ */
+#ifndef SIP_TRANSPORT_LISTENER_IMPL_H
+#define SIP_TRANSPORT_LISTENER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "transport/frame.h"
+
+#define MAX_LISTENERS 16
+enum { TAG_LISTENER = 1, TAG_CONN = 2, TAG_WAKE = 3 };
+#define TAG(kind, v) (((uint64_t)(kind) << 56) | (uint64_t)(v))
+
+typedef struct chunk {
+  struct chunk *next;
+  uint8_t *data;
+  size_t len, off;
+} chunk_t;
+
+typedef struct conn {
+  int fd;
+  atomic_int refs;     /* the loop's, plus writers' in flight */
+  pthread_mutex_t wmu; /* output queue, epollout, dead */
+  int dead;            /* closed by the loop: writers drop their answers */
+  int is_tcp;
+  sip_cancel_token_t *cancel; /* carried by every request of this connection */
+  uint32_t gen;
+  uint32_t slot;
+  uint8_t hdr[SIP_FRAME_HEADER_SIZE];
+  size_t hdr_got;
+  sip_frame_header_t h;
+  sip_buf_t *payload; /* non-NULL while reading a payload */
+  size_t got;
+  chunk_t *out_head, *out_tail;
+  int epollout;
+  atomic_int closing; /* close once the output is flushed; read nothing more */
+} conn_t;
+
+typedef struct listener {
+  int fd;
+  int is_tcp;
+  char *address;     /* as reported */
+  char *unlink_path; /* unix socket file to remove on stop */
+} listener_t;
+
+typedef struct sip_listener_set sip_listener_set_t;
+struct sip_listener_set {
+  sip_server_t *srv;
+  size_t max_frame;
+  int epfd, wakefd;
+  pthread_t thread;
+  int thread_started;
+  listener_t ls[MAX_LISTENERS];
+  size_t n_ls;
+  conn_t **slots; /* changed by the loop under slots_mu; writers look up under it */
+  uint32_t n_slots;
+  uint32_t next_gen;
+  pthread_mutex_t slots_mu;
+  atomic_int stop;
+  atomic_long open_conns[2]; /* [0] unix, [1] tcp */
+};
+
+/* An infer request in flight: where its answer goes. */
+typedef struct pending {
+  sip_listener_set_t *ls;
+  uint64_t conn_id;
+} pending_t;
+
+
+/* A connection's id: generation << 32 | slot. */
+static inline uint64_t conn_id(const conn_t *c) { return (uint64_t)c->gen << 32 | c->slot; }
+
+/* ---- endpoint.c ---------------------------------------------------------- */
+
+typedef struct endpoint_kind endpoint_kind_t;
+
+/* A parsed endpoint. */
+typedef struct endpoint {
+  const endpoint_kind_t *kind;
+  char path[108]; /* unix: the socket file (sun_path's size) */
+  char host[256]; /* tcp: the host without brackets; "": every address */
+  char port[6];   /* tcp: 0..65535, 0 = ephemeral */
+} endpoint_t;
+
+/* One endpoint scheme. */
+struct endpoint_kind {
+  const char *scheme; /* with "://" */
+  int is_tcp;         /* its connections are counted as "tcp", else "unix" */
+  /* Parses what follows the scheme (INVALID_ARGUMENT naming the problem). */
+  sip_error_t *(*parse)(const char *rest, endpoint_t *out);
+  /* Binds and listens (non-blocking): l->fd and l->address, and for unix
+   * sockets l->unlink_path. UNAVAILABLE when it cannot. */
+  sip_error_t *(*listen)(const endpoint_t *ep, listener_t *l);
+  /* A blocking socket connected to the endpoint, or -1 with errno. */
+  int (*connect)(const endpoint_t *ep);
+};
+
+/* Parses "ipc:///path", "unix:///path" or "tcp://host:port" (IPv6 hosts in
+ * brackets: tcp://[::1]:port). */
+sip_error_t *sip__endpoint_parse(const char *endpoint, endpoint_t *out);
+/* Parses and listens; l->fd is -1 on error. The address is reported as
+ * unix://PATH or tcp://HOST:PORT with the port bound (IPv6 in brackets). */
+sip_error_t *sip__endpoint_listen(const char *endpoint, listener_t *l);
+
+/* ---- conn.c -------------------------------------------------------------- */
+
+/* Drops a reference; the last one closes the descriptor and frees it. */
+void sip__conn_unref(conn_t *c);
+/* Loop only: closes a connection (its queued requests are cancelled). */
+void sip__conn_close(sip_listener_set_t *ls, conn_t *c);
+/* Sends queued chunks until done or the socket is full (then EPOLLOUT is
+ * armed). Caller holds c->wmu. Returns -1 on a socket error. */
+int sip__conn_send_queued(sip_listener_set_t *ls, conn_t *c);
+/* Loop only: writes what it can. Returns -1 when the connection was closed. */
+int sip__conn_flush(sip_listener_set_t *ls, conn_t *c);
+/* Loop only: queues an encoded frame (taken); sip__conn_flush sends it. */
+void sip__conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w);
+/* Protocol violation: answer with an ERROR frame, then close. */
+void sip__conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e);
+/* Any thread: writes an answer (taken) to the connection `id` if it is
+ * still open: directly when nothing is queued before it, else behind the
+ * queue (the loop flushes). */
+void sip__conn_write_answer(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w);
+
+/* ---- handlers.c ---------------------------------------------------------- */
+
+/* Loop only: acts on the complete frame in c->h / c->payload. */
+void sip__handle_frame(sip_listener_set_t *ls, conn_t *c);
+
+#endif
