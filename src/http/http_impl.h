@@ -170,9 +170,10 @@ static inline int sip__http_is_pipeline(json_t *entry) {
  * name (pipelines have no versions), or NULL. Pool and pipeline names never
  * collide (the config refuses it). */
 json_t *sip__http_find_pool(json_t *root, const char *model, const char *version);
-/* NOT_FOUND for an unknown model or a version it does not serve; NULL when
- * `pool` (from sip__http_find_pool) serves the request. */
-sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model,
+/* NOT_FOUND (the engine's wording, sip__server_model_check) for an unknown
+ * model or a version it does not serve; NULL when `pool` (from
+ * sip__http_find_pool) serves the request. */
+sip_error_t *sip__http_check_model(sip_server_t *s, json_t *pool, const char *model,
                                    const char *version);
 /* UNAVAILABLE unless the pool is loaded (READY or STOPPED). */
 sip_error_t *sip__http_need_loaded(json_t *pool, const char *model);

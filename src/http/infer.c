@@ -229,7 +229,7 @@ static enum MHD_Result infer_start(hreq_t *q) {
       sip_buf_unref(body);
       json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
       json_t *pool = sip__http_find_pool(root, q->model, q->version);
-      sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
+      sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
       if (!e) e = sip__http_need_loaded(pool, q->model);
       json_decref(root);
       if (!e && sip_server_draining(q->h->s))

@@ -50,32 +50,14 @@ json_t *sip__http_find_pool(json_t *root, const char *model, const char *version
 
 /* NOT_FOUND for an unknown model or a version it does not serve; NULL when
  * `pool` (from sip__http_find_pool) serves the request. */
-sip_error_t *sip__http_check_model(json_t *root, json_t *pool, const char *model,
-                                const char *version) {
+sip_error_t *sip__http_check_model(sip_server_t *s, json_t *pool, const char *model,
+                                   const char *version) {
   if (pool) return NULL;
-  char served[256] = "";
-  int n = 0, unversioned = 0;
-  json_t *p;
-  size_t i;
-  json_array_foreach(json_object_get(root, "pools"), i, p) {
-    const char *name = jstr(p, "name"), *v = jstr(p, "version");
-    if (!name || strcmp(name, model)) continue;
-    n++;
-    if (!v) unversioned = 1;
-    else
-      snprintf(served + strlen(served), sizeof served - strlen(served), "%s'%s'",
-               served[0] ? ", " : "", v);
-  }
-  if (!n && find_pipeline(root, model))
-    return sip_error_new(SIP_NOT_FOUND, "model '%s' is a pipeline and has no version '%s'; ask "
-                                        "without a version", model, version);
-  if (!n) return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'", model);
-  if (unversioned)
-    return sip_error_new(SIP_NOT_FOUND,
-                         "model '%s' has no version '%s'; it serves an unversioned model", model,
-                         version);
-  return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s %s", model,
-                       version, n > 1 ? "versions" : "version", served);
+  /* The engine's one not-found wording. */
+  sip_error_t *e = sip__server_model_check(s, model, version);
+  return e ? e
+           : sip_error_new(SIP_UNAVAILABLE, "model '%s' was loaded or unloaded while answering; "
+                           "expected a retry to see it settled", model);
 }
 
 
@@ -130,7 +112,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
                                     "server is draining: model metadata is unavailable");
   json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS);
   json_t *pool = sip__http_find_pool(root, q->model, q->version);
-  sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
+  sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
   if (!e) e = sip__http_need_loaded(pool, q->model);
   if (e) {
     json_decref(root);
@@ -204,7 +186,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
 enum MHD_Result sip__http_model_ready(hreq_t *q) {
   json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
   json_t *pool = sip__http_find_pool(root, q->model, q->version);
-  sip_error_t *e = sip__http_check_model(root, pool, q->model, q->version);
+  sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
   const char *st = pool ? jstr(pool, "state") : NULL;
   if (!e && (!st || strcmp(st, "READY")))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
@@ -227,7 +209,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   if (!status) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   if (!all) {
     json_t *pool = sip__http_find_pool(status, q->model, q->version);
-    sip_error_t *e = sip__http_check_model(status, pool, q->model, q->version);
+    sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
     if (e) {
       json_decref(status);
       return sip__http_send_error(q->conn, e);
