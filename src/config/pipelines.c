@@ -34,9 +34,9 @@
 /* The keys above, for docs/config.md; tests/unit/test_config_doc.c checks
  * that they are the keys the parsers below accept. */
 const cfg_key_doc_t cfg_pipeline_keys[] = {
-    {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ . -", NULL,
+    {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ . -", "required",
      "Unique name clients address the pipeline by; no pool may have it too."},
-    {"stages", "a non-empty list of stages (below)", NULL,
+    {"stages", "a non-empty list of stages (below)", "required",
      "The stages; each reads pipeline inputs or outputs of stages listed before it."},
     {"early_exit_condition", "a condition (docs/expressions.md)", "none",
      "Checked after every stage: when true, no further stage starts and the answer has what ran."},
@@ -46,7 +46,8 @@ const cfg_key_doc_t cfg_pipeline_keys[] = {
 };
 
 const cfg_key_doc_t cfg_stage_keys[] = {
-    {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ - (no dots; not 'pipeline')", NULL,
+    {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ - (no dots; not 'pipeline')",
+     "required",
      "Unique name in the pipeline; later stages read its outputs as <stage>.<output>."},
     {"type", "model or transform", "model",
      "model: run a pool; transform: run a transform operation (docs/transforms.md)."},
