@@ -153,6 +153,22 @@ int cfg_want_scalar(ctx_t *c, const yaml_node_t *v, const char *key, const char 
   return 0;
 }
 
+int cfg_pair(ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v) {
+  *k = yaml_document_get_node(c->doc, pr->key);
+  *v = yaml_document_get_node(c->doc, pr->value);
+  return *k && *v ? 0 : cfg_oom(c);
+}
+
+yaml_node_t *cfg_seq_scalar(ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
+                            const char *exp) {
+  yaml_node_t *e = seq_item(c, v, i);
+  char ik[KEY_MAX];
+  cfg_key_index(ik, key, i);
+  if (!e) return cfg_oom(c), NULL;
+  if (cfg_want_scalar(c, e, ik, exp)) return NULL;
+  return e;
+}
+
 /* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
 int cfg_parse_int(const char *s, size_t len, int64_t *out) {
   size_t i = 0;
@@ -438,11 +454,8 @@ int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
   if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
   size_t n = seq_len(v), len = 0;
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = seq_item(c, v, i);
-    char ik[KEY_MAX];
-    cfg_key_index(ik, key, i);
-    if (!e) return cfg_oom(c);
-    if (cfg_want_scalar(c, e, ik, exp)) return -1;
+    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, exp);
+    if (!e) return -1;
     len += e->data.scalar.length + 1;
   }
   char *s = sip__malloc(len + 1), *p = s;

@@ -189,6 +189,14 @@ static inline bool visible(const field_t *f, unsigned where) {
   return !f->only || (f->only & where);
 }
 
+/* The key and value nodes of a map's pair; -1 (out of memory) when libyaml
+ * has none. */
+int cfg_pair(ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v);
+/* Item i of list v (named key[i]) when it is a non-null scalar; else NULL,
+ * with c->err set. */
+yaml_node_t *cfg_seq_scalar(ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
+                            const char *exp);
+
 /* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
 int cfg_parse_int(const char *s, size_t len, int64_t *out);
 /* 1..128 characters from A-Z a-z 0-9 _ . - */

@@ -96,11 +96,8 @@ static int string_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
   *out = sip__calloc(n ? n : 1, sizeof **out);
   if (!*out) return cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = seq_item(c, v, i);
-    char ik[KEY_MAX];
-    cfg_key_index(ik, key, i);
-    if (!e) return cfg_oom(c);
-    if (cfg_want_scalar(c, e, ik, exp)) return -1;
+    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, exp);
+    if (!e) return -1;
     if (!((*out)[i] = sip__strndup(text(e), e->data.scalar.length))) return cfg_oom(c);
     *n_out = i + 1;
   }
@@ -159,9 +156,8 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
     if (!st->options) return cfg_oom(c);
   }
   for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
-    yaml_node_t *kn = yaml_document_get_node(c->doc, pr->key);
-    yaml_node_t *vn = yaml_document_get_node(c->doc, pr->value);
-    if (!kn || !vn) return cfg_oom(c);
+    yaml_node_t *kn, *vn;
+    if (cfg_pair(c, pr, &kn, &vn)) return -1;
     if (kn->type != YAML_SCALAR_NODE)
       return cfg_fail(c, kn->start_mark, key, "a key is not a scalar; expected one of: " STAGE_KEYS);
     const char *kt = text(kn);
@@ -196,10 +192,9 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
       st->input_mapping = sip__calloc(n ? n : 1, sizeof *st->input_mapping);
       if (!st->input_mapping) return cfg_oom(c);
       for (yaml_node_pair_t *q = vn->data.mapping.pairs.start; q < vn->data.mapping.pairs.top; q++) {
-        yaml_node_t *ik = yaml_document_get_node(c->doc, q->key);
-        yaml_node_t *iv = yaml_document_get_node(c->doc, q->value);
+        yaml_node_t *ik, *iv;
         char mk[KEY_MAX];
-        if (!ik || !iv) return cfg_oom(c);
+        if (cfg_pair(c, q, &ik, &iv)) return -1;
         if (cfg_want_scalar(c, ik, k, exp)) return -1;
         cfg_key_join(mk, k, text(ik), ik->data.scalar.length);
         if (cfg_dup_key(c, vn, q, ik, mk, "input")) return -1;
@@ -355,9 +350,8 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
     pl->line = (int)m->start_mark.line + 1;
     yaml_node_t *outputs = NULL;
     for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
-      yaml_node_t *kn = yaml_document_get_node(c->doc, pr->key);
-      yaml_node_t *vn = yaml_document_get_node(c->doc, pr->value);
-      if (!kn || !vn) return cfg_oom(c);
+      yaml_node_t *kn, *vn;
+      if (cfg_pair(c, pr, &kn, &vn)) return -1;
       if (cfg_want_scalar(c, kn, ik, PIPELINE_KEYS)) return -1;
       cfg_key_join(k, ik, text(kn), kn->data.scalar.length);
       if (cfg_dup_key(c, m, pr, kn, k, "key")) return -1;

@@ -36,11 +36,13 @@ static const field_t quota_fields[Q_COUNT] = {
     [Q_MEMORY] = {.name = "max_memory_mb", .type = F_INT64,
                   .offset = offsetof(sip_pool_config_t, max_memory_mb),
                   .def = 0, .min = 1, .max = 1048576,
-                  .doc = "Memory budget of the pool in MiB; absent = unlimited."},
+                  .doc = "MiB the model and its sessions may take, measured at load (more: the "
+                         "pool is FAILED); absent = unlimited."},
     [Q_COMPUTE] = {.name = "max_compute_percent", .type = F_INT,
                    .offset = offsetof(sip_pool_config_t, max_compute_percent),
                    .def = 0, .min = 1, .max = 100,
-                   .doc = "Share of the compute the pool may use; absent = unlimited."},
+                   .doc = "The pool's share of execution time when pools wait for a slot "
+                          "(unused share is lent to busy pools); absent = 100."},
 };
 static const section_t quota_section = {quota_fields, Q_COUNT};
 
@@ -54,7 +56,8 @@ const field_t cfg_pool_fields[P_COUNT] = {
                       .offset = offsetof(sip_pool_config_t, model_path),
                       .expect = MODEL_PATH_EXPECT, .only = IN_POOL,
                       .doc = "Model file or directory; relative paths are relative to the "
-                             "config file. Required unless backend is builtin or transform."},
+                             "config file. Required unless the backend needs no model file "
+                             "(builtin, transform)."},
     [P_BACKEND] = {.name = "backend", .type = F_CUSTOM, .parse = parse_backend,
                    .expect = BACKEND_EXPECT,
                    .doc = "Backend; default inferred from model_path (.onnx or directory: "
@@ -65,7 +68,9 @@ const field_t cfg_pool_fields[P_COUNT] = {
                      .doc = "Number of warm sessions."},
     [P_PRIORITY] = {.name = "priority", .type = F_ENUM,
                     .offset = offsetof(sip_pool_config_t, priority), .names = priority_names,
-                    .def = SIP_PRIO_MEDIUM, .doc = "Scheduling priority."},
+                    .def = SIP_PRIO_MEDIUM,
+                    .doc = "Which pool runs first when sessions of several pools wait for an "
+                           "execution slot."},
     [P_QUOTA] = {.name = "resource_quota", .type = F_SECTION, .section = &quota_section,
                  .doc = "Per-pool resource limits."},
     [P_OPTIONS] = {.name = "backend_options", .type = F_CUSTOM, .parse = parse_options,
@@ -107,9 +112,8 @@ static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
   pool->n_backend_options = n;
   for (size_t i = 0; i < n; i++) {
     yaml_node_pair_t *pr = &v->data.mapping.pairs.start[i];
-    yaml_node_t *k = yaml_document_get_node(c->doc, pr->key);
-    yaml_node_t *val = yaml_document_get_node(c->doc, pr->value);
-    if (!k || !val) return cfg_oom(c);
+    yaml_node_t *k, *val;
+    if (cfg_pair(c, pr, &k, &val)) return -1;
     if (k->type != YAML_SCALAR_NODE)
       return cfg_fail(c, k->start_mark, key, "a key is %s; expected %s",
                       k->type == YAML_MAPPING_NODE ? "a map" : "a list", exp);
@@ -298,9 +302,8 @@ static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void 
   if (v->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, v, key, exp);
   size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
   if (n != 1) return cfg_fail(c, v->start_mark, key, "has %zu keys; expected %s", n, exp);
-  yaml_node_t *kn = yaml_document_get_node(c->doc, v->data.mapping.pairs.start[0].key);
-  yaml_node_t *vn = yaml_document_get_node(c->doc, v->data.mapping.pairs.start[0].value);
-  if (!kn || !vn) return cfg_oom(c);
+  yaml_node_t *kn, *vn;
+  if (cfg_pair(c, &v->data.mapping.pairs.start[0], &kn, &vn)) return -1;
   if (kn->type != YAML_SCALAR_NODE) return cfg_fail_kind(c, kn, key, exp);
   const char *ks = text(kn);
   size_t kl = kn->data.scalar.length;
@@ -308,7 +311,8 @@ static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void 
   if (kl == 6 && !memcmp(ks, "latest", 6)) {
     static const field_t latest = {.name = "latest", .type = F_INT,
                                    .offset = offsetof(sip_pool_config_t, version_latest),
-                                   .min = 1, .max = 1024};
+                                   .min = 1, .max = 1024,
+                                   .doc = "Serve the N highest version numbers."};
     pool->version_policy = SIP_VERSIONS_LATEST;
     return cfg_parse_value(c, &latest, vn, k, pool);
   }

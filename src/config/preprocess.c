@@ -80,10 +80,9 @@ static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const cha
     st->options = sip__calloc(n ? n : 1, sizeof *st->options);
     if (!st->options) return cfg_oom(c);
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-      yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
-      yaml_node_t *vn = yaml_document_get_node(c->doc, p->value);
+      yaml_node_t *kn, *vn;
       char ok[KEY_MAX];
-      if (!kn || !vn) return cfg_oom(c);
+      if (cfg_pair(c, p, &kn, &vn)) return -1;
       if (cfg_want_scalar(c, kn, key, "option names")) return -1;
       cfg_key_join(ok, key, text(kn), kn->data.scalar.length);
       if (cfg_dup_key(c, v, p, kn, ok, "option")) return -1;
@@ -138,9 +137,8 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
   sip_io_desc_t prev = {0}; /* the previous step's output (name unused) */
   const char *prev_op = NULL;
   for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
-    yaml_node_t *kn = yaml_document_get_node(c->doc, pr->key);
-    yaml_node_t *vn = yaml_document_get_node(c->doc, pr->value);
-    if (!kn || !vn) return cfg_oom(c);
+    yaml_node_t *kn, *vn;
+    if (cfg_pair(c, pr, &kn, &vn)) return -1;
     if (cfg_want_scalar(c, kn, key, "step names: " PRE_STEPS)) return -1;
     const char *kt = text(kn);
     cfg_key_join(k, key, kt, kn->data.scalar.length);
