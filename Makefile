@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 20
 CONFIG     ?= examples/sip.yaml
 PY         := /usr/bin/python3
 
-.PHONY: all deps build run test test-unit test-asan fuzz bench clean
+.PHONY: all deps build run test test-unit test-asan fuzz bench docs clean
 
 all: build
 
@@ -49,6 +49,11 @@ fuzz: deps
 	    $(FUZZ_BUILD)/corpus/$$name $$seeds 2>$(FUZZ_BUILD)/$$name.log \
 	    || { tail -50 $(FUZZ_BUILD)/$$name.log; exit 1; }; \
 	done
+
+# Generated reference docs: docs/config.md from the config parser's tables.
+docs: build
+	@$(BUILD)/docs/config_doc > docs/config.md.tmp && mv docs/config.md.tmp docs/config.md
+	@echo "docs: wrote docs/config.md"
 
 bench: build
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(BUILD) || exit 1; done

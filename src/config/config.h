@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sip/error.h"
 #include "sip/backend.h"
@@ -178,6 +179,10 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
                                     sip_pool_config_t **out);
 /* Frees a pool config from sip__config_load_model; NULL is a no-op. */
 void sip__config_pool_free(sip_pool_config_t *p);
+
+/* Writes the configuration reference (docs/config.md) as Markdown, from
+ * the parser's tables. 0, or -1 when writing failed. */
+int sip__config_doc_markdown(FILE *out);
 
 /* "high" | "medium" | "low" */
 const char *sip__priority_name(sip_priority_level_t p);

@@ -1,4 +1,4 @@
-/* Unit tests for src/config/config.c: values, defaults and every message. */
+/* Unit tests for the config parser (src/config/): values, defaults and every message. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,0 +1,13 @@
+/* Prints docs/config.md, the configuration reference, from the config
+ * parser's tables (`make docs` writes it; the ctest docs/config compares). */
+#include <stdio.h>
+
+#include "config/config.h"
+
+int main(void) {
+  if (sip__config_doc_markdown(stdout) || fflush(stdout)) {
+    fputs("config_doc: writing the reference failed\n", stderr);
+    return 1;
+  }
+  return 0;
+}

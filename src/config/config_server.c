@@ -1,0 +1,166 @@
+/* sip — the config's server section: process-wide settings, the endpoints
+ * the server listens on and the HTTP front-end's address. */
+#include "config/parse.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+_Static_assert(SIP_LOG_DEBUG == 0 && SIP_LOG_INFO == 1 && SIP_LOG_WARN == 2 && SIP_LOG_ERROR == 3,
+               "log_level_names[] follows the enum order");
+
+static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static bool valid_http_address(const char *s, size_t len);
+
+static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const model_control_names[] = {"startup", "explicit", NULL};
+
+#define ENDPOINT_EXPECT                                                                          \
+  "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
+  "ephemeral; IPv6 hosts in brackets)"
+#define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
+
+enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
+       S_SLOTS, S_REPO, S_CONTROL, S_COUNT };
+static const field_t server_fields[S_COUNT] = {
+    [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
+                     .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
+                     .doc = "Addresses to listen on; default [" DEFAULT_ENDPOINT "]."},
+    [S_INTRA] = {.name = "intra_op_threads", .type = F_INT,
+                 .offset = offsetof(sip_config_t, engine.intra_op_threads),
+                 .def = 0, .min = 0, .max = 256,
+                 .doc = "Threads of the shared intra-op pool; 0 = number of cores."},
+    [S_INTER] = {.name = "inter_op_threads", .type = F_INT,
+                 .offset = offsetof(sip_config_t, engine.inter_op_threads),
+                 .def = 0, .min = 0, .max = 256,
+                 .doc = "Threads of the shared inter-op pool; 0 = 1."},
+    [S_SPIN] = {.name = "allow_spinning", .type = F_BOOL,
+                .offset = offsetof(sip_config_t, engine.allow_spinning), .def = 0,
+                .doc = "Let idle engine threads spin instead of sleeping."},
+    [S_FRAME] = {.name = "max_frame_bytes", .type = F_SIZE,
+                 .offset = offsetof(sip_config_t, max_frame_bytes),
+                 .def = (int64_t)256 << 20, .min = 1024, .max = (int64_t)4 << 30,
+                 .doc = "Largest request or response frame."},
+    [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip_config_t, log_level),
+               .names = log_level_names, .def = SIP_LOG_INFO, .doc = "Least severe level logged."},
+    /* KServe v2 HTTP/REST front-end (src/http/). */
+    [S_HTTP] = {.name = "http", .type = F_STRING, .offset = offsetof(sip_config_t, http),
+                .valid = valid_http_address, .expect = HTTP_EXPECT,
+                .doc = "Address of the KServe v2 HTTP/REST front-end and /metrics; absent = off."},
+    [S_HTTP_BODY] = {.name = "http_max_body_bytes", .type = F_SIZE,
+                     .offset = offsetof(sip_config_t, http_max_body_bytes),
+                     .def = (int64_t)64 << 20, .min = 1024, .max = (int64_t)4 << 30,
+                     .doc = "Largest HTTP request body; larger ones get 413 before being read."},
+    [S_HTTP_THREADS] = {.name = "http_threads", .type = F_INT,
+                        .offset = offsetof(sip_config_t, http_threads),
+                        .def = 2, .min = 1, .max = 64,
+                        .doc = "HTTP event-loop threads (they never wait for inference)."},
+    [S_SLOTS] = {.name = "execution_slots", .type = F_INT,
+                 .offset = offsetof(sip_config_t, execution_slots), .def = 0, .min = 0,
+                 .max = 1024,
+                 .doc = "Executions running at once across all pools (more wait, ordered by "
+                        "pool priority and compute share); 0 = number of cores."},
+    [S_REPO] = {.name = "model_repository", .type = F_STRING,
+                .offset = offsetof(sip_config_t, model_repository),
+                .expect = "a directory of <model>/<version>/model.onnx",
+                .doc = "Model repository: every <model> directory is a pool per served version; "
+                       "relative to the config file."},
+    [S_CONTROL] = {.name = "model_control", .type = F_ENUM,
+                   .offset = offsetof(sip_config_t, model_control), .names = model_control_names,
+                   .def = SIP_MODEL_CONTROL_STARTUP,
+                   .doc = "startup: load every repository model at start; explicit: only on "
+                          "request. Load/unload work in both."},
+};
+const section_t cfg_server_section = {server_fields, S_COUNT};
+_Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
+
+/* Why `s` is not a valid endpoint, or NULL. */
+static const char *endpoint_problem(const char *s, size_t len, char *why, size_t n) {
+  if (memchr(s, '\0', len)) return "contains a NUL byte";
+  if (len >= 6 && !strncmp(s, "ipc://", 6)) {
+    if (len == 6) return "has an empty path";
+    if (len - 6 > UNIX_PATH_MAX)
+      return snprintf(why, n, "has a %zu-byte path, longer than a Unix socket path can be",
+                      len - 6), why;
+    return NULL;
+  }
+  if (len >= 7 && !strncmp(s, "unix://", 7)) {
+    if (len == 7 || s[7] != '/') return "does not have an absolute path";
+    if (len - 7 > UNIX_PATH_MAX)
+      return snprintf(why, n, "has a %zu-byte path, longer than a Unix socket path can be",
+                      len - 7), why;
+    return NULL;
+  }
+  if (len >= 6 && !strncmp(s, "tcp://", 6)) {
+    const char *h = s + 6, *end = s + len, *colon;
+    if (h < end && *h == '[') {
+      const char *rb = memchr(h, ']', (size_t)(end - h));
+      if (!rb || rb == h + 1) return "has a malformed IPv6 host";
+      for (const char *q = h + 1; q < rb; q++)
+        if (!strchr("0123456789abcdefABCDEF:.", *q)) return "has a malformed IPv6 host";
+      if (rb + 1 == end || rb[1] != ':') return "has no port";
+      colon = rb + 1;
+    } else {
+      colon = NULL;
+      for (const char *q = h; q < end; q++)
+        if (*q == ':') colon = q;
+      if (!colon) return "has no port";
+      if (colon == h) return "has no host";
+      for (const char *q = h; q < colon; q++) {
+        if (*q == ':') return "has an IPv6 host without brackets";
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+              *q == '.' || *q == '-' || *q == '_'))
+          return "has an invalid host";
+      }
+    }
+    const char *port = colon + 1;
+    size_t pl = (size_t)(end - port);
+    int64_t pv = 0;
+    if (pl == 0) return "has no port";
+    if (pl > 5 || port[0] == '+' || port[0] == '-' || cfg_parse_int(port, pl, &pv) || pv > 65535)
+      return "has a port out of range";
+    return NULL;
+  }
+  return "has an unknown scheme";
+}
+
+/* server.http is a tcp endpoint without the scheme: one grammar for both. */
+static bool valid_http_address(const char *s, size_t len) {
+  char buf[300], why[128];
+  if (len > sizeof buf - 7 || memchr(s, '\0', len)) return false;
+  memcpy(buf, "tcp://", 6);
+  memcpy(buf + 6, s, len);
+  return endpoint_problem(buf, len + 6, why, sizeof why) == NULL;
+}
+
+static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_config_t *cfg = base;
+  const char *exp = server_fields[S_ENDPOINTS].expect;
+  char ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8], why[128];
+
+  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
+  size_t n = seq_len(v);
+  if (n == 0) return cfg_fail(c, v->start_mark, key, "is empty; expected %s", exp);
+  cfg->endpoints = sip__calloc(n, sizeof *cfg->endpoints);
+  if (!cfg->endpoints) return cfg_oom(c);
+  cfg->n_endpoints = n;
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_t *e = seq_item(c, v, i);
+    cfg_key_index(ikey, key, i);
+    if (!e) return cfg_oom(c);
+    if (cfg_want_scalar(c, e, ikey, ENDPOINT_EXPECT)) return -1;
+    const char *s = text(e);
+    size_t len = e->data.scalar.length;
+    const char *problem = endpoint_problem(s, len, why, sizeof why);
+    if (problem)
+      return cfg_fail(c, e->start_mark, ikey, "%s %s; expected %s", cfg_show(shown, sizeof shown, s, len),
+                      problem, ENDPOINT_EXPECT);
+    for (size_t j = 0; j < i; j++)
+      if (strlen(cfg->endpoints[j]) == len && !memcmp(cfg->endpoints[j], s, len))
+        return cfg_fail(c, e->start_mark, ikey, "%s is listed twice (also [%zu]); expected each "
+                        "endpoint once", cfg_show(shown, sizeof shown, s, len), j);
+    if (!(cfg->endpoints[i] = sip__strndup(s, len))) return cfg_oom(c);
+  }
+  return 0;
+}

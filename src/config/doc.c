@@ -1,0 +1,187 @@
+/* sip — docs/config.md, written from the parser's own tables: the field
+ * tables of every table-driven section and the key tables of the
+ * hand-parsed maps (preprocess, pipelines, stages). `make docs` runs it
+ * through docs/gen/config_doc.c; the ctest docs/config fails when the
+ * committed file differs. */
+#include "config/parse.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A table cell: '|' escaped, '<' and '>' as entities ("<stage>.<output>"
+ * is text, not HTML). */
+static void cell(FILE *out, const char *s) {
+  fputc(' ', out);
+  for (; *s; s++) {
+    if (*s == '<') fputs("&lt;", out);
+    else if (*s == '>') fputs("&gt;", out);
+    else if (*s == '|') fputs("\\|", out);
+    else fputc(*s, out);
+  }
+  fputs(" |", out);
+}
+
+static void cellf(FILE *out, const char *fmt, long long a, long long b) {
+  char buf[128];
+  snprintf(buf, sizeof buf, fmt, a, b);
+  cell(out, buf);
+}
+
+static const char *type_of(char *buf, size_t n, const field_t *f, const char *path) {
+  switch (f->type) {
+  case F_INT:
+  case F_INT64:
+    return "integer";
+  case F_BOOL:
+    return "true or false";
+  case F_SIZE:
+    return "byte size: an integer, or a number with B, KiB, MiB or GiB (256MiB)";
+  case F_SECTION:
+    snprintf(buf, n, "map: see `%s%s%s`", path, path[0] ? "." : "", f->name);
+    return buf;
+  case F_ENUM:
+  case F_WORD:
+  case F_STRING:
+  case F_CUSTOM:
+    break;
+  }
+  return cfg_expected(buf, n, f, IN_POOL | IN_MODEL);
+}
+
+/* A byte size as the largest exact unit. */
+static void size_text(char *buf, size_t n, long long v) {
+  static const char *const units[] = {"GiB", "MiB", "KiB"};
+  for (int i = 0; i < 3; i++) {
+    long long u = 1LL << (30 - 10 * i);
+    if (v && v % u == 0) {
+      snprintf(buf, n, "%lld%s", v / u, units[i]);
+      return;
+    }
+  }
+  snprintf(buf, n, "%lld", v);
+}
+
+static void default_cell(FILE *out, const field_t *f) {
+  char buf[64];
+  bool numeric = f->type == F_INT || f->type == F_INT64 || f->type == F_SIZE;
+  if (f->required) return cell(out, "required");
+  if (numeric && (f->def < f->min || f->def > f->max)) return cell(out, "absent");
+  switch (f->type) {
+  case F_INT:
+  case F_INT64:
+    return cellf(out, "%lld", (long long)f->def, 0);
+  case F_SIZE:
+    size_text(buf, sizeof buf, (long long)f->def);
+    return cell(out, buf);
+  case F_BOOL:
+    return cell(out, f->def ? "true" : "false");
+  case F_ENUM:
+    return cell(out, f->names[f->def]);
+  case F_WORD:
+  case F_STRING:
+  case F_CUSTOM:
+  case F_SECTION:
+    break;
+  }
+  cell(out, "—");
+}
+
+static void bounds_cell(FILE *out, const field_t *f) {
+  char lo[64], hi[64], both[140];
+  switch (f->type) {
+  case F_INT:
+  case F_INT64:
+    return cellf(out, "%lld..%lld", (long long)f->min, (long long)f->max);
+  case F_SIZE:
+    size_text(lo, sizeof lo, (long long)f->min);
+    size_text(hi, sizeof hi, (long long)f->max);
+    snprintf(both, sizeof both, "%s..%s", lo, hi);
+    return cell(out, both);
+  default:
+    return cell(out, "—");
+  }
+}
+
+static void table_head(FILE *out) {
+  fputs("| key | type / allowed values | default | bounds | description |\n", out);
+  fputs("|---|---|---|---|---|\n", out);
+}
+
+/* One section's table (the fields visible `where`) under the heading
+ * `path` ("": the top level), then its nested sections; with `ref`, the
+ * nested sections are those already written under `ref` instead. */
+static void section(FILE *out, const section_t *s, const char *path, unsigned where,
+                    const char *ref) {
+  char buf[1024];
+  if (path[0]) fprintf(out, "\n### `%s`\n\n", path);
+  else fputs("\n### Top level\n\n", out);
+  table_head(out);
+  for (size_t i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    if (!visible(f, where)) continue;
+    fprintf(out, "| `%s` |", f->name);
+    cell(out, type_of(buf, sizeof buf, f, ref ? ref : path));
+    default_cell(out, f);
+    bounds_cell(out, f);
+    cell(out, f->doc ? f->doc : "");
+    fputc('\n', out);
+  }
+  for (size_t i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    if (ref || f->type != F_SECTION || !visible(f, where)) continue;
+    char sub[KEY_MAX];
+    snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", f->name);
+    section(out, f->section, sub, where, NULL);
+  }
+}
+
+static void keys(FILE *out, const cfg_key_doc_t *k, const char *path) {
+  fprintf(out, "\n### `%s`\n\n", path);
+  table_head(out);
+  for (; k->name; k++) {
+    fprintf(out, "| `%s` |", k->name);
+    cell(out, k->type);
+    cell(out, k->def ? k->def : "—");
+    cell(out, "—");
+    cell(out, k->doc);
+    fputc('\n', out);
+  }
+}
+
+int sip__config_doc_markdown(FILE *out) {
+  fputs("# Configuration reference\n\n"
+        "<!-- Generated from the parser's tables (src/config) by docs/gen/config_doc.c; do not\n"
+        "     edit: run `make docs`. -->\n\n"
+        "Every key `sipd --config` reads, with its type, default, bounds and meaning. Unknown\n"
+        "keys are errors; every error names `FILE:LINE:COL`, the key, what was wrong and what\n"
+        "was expected. \"absent\" as a default: the limit or setting is off unless the key is\n"
+        "given. Sizes take an integer or a number with a unit (`64KiB`, `256MiB`, `1GiB`).\n",
+        out);
+
+  fputs("\n## The config file\n", out);
+  fputs("\n`session_pools` is required unless `server.model_repository` is set.\n", out);
+  section(out, &cfg_top_section, "", 0, NULL);
+
+  fputs("\n## Session pools\n\nEach entry of `session_pools` is a map:\n", out);
+  section(out, &cfg_pool_section, "session_pools[]", IN_POOL, NULL);
+  fputs("\n`preprocess` is a map of steps, run in the order written; every key but `input` is a\n"
+        "step (docs/preprocess.md). A step's value is a map of its operation's options, `true`\n"
+        "(the defaults), `false` (no such step), or a scalar or list setting its main option.\n",
+        out);
+  keys(out, cfg_preprocess_keys, "session_pools[].preprocess");
+
+  fputs("\n## A repository model's config.yaml\n\n"
+        "`<model_repository>/<model>/config.yaml` (optional) holds the settings of the model's\n"
+        "pools: every `session_pools` key but `name` and `model_path` (they come from the\n"
+        "directory), plus `version_policy`. Nested maps are as under `session_pools[]`.\n",
+        out);
+  section(out, &cfg_pool_section, "config.yaml", IN_MODEL, "session_pools[]");
+
+  fputs("\n## Pipelines\n\nEach entry of `pipeline_sessions` is a map (docs/pipelines.md):\n", out);
+  keys(out, cfg_pipeline_keys, "pipeline_sessions[]");
+  fputs("\nA stage is a model stage (on a pool) or a transform stage; a transform stage's\n"
+        "keys other than these are its operation's options (docs/transforms.md).\n",
+        out);
+  keys(out, cfg_stage_keys, "pipeline_sessions[].stages[]");
+  return ferror(out) ? -1 : 0;
+}

@@ -1,0 +1,245 @@
+/* sip — the config parser's shared machinery. Only the files of src/config
+ * include this.
+ *
+ * libyaml builds the document tree; the parser walks it against one
+ * declarative table per section (name, type, default, bounds, doc), so the
+ * defaults, the "expected ..." half of every message, the list of allowed
+ * keys and the reference documentation (docs/config.md) all come from the
+ * same place. Parsing stops at the first error.
+ *
+ *   parse.c           messages, scalars, the table walker, paths, helpers
+ *                     the hand-parsed maps share
+ *   config_server.c   the server section and its endpoints
+ *   pools.c           session_pools entries (and a repository model's
+ *                     config.yaml): quotas, backend, backend_options,
+ *                     cpu_affinity, version_policy, the cross-field check
+ *   scheduling.c      dynamic_batching, queue, batch_strategies and their
+ *                     cross-field check
+ *   preprocess.c      session_pools[].preprocess
+ *   pipelines.c       pipeline_sessions[] and their stages
+ *   config.c          the document, the loaders, freeing
+ *   doc.c             docs/config.md from the tables
+ *
+ * Every message reads `FILE:LINE:COL: KEY: what was wrong; expected WHAT`.
+ * Positions are libyaml marks (0-based) printed 1-based; LINE:COL points at
+ * the value for value errors and at the key for unknown/duplicate keys.
+ *
+ * Aliases are resolved by libyaml into shared nodes and may even form cycles
+ * (`&a [*a]`). The walk is safe anyway: it only descends into the fixed
+ * nesting of the schema (root -> server | session_pools -> pool ->
+ * resource_quota | backend_options) and checks each node's kind first.
+ */
+#ifndef SIP_CONFIG_PARSE_H
+#define SIP_CONFIG_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "config/config.h"
+
+/* The parser's own symbols stay inside the library. */
+#pragma GCC visibility push(hidden)
+
+enum {
+  KEY_MAX = 512,       /* key paths ("session_pools[3].resource_quota.x") */
+  SHOW_MAX = 64,       /* bytes of a user value quoted in a message */
+  MAX_FIELDS = 16,     /* fields per section */
+  UNIX_PATH_MAX = 107, /* sizeof(sun_path) - 1 */
+  POOL_NAME_MAX = 128,
+};
+
+#define DEFAULT_ENDPOINT "ipc:///tmp/sip_service.sock"
+#define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
+#define PREPROCESS_EXPECT                                                                   \
+  "a map of steps in order: input, decode, color_convert, resize, letterbox, to_tensor, " \
+  "normalize, cast (docs/preprocess.md)"
+#define POOLS_EXPECT "a list of pools (may be empty: session_pools: [])"
+
+/* Where a pool map is being read: fields marked `only` exist in one place. */
+enum { IN_POOL = 1, IN_MODEL = 2 };
+
+typedef struct ctx {
+  const char *name;     /* label for messages: the file path or "<string>" */
+  const char *base_dir; /* relative model paths are joined to it; NULL: kept */
+  yaml_document_t *doc;
+  sip_error_t *err; /* the first error; set together with a -1 return */
+  unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
+  const sip_backend_catalog_t *backends; /* names and flags of the backends this server has */
+  yaml_node_t *pipelines; /* pipeline_sessions, read after session_pools wherever it is written */
+} ctx_t;
+
+typedef enum ftype {
+  F_INT,     /* int, decimal plain scalar within [min, max] */
+  F_INT64,   /* int64_t, same */
+  F_BOOL,    /* int 0/1: true | false */
+  F_SIZE,    /* size_t: integer or "256MiB" within [min, max] */
+  F_ENUM,    /* enum stored as int: index of the word in names[] */
+  F_WORD,    /* char *: one of names[], stored as an owned copy */
+  F_STRING,  /* char *: any non-empty scalar, optionally checked by valid() */
+  F_SECTION, /* nested map whose fields store into the same base struct */
+  F_CUSTOM,  /* parse() does it all */
+} ftype_t;
+
+typedef struct section section_t;
+typedef int (*custom_fn)(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+
+typedef struct field {
+  const char *name;
+  ftype_t type;
+  size_t offset;            /* into the base struct */
+  int64_t def;              /* numeric default; may lie outside [min, max] (0 = unlimited) */
+  int64_t min, max;         /* numeric bounds, inclusive */
+  const char *const *names; /* F_ENUM / F_WORD: NULL-terminated */
+  const section_t *section; /* F_SECTION */
+  custom_fn parse;          /* F_CUSTOM */
+  bool (*valid)(const char *s, size_t len); /* F_STRING, optional */
+  bool required;
+  /* 0: valid wherever the section is; IN_POOL: only in session_pools[]
+   * entries; IN_MODEL: only in a model repository's config.yaml. */
+  unsigned only;
+  const char *expect; /* F_STRING / F_CUSTOM: what a valid value looks like */
+  const char *doc;    /* one line for the reference documentation */
+} field_t;
+
+struct section {
+  const field_t *fields;
+  size_t n;
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A key the parser reads by hand (pipelines, stages, preprocess), for the
+ * reference documentation; tests/unit/test_config_doc.c keeps these tables
+ * and the parsers in step. */
+typedef struct cfg_key_doc {
+  const char *name;
+  const char *type; /* what the value is */
+  const char *def;  /* the default, or NULL when there is none */
+  const char *doc;  /* one line */
+} cfg_key_doc_t;
+
+/* ---- the schema (each table lives with the code that reads it) --------- */
+
+enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
+       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_COUNT };
+extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
+extern const section_t cfg_pool_section;           /* pools.c */
+extern const section_t cfg_server_section;         /* config_server.c */
+extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
+extern const section_t cfg_queue_section;          /* scheduling.c: queue */
+extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
+extern const section_t cfg_top_section;            /* config.c: the document */
+extern const char *const cfg_priority_names[];     /* pools.c */
+extern const cfg_key_doc_t cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
+extern const cfg_key_doc_t cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
+extern const cfg_key_doc_t cfg_preprocess_keys[];  /* preprocess.c, NULL-name terminated */
+
+/* ---- messages (parse.c) ------------------------------------------------- */
+
+/* Records `FILE:LINE:COL: KEY: what` in c->err; returns -1. */
+int cfg_fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Records out-of-memory in c->err; returns -1. */
+int cfg_oom(ctx_t *c);
+/* Quotes a user value for a message: escapes what would garble a terminal
+ * and cuts long values (buf: SHOW_MAX * 4 + 8 bytes). */
+const char *cfg_show(char *buf, size_t n, const char *s, size_t len);
+/* dst (KEY_MAX bytes) = parent + "." + name, the name sanitised and cut. */
+void cfg_key_join(char *dst, const char *parent, const char *name, size_t len);
+/* dst (KEY_MAX bytes) = parent + "[i]". */
+void cfg_key_index(char *dst, const char *parent, size_t i);
+/* Appends the names of s's fields visible `where` to buf, ", "-separated. */
+void cfg_list_fields(char *buf, size_t n, const section_t *s, unsigned where);
+/* The "expected ..." text of a field: derived from its type and bounds. */
+const char *cfg_expected(char *buf, size_t n, const field_t *f, unsigned where);
+/* Reports a node of the wrong kind (or with no value) for field text `exp`. */
+int cfg_fail_kind(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
+/* A non-null scalar, or an error. */
+int cfg_want_scalar(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
+
+/* ---- scalars ------------------------------------------------------------ */
+
+static inline bool is_null(const yaml_node_t *v) {
+  if (v->type != YAML_SCALAR_NODE || v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
+  const char *s = (const char *)v->data.scalar.value;
+  size_t len = v->data.scalar.length;
+  return len == 0 || (len == 1 && s[0] == '~') ||
+         (len == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
+}
+
+static inline bool is_plain(const yaml_node_t *v) {
+  return v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+static inline const char *text(const yaml_node_t *v) { return (const char *)v->data.scalar.value; }
+
+static inline size_t seq_len(const yaml_node_t *v) {
+  return (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+}
+
+static inline yaml_node_t *seq_item(ctx_t *c, const yaml_node_t *v, size_t i) {
+  return yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+}
+
+/* Whether field f exists where the parser is (see field_t.only). */
+static inline bool visible(const field_t *f, unsigned where) {
+  return !f->only || (f->only & where);
+}
+
+/* The key and value nodes of a map's pair; -1 (out of memory) when libyaml
+ * has none. */
+int cfg_pair(ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v);
+/* Item i of list v (named key[i]) when it is a non-null scalar; else NULL,
+ * with c->err set. */
+yaml_node_t *cfg_seq_scalar(ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
+                            const char *exp);
+
+/* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
+int cfg_parse_int(const char *s, size_t len, int64_t *out);
+/* 1..128 characters from A-Z a-z 0-9 _ . - */
+bool cfg_valid_pool_name(const char *s, size_t len);
+
+/* ---- the table walker (parse.c) ----------------------------------------- */
+
+void cfg_apply_defaults(const section_t *s, void *base);
+int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key, void *base);
+/* Walks map `m` against section `s`. `exp` describes the map itself; on
+ * return vals[i] is the value node of field i (NULL when absent). A null
+ * value ("server:" with every key commented out) counts as an empty map. */
+int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
+                  const char *exp, void *base, yaml_node_t **vals);
+
+/* ---- paths and shared helpers (parse.c) --------------------------------- */
+
+/* Joins a relative path to base_dir; absolute paths and no base_dir keep it. */
+char *cfg_resolve_path(const char *base_dir, const char *p);
+/* Options naming files (ending in _file): resolved like model_path. */
+bool cfg_is_path_option(const char *key);
+/* The extension of the last path component (".onnx"), or NULL. */
+const char *cfg_path_ext(const char *p);
+/* Fails when an earlier key of hand-parsed `map` equals kn (`what`: "key", "step"). */
+int cfg_dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
+                const yaml_node_t *kn, const char *key, const char *what);
+/* Frees n owned key/value pairs and the array. */
+void cfg_kv_free(sip_kv_t *kv, size_t n);
+/* A scalar as an owned string; a list of scalars as "a,b,c". */
+int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out);
+
+/* ---- the sections' parsers and checks ----------------------------------- */
+
+int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
+int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
+/* Cross-field rules of the scheduling sections (scheduling.c). */
+int cfg_check_scheduling(ctx_t *c, sip_pool_config_t *pool, yaml_node_t **vals, const char *key);
+/* pipelines.c: pipeline_sessions, once every pool is read; after the whole
+ * document, stages name existing pools and no pipeline is named like a pool. */
+int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int cfg_check_pipelines(ctx_t *c, sip_config_t *cfg, yaml_node_t *root);
+void cfg_pipelines_free(sip_config_t *cfg);
+
+#pragma GCC visibility pop
+
+#endif

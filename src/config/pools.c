@@ -1,0 +1,399 @@
+/* sip — a session_pools entry, field by field, and the same map as a model
+ * repository's <model>/config.yaml (every key but name and model_path, plus
+ * version_policy): resource quotas, backend and backend_options,
+ * cpu_affinity, version_policy, the list itself and the cross-field check of
+ * model_path against the backend. The scheduling keys are in scheduling.c,
+ * preprocess in preprocess.c. */
+#include "config/parse.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "core/core.h"
+
+_Static_assert(SIP_PRIO_HIGH == 0 && SIP_PRIO_MEDIUM == 1 && SIP_PRIO_LOW == 2,
+               "priority_names[] follows the enum order");
+
+static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+
+static const char *const priority_names[] = {"high", "medium", "low", NULL};
+#define BACKEND_EXPECT "the name of a backend of this server (built in: onnxruntime, builtin, transform; or one the embedding program registered)"
+
+#define CPUS_EXPECT                                                                        \
+  "logical CPU numbers 0..1023 as a list ([0, 1]) or ranges in taskset's form (\"0-3,8\" or " \
+  "[0-3, 8]), each CPU once"
+#define VERSION_POLICY_EXPECT                                                                  \
+  "{latest: N} (N 1..1024), {specific: [V, ...]} (up to 64 distinct version numbers) or all"
+
+
+enum { Q_MEMORY, Q_COMPUTE, Q_COUNT };
+static const field_t quota_fields[Q_COUNT] = {
+    [Q_MEMORY] = {.name = "max_memory_mb", .type = F_INT64,
+                  .offset = offsetof(sip_pool_config_t, max_memory_mb),
+                  .def = 0, .min = 1, .max = 1048576,
+                  .doc = "MiB the model and its sessions may take, measured at load (more: the "
+                         "pool is FAILED); absent = unlimited."},
+    [Q_COMPUTE] = {.name = "max_compute_percent", .type = F_INT,
+                   .offset = offsetof(sip_pool_config_t, max_compute_percent),
+                   .def = 0, .min = 1, .max = 100,
+                   .doc = "The pool's share of execution time when pools wait for a slot "
+                          "(unused share is lent to busy pools); absent = 100."},
+};
+static const section_t quota_section = {quota_fields, Q_COUNT};
+
+const field_t cfg_pool_fields[P_COUNT] = {
+    /* A repository model's name and files come from its directory. */
+    [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
+                .valid = cfg_valid_pool_name, .required = true, .only = IN_POOL,
+                .expect = "a pool name of 1..128 characters from A-Z a-z 0-9 _ . -",
+                .doc = "Unique name clients address the pool by."},
+    [P_MODEL_PATH] = {.name = "model_path", .type = F_STRING,
+                      .offset = offsetof(sip_pool_config_t, model_path),
+                      .expect = MODEL_PATH_EXPECT, .only = IN_POOL,
+                      .doc = "Model file or directory; relative paths are relative to the "
+                             "config file. Required unless the backend needs no model file "
+                             "(builtin, transform)."},
+    [P_BACKEND] = {.name = "backend", .type = F_CUSTOM, .parse = parse_backend,
+                   .expect = BACKEND_EXPECT,
+                   .doc = "Backend; default inferred from model_path (.onnx or directory: "
+                          "onnxruntime)."},
+    [P_POOL_SIZE] = {.name = "pool_size", .type = F_INT,
+                     .offset = offsetof(sip_pool_config_t, pool_size),
+                     .def = 1, .min = 1, .max = 256,
+                     .doc = "Number of warm sessions."},
+    [P_PRIORITY] = {.name = "priority", .type = F_ENUM,
+                    .offset = offsetof(sip_pool_config_t, priority), .names = priority_names,
+                    .def = SIP_PRIO_MEDIUM,
+                    .doc = "Which pool runs first when sessions of several pools wait for an "
+                           "execution slot."},
+    [P_QUOTA] = {.name = "resource_quota", .type = F_SECTION, .section = &quota_section,
+                 .doc = "Per-pool resource limits."},
+    [P_OPTIONS] = {.name = "backend_options", .type = F_CUSTOM, .parse = parse_options,
+                   .expect = "a map of scalar values (strings, numbers or bools)",
+                   .doc = "Options passed to the backend as strings."},
+    [P_BATCHING] = {.name = "dynamic_batching", .type = F_SECTION, .section = &cfg_batching_section,
+                    .doc = "Merge queued requests along dim 0 into one execution."},
+    [P_QUEUE] = {.name = "queue", .type = F_SECTION, .section = &cfg_queue_section,
+                 .doc = "Queue size, default deadline, expiry action, ageing."},
+    [P_ELASTIC] = {.name = "batch_strategies", .type = F_SECTION, .section = &cfg_elastic_section,
+                   .doc = "Elastic batching: batch size and wait by traffic level."},
+    [P_VERSIONS] = {.name = "version_policy", .type = F_CUSTOM, .parse = parse_version_policy,
+                    .only = IN_MODEL, .expect = VERSION_POLICY_EXPECT,
+                    .doc = "Which version directories are served; default {latest: 1}."},
+    [P_PREPROCESS] = {.name = "preprocess", .type = F_CUSTOM, .parse = cfg_parse_preprocess,
+                      .expect = PREPROCESS_EXPECT,
+                      .doc = "Transforms run on one input before the model, so clients may send "
+                             "raw images or PNG/JPEG bytes (docs/preprocess.md)."},
+    [P_CPUS] = {.name = "cpu_affinity", .type = F_CUSTOM, .parse = parse_cpus,
+                .expect = CPUS_EXPECT,
+                .doc = "Logical CPUs the pool's session threads and own intra-op threads run "
+                       "on (docs/scheduling.md); absent = any."},
+};
+const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
+_Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS,
+               "raise MAX_FIELDS");
+
+static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  const char *exp = cfg_pool_fields[P_OPTIONS].expect;
+  char okey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+
+  if (is_null(v)) return 0;
+  if (v->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, v, key, exp);
+  size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+  if (n == 0) return 0;
+  pool->backend_options = sip__calloc(n, sizeof *pool->backend_options);
+  if (!pool->backend_options) return cfg_oom(c);
+  pool->n_backend_options = n;
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_pair_t *pr = &v->data.mapping.pairs.start[i];
+    yaml_node_t *k, *val;
+    if (cfg_pair(c, pr, &k, &val)) return -1;
+    if (k->type != YAML_SCALAR_NODE)
+      return cfg_fail(c, k->start_mark, key, "a key is %s; expected %s",
+                      k->type == YAML_MAPPING_NODE ? "a map" : "a list", exp);
+    const char *ks = text(k);
+    size_t kl = k->data.scalar.length;
+    cfg_key_join(okey, key, ks, kl);
+    if (kl == 0 || is_null(k) || memchr(ks, '\0', kl))
+      return cfg_fail(c, k->start_mark, okey, "%s is not a valid option name; expected %s",
+                      cfg_show(shown, sizeof shown, ks, kl), exp);
+    for (size_t j = 0; j < i; j++)
+      if (strlen(pool->backend_options[j].key) == kl &&
+          !memcmp(pool->backend_options[j].key, ks, kl))
+        return cfg_fail(c, k->start_mark, okey, "duplicate key; expected each key at most once");
+    if (val->type != YAML_SCALAR_NODE || is_null(val))
+      return cfg_fail_kind(c, val, okey, "a scalar value (string, number or bool)");
+    const char *vs = text(val);
+    size_t vl = val->data.scalar.length;
+    if (memchr(vs, '\0', vl))
+      return cfg_fail(c, val->start_mark, okey, "%s contains a NUL byte; expected a string without one",
+                      cfg_show(shown, sizeof shown, vs, vl));
+    /* Stored one at a time so config_free sees only finished entries. */
+    char *kc = sip__strndup(ks, kl);
+    if (!kc) return cfg_oom(c);
+    char *vc = sip__strndup(vs, vl);
+    if (!vc) {
+      sip__free(kc);
+      return cfg_oom(c);
+    }
+    pool->backend_options[i].key = kc;
+    pool->backend_options[i].value = vc;
+  }
+  return 0;
+}
+
+
+static int resolve_option_paths(ctx_t *c, sip_kv_t *kv, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!kv[i].key || !kv[i].value || !cfg_is_path_option(kv[i].key)) continue;
+    char *r = cfg_resolve_path(c->base_dir, kv[i].value);
+    if (!r) return cfg_oom(c);
+    sip__free((void *)kv[i].value);
+    kv[i].value = r;
+  }
+  return 0;
+}
+
+/* Cross-field rules: model_path vs backend, resolution, and the default
+ * backend. Existence is not checked here: a pool whose model fails to load
+ * is reported FAILED by the runtime, not refused at parse time. */
+static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_node_t **vals,
+                      const char *key) {
+  char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  cfg_key_join(mkey, key, "model_path", strlen("model_path"));
+  /* A backend without SIP_BACKEND_NEEDS_FILE (builtin, transform) needs no
+   * model file; one with SIP_BACKEND_PATH_OPTIONS reads files named in its
+   * options, resolved like model_path. */
+  int flags = pool->backend ? c->backends->flags_of(pool->backend) : (int)SIP_BACKEND_NEEDS_FILE;
+  bool builtin = flags >= 0 && !(flags & SIP_BACKEND_NEEDS_FILE);
+  if (flags >= 0 && (flags & SIP_BACKEND_PATH_OPTIONS) &&
+      resolve_option_paths(c, pool->backend_options, pool->n_backend_options))
+    return -1;
+
+  if (!pool->model_path) {
+    if (builtin) return 0;
+    return cfg_fail(c, map->start_mark, mkey,
+                    "missing; expected %s (required unless the backend needs no model file, "
+                    "like builtin or transform)",
+                    MODEL_PATH_EXPECT);
+  }
+  yaml_mark_t pm = vals[P_MODEL_PATH]->start_mark;
+  const char *written = pool->model_path;
+  const char *ext = cfg_path_ext(written);
+  size_t wl = strlen(written);
+
+  if (!builtin && ext && !strcasecmp(ext, ".om"))
+    return cfg_fail(c, pm, mkey,
+                    "%s is a CANN offline model (.om), but this build has no CANN backend; "
+                    "expected an .onnx file or a model directory",
+                    cfg_show(shown, sizeof shown, written, wl));
+
+  char *resolved = cfg_resolve_path(c->base_dir, written);
+  if (!resolved) return cfg_oom(c);
+  if (!pool->backend) {
+    struct stat st;
+    /* No extension or a trailing slash reads as a directory (versioned model
+     * dirs); an existing directory with a dot in its name is one too. */
+    bool dir = !ext || written[wl - 1] == '/' || (stat(resolved, &st) == 0 && S_ISDIR(st.st_mode));
+    if (!dir && strcasecmp(ext, ".onnx")) {
+      sip__free(resolved);
+      return cfg_fail(c, pm, mkey,
+                      "%s has an unknown extension (%s); expected an .onnx file or a model directory "
+                      "(or an explicit backend)",
+                      cfg_show(shown, sizeof shown, written, wl), ext);
+    }
+    if (!(pool->backend = sip__strdup("onnxruntime"))) {
+      sip__free(resolved);
+      return cfg_oom(c);
+    }
+  }
+  sip__free(pool->model_path);
+  pool->model_path = resolved;
+  return 0;
+}
+
+/* Adds "N" or "A-B" (s[0..len)) to the pool's CPU set; `at` locates it
+ * for messages. */
+static int add_cpus(ctx_t *c, sip_pool_config_t *pool, yaml_mark_t at, const char *key,
+                    const char *s, size_t len) {
+  char shown[SHOW_MAX * 4 + 8];
+  const char *dash = len > 1 ? memchr(s + 1, '-', len - 1) : NULL;
+  size_t l1 = dash ? (size_t)(dash - s) : len;
+  int64_t lo, hi;
+  if (cfg_parse_int(s, l1, &lo) || (dash ? cfg_parse_int(dash + 1, len - l1 - 1, &hi) : (hi = lo, 0)) ||
+      lo < 0 || hi < lo || hi >= SIP_MAX_CPUS)
+    return cfg_fail(c, at, key, "%s is not a CPU number or range; expected %s",
+                    cfg_show(shown, sizeof shown, s, len), CPUS_EXPECT);
+  for (int64_t k = lo; k <= hi; k++) {
+    uint64_t bit = UINT64_C(1) << (k % 64);
+    if (pool->cpu_mask[k / 64] & bit)
+      return cfg_fail(c, at, key, "names CPU %lld twice; expected %s", (long long)k, CPUS_EXPECT);
+    pool->cpu_mask[k / 64] |= bit;
+    pool->n_cpus++;
+  }
+  return 0;
+}
+
+/* cpu_affinity: [0, 2-3] or "0,2-3". */
+
+static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  char ikey[KEY_MAX];
+  if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+    const char *s = text(v), *end = s + v->data.scalar.length;
+    for (;;) {
+      const char *comma = memchr(s, ',', (size_t)(end - s));
+      const char *e = comma ? comma : end;
+      while (s < e && *s == ' ') s++;
+      while (e > s && e[-1] == ' ') e--;
+      if (add_cpus(c, pool, v->start_mark, key, s, (size_t)(e - s))) return -1;
+      if (!comma) break;
+      s = comma + 1;
+    }
+    return 0;
+  }
+  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, CPUS_EXPECT);
+  if (seq_len(v) == 0) return cfg_fail(c, v->start_mark, key, "is an empty list; expected %s", CPUS_EXPECT);
+  for (size_t i = 0; i < seq_len(v); i++) {
+    yaml_node_t *e = seq_item(c, v, i);
+    cfg_key_index(ikey, key, i);
+    if (!e) return cfg_oom(c);
+    if (cfg_want_scalar(c, e, ikey, CPUS_EXPECT) ||
+        add_cpus(c, pool, e->start_mark, ikey, text(e), e->data.scalar.length))
+      return -1;
+  }
+  return 0;
+}
+
+/* backend: a name from the server's backend table (built-in or registered). */
+static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  char shown[SHOW_MAX * 4 + 8];
+  if (cfg_want_scalar(c, v, key, BACKEND_EXPECT)) return -1;
+  const char *s = text(v);
+  size_t len = v->data.scalar.length;
+  if (!len || memchr(s, '\0', len) || c->backends->flags_of(s) < 0)
+    return cfg_fail(c, v->start_mark, key, "%s is not a backend of this server; expected one of %s",
+                    cfg_show(shown, sizeof shown, s, len), c->backends->names());
+  char **slot = &((sip_pool_config_t *)base)->backend;
+  sip__free(*slot);
+  if (!(*slot = sip__strndup(s, len))) return cfg_oom(c);
+  return 0;
+}
+
+/* version_policy: {latest: N} | {specific: [V, ...]} | all. */
+static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_pool_config_t *pool = base;
+  const char *exp = VERSION_POLICY_EXPECT;
+  char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+    if (v->data.scalar.length == 3 && !memcmp(text(v), "all", 3)) {
+      pool->version_policy = SIP_VERSIONS_ALL;
+      return 0;
+    }
+    return cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                    cfg_show(shown, sizeof shown, text(v), v->data.scalar.length), exp);
+  }
+  if (v->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, v, key, exp);
+  size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+  if (n != 1) return cfg_fail(c, v->start_mark, key, "has %zu keys; expected %s", n, exp);
+  yaml_node_t *kn, *vn;
+  if (cfg_pair(c, &v->data.mapping.pairs.start[0], &kn, &vn)) return -1;
+  if (kn->type != YAML_SCALAR_NODE) return cfg_fail_kind(c, kn, key, exp);
+  const char *ks = text(kn);
+  size_t kl = kn->data.scalar.length;
+  cfg_key_join(k, key, ks, kl);
+  if (kl == 6 && !memcmp(ks, "latest", 6)) {
+    static const field_t latest = {.name = "latest", .type = F_INT,
+                                   .offset = offsetof(sip_pool_config_t, version_latest),
+                                   .min = 1, .max = 1024,
+                                   .doc = "Serve the N highest version numbers."};
+    pool->version_policy = SIP_VERSIONS_LATEST;
+    return cfg_parse_value(c, &latest, vn, k, pool);
+  }
+  if (kl == 8 && !memcmp(ks, "specific", 8)) {
+    const char *sexp = "a list of up to 64 distinct version numbers (0..2^53), e.g. [1, 3]";
+    if (vn->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, vn, k, sexp);
+    size_t m = seq_len(vn);
+    if (m == 0 || m > SIP_MAX_SPECIFIC_VERSIONS)
+      return cfg_fail(c, vn->start_mark, k, "has %zu items; expected %s", m, sexp);
+    for (size_t i = 0; i < m; i++) {
+      char ik[KEY_MAX];
+      yaml_node_t *e = seq_item(c, vn, i);
+      cfg_key_index(ik, k, i);
+      if (!e) return cfg_oom(c);
+      if (cfg_want_scalar(c, e, ik, sexp)) return -1;
+      int64_t x = 0;
+      if (!is_plain(e) || cfg_parse_int(text(e), e->data.scalar.length, &x) || x < 0 ||
+          x > ((int64_t)1 << 53))
+        return cfg_fail(c, e->start_mark, ik, "%s is not a version number; expected %s",
+                        cfg_show(shown, sizeof shown, text(e), e->data.scalar.length), sexp);
+      /* Kept sorted; a repeated number is a mistake worth naming. */
+      size_t at = pool->n_versions;
+      for (size_t j = 0; j < pool->n_versions; j++) {
+        if (pool->versions[j] == x)
+          return cfg_fail(c, e->start_mark, ik, "%lld is listed twice; expected %s", (long long)x,
+                          sexp);
+        if (pool->versions[j] > x && at == pool->n_versions) at = j;
+      }
+      memmove(&pool->versions[at + 1], &pool->versions[at],
+              (pool->n_versions - at) * sizeof pool->versions[0]);
+      pool->versions[at] = x;
+      pool->n_versions++;
+    }
+    pool->version_policy = SIP_VERSIONS_SPECIFIC;
+    return 0;
+  }
+  return cfg_fail(c, kn->start_mark, k, "unknown key; expected %s", exp);
+}
+
+int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip_config_t *cfg = base;
+  char ikey[KEY_MAX], exp[1024], shown[SHOW_MAX * 4 + 8];
+  snprintf(exp, sizeof exp, "a map with keys: ");
+  cfg_list_fields(exp, sizeof exp, &cfg_pool_section, IN_POOL);
+
+  if (is_null(v)) return 0;
+  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, POOLS_EXPECT);
+  size_t n = seq_len(v);
+  if (n == 0) return 0;
+  cfg->pools = sip__calloc(n, sizeof *cfg->pools);
+  if (!cfg->pools) return cfg_oom(c);
+  cfg->n_pools = n;
+  for (size_t i = 0; i < n; i++) {
+    sip_pool_config_t *pool = &cfg->pools[i];
+    yaml_node_t *item = seq_item(c, v, i);
+    yaml_node_t *vals[MAX_FIELDS] = {0};
+    cfg_key_index(ikey, key, i);
+    if (!item) return cfg_oom(c);
+    /* An empty "- " entry is a mistake, not a pool made of defaults. */
+    if (item->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, item, ikey, exp);
+    cfg_apply_defaults(&cfg_pool_section, pool);
+    pool->line = (int)item->start_mark.line + 1;
+    c->where = IN_POOL;
+    int rc = cfg_parse_map(c, item, ikey, &cfg_pool_section, exp, pool, vals);
+    c->where = 0;
+    if (rc) return -1;
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(cfg->pools[j].name, pool->name)) continue;
+      char nkey[KEY_MAX];
+      cfg_key_join(nkey, ikey, "name", 4);
+      return cfg_fail(c, vals[P_NAME]->start_mark, nkey,
+                      "%s is already the name of session_pools[%zu] (line %d); expected unique pool "
+                      "names",
+                      cfg_show(shown, sizeof shown, pool->name, strlen(pool->name)), j, cfg->pools[j].line);
+    }
+    if (cfg_check_scheduling(c, pool, vals, ikey)) return -1;
+    if (check_pool(c, pool, item, vals, ikey)) return -1;
+  }
+  return 0;
+}
+
+const char *sip__priority_name(sip_priority_level_t p) {
+  return (unsigned)p < SIP_PRIO_LEVELS ? priority_names[p] : "unknown";
+}
