@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
+#include "core/queue.h"
 #include "sched/arbiter.h"
 #include "sip/backend.h"
 #include "sip/server.h"
@@ -33,7 +34,7 @@ struct sip_request {
   /* The reference on the pool taken at admission (src/session/registry.c);
    * dropped after `done` returns, so a retired pool lives until then. */
   struct sip_pool *held;
-  struct sip_request *next, *prev;
+  SIP__FIFO_LINK(struct sip_request); /* in a pool's sip_queue_t */
 };
 
 struct sip_response {
@@ -142,10 +143,10 @@ struct sip_cancel_token {
   atomic_int cancelled;
 };
 
+/* One priority level's requests, oldest first (src/core/queue.h). */
 typedef struct sip_queue {
-  sip_request_t *head, *tail;
-  size_t n;
-  atomic_long *count; /* the pool's n_queued, readable without the lock */
+  SIP__FIFO_FIELDS(sip_request_t);
+  atomic_long *n_queued; /* the pool's n_queued, readable without the lock */
 } sip_queue_t;
 
 struct sip_pool {

@@ -50,35 +50,22 @@ static int is_cancelled(const sip_request_t *r) {
 
 /* ---- queues ---- */
 
+SIP__FIFO_DEFINE(fifo, sip_queue_t, sip_request_t)
+
+/* The FIFO, keeping the pool's lock-free count of queued requests. */
 static void q_push(sip_queue_t *q, sip_request_t *r) {
-  atomic_fetch_add_explicit(q->count, 1, memory_order_relaxed);
-  r->next = NULL;
-  r->prev = q->tail;
-  if (q->tail)
-    q->tail->next = r;
-  else
-    q->head = r;
-  q->tail = r;
-  q->n++;
+  atomic_fetch_add_explicit(q->n_queued, 1, memory_order_relaxed);
+  fifo_push(q, r);
 }
 
 static void q_remove(sip_queue_t *q, sip_request_t *r) {
-  atomic_fetch_sub_explicit(q->count, 1, memory_order_relaxed);
-  if (r->prev)
-    r->prev->next = r->next;
-  else
-    q->head = r->next;
-  if (r->next)
-    r->next->prev = r->prev;
-  else
-    q->tail = r->prev;
-  r->next = r->prev = NULL;
-  q->n--;
+  atomic_fetch_sub_explicit(q->n_queued, 1, memory_order_relaxed);
+  fifo_remove(q, r);
 }
 
 static size_t queued(const sip_pool_t *p) {
   size_t n = 0;
-  for (int i = 0; i < SIP_N_QUEUES; i++) n += p->queue[i].n;
+  for (int i = 0; i < SIP_N_QUEUES; i++) n += p->queue[i].count;
   return n;
 }
 

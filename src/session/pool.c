@@ -202,7 +202,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
   p->version_num = version_number(v);
   atomic_init(&p->refs, 0);
   atomic_store(&p->state, SIP_POOL_LOADING);
-  for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].count = &p->n_queued;
+  for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].n_queued = &p->n_queued;
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t pa;
   pthread_condattr_init(&pa);
