@@ -71,9 +71,9 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   json_t *qb = json_object();
   size_t queued = 0;
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_N_QUEUES; l++) {
-    json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue[l].count));
-    queued += p->queue[l].count;
+  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
+    json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue.q[l].count));
+    queued += p->queue.q[l].count;
   }
   pthread_mutex_unlock(&p->mu);
   int active = 0;

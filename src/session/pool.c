@@ -160,7 +160,7 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
                            uint64_t compute_us) {
   sip_response_t *resp =
       sip__response_new(code, sip__strdup(message ? message : ""), r->id, outputs, n_outputs,
-                        queue_us, compute_us, sip__now_us() - r->arrival_us);
+                        queue_us, compute_us, sip__now_us() - r->sched.arrival_us);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
   sip_pool_t *held = r->held;
@@ -202,7 +202,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
   p->version_num = version_number(v);
   atomic_init(&p->refs, 0);
   atomic_store(&p->state, SIP_POOL_LOADING);
-  for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].n_queued = &p->n_queued;
+  sip__sched_queue_init(&p->queue);
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t pa;
   pthread_condattr_init(&pa);
