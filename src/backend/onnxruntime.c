@@ -1,4 +1,5 @@
-/* sip — the ONNX Runtime backend (C API).
+/* sip — the ONNX Runtime backend (C API): init, load options, load,
+ * describe and sessions; src/backend/onnxruntime_exec.c runs them.
  *
  * Shape of the thing:
  *  - init creates the one OrtEnv of the process with *global* thread pools;
@@ -28,8 +29,10 @@
 
 #include "onnxruntime_c_api.h"
 
+#include "backend/onnxruntime_impl.h"
 #include "core/core.h"
 #include "sip/backend.h"
+
 
 /* The newest OrtApi entries used here (TensorTypeAndShape_HasShape,
  * GetTensorElementTypeAndShapeDataReference) appeared in 1.24. Asking for
@@ -38,68 +41,19 @@
 #define ORT_API_MIN 24
 _Static_assert(ORT_API_VERSION >= ORT_API_MIN, "onnxruntime headers older than 1.24");
 
-/* The OrtApi table is a process-wide constant, so one static serves every
- * backend instance, including buffer-release callbacks that run on any
- * thread after shutdown. Set once by pthread_once in init. */
-static const OrtApi *ort;
+/* Set once by pthread_once in init. */
+const OrtApi *sip__ort;
 static pthread_once_t ort_once = PTHREAD_ONCE_INIT;
 
 static void ort_api_init(void) {
   const OrtApiBase *base = OrtGetApiBase();
-  ort = base ? base->GetApi(ORT_API_MIN) : NULL;
+  sip__ort = base ? base->GetApi(ORT_API_MIN) : NULL;
 }
 
-/* ORT needs a non-NULL data pointer even for a 0-byte tensor (empty dims or
- * an absent payload); this stands in for one. Never written. */
-static int64_t empty_data[1];
-
-/* Lifetimes. Output tensors are zero-copy views of OrtValues, and an
- * OrtValue may point into memory its OrtSession owns (an initializer that is
- * also a graph output). Responses can outlive an unload, so outputs hold a
- * reference on their model, sessions too, and models on the backend (whose
- * OrtEnv owns the thread pools every OrtSession uses). The last reference
- * releases the ORT object, whichever of shutdown/model_free/buffer release
- * comes last. */
-typedef struct backend {
-  OrtEnv *env;
-  atomic_long refs;
-} backend_t;
-
-typedef struct model {
-  OrtSession *session;
-  backend_t *backend;
-  atomic_long refs;
-  sip_io_desc_t *inputs;
-  size_t n_inputs;
-  sip_io_desc_t *outputs;
-  size_t n_outputs;
-} model_t;
-
-/* What a zero-copy output buffer owns. */
-typedef struct output_ref {
-  OrtValue *value;
-  model_t *model;
-} output_ref_t;
-
-typedef struct session {
-  model_t *model;
-  OrtRunOptions *run_options;
-  OrtMemoryInfo *mem_info; /* CPU memory, for wrapping request bytes */
-  OrtAllocator *allocator; /* ORT's default CPU allocator (not owned) */
-  /* Scratch arrays sized for the model, reused by every execute so the hot
-   * path does not allocate for them. */
-  const char **in_names;
-  OrtValue **in_values;
-  OrtValue **out_values;
-} session_t;
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* Turns an OrtStatus into a sip error with `code`, prefixing ORT's message
- * with a formatted context. Releases the status. */
-static sip_error_t *status_error(OrtStatus *st, sip_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static sip_error_t *status_error(OrtStatus *st, sip_code_t code, const char *fmt, ...) {
+sip_error_t *sip__ort_status_error(OrtStatus *st, sip_code_t code, const char *fmt, ...) {
   char ctx[512];
   va_list ap;
   va_start(ap, fmt);
@@ -107,7 +61,7 @@ static sip_error_t *status_error(OrtStatus *st, sip_code_t code, const char *fmt
   va_end(ap);
   /* ORT's messages span lines (shape mismatches list one index per line);
    * sip errors travel in logfmt lines and protocol headers, so fold them. */
-  const char *msg = ort->GetErrorMessage(st);
+  const char *msg = sip__ort->GetErrorMessage(st);
   char *flat = sip__strdup(msg ? msg : "(no message)");
   if (flat) {
     for (char *p = flat; *p; p++)
@@ -115,7 +69,7 @@ static sip_error_t *status_error(OrtStatus *st, sip_code_t code, const char *fmt
   }
   sip_error_t *err = sip_error_new(code, "%s: %s", ctx, flat ? flat : msg ? msg : "");
   sip__free(flat);
-  ort->ReleaseStatus(st);
+  sip__ort->ReleaseStatus(st);
   return err;
 }
 
@@ -123,20 +77,14 @@ static sip_error_t *status_error(OrtStatus *st, sip_code_t code, const char *fmt
  * protobuf, invalid graph, unsupported opset) is a model this server cannot
  * serve as configured, i.e. FAILED_PRECONDITION. */
 static sip_code_t load_code(OrtStatus *st) {
-  return ort->GetErrorCode(st) == ORT_NO_SUCHFILE ? SIP_NOT_FOUND : SIP_FAILED_PRECONDITION;
-}
-
-/* Running: ORT says INVALID_ARGUMENT for inputs it rejects (shape, type,
- * unknown name); that is the client's fault. Anything else is ours. */
-static sip_code_t run_code(OrtStatus *st) {
-  return ort->GetErrorCode(st) == ORT_INVALID_ARGUMENT ? SIP_INVALID_ARGUMENT : SIP_INTERNAL;
+  return sip__ort->GetErrorCode(st) == ORT_NO_SUCHFILE ? SIP_NOT_FOUND : SIP_FAILED_PRECONDITION;
 }
 
 /* ---- types ------------------------------------------------------------- */
 
 /* sip's dtype numbers are ONNX's, and so are ORT's element types; the switch
  * exists to say which of them sip can carry. */
-static sip_dtype_t dtype_from_ort(ONNXTensorElementDataType t) {
+sip_dtype_t sip__ort_dtype(ONNXTensorElementDataType t) {
   switch (t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return SIP_DTYPE_FLOAT32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return SIP_DTYPE_UINT8;
@@ -152,26 +100,6 @@ static sip_dtype_t dtype_from_ort(ONNXTensorElementDataType t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return SIP_DTYPE_UINT32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return SIP_DTYPE_UINT64;
     default: return SIP_DTYPE_INVALID;
-  }
-}
-
-/* Bytes per element of the fixed-size types; 0 for STRING and the rest. Kept
- * local because it also decides what execute accepts. */
-static size_t elem_size(sip_dtype_t dt) {
-  switch (dt) {
-    case SIP_DTYPE_BOOL:
-    case SIP_DTYPE_INT8:
-    case SIP_DTYPE_UINT8: return 1;
-    case SIP_DTYPE_INT16:
-    case SIP_DTYPE_UINT16:
-    case SIP_DTYPE_FLOAT16: return 2;
-    case SIP_DTYPE_INT32:
-    case SIP_DTYPE_UINT32:
-    case SIP_DTYPE_FLOAT32: return 4;
-    case SIP_DTYPE_INT64:
-    case SIP_DTYPE_UINT64:
-    case SIP_DTYPE_FLOAT64: return 8;
-    default: return 0;
   }
 }
 
@@ -191,7 +119,7 @@ static const char *ort_elem_name(ONNXTensorElementDataType t) {
   }
 }
 
-static const char *onnx_type_name(enum ONNXType t) {
+const char *sip__ort_type_name(enum ONNXType t) {
   switch (t) {
     case ONNX_TYPE_TENSOR: return "tensor";
     case ONNX_TYPE_SEQUENCE: return "sequence";
@@ -201,18 +129,6 @@ static const char *onnx_type_name(enum ONNXType t) {
     case ONNX_TYPE_OPTIONAL: return "optional";
     default: return "unknown";
   }
-}
-
-/* Element count of a shape; -1 when a dim is negative or the product
- * overflows (so a hostile shape cannot wrap the byte size). */
-static int64_t shape_count(const int64_t *dims, size_t rank) {
-  int64_t n = 1;
-  for (size_t i = 0; i < rank; i++) {
-    if (dims[i] < 0) return -1;
-    if (dims[i] != 0 && n > INT64_MAX / dims[i]) return -1;
-    n *= dims[i];
-  }
-  return n;
 }
 
 /* ---- init / shutdown --------------------------------------------------- */
@@ -237,7 +153,7 @@ static void ort_log(void *param, OrtLoggingLevel severity, const char *category,
 static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backend_state) {
   *backend_state = NULL;
   pthread_once(&ort_once, ort_api_init);
-  if (!ort)
+  if (!sip__ort)
     return sip_error_new(SIP_FAILED_PRECONDITION,
                          "onnxruntime: the loaded library does not provide C API version %d "
                          "(onnxruntime >= 1.%d is required; found %s)",
@@ -256,24 +172,24 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
   if (!be) return SIP_OOM();
 
   OrtThreadingOptions *tp = NULL;
-  OrtStatus *st = ort->CreateThreadingOptions(&tp);
+  OrtStatus *st = sip__ort->CreateThreadingOptions(&tp);
   /* intra 0 is ORT's "one per physical core", which is what sip's 0 means.
    * inter 0 means 1 in sip: sessions run sequentially, so a larger inter-op
    * pool would only hold idle threads. */
-  if (!st) st = ort->SetGlobalIntraOpNumThreads(tp, s.intra_op_threads);
-  if (!st) st = ort->SetGlobalInterOpNumThreads(tp, s.inter_op_threads ? s.inter_op_threads : 1);
+  if (!st) st = sip__ort->SetGlobalIntraOpNumThreads(tp, s.intra_op_threads);
+  if (!st) st = sip__ort->SetGlobalInterOpNumThreads(tp, s.inter_op_threads ? s.inter_op_threads : 1);
   /* Spinning burns cores that other sessions and the event loops need;
    * off unless asked for. */
-  if (!st) st = ort->SetGlobalSpinControl(tp, s.allow_spinning ? 1 : 0);
+  if (!st) st = sip__ort->SetGlobalSpinControl(tp, s.allow_spinning ? 1 : 0);
   /* ORT keeps one env per process: a second init while one is alive gets
    * the same env (with the first init's thread settings). */
   if (!st)
-    st = ort->CreateEnvWithCustomLoggerAndGlobalThreadPools(
+    st = sip__ort->CreateEnvWithCustomLoggerAndGlobalThreadPools(
         ort_log, NULL, ORT_LOGGING_LEVEL_WARNING, "sip", tp, &be->env);
-  if (tp) ort->ReleaseThreadingOptions(tp);
+  if (tp) sip__ort->ReleaseThreadingOptions(tp);
   if (st) {
     sip__free(be);
-    return status_error(st, SIP_INTERNAL, "onnxruntime: cannot create the environment");
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot create the environment");
   }
   atomic_init(&be->refs, 1);
   *backend_state = be;
@@ -282,7 +198,7 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
 
 static void backend_unref(backend_t *be) {
   if (atomic_fetch_sub_explicit(&be->refs, 1, memory_order_acq_rel) != 1) return;
-  if (be->env) ort->ReleaseEnv(be->env);
+  if (be->env) sip__ort->ReleaseEnv(be->env);
   sip__free(be);
 }
 
@@ -451,43 +367,43 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
                                  const char *path, sip_io_desc_t *d) {
   const char *kind = is_input ? "input" : "output";
   char *ort_name = NULL;
-  OrtStatus *st = is_input ? ort->SessionGetInputName(sess, index, alloc, &ort_name)
-                           : ort->SessionGetOutputName(sess, index, alloc, &ort_name);
+  OrtStatus *st = is_input ? sip__ort->SessionGetInputName(sess, index, alloc, &ort_name)
+                           : sip__ort->SessionGetOutputName(sess, index, alloc, &ort_name);
   if (st)
-    return status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s %zu", path, kind, index);
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s %zu", path, kind, index);
   d->name = sip__strdup(ort_name);
-  OrtStatus *fst = ort->AllocatorFree(alloc, ort_name);
-  if (fst) ort->ReleaseStatus(fst); /* cannot fail for the default allocator */
+  OrtStatus *fst = sip__ort->AllocatorFree(alloc, ort_name);
+  if (fst) sip__ort->ReleaseStatus(fst); /* cannot fail for the default allocator */
   if (!d->name) return SIP_OOM();
 
   OrtTypeInfo *ti = NULL;
-  st = is_input ? ort->SessionGetInputTypeInfo(sess, index, &ti)
-                : ort->SessionGetOutputTypeInfo(sess, index, &ti);
+  st = is_input ? sip__ort->SessionGetInputTypeInfo(sess, index, &ti)
+                : sip__ort->SessionGetOutputTypeInfo(sess, index, &ti);
   if (st)
-    return status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s '%s'", path, kind, d->name);
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s '%s'", path, kind, d->name);
 
   sip_error_t *err = NULL;
   enum ONNXType otype = ONNX_TYPE_UNKNOWN;
   const OrtTensorTypeAndShapeInfo *tinfo = NULL;
   ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   size_t rank = 0;
-  st = ort->GetOnnxTypeFromTypeInfo(ti, &otype);
+  st = sip__ort->GetOnnxTypeFromTypeInfo(ti, &otype);
   if (!st && otype != ONNX_TYPE_TENSOR) {
     err = sip_error_new(SIP_UNIMPLEMENTED,
                         "onnxruntime: model '%s': %s '%s' is a %s; sip supports only tensor "
                         "inputs and outputs",
-                        path, kind, d->name, onnx_type_name(otype));
+                        path, kind, d->name, sip__ort_type_name(otype));
     goto out;
   }
-  if (!st) st = ort->CastTypeInfoToTensorInfo(ti, &tinfo);
+  if (!st) st = sip__ort->CastTypeInfoToTensorInfo(ti, &tinfo);
   if (!st && !tinfo) {
     err = sip_error_new(SIP_INTERNAL, "onnxruntime: model '%s': %s '%s' has no tensor info", path,
                         kind, d->name);
     goto out;
   }
-  if (!st) st = ort->GetTensorElementType(tinfo, &et);
+  if (!st) st = sip__ort->GetTensorElementType(tinfo, &et);
   if (st) goto out;
-  d->dtype = dtype_from_ort(et);
+  d->dtype = sip__ort_dtype(et);
   if (d->dtype == SIP_DTYPE_INVALID) {
     err = sip_error_new(SIP_UNIMPLEMENTED,
                         "onnxruntime: model '%s': %s '%s' has element type %s (ONNX type %d), "
@@ -497,11 +413,11 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
   }
   /* A graph input may declare no shape at all; ORT then reports rank 0,
    * which would wrongly read as "scalar only". */
-  if (!ort->TensorTypeAndShape_HasShape(tinfo)) {
+  if (!sip__ort->TensorTypeAndShape_HasShape(tinfo)) {
     d->rank = -1;
     goto out;
   }
-  st = ort->GetDimensionsCount(tinfo, &rank);
+  st = sip__ort->GetDimensionsCount(tinfo, &rank);
   if (st) goto out;
   if (rank > SIP_MAX_RANK) {
     err = sip_error_new(SIP_UNIMPLEMENTED,
@@ -510,7 +426,7 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
     goto out;
   }
   d->rank = (int)rank;
-  if (rank) st = ort->GetDimensions(tinfo, d->dims, rank);
+  if (rank) st = sip__ort->GetDimensions(tinfo, d->dims, rank);
   /* Symbolic ("batch") and unnamed dims come back as -1 already; anything
    * negative is normalised so callers test only for -1. */
   for (size_t i = 0; !st && i < rank; i++)
@@ -518,19 +434,17 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
 
 out:
   if (st)
-    err = status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s '%s'", path, kind, d->name);
-  ort->ReleaseTypeInfo(ti);
+    err = sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: model '%s': %s '%s'", path, kind, d->name);
+  sip__ort->ReleaseTypeInfo(ti);
   return err;
 }
 
-static void model_unref(model_t *m);
-
 static sip_error_t *describe_all(model_t *m, const char *path) {
   OrtAllocator *alloc = NULL;
-  OrtStatus *st = ort->GetAllocatorWithDefaultOptions(&alloc);
-  if (!st) st = ort->SessionGetInputCount(m->session, &m->n_inputs);
-  if (!st) st = ort->SessionGetOutputCount(m->session, &m->n_outputs);
-  if (st) return status_error(st, SIP_INTERNAL, "onnxruntime: model '%s'", path);
+  OrtStatus *st = sip__ort->GetAllocatorWithDefaultOptions(&alloc);
+  if (!st) st = sip__ort->SessionGetInputCount(m->session, &m->n_inputs);
+  if (!st) st = sip__ort->SessionGetOutputCount(m->session, &m->n_outputs);
+  if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: model '%s'", path);
   /* Zeroed, so that a failure half way leaves only NULL names to free. */
   m->inputs = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *m->inputs);
   m->outputs = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *m->outputs);
@@ -561,28 +475,28 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   if (err) return err;
 
   OrtSessionOptions *so = NULL;
-  OrtStatus *st = ort->CreateSessionOptions(&so);
-  if (!st && !lo.own_threads) st = ort->DisablePerSessionThreads(so);
-  if (!st && lo.own_threads) st = ort->SetIntraOpNumThreads(so, lo.own_threads);
-  if (!st && lo.own_threads) st = ort->SetInterOpNumThreads(so, 1);
-  if (!st) st = ort->SetSessionGraphOptimizationLevel(so, lo.opt_level);
+  OrtStatus *st = sip__ort->CreateSessionOptions(&so);
+  if (!st && !lo.own_threads) st = sip__ort->DisablePerSessionThreads(so);
+  if (!st && lo.own_threads) st = sip__ort->SetIntraOpNumThreads(so, lo.own_threads);
+  if (!st && lo.own_threads) st = sip__ort->SetInterOpNumThreads(so, 1);
+  if (!st) st = sip__ort->SetSessionGraphOptimizationLevel(so, lo.opt_level);
   if (!st && lo.mem_arena >= 0)
-    st = lo.mem_arena ? ort->EnableCpuMemArena(so) : ort->DisableCpuMemArena(so);
+    st = lo.mem_arena ? sip__ort->EnableCpuMemArena(so) : sip__ort->DisableCpuMemArena(so);
   if (!st && lo.mem_pattern >= 0)
-    st = lo.mem_pattern ? ort->EnableMemPattern(so) : ort->DisableMemPattern(so);
+    st = lo.mem_pattern ? sip__ort->EnableMemPattern(so) : sip__ort->DisableMemPattern(so);
   if (st) {
-    if (so) ort->ReleaseSessionOptions(so);
-    return status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
+    if (so) sip__ort->ReleaseSessionOptions(so);
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
   }
 
   OrtSession *sess = NULL;
-  st = ort->CreateSession(be->env, path, so, &sess);
-  ort->ReleaseSessionOptions(so);
-  if (st) return status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
+  st = sip__ort->CreateSession(be->env, path, so, &sess);
+  sip__ort->ReleaseSessionOptions(so);
+  if (st) return sip__ort_status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
 
   model_t *m = sip__calloc(1, sizeof *m);
   if (!m) {
-    ort->ReleaseSession(sess);
+    sip__ort->ReleaseSession(sess);
     return SIP_OOM();
   }
   m->session = sess;
@@ -591,7 +505,7 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   atomic_init(&m->refs, 1);
   err = describe_all(m, path);
   if (err) {
-    model_unref(m);
+    sip__ort_model_unref(m);
     return err;
   }
   *model = m;
@@ -607,9 +521,9 @@ static void ort_describe(void *model, const sip_io_desc_t **inputs, size_t *n_in
   *n_outputs = m->n_outputs;
 }
 
-static void model_unref(model_t *m) {
+void sip__ort_model_unref(model_t *m) {
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
-  if (m->session) ort->ReleaseSession(m->session);
+  if (m->session) sip__ort->ReleaseSession(m->session);
   free_descs(m->inputs, m->n_inputs);
   free_descs(m->outputs, m->n_outputs);
   backend_unref(m->backend);
@@ -619,7 +533,7 @@ static void model_unref(model_t *m) {
 /* Drops the loader's reference; sessions and outputs still alive keep the
  * OrtSession (and the describe arrays) until they go. */
 static void ort_model_free(void *model) {
-  if (model) model_unref(model);
+  if (model) sip__ort_model_unref(model);
 }
 
 /* ---- sessions ---------------------------------------------------------- */
@@ -627,12 +541,12 @@ static void ort_model_free(void *model) {
 static void ort_session_free(void *session) {
   session_t *s = session;
   if (!s) return;
-  if (s->run_options) ort->ReleaseRunOptions(s->run_options);
-  if (s->mem_info) ort->ReleaseMemoryInfo(s->mem_info);
+  if (s->run_options) sip__ort->ReleaseRunOptions(s->run_options);
+  if (s->mem_info) sip__ort->ReleaseMemoryInfo(s->mem_info);
   sip__free(s->in_names);
   sip__free(s->in_values);
   sip__free(s->out_values);
-  if (s->model) model_unref(s->model);
+  if (s->model) sip__ort_model_unref(s->model);
   sip__free(s);
 }
 
@@ -650,320 +564,15 @@ static sip_error_t *ort_session_new(void *model, void **session) {
     ort_session_free(s);
     return SIP_OOM();
   }
-  OrtStatus *st = ort->CreateRunOptions(&s->run_options);
-  if (!st) st = ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &s->mem_info);
-  if (!st) st = ort->GetAllocatorWithDefaultOptions(&s->allocator);
+  OrtStatus *st = sip__ort->CreateRunOptions(&s->run_options);
+  if (!st) st = sip__ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &s->mem_info);
+  if (!st) st = sip__ort->GetAllocatorWithDefaultOptions(&s->allocator);
   if (st) {
     ort_session_free(s);
-    return status_error(st, SIP_INTERNAL, "onnxruntime: cannot create a session");
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot create a session");
   }
   *session = s;
   return NULL;
-}
-
-/* ---- execute: inputs --------------------------------------------------- */
-
-static uint32_t get_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v;
-  p[1] = (unsigned char)(v >> 8);
-  p[2] = (unsigned char)(v >> 16);
-  p[3] = (unsigned char)(v >> 24);
-}
-
-/* Builds an ORT string tensor from sip's packed form (u32 LE length +
- * bytes per element). Each element is written straight into ORT's
- * std::string buffer, so embedded NULs survive and no NUL-terminated
- * temporaries are needed. */
-static sip_error_t *make_string_input(session_t *s, const sip_tensor_t *t, const char *name,
-                                      int64_t count, OrtValue **out) {
-  OrtValue *v = NULL;
-  OrtStatus *st = ort->CreateTensorAsOrtValue(s->allocator, t->dims, (size_t)t->rank,
-                                              ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, &v);
-  if (st) return status_error(st, run_code(st), "onnxruntime: input '%s'", name);
-  const unsigned char *p = t->data, *end = p ? p + t->nbytes : p;
-  for (int64_t i = 0; i < count; i++) {
-    if (!p || end - p < 4) goto malformed;
-    uint32_t len = get_le32(p);
-    p += 4;
-    if ((size_t)(end - p) < len) goto malformed;
-    char *dst = NULL;
-    st = ort->GetResizedStringTensorElementBuffer(v, (size_t)i, len, &dst);
-    if (st) {
-      ort->ReleaseValue(v);
-      return status_error(st, SIP_INTERNAL, "onnxruntime: input '%s' element %lld", name,
-                          (long long)i);
-    }
-    if (len) memcpy(dst, p, len);
-    p += len;
-  }
-  if (p != end) goto malformed;
-  *out = v;
-  return NULL;
-malformed:
-  ort->ReleaseValue(v);
-  return sip_error_new(SIP_INVALID_ARGUMENT,
-                       "onnxruntime: string input '%s' does not hold exactly %lld packed elements "
-                       "(u32 little-endian length + bytes each) in %zu bytes",
-                       name, (long long)count, t->nbytes);
-}
-
-static sip_error_t *make_input(session_t *s, const sip_tensor_t *t, const char *name,
-                               OrtValue **out) {
-  if (t->rank < 0 || t->rank > SIP_MAX_RANK)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' has rank %d", name,
-                         t->rank);
-  int64_t count = shape_count(t->dims, (size_t)t->rank);
-  if (count < 0)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' has an invalid shape",
-                         name);
-  if (t->dtype == SIP_DTYPE_STRING) return make_string_input(s, t, name, count, out);
-
-  size_t es = elem_size(t->dtype);
-  if (!es)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' has unsupported dtype %d",
-                         name, (int)t->dtype);
-  if ((uint64_t)count > SIZE_MAX / es || (size_t)count * es != t->nbytes || (t->nbytes && !t->data))
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "onnxruntime: input '%s' has %zu bytes of data; its shape and dtype need "
-                         "%llu",
-                         name, t->nbytes, (unsigned long long)count * es);
-  /* Zero-copy: ORT reads the caller's bytes in place and never writes an
-   * input, so dropping const is safe. */
-  void *data = t->nbytes ? (void *)t->data : (void *)empty_data;
-  OrtStatus *st =
-      ort->CreateTensorWithDataAsOrtValue(s->mem_info, data, t->nbytes, t->dims, (size_t)t->rank,
-                                          (ONNXTensorElementDataType)t->dtype, out);
-  if (st) return status_error(st, run_code(st), "onnxruntime: input '%s'", name);
-  return NULL;
-}
-
-/* ---- execute: outputs -------------------------------------------------- */
-
-static void release_output(void *ctx) {
-  output_ref_t *r = ctx;
-  ort->ReleaseValue(r->value);
-  model_unref(r->model);
-  sip__free(r);
-}
-
-/* True when `p` points into one of the request's borrowed input buffers.
- * ORT hands a feed straight back when a graph output *is* a graph input
- * (and alias kernels such as Reshape may do the same), and such an output
- * must not outlive the request's memory. */
-static int points_into_inputs(const void *p, const sip_tensor_t *const *inputs, size_t n) {
-  uintptr_t a = (uintptr_t)p;
-  for (size_t i = 0; i < n; i++) {
-    uintptr_t lo = (uintptr_t)inputs[i]->data;
-    if (inputs[i]->dtype != SIP_DTYPE_STRING && inputs[i]->nbytes && a >= lo &&
-        a - lo < inputs[i]->nbytes)
-      return 1;
-  }
-  return 0;
-}
-
-/* Packs an ORT string tensor into sip's format in a fresh buffer. */
-static sip_error_t *pack_strings(OrtValue *v, const char *name, size_t count, sip_buf_t **out) {
-  size_t total = 0;
-  OrtStatus *st = ort->GetStringTensorDataLength(v, &total);
-  if (st) return status_error(st, SIP_INTERNAL, "onnxruntime: output '%s'", name);
-  if (count > (SIZE_MAX - total) / 4)
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "onnxruntime: output '%s' is too large", name);
-  sip_buf_t *buf = sip_buf_new(4 * count + total);
-  if (!buf) return SIP_OOM();
-  unsigned char *p = sip_buf_data(buf), *end = p + 4 * count + total;
-  for (size_t i = 0; i < count; i++) {
-    size_t len = 0;
-    st = ort->GetStringTensorElementLength(v, i, &len);
-    if (!st && (len > UINT32_MAX || (size_t)(end - p) < 4 || (size_t)(end - p) - 4 < len)) {
-      sip_buf_unref(buf);
-      return sip_error_new(SIP_INTERNAL,
-                           "onnxruntime: output '%s' element %zu does not fit the packed format",
-                           name, i);
-    }
-    if (!st) {
-      put_le32(p, (uint32_t)len);
-      p += 4;
-      /* An empty string has nothing to copy (and p may sit at end). */
-      if (len) st = ort->GetStringTensorElement(v, len, i, p);
-      p += len;
-    }
-    if (st) {
-      sip_buf_unref(buf);
-      return status_error(st, SIP_INTERNAL, "onnxruntime: output '%s' element %zu", name, i);
-    }
-  }
-  *out = buf;
-  return NULL;
-}
-
-/* Turns one output OrtValue into a sip tensor. Always takes ownership of
- * `v`: on success it lives on inside the tensor's buffer (numeric) or is
- * released after packing (STRING); on failure it is released. */
-static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
-                                const sip_tensor_t *const *inputs, size_t n_inputs,
-                                sip_tensor_t **out) {
-  sip_error_t *err = NULL;
-  enum ONNXType otype = ONNX_TYPE_UNKNOWN;
-  OrtStatus *st = ort->GetValueType(v, &otype);
-  if (st) {
-    ort->ReleaseValue(v);
-    return status_error(st, SIP_INTERNAL, "onnxruntime: output '%s'", name);
-  }
-  if (otype != ONNX_TYPE_TENSOR) {
-    ort->ReleaseValue(v);
-    return sip_error_new(SIP_UNIMPLEMENTED,
-                         "onnxruntime: output '%s' is a %s; sip returns only tensors", name,
-                         onnx_type_name(otype));
-  }
-  ONNXTensorElementDataType et;
-  const int64_t *shape = NULL;
-  size_t rank = 0;
-  /* Shape by reference: no allocation per output on the hot path. */
-  st = ort->GetTensorElementTypeAndShapeDataReference(v, &et, &shape, &rank);
-  if (st) {
-    ort->ReleaseValue(v);
-    return status_error(st, SIP_INTERNAL, "onnxruntime: output '%s'", name);
-  }
-  sip_dtype_t dt = dtype_from_ort(et);
-  int64_t count = rank <= SIP_MAX_RANK ? shape_count(shape, rank) : -1;
-  if (dt == SIP_DTYPE_INVALID || count < 0) {
-    err = sip_error_new(SIP_UNIMPLEMENTED,
-                        "onnxruntime: output '%s' (element type %d, rank %zu) cannot be returned "
-                        "by sip",
-                        name, (int)et, rank);
-    ort->ReleaseValue(v);
-    return err;
-  }
-  /* Copy the dims now: `shape` dies with the value, which the STRING path
-   * releases before the tensor is built. */
-  int64_t dims[SIP_MAX_RANK];
-  if (rank) memcpy(dims, shape, rank * sizeof *dims);
-
-  sip_buf_t *buf = NULL;
-  void *data = NULL;
-  size_t nbytes = 0;
-  if (dt == SIP_DTYPE_STRING) {
-    err = pack_strings(v, name, (size_t)count, &buf);
-    ort->ReleaseValue(v);
-    if (err) return err;
-    data = sip_buf_data(buf);
-    nbytes = sip_buf_len(buf);
-  } else {
-    size_t es = elem_size(dt);
-    if ((uint64_t)count > SIZE_MAX / es) {
-      ort->ReleaseValue(v);
-      return sip_error_new(SIP_INTERNAL, "onnxruntime: output '%s' is too large", name);
-    }
-    nbytes = (size_t)count * es;
-    st = ort->GetTensorMutableData(v, &data);
-    if (st) {
-      ort->ReleaseValue(v);
-      return status_error(st, SIP_INTERNAL, "onnxruntime: output '%s'", name);
-    }
-    if (!data || !nbytes) {
-      /* Empty outputs may have no storage; give consumers a valid pointer
-       * and do not keep the value for nothing. */
-      ort->ReleaseValue(v);
-      data = empty_data;
-      nbytes = 0;
-    } else if (points_into_inputs(data, inputs, n_inputs)) {
-      buf = sip_buf_new(nbytes);
-      if (buf) memcpy(sip_buf_data(buf), data, nbytes);
-      ort->ReleaseValue(v);
-      if (!buf) return SIP_OOM();
-      data = sip_buf_data(buf);
-    } else {
-      /* Zero-copy: the buffer owns the OrtValue and a model reference
-       * (sip_buf_wrap releases them itself when it cannot allocate). */
-      output_ref_t *r = sip__malloc(sizeof *r);
-      if (!r) {
-        ort->ReleaseValue(v);
-        return SIP_OOM();
-      }
-      r->value = v;
-      r->model = m;
-      atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
-      buf = sip_buf_wrap(data, nbytes, release_output, r);
-      if (!buf) return SIP_OOM();
-    }
-  }
-  *out = sip_tensor_new_view(name, dt, (int)rank, dims, data, nbytes, buf);
-  sip_buf_unref(buf); /* the tensor holds its own reference; NULL is a no-op */
-  return *out ? NULL : SIP_OOM();
-}
-
-/* ---- execute ----------------------------------------------------------- */
-
-static sip_error_t *ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
-                                const char *const *out_names, size_t n_outputs,
-                                sip_tensor_t **outputs) {
-  session_t *s = session;
-  model_t *m = s->model;
-  for (size_t j = 0; j < n_outputs; j++) outputs[j] = NULL;
-  if (n_inputs > m->n_inputs)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: %zu inputs given; the model has %zu",
-                         n_inputs, m->n_inputs);
-  if (n_outputs > m->n_outputs)
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "onnxruntime: %zu outputs requested; the model has %zu", n_outputs,
-                         m->n_outputs);
-
-  sip_error_t *err = NULL;
-  size_t built = 0, done = 0;
-  /* Run fills only NULL slots with fresh values; the cleanup below relies on
-   * every slot being NULL or ours. */
-  for (size_t j = 0; j < n_outputs; j++) s->out_values[j] = NULL;
-  for (; built < n_inputs; built++) {
-    const sip_tensor_t *t = inputs[built];
-    /* Inputs are matched by name, so their order is free; an unnamed one
-     * falls back to the model's input at the same position. */
-    const char *name = t->name ? t->name : m->inputs[built].name;
-    s->in_names[built] = name;
-    err = make_input(s, t, name, &s->in_values[built]);
-    if (err) goto out;
-  }
-
-  OrtStatus *st =
-      ort->Run(m->session, s->run_options, s->in_names, (const OrtValue *const *)s->in_values,
-               n_inputs, out_names, n_outputs, s->out_values);
-  if (st) {
-    err = status_error(st, run_code(st), "onnxruntime: run failed");
-    goto out;
-  }
-  for (; done < n_outputs; done++) {
-    OrtValue *v = s->out_values[done];
-    s->out_values[done] = NULL; /* make_output owns it from here */
-    if (!v) {
-      err =
-          sip_error_new(SIP_INTERNAL, "onnxruntime: output '%s' was not produced", out_names[done]);
-      goto out;
-    }
-    err = make_output(m, v, out_names[done], inputs, n_inputs, &outputs[done]);
-    if (err) goto out;
-  }
-
-out:
-  for (size_t i = 0; i < built; i++) {
-    ort->ReleaseValue(s->in_values[i]);
-    s->in_values[i] = NULL;
-  }
-  if (err) {
-    /* Run may have produced values we never converted; and per the
-     * contract no outputs stay allocated on failure. */
-    for (size_t j = done; j < n_outputs; j++) {
-      if (s->out_values[j]) ort->ReleaseValue(s->out_values[j]);
-      s->out_values[j] = NULL;
-    }
-    for (size_t j = 0; j < n_outputs; j++) {
-      sip_tensor_free(outputs[j]);
-      outputs[j] = NULL;
-    }
-  }
-  return err;
 }
 
 const sip_backend_vtable_t sip__backend_onnxruntime = {
@@ -975,7 +584,7 @@ const sip_backend_vtable_t sip__backend_onnxruntime = {
     .load = ort_load,
     .describe = ort_describe,
     .session_new = ort_session_new,
-    .execute = ort_execute,
+    .execute = sip__ort_execute,
     .session_free = ort_session_free,
     .model_free = ort_model_free,
 };

@@ -52,6 +52,12 @@ static inline int sip__name_char(char ch) {
          ch == '_' || ch == '.' || ch == '-';
 }
 
+/* A shape as text for messages: "[2,3,-1]" with sep "," or "[2, 3, -1]" with
+ * sep ", "; rank 0 (or less) gives "[]". A shape that does not fit in size
+ * bytes keeps the dims that do and ends in "...]" ("[1, 2, ...]"). Always
+ * NUL-terminated when size > 0. Returns buf (src/core/tensor.c). */
+const char *sip__shape_str(char *buf, size_t size, int rank, const int64_t *dims, const char *sep);
+
 /* IEEE half <-> double (src/core/half.c); to half rounds to nearest even. */
 uint16_t sip__f64_to_f16(double d);
 double sip__f16_to_f64(uint16_t h);

@@ -1,5 +1,6 @@
 /* sip — dtypes, refcounted buffers and tensors. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -178,4 +179,38 @@ sip_error_t *sip_tensor_validate(const sip_tensor_t *t) {
                          "expected exactly %zu bytes",
                          t->name, t->nbytes - off, (long long)count, off);
   return NULL;
+}
+
+const char *sip__shape_str(char *buf, size_t size, int rank, const int64_t *dims, const char *sep) {
+  static const char more[] = "...]";
+  if (!size) return buf;
+  size_t seplen = strlen(sep), o = 0, keep;
+  buf[o++] = '[';
+  keep = o; /* where "...]" goes if a later dim does not fit */
+  for (int i = 0; i < rank; i++) {
+    char num[24];
+    size_t n = (size_t)snprintf(num, sizeof num, "%lld", (long long)dims[i]);
+    size_t s = i ? seplen : 0;
+    if (o + s + n + 2 > size) { /* this dim, then ']' and the NUL */
+      o = keep;
+      if (o > 1 && o + seplen < size) {
+        memcpy(buf + o, sep, seplen);
+        o += seplen;
+      }
+      if (o < size) snprintf(buf + o, size - o, "%s", more);
+      else buf[size - 1] = '\0';
+      return buf;
+    }
+    memcpy(buf + o, sep, s);
+    memcpy(buf + o + s, num, n);
+    o += s + n;
+    if (o + seplen + sizeof more <= size) keep = o;
+  }
+  if (o + 2 <= size) {
+    buf[o++] = ']';
+    buf[o] = '\0';
+  } else {
+    buf[size - 1] = '\0';
+  }
+  return buf;
 }

@@ -101,11 +101,12 @@ enum {
 
 /* The operations, by file. */
 extern const sip__tf_op_t sip__tf_resize, sip__tf_letterbox, sip__tf_normalize,
-    sip__tf_color_convert, sip__tf_to_tensor, sip__tf_rotate180, sip__tf_crop_and_resize;
+    sip__tf_color_convert, sip__tf_to_tensor, sip__tf_rotate180; /* transform_image.c */
+extern const sip__tf_op_t sip__tf_crop_and_resize;               /* transform_crop.c */
 extern const sip__tf_op_t sip__tf_cast, sip__tf_softmax, sip__tf_topk, sip__tf_nms,
-    sip__tf_ctc_greedy_decode;
-extern const sip__tf_op_t sip__tf_db_postprocess;
-extern const sip__tf_op_t sip__tf_decode_image; /* transform_decode.c */
+    sip__tf_ctc_greedy_decode;                                   /* transform_tensor.c */
+extern const sip__tf_op_t sip__tf_db_postprocess;                /* transform_db.c */
+extern const sip__tf_op_t sip__tf_decode_image;                  /* transform_decode.c */
 
 /* ---- options (transforms.c) ----
  * Each returns an owned INVALID_ARGUMENT naming the op and option on a bad
@@ -196,7 +197,7 @@ static inline void sip__tf_tap(double p, int64_t size, int64_t *i0, int64_t *i1,
 /* The 3x3 homography (row-major, m9[8] = 1) taking the unit square's
  * corners (0,0), (1,0), (1,1), (0,1) to the quad (x[k], y[k]), k = 0..3;
  * -1 for a degenerate quad (no area), for which no map exists
- * (transform_image.c). */
+ * (transform_crop.c). */
 int sip__tf_homography(const double *x, const double *y, double *m9);
 
 /* Element i of numeric data of dtype dt as a double (transform_tensor.c). */

@@ -1,7 +1,7 @@
 /* sip — transform operations: the registry, option parsing, input checks
  * and the tensor helpers every operation shares. The operations themselves
- * are in transform_image.c, transform_tensor.c, transform_db.c and
- * transform_decode.c. */
+ * are in transform_image.c, transform_crop.c, transform_tensor.c,
+ * transform_db.c and transform_decode.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -305,10 +305,11 @@ static void format_desc(char *buf, size_t n, const sip_io_desc_t *d) {
     snprintf(buf, n, "%s of any shape", sip_dtype_name(d->dtype));
     return;
   }
-  size_t off = (size_t)snprintf(buf, n, "%s [", sip_dtype_name(d->dtype));
-  for (int i = 0; i < d->rank && off < n; i++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)d->dims[i]);
-  if (off < n) snprintf(buf + off, n - off, "]%s", d->rank ? " (-1: any size)" : "");
+  size_t off = (size_t)snprintf(buf, n, "%s ", sip_dtype_name(d->dtype));
+  if (off >= n) return;
+  sip__shape_str(buf + off, n - off, d->rank, d->dims, ",");
+  off += strlen(buf + off);
+  snprintf(buf + off, n - off, "%s", d->rank ? " (-1: any size)" : "");
 }
 
 /* The messages below are built only on failure: this runs for every
@@ -325,11 +326,7 @@ static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d
     ok = d->dims[i] < 0 || d->dims[i] == x->dims[i];
   if (!ok) {
     char got[256];
-    size_t off = (size_t)snprintf(got, sizeof got, "[");
-    for (int i = 0; i < x->rank && i < SIP_MAX_RANK && off < sizeof got; i++)
-      off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? "," : "",
-                              (long long)x->dims[i]);
-    if (off < sizeof got) snprintf(got + off, sizeof got - off, "]");
+    sip__shape_str(got, sizeof got, x->rank < SIP_MAX_RANK ? x->rank : SIP_MAX_RANK, x->dims, ",");
     format_desc(want, sizeof want, d);
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "transform %s: input '%s': received shape %s; expected %s", t->op->name,

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "core/queue.h"
 #include "ops/expr.h"
 #include "ops/transforms.h"
 #include "pipeline/pipeline.h"
@@ -77,8 +78,13 @@ typedef struct pipeline {
 typedef struct job {
   struct run *r;
   int stage;
-  struct job *next;
+  SIP__FIFO_LINK(struct job);
 } job_t;
+
+/* The workers' queue of jobs (src/core/queue.h). */
+typedef struct job_queue {
+  SIP__FIFO_FIELDS(job_t);
+} job_queue_t;
 
 #define N_WORKERS 4
 
@@ -93,7 +99,7 @@ struct sip_pipeline_set {
    * thread that completed their inputs. */
   pthread_mutex_t mu;
   pthread_cond_t cv, idle_cv;
-  job_t *head, *tail;
+  job_queue_t jobs;
   int busy;   /* jobs being run */
   int closed; /* quiesced: submissions run their stages inline */
   pthread_t workers[N_WORKERS];

@@ -56,22 +56,22 @@ static void launch(run_t *r, int k);
 
 /* ---- the workers ---- */
 
+SIP__FIFO_DEFINE(jobs, job_queue_t, job_t)
+
 static void *worker_main(void *arg) {
   sip_pipeline_set_t *ps = arg;
   pthread_mutex_lock(&ps->mu);
   for (;;) {
-    while (!ps->head && !ps->closed) pthread_cond_wait(&ps->cv, &ps->mu);
-    job_t *j = ps->head;
+    while (!ps->jobs.head && !ps->closed) pthread_cond_wait(&ps->cv, &ps->mu);
+    job_t *j = jobs_pop(&ps->jobs);
     if (!j) break; /* closed and drained */
-    ps->head = j->next;
-    if (!ps->head) ps->tail = NULL;
     ps->busy++;
     pthread_mutex_unlock(&ps->mu);
     launch(j->r, j->stage);
     sip__free(j);
     pthread_mutex_lock(&ps->mu);
     ps->busy--;
-    if (!ps->head && !ps->busy) pthread_cond_broadcast(&ps->idle_cv);
+    if (!ps->jobs.head && !ps->busy) pthread_cond_broadcast(&ps->idle_cv);
   }
   pthread_mutex_unlock(&ps->mu);
   return NULL;
@@ -91,7 +91,7 @@ void sip__pipelines_quiesce(sip_pipeline_set_t *ps) {
   pthread_mutex_lock(&ps->mu);
   ps->closed = 1;
   pthread_cond_broadcast(&ps->cv);
-  while (ps->head || ps->busy) pthread_cond_wait(&ps->idle_cv, &ps->mu);
+  while (ps->jobs.head || ps->busy) pthread_cond_wait(&ps->idle_cv, &ps->mu);
   pthread_mutex_unlock(&ps->mu);
   for (int i = 0; i < ps->n_workers; i++) pthread_join(ps->workers[i], NULL);
   ps->n_workers = 0;
@@ -104,15 +104,10 @@ static int hand_off(sip_pipeline_set_t *ps, run_t *r, int k) {
   if (!j) return 0;
   j->r = r;
   j->stage = k;
-  j->next = NULL;
   pthread_mutex_lock(&ps->mu);
   int ok = !ps->closed;
   if (ok) {
-    if (ps->tail)
-      ps->tail->next = j;
-    else
-      ps->head = j;
-    ps->tail = j;
+    jobs_push(&ps->jobs, j);
     pthread_cond_signal(&ps->cv);
   }
   pthread_mutex_unlock(&ps->mu);

@@ -14,12 +14,14 @@
 
 enum { TICKET_IDLE = 0, TICKET_WAITING, TICKET_GRANTED };
 
+SIP__FIFO_DEFINE(waiters, struct sip_arb_waiters, sip_arb_ticket_t)
+
 void sip__arbiter_init(sip_arbiter_t *a, int slots) {
   pthread_mutex_init(&a->mu, NULL);
   a->slots = a->free_slots = slots > 0 ? slots : 1;
   a->vclock = 0;
   a->window = 2000000; /* 2 ms of virtual time: a few executions of a small model */
-  a->waiters = NULL;
+  waiters_init(&a->waiters);
 }
 
 void sip__arbiter_destroy(sip_arbiter_t *a) { pthread_mutex_destroy(&a->mu); }
@@ -33,7 +35,7 @@ void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_per
 }
 
 void sip__arb_ticket_init(sip_arb_ticket_t *t, sip_arb_account_t *acc) {
-  t->next = NULL;
+  t->next = t->prev = NULL;
   t->acc = acc;
   t->state = TICKET_IDLE;
   pthread_cond_init(&t->cv, NULL);
@@ -71,27 +73,22 @@ static void enqueue(sip_arbiter_t *a, sip_arb_ticket_t *t) {
   sip_arb_account_t *acc = t->acc;
   if (acc->active++ == 0 && acc->vtime < a->vclock) acc->vtime = a->vclock;
   t->state = TICKET_WAITING;
-  t->next = NULL;
-  sip_arb_ticket_t **pp = &a->waiters;
-  while (*pp) pp = &(*pp)->next;
-  *pp = t;
+  waiters_push(&a->waiters, t);
 }
 
 /* Hands free slots to the chosen waiters. Caller holds a->mu. */
 static void grant(sip_arbiter_t *a) {
-  while (a->free_slots > 0 && a->waiters) {
+  while (a->free_slots > 0 && a->waiters.head) {
     sip_arb_account_t *cands[64];
-    sip_arb_ticket_t **links[64];
+    sip_arb_ticket_t *tickets[64];
     size_t n = 0;
     /* The first 64 waiters compete; more wait their turn in arrival order. */
-    for (sip_arb_ticket_t **pp = &a->waiters; *pp && n < 64; pp = &(*pp)->next) {
-      cands[n] = (*pp)->acc;
-      links[n++] = pp;
+    for (sip_arb_ticket_t *w = a->waiters.head; w && n < 64; w = w->next) {
+      cands[n] = w->acc;
+      tickets[n++] = w;
     }
-    sip_arb_ticket_t **best = links[sip__arb_choose(cands, n, a->window)];
-    sip_arb_ticket_t *t = *best;
-    *best = t->next;
-    t->next = NULL;
+    sip_arb_ticket_t *t = tickets[sip__arb_choose(cands, n, a->window)];
+    waiters_remove(&a->waiters, t);
     a->free_slots--;
     t->state = TICKET_GRANTED;
     if (t->acc->vtime > a->vclock) a->vclock = t->acc->vtime;
@@ -123,17 +120,12 @@ void sip__arbiter_release(sip_arbiter_t *a, sip_arb_ticket_t *t, uint64_t exec_n
 void sip__arbiter_cancel(sip_arbiter_t *a, sip_arb_ticket_t *t) {
   pthread_mutex_lock(&a->mu);
   if (t->state == TICKET_WAITING) {
-    for (sip_arb_ticket_t **pp = &a->waiters; *pp; pp = &(*pp)->next)
-      if (*pp == t) {
-        *pp = t->next;
-        break;
-      }
+    waiters_remove(&a->waiters, t);
     t->acc->active--;
   } else if (t->state == TICKET_GRANTED) {
     t->acc->active--;
     a->free_slots++;
   }
-  t->next = NULL;
   t->state = TICKET_IDLE;
   grant(a);
   pthread_mutex_unlock(&a->mu);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/queue.h"
+
 /* One pool's account with the arbiter. Fields are owned by the arbiter and
  * read under its lock. */
 typedef struct sip_arb_account {
@@ -23,7 +25,7 @@ typedef struct sip_arb_account {
 
 /* One session's place in line. */
 typedef struct sip_arb_ticket {
-  struct sip_arb_ticket *next;
+  SIP__FIFO_LINK(struct sip_arb_ticket); /* in the arbiter's waiters */
   sip_arb_account_t *acc;
   pthread_cond_t cv;
   int state; /* TICKET_IDLE, _WAITING, _GRANTED (arbiter.c) */
@@ -34,7 +36,9 @@ typedef struct sip_arbiter {
   int slots, free_slots;
   uint64_t vclock;            /* virtual time of the last grant */
   uint64_t window;            /* virtual ns a pool may run ahead of the slowest waiter */
-  sip_arb_ticket_t *waiters;  /* in arrival order */
+  struct sip_arb_waiters {    /* waiting tickets in arrival order (src/core/queue.h) */
+    SIP__FIFO_FIELDS(sip_arb_ticket_t);
+  } waiters;
 } sip_arbiter_t;
 
 void sip__arbiter_init(sip_arbiter_t *a, int slots);

@@ -127,17 +127,17 @@ static void initial_load(sip_server_t *s) {
   sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu repository_models=%zu", n_pools, n);
 }
 
+SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)
+
 static void *loader_main(void *arg) {
   sip_server_t *s = arg;
   sip_repo_t *R = s->repo;
   if (!atomic_load(&s->loaded)) initial_load(s);
   pthread_mutex_lock(&R->mu);
   for (;;) {
-    while (!R->head && !R->stop) pthread_cond_wait(&R->cv, &R->mu);
-    repo_op_t *op = R->head;
+    while (!R->ops.head && !R->stop) pthread_cond_wait(&R->cv, &R->mu);
+    repo_op_t *op = ops_pop(&R->ops);
     if (!op) break;
-    R->head = op->next;
-    if (!R->head) R->tail = NULL;
     int stopping = R->stop;
     pthread_mutex_unlock(&R->mu);
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
@@ -194,9 +194,7 @@ void sip__repo_stop(sip_server_t *s) {
 void sip__repo_free(sip_server_t *s) {
   sip_repo_t *R = s->repo;
   if (!R) return;
-  while (R->head) { /* never started: nobody answered these */
-    repo_op_t *op = R->head;
-    R->head = op->next;
+  for (repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
     op->done(sip_error_new(SIP_UNAVAILABLE, "server is shutting down"), op->user);
     sip__free(op->name);
     sip__free(op);
@@ -286,11 +284,7 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
     sip__free(op);
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
   }
-  if (R->tail)
-    R->tail->next = op;
-  else
-    R->head = op;
-  R->tail = op;
+  ops_push(&R->ops, op);
   pthread_cond_signal(&R->cv);
   pthread_mutex_unlock(&R->mu);
   return NULL;

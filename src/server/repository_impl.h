@@ -13,6 +13,7 @@
 #ifndef SIP_SERVER_REPOSITORY_IMPL_H
 #define SIP_SERVER_REPOSITORY_IMPL_H
 
+#include "core/queue.h"
 #include "server/repository.h"
 #include "server/server_impl.h"
 
@@ -38,15 +39,20 @@ typedef struct repo_op {
   char *name;
   sip_repo_done_fn done;
   void *user;
-  struct repo_op *next;
+  SIP__FIFO_LINK(struct repo_op);
 } repo_op_t;
+
+/* The loader's queue of operations (src/core/queue.h). */
+typedef struct repo_op_queue {
+  SIP__FIFO_FIELDS(repo_op_t);
+} repo_op_queue_t;
 
 struct sip_repo {
   char *root; /* realpath of server.model_repository; NULL: none */
   size_t root_len;
   pthread_mutex_t mu; /* ops, stop, models */
   pthread_cond_t cv;
-  repo_op_t *head, *tail;
+  repo_op_queue_t ops;
   int stop;
   pthread_t thread;
   int started;

@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "core/metrics.h"
 #include "sched/arbiter.h"
+#include "sched/queue.h"
 #include "sip/backend.h"
 #include "sip/server.h"
 
@@ -23,8 +24,8 @@ struct sip_request {
   char **outputs;
   size_t n_outputs;
   /* Set when queued. */
-  uint64_t arrival_us, deadline_us; /* deadline 0: none */
-  int level;                        /* SIP_PRIO_* once resolved against the pool */
+  sip_sched_item_t sched;           /* the pool's queues: links, arrival_us, level (SIP_PRIO_*) */
+  uint64_t deadline_us;             /* 0: none */
   int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
   sip_cancel_token_t *cancel;       /* one reference, or NULL */
   char *pipeline_config;            /* JSON {"stage_timeout_ms": [...], "early_exit_condition": ".."} */
@@ -33,7 +34,6 @@ struct sip_request {
   /* The reference on the pool taken at admission (src/session/registry.c);
    * dropped after `done` returns, so a retired pool lives until then. */
   struct sip_pool *held;
-  struct sip_request *next, *prev;
 };
 
 struct sip_response {
@@ -130,10 +130,6 @@ typedef enum sip_pool_state {
 } sip_pool_state_t;
 const char *sip__pool_state_name(sip_pool_state_t s);
 
-/* Queue index of requests that passed their deadline under timeout_action
- * delay: they run only when every priority level is empty. */
-#define SIP_Q_DELAYED SIP_PRIO_LEVELS
-#define SIP_N_QUEUES (SIP_PRIO_LEVELS + 1)
 /* Batch-size histogram: executions by rows, bounds 1, 2, 4, ... 4096, +Inf. */
 #define SIP_BATCH_BUCKETS 14
 
@@ -141,12 +137,6 @@ struct sip_cancel_token {
   atomic_long refs;
   atomic_int cancelled;
 };
-
-typedef struct sip_queue {
-  sip_request_t *head, *tail;
-  size_t n;
-  atomic_long *count; /* the pool's n_queued, readable without the lock */
-} sip_queue_t;
 
 struct sip_pool {
   sip__model_t base; /* first: a pool is a model (sip__pool_model_vt) */
@@ -175,10 +165,11 @@ struct sip_pool {
 
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
-  sip_queue_t queue[SIP_N_QUEUES];
+  /* Queued requests by level, and the delayed ones (src/sched/queue.h);
+   * queue.n counts them all without the lock. */
+  sip_sched_queue_t queue;
   int stopping;
   int forming;         /* a session is waiting for a batch to fill */
-  atomic_long n_queued; /* requests in all queues */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
   /* preprocess block: run on each request by the executor before batching;
    * inputs[] then describes the raw input clients send (src/session/preprocess.h). */

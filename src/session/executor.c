@@ -1,8 +1,8 @@
-/* sip — the per-pool scheduler: priority queues with ageing, deadlines,
- * queue limits, cancellation, the dynamic batcher and the session executor
- * loop.
+/* sip — the per-pool scheduler: admission, deadlines, queue limits,
+ * cancellation, the dynamic batcher and the session executor loop.
  *
- * Each pool has one queue per priority level plus a "delayed" queue. Idle
+ * Each pool embeds one queue per priority level plus a "delayed" queue
+ * (src/sched/queue.h, which also picks the best request with ageing). Idle
  * session executors wait on the pool's condition variable; an arrival wakes
  * them. An executor takes the best request (highest effective level, then
  * oldest), and with dynamic batching gathers compatible requests into one
@@ -10,6 +10,7 @@
  * deadline in the batch) while only one session at a time forms a batch.
  * Before executing it takes a slot from the server's compute arbiter, which
  * orders pools by priority within their compute shares. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -50,65 +51,16 @@ static int is_cancelled(const sip_request_t *r) {
 
 /* ---- queues ---- */
 
-static void q_push(sip_queue_t *q, sip_request_t *r) {
-  atomic_fetch_add_explicit(q->count, 1, memory_order_relaxed);
-  r->next = NULL;
-  r->prev = q->tail;
-  if (q->tail)
-    q->tail->next = r;
-  else
-    q->head = r;
-  q->tail = r;
-  q->n++;
-}
+/* The request a queue item belongs to. */
+#define REQ(it) ((sip_request_t *)((char *)(it) - offsetof(sip_request_t, sched)))
 
-static void q_remove(sip_queue_t *q, sip_request_t *r) {
-  atomic_fetch_sub_explicit(q->count, 1, memory_order_relaxed);
-  if (r->prev)
-    r->prev->next = r->next;
-  else
-    q->head = r->next;
-  if (r->next)
-    r->next->prev = r->prev;
-  else
-    q->tail = r->prev;
-  r->next = r->prev = NULL;
-  q->n--;
-}
+static size_t queued(const sip_pool_t *p) { return sip__sched_count(&p->queue); }
 
-static size_t queued(const sip_pool_t *p) {
-  size_t n = 0;
-  for (int i = 0; i < SIP_N_QUEUES; i++) n += p->queue[i].n;
-  return n;
-}
-
-/* A request's level after ageing: one level up per ageing_ms waited. */
-static int effective_level(const sip_pool_t *p, const sip_request_t *r, uint64_t now) {
-  int64_t ageing_us = p->cfg->ageing_ms * 1000;
-  if (!ageing_us) return r->level;
-  uint64_t steps = (now - r->arrival_us) / (uint64_t)ageing_us;
-  return steps >= (uint64_t)r->level ? 0 : r->level - (int)steps;
-}
-
-/* The best queued request: lowest effective level, then oldest; the
- * delayed queue only when the others are empty. Each level is FIFO, so
- * only the heads compete. Caller holds p->mu. */
+/* The best queued request (src/sched/queue.h: lowest effective level after
+ * ageing, then oldest; the delayed queue last). Caller holds p->mu. */
 static sip_request_t *q_pop(sip_pool_t *p, uint64_t now) {
-  sip_request_t *best = NULL;
-  int best_q = SIP_Q_DELAYED, best_eff = SIP_PRIO_LEVELS;
-  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
-    sip_request_t *h = p->queue[l].head;
-    if (!h) continue;
-    int e = effective_level(p, h, now);
-    if (!best || e < best_eff || (e == best_eff && h->arrival_us < best->arrival_us)) {
-      best = h;
-      best_q = l;
-      best_eff = e;
-    }
-  }
-  if (!best) best = p->queue[SIP_Q_DELAYED].head;
-  if (best) q_remove(&p->queue[best_q], best);
-  return best;
+  sip_sched_item_t *it = sip__sched_pop(&p->queue, now, p->cfg->ageing_ms * 1000);
+  return it ? REQ(it) : NULL;
 }
 
 /* ---- admission ---- */
@@ -159,14 +111,14 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
   sip_error_t *e = sip__pool_check_inputs(p, r);
   if (e) return e;
   static const int level_of[] = {0, SIP_PRIO_HIGH, SIP_PRIO_MEDIUM, SIP_PRIO_LOW};
-  r->level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
+  r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
   r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
                                           r->n_inputs)
                    : request_rows(r);
-  r->arrival_us = sip__now_us();
+  r->sched.arrival_us = sip__now_us();
   uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
   r->timeout_ms = timeout;
-  r->deadline_us = timeout ? r->arrival_us + (uint64_t)timeout * 1000 : 0;
+  r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
   uint64_t deadline = r->deadline_us;
   /* Read now: once queued, r may be answered and its pool reference
    * dropped, after which a retired pool may be freed. */
@@ -184,8 +136,8 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
                          "later",
                          p->cfg->name, n);
   }
-  note_arrival(p, r->arrival_us);
-  q_push(&p->queue[r->level], r);
+  note_arrival(p, r->sched.arrival_us);
+  sip__sched_push(&p->queue, r->sched.level, &r->sched);
   /* A session forming a batch wants to see arrivals too. */
   if (p->cfg->max_batch_size)
     pthread_cond_broadcast(&p->cv);
@@ -208,7 +160,7 @@ void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns) {
  * answer. */
 static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                    sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
-  uint64_t total_us = sip__now_us() - r->arrival_us;
+  uint64_t total_us = sip__now_us() - r->sched.arrival_us;
   sip__hist_observe(&p->h_total, total_us);
   sip__pool_count(p, code, total_us * 1000);
   atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
@@ -224,7 +176,7 @@ static void fail_request(sip_pool_t *p, sip_request_t *r, sip_code_t code, const
 }
 
 static void expire_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
-  uint64_t waited = now - r->arrival_us;
+  uint64_t waited = now - r->sched.arrival_us;
   sip__hist_observe(&p->h_queue, waited);
   sip__stat_add(&p->st_queue, waited * 1000);
   char msg[256];
@@ -237,27 +189,28 @@ static void expire_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
 
 static void cancel_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
   fail_request(p, r, SIP_CANCELLED, "request was cancelled before it ran (client gone)",
-               now - r->arrival_us);
+               now - r->sched.arrival_us);
 }
 
 uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
-  sip_request_t *expired = NULL;
+  sip_sched_item_t *expired = NULL; /* linked through next, out of the queues */
   uint64_t next = 0;
   int delay = p->cfg->timeout_action == SIP_TIMEOUT_DELAY;
   pthread_mutex_lock(&p->mu);
   for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
-    for (sip_request_t *r = p->queue[l].head, *nx; r; r = nx) {
-      nx = r->next;
+    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+      nx = it->next;
+      sip_request_t *r = REQ(it);
       if (!r->deadline_us) continue;
       if (r->deadline_us <= now) {
-        q_remove(&p->queue[l], r);
+        sip__sched_remove(&p->queue, l, it);
         if (delay) { /* runs last, whenever the pool is otherwise idle */
           r->deadline_us = 0;
-          q_push(&p->queue[SIP_Q_DELAYED], r);
+          sip__sched_push(&p->queue, SIP_SCHED_DELAYED, it);
           continue;
         }
-        r->next = expired;
-        expired = r;
+        it->next = expired;
+        expired = it;
       } else if (!next || r->deadline_us < next) {
         next = r->deadline_us;
       }
@@ -265,31 +218,33 @@ uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
   }
   pthread_mutex_unlock(&p->mu);
   while (expired) {
-    sip_request_t *r = expired;
-    expired = r->next;
-    expire_request(p, r, now);
+    sip_sched_item_t *it = expired;
+    expired = it->next;
+    it->next = NULL;
+    expire_request(p, REQ(it), now);
   }
   return next;
 }
 
 void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t) {
-  sip_request_t *gone = NULL;
+  sip_sched_item_t *gone = NULL; /* linked through next, out of the queues */
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_N_QUEUES; l++) {
-    for (sip_request_t *r = p->queue[l].head, *nx; r; r = nx) {
-      nx = r->next;
-      if (r->cancel != t) continue;
-      q_remove(&p->queue[l], r);
-      r->next = gone;
-      gone = r;
+  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
+    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+      nx = it->next;
+      if (REQ(it)->cancel != t) continue;
+      sip__sched_remove(&p->queue, l, it);
+      it->next = gone;
+      gone = it;
     }
   }
   pthread_mutex_unlock(&p->mu);
   uint64_t now = sip__now_us();
   while (gone) {
-    sip_request_t *r = gone;
-    gone = r->next;
-    cancel_request(p, r, now);
+    sip_sched_item_t *it = gone;
+    gone = it->next;
+    it->next = NULL;
+    cancel_request(p, REQ(it), now);
   }
 }
 
@@ -333,11 +288,12 @@ typedef struct batch {
 /* Moves compatible queued requests into the batch while they fit, in
  * scheduling order (levels, then the delayed queue). Caller holds p->mu. */
 static void gather(sip_pool_t *p, batch_t *b, int64_t max_rows) {
-  for (int l = 0; l < SIP_N_QUEUES && b->rows < max_rows; l++) {
-    for (sip_request_t *r = p->queue[l].head, *nx; r && b->n < MAX_BATCH_REQUESTS; r = nx) {
-      nx = r->next;
+  for (int l = 0; l < SIP_SCHED_QUEUES && b->rows < max_rows; l++) {
+    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it && b->n < MAX_BATCH_REQUESTS; it = nx) {
+      nx = it->next;
+      sip_request_t *r = REQ(it);
       if (b->rows + r->rows > max_rows || !can_join(p, b->reqs[0], r)) continue;
-      q_remove(&p->queue[l], r);
+      sip__sched_remove(&p->queue, l, it);
       b->reqs[b->n++] = r;
       b->rows += r->rows;
     }
@@ -378,7 +334,7 @@ static void form_batch(sip_pool_t *p, sip_session_t *s, batch_t *b) {
     uint64_t n_exec = atomic_load(&p->st_compute_infer.count);
     uint64_t margin = n_exec ? atomic_load(&p->st_compute_infer.ns) / n_exec / 1000 : 0;
     if (margin < 1000) margin = 1000;
-    uint64_t until = b->reqs[0]->arrival_us + delay_us;
+    uint64_t until = b->reqs[0]->sched.arrival_us + delay_us;
     for (size_t i = 0; i < b->n; i++) {
       uint64_t d = b->reqs[i]->deadline_us;
       if (d && d - (d > margin ? margin : d) < until) until = d > margin ? d - margin : 0;
@@ -423,7 +379,7 @@ static void preprocess_batch(sip_pool_t *p, batch_t *b, uint64_t start) {
       }
     }
     if (e) {
-      fail_request(p, r, sip_error_code(e), sip_error_message(e), start - r->arrival_us);
+      fail_request(p, r, sip_error_code(e), sip_error_message(e), start - r->sched.arrival_us);
       sip_error_free(e);
       continue;
     }
@@ -444,7 +400,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   /* Requests that expired or were cancelled while waiting never run. */
   for (size_t i = 0; i < b->n; i++) {
     sip_request_t *r = b->reqs[i];
-    uint64_t queue_us = start - r->arrival_us;
+    uint64_t queue_us = start - r->sched.arrival_us;
     if (is_cancelled(r)) {
       cancel_request(p, r, start);
     } else if (r->deadline_us && start >= r->deadline_us) {
@@ -506,7 +462,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
     sip__session_set_state(s, SIP_SESSION_READY);
     /* With more work queued this session stays in line for the slot. */
     sip__arbiter_release(arb, &s->ticket, t_done - t_run,
-                         atomic_load_explicit(&p->n_queued, memory_order_relaxed) > 0);
+                         atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0);
     sip__stat_add(&p->st_compute_infer, t_done - t_run);
     atomic_fetch_add(&p->execution_count, 1);
     count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));
@@ -521,7 +477,7 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   int64_t row0 = 0;
   for (size_t k = 0; k < n; k++) {
     sip_request_t *r = b->reqs[k];
-    uint64_t queue_us = start - r->arrival_us;
+    uint64_t queue_us = start - r->sched.arrival_us;
     sip_tensor_t **mine = NULL;
     if (!e && direct) {
       mine = sip__calloc(n_out ? n_out : 1, sizeof *mine);

@@ -160,7 +160,7 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
                            uint64_t compute_us) {
   sip_response_t *resp =
       sip__response_new(code, sip__strdup(message ? message : ""), r->id, outputs, n_outputs,
-                        queue_us, compute_us, sip__now_us() - r->arrival_us);
+                        queue_us, compute_us, sip__now_us() - r->sched.arrival_us);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
   sip_pool_t *held = r->held;
@@ -202,7 +202,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
   p->version_num = version_number(v);
   atomic_init(&p->refs, 0);
   atomic_store(&p->state, SIP_POOL_LOADING);
-  for (int q = 0; q < SIP_N_QUEUES; q++) p->queue[q].count = &p->n_queued;
+  sip__sched_queue_init(&p->queue);
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t pa;
   pthread_condattr_init(&pa);
@@ -278,13 +278,6 @@ static void release(sip_pool_t *p) { sip__pool_stop_sessions(p, SIP_SESSION_FAIL
  * checks and introspection read them without racing a model being freed at
  * shutdown. */
 
-static void format_shape(char *buf, size_t n, int rank, const int64_t *dims) {
-  size_t off = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < rank && off < n; i++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)dims[i]);
-  if (off < n) snprintf(buf + off, n - off, "]");
-}
-
 /* With dynamic batching, dim 0 of every input and output must be the batch
  * dim: dynamic, or one fixed size shared by all (then short batches are
  * padded). */
@@ -301,7 +294,7 @@ static sip_error_t *check_batching(sip_pool_t *p) {
     size_t n = io ? p->n_outputs : p->n_inputs;
     for (size_t i = 0; i < n; i++) {
       char shape[256];
-      format_shape(shape, sizeof shape, d[i].rank, d[i].dims);
+      sip__shape_str(shape, sizeof shape, d[i].rank, d[i].dims, ",");
       if (d[i].rank < 1 || d[i].dims[0] == 0 ||
           (d[i].dims[0] > 0 && p->fixed_batch && d[i].dims[0] != p->fixed_batch))
         return sip_error_new(SIP_FAILED_PRECONDITION,
@@ -543,8 +536,8 @@ sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
              (k == 0 && pad && t->dims[0] >= 1 && t->dims[0] <= d->dims[0]);
       if (!ok) { /* the shapes are formatted only for the message: this runs per request */
         char want[256], got[256];
-        format_shape(got, sizeof got, t->rank, t->dims);
-        format_shape(want, sizeof want, d->rank, d->dims);
+        sip__shape_str(got, sizeof got, t->rank, t->dims, ",");
+        sip__shape_str(want, sizeof want, d->rank, d->dims, ",");
         return sip_error_new(SIP_INVALID_ARGUMENT,
                              "input '%s' of pool '%s': received shape %s; expected %s (-1 is "
                              "any size)",
@@ -558,7 +551,7 @@ sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
       found = strcmp(r->inputs[i]->name, p->inputs[j].name) == 0;
     if (!found) {
       char want[256];
-      format_shape(want, sizeof want, p->inputs[j].rank, p->inputs[j].dims);
+      sip__shape_str(want, sizeof want, p->inputs[j].rank, p->inputs[j].dims, ",");
       return sip_error_new(SIP_INVALID_ARGUMENT, "missing input '%s' of pool '%s'; expected %s %s",
                            p->inputs[j].name, pool, sip_dtype_name(p->inputs[j].dtype),
                            p->inputs[j].rank >= 0 ? want : "(any shape)");

@@ -207,16 +207,12 @@ sip_error_t *sip__preprocess_run(const sip_preprocess_t *pp, const sip_tensor_t 
   for (int k = 1; fits && pp->model_rank >= 0 && k < rank; k++)
     fits = pp->model_dims[k] < 0 || pp->model_dims[k] == dims[k];
   if (!fits) {
-    char got[128] = "", want[128] = "";
-    for (int k = 0; k < rank; k++)
-      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", k ? "," : "",
-               (long long)dims[k]);
-    for (int k = 0; k < pp->model_rank; k++)
-      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? "," : "",
-               (long long)pp->model_dims[k]);
+    char got[128], want[128];
+    sip__shape_str(got, sizeof got, rank, dims, ",");
+    sip__shape_str(want, sizeof want, pp->model_rank, pp->model_dims, ",");
     sip_tensor_free(cur);
     return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "preprocess of input '%s' made shape [%s]; the model takes [%s] (-1: any "
+                         "preprocess of input '%s' made shape %s; the model takes %s (-1: any "
                          "size); check the preprocess steps' sizes",
                          pp->name, got, want);
   }

@@ -259,7 +259,7 @@ static void test_idle_earns_no_credit(void **state) {
   assert_int_equal(idle.vtime, 18 * MS);
   sip__arbiter_release(&arb, &ti, 0, 0);
   assert_int_equal(arb.free_slots, 1);
-  assert_null(arb.waiters);
+  assert_null(arb.waiters.head);
   sip__arb_ticket_destroy(&tb);
   sip__arb_ticket_destroy(&ti);
   sip__arbiter_destroy(&arb);
@@ -330,7 +330,7 @@ static void run_threads(int slots) {
   assert_int_equal(sh.acc[0].active, 0);
   assert_int_equal(sh.acc[1].active, 0);
   assert_int_equal(sh.arb.free_slots, slots);
-  assert_null(sh.arb.waiters);
+  assert_null(sh.arb.waiters.head);
   sip__arbiter_destroy(&sh.arb);
 }
 

@@ -1,4 +1,4 @@
-/* Unit tests for the pipeline condition language (src/ops/expr.c,
+/* Unit tests for the pipeline condition language (src/ops/expr.c and expr_eval.c,
  * docs/expressions.md): what parses and what is rejected (with the column and
  * the message), the references, evaluation over tensors of every numeric
  * dtype (empty and scalar ones included), precedence, short-circuiting, run

@@ -1,0 +1,211 @@
+/* sip — introspection: the document sip_server_info_json sends (the
+ * server, its pools with their config, state and counters, the pipelines,
+ * the front-ends' connections), built as jansson values for the modules
+ * that read it too (src/server/introspect.h). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "pipeline/pipeline.h"
+#include "sched/batch.h"
+#include "server/server.h"
+#include "sip/frontend.h"
+#include "server/server_impl.h"
+#include "session/preprocess.h"
+
+static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
+
+static json_t *pool_json(sip_pool_t *p, int detail) {
+  int st = atomic_load(&p->state);
+  int ready = st == SIP_POOL_READY || st == SIP_POOL_STOPPED;
+  json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
+                        sip__pool_state_name((sip_pool_state_t)st), "error",
+                        nullable(st == SIP_POOL_FAILED ? p->error : NULL));
+  /* In the status too: the HTTP front-end's stats and /metrics label by it
+   * without asking for the pools' I/O. */
+  json_object_set_new(o, "version", nullable(p->version));
+  if (detail == SIP_INFO_POOLS) {
+    json_object_set_new(o, "backend", json_string(p->cfg->backend));
+    if (p->backend)
+      json_object_set_new(o, "platform", json_string(p->backend->platform ? p->backend->platform
+                                                                          : p->backend->name));
+    json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
+                                                                   : p->cfg->model_path));
+    json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
+    json_object_set_new(o, "pool_size", json_integer(p->cfg->pool_size));
+    /* For the HTTP model_configuration extension. */
+    json_object_set_new(o, "resource_quota",
+                        json_pack("{s:I,s:i}", "max_memory_mb", (json_int_t)p->cfg->max_memory_mb,
+                                  "max_compute_percent", p->cfg->max_compute_percent));
+    json_t *bo = json_object();
+    for (size_t k = 0; k < p->cfg->n_backend_options; k++)
+      json_object_set_new(bo, p->cfg->backend_options[k].key,
+                          json_string(p->cfg->backend_options[k].value));
+    json_object_set_new(o, "backend_options", bo);
+    if (p->cfg->n_cpus) {
+      json_t *cpus = json_array();
+      for (int k = 0; k < SIP_MAX_CPUS; k++)
+        if (p->cfg->cpu_mask[k / 64] >> (k % 64) & 1) json_array_append_new(cpus, json_integer(k));
+      json_object_set_new(o, "cpu_affinity", cpus);
+    }
+    if (p->cfg->max_batch_size) {
+      json_t *pref = json_array();
+      for (size_t k = 0; k < p->cfg->n_preferred; k++)
+        json_array_append_new(pref, json_integer(p->cfg->preferred_batch_sizes[k]));
+      static const char *pads[] = {"none", "replicate_last", "zero"};
+      json_object_set_new(
+          o, "dynamic_batching",
+          json_pack("{s:i,s:I,s:o,s:s}", "max_batch_size", p->cfg->max_batch_size,
+                    "max_queue_delay_us", (json_int_t)p->cfg->max_queue_delay_us,
+                    "preferred_batch_sizes", pref, "padding_strategy",
+                    pads[p->cfg->padding_strategy]));
+    }
+    json_object_set_new(o, "inputs", ready ? sip__io_json(p->inputs, p->n_inputs) : json_array());
+    json_object_set_new(o, "outputs", ready ? sip__io_json(p->outputs, p->n_outputs) : json_array());
+    if (ready && p->pre)
+      json_object_set_new(o, "preprocess", json_string(sip__preprocess_steps(p->pre)));
+    return o;
+  }
+  static const char *lvl[] = {"high", "medium", "low", "delayed"};
+  json_t *qb = json_object();
+  size_t queued = 0;
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
+    json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue.q[l].count));
+    queued += p->queue.q[l].count;
+  }
+  pthread_mutex_unlock(&p->mu);
+  int active = 0;
+  json_t *sessions = json_array();
+  if (ready || st == SIP_POOL_FAILED) {
+    for (int i = 0; i < p->n_sessions; i++) {
+      sip_session_t *s = &p->sessions[i];
+      int ss = atomic_load(&s->state);
+      active += ss == SIP_SESSION_READY || ss == SIP_SESSION_RUNNING;
+      json_array_append_new(
+          sessions,
+          json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", s->id, "state",
+                    sip__session_state_name((sip_session_state_t)ss), "since_us",
+                    (json_int_t)atomic_load(&s->since_us), "inferences",
+                    (json_int_t)atomic_load(&s->inferences), "errors",
+                    (json_int_t)atomic_load(&s->errors)));
+    }
+  }
+  json_t *codes = json_object();
+  for (int c = 0; c < SIP_CODE_COUNT_; c++) {
+    uint64_t n = atomic_load(&p->by_code[c]);
+    if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
+  }
+  json_object_set_new(o, "active_sessions", json_integer(active));
+  json_object_set_new(o, "queued_requests", json_integer((json_int_t)queued));
+  json_object_set_new(o, "queued_by_priority", qb);
+  json_object_set_new(o, "load_ms", json_real(p->load_ms));
+  json_object_set_new(o, "model_bytes", json_integer((json_int_t)p->model_bytes));
+  json_object_set_new(o, "memory_bytes", json_integer((json_int_t)p->memory_bytes));
+  json_object_set_new(o, "requests", codes);
+  json_object_set_new(o, "latency_us",
+                      json_pack("{s:o,s:o,s:o}", "queue", sip__hist_json(&p->h_queue), "compute",
+                                sip__hist_json(&p->h_compute), "total",
+                                sip__hist_json(&p->h_total)));
+  json_object_set_new(o, "sessions", sessions);
+  json_t *bh = json_array();
+  uint64_t bcum = 0;
+  for (int i = 0; i < SIP_BATCH_BUCKETS; i++) {
+    bcum += atomic_load(&p->batch_hist[i]);
+    json_array_append_new(bh, json_pack("[o,I]",
+                                        i < SIP_BATCH_BUCKETS - 1 ? json_integer(1 << i)
+                                                                  : json_string("+Inf"),
+                                        (json_int_t)bcum));
+  }
+  json_object_set_new(o, "batch_sizes",
+                      json_pack("{s:I,s:I,s:o}", "count", (json_int_t)bcum, "sum",
+                                (json_int_t)atomic_load(&p->batch_rows_sum), "buckets", bh));
+  if (p->cfg->batch_levels[0].max_batch) {
+    static const char *lv[] = {"low", "medium", "high"};
+    json_object_set_new(o, "batch_level", json_string(lv[atomic_load(&p->batch_level)]));
+  }
+  pthread_mutex_lock(&p->eng->arbiter.mu);
+  uint64_t used = p->arb.used_ns;
+  pthread_mutex_unlock(&p->eng->arbiter.mu);
+  json_object_set_new(o, "compute_ns", json_integer((json_int_t)used));
+  json_object_set_new(
+      o, "stats",
+      json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
+                (json_int_t)atomic_load(&p->inference_count), "execution_count",
+                (json_int_t)atomic_load(&p->execution_count), "last_inference",
+                (json_int_t)atomic_load(&p->last_inference_ms), "success",
+                sip__stat_json(&p->st_success), "fail", sip__stat_json(&p->st_fail), "queue",
+                sip__stat_json(&p->st_queue), "compute_input",
+                sip__stat_json(&p->st_compute_input), "compute_infer",
+                sip__stat_json(&p->st_compute_infer), "compute_output",
+                sip__stat_json(&p->st_compute_output)));
+  return o;
+}
+
+static void count_connections(void *ctx, const char *kind, long open) {
+  json_object_set_new((json_t *)ctx, kind, json_integer((json_int_t)open));
+}
+
+json_t *sip__server_info(sip_server_t *s, int kind) {
+  json_t *root;
+  if (kind != SIP_INFO_READY && kind != SIP_INFO_POOLS && kind != SIP_INFO_STATUS) return NULL;
+  /* Pools in service (a retired version still draining is not listed),
+   * each marked whether it is its model's default version. */
+  size_t n = 0;
+  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  int *defaults = sip__calloc(n + 1, sizeof *defaults);
+  pthread_rwlock_rdlock(&s->eng.reg_lock);
+  for (size_t i = 0; defaults && i < n; i++)
+    defaults[i] = sip__registry_is_default_locked(&s->eng, v[i]);
+  pthread_rwlock_unlock(&s->eng.reg_lock);
+  if (kind == SIP_INFO_READY) {
+    /* Keyed by name; other versions than the default as "name:version". */
+    json_t *pools = json_object();
+    for (size_t i = 0; i < n; i++) {
+      char key[300];
+      if (!defaults || defaults[i] || !v[i]->version)
+        snprintf(key, sizeof key, "%s", v[i]->cfg->name);
+      else
+        snprintf(key, sizeof key, "%s:%s", v[i]->cfg->name, v[i]->version);
+      json_object_set_new(pools, key, json_string(sip__pool_state_name(atomic_load(&v[i]->state))));
+    }
+    root = json_pack("{s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "pools", pools);
+  } else {
+    json_t *pools = json_array();
+    for (size_t i = 0; i < n; i++) {
+      json_t *o = pool_json(v[i], kind);
+      if (o) {
+        json_object_set_new(o, "default", json_boolean(!defaults || defaults[i]));
+        if (kind == SIP_INFO_POOLS)
+          json_object_set_new(o, "source", json_string(v[i]->from_repo ? "repository" : "config"));
+      }
+      json_array_append_new(pools, o);
+    }
+    root = json_pack("{s:o}", "pools", pools);
+    if (atomic_load(&s->loaded)) /* pipelines hook: built before `loaded` is set */
+      json_object_set_new(root, "pipelines", sip__pipelines_json(s->pipelines, kind));
+    if (kind == SIP_INFO_STATUS) {
+      json_object_set_new(root, "uptime_s",
+                          json_real((double)(sip__now_us() - s->started_us) / 1e6));
+      json_object_set_new(root, "ready", json_boolean(sip_server_ready(s)));
+      json_object_set_new(root, "version", json_string(sip_version()));
+      json_t *conns = json_object();
+      for (size_t f = 0; f < s->n_frontends; f++)
+        if (s->frontends[f].vt->connections)
+          s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
+      json_object_set_new(root, "connections", conns);
+    }
+  }
+  sip__registry_release(v, n);
+  sip__free(defaults);
+  return root;
+}
+
+char *sip_server_info_json(sip_server_t *s, int kind) {
+  json_t *root = sip__server_info(s, kind);
+  if (!root) return NULL;
+  char *txt = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  return txt;
+}
