@@ -29,17 +29,21 @@ sip__stat_read_t sip__stat_read(const sip_stat_t *s) {
                             atomic_load_explicit(&s->ns, memory_order_relaxed)};
 }
 
-json_t *sip__hist_json(const sip_hist_t *h) {
-  sip__hist_read_t r;
-  sip__hist_read(h, &r);
+json_t *sip__hist_read_json(const sip__hist_read_t *r) {
   json_t *b = json_array();
   for (int i = 0; i <= SIP_HIST_BUCKETS; i++) {
     json_t *le = i < SIP_HIST_BUCKETS ? json_integer((json_int_t)sip__hist_bounds_us[i])
                                       : json_string("+Inf");
-    json_array_append_new(b, json_pack("[o,I]", le, (json_int_t)r.cum[i]));
+    json_array_append_new(b, json_pack("[o,I]", le, (json_int_t)r->cum[i]));
   }
-  return json_pack("{s:I,s:I,s:o}", "count", (json_int_t)r.cum[SIP_HIST_BUCKETS], "sum",
-                   (json_int_t)r.sum_us, "buckets", b);
+  return json_pack("{s:I,s:I,s:o}", "count", (json_int_t)r->cum[SIP_HIST_BUCKETS], "sum",
+                   (json_int_t)r->sum_us, "buckets", b);
+}
+
+json_t *sip__hist_json(const sip_hist_t *h) {
+  sip__hist_read_t r;
+  sip__hist_read(h, &r);
+  return sip__hist_read_json(&r);
 }
 
 void sip__stat_add(sip_stat_t *s, uint64_t ns) {
@@ -47,7 +51,8 @@ void sip__stat_add(sip_stat_t *s, uint64_t ns) {
   atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
 }
 
-json_t *sip__stat_json(const sip_stat_t *s) {
-  sip__stat_read_t r = sip__stat_read(s);
+json_t *sip__stat_read_json(sip__stat_read_t r) {
   return json_pack("{s:I,s:I}", "count", (json_int_t)r.count, "ns", (json_int_t)r.ns);
 }
+
+json_t *sip__stat_json(const sip_stat_t *s) { return sip__stat_read_json(sip__stat_read(s)); }

@@ -38,5 +38,8 @@ sip__stat_read_t sip__stat_read(const sip_stat_t *s);
 json_t *sip__stat_json(const sip_stat_t *s);
 /* {"count": n, "sum": s, "buckets": [[le, cumulative], ..., ["+Inf", n]]} */
 json_t *sip__hist_json(const sip_hist_t *h);
+/* The same documents, of values already read. */
+json_t *sip__hist_read_json(const sip__hist_read_t *r);
+json_t *sip__stat_read_json(sip__stat_read_t r);
 
 #endif

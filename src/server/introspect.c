@@ -13,6 +13,7 @@
 #include "sip/frontend.h"
 #include "server/server_impl.h"
 #include "session/preprocess.h"
+#include "session/counters.h"
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -67,79 +68,64 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
       json_object_set_new(o, "preprocess", json_string(sip__preprocess_steps(p->pre)));
     return o;
   }
-  static const char *lvl[] = {"high", "medium", "low", "delayed"};
+  /* The counters as /metrics reads them (session/counters.h). */
+  sip__pool_counters_t c;
+  sip__pool_counters_read(p, &c);
+  static const char *lvl[SIP_SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
   json_t *qb = json_object();
-  size_t queued = 0;
-  pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
-    json_object_set_new(qb, lvl[l], json_integer((json_int_t)p->queue.q[l].count));
-    queued += p->queue.q[l].count;
-  }
-  pthread_mutex_unlock(&p->mu);
-  int active = 0;
+  for (int l = 0; l < SIP_SCHED_QUEUES; l++)
+    json_object_set_new(qb, lvl[l], json_integer((json_int_t)c.queued[l]));
   json_t *sessions = json_array();
-  if (ready || st == SIP_POOL_FAILED) {
-    for (int i = 0; i < p->n_sessions; i++) {
-      sip_session_t *s = &p->sessions[i];
-      int ss = atomic_load(&s->state);
-      active += ss == SIP_SESSION_READY || ss == SIP_SESSION_RUNNING;
-      json_array_append_new(
-          sessions,
-          json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", s->id, "state",
-                    sip__session_state_name((sip_session_state_t)ss), "since_us",
-                    (json_int_t)atomic_load(&s->since_us), "inferences",
-                    (json_int_t)atomic_load(&s->inferences), "errors",
-                    (json_int_t)atomic_load(&s->errors)));
-    }
+  for (int i = 0; i < sip__pool_session_count(p); i++) {
+    sip__session_counters_t sc;
+    sip__pool_session_read(p, i, &sc);
+    json_array_append_new(
+        sessions, json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", sc.id, "state",
+                            sip__session_state_name((sip_session_state_t)sc.state), "since_us",
+                            (json_int_t)sc.since_us, "inferences", (json_int_t)sc.inferences,
+                            "errors", (json_int_t)sc.errors));
   }
   json_t *codes = json_object();
-  for (int c = 0; c < SIP_CODE_COUNT_; c++) {
-    uint64_t n = atomic_load(&p->by_code[c]);
-    if (n) json_object_set_new(codes, sip_code_name((sip_code_t)c), json_integer((json_int_t)n));
-  }
-  json_object_set_new(o, "active_sessions", json_integer(active));
-  json_object_set_new(o, "queued_requests", json_integer((json_int_t)queued));
+  for (int k = 0; k < SIP_CODE_COUNT_; k++)
+    if (c.by_code[k])
+      json_object_set_new(codes, sip_code_name((sip_code_t)k), json_integer((json_int_t)c.by_code[k]));
+  json_object_set_new(o, "active_sessions", json_integer(c.active_sessions));
+  json_object_set_new(o, "queued_requests", json_integer((json_int_t)c.queued_total));
   json_object_set_new(o, "queued_by_priority", qb);
-  json_object_set_new(o, "load_ms", json_real(p->load_ms));
-  json_object_set_new(o, "model_bytes", json_integer((json_int_t)p->model_bytes));
-  json_object_set_new(o, "memory_bytes", json_integer((json_int_t)p->memory_bytes));
+  json_object_set_new(o, "load_ms", json_real(c.load_ms));
+  json_object_set_new(o, "model_bytes", json_integer((json_int_t)c.model_bytes));
+  json_object_set_new(o, "memory_bytes", json_integer((json_int_t)c.memory_bytes));
   json_object_set_new(o, "requests", codes);
   json_object_set_new(o, "latency_us",
-                      json_pack("{s:o,s:o,s:o}", "queue", sip__hist_json(&p->h_queue), "compute",
-                                sip__hist_json(&p->h_compute), "total",
-                                sip__hist_json(&p->h_total)));
+                      json_pack("{s:o,s:o,s:o}", "queue", sip__hist_read_json(&c.queue), "compute",
+                                sip__hist_read_json(&c.compute), "total",
+                                sip__hist_read_json(&c.total)));
   json_object_set_new(o, "sessions", sessions);
   json_t *bh = json_array();
-  uint64_t bcum = 0;
-  for (int i = 0; i < SIP_BATCH_BUCKETS; i++) {
-    bcum += atomic_load(&p->batch_hist[i]);
+  for (int i = 0; i < SIP_BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",
                                         i < SIP_BATCH_BUCKETS - 1 ? json_integer(1 << i)
                                                                   : json_string("+Inf"),
-                                        (json_int_t)bcum));
-  }
+                                        (json_int_t)c.batch_cum[i]));
   json_object_set_new(o, "batch_sizes",
-                      json_pack("{s:I,s:I,s:o}", "count", (json_int_t)bcum, "sum",
-                                (json_int_t)atomic_load(&p->batch_rows_sum), "buckets", bh));
-  if (p->cfg->batch_levels[0].max_batch) {
+                      json_pack("{s:I,s:I,s:o}", "count",
+                                (json_int_t)c.batch_cum[SIP_BATCH_BUCKETS - 1], "sum",
+                                (json_int_t)c.batch_rows_sum, "buckets", bh));
+  if (c.batch_level >= 0) {
     static const char *lv[] = {"low", "medium", "high"};
-    json_object_set_new(o, "batch_level", json_string(lv[atomic_load(&p->batch_level)]));
+    json_object_set_new(o, "batch_level", json_string(lv[c.batch_level]));
   }
-  pthread_mutex_lock(&p->eng->arbiter.mu);
-  uint64_t used = p->arb.used_ns;
-  pthread_mutex_unlock(&p->eng->arbiter.mu);
-  json_object_set_new(o, "compute_ns", json_integer((json_int_t)used));
+  json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
   json_object_set_new(
       o, "stats",
       json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
-                (json_int_t)atomic_load(&p->inference_count), "execution_count",
-                (json_int_t)atomic_load(&p->execution_count), "last_inference",
-                (json_int_t)atomic_load(&p->last_inference_ms), "success",
-                sip__stat_json(&p->st_success), "fail", sip__stat_json(&p->st_fail), "queue",
-                sip__stat_json(&p->st_queue), "compute_input",
-                sip__stat_json(&p->st_compute_input), "compute_infer",
-                sip__stat_json(&p->st_compute_infer), "compute_output",
-                sip__stat_json(&p->st_compute_output)));
+                (json_int_t)c.inference_count, "execution_count", (json_int_t)c.execution_count,
+                "last_inference", (json_int_t)c.last_inference_ms, "success",
+                sip__stat_read_json(c.success), "fail", sip__stat_read_json(c.fail), "queue",
+                sip__stat_read_json(c.queue_stat), "compute_input",
+                sip__stat_read_json(c.compute_input), "compute_infer",
+                sip__stat_read_json(c.compute_infer), "compute_output",
+                sip__stat_read_json(c.compute_output)));
   return o;
 }
 

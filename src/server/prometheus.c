@@ -388,8 +388,8 @@ char *sip__prometheus_text(sip_server_t *s) {
   gauge_per_pool(&b, pl, n, "sip_pending_requests", "Requests queued and not yet running.", g_queued);
   family(&b, "sip_pending_requests_by_priority", "gauge", "Queued requests by priority level.");
   for (size_t i = 0; i < n; i++) {
-    static const char *const lvl[SIP_N_QUEUES] = {"high", "medium", "low", "delayed"};
-    for (int l = 0; l < SIP_N_QUEUES; l++)
+    static const char *const lvl[SIP_SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
+    for (int l = 0; l < SIP_SCHED_QUEUES; l++)
       sb_add(&b, "sip_pending_requests_by_priority{%s,priority=\"%s\"} %zu\n", pl[i].labels, lvl[l],
              pl[i].c.queued[l]);
   }

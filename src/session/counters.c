@@ -7,9 +7,9 @@ void sip__pool_counters_read(sip_pool_t *p, sip__pool_counters_t *c) {
   memset(c, 0, sizeof *c);
   c->state = atomic_load(&p->state);
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_N_QUEUES; l++) {
-    c->queued[l] = p->queue[l].n;
-    c->queued_total += p->queue[l].n;
+  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
+    c->queued[l] = p->queue.q[l].count;
+    c->queued_total += p->queue.q[l].count;
   }
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < sip__pool_session_count(p); i++) {

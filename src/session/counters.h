@@ -8,7 +8,7 @@
 
 typedef struct sip__pool_counters {
   int state;                           /* sip_pool_state_t */
-  size_t queued[SIP_N_QUEUES];         /* by priority level, then the delayed queue */
+  size_t queued[SIP_SCHED_QUEUES];         /* by priority level, then the delayed queue */
   size_t queued_total;
   int active_sessions;                 /* READY or RUNNING */
   uint64_t by_code[SIP_CODE_COUNT_];   /* requests answered, by result code */

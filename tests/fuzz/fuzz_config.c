@@ -29,7 +29,7 @@
 
 #include "config/config.h"
 #include "core/core.h"
-#include "metrics/prometheus.h"
+#include "server/prometheus.h"
 #include "sip/sip.h"
 #include "backend/backends.h"
 

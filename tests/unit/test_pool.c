@@ -161,7 +161,7 @@ static void sleep_ms(long ms) {
  * just submitted occupies it. */
 static void wait_running(sip_pool_t *p) {
   for (int i = 0; i < 20000; i++) {
-    if (atomic_load(&p->sessions[0].state) == SIP_SESSION_RUNNING && atomic_load(&p->n_queued) == 0)
+    if (atomic_load(&p->sessions[0].state) == SIP_SESSION_RUNNING && atomic_load(&p->queue.n) == 0)
       return;
     sleep_ms(1);
   }
@@ -495,13 +495,13 @@ static void test_priority_order(void **state) {
   vt_submit_ok(t, "p", req("p", 6, 1, 0), &rec); /* high */
   if (rec_count(&rec) == 0) { /* still all queued: the levels they wait at */
     pthread_mutex_lock(&p->mu);
-    size_t qh = p->queue[SIP_PRIO_HIGH].n, qm = p->queue[SIP_PRIO_MEDIUM].n,
-           ql = p->queue[SIP_PRIO_LOW].n;
+    size_t qh = p->queue.q[SIP_PRIO_HIGH].count, qm = p->queue.q[SIP_PRIO_MEDIUM].count,
+           ql = p->queue.q[SIP_PRIO_LOW].count;
     pthread_mutex_unlock(&p->mu);
     assert_int_equal(qh, 2);
     assert_int_equal(qm, 1);
     assert_int_equal(ql, 3);
-    assert_int_equal(atomic_load(&p->n_queued), 6);
+    assert_int_equal(atomic_load(&p->queue.n), 6);
     assert_int_equal(atomic_load(&p->refs), 1 + 7); /* each admitted request holds one */
   }
   assert_int_equal(rec_wait(&rec, 7, 20000), 7);
@@ -532,7 +532,7 @@ static void test_queue_limit(void **state) {
   vt_submit_ok(t, "q", req("q", 2, 0, 0), &rec);
   vt_submit_ok(t, "q", req("q", 3, 0, 0), &rec);
   int refused = 0;
-  if (atomic_load(&p->n_queued) == 2) { /* still full */
+  if (atomic_load(&p->queue.n) == 2) { /* still full */
     VT_EXPECT(t, "q", req("q", 4, 1, 0), &rec, SIP_RESOURCE_EXHAUSTED,
               "the queue of pool 'q' is full (2 requests, queue.max_size)", "retry later");
     refused = 1;
