@@ -152,9 +152,9 @@ static sip_error_t *error_from_text(sip_code_t code, const char *txt, size_t n) 
 static void *reader_main(void *arg) {
   sip_client_t *c = arg;
   for (;;) {
-    uint8_t hdr[SIP_FRAME_HEADER_SIZE];
+    uint8_t hdr[SIP__FRAME_HEADER_SIZE];
     if (read_full(c->fd, hdr, sizeof hdr) != 0) break;
-    sip_frame_header_t h;
+    sip__frame_header_t h;
     sip_error_t *e = sip__frame_header_decode(hdr, UINT32_MAX, &h);
     if (e) {
       fail_all(c, SIP_INTERNAL, sip_error_message(e));
@@ -167,7 +167,7 @@ static void *reader_main(void *arg) {
       sip_buf_unref(buf);
       break;
     }
-    if (h.type == SIP_MSG_ERROR) {
+    if (h.type == SIP__MSG_ERROR) {
       uint32_t code;
       const char *txt;
       size_t n;
@@ -185,18 +185,18 @@ static void *reader_main(void *arg) {
       sip_buf_unref(buf);
       continue;
     }
-    if (h.type == SIP_MSG_INFO_RESPONSE && p->is_info) {
+    if (h.type == SIP__MSG_INFO_RESPONSE && p->is_info) {
       uint32_t code;
       const char *txt;
       size_t n;
       e = sip__decode_code_text(mem, h.length, 0, &code, &txt, &n);
       if (!e && code) e = error_from_text((sip_code_t)code, txt, n);
       char *json = e ? NULL : sip__strndup(txt, n);
-      if (!e && !json) e = SIP_OOM();
+      if (!e && !json) e = SIP__OOM();
       p->info_done(json, e, p->user);
       sip__free(p);
-    } else if (h.type == SIP_MSG_INFER_RESPONSE && !p->is_info) {
-      sip_wire_response_t wr;
+    } else if (h.type == SIP__MSG_INFER_RESPONSE && !p->is_info) {
+      sip__wire_response_t wr;
       e = sip__decode_infer_response(mem, h.length, buf, &wr);
       if (!e && wr.code) e = sip_error_new((sip_code_t)wr.code, "%s", wr.message);
       if (e) {
@@ -207,7 +207,7 @@ static void *reader_main(void *arg) {
         sip_client_response_t *r = sip__calloc(1, sizeof *r);
         if (!r) {
           sip__wire_response_clear(&wr);
-          p->done(NULL, SIP_OOM(), p->user);
+          p->done(NULL, SIP__OOM(), p->user);
         } else {
           r->request_id = h.request_id;
           r->outputs = wr.outputs;
@@ -242,7 +242,7 @@ sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out) {
   sip_client_t *c = sip__calloc(1, sizeof *c);
   if (!c) {
     close(fd);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   c->fd = fd;
   atomic_init(&c->next_id, 1);
@@ -268,11 +268,11 @@ void sip_client_free(sip_client_t *c) {
 }
 
 /* Registers p, then writes the frame. */
-static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip_wbuf_t *w) {
+static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w) {
   if (w->oom) {
     sip__wbuf_free(w);
     sip__free(p);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   pthread_mutex_lock(&c->pmu);
   if (c->closed) {
@@ -320,18 +320,18 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "padding %d; expected 0 (none), 1 (replicate_last) or 2 (zero)", padding);
   pending_t *p = sip__calloc(1, sizeof *p);
-  if (!p) return SIP_OOM();
+  if (!p) return SIP__OOM();
   p->id = req->request_id ? req->request_id : atomic_fetch_add(&c->next_id, 1);
   p->done = done;
   p->user = user;
   p->start_ns = sip__now_ns();
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   char *params = req->pipeline_config
                      ? sip__asprintf("{\"pipeline_config\": %s}", req->pipeline_config)
                      : NULL;
   if (req->pipeline_config && !params) {
     sip__free(p);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   if (batch < 0)
     sip__encode_infer_request_params(&w, p->id, req->pool, req->priority, req->timeout_ms,
@@ -426,7 +426,7 @@ static void sync_info_done(char *json, sip_error_t *e, void *user) {
  * waits for its INFO_RESPONSE. */
 static sip_error_t *info_call(sip_client_t *c, int kind, const char *repo, char **json) {
   pending_t *p = sip__calloc(1, sizeof *p);
-  if (!p) return SIP_OOM();
+  if (!p) return SIP__OOM();
   waiter_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
@@ -434,7 +434,7 @@ static sip_error_t *info_call(sip_client_t *c, int kind, const char *repo, char 
   p->is_info = 1;
   p->info_done = sync_info_done;
   p->user = &w;
-  sip_wbuf_t wb = {0};
+  sip__wbuf_t wb = {0};
   if (repo)
     sip__encode_repo_request(&wb, p->id, repo, strlen(repo));
   else

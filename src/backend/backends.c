@@ -46,8 +46,8 @@ static int catalog_flags(const char *name) {
   return vt ? (int)vt->flags : -1;
 }
 
-const sip_backend_catalog_t *sip__backend_catalog(void) {
-  static const sip_backend_catalog_t cat = {catalog_flags, sip__backend_names};
+const sip__backend_catalog_t *sip__backend_catalog(void) {
+  static const sip__backend_catalog_t cat = {catalog_flags, sip__backend_names};
   return &cat;
 }
 

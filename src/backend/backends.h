@@ -10,7 +10,7 @@ const sip_backend_vtable_t *sip__backend_find(const char *name);
 /* "onnxruntime, builtin, transform[, registered ...]" (static storage). */
 const char *sip__backend_names(void);
 /* The table as the config parser reads it (src/config/config.h). */
-const sip_backend_catalog_t *sip__backend_catalog(void);
+const sip__backend_catalog_t *sip__backend_catalog(void);
 
 extern const sip_backend_vtable_t sip__backend_onnxruntime;
 extern const sip_backend_vtable_t sip__backend_builtin;

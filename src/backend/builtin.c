@@ -65,7 +65,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   (void)state;
   (void)path;
   model_t *m = sip__calloc(1, sizeof *m);
-  if (!m) return SIP_OOM();
+  if (!m) return SIP__OOM();
   m->in.dtype = SIP_DTYPE_FLOAT32;
   m->in.rank = 1;
   m->in.dims[0] = -1;
@@ -98,7 +98,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   m->out = m->in;
   m->in.name = sip__strdup("input");
   m->out.name = sip__strdup("output");
-  if (!e && (!m->in.name || !m->out.name)) e = SIP_OOM();
+  if (!e && (!m->in.name || !m->out.name)) e = SIP__OOM();
   if (e) {
     sip__free(m->in.name);
     sip__free(m->out.name);
@@ -141,7 +141,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
                                                in->nbytes, in->owner)
                          : sip_tensor_new_copy("output", in->dtype, in->rank, in->dims, in->data,
                                                in->nbytes);
-  return outputs[0] ? NULL : SIP_OOM();
+  return outputs[0] ? NULL : SIP__OOM();
 }
 
 static void session_free(void *session) { (void)session; }

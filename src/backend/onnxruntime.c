@@ -169,7 +169,7 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
                          s.intra_op_threads, s.inter_op_threads);
 
   backend_t *be = sip__calloc(1, sizeof *be);
-  if (!be) return SIP_OOM();
+  if (!be) return SIP__OOM();
 
   OrtThreadingOptions *tp = NULL;
   OrtStatus *st = sip__ort->CreateThreadingOptions(&tp);
@@ -374,7 +374,7 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
   d->name = sip__strdup(ort_name);
   OrtStatus *fst = sip__ort->AllocatorFree(alloc, ort_name);
   if (fst) sip__ort->ReleaseStatus(fst); /* cannot fail for the default allocator */
-  if (!d->name) return SIP_OOM();
+  if (!d->name) return SIP__OOM();
 
   OrtTypeInfo *ti = NULL;
   st = is_input ? sip__ort->SessionGetInputTypeInfo(sess, index, &ti)
@@ -448,7 +448,7 @@ static sip_error_t *describe_all(model_t *m, const char *path) {
   /* Zeroed, so that a failure half way leaves only NULL names to free. */
   m->inputs = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *m->inputs);
   m->outputs = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *m->outputs);
-  if (!m->inputs || !m->outputs) return SIP_OOM();
+  if (!m->inputs || !m->outputs) return SIP__OOM();
   for (size_t i = 0; i < m->n_inputs; i++) {
     sip_error_t *err = describe_one(m->session, alloc, 1, i, path, &m->inputs[i]);
     if (err) return err;
@@ -497,7 +497,7 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   model_t *m = sip__calloc(1, sizeof *m);
   if (!m) {
     sip__ort->ReleaseSession(sess);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   m->session = sess;
   m->backend = be;
@@ -554,7 +554,7 @@ static sip_error_t *ort_session_new(void *model, void **session) {
   *session = NULL;
   model_t *m = model;
   session_t *s = sip__calloc(1, sizeof *s);
-  if (!s) return SIP_OOM();
+  if (!s) return SIP__OOM();
   s->model = m;
   atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
   s->in_names = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *s->in_names);
@@ -562,7 +562,7 @@ static sip_error_t *ort_session_new(void *model, void **session) {
   s->out_values = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *s->out_values);
   if (!s->in_names || !s->in_values || !s->out_values) {
     ort_session_free(s);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   OrtStatus *st = sip__ort->CreateRunOptions(&s->run_options);
   if (!st) st = sip__ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &s->mem_info);

@@ -172,7 +172,7 @@ static sip_error_t *pack_strings(OrtValue *v, const char *name, size_t count, si
   if (count > (SIZE_MAX - total) / 4)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "onnxruntime: output '%s' is too large", name);
   sip_buf_t *buf = sip_buf_new(4 * count + total);
-  if (!buf) return SIP_OOM();
+  if (!buf) return SIP__OOM();
   unsigned char *p = sip_buf_data(buf), *end = p + 4 * count + total;
   for (size_t i = 0; i < count; i++) {
     size_t len = 0;
@@ -273,7 +273,7 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
       buf = sip_buf_new(nbytes);
       if (buf) memcpy(sip_buf_data(buf), data, nbytes);
       sip__ort->ReleaseValue(v);
-      if (!buf) return SIP_OOM();
+      if (!buf) return SIP__OOM();
       data = sip_buf_data(buf);
     } else {
       /* Zero-copy: the buffer owns the OrtValue and a model reference
@@ -281,18 +281,18 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
       output_ref_t *r = sip__malloc(sizeof *r);
       if (!r) {
         sip__ort->ReleaseValue(v);
-        return SIP_OOM();
+        return SIP__OOM();
       }
       r->value = v;
       r->model = m;
       atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
       buf = sip_buf_wrap(data, nbytes, release_output, r);
-      if (!buf) return SIP_OOM();
+      if (!buf) return SIP__OOM();
     }
   }
   *out = sip_tensor_new_view(name, dt, (int)rank, dims, data, nbytes, buf);
   sip_buf_unref(buf); /* the tensor holds its own reference; NULL is a no-op */
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 }
 
 /* ---- execute ----------------------------------------------------------- */

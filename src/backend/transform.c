@@ -22,7 +22,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   (void)path;
   const char *op = NULL;
   sip_kv_t *rest = sip__calloc(n_opts, sizeof *rest);
-  if (!rest) return SIP_OOM();
+  if (!rest) return SIP__OOM();
   size_t n = 0;
   for (size_t i = 0; i < n_opts; i++) {
     if (opts[i].key && !strcmp(opts[i].key, "operation"))
@@ -36,7 +36,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
                       "transform backend needs backend_options.operation; expected one of: %s",
                       sip__transform_op_names());
   else
-    e = sip__transform_new(op, rest, n, (sip_transform_t **)out);
+    e = sip__transform_new(op, rest, n, (sip__transform_t **)out);
   sip__free(rest);
   return e;
 }
@@ -54,7 +54,7 @@ static sip_error_t *session_new(void *model, void **session) {
 static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                             const char *const *out_names, size_t n_outputs,
                             sip_tensor_t **outputs) {
-  const sip_transform_t *t = session;
+  const sip__transform_t *t = session;
   sip_tensor_t **all;
   size_t n_all;
   sip_error_t *e = sip__transform_run(t, inputs, n_inputs, &all, &n_all);

@@ -14,7 +14,7 @@ sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out) {
   sip_server_t *s = NULL;
   sip_error_t *e = sip__server_create(o, &s);
   if (e) return e;
-  const sip_config_t *cfg = sip__server_config(s);
+  const sip__config_t *cfg = sip__server_config(s);
   if (sip__server_options_listen(o)) {
     /* Front-ends answer "loading" until the pools are READY. */
     e = sip_server_add_frontend(s, &sip__frontend_native, cfg);

@@ -4,11 +4,11 @@
 #ifndef SIP_CONFIG_BACKEND_CATALOG_H
 #define SIP_CONFIG_BACKEND_CATALOG_H
 
-typedef struct sip_backend_catalog {
+typedef struct sip__backend_catalog {
   /* SIP_BACKEND_* flags of the backend `name`, or -1 when there is none. */
   int (*flags_of)(const char *name);
   /* Every name, ", "-separated, for error messages. */
   const char *(*names)(void);
-} sip_backend_catalog_t;
+} sip__backend_catalog_t;
 
 #endif

@@ -40,7 +40,7 @@ _Static_assert(COUNT(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const char *yaml,
                                  size_t len) {
-  if (p->error == YAML_MEMORY_ERROR) return SIP_OOM();
+  if (p->error == YAML_MEMORY_ERROR) return SIP__OOM();
   size_t line = p->problem_mark.line + 1, col = p->problem_mark.column + 1;
   const char *problem = p->problem ? p->problem : "unknown error";
   if (p->error == YAML_READER_ERROR) {
@@ -69,7 +69,7 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
 }
 
 
-static int parse_document(ctx_t *c, sip_config_t *cfg) {
+static int parse_document(ctx_t *c, sip__config_t *cfg) {
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
   cfg_list_fields(exp, sizeof exp, &cfg_top_section, 0);
@@ -108,7 +108,7 @@ static int parse_document(ctx_t *c, sip_config_t *cfg) {
 static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
                                int (*body)(ctx_t *c, void *arg), void *arg) {
   yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser)) return SIP_OOM();
+  if (!yaml_parser_initialize(&parser)) return SIP__OOM();
   yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
 
   yaml_document_t doc;
@@ -137,8 +137,8 @@ static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
 static int parse_document_body(ctx_t *c, void *cfg) { return parse_document(c, cfg); }
 
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
-                                     const char *base_dir, const sip_backend_catalog_t *backends,
-                                     sip_config_t **out) {
+                                     const char *base_dir, const sip__backend_catalog_t *backends,
+                                     sip__config_t **out) {
   if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
   *out = NULL;
   if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
@@ -146,11 +146,11 @@ sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *n
   if (!yaml) yaml = "";
   if (!name) name = "<string>";
 
-  sip_config_t *cfg = sip__calloc(1, sizeof *cfg);
-  if (!cfg) return SIP_OOM();
+  sip__config_t *cfg = sip__calloc(1, sizeof *cfg);
+  if (!cfg) return SIP__OOM();
   if (!(cfg->path = sip__strdup(name))) {
     sip__free(cfg);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   cfg_apply_defaults(&cfg_top_section, cfg);
 
@@ -176,7 +176,7 @@ static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out)
   size_t cap = 4096, n = 0;
   char *buf = sip__malloc(cap);
   sip_error_t *err = NULL;
-  if (!buf) err = SIP_OOM();
+  if (!buf) err = SIP__OOM();
   while (!err) {
     if (n == cap) {
       if (cap >= CONFIG_FILE_MAX) {
@@ -187,7 +187,7 @@ static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out)
       }
       char *nb = sip__realloc(buf, cap * 2);
       if (!nb) {
-        err = SIP_OOM();
+        err = SIP__OOM();
         break;
       }
       buf = nb;
@@ -212,15 +212,15 @@ static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out)
   return NULL;
 }
 
-sip_error_t *sip__config_load_file(const char *path, const sip_backend_catalog_t *backends,
-                                   sip_config_t **out) {
+sip_error_t *sip__config_load_file(const char *path, const sip__backend_catalog_t *backends,
+                                   sip__config_t **out) {
   if (!out) return sip_error_new(SIP_INVALID_ARGUMENT, "config: out is NULL");
   *out = NULL;
   if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
   char *buf = NULL, *copy = NULL;
   size_t n = 0;
   sip_error_t *err = read_file(path, &buf, &n);
-  if (!err && !(copy = sip__strdup(path))) err = SIP_OOM();
+  if (!err && !(copy = sip__strdup(path))) err = SIP__OOM();
   if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), backends, out);
   sip__free(copy);
   sip__free(buf);
@@ -232,7 +232,7 @@ sip_error_t *sip__config_load_file(const char *path, const sip_backend_catalog_t
 /* Field by field what a session_pools entry holds, minus name/model_path
  * (they come from the repository layout), plus version_policy. */
 static int parse_model_body(ctx_t *c, void *arg) {
-  sip_pool_config_t *pool = arg;
+  sip__pool_config_t *pool = arg;
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
   cfg_list_fields(exp, sizeof exp, &cfg_pool_section, IN_MODEL);
@@ -245,18 +245,18 @@ static int parse_model_body(ctx_t *c, void *arg) {
 }
 
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
-                                    const sip_backend_catalog_t *backends,
-                                    sip_pool_config_t **out) {
+                                    const sip__backend_catalog_t *backends,
+                                    sip__pool_config_t **out) {
   *out = NULL;
   if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
-  sip_pool_config_t *pool = sip__calloc(1, sizeof *pool);
-  if (!pool) return SIP_OOM();
+  sip__pool_config_t *pool = sip__calloc(1, sizeof *pool);
+  if (!pool) return SIP__OOM();
   cfg_apply_defaults(&cfg_pool_section, pool);
   pool->version_latest = 1;
   pool->line = 1;
   sip_error_t *e = NULL;
   if (!(pool->name = sip__strdup(name)) || (model_path && !(pool->model_path = sip__strdup(model_path))))
-    e = SIP_OOM();
+    e = SIP__OOM();
   if (!e && path) {
     char *buf = NULL;
     size_t n = 0;
@@ -267,7 +267,7 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
     }
     sip__free(buf);
   }
-  if (!e && !pool->backend && !(pool->backend = sip__strdup("onnxruntime"))) e = SIP_OOM();
+  if (!e && !pool->backend && !(pool->backend = sip__strdup("onnxruntime"))) e = SIP__OOM();
   if (e) {
     sip__config_pool_free(pool);
     return e;
@@ -276,7 +276,7 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
   return NULL;
 }
 
-static void pool_clear(sip_pool_config_t *p) {
+static void pool_clear(sip__pool_config_t *p) {
   sip__free(p->name);
   sip__free(p->model_path);
   sip__free(p->backend);
@@ -289,13 +289,13 @@ static void pool_clear(sip_pool_config_t *p) {
   sip__free(p->preprocess);
 }
 
-void sip__config_pool_free(sip_pool_config_t *p) {
+void sip__config_pool_free(sip__pool_config_t *p) {
   if (!p) return;
   pool_clear(p);
   sip__free(p);
 }
 
-void sip__config_free(sip_config_t *cfg) {
+void sip__config_free(sip__config_t *cfg) {
   if (!cfg) return;
   sip__free(cfg->path);
   for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);

@@ -11,110 +11,107 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/core.h"
 #include "sip/error.h"
 #include "sip/backend.h"
 #include "config/backend_catalog.h"
 
-typedef enum sip_priority_level {
-  SIP_PRIO_HIGH = 0,
-  SIP_PRIO_MEDIUM = 1,
-  SIP_PRIO_LOW = 2,
-  SIP_PRIO_LEVELS = 3
-} sip_priority_level_t;
+typedef enum sip__priority_level {
+  SIP__PRIO_HIGH = 0,
+  SIP__PRIO_MEDIUM = 1,
+  SIP__PRIO_LOW = 2,
+  SIP__PRIO_LEVELS = 3
+} sip__priority_level_t;
 
-typedef enum sip_log_level {
-  SIP_LOG_DEBUG = 0,
-  SIP_LOG_INFO = 1,
-  SIP_LOG_WARN = 2,
-  SIP_LOG_ERROR = 3
-} sip_log_level_t;
+/* server.log_level: one of SIP__LOG_* (src/core/core.h). */
+typedef int sip__log_level_t;
 
-typedef enum sip_padding {
-  SIP_PAD_NONE = 0,           /* never pad: a fixed batch dim only takes exact batches */
-  SIP_PAD_REPLICATE_LAST = 1, /* fill with copies of the last row */
-  SIP_PAD_ZERO = 2,           /* fill with zeros */
-} sip_padding_t;
+typedef enum sip__padding {
+  SIP__PAD_NONE = 0,           /* never pad: a fixed batch dim only takes exact batches */
+  SIP__PAD_REPLICATE_LAST = 1, /* fill with copies of the last row */
+  SIP__PAD_ZERO = 2,           /* fill with zeros */
+} sip__padding_t;
 
-typedef enum sip_timeout_action {
-  SIP_TIMEOUT_REJECT = 0, /* an expired queued request is answered DEADLINE_EXCEEDED */
-  SIP_TIMEOUT_DELAY = 1,  /* it loses its deadline and moves behind everything else */
-} sip_timeout_action_t;
+typedef enum sip__timeout_action {
+  SIP__TIMEOUT_REJECT = 0, /* an expired queued request is answered DEADLINE_EXCEEDED */
+  SIP__TIMEOUT_DELAY = 1,  /* it loses its deadline and moves behind everything else */
+} sip__timeout_action_t;
 
-#define SIP_MAX_PREFERRED 16
-#define SIP_MAX_CPUS 1024 /* cpu_affinity names logical CPUs 0..SIP_MAX_CPUS-1 */
-#define SIP_MAX_SPECIFIC_VERSIONS 64
+#define SIP__MAX_PREFERRED 16
+#define SIP__MAX_CPUS 1024 /* cpu_affinity names logical CPUs 0..SIP__MAX_CPUS-1 */
+#define SIP__MAX_SPECIFIC_VERSIONS 64
 
 /* Which version directories of a repository model are served. */
-typedef enum sip_version_policy {
-  SIP_VERSIONS_LATEST = 0,   /* the `latest` highest numbers (default: 1) */
-  SIP_VERSIONS_SPECIFIC = 1, /* the numbers listed */
-  SIP_VERSIONS_ALL = 2,      /* every version directory */
-} sip_version_policy_t;
+typedef enum sip__version_policy {
+  SIP__VERSIONS_LATEST = 0,   /* the `latest` highest numbers (default: 1) */
+  SIP__VERSIONS_SPECIFIC = 1, /* the numbers listed */
+  SIP__VERSIONS_ALL = 2,      /* every version directory */
+} sip__version_policy_t;
 
-typedef enum sip_model_control {
-  SIP_MODEL_CONTROL_STARTUP = 0,  /* every repository model is loaded at start */
-  SIP_MODEL_CONTROL_EXPLICIT = 1, /* repository models load only when asked */
-} sip_model_control_t;
+typedef enum sip__model_control {
+  SIP__MODEL_CONTROL_STARTUP = 0,  /* every repository model is loaded at start */
+  SIP__MODEL_CONTROL_EXPLICIT = 1, /* repository models load only when asked */
+} sip__model_control_t;
 
 /* One traffic level of elastic batching (seed 001). */
-typedef struct sip_batch_level {
+typedef struct sip__batch_level {
   int max_batch;      /* 0: level not configured */
   int64_t timeout_ms; /* how long a batch may wait to fill */
-} sip_batch_level_t;
+} sip__batch_level_t;
 
 /* One step of a pool's preprocess block: a single-input transform. */
-typedef struct sip_preprocess_step {
+typedef struct sip__preprocess_step {
   char *op;          /* transform operation (docs/transforms.md), e.g. "resize" */
   sip_kv_t *options; /* its options; keys and values owned */
   size_t n_options;
-} sip_preprocess_step_t;
+} sip__preprocess_step_t;
 
-typedef struct sip_pool_config {
+typedef struct sip__pool_config {
   char *name;
   char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
   char *backend;        /* "onnxruntime" (default for .onnx and directories) or "builtin" */
   int pool_size;        /* 1..256, default 1 */
-  sip_priority_level_t priority; /* default medium */
+  sip__priority_level_t priority; /* default medium */
   int64_t max_memory_mb;         /* 0: unlimited; else 1..1048576 */
   int max_compute_percent;       /* 0: unlimited; else 1..100 */
   /* dynamic_batching: max_batch_size 0 = no batching. */
   int max_batch_size;              /* rows per execution, 1..65536 */
   int64_t max_queue_delay_us;      /* how long a batch may wait to fill, 0..60 s */
-  int preferred_batch_sizes[SIP_MAX_PREFERRED];
+  int preferred_batch_sizes[SIP__MAX_PREFERRED];
   size_t n_preferred;
-  int padding_strategy;            /* sip_padding_t */
+  int padding_strategy;            /* sip__padding_t */
   /* queue */
   int64_t queue_max_size;          /* 0: unbounded */
   int64_t default_timeout_ms;      /* for requests without one; 0: none */
-  int timeout_action;              /* sip_timeout_action_t */
+  int timeout_action;              /* sip__timeout_action_t */
   int64_t ageing_ms;               /* a waiting request rises one level per ageing_ms; 0: off */
   /* batch_strategies (elastic batching): levels low, medium, high by arrival rate. */
-  sip_batch_level_t batch_levels[3];
+  sip__batch_level_t batch_levels[3];
   double rate_thresholds[2];       /* req/s: < [0] low, < [1] medium, else high */
   sip_kv_t *backend_options;     /* keys and values owned (strdup'd) */
   size_t n_backend_options;
   /* preprocess (docs/preprocess.md): steps applied in order to one input of
    * each request, on the pool's executor, before the model; none: empty. */
   char *preprocess_input;            /* the model input they make; NULL: its only input */
-  sip_preprocess_step_t *preprocess; /* owned */
+  sip__preprocess_step_t *preprocess; /* owned */
   size_t n_preprocess;
   int preprocess_fixed;              /* the steps give one size whatever the image (resize
                                         to a size, letterbox): any two images can batch */
   /* cpu_affinity: the logical CPUs the pool's session threads (and its own
    * intra-op threads) run on, as a bit set; n_cpus 0: wherever the OS
    * places them. */
-  uint64_t cpu_mask[SIP_MAX_CPUS / 64];
+  uint64_t cpu_mask[SIP__MAX_CPUS / 64];
   int n_cpus;
   int line;                      /* where the pool's entry starts, for messages */
   /* version_policy (repository models' config.yaml only). */
-  int version_policy;            /* sip_version_policy_t */
+  int version_policy;            /* sip__version_policy_t */
   int version_latest;            /* latest: N, 1..1024 */
-  int64_t versions[SIP_MAX_SPECIFIC_VERSIONS]; /* specific: [...], increasing */
+  int64_t versions[SIP__MAX_SPECIFIC_VERSIONS]; /* specific: [...], increasing */
   size_t n_versions;
-} sip_pool_config_t;
+} sip__pool_config_t;
 
 /* One stage of a pipeline (pipeline_sessions[].stages[]). */
-typedef struct sip_stage_config {
+typedef struct sip__stage_config {
   char *name;
   int is_transform;       /* type: transform */
   char *pool;             /* model stage: the pool it runs on (an implicit one for model_path) */
@@ -127,47 +124,47 @@ typedef struct sip_stage_config {
   size_t n_output_filter;
   char *when;             /* condition (docs/expressions.md); NULL: always */
   int line;
-} sip_stage_config_t;
+} sip__stage_config_t;
 
-typedef struct sip_pipeline_config {
+typedef struct sip__pipeline_config {
   char *name;
-  sip_stage_config_t *stages;
+  sip__stage_config_t *stages;
   size_t n_stages;
   char *early_exit_condition; /* NULL: none */
   char **outputs;             /* "stage.output" the pipeline returns; none: every sink's outputs */
   size_t n_outputs;
   int line;
-} sip_pipeline_config_t;
+} sip__pipeline_config_t;
 
-typedef struct sip_config {
+typedef struct sip__config {
   char *path;                 /* the file it came from ("<string>" for text) */
   char **endpoints;           /* "ipc:///p", "unix:///p", "tcp://host:port" */
   size_t n_endpoints;         /* default: one, ipc:///tmp/sip_service.sock */
   sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
   size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
-  sip_log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
+  sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */
   int http_threads;           /* server.http_threads, 1..64, default 2 */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
-  int model_control;          /* server.model_control: sip_model_control_t */
-  sip_pool_config_t *pools;
+  int model_control;          /* server.model_control: sip__model_control_t */
+  sip__pool_config_t *pools;
   size_t n_pools;
-  sip_pipeline_config_t *pipelines; /* pipeline_sessions[] */
+  sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
   size_t n_pipelines;
-} sip_config_t;
+} sip__config_t;
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
- * by the caller (sip_config_free). `name` labels the text in messages.
+ * by the caller (sip__config_free). `name` labels the text in messages.
  * `backends` is the table backend names and capabilities are checked
  * against (the server passes sip__backend_catalog()). */
-sip_error_t *sip__config_load_file(const char *path, const sip_backend_catalog_t *backends,
-                                   sip_config_t **out);
+sip_error_t *sip__config_load_file(const char *path, const sip__backend_catalog_t *backends,
+                                   sip__config_t **out);
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
-                                     const char *base_dir, const sip_backend_catalog_t *backends,
-                                     sip_config_t **out);
-void sip__config_free(sip_config_t *cfg);
+                                     const char *base_dir, const sip__backend_catalog_t *backends,
+                                     sip__config_t **out);
+void sip__config_free(sip__config_t *cfg);
 
 /* Parses a model repository's <model>/config.yaml: the settings of one pool
  * (every session_pools key but name and model_path, plus version_policy),
@@ -175,16 +172,16 @@ void sip__config_free(sip_config_t *cfg);
  * The pool is named `name` and serves `model_path` (both copied). On
  * success *out is owned by the caller (sip__config_pool_free). */
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
-                                    const sip_backend_catalog_t *backends,
-                                    sip_pool_config_t **out);
+                                    const sip__backend_catalog_t *backends,
+                                    sip__pool_config_t **out);
 /* Frees a pool config from sip__config_load_model; NULL is a no-op. */
-void sip__config_pool_free(sip_pool_config_t *p);
+void sip__config_pool_free(sip__pool_config_t *p);
 
 /* Writes the configuration reference (docs/config.md) as Markdown, from
  * the parser's tables. 0, or -1 when writing failed. */
 int sip__config_doc_markdown(FILE *out);
 
 /* "high" | "medium" | "low" */
-const char *sip__priority_name(sip_priority_level_t p);
+const char *sip__priority_name(sip__priority_level_t p);
 
 #endif

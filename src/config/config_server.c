@@ -7,7 +7,7 @@
 
 #include "core/core.h"
 
-_Static_assert(SIP_LOG_DEBUG == 0 && SIP_LOG_INFO == 1 && SIP_LOG_WARN == 2 && SIP_LOG_ERROR == 3,
+_Static_assert(SIP__LOG_DEBUG == 0 && SIP__LOG_INFO == 1 && SIP__LOG_WARN == 2 && SIP__LOG_ERROR == 3,
                "log_level_names[] follows the enum order");
 
 static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base);
@@ -28,47 +28,47 @@ static const field_t server_fields[S_COUNT] = {
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
                      .doc = "Addresses to listen on; default [" DEFAULT_ENDPOINT "]."},
     [S_INTRA] = {.name = "intra_op_threads", .type = F_INT,
-                 .offset = offsetof(sip_config_t, engine.intra_op_threads),
+                 .offset = offsetof(sip__config_t, engine.intra_op_threads),
                  .def = 0, .min = 0, .max = 256,
                  .doc = "Threads of the shared intra-op pool; 0 = number of cores."},
     [S_INTER] = {.name = "inter_op_threads", .type = F_INT,
-                 .offset = offsetof(sip_config_t, engine.inter_op_threads),
+                 .offset = offsetof(sip__config_t, engine.inter_op_threads),
                  .def = 0, .min = 0, .max = 256,
                  .doc = "Threads of the shared inter-op pool; 0 = 1."},
     [S_SPIN] = {.name = "allow_spinning", .type = F_BOOL,
-                .offset = offsetof(sip_config_t, engine.allow_spinning), .def = 0,
+                .offset = offsetof(sip__config_t, engine.allow_spinning), .def = 0,
                 .doc = "Let idle engine threads spin instead of sleeping."},
     [S_FRAME] = {.name = "max_frame_bytes", .type = F_SIZE,
-                 .offset = offsetof(sip_config_t, max_frame_bytes),
+                 .offset = offsetof(sip__config_t, max_frame_bytes),
                  .def = (int64_t)256 << 20, .min = 1024, .max = (int64_t)4 << 30,
                  .doc = "Largest request or response frame."},
-    [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip_config_t, log_level),
-               .names = log_level_names, .def = SIP_LOG_INFO, .doc = "Least severe level logged."},
+    [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip__config_t, log_level),
+               .names = log_level_names, .def = SIP__LOG_INFO, .doc = "Least severe level logged."},
     /* KServe v2 HTTP/REST front-end (src/http/). */
-    [S_HTTP] = {.name = "http", .type = F_STRING, .offset = offsetof(sip_config_t, http),
+    [S_HTTP] = {.name = "http", .type = F_STRING, .offset = offsetof(sip__config_t, http),
                 .valid = valid_http_address, .expect = HTTP_EXPECT,
                 .doc = "Address of the KServe v2 HTTP/REST front-end and /metrics; absent = off."},
     [S_HTTP_BODY] = {.name = "http_max_body_bytes", .type = F_SIZE,
-                     .offset = offsetof(sip_config_t, http_max_body_bytes),
+                     .offset = offsetof(sip__config_t, http_max_body_bytes),
                      .def = (int64_t)64 << 20, .min = 1024, .max = (int64_t)4 << 30,
                      .doc = "Largest HTTP request body; larger ones get 413 before being read."},
     [S_HTTP_THREADS] = {.name = "http_threads", .type = F_INT,
-                        .offset = offsetof(sip_config_t, http_threads),
+                        .offset = offsetof(sip__config_t, http_threads),
                         .def = 2, .min = 1, .max = 64,
                         .doc = "HTTP event-loop threads (they never wait for inference)."},
     [S_SLOTS] = {.name = "execution_slots", .type = F_INT,
-                 .offset = offsetof(sip_config_t, execution_slots), .def = 0, .min = 0,
+                 .offset = offsetof(sip__config_t, execution_slots), .def = 0, .min = 0,
                  .max = 1024,
                  .doc = "Executions running at once across all pools (more wait, ordered by "
                         "pool priority and compute share); 0 = number of cores."},
     [S_REPO] = {.name = "model_repository", .type = F_STRING,
-                .offset = offsetof(sip_config_t, model_repository),
+                .offset = offsetof(sip__config_t, model_repository),
                 .expect = "a directory of <model>/<version>/model.onnx",
                 .doc = "Model repository: every <model> directory is a pool per served version; "
                        "relative to the config file."},
     [S_CONTROL] = {.name = "model_control", .type = F_ENUM,
-                   .offset = offsetof(sip_config_t, model_control), .names = model_control_names,
-                   .def = SIP_MODEL_CONTROL_STARTUP,
+                   .offset = offsetof(sip__config_t, model_control), .names = model_control_names,
+                   .def = SIP__MODEL_CONTROL_STARTUP,
                    .doc = "startup: load every repository model at start; explicit: only on "
                           "request. Load/unload work in both."},
 };
@@ -135,7 +135,7 @@ static bool valid_http_address(const char *s, size_t len) {
 }
 
 static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_config_t *cfg = base;
+  sip__config_t *cfg = base;
   const char *exp = server_fields[S_ENDPOINTS].expect;
   char ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8], why[128];
 

@@ -11,8 +11,8 @@
 #include "core/core.h"
 
 /* Enums are stored through an int; make sure that is their representation. */
-_Static_assert(sizeof(sip_priority_level_t) == sizeof(int), "enum is not int-sized");
-_Static_assert(sizeof(sip_log_level_t) == sizeof(int), "enum is not int-sized");
+_Static_assert(sizeof(sip__priority_level_t) == sizeof(int), "enum is not int-sized");
+_Static_assert(sizeof(sip__log_level_t) == sizeof(int), "enum is not int-sized");
 
 /* ---- messages --------------------------------------------------------- */
 
@@ -28,7 +28,7 @@ int cfg_fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...) {
 }
 
 int cfg_oom(ctx_t *c) {
-  c->err = SIP_OOM();
+  c->err = SIP__OOM();
   return -1;
 }
 

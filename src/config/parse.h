@@ -67,7 +67,7 @@ typedef struct ctx {
   yaml_document_t *doc;
   sip_error_t *err; /* the first error; set together with a -1 return */
   unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
-  const sip_backend_catalog_t *backends; /* names and flags of the backends this server has */
+  const sip__backend_catalog_t *backends; /* names and flags of the backends this server has */
   yaml_node_t *pipelines; /* pipeline_sessions, read after session_pools wherever it is written */
 } ctx_t;
 
@@ -112,7 +112,7 @@ struct section {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* A key the parser reads by hand (pipelines, stages, preprocess), for the
- * reference documentation; tests/unit/test_config_doc.c keeps these tables
+ * reference documentation; tests/unit/config/test_config_doc.c keeps these tables
  * and the parsers in step. */
 typedef struct cfg_key_doc {
   const char *name;
@@ -233,12 +233,12 @@ int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
 int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
 /* Cross-field rules of the scheduling sections (scheduling.c). */
-int cfg_check_scheduling(ctx_t *c, sip_pool_config_t *pool, yaml_node_t **vals, const char *key);
+int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals, const char *key);
 /* pipelines.c: pipeline_sessions, once every pool is read; after the whole
  * document, stages name existing pools and no pipeline is named like a pool. */
 int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-int cfg_check_pipelines(ctx_t *c, sip_config_t *cfg, yaml_node_t *root);
-void cfg_pipelines_free(sip_config_t *cfg);
+int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root);
+void cfg_pipelines_free(sip__config_t *cfg);
 
 #pragma GCC visibility pop
 

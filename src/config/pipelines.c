@@ -31,7 +31,7 @@
   "name, type, pool, model_path, pool_size, operation, input_mapping, output_filter, when"
 #define PIPELINE_KEYS "name, stages, early_exit_condition, outputs"
 
-/* The keys above, for docs/config.md; tests/unit/test_config_doc.c checks
+/* The keys above, for docs/config.md; tests/unit/config/test_config_doc.c checks
  * that they are the keys the parsers below accept. */
 const cfg_key_doc_t cfg_pipeline_keys[] = {
     {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ . -", "required",
@@ -69,7 +69,7 @@ const cfg_key_doc_t cfg_stage_keys[] = {
     {NULL, NULL, NULL, NULL},
 };
 
-static void stage_clear(sip_stage_config_t *st) {
+static void stage_clear(sip__stage_config_t *st) {
   sip__free(st->name);
   sip__free(st->pool);
   sip__free(st->operation);
@@ -80,7 +80,7 @@ static void stage_clear(sip_stage_config_t *st) {
   sip__free(st->output_filter);
 }
 
-static void pipeline_clear(sip_pipeline_config_t *pl) {
+static void pipeline_clear(sip__pipeline_config_t *pl) {
   sip__free(pl->name);
   for (size_t i = 0; i < pl->n_stages; i++) stage_clear(&pl->stages[i]);
   sip__free(pl->stages);
@@ -106,7 +106,7 @@ static int string_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
 
 /* A reference "stage.output" or "pipeline.input": the stage index (-1 for
  * pipeline inputs), or -2 when it names no stage of this pipeline. */
-static int ref_stage(const sip_pipeline_config_t *pl, size_t n_known, const char *ref) {
+static int ref_stage(const sip__pipeline_config_t *pl, size_t n_known, const char *ref) {
   const char *dot = strchr(ref, '.');
   if (!dot || dot == ref || !dot[1]) return -2;
   size_t sl = (size_t)(dot - ref);
@@ -117,7 +117,7 @@ static int ref_stage(const sip_pipeline_config_t *pl, size_t n_known, const char
 }
 
 static int check_expr(ctx_t *c, yaml_node_t *v, const char *key, const char *textv) {
-  sip_expr_t *e = NULL;
+  sip__expr_t *e = NULL;
   sip_error_t *err = sip__expr_parse(textv, &e);
   sip__expr_free(e);
   if (!err) return 0;
@@ -127,9 +127,9 @@ static int check_expr(ctx_t *c, yaml_node_t *v, const char *key, const char *tex
   return rc;
 }
 
-static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, size_t si,
+static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl, size_t si,
                        yaml_node_t *m, const char *key) {
-  sip_stage_config_t *st = &pl->stages[si];
+  sip__stage_config_t *st = &pl->stages[si];
   char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (m->type != YAML_MAPPING_NODE)
     return cfg_fail_kind(c, m, key, "a map with keys: " STAGE_KEYS " (and a transform's options)");
@@ -244,7 +244,7 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
                       "stage names", st->name, j);
   if (when) {
     /* A condition may only look at stages that ran before this one. */
-    sip_expr_t *e = NULL;
+    sip__expr_t *e = NULL;
     sip_error_t *err = sip__expr_parse(st->when, &e);
     sip_error_free(err);
     const char *const *refs;
@@ -265,7 +265,7 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
     cfg_key_join(k, key, "operation", 9);
     if (!st->operation)
       return cfg_fail(c, m->start_mark, k, "missing; expected one of: %s", sip__transform_op_names());
-    sip_transform_t *t = NULL;
+    sip__transform_t *t = NULL;
     sip_error_t *err = sip__transform_new(st->operation, st->options, st->n_options, &t);
     sip__transform_free(t);
     if (err) {
@@ -306,13 +306,13 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
       sip__free(own);
       return rc;
     }
-    sip_pool_config_t *v = sip__reallocarray(cfg->pools, cfg->n_pools + 1, sizeof *v);
+    sip__pool_config_t *v = sip__reallocarray(cfg->pools, cfg->n_pools + 1, sizeof *v);
     if (!v) {
       sip__free(own);
       return cfg_oom(c);
     }
     cfg->pools = v;
-    sip_pool_config_t *pool = &v[cfg->n_pools];
+    sip__pool_config_t *pool = &v[cfg->n_pools];
     memset(pool, 0, sizeof *pool);
     cfg_apply_defaults(&cfg_pool_section, pool);
     cfg->n_pools++;
@@ -332,7 +332,7 @@ static int parse_stage(ctx_t *c, sip_config_t *cfg, sip_pipeline_config_t *pl, s
 }
 
 int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_config_t *cfg = base;
+  sip__config_t *cfg = base;
   char ik[KEY_MAX], k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (is_null(v)) return 0;
   if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, "a list of pipelines");
@@ -341,7 +341,7 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   cfg->pipelines = sip__calloc(n, sizeof *cfg->pipelines);
   if (!cfg->pipelines) return cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
-    sip_pipeline_config_t *pl = &cfg->pipelines[i];
+    sip__pipeline_config_t *pl = &cfg->pipelines[i];
     cfg->n_pipelines = i + 1;
     yaml_node_t *m = seq_item(c, v, i), *stages = NULL, *exit_node = NULL;
     cfg_key_index(ik, key, i);
@@ -399,7 +399,7 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
       if (parse_stage(c, cfg, pl, s, sm, sk)) return -1;
     }
     const char *const *refs;
-    sip_expr_t *e = NULL;
+    sip__expr_t *e = NULL;
     if (pl->early_exit_condition) sip_error_free(sip__expr_parse(pl->early_exit_condition, &e));
     size_t nr = e ? sip__expr_refs(e, &refs) : 0;
     for (size_t r = 0; r < nr; r++)
@@ -423,9 +423,9 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
 
 /* After the whole document: stages name existing pools, and no pipeline is
  * named like a pool (requests name either). */
-int cfg_check_pipelines(ctx_t *c, sip_config_t *cfg, yaml_node_t *root) {
+int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root) {
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
-    sip_pipeline_config_t *pl = &cfg->pipelines[i];
+    sip__pipeline_config_t *pl = &cfg->pipelines[i];
     char k[KEY_MAX];
     for (size_t j = 0; j < cfg->n_pools; j++)
       if (!strcmp(cfg->pools[j].name, pl->name)) {
@@ -434,7 +434,7 @@ int cfg_check_pipelines(ctx_t *c, sip_config_t *cfg, yaml_node_t *root) {
                         "pipelines and pools to have distinct names", pl->name, cfg->pools[j].line);
       }
     for (size_t s = 0; s < pl->n_stages; s++) {
-      const sip_stage_config_t *st = &pl->stages[s];
+      const sip__stage_config_t *st = &pl->stages[s];
       if (st->is_transform || cfg->model_repository) continue; /* repository models load later */
       size_t j = 0;
       while (j < cfg->n_pools && strcmp(cfg->pools[j].name, st->pool)) j++;
@@ -450,7 +450,7 @@ int cfg_check_pipelines(ctx_t *c, sip_config_t *cfg, yaml_node_t *root) {
   return 0;
 }
 
-void cfg_pipelines_free(sip_config_t *cfg) {
+void cfg_pipelines_free(sip__config_t *cfg) {
   for (size_t i = 0; i < cfg->n_pipelines; i++) pipeline_clear(&cfg->pipelines[i]);
   sip__free(cfg->pipelines);
 }

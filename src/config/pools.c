@@ -13,7 +13,7 @@
 
 #include "core/core.h"
 
-_Static_assert(SIP_PRIO_HIGH == 0 && SIP_PRIO_MEDIUM == 1 && SIP_PRIO_LOW == 2,
+_Static_assert(SIP__PRIO_HIGH == 0 && SIP__PRIO_MEDIUM == 1 && SIP__PRIO_LOW == 2,
                "priority_names[] follows the enum order");
 
 static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base);
@@ -34,12 +34,12 @@ static const char *const priority_names[] = {"high", "medium", "low", NULL};
 enum { Q_MEMORY, Q_COMPUTE, Q_COUNT };
 static const field_t quota_fields[Q_COUNT] = {
     [Q_MEMORY] = {.name = "max_memory_mb", .type = F_INT64,
-                  .offset = offsetof(sip_pool_config_t, max_memory_mb),
+                  .offset = offsetof(sip__pool_config_t, max_memory_mb),
                   .def = 0, .min = 1, .max = 1048576,
                   .doc = "MiB the model and its sessions may take, measured at load (more: the "
                          "pool is FAILED); absent = unlimited."},
     [Q_COMPUTE] = {.name = "max_compute_percent", .type = F_INT,
-                   .offset = offsetof(sip_pool_config_t, max_compute_percent),
+                   .offset = offsetof(sip__pool_config_t, max_compute_percent),
                    .def = 0, .min = 1, .max = 100,
                    .doc = "The pool's share of execution time when pools wait for a slot "
                           "(unused share is lent to busy pools); absent = 100."},
@@ -48,12 +48,12 @@ static const section_t quota_section = {quota_fields, Q_COUNT};
 
 const field_t cfg_pool_fields[P_COUNT] = {
     /* A repository model's name and files come from its directory. */
-    [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip_pool_config_t, name),
+    [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip__pool_config_t, name),
                 .valid = cfg_valid_pool_name, .required = true, .only = IN_POOL,
                 .expect = "a pool name of 1..128 characters from A-Z a-z 0-9 _ . -",
                 .doc = "Unique name clients address the pool by."},
     [P_MODEL_PATH] = {.name = "model_path", .type = F_STRING,
-                      .offset = offsetof(sip_pool_config_t, model_path),
+                      .offset = offsetof(sip__pool_config_t, model_path),
                       .expect = MODEL_PATH_EXPECT, .only = IN_POOL,
                       .doc = "Model file or directory; relative paths are relative to the "
                              "config file. Required unless the backend needs no model file "
@@ -63,12 +63,12 @@ const field_t cfg_pool_fields[P_COUNT] = {
                    .doc = "Backend; default inferred from model_path (.onnx or directory: "
                           "onnxruntime)."},
     [P_POOL_SIZE] = {.name = "pool_size", .type = F_INT,
-                     .offset = offsetof(sip_pool_config_t, pool_size),
+                     .offset = offsetof(sip__pool_config_t, pool_size),
                      .def = 1, .min = 1, .max = 256,
                      .doc = "Number of warm sessions."},
     [P_PRIORITY] = {.name = "priority", .type = F_ENUM,
-                    .offset = offsetof(sip_pool_config_t, priority), .names = priority_names,
-                    .def = SIP_PRIO_MEDIUM,
+                    .offset = offsetof(sip__pool_config_t, priority), .names = priority_names,
+                    .def = SIP__PRIO_MEDIUM,
                     .doc = "Which pool runs first when sessions of several pools wait for an "
                            "execution slot."},
     [P_QUOTA] = {.name = "resource_quota", .type = F_SECTION, .section = &quota_section,
@@ -99,7 +99,7 @@ _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MA
                "raise MAX_FIELDS");
 
 static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
+  sip__pool_config_t *pool = base;
   const char *exp = cfg_pool_fields[P_OPTIONS].expect;
   char okey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
 
@@ -163,7 +163,7 @@ static int resolve_option_paths(ctx_t *c, sip_kv_t *kv, size_t n) {
 /* Cross-field rules: model_path vs backend, resolution, and the default
  * backend. Existence is not checked here: a pool whose model fails to load
  * is reported FAILED by the runtime, not refused at parse time. */
-static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_node_t **vals,
+static int check_pool(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *map, yaml_node_t **vals,
                       const char *key) {
   char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   cfg_key_join(mkey, key, "model_path", strlen("model_path"));
@@ -220,14 +220,14 @@ static int check_pool(ctx_t *c, sip_pool_config_t *pool, yaml_node_t *map, yaml_
 
 /* Adds "N" or "A-B" (s[0..len)) to the pool's CPU set; `at` locates it
  * for messages. */
-static int add_cpus(ctx_t *c, sip_pool_config_t *pool, yaml_mark_t at, const char *key,
+static int add_cpus(ctx_t *c, sip__pool_config_t *pool, yaml_mark_t at, const char *key,
                     const char *s, size_t len) {
   char shown[SHOW_MAX * 4 + 8];
   const char *dash = len > 1 ? memchr(s + 1, '-', len - 1) : NULL;
   size_t l1 = dash ? (size_t)(dash - s) : len;
   int64_t lo, hi;
   if (cfg_parse_int(s, l1, &lo) || (dash ? cfg_parse_int(dash + 1, len - l1 - 1, &hi) : (hi = lo, 0)) ||
-      lo < 0 || hi < lo || hi >= SIP_MAX_CPUS)
+      lo < 0 || hi < lo || hi >= SIP__MAX_CPUS)
     return cfg_fail(c, at, key, "%s is not a CPU number or range; expected %s",
                     cfg_show(shown, sizeof shown, s, len), CPUS_EXPECT);
   for (int64_t k = lo; k <= hi; k++) {
@@ -243,7 +243,7 @@ static int add_cpus(ctx_t *c, sip_pool_config_t *pool, yaml_mark_t at, const cha
 /* cpu_affinity: [0, 2-3] or "0,2-3". */
 
 static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
+  sip__pool_config_t *pool = base;
   char ikey[KEY_MAX];
   if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
     const char *s = text(v), *end = s + v->data.scalar.length;
@@ -280,7 +280,7 @@ static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
   if (!len || memchr(s, '\0', len) || c->backends->flags_of(s) < 0)
     return cfg_fail(c, v->start_mark, key, "%s is not a backend of this server; expected one of %s",
                     cfg_show(shown, sizeof shown, s, len), c->backends->names());
-  char **slot = &((sip_pool_config_t *)base)->backend;
+  char **slot = &((sip__pool_config_t *)base)->backend;
   sip__free(*slot);
   if (!(*slot = sip__strndup(s, len))) return cfg_oom(c);
   return 0;
@@ -288,12 +288,12 @@ static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
 
 /* version_policy: {latest: N} | {specific: [V, ...]} | all. */
 static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
+  sip__pool_config_t *pool = base;
   const char *exp = VERSION_POLICY_EXPECT;
   char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
     if (v->data.scalar.length == 3 && !memcmp(text(v), "all", 3)) {
-      pool->version_policy = SIP_VERSIONS_ALL;
+      pool->version_policy = SIP__VERSIONS_ALL;
       return 0;
     }
     return cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
@@ -310,17 +310,17 @@ static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void 
   cfg_key_join(k, key, ks, kl);
   if (kl == 6 && !memcmp(ks, "latest", 6)) {
     static const field_t latest = {.name = "latest", .type = F_INT,
-                                   .offset = offsetof(sip_pool_config_t, version_latest),
+                                   .offset = offsetof(sip__pool_config_t, version_latest),
                                    .min = 1, .max = 1024,
                                    .doc = "Serve the N highest version numbers."};
-    pool->version_policy = SIP_VERSIONS_LATEST;
+    pool->version_policy = SIP__VERSIONS_LATEST;
     return cfg_parse_value(c, &latest, vn, k, pool);
   }
   if (kl == 8 && !memcmp(ks, "specific", 8)) {
     const char *sexp = "a list of up to 64 distinct version numbers (0..2^53), e.g. [1, 3]";
     if (vn->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, vn, k, sexp);
     size_t m = seq_len(vn);
-    if (m == 0 || m > SIP_MAX_SPECIFIC_VERSIONS)
+    if (m == 0 || m > SIP__MAX_SPECIFIC_VERSIONS)
       return cfg_fail(c, vn->start_mark, k, "has %zu items; expected %s", m, sexp);
     for (size_t i = 0; i < m; i++) {
       char ik[KEY_MAX];
@@ -346,14 +346,14 @@ static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void 
       pool->versions[at] = x;
       pool->n_versions++;
     }
-    pool->version_policy = SIP_VERSIONS_SPECIFIC;
+    pool->version_policy = SIP__VERSIONS_SPECIFIC;
     return 0;
   }
   return cfg_fail(c, kn->start_mark, k, "unknown key; expected %s", exp);
 }
 
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_config_t *cfg = base;
+  sip__config_t *cfg = base;
   char ikey[KEY_MAX], exp[1024], shown[SHOW_MAX * 4 + 8];
   snprintf(exp, sizeof exp, "a map with keys: ");
   cfg_list_fields(exp, sizeof exp, &cfg_pool_section, IN_POOL);
@@ -366,7 +366,7 @@ int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   if (!cfg->pools) return cfg_oom(c);
   cfg->n_pools = n;
   for (size_t i = 0; i < n; i++) {
-    sip_pool_config_t *pool = &cfg->pools[i];
+    sip__pool_config_t *pool = &cfg->pools[i];
     yaml_node_t *item = seq_item(c, v, i);
     yaml_node_t *vals[MAX_FIELDS] = {0};
     cfg_key_index(ikey, key, i);
@@ -394,6 +394,6 @@ int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   return 0;
 }
 
-const char *sip__priority_name(sip_priority_level_t p) {
-  return (unsigned)p < SIP_PRIO_LEVELS ? priority_names[p] : "unknown";
+const char *sip__priority_name(sip__priority_level_t p) {
+  return (unsigned)p < SIP__PRIO_LEVELS ? priority_names[p] : "unknown";
 }

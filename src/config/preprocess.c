@@ -37,7 +37,7 @@ static const struct {
     {"normalize", "normalize", NULL},     {"cast", "cast", "to"},
 };
 
-/* The keys above, for docs/config.md; tests/unit/test_config_doc.c checks
+/* The keys above, for docs/config.md; tests/unit/config/test_config_doc.c checks
  * that they are the keys parse_preprocess accepts. */
 #define PRE_VALUE "a map of options, true, false or "
 const cfg_key_doc_t cfg_preprocess_keys[] = {
@@ -68,7 +68,7 @@ static int word_in(const char *s, const char *const *words) {
 
 /* The step's options from its YAML value; *skip when it is `false`. */
 static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const char *main,
-                            sip_preprocess_step_t *st, int *skip) {
+                            sip__preprocess_step_t *st, int *skip) {
   static const char *const yes[] = {"true", "yes", "on", NULL}, *const no[] = {"false", "no", "off",
                                                                              NULL};
   char exp[160];
@@ -113,7 +113,7 @@ static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const cha
   return 0;
 }
 
-static int step_has(const sip_preprocess_step_t *st, const char *key) {
+static int step_has(const sip__preprocess_step_t *st, const char *key) {
   for (size_t i = 0; i < st->n_options; i++)
     if (!strcmp(st->options[i].key, key)) return 1;
   return 0;
@@ -127,7 +127,7 @@ static void pre_desc(char *buf, size_t n, const sip_io_desc_t *d) {
 }
 
 int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
+  sip__pool_config_t *pool = base;
   char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (is_null(v)) return 0;
   if (v->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, v, key, PREPROCESS_EXPECT);
@@ -154,7 +154,7 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
     if (oi == sizeof pre_ops / sizeof pre_ops[0])
       return cfg_fail(c, kn->start_mark, k, "%s is not a preprocess step; expected one of: " PRE_STEPS,
                       cfg_show(shown, sizeof shown, kt, kn->data.scalar.length));
-    sip_preprocess_step_t *st = &pool->preprocess[pool->n_preprocess];
+    sip__preprocess_step_t *st = &pool->preprocess[pool->n_preprocess];
     int skip = 0;
     if (pre_step_options(c, vn, k, pre_ops[oi].main, st, &skip)) {
       pool->n_preprocess++; /* what was allocated is freed with the pool */
@@ -164,7 +164,7 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
     if (!(st->op = sip__strdup(pre_ops[oi].op))) return cfg_oom(c);
     pool->n_preprocess++;
     /* Created once here: option errors and chaining are config errors. */
-    sip_transform_t *t = NULL;
+    sip__transform_t *t = NULL;
     sip_error_t *err = sip__transform_new(st->op, st->options, st->n_options, &t);
     if (err) {
       int rc = cfg_fail(c, vn->start_mark, k, "%s", sip_error_message(err));

@@ -17,11 +17,11 @@ static const char *const timeout_action_names[] = {"reject", "delay", NULL};
 enum { B_MAX, B_DELAY, B_PREFERRED, B_PADDING, B_COUNT };
 static const field_t batching_fields[B_COUNT] = {
     [B_MAX] = {.name = "max_batch_size", .type = F_INT,
-               .offset = offsetof(sip_pool_config_t, max_batch_size), .def = 0, .min = 1,
+               .offset = offsetof(sip__pool_config_t, max_batch_size), .def = 0, .min = 1,
                .max = 65536, .required = true,
                .doc = "Most rows (dim 0) one execution takes from merged requests."},
     [B_DELAY] = {.name = "max_queue_delay_us", .type = F_INT64,
-                 .offset = offsetof(sip_pool_config_t, max_queue_delay_us), .def = 0, .min = 0,
+                 .offset = offsetof(sip__pool_config_t, max_queue_delay_us), .def = 0, .min = 0,
                  .max = 60000000,
                  .doc = "How long a short batch may wait for more requests (never past the "
                         "earliest deadline in it)."},
@@ -29,8 +29,8 @@ static const field_t batching_fields[B_COUNT] = {
                      .expect = "a list of up to 16 increasing batch sizes, each 1..max_batch_size",
                      .doc = "Sizes dispatched at once when reached, without waiting."},
     [B_PADDING] = {.name = "padding_strategy", .type = F_ENUM,
-                   .offset = offsetof(sip_pool_config_t, padding_strategy),
-                   .names = padding_names, .def = SIP_PAD_NONE,
+                   .offset = offsetof(sip__pool_config_t, padding_strategy),
+                   .names = padding_names, .def = SIP__PAD_NONE,
                    .doc = "How a short batch fills a model's fixed batch dim."},
 };
 const section_t cfg_batching_section = {batching_fields, B_COUNT};
@@ -38,18 +38,18 @@ const section_t cfg_batching_section = {batching_fields, B_COUNT};
 enum { QU_MAX, QU_TIMEOUT, QU_ACTION, QU_AGEING, QU_COUNT };
 static const field_t queue_fields[QU_COUNT] = {
     [QU_MAX] = {.name = "max_size", .type = F_INT64,
-                .offset = offsetof(sip_pool_config_t, queue_max_size), .def = 0, .min = 0,
+                .offset = offsetof(sip__pool_config_t, queue_max_size), .def = 0, .min = 0,
                 .max = 100000000, .doc = "Most queued requests; 0 = unbounded."},
     [QU_TIMEOUT] = {.name = "default_timeout_ms", .type = F_INT64,
-                    .offset = offsetof(sip_pool_config_t, default_timeout_ms), .def = 0,
+                    .offset = offsetof(sip__pool_config_t, default_timeout_ms), .def = 0,
                     .min = 0, .max = 86400000,
                     .doc = "Deadline of requests that carry none; 0 = none."},
     [QU_ACTION] = {.name = "timeout_action", .type = F_ENUM,
-                   .offset = offsetof(sip_pool_config_t, timeout_action),
-                   .names = timeout_action_names, .def = SIP_TIMEOUT_REJECT,
+                   .offset = offsetof(sip__pool_config_t, timeout_action),
+                   .names = timeout_action_names, .def = SIP__TIMEOUT_REJECT,
                    .doc = "reject: answer DEADLINE_EXCEEDED; delay: run last, when idle."},
     [QU_AGEING] = {.name = "ageing_ms", .type = F_INT64,
-                   .offset = offsetof(sip_pool_config_t, ageing_ms), .def = 2000, .min = 0,
+                   .offset = offsetof(sip__pool_config_t, ageing_ms), .def = 2000, .min = 0,
                    .max = 86400000,
                    .doc = "A waiting request rises one priority level per ageing_ms; 0 = off."},
 };
@@ -57,10 +57,10 @@ const section_t cfg_queue_section = {queue_fields, QU_COUNT};
 
 #define LEVEL_FIELDS(i)                                                                         \
   {{.name = "max_batch", .type = F_INT,                                                        \
-    .offset = offsetof(sip_pool_config_t, batch_levels[i].max_batch), .def = 0, .min = 1,       \
+    .offset = offsetof(sip__pool_config_t, batch_levels[i].max_batch), .def = 0, .min = 1,       \
     .max = 65536, .required = true, .doc = "Batch size at this traffic level."},               \
    {.name = "timeout", .type = F_INT64,                                                        \
-    .offset = offsetof(sip_pool_config_t, batch_levels[i].timeout_ms), .def = 0, .min = 0,     \
+    .offset = offsetof(sip__pool_config_t, batch_levels[i].timeout_ms), .def = 0, .min = 0,     \
     .max = 60000, .doc = "Milliseconds a batch may wait to fill at this level."}}
 static const field_t level_fields[3][2] = {LEVEL_FIELDS(0), LEVEL_FIELDS(1), LEVEL_FIELDS(2)};
 static const section_t level_sections[3] = {
@@ -121,10 +121,10 @@ static int parse_number_list(ctx_t *c, yaml_node_t *v, const char *key, const ch
 }
 
 static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
-  double vals[SIP_MAX_PREFERRED];
+  sip__pool_config_t *pool = base;
+  double vals[SIP__MAX_PREFERRED];
   size_t n = 0;
-  if (parse_number_list(c, v, key, batching_fields[B_PREFERRED].expect, SIP_MAX_PREFERRED, 1,
+  if (parse_number_list(c, v, key, batching_fields[B_PREFERRED].expect, SIP__MAX_PREFERRED, 1,
                         vals, &n))
     return -1;
   for (size_t i = 0; i < n; i++) pool->preferred_batch_sizes[i] = (int)vals[i];
@@ -134,7 +134,7 @@ static int parse_preferred(ctx_t *c, yaml_node_t *v, const char *key, void *base
 
 
 static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
-  sip_pool_config_t *pool = base;
+  sip__pool_config_t *pool = base;
   size_t n = 0;
   const char *exp = elastic_fields[E_THRESH].expect;
   if (parse_number_list(c, v, key, exp, 2, 0, pool->rate_thresholds, &n)) return -1;
@@ -143,7 +143,7 @@ static int parse_thresholds(ctx_t *c, yaml_node_t *v, const char *key, void *bas
 }
 
 /* Cross-field rules of the scheduling sections. */
-int cfg_check_scheduling(ctx_t *c, sip_pool_config_t *pool, yaml_node_t **vals,
+int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals,
                          const char *key) {
   char k[KEY_MAX];
   if (vals[P_BATCHING]) {

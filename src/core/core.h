@@ -26,7 +26,7 @@ void sip__alloc_fail_after(long n);
 char *sip__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Out-of-memory error shorthand. */
-#define SIP_OOM() sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory")
+#define SIP__OOM() sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory")
 
 /* Logging: one line per event, logfmt ("ts=... level=info msg=\"...\" k=v").
  * `kv` is a preformatted suffix such as "pool=a code=NOT_FOUND" (may be NULL). */

@@ -16,7 +16,7 @@ enum MHD_Result sip__http_live(hreq_t *q) {
 }
 
 enum MHD_Result sip__http_ready(hreq_t *q) {
-  sip_http_t *h = q->h;
+  sip__http_t *h = q->h;
   if (sip_server_draining(h->s))
     return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
                                                   "flight and accepts no new ones");

@@ -111,7 +111,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
   (void)version;
-  sip_http_t *h = cls;
+  sip__http_t *h = cls;
   hreq_t *q = *con_cls;
   if (!q) {
     if (!(q = sip__calloc(1, sizeof *q))) return MHD_NO;
@@ -148,7 +148,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   (void)c;
   (void)toe;
-  sip_http_t *h = cls;
+  sip__http_t *h = cls;
   hreq_t *q = *con_cls;
   if (!q) return;
   *con_cls = NULL;
@@ -172,7 +172,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode toe) {
   (void)c;
   (void)socket_context;
-  sip_http_t *h = cls;
+  sip__http_t *h = cls;
   atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
@@ -227,7 +227,7 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
   return NULL;
 }
 
-static void free_http(sip_http_t *h) {
+static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->mu);
@@ -236,11 +236,11 @@ static void free_http(sip_http_t *h) {
 }
 
 static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_) {
-  const sip_config_t *cfg = options;
-  sip_http_t **out = (sip_http_t **)out_;
+  const sip__config_t *cfg = options;
+  sip__http_t **out = (sip__http_t **)out_;
   *out = NULL;
-  sip_http_t *h = sip__calloc(1, sizeof *h);
-  if (!h) return SIP_OOM();
+  sip__http_t *h = sip__calloc(1, sizeof *h);
+  if (!h) return SIP__OOM();
   h->s = s;
   h->cfg = cfg;
   pthread_mutex_init(&h->cache_mu, NULL);
@@ -284,7 +284,7 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
 }
 
 static void http_stop(void *state) {
-  sip_http_t *h = state;
+  sip__http_t *h = state;
   if (!h) return;
   /* Stop accepting, then let answers already queued reach their clients
    * (bounded: a client that stopped reading must not hold shutdown). */
@@ -306,11 +306,11 @@ static size_t http_address_count(void *state) {
 }
 
 static const char *http_address(void *state, size_t i) {
-  return i == 0 ? ((sip_http_t *)state)->address : NULL;
+  return i == 0 ? ((sip__http_t *)state)->address : NULL;
 }
 
 static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
-  emit(ctx, "http", atomic_load(&((sip_http_t *)state)->conns));
+  emit(ctx, "http", atomic_load(&((sip__http_t *)state)->conns));
 }
 
 const sip_frontend_vtable_t sip__frontend_http = {

@@ -3,7 +3,7 @@
  * engine requests/responses (kserve_decode.c, kserve_encode.c).
  *
  * The codec has no HTTP or engine state in it, so it can be unit-tested and
- * fuzzed on its own (tests/unit/test_kserve.c, tests/fuzz/fuzz_http.c).
+ * fuzzed on its own (tests/unit/http/test_kserve.c, tests/fuzz/fuzz_http.c).
  * docs/http.md documents the endpoints; docs/internals/http.md the design.
  */
 #ifndef SIP_HTTP_H
@@ -17,12 +17,12 @@
 #include "sip/frontend.h"
 #include "sip/server.h"
 
-typedef struct sip_http sip_http_t;
+typedef struct sip__http sip__http_t;
 
 /* ---- the front-end (http.c) ---------------------------------------------- */
 
 /* The front-end (sip/frontend.h). start() takes the server's
- * `const sip_config_t *` and binds cfg->http (which must be set): UNAVAILABLE
+ * `const sip__config_t *` and binds cfg->http (which must be set): UNAVAILABLE
  * naming the address when it cannot. Its threads only decode, submit and
  * encode: a request waiting for inference holds no thread (the connection is
  * suspended and resumed by the completion). stop() gives responses still
@@ -34,7 +34,7 @@ extern const sip_frontend_vtable_t sip__frontend_http;
 
 /* Deepest JSON nesting accepted in a request header (objects and arrays).
  * Rank <= 16 data plus the request's own structure needs about 20. */
-#define SIP_KS_MAX_DEPTH 64
+#define SIP__KS_MAX_DEPTH 64
 
 /* One output the client asked for, with its KServe parameters. */
 typedef struct sip__ks_output {

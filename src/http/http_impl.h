@@ -39,9 +39,9 @@ typedef struct meta {
   struct meta *next;
 } meta_t;
 
-struct sip_http {
+struct sip__http {
   sip_server_t *s;
-  const sip_config_t *cfg;
+  const sip__config_t *cfg;
   struct MHD_Daemon *d;
   char address[300];
   atomic_long conns;    /* open connections */
@@ -102,7 +102,7 @@ typedef struct http_route {
 
 /* One HTTP request (MHD's con_cls). */
 struct hreq {
-  sip_http_t *h;
+  sip__http_t *h;
   struct MHD_Connection *conn;
   const http_route_t *route; /* NULL: no such endpoint */
   route_kind_t kind;
@@ -197,7 +197,7 @@ extern const http_post_ops_t sip__http_infer_ops;
 /* Drops a reference to a metadata cache entry (NULL: no-op). */
 void sip__http_meta_unref(meta_t *m);
 /* Empties the front-end's metadata cache (at stop). */
-void sip__http_meta_clear(sip_http_t *h);
+void sip__http_meta_clear(sip__http_t *h);
 
 /* ---- repository.c -------------------------------------------------------- */
 

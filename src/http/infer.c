@@ -32,7 +32,7 @@ void sip__http_meta_unref(meta_t *m) {
   if (m && atomic_fetch_sub(&m->refs, 1) == 1) meta_free(m);
 }
 
-void sip__http_meta_clear(sip_http_t *h) {
+void sip__http_meta_clear(sip__http_t *h) {
   while (h->cache) {
     meta_t *m = h->cache;
     h->cache = m->next;
@@ -81,7 +81,7 @@ static int meta_is(const meta_t *m, const char *model, const char *asked) {
 /* Metadata of a READY model (a reference for the caller: meta_unref), or
  * NULL (unknown, not ready, OOM). Entries describing an older set of pools
  * are replaced; requests still holding them keep them alive. */
-static meta_t *meta_get(sip_http_t *h, const char *model, const char *asked) {
+static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
   uint64_t gen = sip_server_generation(h->s);
   pthread_mutex_lock(&h->cache_mu);
   meta_t **pp = &h->cache, *m;
@@ -234,7 +234,7 @@ static enum MHD_Result infer_start(hreq_t *q) {
       json_decref(root);
       if (!e && sip_server_draining(q->h->s))
         e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
-      return sip__http_send_error(q->conn, e ? e : SIP_OOM());
+      return sip__http_send_error(q->conn, e ? e : SIP__OOM());
     }
   }
   sip_error_t *e = sip__ks_decode(q->model, q->version, (const uint8_t *)base + q->pad, q->len,
@@ -288,7 +288,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   const char *version = q->version ? q->version : q->meta ? q->meta->version : NULL;
   sent_t *s = sip__calloc(1, sizeof *s);
   sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
-                     : SIP_OOM();
+                     : SIP__OOM();
   if (e) {
     sip__free(s);
     sip_response_free(resp);

@@ -242,7 +242,7 @@ static sip_error_t *json_tensor(const char *name, sip_dtype_t dt, int rank, cons
     nbytes = (size_t)count * sip_dtype_size(dt);
   }
   sip_buf_t *b = sip_buf_new(nbytes);
-  if (!b) return SIP_OOM();
+  if (!b) return SIP__OOM();
   f.dst = sip_buf_data(b);
   f.i = 0;
   f.str_bytes = 0;
@@ -256,7 +256,7 @@ static sip_error_t *json_tensor(const char *name, sip_dtype_t dt, int rank, cons
   }
   *out = sip_tensor_new_view(name, dt, rank, dims, f.dst, nbytes, b);
   sip_buf_unref(b);
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 count_err:
   return BAD("input '%s': data has %lld elements; its shape needs %lld", name, (long long)f.i,
              (long long)count);
@@ -344,7 +344,7 @@ static sip_error_t *decode_raw(const uint8_t *body, size_t len, sip_buf_t *owner
     }
   }
   sip_tensor_t *t = binary_tensor(in->name, dt, rank, dims, body, len, owner);
-  if (!t) return SIP_OOM();
+  if (!t) return SIP__OOM();
   k->binary_output = 1; /* as Triton: a raw request gets raw outputs */
   return sip_request_add_input(k->req, t);
 }
@@ -443,7 +443,7 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
     }
     t = binary_tensor(name, dt, (int)rank, dims, bin + *bin_off, (size_t)n, owner);
     *bin_off += (size_t)n;
-    if (!t) return SIP_OOM();
+    if (!t) return SIP__OOM();
   } else {
     if (!data)
       return BAD("input '%s' has neither data nor parameters.binary_data_size", name);
@@ -465,7 +465,7 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
   if (n > 64) return BAD("outputs lists %zu outputs; at most 64 are supported", n);
   if (!n) return NULL;
   k->outputs = sip__calloc(n, sizeof *k->outputs);
-  if (!k->outputs) return SIP_OOM();
+  if (!k->outputs) return SIP__OOM();
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(outs, i);
     if (!json_is_object(o)) return BAD("outputs[%zu] is not an object", i);
@@ -475,7 +475,7 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
     for (size_t j = 0; j < i; j++)
       if (!strcmp(k->outputs[j].name, name)) return BAD("output '%s' is listed twice", name);
     sip__ks_output_t *ko = &k->outputs[i];
-    if (!(ko->name = sip__strdup(name))) return SIP_OOM();
+    if (!(ko->name = sip__strdup(name))) return SIP__OOM();
     k->n_outputs = i + 1;
     ko->binary = -1;
     json_t *params = json_object_get(o, "parameters");
@@ -509,11 +509,11 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
                             sip__ks_request_t **out) {
   *out = NULL;
   sip__ks_request_t *k = sip__calloc(1, sizeof *k);
-  if (!k) return SIP_OOM();
+  if (!k) return SIP__OOM();
   sip_error_t *e = NULL;
   json_t *root = NULL;
   if (!(k->req = sip_request_new(model))) {
-    e = SIP_OOM();
+    e = SIP__OOM();
     goto done;
   }
   if (version && (e = sip_request_set_version(k->req, version))) goto done;
@@ -527,8 +527,8 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
             (long long)header_len, len);
     goto done;
   }
-  if (!sip__ks_depth_ok(body, hlen, SIP_KS_MAX_DEPTH)) {
-    e = BAD("request JSON nests deeper than %d levels", SIP_KS_MAX_DEPTH);
+  if (!sip__ks_depth_ok(body, hlen, SIP__KS_MAX_DEPTH)) {
+    e = BAD("request JSON nests deeper than %d levels", SIP__KS_MAX_DEPTH);
     goto done;
   }
   json_error_t jerr;
@@ -550,7 +550,7 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
     }
     k->id_len = json_string_length(id);
     if (!(k->id = sip__malloc(k->id_len + 1))) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       goto done;
     }
     memcpy(k->id, json_string_value(id), k->id_len + 1);

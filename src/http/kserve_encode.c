@@ -257,17 +257,17 @@ static sip_error_t *classify(const sip_tensor_t *t, uint32_t topn, sip_tensor_t 
   /* With no rows there is nothing to rank; with rows, classes <= elements,
    * so the scratch array is bounded by the tensor's own size. */
   cls_item_t *items = sip__calloc(rows && classes ? (size_t)classes : 1, sizeof *items);
-  if (!items) return SIP_OOM();
+  if (!items) return SIP__OOM();
   /* "%f" of a double is at most ~320 bytes; indices at most 20. */
   size_t per = 4 + 352;
   if ((uint64_t)rows * (uint64_t)n > SIZE_MAX / per) {
     sip__free(items);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   sip_buf_t *b = sip_buf_new((size_t)(rows * n) * per);
   if (!b) {
     sip__free(items);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   uint8_t *dst = sip_buf_data(b);
   size_t off = 0;
@@ -311,7 +311,7 @@ static sip_error_t *classify(const sip_tensor_t *t, uint32_t topn, sip_tensor_t 
   dims[rank - 1] = n;
   *out = sip_tensor_new_view(t->name, SIP_DTYPE_STRING, rank, dims, dst, off, b);
   sip_buf_unref(b);
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 }
 
 static int push_seg(sip__ks_body_t *b, const void *data, size_t len) {
@@ -376,7 +376,7 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
       jw_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
       out->binary = 1;
       if (t->nbytes && (push_seg(out, t->data, t->nbytes) || (cls && push_keep(out, cls->owner))))
-        e = SIP_OOM();
+        e = SIP__OOM();
     } else {
       jw_lit(&w, ",\"data\":");
       e = write_data(&w, t, count);
@@ -385,7 +385,7 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
     sip_tensor_free(cls); /* the body keeps its buffer when it is sent binary */
   }
   jw_lit(&w, "]}");
-  if (!e && w.oom) e = SIP_OOM();
+  if (!e && w.oom) e = SIP__OOM();
   if (e) {
     sip__free(w.p);
     sip__ks_body_clear(out);

@@ -57,7 +57,7 @@ typedef struct parser {
   int depth;
   int multiline;
   size_t cap_nodes, cap_refs;
-  sip_expr_t *e;
+  sip__expr_t *e;
   sip_error_t *err;
 } parser_t;
 
@@ -90,7 +90,7 @@ __attribute__((format(printf, 3, 4))) static int fail(parser_t *p, size_t at, co
 }
 
 static int oom(parser_t *p) {
-  if (!p->err) p->err = SIP_OOM();
+  if (!p->err) p->err = SIP__OOM();
   return -1;
 }
 
@@ -225,9 +225,9 @@ static int tok_is_cmp(const parser_t *p) { return p->tok.kind == TK_OP && p->tok
 /* ---- parser -------------------------------------------------------------- */
 
 static int32_t new_node(parser_t *p, int kind, int type, size_t start, size_t end) {
-  sip_expr_t *e = p->e;
-  if (e->n_nodes >= SIP_EXPR_MAX_NODES)
-    return fail(p, start, "the expression has more than %d values and operators", SIP_EXPR_MAX_NODES);
+  sip__expr_t *e = p->e;
+  if (e->n_nodes >= SIP__EXPR_MAX_NODES)
+    return fail(p, start, "the expression has more than %d values and operators", SIP__EXPR_MAX_NODES);
   if (e->n_nodes == p->cap_nodes) {
     size_t cap = p->cap_nodes ? p->cap_nodes * 2 : 16;
     node_t *n = sip__reallocarray(e->nodes, cap, sizeof *n);
@@ -249,7 +249,7 @@ static node_t *N(parser_t *p, int32_t i) { return &p->e->nodes[i]; }
 
 /* Index of the reference s[start, end) ("stage.output..."), added if new. */
 static int32_t add_ref(parser_t *p, size_t start, size_t end) {
-  sip_expr_t *e = p->e;
+  sip__expr_t *e = p->e;
   size_t len = end - start;
   for (size_t i = 0; i < e->n_refs; i++)
     if (strlen(e->refs[i].full) == len && !memcmp(e->refs[i].full, p->s + start, len)) return (int32_t)i;
@@ -319,8 +319,8 @@ static int32_t parse_or(parser_t *p);
 
 /* Opens a nesting level (parenthesis, call, prefix operator). */
 static int enter(parser_t *p, size_t at) {
-  if (++p->depth > SIP_EXPR_MAX_DEPTH)
-    return fail(p, at, "the expression is nested more than %d levels deep", SIP_EXPR_MAX_DEPTH);
+  if (++p->depth > SIP__EXPR_MAX_DEPTH)
+    return fail(p, at, "the expression is nested more than %d levels deep", SIP__EXPR_MAX_DEPTH);
   return 0;
 }
 
@@ -602,7 +602,7 @@ static int32_t parse_and(parser_t *p) { return parse_logic(p, "and", "'and'", K_
 
 static int32_t parse_or(parser_t *p) { return parse_logic(p, "or", "'or'", K_OR, parse_and); }
 
-void sip__expr_free(sip_expr_t *e) {
+void sip__expr_free(sip__expr_t *e) {
   if (!e) return;
   for (size_t i = 0; i < e->n_refs; i++) sip__free(e->refs[i].full);
   sip__free(e->refs);
@@ -612,19 +612,19 @@ void sip__expr_free(sip_expr_t *e) {
   sip__free(e);
 }
 
-sip_error_t *sip__expr_parse(const char *text, sip_expr_t **out) {
+sip_error_t *sip__expr_parse(const char *text, sip__expr_t **out) {
   *out = NULL;
   if (!text) return sip_error_new(SIP_INVALID_ARGUMENT, "column 1: expected an expression, found nothing");
   parser_t p = {0};
   p.s = text;
-  p.len = strnlen(text, SIP_EXPR_MAX_LEN + 1);
+  p.len = strnlen(text, SIP__EXPR_MAX_LEN + 1);
   p.multiline = memchr(text, '\n', p.len) != NULL;
-  if (p.len > SIP_EXPR_MAX_LEN) {
-    fail(&p, SIP_EXPR_MAX_LEN, "the expression is longer than the limit of %d bytes", SIP_EXPR_MAX_LEN);
+  if (p.len > SIP__EXPR_MAX_LEN) {
+    fail(&p, SIP__EXPR_MAX_LEN, "the expression is longer than the limit of %d bytes", SIP__EXPR_MAX_LEN);
     return p.err;
   }
   p.e = sip__calloc(1, sizeof *p.e);
-  if (!p.e) return SIP_OOM();
+  if (!p.e) return SIP__OOM();
   p.e->text = sip__strndup(text, p.len);
   if (!p.e->text) oom(&p);
   int32_t root = -1;
@@ -643,9 +643,9 @@ sip_error_t *sip__expr_parse(const char *text, sip_expr_t **out) {
   return NULL;
 }
 
-size_t sip__expr_refs(const sip_expr_t *e, const char *const **refs) {
+size_t sip__expr_refs(const sip__expr_t *e, const char *const **refs) {
   if (refs) *refs = e->names;
   return e->n_refs;
 }
 
-const char *sip__expr_text(const sip_expr_t *e) { return e->text; }
+const char *sip__expr_text(const sip__expr_t *e) { return e->text; }

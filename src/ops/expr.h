@@ -21,11 +21,11 @@
 #include "sip/tensor.h"
 
 /* Limits, checked by sip__expr_parse. */
-#define SIP_EXPR_MAX_LEN 4096   /* bytes of text */
-#define SIP_EXPR_MAX_DEPTH 64   /* nested parentheses, calls and prefix operators */
-#define SIP_EXPR_MAX_NODES 1024 /* values and operators in the syntax tree */
+#define SIP__EXPR_MAX_LEN 4096   /* bytes of text */
+#define SIP__EXPR_MAX_DEPTH 64   /* nested parentheses, calls and prefix operators */
+#define SIP__EXPR_MAX_NODES 1024 /* values and operators in the syntax tree */
 
-typedef struct sip_expr sip_expr_t;
+typedef struct sip__expr sip__expr_t;
 
 /* Compiles `text` (NUL-terminated). On success *out is the expression (free
  * it with sip__expr_free) and NULL is returned. On failure *out is NULL and
@@ -33,23 +33,23 @@ typedef struct sip_expr sip_expr_t;
  * "column C: " (or "line L, column C: " when the text has several lines;
  * columns count bytes from 1) and says what was expected and what was found,
  * or RESOURCE_EXHAUSTED when out of memory. */
-sip_error_t *sip__expr_parse(const char *text, sip_expr_t **out);
+sip_error_t *sip__expr_parse(const char *text, sip__expr_t **out);
 
 /* The distinct references the expression uses, as "stage.output" strings, in
  * order of first appearance (`pipeline.<input>` for pipeline inputs). The
  * first '.' separates the stage from the output (output names may contain
  * dots). Sets *refs (when refs is not NULL) to an array owned by the
  * expression and returns its length. */
-size_t sip__expr_refs(const sip_expr_t *e, const char *const **refs);
+size_t sip__expr_refs(const sip__expr_t *e, const char *const **refs);
 
 /* The text the expression was compiled from. */
-const char *sip__expr_text(const sip_expr_t *e);
+const char *sip__expr_text(const sip__expr_t *e);
 
 /* Returns the tensor `stage`.`output` of the request being evaluated, or
  * NULL when it does not exist (the stage did not run: skipped, not reached,
  * or it has no such output). The tensor must stay valid and unchanged during
  * the evaluation; it may be asked for more than once. */
-typedef const sip_tensor_t *(*sip_expr_lookup_fn)(void *ctx, const char *stage, const char *output);
+typedef const sip_tensor_t *(*sip__expr_lookup_fn)(void *ctx, const char *stage, const char *output);
 
 /* Evaluates the expression; on success *result is 1 (true) or 0 (false) and
  * NULL is returned. Errors are FAILED_PRECONDITION with a message naming the
@@ -60,9 +60,9 @@ typedef const sip_tensor_t *(*sip_expr_lookup_fn)(void *ctx, const char *stage, 
  * side is not evaluated (nor its references looked up) when the left side
  * decides. Evaluation does not allocate unless it fails. Thread-safe for
  * concurrent evaluations of one expression. */
-sip_error_t *sip__expr_eval(const sip_expr_t *e, sip_expr_lookup_fn lookup, void *ctx, int *result);
+sip_error_t *sip__expr_eval(const sip__expr_t *e, sip__expr_lookup_fn lookup, void *ctx, int *result);
 
 /* Frees an expression; NULL is a no-op. */
-void sip__expr_free(sip_expr_t *e);
+void sip__expr_free(sip__expr_t *e);
 
 #endif

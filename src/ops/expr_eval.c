@@ -18,8 +18,8 @@
 /* ---- evaluation ---------------------------------------------------------- */
 
 typedef struct eval {
-  const sip_expr_t *e;
-  sip_expr_lookup_fn lookup;
+  const sip__expr_t *e;
+  sip__expr_lookup_fn lookup;
   void *ctx;
   sip_error_t *err;
 } eval_t;
@@ -278,7 +278,7 @@ static int eval_num(eval_t *v, int32_t i, double *out) {
   }
 }
 
-sip_error_t *sip__expr_eval(const sip_expr_t *e, sip_expr_lookup_fn lookup, void *ctx, int *result) {
+sip_error_t *sip__expr_eval(const sip__expr_t *e, sip__expr_lookup_fn lookup, void *ctx, int *result) {
   eval_t v = {e, lookup, ctx, NULL};
   int c = 0;
   if (eval_cond(&v, e->root, &c)) return v.err;

@@ -48,7 +48,7 @@ typedef struct ref {
   const char *output; /* inside full */
 } ref_t;
 
-struct sip_expr {
+struct sip__expr {
   char *text;
   node_t *nodes;
   size_t n_nodes;

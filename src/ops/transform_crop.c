@@ -17,7 +17,7 @@ static const char *const crop_opts[] = {"target_size", "height",    "max_width",
                                         "rotate_tall", "layout",    "dtype",     "scale",
                                         "mean",        "std",       "pad_value", NULL};
 
-static sip_error_t *crop_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *crop_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   double pad = 0;
   t->max_width = 2048;
@@ -93,7 +93,7 @@ static double dist(const quad_t *q, int i, int j) {
   return hypot(q->x[i] - q->x[j], q->y[i] - q->y[j]);
 }
 
-static sip_error_t *crop_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *crop_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                              sip_tensor_t **out) {
   sip__tf_img_t src;
   sip_error_t *e;
@@ -118,7 +118,7 @@ static sip_error_t *crop_run(const sip_transform_t *t, const sip_tensor_t *const
   if (!q || !wi) {
     sip__free(q);
     sip__free(wi);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   int64_t ho = t->size_h ? t->size_h : t->height, wb = t->size_h ? t->size_w : t->min_width;
   for (int64_t i = 0; i < nb && !e; i++) {

@@ -28,7 +28,7 @@
 static const char *const db_opts[] = {"thresh",   "box_thresh",     "unclip_ratio", "min_size",
                                       "src_size", "max_candidates", NULL};
 
-static sip_error_t *db_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *db_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->thresh = 0.3;
   t->box_thresh = 0.6;
@@ -187,7 +187,7 @@ typedef struct db_work {
   float *boxes, *scores; /* results, max_candidates of each */
 } db_work_t;
 
-static sip_error_t *db_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *db_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                            sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   int64_t H = x->dims[2], W = x->dims[3];
@@ -224,7 +224,7 @@ static sip_error_t *db_run(const sip_transform_t *t, const sip_tensor_t *const *
   sip_error_t *e = NULL;
   if (!w.seen || !w.queue || !w.row_min || !w.row_max || !w.pts || !w.hull || !w.boxes ||
       !w.scores)
-    e = SIP_OOM();
+    e = SIP__OOM();
   const float *prob = x->data;
   /* NaN compares false: never text. */
   int64_t found = 0, kept = 0;

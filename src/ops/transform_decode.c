@@ -40,7 +40,7 @@ enum { M_RGB, M_BGR, M_GRAY };
 static const char *const mode_names[] = {"rgb", "bgr", "gray", NULL};
 static const char *const decode_opts[] = {"mode", "dtype", NULL};
 
-static sip_error_t *decode_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *decode_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->mode = M_RGB;
   /* The bytes arrive as uint8 [N] (numpy's frombuffer, `sip infer -i
@@ -95,7 +95,7 @@ static sip_error_t *check_size(const char *fmt, uint64_t w, uint64_t h) {
   return NULL;
 }
 
-static sip_error_t *alloc_image(const sip_transform_t *t, dec_t *d) {
+static sip_error_t *alloc_image(const sip__transform_t *t, dec_t *d) {
   int64_t dims[3] = {d->h, d->w, d->mode == M_GRAY ? 1 : 3};
   return sip__tf_alloc(t->out[0].name, SIP_DTYPE_UINT8, 3, dims, &d->out, (void **)&d->pix);
 }
@@ -137,7 +137,7 @@ static void jpeg_progress(j_common_ptr c) {
   }
 }
 
-static sip_error_t *decode_jpeg(const sip_transform_t *t, dec_t *d) {
+static sip_error_t *decode_jpeg(const sip__transform_t *t, dec_t *d) {
   struct jpeg_decompress_struct *ci = sip__calloc(1, sizeof *ci);
   jerr_t *je = sip__calloc(1, sizeof *je);
   struct jpeg_progress_mgr *pm = sip__calloc(1, sizeof *pm);
@@ -146,7 +146,7 @@ static sip_error_t *decode_jpeg(const sip_transform_t *t, dec_t *d) {
     sip__free(ci);
     sip__free(je);
     sip__free(pm);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   ci->err = jpeg_std_error(&je->pub);
   je->pub.error_exit = jpeg_fail;
@@ -179,7 +179,7 @@ static sip_error_t *decode_jpeg(const sip_transform_t *t, dec_t *d) {
   if ((d->err = alloc_image(t, d))) longjmp(d->jb, 1);
   int oc = d->mode == M_GRAY ? 1 : 3;
   if (cmyk && !(d->line = sip__malloc((size_t)d->w * 4 + (size_t)d->w * 3))) {
-    d->err = SIP_OOM();
+    d->err = SIP__OOM();
     longjmp(d->jb, 1);
   }
   while (ci->output_scanline < ci->output_height) {
@@ -248,14 +248,14 @@ static void png_dealloc(png_structp p, png_voidp v) {
   sip__free(v);
 }
 
-static sip_error_t *decode_png(const sip_transform_t *t, dec_t *d) {
+static sip_error_t *decode_png(const sip__transform_t *t, dec_t *d) {
   d->png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, d, png_fail, png_quiet, d,
                                     png_alloc, png_dealloc);
-  if (!d->png) return SIP_OOM();
+  if (!d->png) return SIP__OOM();
   sip_error_t *e = NULL;
   if (setjmp(d->jb)) {
     e = d->err  ? d->err
-        : d->oom ? SIP_OOM()
+        : d->oom ? SIP__OOM()
                  : sip_error_new(SIP_INVALID_ARGUMENT, "transform decode_image: corrupt PNG: %s",
                                  d->msg);
     d->err = NULL;
@@ -292,7 +292,7 @@ static sip_error_t *decode_png(const sip_transform_t *t, dec_t *d) {
   if ((d->err = alloc_image(t, d))) longjmp(d->jb, 1);
   if (!convert) {
     if (!(d->rows = sip__calloc((size_t)h, sizeof *d->rows))) {
-      d->err = SIP_OOM();
+      d->err = SIP__OOM();
       longjmp(d->jb, 1);
     }
     for (png_uint_32 y = 0; y < h; y++) d->rows[y] = d->pix + (size_t)y * rb;
@@ -302,7 +302,7 @@ static sip_error_t *decode_png(const sip_transform_t *t, dec_t *d) {
      * pass revisits rows), else one row at a time. */
     size_t keep = passes > 1 ? (size_t)h : 1;
     if (!(d->line = sip__malloc(keep * rb))) {
-      d->err = SIP_OOM();
+      d->err = SIP__OOM();
       longjmp(d->jb, 1);
     }
     for (int pass = 0; pass < passes; pass++)
@@ -326,7 +326,7 @@ static void hex_prefix(char *buf, size_t n, const uint8_t *p, size_t len) {
     off += (size_t)snprintf(buf + off, n - off, "%s%02X", i ? " " : "", p[i]);
 }
 
-static sip_error_t *decode_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *decode_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   const uint8_t *p = x->data;
@@ -353,7 +353,7 @@ static sip_error_t *decode_run(const sip_transform_t *t, const sip_tensor_t *con
                          len, len ? ", starting " : "", hex);
   }
   dec_t *d = sip__calloc(1, sizeof *d);
-  if (!d) return SIP_OOM();
+  if (!d) return SIP__OOM();
   d->src = p;
   d->len = len;
   d->mode = t->mode;

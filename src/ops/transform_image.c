@@ -15,7 +15,7 @@
 #include "ops/transform_impl.h"
 
 /* Views input `x` as an image; resampling needs at least one pixel. */
-sip_error_t *sip__tf_image_in(const sip_transform_t *t, const sip_tensor_t *x,
+sip_error_t *sip__tf_image_in(const sip__transform_t *t, const sip_tensor_t *x,
                               sip__tf_img_t *img, int need_pixels) {
   sip__tf_image(t, &t->layout, x, img);
   if (need_pixels && (img->h < 1 || img->w < 1))
@@ -121,7 +121,7 @@ static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t 
   if (!ty || !buf) {
     sip__free(ty);
     sip__free(buf);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   lin_tap_t *tx = ty + rh;
   float *tmp = buf, *r0 = buf + src->w, *r1 = r0 + rw, *o = r1 + rw;
@@ -163,7 +163,7 @@ static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t 
 static const char *const resize_opts[] = {"size", "limit_side_len", "multiple_of", "layout",
                                           "dtype", NULL};
 
-static sip_error_t *need_size(const sip__tf_opts_t *o, const sip_transform_t *t) {
+static sip_error_t *need_size(const sip__tf_opts_t *o, const sip__transform_t *t) {
   if (t->size_h) return NULL;
   return sip_error_new(SIP_INVALID_ARGUMENT,
                        "transform %s: option size is required; expected \"H,W\" (e.g. "
@@ -171,7 +171,7 @@ static sip_error_t *need_size(const sip__tf_opts_t *o, const sip_transform_t *t)
                        o->op);
 }
 
-static sip_error_t *resize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *resize_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_hw(o, "size", &t->size_h, &t->size_w)) ||
       (e = sip__tf_opt_int(o, "limit_side_len", 1, TF_MAX_SIDE, &t->limit_side)) ||
@@ -193,7 +193,7 @@ static sip_error_t *resize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
  * is at most limit_side_len (never up), truncate like Python's int(), then
  * round each side to the nearest multiple, ties to even like Python's
  * round(), and at least one multiple. */
-static sip_error_t *fit_size(const sip_transform_t *t, int64_t h, int64_t w, int64_t *rh,
+static sip_error_t *fit_size(const sip__transform_t *t, int64_t h, int64_t w, int64_t *rh,
                              int64_t *rw) {
   double ratio = 1;
   int64_t longer = h > w ? h : w;
@@ -216,7 +216,7 @@ static sip_error_t *fit_size(const sip_transform_t *t, int64_t h, int64_t w, int
   return NULL;
 }
 
-static sip_error_t *resize_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *resize_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;
@@ -235,7 +235,7 @@ const sip__tf_op_t sip__tf_resize = {"resize", resize_opts, resize_setup, resize
 
 static const char *const letterbox_opts[] = {"size", "pad_value", "layout", "dtype", NULL};
 
-static sip_error_t *letterbox_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *letterbox_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   double pad = 114; /* the YOLO convention */
   if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_hw(o, "size", &t->size_h, &t->size_w)) ||
@@ -253,7 +253,7 @@ static sip_error_t *letterbox_setup(sip_transform_t *t, const sip__tf_opts_t *o)
   return NULL;
 }
 
-static sip_error_t *letterbox_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *letterbox_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                   sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;
@@ -287,7 +287,7 @@ const sip__tf_op_t sip__tf_letterbox = {"letterbox", letterbox_opts, letterbox_s
 
 static const char *const normalize_opts[] = {"mean", "std", "scale", "layout", "dtype", NULL};
 
-sip_error_t *sip__tf_mean_std(sip_transform_t *t, const sip__tf_opts_t *o) {
+sip_error_t *sip__tf_mean_std(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   double scale = 1;
   t->mean[0] = 0;
@@ -304,7 +304,7 @@ sip_error_t *sip__tf_mean_std(sip_transform_t *t, const sip__tf_opts_t *o) {
 }
 
 /* mean/std hold one value or one per channel. */
-sip_error_t *sip__tf_check_channels(const sip_transform_t *t, int64_t c) {
+sip_error_t *sip__tf_check_channels(const sip__transform_t *t, int64_t c) {
   if ((t->n_mean == 1 || t->n_mean == c) && (t->n_std == 1 || t->n_std == c)) return NULL;
   return sip_error_new(SIP_INVALID_ARGUMENT,
                        "transform %s: the image has %lld channels but mean has %d values and std "
@@ -312,7 +312,7 @@ sip_error_t *sip__tf_check_channels(const sip_transform_t *t, int64_t c) {
                        t->op->name, (long long)c, t->n_mean, t->n_std, (long long)c);
 }
 
-static sip_error_t *normalize_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *normalize_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   if ((e = sip__tf_opt_image(o, t, "nchw")) || (e = sip__tf_mean_std(t, o))) return e;
   t->n_in = t->n_out = 1;
@@ -321,7 +321,7 @@ static sip_error_t *normalize_setup(sip_transform_t *t, const sip__tf_opts_t *o)
   return NULL;
 }
 
-static sip_error_t *normalize_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *normalize_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                   sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;
@@ -331,7 +331,7 @@ static sip_error_t *normalize_run(const sip_transform_t *t, const sip_tensor_t *
     return e;
   if (empty(&src)) return NULL;
   float *row = sip__calloc((size_t)src.w, sizeof *row);
-  if (!row) return SIP_OOM();
+  if (!row) return SIP__OOM();
   for (int64_t n = 0; n < src.n; n++)
     for (int64_t c = 0; c < src.c; c++) {
       float m = t->mean[t->n_mean == 1 ? 0 : c], s = t->std[t->n_std == 1 ? 0 : c];
@@ -355,7 +355,7 @@ enum { BGR2RGB, RGB2BGR, RGB2GRAY, BGR2GRAY };
 static const char *const color_modes[] = {"bgr2rgb", "rgb2bgr", "rgb2gray", "bgr2gray", NULL};
 static const char *const color_opts[] = {"mode", "layout", "dtype", NULL};
 
-static sip_error_t *color_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *color_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->mode = -1;
   if ((e = sip__tf_opt_image(o, t, "hwc")) || (e = sip__tf_opt_enum(o, "mode", color_modes, &t->mode)))
@@ -370,7 +370,7 @@ static sip_error_t *color_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   return NULL;
 }
 
-static sip_error_t *color_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *color_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                               sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;
@@ -413,7 +413,7 @@ const sip__tf_op_t sip__tf_color_convert = {"color_convert", color_opts, color_s
 
 static const char *const to_tensor_opts[] = {"scale", "dtype", NULL};
 
-static sip_error_t *to_tensor_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *to_tensor_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   double scale = 1;
   t->dtype = SIP_DTYPE_UINT8;
@@ -429,7 +429,7 @@ static sip_error_t *to_tensor_setup(sip_transform_t *t, const sip__tf_opts_t *o)
   return NULL;
 }
 
-static sip_error_t *to_tensor_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *to_tensor_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                   sip_tensor_t **out) {
   static const sip__tf_layout_t hwc = {"hwc", 3, -1, 2, 0, 1}, nhwc = {"nhwc", 4, 0, 3, 1, 2},
                                 nchw = {"nchw", 4, 0, 1, 2, 3};
@@ -445,7 +445,7 @@ static sip_error_t *to_tensor_run(const sip_transform_t *t, const sip_tensor_t *
                                      src.h, src.w, &out[0], &dst);
   if (e || empty(&src)) return e;
   float *row = sip__calloc((size_t)src.w, sizeof *row);
-  if (!row) return SIP_OOM();
+  if (!row) return SIP__OOM();
   for (int64_t n = 0; n < src.n; n++)
     for (int64_t c = 0; c < src.c; c++)
       for (int64_t y = 0; y < src.h; y++) {
@@ -466,7 +466,7 @@ const sip__tf_op_t sip__tf_to_tensor = {"to_tensor", to_tensor_opts, to_tensor_s
 static const char *const rotate_opts[] = {"layout", "dtype", "flags", "flag_index",
                                           "flag_threshold", "widths", NULL};
 
-static sip_error_t *rotate_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *rotate_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   if ((e = sip__tf_opt_image(o, t, "nchw")) ||
       (e = sip__tf_opt_int(o, "flag_index", 0, 1000000000, &t->flag_index)) ||
@@ -490,7 +490,7 @@ static sip_error_t *rotate_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   return NULL;
 }
 
-static sip_error_t *rotate_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *rotate_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                sip_tensor_t **out) {
   sip__tf_img_t src, dst;
   sip_error_t *e;

@@ -36,7 +36,7 @@ typedef struct sip__tf_opts {
 
 typedef struct sip__tf_op sip__tf_op_t;
 
-struct sip_transform {
+struct sip__transform {
   const sip__tf_op_t *op;
   sip_io_desc_t in[TF_MAX_IO], out[TF_MAX_IO];
   size_t n_in, n_out;
@@ -81,11 +81,11 @@ struct sip__tf_op {
   const char *const *options; /* accepted option keys, NULL-terminated */
   /* Parses options into t and fills t->in/out (names strdup'ed by the
    * caller from the static names set here). */
-  sip_error_t *(*setup)(sip_transform_t *t, const sip__tf_opts_t *o);
+  sip_error_t *(*setup)(sip__transform_t *t, const sip__tf_opts_t *o);
   /* in[] follows t->in order, already checked against dtype and rank; out[]
    * has t->n_out slots to fill with owned tensors (the caller frees them on
    * failure). */
-  sip_error_t *(*run)(const sip_transform_t *t, const sip_tensor_t *const *in,
+  sip_error_t *(*run)(const sip__transform_t *t, const sip_tensor_t *const *in,
                       sip_tensor_t **out);
   /* Whether dim 0 holds independent items, one output row per input row,
    * so that dynamic batching may concatenate requests (TF_ITEMS_*). */
@@ -129,13 +129,13 @@ sip_error_t *sip__tf_opt_enum(const sip__tf_opts_t *o, const char *key,
                               const char *const *names, int *out);
 /* layout + dtype options of image operations; the dtype default follows
  * the layout (uint8 for hwc/nhwc, float32 for chw/nchw). */
-sip_error_t *sip__tf_opt_image(const sip__tf_opts_t *o, sip_transform_t *t,
+sip_error_t *sip__tf_opt_image(const sip__tf_opts_t *o, sip__transform_t *t,
                                const char *default_layout);
 
 /* ---- descriptors ---- */
 void sip__tf_io(sip_io_desc_t *d, const char *name, sip_dtype_t dtype, int rank);
 /* An image descriptor of the transform's layout and dtype. */
-void sip__tf_io_image(const sip_transform_t *t, sip_io_desc_t *d, const char *name);
+void sip__tf_io_image(const sip__transform_t *t, sip_io_desc_t *d, const char *name);
 
 /* ---- tensors ---- */
 /* Allocates a zeroed output tensor, refusing element counts that overflow
@@ -147,7 +147,7 @@ sip_error_t *sip__tf_alloc_bytes(const char *name, sip_dtype_t dtype, int rank,
                                  const int64_t *dims, size_t nbytes, sip_tensor_t **out,
                                  void **data);
 /* Views input `t` through layout `l` (its rank was checked by the caller). */
-sip_error_t *sip__tf_image(const sip_transform_t *tf, const sip__tf_layout_t *l,
+sip_error_t *sip__tf_image(const sip__transform_t *tf, const sip__tf_layout_t *l,
                            const sip_tensor_t *t, sip__tf_img_t *img);
 /* Allocates an output image of layout `l`, sizes n,c,h,w and dtype. */
 sip_error_t *sip__tf_image_new(const char *name, const sip__tf_layout_t *l, sip_dtype_t dtype,

@@ -51,7 +51,7 @@ static int is_signed(sip_dtype_t d) {
 
 static const char *const cast_opts[] = {"to", "from", NULL};
 
-static sip_error_t *cast_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *cast_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->from = SIP_DTYPE_FLOAT32;
   t->to = SIP_DTYPE_INVALID;
@@ -88,7 +88,7 @@ static void store_bits(void *out, size_t es, int64_t i, uint64_t bits) {
   memcpy((char *)out + (size_t)i * es, b, es);
 }
 
-static sip_error_t *cast_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *cast_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                              sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   void *o;
@@ -129,7 +129,7 @@ const sip__tf_op_t sip__tf_cast = {"cast", cast_opts, cast_setup, cast_run, TF_I
 
 /* ---- softmax / topk: [outer, L, inner] views ---- */
 
-static sip_error_t *split_axis(const sip_transform_t *t, const sip_tensor_t *x, int64_t *outer,
+static sip_error_t *split_axis(const sip__transform_t *t, const sip_tensor_t *x, int64_t *outer,
                                int64_t *len, int64_t *inner, int *axis) {
   if (x->rank < 1)
     return sip_error_new(SIP_INVALID_ARGUMENT,
@@ -151,7 +151,7 @@ static sip_error_t *split_axis(const sip_transform_t *t, const sip_tensor_t *x, 
 
 static const char *const softmax_opts[] = {"axis", NULL};
 
-static sip_error_t *softmax_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *softmax_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   t->axis = -1;
   sip_error_t *e = sip__tf_opt_int(o, "axis", -SIP_MAX_RANK, SIP_MAX_RANK - 1, &t->axis);
   if (e) return e;
@@ -161,7 +161,7 @@ static sip_error_t *softmax_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   return NULL;
 }
 
-static sip_error_t *softmax_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *softmax_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                                 sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   int64_t outer, len, inner;
@@ -193,7 +193,7 @@ const sip__tf_op_t sip__tf_softmax = {"softmax", softmax_opts, softmax_setup, so
 
 static const char *const topk_opts[] = {"k", "axis", NULL};
 
-static sip_error_t *topk_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *topk_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   t->axis = -1;
   t->k = 1;
   sip_error_t *e;
@@ -223,7 +223,7 @@ static int by_score_desc(const void *pa, const void *pb) {
   return (a->i > b->i) - (a->i < b->i);
 }
 
-static sip_error_t *topk_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *topk_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                              sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   int64_t outer, len, inner;
@@ -245,7 +245,7 @@ static sip_error_t *topk_run(const sip_transform_t *t, const sip_tensor_t *const
     return e;
   if (!sip__tf_count(x)) return NULL; /* no element: skip loops over huge dims */
   scored_t *s = sip__calloc((size_t)len, sizeof *s);
-  if (!s) return SIP_OOM();
+  if (!s) return SIP__OOM();
   const float *v = x->data;
   for (int64_t a = 0; a < outer; a++)
     for (int64_t b = 0; b < inner; b++) {
@@ -270,7 +270,7 @@ static const char *const nms_opts[] = {"iou_threshold", "score_threshold", "max_
  * request can demand. */
 #define NMS_MAX_BOXES 262144
 
-static sip_error_t *nms_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *nms_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->iou_threshold = 0.5;
   t->score_threshold = -INFINITY;
@@ -291,7 +291,7 @@ static sip_error_t *nms_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   return NULL;
 }
 
-static sip_error_t *nms_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *nms_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                             sip_tensor_t **out) {
   int64_t n = in[0]->dims[0];
   if (in[1]->dims[0] != n)
@@ -309,7 +309,7 @@ static sip_error_t *nms_run(const sip_transform_t *t, const sip_tensor_t *const 
   unsigned char *dead = sip__calloc((size_t)n, 1);
   int64_t *keep = sip__calloc((size_t)n, sizeof *keep);
   sip_error_t *e = NULL;
-  if (!cand || !box || !dead || !keep) e = SIP_OOM();
+  if (!cand || !box || !dead || !keep) e = SIP__OOM();
   int64_t m = 0, k = 0;
   for (int64_t i = 0; !e && i < n; i++) {
     /* Corners in either order, as ONNX NonMaxSuppression accepts them. */
@@ -365,7 +365,7 @@ static const char *const ctc_opts[] = {"labels_file", "use_space_char", NULL};
  * pointing at something huge. */
 #define LABELS_MAX_BYTES (64u << 20)
 
-static sip_error_t *load_labels(sip_transform_t *t, const char *path) {
+static sip_error_t *load_labels(sip__transform_t *t, const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return sip_error_new(SIP_NOT_FOUND,
@@ -386,7 +386,7 @@ static sip_error_t *load_labels(sip_transform_t *t, const char *path) {
       cap = cap ? cap * 2 : 65536;
       char *nb = sip__realloc(buf, cap + 1);
       if (!nb) {
-        e = SIP_OOM();
+        e = SIP__OOM();
         break;
       }
       buf = nb;
@@ -419,7 +419,7 @@ static sip_error_t *load_labels(sip_transform_t *t, const char *path) {
   t->label_blob = buf;
   t->label_off = sip__calloc(n, sizeof *t->label_off);
   t->label_len = sip__calloc(n, sizeof *t->label_len);
-  if (!t->label_off || !t->label_len) return SIP_OOM();
+  if (!t->label_off || !t->label_len) return SIP__OOM();
   size_t start = 0, k = 0;
   for (size_t i = 0; i <= len && k < n; i++) {
     if (i < len && buf[i] != '\n') continue;
@@ -433,7 +433,7 @@ static sip_error_t *load_labels(sip_transform_t *t, const char *path) {
   return NULL;
 }
 
-static sip_error_t *ctc_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
+static sip_error_t *ctc_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->use_space = 1;
   if ((e = sip__tf_opt_bool(o, "use_space_char", &t->use_space))) return e;
@@ -452,7 +452,7 @@ static sip_error_t *ctc_setup(sip_transform_t *t, const sip__tf_opts_t *o) {
   return NULL;
 }
 
-static sip_error_t *ctc_run(const sip_transform_t *t, const sip_tensor_t *const *in,
+static sip_error_t *ctc_run(const sip__transform_t *t, const sip_tensor_t *const *in,
                             sip_tensor_t **out) {
   const sip_tensor_t *x = in[0];
   int64_t n = x->dims[0], steps = x->dims[1], classes = x->dims[2];
@@ -471,12 +471,12 @@ static sip_error_t *ctc_run(const sip_transform_t *t, const sip_tensor_t *const 
   /* Packed as the STRING wire encoding: u32 LE length, then the bytes. */
   size_t cap = 4096, len = 0;
   unsigned char *buf = sip__malloc(cap);
-  if (!buf) return SIP_OOM();
+  if (!buf) return SIP__OOM();
   const float *p = x->data;
   for (int64_t i = 0; i < n && !e; i++) {
     size_t at = len;
     len += 4;
-    if (len > cap) e = SIP_OOM(); /* cap >= 4096 and grows ahead below */
+    if (len > cap) e = SIP__OOM(); /* cap >= 4096 and grows ahead below */
     int64_t prev = -1, kept = 0;
     double sum = 0;
     for (int64_t s = 0; s < steps && !e; s++) {
@@ -502,7 +502,7 @@ static sip_error_t *ctc_run(const sip_transform_t *t, const sip_tensor_t *const 
                     ? sip_error_new(SIP_RESOURCE_EXHAUSTED,
                                     "transform ctc_greedy_decode: decoded text over %zu bytes",
                                     SIP__TRANSFORM_MAX_BYTES)
-                    : SIP_OOM();
+                    : SIP__OOM();
             break;
           }
           buf = nb;
@@ -522,7 +522,7 @@ static sip_error_t *ctc_run(const sip_transform_t *t, const sip_tensor_t *const 
     /* Keep room for the next length prefix. */
     if (cap - len < 4) {
       unsigned char *nb = sip__realloc(buf, cap * 2);
-      if (!nb) e = SIP_OOM();
+      if (!nb) e = SIP__OOM();
       else {
         buf = nb;
         cap *= 2;

@@ -26,9 +26,9 @@ const char *sip__transform_op_names(void) {
          "nms, crop_and_resize, ctc_greedy_decode, db_postprocess, decode_image";
 }
 
-const char *sip__transform_op(const sip_transform_t *t) { return t->op->name; }
+const char *sip__transform_op(const sip__transform_t *t) { return t->op->name; }
 
-const char *sip__transform_batch_problem(const sip_transform_t *t) {
+const char *sip__transform_batch_problem(const sip__transform_t *t) {
   switch (t->op->items) {
   case TF_ITEMS_ROWS:
     return NULL;
@@ -196,7 +196,7 @@ static const sip__tf_layout_t layouts[] = {
     {"nchw", 4, 0, 1, 2, 3},
 };
 
-sip_error_t *sip__tf_opt_image(const sip__tf_opts_t *o, sip_transform_t *t,
+sip_error_t *sip__tf_opt_image(const sip__tf_opts_t *o, sip__transform_t *t,
                                const char *default_layout) {
   static const char *const names[] = {"hwc", "nhwc", "chw", "nchw", NULL};
   int li = 0;
@@ -221,13 +221,13 @@ void sip__tf_io(sip_io_desc_t *d, const char *name, sip_dtype_t dtype, int rank)
   for (int i = 0; i < SIP_MAX_RANK; i++) d->dims[i] = -1;
 }
 
-void sip__tf_io_image(const sip_transform_t *t, sip_io_desc_t *d, const char *name) {
+void sip__tf_io_image(const sip__transform_t *t, sip_io_desc_t *d, const char *name) {
   sip__tf_io(d, name, t->dtype, t->layout.rank);
 }
 
 /* ---- create / free ---- */
 
-void sip__transform_free(sip_transform_t *t) {
+void sip__transform_free(sip__transform_t *t) {
   if (!t) return;
   for (size_t i = 0; i < TF_MAX_IO; i++) {
     sip__free(t->in[i].name);
@@ -240,7 +240,7 @@ void sip__transform_free(sip_transform_t *t) {
 }
 
 sip_error_t *sip__transform_new(const char *op, const sip_kv_t *opts, size_t n_opts,
-                                sip_transform_t **out) {
+                                sip__transform_t **out) {
   *out = NULL;
   const sip__tf_op_t *def = NULL;
   for (size_t i = 0; op && i < N_OPS && !def; i++)
@@ -266,8 +266,8 @@ sip_error_t *sip__transform_new(const char *op, const sip_kv_t *opts, size_t n_o
         return sip_error_new(SIP_INVALID_ARGUMENT, "transform %s: option %s is given twice",
                              def->name, k);
   }
-  sip_transform_t *t = sip__calloc(1, sizeof *t);
-  if (!t) return SIP_OOM();
+  sip__transform_t *t = sip__calloc(1, sizeof *t);
+  if (!t) return SIP__OOM();
   t->op = def;
   sip__tf_opts_t o = {def->name, opts, n_opts};
   sip_error_t *e = def->setup(t, &o);
@@ -279,7 +279,7 @@ sip_error_t *sip__transform_new(const char *op, const sip_kv_t *opts, size_t n_o
     t->out[i].name = NULL;
     if (e) continue;
     if ((in && !(t->in[i].name = sip__strdup(in))) || (on && !(t->out[i].name = sip__strdup(on))))
-      e = SIP_OOM();
+      e = SIP__OOM();
   }
   if (e) {
     sip__transform_free(t);
@@ -289,7 +289,7 @@ sip_error_t *sip__transform_new(const char *op, const sip_kv_t *opts, size_t n_o
   return NULL;
 }
 
-void sip__transform_describe(const sip_transform_t *t, const sip_io_desc_t **inputs,
+void sip__transform_describe(const sip__transform_t *t, const sip_io_desc_t **inputs,
                              size_t *n_inputs, const sip_io_desc_t **outputs,
                              size_t *n_outputs) {
   *inputs = t->in;
@@ -314,7 +314,7 @@ static void format_desc(char *buf, size_t n, const sip_io_desc_t *d) {
 
 /* The messages below are built only on failure: this runs for every
  * input of every transform call. */
-static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d,
+static sip_error_t *check_input(const sip__transform_t *t, const sip_io_desc_t *d,
                                 const sip_tensor_t *x) {
   char want[256];
   if (x->dtype != d->dtype && (format_desc(want, sizeof want, d), 1))
@@ -343,14 +343,14 @@ static sip_error_t *check_input(const sip_transform_t *t, const sip_io_desc_t *d
 }
 
 /* "'a', 'b'" for messages; returns 1 so it can sit in a condition. */
-static int input_names(const sip_transform_t *t, char *buf, size_t n) {
+static int input_names(const sip__transform_t *t, char *buf, size_t n) {
   buf[0] = '\0';
   for (size_t j = 0; j < t->n_in; j++)
     snprintf(buf + strlen(buf), n - strlen(buf), "%s'%s'", j ? ", " : "", t->in[j].name);
   return 1;
 }
 
-sip_error_t *sip__transform_run(const sip_transform_t *t, const sip_tensor_t *const *inputs,
+sip_error_t *sip__transform_run(const sip__transform_t *t, const sip_tensor_t *const *inputs,
                                 size_t n_inputs, sip_tensor_t ***outputs, size_t *n_outputs) {
   *outputs = NULL;
   *n_outputs = 0;
@@ -389,7 +389,7 @@ sip_error_t *sip__transform_run(const sip_transform_t *t, const sip_tensor_t *co
     if (e) return e;
   }
   sip_tensor_t **outs = sip__calloc(t->n_out, sizeof *outs);
-  if (!outs) return SIP_OOM();
+  if (!outs) return SIP__OOM();
   sip_error_t *e = t->op->run(t, in, outs);
   for (size_t j = 0; !e && j < t->n_out; j++)
     if (!outs[j]) e = sip_error_new(SIP_INTERNAL, "transform %s left output '%s' unset",
@@ -422,10 +422,10 @@ sip_error_t *sip__tf_alloc_bytes(const char *name, sip_dtype_t dtype, int rank,
                          "transform output '%s' would take %zu bytes; at most %zu are allowed",
                          name, nbytes, SIP__TRANSFORM_MAX_BYTES);
   sip_buf_t *b = sip_buf_new(nbytes);
-  if (!b) return SIP_OOM();
+  if (!b) return SIP__OOM();
   *out = sip_tensor_new_view(name, dtype, rank, dims, sip_buf_data(b), nbytes, b);
   sip_buf_unref(b);
-  if (!*out) return SIP_OOM();
+  if (!*out) return SIP__OOM();
   if (data) *data = sip_buf_data(b);
   return NULL;
 }
@@ -453,7 +453,7 @@ sip_error_t *sip__tf_alloc(const char *name, sip_dtype_t dtype, int rank, const 
   return sip__tf_alloc_bytes(name, dtype, rank, dims, (size_t)count * es, out, data);
 }
 
-sip_error_t *sip__tf_image(const sip_transform_t *tf, const sip__tf_layout_t *l,
+sip_error_t *sip__tf_image(const sip__transform_t *tf, const sip__tf_layout_t *l,
                            const sip_tensor_t *t, sip__tf_img_t *img) {
   (void)tf;
   memset(img, 0, sizeof *img);

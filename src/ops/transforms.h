@@ -62,7 +62,7 @@
 #include "sip/error.h"
 #include "sip/tensor.h"
 
-typedef struct sip_transform sip_transform_t;
+typedef struct sip__transform sip__transform_t;
 
 /* Creates a transform of operation `op` with options `opts` (key/value
  * strings as written in config; values may be lists written "a,b" or
@@ -72,17 +72,17 @@ typedef struct sip_transform sip_transform_t;
  * naming the operation, the option and what is expected; NOT_FOUND when a
  * file cannot be read. On success *out is owned by the caller. */
 sip_error_t *sip__transform_new(const char *op, const sip_kv_t *opts, size_t n_opts,
-                                sip_transform_t **out);
+                                sip__transform_t **out);
 
 /* Frees a transform; NULL is a no-op. Not while a run is in progress. */
-void sip__transform_free(sip_transform_t *t);
+void sip__transform_free(sip__transform_t *t);
 
 /* The operation's name ("resize"). Static storage. */
-const char *sip__transform_op(const sip_transform_t *t);
+const char *sip__transform_op(const sip__transform_t *t);
 /* NULL when dim 0 of the transform's inputs holds independent items, each
  * making one row of every output, so requests may be batched along it;
  * otherwise why not (for a message). */
-const char *sip__transform_batch_problem(const sip_transform_t *t);
+const char *sip__transform_batch_problem(const sip__transform_t *t);
 
 /* "resize, letterbox, ..." (static storage), for error messages. */
 const char *sip__transform_op_names(void);
@@ -90,7 +90,7 @@ const char *sip__transform_op_names(void);
 /* The inputs and outputs of this transform as configured (names, dtypes and
  * ranks; -1 marks a dynamic dim, rank -1 any rank). Arrays are owned by the
  * transform and valid until sip__transform_free. */
-void sip__transform_describe(const sip_transform_t *t, const sip_io_desc_t **inputs,
+void sip__transform_describe(const sip__transform_t *t, const sip_io_desc_t **inputs,
                              size_t *n_inputs, const sip_io_desc_t **outputs,
                              size_t *n_outputs);
 
@@ -103,7 +103,7 @@ void sip__transform_describe(const sip_transform_t *t, const sip_io_desc_t **inp
  * (INVALID_ARGUMENT for bad inputs, RESOURCE_EXHAUSTED when out of memory or
  * an output would exceed SIP__TRANSFORM_MAX_BYTES) and leaves *outputs NULL.
  * Thread-safe. */
-sip_error_t *sip__transform_run(const sip_transform_t *t, const sip_tensor_t *const *inputs,
+sip_error_t *sip__transform_run(const sip__transform_t *t, const sip_tensor_t *const *inputs,
                                 size_t n_inputs, sip_tensor_t ***outputs, size_t *n_outputs);
 
 /* Frees an output array from sip__transform_run and its tensors. */

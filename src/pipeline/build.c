@@ -104,7 +104,7 @@ static char *describe(pipeline_t *pl) {
 }
 
 static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
-  const sip_pipeline_config_t *c = pl->cfg;
+  const sip__pipeline_config_t *c = pl->cfg;
   if (c->n_stages > MAX_STAGES)
     return sip__asprintf("%zu stages; at most %d are supported", c->n_stages, MAX_STAGES);
   pl->st = sip__calloc(c->n_stages, sizeof *pl->st);
@@ -329,8 +329,8 @@ static void pipeline_clear(pipeline_t *pl) {
   sip__free(pl->error);
 }
 
-sip_pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip_config_t *cfg) {
-  sip_pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
+sip__pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip__config_t *cfg) {
+  sip__pipeline_set_t *ps = sip__calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->p = sip__calloc(cfg->n_pipelines ? cfg->n_pipelines : 1, sizeof *ps->p);
   if (!ps->p) {
@@ -358,7 +358,7 @@ sip_pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip_config_t *c
   return ps;
 }
 
-void sip__pipelines_build(sip_pipeline_set_t *ps) {
+void sip__pipelines_build(sip__pipeline_set_t *ps) {
   for (size_t i = 0; ps && i < ps->n; i++) {
     pipeline_t *pl = &ps->p[i];
     pl->error = build_one(pl, ps->eng);
@@ -374,7 +374,7 @@ void sip__pipelines_build(sip_pipeline_set_t *ps) {
   sip__pipeline_workers_start(ps);
 }
 
-void sip__pipelines_free(sip_pipeline_set_t *ps) {
+void sip__pipelines_free(sip__pipeline_set_t *ps) {
   if (!ps) return;
   sip__pipelines_quiesce(ps);
   pthread_mutex_destroy(&ps->mu);
@@ -426,7 +426,7 @@ static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
   return NULL;
 }
 
-char *sip__pipelines_check_pool(const sip_pipeline_set_t *ps, const char *name,
+char *sip__pipelines_check_pool(const sip__pipeline_set_t *ps, const char *name,
                                 const sip__model_io_t *io) {
   for (size_t i = 0; ps && i < ps->n; i++) {
     const pipeline_t *pl = &ps->p[i];

@@ -29,9 +29,9 @@ typedef struct wire {
 } wire_t;
 
 typedef struct stage {
-  const sip_stage_config_t *cfg;
-  sip_transform_t *tf;
-  sip_expr_t *when;
+  const sip__stage_config_t *cfg;
+  sip__transform_t *tf;
+  sip__expr_t *when;
   wire_t *in;
   size_t n_in;
   char **outs; /* what the stage produces (model outputs or the transform's) */
@@ -53,12 +53,12 @@ typedef struct pout {
 
 typedef struct pipeline {
   sip__model_t base; /* first: a pipeline is a model (sip__pipeline_vt) */
-  struct sip_pipeline_set *ps;
+  struct sip__pipeline_set *ps;
   _Atomic int state; /* sip__model_state_t: LOADING until built, then READY or FAILED */
-  const sip_pipeline_config_t *cfg;
+  const sip__pipeline_config_t *cfg;
   stage_t *st;
   size_t n;
-  sip_expr_t *exit;
+  sip__expr_t *exit;
   char **inputs; /* pipeline.<name> references */
   size_t n_inputs;
   /* The pipeline's inputs and outputs, typed as the stages that read and
@@ -88,7 +88,7 @@ typedef struct job_queue {
 
 #define N_WORKERS 4
 
-struct sip_pipeline_set {
+struct sip__pipeline_set {
   sip__engine_t *eng; /* its stages find their pools in eng's registry */
   pipeline_t *p;
   size_t n;
@@ -136,7 +136,7 @@ static inline int keeps(const stage_t *s, const char *out) {
 extern const sip__model_vt_t sip__pipeline_vt;
 /* Starts the workers once the set is built, where a transform stage starts
  * a pipeline that built (none otherwise). */
-void sip__pipeline_workers_start(sip_pipeline_set_t *ps);
+void sip__pipeline_workers_start(sip__pipeline_set_t *ps);
 
 /* ---- status.c ---- */
 

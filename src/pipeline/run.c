@@ -37,7 +37,7 @@ typedef struct run {
   sip_request_t *req; /* owns the inputs; id, priority, cancel token */
   uint64_t arrival_us, deadline_us;
   uint32_t stage_timeout_ms[MAX_STAGES];
-  sip_expr_t *exit; /* the request's own early exit (owned), else NULL */
+  sip__expr_t *exit; /* the request's own early exit (owned), else NULL */
   sstate_t st[MAX_STAGES];
   int pending; /* stages launched and not ended */
   sip_code_t code;
@@ -59,7 +59,7 @@ static void launch(run_t *r, int k);
 SIP__FIFO_DEFINE(jobs, job_queue_t, job_t)
 
 static void *worker_main(void *arg) {
-  sip_pipeline_set_t *ps = arg;
+  sip__pipeline_set_t *ps = arg;
   pthread_mutex_lock(&ps->mu);
   for (;;) {
     while (!ps->jobs.head && !ps->closed) pthread_cond_wait(&ps->cv, &ps->mu);
@@ -77,7 +77,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-void sip__pipeline_workers_start(sip_pipeline_set_t *ps) {
+void sip__pipeline_workers_start(sip__pipeline_set_t *ps) {
   int need = 0; /* workers only where a transform stage starts a pipeline */
   for (size_t i = 0; ps && i < ps->n; i++)
     for (size_t k = 0; !ps->p[i].error && k < ps->p[i].n; k++)
@@ -86,7 +86,7 @@ void sip__pipeline_workers_start(sip_pipeline_set_t *ps) {
     if (pthread_create(&ps->workers[ps->n_workers], NULL, worker_main, ps) == 0) ps->n_workers++;
 }
 
-void sip__pipelines_quiesce(sip_pipeline_set_t *ps) {
+void sip__pipelines_quiesce(sip__pipeline_set_t *ps) {
   if (!ps) return;
   pthread_mutex_lock(&ps->mu);
   ps->closed = 1;
@@ -99,7 +99,7 @@ void sip__pipelines_quiesce(sip_pipeline_set_t *ps) {
 
 /* Queues stage k of r for a worker; 0 when it must run here instead (no
  * workers, quiesced, out of memory). */
-static int hand_off(sip_pipeline_set_t *ps, run_t *r, int k) {
+static int hand_off(sip__pipeline_set_t *ps, run_t *r, int k) {
   job_t *j = ps->n_workers ? sip__malloc(sizeof *j) : NULL;
   if (!j) return 0;
   j->r = r;
@@ -140,7 +140,7 @@ static const sip_tensor_t *lookup(void *ctx, const char *stage, const char *outp
 }
 
 /* 1 when every stage the expression refers to has ended. */
-static int refs_ready(run_t *r, const sip_expr_t *e) {
+static int refs_ready(run_t *r, const sip__expr_t *e) {
   const char *const *refs;
   size_t n = sip__expr_refs(e, &refs);
   for (size_t i = 0; i < n; i++) {
@@ -292,7 +292,7 @@ static void stage_end(run_t *r, int k, int status, sip_tensor_t **outs, size_t n
   sip__free(msg);
   /* Early exit: once the condition can be evaluated and holds, nothing new
    * starts; what runs finishes and the answer has what was computed. */
-  const sip_expr_t *ex = r->exit ? r->exit : pl->exit;
+  const sip__expr_t *ex = r->exit ? r->exit : pl->exit;
   if (ss->status == ST_DONE && ex && r->exit_stage < 0 && r->code == SIP_OK && refs_ready(r, ex)) {
     int yes = 0;
     sip_error_t *e = sip__expr_eval(ex, lookup, r, &yes);
@@ -427,7 +427,7 @@ static void launch(run_t *r, int k) {
   }
   sip_request_t *sub = sip_request_new(s->cfg->pool);
   stage_call_t *sc = sip__malloc(sizeof *sc);
-  sip_error_t *e = sub && sc ? NULL : SIP_OOM();
+  sip_error_t *e = sub && sc ? NULL : SIP__OOM();
   for (size_t i = 0; i < n_in; i++) {
     if (!e)
       e = sip_request_add_input(sub, ins[i]);
@@ -539,7 +539,7 @@ static sip_error_t *read_config(run_t *r, const char *text) {
 /* pipeline_vt.submit: takes `req` (its done/user set), also on error. */
 static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
   pipeline_t *pl = (pipeline_t *)m;
-  sip_pipeline_set_t *ps = pl->ps;
+  sip__pipeline_set_t *ps = pl->ps;
   sip_infer_done_fn done = req->done;
   void *user = req->user;
   sip_error_t *e = NULL;
@@ -578,7 +578,7 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
                         pl->cfg->name, want);
   }
   run_t *r = e ? NULL : sip__calloc(1, sizeof *r);
-  if (!e && !r) e = SIP_OOM();
+  if (!e && !r) e = SIP__OOM();
   if (!e) {
     r->pl = pl;
     r->req = req;

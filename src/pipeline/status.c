@@ -30,9 +30,9 @@ sip_error_t *sip__pipeline_version_error(const char *name, const char *version) 
 
 /* ---- counters ---- */
 
-size_t sip__pipelines_count(const sip_pipeline_set_t *ps) { return ps ? ps->n : 0; }
+size_t sip__pipelines_count(const sip__pipeline_set_t *ps) { return ps ? ps->n : 0; }
 
-void sip__pipelines_counters(const sip_pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *c) {
+void sip__pipelines_counters(const sip__pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *c) {
   const pipeline_t *pl = &ps->p[i];
   c->name = pl->cfg->name;
   c->state = (sip__model_state_t)atomic_load(&pl->state);
@@ -44,7 +44,7 @@ void sip__pipelines_counters(const sip_pipeline_set_t *ps, size_t i, sip__pipeli
   c->n_stages = pl->n;
 }
 
-void sip__pipelines_stage_counters(const sip_pipeline_set_t *ps, size_t i, size_t k,
+void sip__pipelines_stage_counters(const sip__pipeline_set_t *ps, size_t i, size_t k,
                                    sip__stage_counters_t *c) {
   const stage_t *s = &ps->p[i].st[k];
   c->name = s->cfg->name;
@@ -56,7 +56,7 @@ void sip__pipelines_stage_counters(const sip_pipeline_set_t *ps, size_t i, size_
 
 /* ---- introspection ---- */
 
-json_t *sip__pipelines_json(const sip_pipeline_set_t *ps, int kind) {
+json_t *sip__pipelines_json(const sip__pipeline_set_t *ps, int kind) {
   json_t *a = json_array();
   for (size_t i = 0; i < sip__pipelines_count(ps); i++) {
     const pipeline_t *pl = &ps->p[i];

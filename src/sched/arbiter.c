@@ -14,9 +14,9 @@
 
 enum { TICKET_IDLE = 0, TICKET_WAITING, TICKET_GRANTED };
 
-SIP__FIFO_DEFINE(waiters, struct sip_arb_waiters, sip_arb_ticket_t)
+SIP__FIFO_DEFINE(waiters, struct sip__arb_waiters, sip__arb_ticket_t)
 
-void sip__arbiter_init(sip_arbiter_t *a, int slots) {
+void sip__arbiter_init(sip__arbiter_t *a, int slots) {
   pthread_mutex_init(&a->mu, NULL);
   a->slots = a->free_slots = slots > 0 ? slots : 1;
   a->vclock = 0;
@@ -24,9 +24,9 @@ void sip__arbiter_init(sip_arbiter_t *a, int slots) {
   waiters_init(&a->waiters);
 }
 
-void sip__arbiter_destroy(sip_arbiter_t *a) { pthread_mutex_destroy(&a->mu); }
+void sip__arbiter_destroy(sip__arbiter_t *a) { pthread_mutex_destroy(&a->mu); }
 
-void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_percent) {
+void sip__arb_account_init(sip__arb_account_t *acc, int priority, int compute_percent) {
   acc->priority = priority;
   acc->weight = compute_percent > 0 ? (uint64_t)compute_percent : 100;
   acc->vtime = 0;
@@ -34,28 +34,28 @@ void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_per
   acc->active = 0;
 }
 
-void sip__arb_ticket_init(sip_arb_ticket_t *t, sip_arb_account_t *acc) {
+void sip__arb_ticket_init(sip__arb_ticket_t *t, sip__arb_account_t *acc) {
   t->next = t->prev = NULL;
   t->acc = acc;
   t->state = TICKET_IDLE;
   pthread_cond_init(&t->cv, NULL);
 }
 
-void sip__arb_ticket_destroy(sip_arb_ticket_t *t) { pthread_cond_destroy(&t->cv); }
+void sip__arb_ticket_destroy(sip__arb_ticket_t *t) { pthread_cond_destroy(&t->cv); }
 
-size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t window) {
+size_t sip__arb_choose(sip__arb_account_t *const *waiting, size_t n, uint64_t window) {
   uint64_t vmin = UINT64_MAX;
   for (size_t i = 0; i < n; i++)
     if (waiting[i]->vtime < vmin) vmin = waiting[i]->vtime;
   size_t best = n;
   for (size_t i = 0; i < n; i++) {
-    const sip_arb_account_t *w = waiting[i];
+    const sip__arb_account_t *w = waiting[i];
     if (w->vtime > vmin + window) continue; /* ran ahead of its share */
     if (best == n) {
       best = i;
       continue;
     }
-    const sip_arb_account_t *b = waiting[best];
+    const sip__arb_account_t *b = waiting[best];
     /* Earlier arrivals win ties: i > best here, so only strictly better. */
     if (w->priority < b->priority || (w->priority == b->priority && w->vtime < b->vtime))
       best = i;
@@ -63,31 +63,31 @@ size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t win
   return best;
 }
 
-void sip__arb_charge(sip_arb_account_t *acc, uint64_t exec_ns) {
+void sip__arb_charge(sip__arb_account_t *acc, uint64_t exec_ns) {
   acc->vtime += exec_ns * 100 / acc->weight;
   acc->used_ns += exec_ns;
 }
 
 /* Enqueues a ticket. Caller holds a->mu. */
-static void enqueue(sip_arbiter_t *a, sip_arb_ticket_t *t) {
-  sip_arb_account_t *acc = t->acc;
+static void enqueue(sip__arbiter_t *a, sip__arb_ticket_t *t) {
+  sip__arb_account_t *acc = t->acc;
   if (acc->active++ == 0 && acc->vtime < a->vclock) acc->vtime = a->vclock;
   t->state = TICKET_WAITING;
   waiters_push(&a->waiters, t);
 }
 
 /* Hands free slots to the chosen waiters. Caller holds a->mu. */
-static void grant(sip_arbiter_t *a) {
+static void grant(sip__arbiter_t *a) {
   while (a->free_slots > 0 && a->waiters.head) {
-    sip_arb_account_t *cands[64];
-    sip_arb_ticket_t *tickets[64];
+    sip__arb_account_t *cands[64];
+    sip__arb_ticket_t *tickets[64];
     size_t n = 0;
     /* The first 64 waiters compete; more wait their turn in arrival order. */
-    for (sip_arb_ticket_t *w = a->waiters.head; w && n < 64; w = w->next) {
+    for (sip__arb_ticket_t *w = a->waiters.head; w && n < 64; w = w->next) {
       cands[n] = w->acc;
       tickets[n++] = w;
     }
-    sip_arb_ticket_t *t = tickets[sip__arb_choose(cands, n, a->window)];
+    sip__arb_ticket_t *t = tickets[sip__arb_choose(cands, n, a->window)];
     waiters_remove(&a->waiters, t);
     a->free_slots--;
     t->state = TICKET_GRANTED;
@@ -96,7 +96,7 @@ static void grant(sip_arbiter_t *a) {
   }
 }
 
-void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_ticket_t *t) {
+void sip__arbiter_acquire(sip__arbiter_t *a, sip__arb_ticket_t *t) {
   pthread_mutex_lock(&a->mu);
   if (t->state == TICKET_IDLE) {
     enqueue(a, t);
@@ -106,7 +106,7 @@ void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_ticket_t *t) {
   pthread_mutex_unlock(&a->mu);
 }
 
-void sip__arbiter_release(sip_arbiter_t *a, sip_arb_ticket_t *t, uint64_t exec_ns, int again) {
+void sip__arbiter_release(sip__arbiter_t *a, sip__arb_ticket_t *t, uint64_t exec_ns, int again) {
   pthread_mutex_lock(&a->mu);
   sip__arb_charge(t->acc, exec_ns);
   t->acc->active--;
@@ -117,7 +117,7 @@ void sip__arbiter_release(sip_arbiter_t *a, sip_arb_ticket_t *t, uint64_t exec_n
   pthread_mutex_unlock(&a->mu);
 }
 
-void sip__arbiter_cancel(sip_arbiter_t *a, sip_arb_ticket_t *t) {
+void sip__arbiter_cancel(sip__arbiter_t *a, sip__arb_ticket_t *t) {
   pthread_mutex_lock(&a->mu);
   if (t->state == TICKET_WAITING) {
     waiters_remove(&a->waiters, t);

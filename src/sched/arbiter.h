@@ -15,54 +15,54 @@
 
 /* One pool's account with the arbiter. Fields are owned by the arbiter and
  * read under its lock. */
-typedef struct sip_arb_account {
+typedef struct sip__arb_account {
   int priority;     /* 0 high, 1 medium, 2 low */
   uint64_t weight;  /* max_compute_percent, or 100 when unset */
   uint64_t vtime;   /* virtual time: sum of exec_ns * 100 / weight */
   uint64_t used_ns; /* measured execution time, for shares */
   int active;       /* tickets of this account waiting or holding a slot */
-} sip_arb_account_t;
+} sip__arb_account_t;
 
 /* One session's place in line. */
-typedef struct sip_arb_ticket {
-  SIP__FIFO_LINK(struct sip_arb_ticket); /* in the arbiter's waiters */
-  sip_arb_account_t *acc;
+typedef struct sip__arb_ticket {
+  SIP__FIFO_LINK(struct sip__arb_ticket); /* in the arbiter's waiters */
+  sip__arb_account_t *acc;
   pthread_cond_t cv;
   int state; /* TICKET_IDLE, _WAITING, _GRANTED (arbiter.c) */
-} sip_arb_ticket_t;
+} sip__arb_ticket_t;
 
-typedef struct sip_arbiter {
+typedef struct sip__arbiter {
   pthread_mutex_t mu;
   int slots, free_slots;
   uint64_t vclock;            /* virtual time of the last grant */
   uint64_t window;            /* virtual ns a pool may run ahead of the slowest waiter */
-  struct sip_arb_waiters {    /* waiting tickets in arrival order (src/core/queue.h) */
-    SIP__FIFO_FIELDS(sip_arb_ticket_t);
+  struct sip__arb_waiters {    /* waiting tickets in arrival order (src/core/queue.h) */
+    SIP__FIFO_FIELDS(sip__arb_ticket_t);
   } waiters;
-} sip_arbiter_t;
+} sip__arbiter_t;
 
-void sip__arbiter_init(sip_arbiter_t *a, int slots);
-void sip__arbiter_destroy(sip_arbiter_t *a);
-void sip__arb_account_init(sip_arb_account_t *acc, int priority, int compute_percent);
-void sip__arb_ticket_init(sip_arb_ticket_t *t, sip_arb_account_t *acc);
-void sip__arb_ticket_destroy(sip_arb_ticket_t *t);
+void sip__arbiter_init(sip__arbiter_t *a, int slots);
+void sip__arbiter_destroy(sip__arbiter_t *a);
+void sip__arb_account_init(sip__arb_account_t *acc, int priority, int compute_percent);
+void sip__arb_ticket_init(sip__arb_ticket_t *t, sip__arb_account_t *acc);
+void sip__arb_ticket_destroy(sip__arb_ticket_t *t);
 
 /* The policy, as a pure function for tests: which of n waiting accounts
  * (in arrival order) gets the next slot. */
-size_t sip__arb_choose(sip_arb_account_t *const *waiting, size_t n, uint64_t window);
+size_t sip__arb_choose(sip__arb_account_t *const *waiting, size_t n, uint64_t window);
 /* Charges `exec_ns` of execution to `acc` (virtual time and used time). */
-void sip__arb_charge(sip_arb_account_t *acc, uint64_t exec_ns);
+void sip__arb_charge(sip__arb_account_t *acc, uint64_t exec_ns);
 
 /* Blocks until the ticket holds a slot (at once if it was granted while
  * queued by a release with again = 1). */
-void sip__arbiter_acquire(sip_arbiter_t *a, sip_arb_ticket_t *t);
+void sip__arbiter_acquire(sip__arbiter_t *a, sip__arb_ticket_t *t);
 /* Returns the slot and charges exec_ns. With again = 1 (the pool has more
  * work) the ticket goes back in line *before* the slot is handed on, so a
  * busy pool competes for the slot it just released instead of losing it to
  * whoever happened to be waiting; the next acquire then waits its turn. */
-void sip__arbiter_release(sip_arbiter_t *a, sip_arb_ticket_t *t, uint64_t exec_ns, int again);
+void sip__arbiter_release(sip__arbiter_t *a, sip__arb_ticket_t *t, uint64_t exec_ns, int again);
 /* Takes a ticket out of line (a session that found no work after all):
  * a waiting ticket leaves the queue, a granted one gives its slot on. */
-void sip__arbiter_cancel(sip_arbiter_t *a, sip_arb_ticket_t *t);
+void sip__arbiter_cancel(sip__arbiter_t *a, sip__arb_ticket_t *t);
 
 #endif

@@ -50,7 +50,7 @@ sip_error_t *sip__batch_concat(const char *name, const sip_tensor_t *const *part
   size_t last_row_bytes = 0;
   const unsigned char *last_row = NULL;
   if (pad_rows) {
-    if (padding == SIP_PAD_REPLICATE_LAST) {
+    if (padding == SIP__PAD_REPLICATE_LAST) {
       if (last->dims[0] == 0)
         return sip_error_new(SIP_INVALID_ARGUMENT, "input '%s': cannot replicate an empty row",
                              name);
@@ -64,7 +64,7 @@ sip_error_t *sip__batch_concat(const char *name, const sip_tensor_t *const *part
     bytes += last_row_bytes * (size_t)pad_rows;
   }
   sip_buf_t *b = sip_buf_new(bytes); /* zeroed: zero padding and empty strings come free */
-  if (!b) return SIP_OOM();
+  if (!b) return SIP__OOM();
   unsigned char *dst = sip_buf_data(b);
   for (size_t i = 0; i < n; i++) {
     if (parts[i]->nbytes) memcpy(dst, parts[i]->data, parts[i]->nbytes);
@@ -79,7 +79,7 @@ sip_error_t *sip__batch_concat(const char *name, const sip_tensor_t *const *part
   dims[0] = rows + pad_rows;
   *out = sip_tensor_new_view(name, first->dtype, first->rank, dims, sip_buf_data(b), bytes, b);
   sip_buf_unref(b);
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 }
 
 sip_error_t *sip__batch_slice(const sip_tensor_t *t, const char *name, int64_t row0, int64_t rows,
@@ -107,5 +107,5 @@ sip_error_t *sip__batch_slice(const sip_tensor_t *t, const char *name, int64_t r
   const unsigned char *p = (const unsigned char *)t->data + start;
   *out = t->owner ? sip_tensor_new_view(name, t->dtype, t->rank, dims, p, end - start, t->owner)
                   : sip_tensor_new_copy(name, t->dtype, t->rank, dims, p, end - start);
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 }

@@ -11,8 +11,8 @@
 
 /* Joins `parts` (same dtype, rank >= 1, equal dims after dim 0) along dim 0
  * into one new tensor named `name`. When pad_to exceeds the rows given, the
- * rest is filled per `padding` (SIP_PAD_REPLICATE_LAST: copies of the last
- * row; SIP_PAD_ZERO: zeros / empty strings). */
+ * rest is filled per `padding` (SIP__PAD_REPLICATE_LAST: copies of the last
+ * row; SIP__PAD_ZERO: zeros / empty strings). */
 sip_error_t *sip__batch_concat(const char *name, const sip_tensor_t *const *parts, size_t n,
                                int64_t pad_to, int padding, sip_tensor_t **out);
 

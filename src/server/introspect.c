@@ -17,12 +17,12 @@
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
-static json_t *pool_json(sip_pool_t *p, int detail) {
+static json_t *pool_json(sip__pool_t *p, int detail) {
   int st = atomic_load(&p->state);
-  int ready = st == SIP_POOL_READY || st == SIP_POOL_STOPPED;
+  int ready = st == SIP__POOL_READY || st == SIP__POOL_STOPPED;
   json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
-                        sip__pool_state_name((sip_pool_state_t)st), "error",
-                        nullable(st == SIP_POOL_FAILED ? p->error : NULL));
+                        sip__pool_state_name((sip__pool_state_t)st), "error",
+                        nullable(st == SIP__POOL_FAILED ? p->error : NULL));
   /* In the status too: the HTTP front-end's stats and /metrics label by it
    * without asking for the pools' I/O. */
   json_object_set_new(o, "version", nullable(p->version));
@@ -46,7 +46,7 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     json_object_set_new(o, "backend_options", bo);
     if (p->cfg->n_cpus) {
       json_t *cpus = json_array();
-      for (int k = 0; k < SIP_MAX_CPUS; k++)
+      for (int k = 0; k < SIP__MAX_CPUS; k++)
         if (p->cfg->cpu_mask[k / 64] >> (k % 64) & 1) json_array_append_new(cpus, json_integer(k));
       json_object_set_new(o, "cpu_affinity", cpus);
     }
@@ -71,9 +71,9 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
   /* The counters as /metrics reads them (session/counters.h). */
   sip__pool_counters_t c;
   sip__pool_counters_read(p, &c);
-  static const char *lvl[SIP_SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
+  static const char *lvl[SIP__SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
   json_t *qb = json_object();
-  for (int l = 0; l < SIP_SCHED_QUEUES; l++)
+  for (int l = 0; l < SIP__SCHED_QUEUES; l++)
     json_object_set_new(qb, lvl[l], json_integer((json_int_t)c.queued[l]));
   json_t *sessions = json_array();
   for (int i = 0; i < sip__pool_session_count(p); i++) {
@@ -81,7 +81,7 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
     sip__pool_session_read(p, i, &sc);
     json_array_append_new(
         sessions, json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", sc.id, "state",
-                            sip__session_state_name((sip_session_state_t)sc.state), "since_us",
+                            sip__session_state_name((sip__session_state_t)sc.state), "since_us",
                             (json_int_t)sc.since_us, "inferences", (json_int_t)sc.inferences,
                             "errors", (json_int_t)sc.errors));
   }
@@ -102,14 +102,14 @@ static json_t *pool_json(sip_pool_t *p, int detail) {
                                 sip__hist_read_json(&c.total)));
   json_object_set_new(o, "sessions", sessions);
   json_t *bh = json_array();
-  for (int i = 0; i < SIP_BATCH_BUCKETS; i++)
+  for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",
-                                        i < SIP_BATCH_BUCKETS - 1 ? json_integer(1 << i)
+                                        i < SIP__BATCH_BUCKETS - 1 ? json_integer(1 << i)
                                                                   : json_string("+Inf"),
                                         (json_int_t)c.batch_cum[i]));
   json_object_set_new(o, "batch_sizes",
                       json_pack("{s:I,s:I,s:o}", "count",
-                                (json_int_t)c.batch_cum[SIP_BATCH_BUCKETS - 1], "sum",
+                                (json_int_t)c.batch_cum[SIP__BATCH_BUCKETS - 1], "sum",
                                 (json_int_t)c.batch_rows_sum, "buckets", bh));
   if (c.batch_level >= 0) {
     static const char *lv[] = {"low", "medium", "high"};
@@ -139,7 +139,7 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
   /* Pools in service (a retired version still draining is not listed),
    * each marked whether it is its model's default version. */
   size_t n = 0;
-  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
   int *defaults = sip__calloc(n + 1, sizeof *defaults);
   pthread_rwlock_rdlock(&s->eng.reg_lock);
   for (size_t i = 0; defaults && i < n; i++)

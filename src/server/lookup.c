@@ -8,7 +8,7 @@ sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const ch
   if (sip__registry_is_named(&s->eng, name))
     return version ? sip__pipeline_version_error(name, version) : NULL;
   sip_error_t *e = NULL;
-  sip_pool_t *p = sip__registry_find(&s->eng, name, version, &e);
+  sip__pool_t *p = sip__registry_find(&s->eng, name, version, &e);
   if (p) sip__pool_unref(p);
   return e;
 }

@@ -70,7 +70,7 @@ static void family(sb_t *b, const char *name, const char *type, const char *help
 
 /* One pool: its label set {pool="...",version="..."} and its counters. */
 typedef struct pool_row {
-  sip_pool_t *pool;
+  sip__pool_t *pool;
   sip__pool_counters_t c;
   char labels[700];
 } pool_row_t;
@@ -104,14 +104,14 @@ static void histogram_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *na
   family(b, name, "histogram", help);
   for (size_t i = 0; i < n; i++) {
     const sip__hist_read_t *h = get(&pl[i].c);
-    for (int j = 0; j < SIP_HIST_BUCKETS; j++)
+    for (int j = 0; j < SIP__HIST_BUCKETS; j++)
       sb_add(b, "%s_bucket{%s,le=\"%llu\"} %llu\n", name, pl[i].labels,
              (unsigned long long)sip__hist_bounds_us[j], (unsigned long long)h->cum[j]);
     sb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, pl[i].labels,
-           (unsigned long long)h->cum[SIP_HIST_BUCKETS]);
+           (unsigned long long)h->cum[SIP__HIST_BUCKETS]);
     sb_add(b, "%s_sum{%s} %llu\n%s_count{%s} %llu\n", name, pl[i].labels,
            (unsigned long long)h->sum_us, name, pl[i].labels,
-           (unsigned long long)h->cum[SIP_HIST_BUCKETS]);
+           (unsigned long long)h->cum[SIP__HIST_BUCKETS]);
   }
 }
 
@@ -120,10 +120,10 @@ static void batch_histogram(sb_t *b, pool_row_t *pl, size_t n) {
   family(b, name, "histogram", "Rows per execution (padding included); 1 without dynamic batching.");
   for (size_t i = 0; i < n; i++) {
     const sip__pool_counters_t *c = &pl[i].c;
-    for (int j = 0; j < SIP_BATCH_BUCKETS - 1; j++)
+    for (int j = 0; j < SIP__BATCH_BUCKETS - 1; j++)
       sb_add(b, "%s_bucket{%s,le=\"%d\"} %llu\n", name, pl[i].labels, 1 << j,
              (unsigned long long)c->batch_cum[j]);
-    uint64_t count = c->batch_cum[SIP_BATCH_BUCKETS - 1];
+    uint64_t count = c->batch_cum[SIP__BATCH_BUCKETS - 1];
     sb_add(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, pl[i].labels, (unsigned long long)count);
     sb_add(b, "%s_sum{%s} %llu\n%s_count{%s} %llu\n", name, pl[i].labels,
            (unsigned long long)c->batch_rows_sum, name, pl[i].labels, (unsigned long long)count);
@@ -208,7 +208,7 @@ static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
 static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
 /* Pipelines: requests end to end, early exits, and each stage's runs. */
-static void pipeline_metrics(sb_t *b, const sip_pipeline_set_t *ps) {
+static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
   size_t n = sip__pipelines_count(ps);
   char e1[300], e2[300], labels[320];
   sip__pipeline_counters_t pc;
@@ -320,14 +320,14 @@ static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
     for (int j = 0; j < sip__pool_session_count(pl[i].pool); j++) {
       sip__pool_session_read(pl[i].pool, j, &sc);
       sb_add(b, "sip_session_state{%s,session=\"%s\",state=\"%s\"} 1\n", pl[i].labels,
-             esc(e, sizeof e, sc.id), sip__session_state_name((sip_session_state_t)sc.state));
+             esc(e, sizeof e, sc.id), sip__session_state_name((sip__session_state_t)sc.state));
     }
 }
 
 char *sip__prometheus_text(sip_server_t *s) {
   size_t n = 0;
   /* Pools in service: a retired version still draining is not listed. */
-  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
   pool_row_t *pl = sip__calloc(n ? n : 1, sizeof *pl);
   sb_t b = {0};
   if (!pl) {
@@ -388,8 +388,8 @@ char *sip__prometheus_text(sip_server_t *s) {
   gauge_per_pool(&b, pl, n, "sip_pending_requests", "Requests queued and not yet running.", g_queued);
   family(&b, "sip_pending_requests_by_priority", "gauge", "Queued requests by priority level.");
   for (size_t i = 0; i < n; i++) {
-    static const char *const lvl[SIP_SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
-    for (int l = 0; l < SIP_SCHED_QUEUES; l++)
+    static const char *const lvl[SIP__SCHED_QUEUES] = {"high", "medium", "low", "delayed"};
+    for (int l = 0; l < SIP__SCHED_QUEUES; l++)
       sb_add(&b, "sip_pending_requests_by_priority{%s,priority=\"%s\"} %zu\n", pl[i].labels, lvl[l],
              pl[i].c.queued[l]);
   }

@@ -38,7 +38,7 @@ static void failures_free(failure_t *f, size_t n) {
 }
 
 /* The record of `name`, created when missing (NULL on OOM). Caller holds mu. */
-static model_rec_t *rec_get(sip_repo_t *R, const char *name, int create) {
+static model_rec_t *rec_get(sip__repo_t *R, const char *name, int create) {
   for (model_rec_t *m = R->models; m; m = m->next)
     if (!strcmp(m->name, name)) return m;
   if (!create) return NULL;
@@ -52,7 +52,7 @@ static model_rec_t *rec_get(sip_repo_t *R, const char *name, int create) {
   return m;
 }
 
-void sip__repo_rec_set_state(sip_repo_t *R, const char *name, int state) {
+void sip__repo_rec_set_state(sip__repo_t *R, const char *name, int state) {
   pthread_mutex_lock(&R->mu);
   model_rec_t *m = rec_get(R, name, 1);
   if (m) m->state = state;
@@ -60,7 +60,7 @@ void sip__repo_rec_set_state(sip_repo_t *R, const char *name, int state) {
 }
 
 /* Sets the outcome of a load: its state and failures (taken). */
-void sip__repo_rec_finish(sip_repo_t *R, const char *name, int state, failure_t *f, size_t n) {
+void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, failure_t *f, size_t n) {
   pthread_mutex_lock(&R->mu);
   model_rec_t *m = rec_get(R, name, 1);
   if (m) {
@@ -74,7 +74,7 @@ void sip__repo_rec_finish(sip_repo_t *R, const char *name, int state, failure_t 
   pthread_mutex_unlock(&R->mu);
 }
 
-int sip__repo_rec_exists(sip_repo_t *R, const char *name) {
+int sip__repo_rec_exists(sip__repo_t *R, const char *name) {
   pthread_mutex_lock(&R->mu);
   int found = rec_get(R, name, 0) != NULL;
   pthread_mutex_unlock(&R->mu);
@@ -100,16 +100,16 @@ int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const s
 /* The config file's pools, then every repository model (unless explicit),
  * one at a time: loads compete for the same cores and memory bandwidth. */
 static void initial_load(sip_server_t *s) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   /* Only this thread changes the registry while it loads. */
   pthread_rwlock_rdlock(&s->eng.reg_lock);
   size_t n_pools = s->eng.n_pools;
   for (size_t i = 0; i < n_pools; i++)
-    if (atomic_load(&s->eng.pools[i]->state) == SIP_POOL_LOADING) sip__pool_load(s->eng.pools[i]);
+    if (atomic_load(&s->eng.pools[i]->state) == SIP__POOL_LOADING) sip__pool_load(s->eng.pools[i]);
   pthread_rwlock_unlock(&s->eng.reg_lock);
   size_t n = 0;
   char **names = NULL;
-  if (R->root && s->cfg->model_control == SIP_MODEL_CONTROL_STARTUP) {
+  if (R->root && s->cfg->model_control == SIP__MODEL_CONTROL_STARTUP) {
     names = sip__repo_scan_models(R, &n);
     /* Known and loading from now on (requests hear "loading", not "unknown"). */
     for (size_t i = 0; i < n; i++)
@@ -131,7 +131,7 @@ SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)
 
 static void *loader_main(void *arg) {
   sip_server_t *s = arg;
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   if (!atomic_load(&s->loaded)) initial_load(s);
   pthread_mutex_lock(&R->mu);
   for (;;) {
@@ -153,8 +153,8 @@ static void *loader_main(void *arg) {
 }
 
 sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
-  sip_repo_t *R = sip__calloc(1, sizeof *R);
-  if (!R) return SIP_OOM();
+  sip__repo_t *R = sip__calloc(1, sizeof *R);
+  if (!R) return SIP__OOM();
   pthread_mutex_init(&R->mu, NULL);
   pthread_cond_init(&R->cv, NULL);
   s->repo = R;
@@ -169,7 +169,7 @@ sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
                            "server.model_repository %s is not a directory; expected a directory "
                            "of <model>/<version>/model.onnx",
                            s->cfg->model_repository);
-    if (!(R->root = sip__strdup(real))) return SIP_OOM();
+    if (!(R->root = sip__strdup(real))) return SIP__OOM();
     R->root_len = strlen(real);
   }
   if (wait) initial_load(s);
@@ -180,7 +180,7 @@ sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
 }
 
 void sip__repo_stop(sip_server_t *s) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   if (!R) return;
   pthread_mutex_lock(&R->mu);
   R->stop = 1; /* also refuses new requests (queue_op) */
@@ -192,7 +192,7 @@ void sip__repo_stop(sip_server_t *s) {
 }
 
 void sip__repo_free(sip_server_t *s) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   if (!R) return;
   for (repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
     op->done(sip_error_new(SIP_UNAVAILABLE, "server is shutting down"), op->user);
@@ -214,7 +214,7 @@ void sip__repo_free(sip_server_t *s) {
 }
 
 sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   if (!R || !R->root) return NULL;
   sip_error_t *e = NULL;
   pthread_mutex_lock(&R->mu);
@@ -271,12 +271,12 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
   repo_op_t *op = sip__calloc(1, sizeof *op);
   if (!op || !(op->name = sip__strdup(name))) {
     sip__free(op);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   op->unload = unload;
   op->done = done;
   op->user = user;
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   pthread_mutex_lock(&R->mu);
   if (R->stop) { /* the loader is gone: nobody would answer this one */
     pthread_mutex_unlock(&R->mu);
@@ -367,8 +367,8 @@ static int add_entry(entry_t **v, size_t *n, json_t *obj, int64_t num) {
 }
 
 static const char *index_state(int pool_state) {
-  return pool_state == SIP_POOL_READY     ? "READY"
-         : pool_state == SIP_POOL_LOADING ? "LOADING"
+  return pool_state == SIP__POOL_READY     ? "READY"
+         : pool_state == SIP__POOL_LOADING ? "LOADING"
                                           : "UNAVAILABLE";
 }
 
@@ -377,11 +377,11 @@ static int64_t num_of(const char *v) {
 }
 
 char *sip_server_repository_index(sip_server_t *s, int ready_only) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   entry_t *v = NULL;
   size_t n = 0, n_pools = 0;
   int oom = 0;
-  sip_pool_t **pools = sip__registry_snapshot(&s->eng, 1, &n_pools);
+  sip__pool_t **pools = sip__registry_snapshot(&s->eng, 1, &n_pools);
   int *is_default = sip__calloc(n_pools + 1, sizeof *is_default);
   if (!is_default) oom = 1;
   pthread_rwlock_rdlock(&s->eng.reg_lock);
@@ -389,11 +389,11 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only) {
     is_default[i] = sip__registry_is_default_locked(&s->eng, pools[i]);
   pthread_rwlock_unlock(&s->eng.reg_lock);
   for (size_t i = 0; !oom && i < n_pools; i++) {
-    sip_pool_t *p = pools[i];
+    sip__pool_t *p = pools[i];
     int st = atomic_load(&p->state);
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:b}", "name", p->cfg->name, "state",
                           index_state(st), "reason",
-                          st == SIP_POOL_FAILED && p->error ? p->error : "", "source",
+                          st == SIP__POOL_FAILED && p->error ? p->error : "", "source",
                           p->from_repo ? "repository" : "config", "default", is_default[i]);
     if (o && p->version) json_object_set_new(o, "version", json_string(p->version));
     oom = add_entry(&v, &n, o, p->version_num);

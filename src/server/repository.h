@@ -1,5 +1,5 @@
 /* sip — model repository helpers that are pure functions (unit-tested in
- * tests/unit/test_repository.c). */
+ * tests/unit/server/test_repository.c). */
 #ifndef SIP_REPOSITORY_H
 #define SIP_REPOSITORY_H
 
@@ -22,8 +22,8 @@ sip_error_t *sip__repo_check_name(const char *name, size_t len);
  * link is the operator's explicit choice of default. Writes the versions to
  * serve to `out` (room for n + 1, increasing) and returns their count;
  * versions the policy lists as specific but that are absent go to `missing`
- * (room for SIP_MAX_SPECIFIC_VERSIONS), their count to *n_missing. */
-size_t sip__repo_select_versions(const sip_pool_config_t *policy, const int64_t *avail, size_t n,
+ * (room for SIP__MAX_SPECIFIC_VERSIONS), their count to *n_missing. */
+size_t sip__repo_select_versions(const sip__pool_config_t *policy, const int64_t *avail, size_t n,
                                  int64_t current, int64_t *out, int64_t *missing,
                                  size_t *n_missing);
 

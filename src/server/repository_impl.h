@@ -47,7 +47,7 @@ typedef struct repo_op_queue {
   SIP__FIFO_FIELDS(repo_op_t);
 } repo_op_queue_t;
 
-struct sip_repo {
+struct sip__repo {
   char *root; /* realpath of server.model_repository; NULL: none */
   size_t root_len;
   pthread_mutex_t mu; /* ops, stop, models */
@@ -62,11 +62,11 @@ struct sip_repo {
 /* ---- records (repository.c) ---- */
 
 /* Sets the state of `name`'s record, creating it. Takes mu. */
-void sip__repo_rec_set_state(sip_repo_t *R, const char *name, int state);
+void sip__repo_rec_set_state(sip__repo_t *R, const char *name, int state);
 /* Sets the outcome of a load: its state and failures (taken). Takes mu. */
-void sip__repo_rec_finish(sip_repo_t *R, const char *name, int state, failure_t *f, size_t n);
+void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, failure_t *f, size_t n);
 /* 1 when the repository has a record of `name`. Takes mu. */
-int sip__repo_rec_exists(sip_repo_t *R, const char *name);
+int sip__repo_rec_exists(sip__repo_t *R, const char *name);
 /* Records what could not be served: `e` (borrowed) for version `version`
  * (NULL: the model). -1 when out of memory. */
 int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const sip_error_t *e);
@@ -75,13 +75,13 @@ int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const s
 
 /* realpath of `path` into *out (owned) when it lies inside the repository.
  * Errors: NOT_FOUND (missing), INVALID_ARGUMENT (resolves outside). */
-sip_error_t *sip__repo_inside(sip_repo_t *R, const char *path, const char *what, char **out);
+sip_error_t *sip__repo_inside(sip__repo_t *R, const char *path, const char *what, char **out);
 /* The model's directory (resolved, owned). Errors: NOT_FOUND. */
-sip_error_t *sip__repo_model_dir(sip_repo_t *R, const char *name, char **out);
+sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out);
 /* The model's usable versions in `dir` (sorted; each file resolved inside
  * the repository and a regular file); versions that cannot be used are
  * added to the failures. Free *out with sip__version_dirs_free. */
-sip_error_t *sip__repo_scan_versions(sip_repo_t *R, const char *name, const char *dir,
+sip_error_t *sip__repo_scan_versions(sip__repo_t *R, const char *name, const char *dir,
                                      sip__version_dir_t **out, size_t *n_out, failure_t **f,
                                      size_t *nf);
 /* The version a `current` link names among `v` (*out -1: no link).
@@ -90,7 +90,7 @@ sip_error_t *sip__repo_current_version(const char *name, const char *dir,
                                        const sip__version_dir_t *v, size_t n, int64_t *out);
 /* Model directory names in the repository, sorted (hidden and invalid
  * names skipped); free with sip__repo_free_names. */
-char **sip__repo_scan_models(sip_repo_t *R, size_t *n_out);
+char **sip__repo_scan_models(sip__repo_t *R, size_t *n_out);
 void sip__repo_free_names(char **v, size_t n);
 
 /* ---- loading and unloading a model (repository_load.c) ---- */

@@ -32,9 +32,9 @@ static char *fingerprint(const char *model_file, const char *config_file) {
 }
 
 /* Live repository pools of `name`, each with a reference. */
-static sip_pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
+static sip__pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
   size_t all = 0;
-  sip_pool_t **v = sip__registry_snapshot(&s->eng, 1, &all);
+  sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &all);
   *n = 0;
   for (size_t i = 0; i < all; i++) {
     if (v[i]->from_repo && !strcmp(v[i]->cfg->name, name))
@@ -82,7 +82,7 @@ sip_error_t *sip__repo_check_request(sip_server_t *s, const char *name) {
  * When anything fails, what was serving stays (only versions that loaded
  * replace their old selves) and the failure is recorded for the index. */
 sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   sip_error_t *e = sip__repo_check_request(s, name);
   if (e) return e;
   uint64_t t0 = sip__now_us();
@@ -90,11 +90,11 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
   size_t nf = 0, nv = 0, n_old = 0, n_add = 0, n_retire = 0, n_sel = 0, n_missing = 0;
   sip__version_dir_t *v = NULL;
   char *dir = NULL, *cfg_file = NULL;
-  sip_pool_config_t *tmpl = NULL;
-  int64_t *sel = NULL, missing[SIP_MAX_SPECIFIC_VERSIONS], current = -1;
-  sip_pool_t **add = NULL, **retire = NULL;
+  sip__pool_config_t *tmpl = NULL;
+  int64_t *sel = NULL, missing[SIP__MAX_SPECIFIC_VERSIONS], current = -1;
+  sip__pool_t **add = NULL, **retire = NULL;
   int *keep = NULL;
-  sip_pool_t **old = model_pools(s, name, &n_old);
+  sip__pool_t **old = model_pools(s, name, &n_old);
 
   e = sip__repo_model_dir(R, name, &dir);
   if (e && !n_old && !sip__repo_rec_exists(R, name)) { /* not a model of this repository */
@@ -105,7 +105,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
   if (!e) {
     char *path = sip__asprintf("%s/config.yaml", dir);
     struct stat st;
-    if (!path) e = SIP_OOM();
+    if (!path) e = SIP__OOM();
     else if (lstat(path, &st) == 0) e = sip__repo_inside(R, path, "model config", &cfg_file);
     sip__free(path);
   }
@@ -120,7 +120,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     int64_t *nums = sip__calloc(nv + 1, sizeof *nums);
     sel = sip__calloc(nv + 1, sizeof *sel);
     if (!nums || !sel) {
-      e = SIP_OOM();
+      e = SIP__OOM();
     } else {
       for (size_t i = 0; i < nv; i++) nums[i] = v[i].num;
       n_sel = sip__repo_select_versions(tmpl, nums, nv, current, sel, missing, &n_missing);
@@ -133,7 +133,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     sip_error_t *me = sip_error_new(SIP_NOT_FOUND, "version %s is listed in "
                                     "version_policy.specific but %s/%s/model.onnx does not exist",
                                     ver, dir, ver);
-    if (sip__repo_add_failure(&f, &nf, ver, me)) e = SIP_OOM();
+    if (sip__repo_add_failure(&f, &nf, ver, me)) e = SIP__OOM();
     sip_error_free(me);
   }
   if (!e && !n_sel && nf == nf_scan)
@@ -145,7 +145,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     add = sip__calloc(n_sel + 1, sizeof *add);
     retire = sip__calloc(n_old + 1, sizeof *retire);
     keep = sip__calloc(n_old + 1, sizeof *keep);
-    if (!add || !retire || !keep) e = SIP_OOM();
+    if (!add || !retire || !keep) e = SIP__OOM();
   }
   /* Each selected version: keep the running pool when its files did not
    * change, else load a new one beside it. */
@@ -155,7 +155,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
       if (v[k].num == sel[i]) ver = &v[k];
     char *fp = fingerprint(ver->file, cfg_file);
     if (!fp) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       break;
     }
     int kept = 0;
@@ -167,10 +167,10 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
       sip__free(fp);
       continue;
     }
-    sip_pool_config_t *pc = NULL;
+    sip__pool_config_t *pc = NULL;
     sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, sip__backend_catalog(), &pc);
-    sip_pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
-    if (!le && !p) le = SIP_OOM();
+    sip__pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
+    if (!le && !p) le = SIP__OOM();
     if (le) {
       sip__free(fp);
       e = le;
@@ -180,10 +180,10 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     p->pinned = ver->num == current;
     p->fingerprint = fp;
     sip__pool_load(p);
-    if (atomic_load(&p->state) == SIP_POOL_READY) {
+    if (atomic_load(&p->state) == SIP__POOL_READY) {
       add[n_add++] = p;
     } else {
-      if (sip__repo_add_failure(&f, &nf, ver->name, p->load_error)) e = SIP_OOM();
+      if (sip__repo_add_failure(&f, &nf, ver->name, p->load_error)) e = SIP__OOM();
       sip__pool_destroy(p);
     }
   }
@@ -267,11 +267,11 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
 }
 
 sip_error_t *sip__repo_unload_model(sip_server_t *s, const char *name) {
-  sip_repo_t *R = s->repo;
+  sip__repo_t *R = s->repo;
   sip_error_t *e = sip__repo_check_request(s, name);
   if (e) return e;
   size_t n_old = 0;
-  sip_pool_t **old = model_pools(s, name, &n_old);
+  sip__pool_t **old = model_pools(s, name, &n_old);
   if (!n_old) {
     sip__registry_release(old, n_old);
     char *dir = NULL;

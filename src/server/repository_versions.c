@@ -71,16 +71,16 @@ static int contains(const int64_t *v, size_t n, int64_t x) {
   return 0;
 }
 
-size_t sip__repo_select_versions(const sip_pool_config_t *policy, const int64_t *avail, size_t n,
+size_t sip__repo_select_versions(const sip__pool_config_t *policy, const int64_t *avail, size_t n,
                                  int64_t current, int64_t *out, int64_t *missing,
                                  size_t *n_missing) {
   size_t k = 0;
   *n_missing = 0;
   switch (policy->version_policy) {
-  case SIP_VERSIONS_ALL:
+  case SIP__VERSIONS_ALL:
     for (size_t i = 0; i < n; i++) out[k++] = avail[i];
     break;
-  case SIP_VERSIONS_SPECIFIC:
+  case SIP__VERSIONS_SPECIFIC:
     for (size_t i = 0; i < policy->n_versions; i++) {
       if (contains(avail, n, policy->versions[i]))
         out[k++] = policy->versions[i];
@@ -107,7 +107,7 @@ size_t sip__repo_select_versions(const sip_pool_config_t *policy, const int64_t 
 
 /* realpath of `path` into *out (owned) when it lies inside the repository.
  * Errors: NOT_FOUND (missing), INVALID_ARGUMENT (resolves outside). */
-sip_error_t *sip__repo_inside(sip_repo_t *R, const char *path, const char *what, char **out) {
+sip_error_t *sip__repo_inside(sip__repo_t *R, const char *path, const char *what, char **out) {
   *out = NULL;
   char real[PATH_MAX];
   if (!realpath(path, real)) {
@@ -120,14 +120,14 @@ sip_error_t *sip__repo_inside(sip_repo_t *R, const char *path, const char *what,
                          "%s %s resolves to %s, outside the model repository %s; links must "
                          "stay inside it",
                          what, path, real, R->root);
-  return (*out = sip__strdup(real)) ? NULL : SIP_OOM();
+  return (*out = sip__strdup(real)) ? NULL : SIP__OOM();
 }
 
 /* The model's directory (resolved, owned). */
-sip_error_t *sip__repo_model_dir(sip_repo_t *R, const char *name, char **out) {
+sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out) {
   *out = NULL;
   char *path = sip__asprintf("%s/%s", R->root, name);
-  if (!path) return SIP_OOM();
+  if (!path) return SIP__OOM();
   sip_error_t *e = sip__repo_inside(R, path, "model directory", out);
   if (e && sip_error_code(e) == SIP_NOT_FOUND) {
     sip_error_free(e);
@@ -150,7 +150,7 @@ sip_error_t *sip__repo_model_dir(sip_repo_t *R, const char *name, char **out) {
 
 /* Scans the model directory for versions (sorted); versions that cannot be
  * used are added to the failures. */
-sip_error_t *sip__repo_scan_versions(sip_repo_t *R, const char *name, const char *dir,
+sip_error_t *sip__repo_scan_versions(sip__repo_t *R, const char *name, const char *dir,
                                      sip__version_dir_t **out, size_t *n_out, failure_t **f,
                                      size_t *nf) {
   *out = NULL;
@@ -158,7 +158,7 @@ sip_error_t *sip__repo_scan_versions(sip_repo_t *R, const char *name, const char
   sip__version_dir_t *v = NULL;
   size_t n = 0, kept = 0;
   int err = sip__version_dirs(dir, &v, &n);
-  if (err == ENOMEM) return SIP_OOM();
+  if (err == ENOMEM) return SIP__OOM();
   if (err) {
     char eb[128];
     return sip_error_new(SIP_NOT_FOUND, "model '%s': cannot read %s: %s", name, dir,
@@ -179,7 +179,7 @@ sip_error_t *sip__repo_scan_versions(sip_repo_t *R, const char *name, const char
     sip__free(v[i].file);
     v[i].file = NULL;
     if (fe) {
-      if (sip__repo_add_failure(f, nf, v[i].name, fe)) e = SIP_OOM();
+      if (sip__repo_add_failure(f, nf, v[i].name, fe)) e = SIP__OOM();
       sip_error_free(fe);
       sip__free(real);
       continue;
@@ -203,7 +203,7 @@ sip_error_t *sip__repo_current_version(const char *name, const char *dir,
   char target[PATH_MAX];
   const char *base = NULL;
   int link = sip__version_current(dir, target, sizeof target, &base);
-  if (link < 0) return SIP_OOM();
+  if (link < 0) return SIP__OOM();
   if (!link) return NULL;
   for (size_t i = 0; i < n; i++)
     if (!strcmp(v[i].name, base)) {
@@ -222,7 +222,7 @@ static int cmp_str(const void *a, const void *b) {
 
 /* Model directory names in the repository, sorted (hidden and invalid
  * names skipped). */
-char **sip__repo_scan_models(sip_repo_t *R, size_t *n_out) {
+char **sip__repo_scan_models(sip__repo_t *R, size_t *n_out) {
   *n_out = 0;
   DIR *d = opendir(R->root);
   if (!d) return NULL;

@@ -13,8 +13,8 @@
 #include "server/server_impl.h"
 #include "backend/backends.h"
 
-#define SIP_VERSION_STRING "0.1.0"
-const char *sip_version(void) { return SIP_VERSION_STRING; }
+#define SIP__VERSION_STRING "0.1.0"
+const char *sip_version(void) { return SIP__VERSION_STRING; }
 int sip_api_version(void) { return 100; }
 
 /* ---- options ---- */
@@ -44,7 +44,7 @@ void sip_server_options_free(sip_server_options_t *o) {
 sip_error_t *sip_server_options_set_config_file(sip_server_options_t *o, const char *path) {
   if (!path) return sip_error_new(SIP_INVALID_ARGUMENT, "config path is NULL");
   char *p = sip__strdup(path);
-  if (!p) return SIP_OOM();
+  if (!p) return SIP__OOM();
   sip__free(o->config_file);
   o->config_file = p;
   return NULL;
@@ -57,7 +57,7 @@ sip_error_t *sip_server_options_set_config_string(sip_server_options_t *o, const
   if (!t || !b) {
     sip__free(t);
     sip__free(b);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   sip__free(o->config_text);
   sip__free(o->base_dir);
@@ -93,7 +93,7 @@ static void *hk_main(void *arg) {
     uint64_t now = sip__now_us(), next = UINT64_MAX;
     size_t n = 0;
     /* Retired pools too: their queues still hold requests with deadlines. */
-    sip_pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
+    sip__pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
     if (!pools && s->eng.n_pools) next = now + 10000; /* out of memory: look again soon */
     for (size_t i = 0; i < n; i++) {
       uint64_t d = sip__pool_expire(pools[i], now);
@@ -122,7 +122,7 @@ static void *hk_main(void *arg) {
 
 sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **out) {
   *out = NULL;
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *e;
   if (o->config_file)
     e = sip__config_load_file(o->config_file, sip__backend_catalog(), &cfg);
@@ -137,7 +137,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   sip_server_t *s = sip__calloc(1, sizeof *s);
   if (!s) {
     sip__config_free(cfg);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   s->cfg = cfg;
   s->started_us = sip__now_us();
@@ -155,18 +155,18 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   /* The config file's pools are listed (LOADING) from the start, so their
    * requests hear "loading" rather than "unknown" until they are READY. */
   for (size_t i = 0; i < cfg->n_pools; i++) {
-    sip_pool_t *p = sip__pool_new(&s->eng, &cfg->pools[i], NULL, NULL);
+    sip__pool_t *p = sip__pool_new(&s->eng, &cfg->pools[i], NULL, NULL);
     if (!p || (e = sip__registry_swap(&s->eng, &p, 1, NULL, 0))) {
       sip__pool_destroy(p);
       sip_server_free(s);
-      return e ? e : SIP_OOM();
+      return e ? e : SIP__OOM();
     }
   }
   /* Pipelines are models in the registry from the start (LOADING until
    * the loader builds them once the pools are READY). */
   if (!(s->pipelines = sip__pipelines_new(&s->eng, cfg))) {
     sip_server_free(s);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   if (pthread_create(&s->hk, NULL, hk_main, s) != 0) {
     sip_server_free(s);
@@ -179,7 +179,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
 
 sip_error_t *sip_config_check_file(const char *path, char **summary) {
   *summary = NULL;
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *e = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (e) return e;
   *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s", cfg->n_pools,
@@ -188,7 +188,7 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
                            cfg->model_repository ? ", model repository " : "",
                            cfg->model_repository ? cfg->model_repository : "");
   sip__config_free(cfg);
-  return *summary ? NULL : SIP_OOM();
+  return *summary ? NULL : SIP__OOM();
 }
 
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
@@ -199,7 +199,7 @@ sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
 
 int sip__server_options_listen(const sip_server_options_t *o) { return o->listen; }
 
-const sip_config_t *sip__server_config(const sip_server_t *s) { return s->cfg; }
+const sip__config_t *sip__server_config(const sip_server_t *s) { return s->cfg; }
 
 sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
                                      const void *options) {
@@ -229,7 +229,7 @@ void sip_server_free(sip_server_t *s) {
      * another drains. Nothing else changes the registry any more. */
     pthread_rwlock_rdlock(&s->eng.reg_lock);
     for (size_t i = 0; i < s->eng.n_pools; i++) {
-      sip_pool_t *p = s->eng.pools[i];
+      sip__pool_t *p = s->eng.pools[i];
       pthread_mutex_lock(&p->mu);
       p->stopping = 1;
       pthread_cond_broadcast(&p->cv);
@@ -238,7 +238,7 @@ void sip_server_free(sip_server_t *s) {
     pthread_rwlock_unlock(&s->eng.reg_lock);
     for (;;) {
       pthread_rwlock_rdlock(&s->eng.reg_lock);
-      sip_pool_t *p = s->eng.n_pools ? s->eng.pools[0] : NULL;
+      sip__pool_t *p = s->eng.n_pools ? s->eng.pools[0] : NULL;
       pthread_rwlock_unlock(&s->eng.reg_lock);
       if (!p) break;
       sip__registry_drain_free(&s->eng, p);
@@ -322,7 +322,7 @@ void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }
 
 sip_error_t *sip_request_set_version(sip_request_t *r, const char *version) {
   char *v = NULL;
-  if (version && !(v = sip__strdup(version))) return SIP_OOM();
+  if (version && !(v = sip__strdup(version))) return SIP__OOM();
   sip__free(r->version);
   r->version = v;
   return NULL;
@@ -331,7 +331,7 @@ void sip_request_set_timeout_ms(sip_request_t *r, uint32_t ms) { r->timeout_ms =
 
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json) {
   char *v = NULL;
-  if (json && !(v = sip__strdup(json))) return SIP_OOM();
+  if (json && !(v = sip__strdup(json))) return SIP__OOM();
   sip__free(r->pipeline_config);
   r->pipeline_config = v;
   return NULL;
@@ -355,7 +355,7 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t) {
   if (!e) {
     sip_tensor_t **v = sip__reallocarray(r->inputs, r->n_inputs + 1, sizeof *v);
     if (!v)
-      e = SIP_OOM();
+      e = SIP__OOM();
     else {
       r->inputs = v;
       v[r->n_inputs++] = t;
@@ -389,7 +389,7 @@ sip_error_t *sip_request_add_output(sip_request_t *r, const char *name) {
   char **v = n ? sip__reallocarray(r->outputs, r->n_outputs + 1, sizeof *v) : NULL;
   if (!v) {
     sip__free(n);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   r->outputs = v;
   v[r->n_outputs++] = n;
@@ -406,7 +406,7 @@ static sip_error_t *split_version(sip_request_t *r) {
                          "pool name '%s': expected POOL or MODEL:VERSION (and no other version)",
                          r->pool);
   char *v = sip__strdup(colon + 1);
-  if (!v) return SIP_OOM();
+  if (!v) return SIP__OOM();
   *colon = '\0';
   r->version = v;
   return NULL;
@@ -466,7 +466,7 @@ void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
   atomic_store(&t->cancelled, 1);
   /* Retired pools too: requests admitted to them are still queued there. */
   size_t n = 0;
-  sip_pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
+  sip__pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
   if (!pools) { /* out of memory: under the lock (a callback's submit nests a reader) */
     pthread_rwlock_rdlock(&s->eng.reg_lock);
     for (size_t i = 0; i < s->eng.n_pools; i++) sip__pool_cancel(s->eng.pools[i], t);
@@ -504,7 +504,7 @@ sip_error_t *sip_server_infer(sip_server_t *s, sip_request_t *r, sip_response_t 
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
     pthread_mutex_unlock(&w.mu);
     *out = w.resp;
-    if (!w.resp) e = SIP_OOM();
+    if (!w.resp) e = SIP__OOM();
   }
   pthread_mutex_destroy(&w.mu);
   pthread_cond_destroy(&w.cv);

@@ -13,6 +13,6 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o);
 int sip__server_options_listen(const sip_server_options_t *o);
 /* The parsed config the server runs (borrowed, lives as long as `s`). */
-const sip_config_t *sip__server_config(const sip_server_t *s);
+const sip__config_t *sip__server_config(const sip_server_t *s);
 
 #endif

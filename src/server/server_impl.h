@@ -9,12 +9,12 @@
 
 #define SIP__MAX_FRONTENDS 8
 
-typedef struct sip_repo sip_repo_t;
+typedef struct sip__repo sip__repo_t;
 
 struct sip_server {
   sip__engine_t eng; /* pools, backends, arbiter (src/session) */
-  sip_config_t *cfg;
-  sip_repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
+  sip__config_t *cfg;
+  sip__repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
   uint64_t started_us;
 
   _Atomic int loaded; /* all pools finished loading */
@@ -35,7 +35,7 @@ struct sip_server {
   size_t n_frontends;
   /* Set when sip_server_free begins: health/ready answers 503 from then on. */
   _Atomic int draining;
-  struct sip_pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
+  struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
 };
 
 /* ---- model repository (src/server/repository.c) ---- */

@@ -3,25 +3,25 @@
 
 #include "session/counters.h"
 
-void sip__pool_counters_read(sip_pool_t *p, sip__pool_counters_t *c) {
+void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   memset(c, 0, sizeof *c);
   c->state = atomic_load(&p->state);
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
+  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
     c->queued[l] = p->queue.q[l].count;
     c->queued_total += p->queue.q[l].count;
   }
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < sip__pool_session_count(p); i++) {
     int ss = atomic_load(&p->sessions[i].state);
-    c->active_sessions += ss == SIP_SESSION_READY || ss == SIP_SESSION_RUNNING;
+    c->active_sessions += ss == SIP__SESSION_READY || ss == SIP__SESSION_RUNNING;
   }
   for (int k = 0; k < SIP_CODE_COUNT_; k++) c->by_code[k] = atomic_load(&p->by_code[k]);
   sip__hist_read(&p->h_queue, &c->queue);
   sip__hist_read(&p->h_compute, &c->compute);
   sip__hist_read(&p->h_total, &c->total);
   uint64_t cum = 0;
-  for (int i = 0; i < SIP_BATCH_BUCKETS; i++) c->batch_cum[i] = cum += atomic_load(&p->batch_hist[i]);
+  for (int i = 0; i < SIP__BATCH_BUCKETS; i++) c->batch_cum[i] = cum += atomic_load(&p->batch_hist[i]);
   c->batch_rows_sum = atomic_load(&p->batch_rows_sum);
   c->batch_level = p->cfg->batch_levels[0].max_batch ? atomic_load(&p->batch_level) : -1;
   pthread_mutex_lock(&p->eng->arbiter.mu);
@@ -41,13 +41,13 @@ void sip__pool_counters_read(sip_pool_t *p, sip__pool_counters_t *c) {
   c->memory_bytes = p->memory_bytes;
 }
 
-int sip__pool_session_count(const sip_pool_t *p) {
+int sip__pool_session_count(const sip__pool_t *p) {
   int st = atomic_load(&p->state);
-  return st == SIP_POOL_READY || st == SIP_POOL_STOPPED || st == SIP_POOL_FAILED ? p->n_sessions : 0;
+  return st == SIP__POOL_READY || st == SIP__POOL_STOPPED || st == SIP__POOL_FAILED ? p->n_sessions : 0;
 }
 
-void sip__pool_session_read(const sip_pool_t *p, int i, sip__session_counters_t *out) {
-  sip_session_t *s = &p->sessions[i];
+void sip__pool_session_read(const sip__pool_t *p, int i, sip__session_counters_t *out) {
+  sip__session_t *s = &p->sessions[i];
   out->id = s->id;
   out->state = atomic_load(&s->state);
   out->since_us = atomic_load(&s->since_us);

@@ -7,13 +7,13 @@
 #include "session/engine.h"
 
 typedef struct sip__pool_counters {
-  int state;                           /* sip_pool_state_t */
-  size_t queued[SIP_SCHED_QUEUES];         /* by priority level, then the delayed queue */
+  int state;                           /* sip__pool_state_t */
+  size_t queued[SIP__SCHED_QUEUES];         /* by priority level, then the delayed queue */
   size_t queued_total;
   int active_sessions;                 /* READY or RUNNING */
   uint64_t by_code[SIP_CODE_COUNT_];   /* requests answered, by result code */
   sip__hist_read_t queue, compute, total; /* latency histograms, microseconds */
-  uint64_t batch_cum[SIP_BATCH_BUCKETS]; /* rows per execution, cumulative; bucket i <= 2^i, last +Inf */
+  uint64_t batch_cum[SIP__BATCH_BUCKETS]; /* rows per execution, cumulative; bucket i <= 2^i, last +Inf */
   uint64_t batch_rows_sum;
   int batch_level;                     /* elastic batching: 0 low, 1 medium, 2 high; -1 off */
   uint64_t compute_ns;                 /* execution time charged by the arbiter */
@@ -26,16 +26,16 @@ typedef struct sip__pool_counters {
 /* One session of a pool, read at one instant. */
 typedef struct sip__session_counters {
   const char *id; /* "pool/0"; valid while the pool is referenced */
-  int state;      /* sip_session_state_t */
+  int state;      /* sip__session_state_t */
   uint64_t since_us, inferences, errors;
 } sip__session_counters_t;
 
 /* Reads `p`'s counters (takes the pool's and the arbiter's locks briefly). */
-void sip__pool_counters_read(sip_pool_t *p, sip__pool_counters_t *out);
+void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *out);
 /* Sessions worth listing: those of a READY, STOPPED or FAILED pool; 0 while
  * it loads. */
-int sip__pool_session_count(const sip_pool_t *p);
+int sip__pool_session_count(const sip__pool_t *p);
 /* Session `i` (< sip__pool_session_count). */
-void sip__pool_session_read(const sip_pool_t *p, int i, sip__session_counters_t *out);
+void sip__pool_session_read(const sip__pool_t *p, int i, sip__session_counters_t *out);
 
 #endif

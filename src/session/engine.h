@@ -24,7 +24,7 @@ struct sip_request {
   char **outputs;
   size_t n_outputs;
   /* Set when queued. */
-  sip_sched_item_t sched;           /* the pool's queues: links, arrival_us, level (SIP_PRIO_*) */
+  sip__sched_item_t sched;           /* the pool's queues: links, arrival_us, level (SIP__PRIO_*) */
   uint64_t deadline_us;             /* 0: none */
   int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
   sip_cancel_token_t *cancel;       /* one reference, or NULL */
@@ -33,7 +33,7 @@ struct sip_request {
   void *user;
   /* The reference on the pool taken at admission (src/session/registry.c);
    * dropped after `done` returns, so a retired pool lives until then. */
-  struct sip_pool *held;
+  struct sip__pool *held;
 };
 
 struct sip_response {
@@ -46,21 +46,21 @@ struct sip_response {
 };
 
 /* Session states (the seeds' state machine). */
-typedef enum sip_session_state {
-  SIP_SESSION_INIT = 0,
-  SIP_SESSION_READY,
-  SIP_SESSION_RUNNING,
-  SIP_SESSION_SUSPENDED,
-  SIP_SESSION_FAILED,
-  SIP_SESSION_DESTROYED,
-  SIP_SESSION_STATES_
-} sip_session_state_t;
+typedef enum sip__session_state {
+  SIP__SESSION_INIT = 0,
+  SIP__SESSION_READY,
+  SIP__SESSION_RUNNING,
+  SIP__SESSION_SUSPENDED,
+  SIP__SESSION_FAILED,
+  SIP__SESSION_DESTROYED,
+  SIP__SESSION_STATES_
+} sip__session_state_t;
 
-const char *sip__session_state_name(sip_session_state_t s);
+const char *sip__session_state_name(sip__session_state_t s);
 /* 1 when `from → to` is a legal transition. */
-int sip__session_transition_ok(sip_session_state_t from, sip_session_state_t to);
+int sip__session_transition_ok(sip__session_state_t from, sip__session_state_t to);
 
-typedef struct sip_pool sip_pool_t;
+typedef struct sip__pool sip__pool_t;
 
 /* ---- models: what the registry serves by name ----
  * A pool (one version of a model) or a pipeline (src/pipeline), behind one
@@ -106,8 +106,8 @@ extern const sip__model_vt_t sip__pool_model_vt;
 sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_batch_size,
                                     int padding);
 
-typedef struct sip_session {
-  sip_pool_t *pool;
+typedef struct sip__session {
+  sip__pool_t *pool;
   int index;
   char id[160];
   void *ctx; /* backend session */
@@ -116,33 +116,33 @@ typedef struct sip_session {
   _Atomic int state;
   _Atomic uint64_t since_us; /* wall clock of the last transition */
   atomic_uint_fast64_t inferences, errors;
-  sip_arb_ticket_t ticket; /* place in line for a compute slot */
-} sip_session_t;
+  sip__arb_ticket_t ticket; /* place in line for a compute slot */
+} sip__session_t;
 
 /* Moves a session to `to`; returns 0 (and changes nothing) when illegal. */
-int sip__session_set_state(sip_session_t *s, sip_session_state_t to);
+int sip__session_set_state(sip__session_t *s, sip__session_state_t to);
 
-typedef enum sip_pool_state {
-  SIP_POOL_LOADING = 0,
-  SIP_POOL_READY,
-  SIP_POOL_FAILED,
-  SIP_POOL_STOPPED
-} sip_pool_state_t;
-const char *sip__pool_state_name(sip_pool_state_t s);
+typedef enum sip__pool_state {
+  SIP__POOL_LOADING = 0,
+  SIP__POOL_READY,
+  SIP__POOL_FAILED,
+  SIP__POOL_STOPPED
+} sip__pool_state_t;
+const char *sip__pool_state_name(sip__pool_state_t s);
 
 /* Batch-size histogram: executions by rows, bounds 1, 2, 4, ... 4096, +Inf. */
-#define SIP_BATCH_BUCKETS 14
+#define SIP__BATCH_BUCKETS 14
 
 struct sip_cancel_token {
   atomic_long refs;
   atomic_int cancelled;
 };
 
-struct sip_pool {
+struct sip__pool {
   sip__model_t base; /* first: a pool is a model (sip__pool_model_vt) */
   struct sip__engine *eng;
-  const sip_pool_config_t *cfg; /* the server's config's, or own_cfg */
-  sip_pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
+  const sip__pool_config_t *cfg; /* the server's config's, or own_cfg */
+  sip__pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
   /* Registry (src/session/registry.c). */
   atomic_long refs;      /* the registry's one + admitted requests + iterators */
   _Atomic int retired;   /* out of service: lookups skip it; it drains, then is freed */
@@ -156,7 +156,7 @@ struct sip_pool {
   size_t n_inputs, n_outputs;
   char *resolved_path; /* the model file actually loaded */
   char *version;       /* version directory name, or NULL; preset for repository pools */
-  _Atomic int state;   /* sip_pool_state_t */
+  _Atomic int state;   /* sip__pool_state_t */
   char *error;         /* why FAILED, "CODE: message"; set before state becomes FAILED */
   sip_error_t *load_error; /* the same, typed (owned) */
   double load_ms;
@@ -167,28 +167,28 @@ struct sip_pool {
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
   /* Queued requests by level, and the delayed ones (src/sched/queue.h);
    * queue.n counts them all without the lock. */
-  sip_sched_queue_t queue;
+  sip__sched_queue_t queue;
   int stopping;
   int forming;         /* a session is waiting for a batch to fill */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
   /* preprocess block: run on each request by the executor before batching;
    * inputs[] then describes the raw input clients send (src/session/preprocess.h). */
-  struct sip_preprocess *pre;
+  struct sip__preprocess *pre;
   /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
   uint64_t rate_win_start_us;
   uint64_t rate_win_count;
   double rate_rps;
   _Atomic int batch_level; /* 0 low, 1 medium, 2 high */
-  sip_arb_account_t arb;   /* guarded by the server's arbiter */
-  atomic_uint_fast64_t batch_hist[SIP_BATCH_BUCKETS];
+  sip__arb_account_t arb;   /* guarded by the server's arbiter */
+  atomic_uint_fast64_t batch_hist[SIP__BATCH_BUCKETS];
   atomic_uint_fast64_t batch_rows_sum;
-  sip_session_t *sessions;
+  sip__session_t *sessions;
   int n_sessions;
 
   atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
-  sip_hist_t h_queue, h_compute, h_total;
+  sip__hist_t h_queue, h_compute, h_total;
   /* Triton-style cumulative statistics (count and nanoseconds). */
-  sip_stat_t st_success, st_fail, st_queue, st_compute_input, st_compute_infer, st_compute_output;
+  sip__stat_t st_success, st_fail, st_queue, st_compute_input, st_compute_infer, st_compute_output;
   atomic_uint_fast64_t inference_count; /* requests executed */
   atomic_uint_fast64_t execution_count; /* backend executions (batches) */
   atomic_uint_fast64_t last_inference_ms; /* wall clock of the last completion */
@@ -198,32 +198,32 @@ struct sip_pool {
  * cfg's owner and is freed with the pool). `version` (copied, may be NULL)
  * presets the version served: the model file is then cfg->model_path as is.
  * NULL when out of memory (own_cfg is then freed). */
-sip_pool_t *sip__pool_new(struct sip__engine *s, const sip_pool_config_t *cfg,
-                          sip_pool_config_t *own_cfg, const char *version);
+sip__pool_t *sip__pool_new(struct sip__engine *s, const sip__pool_config_t *cfg,
+                          sip__pool_config_t *own_cfg, const char *version);
 /* Frees what shutdown left (sessions array, copies, the struct). */
-void sip__pool_destroy(sip_pool_t *p);
+void sip__pool_destroy(sip__pool_t *p);
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
-void sip__pool_load(sip_pool_t *p);
+void sip__pool_load(sip__pool_t *p);
 /* Admission checks of a request against the model (names, dtypes, shapes). */
-sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r);
+sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/session/executor.c). */
 void *sip__session_main(void *session);
 /* Completes queued requests carrying `t` with CANCELLED. */
-void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t);
+void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t);
 /* Validates and queues; takes `r` on success only. */
-sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r);
+sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r);
 /* Completes queued requests whose deadline passed; returns the earliest
  * remaining deadline (0 when none). */
-uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now_us);
+uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now_us);
 /* Stops admitting, lets the executors drain the queue, joins them, frees
  * their contexts (sessions end in `final`) and the model. */
-void sip__pool_stop_sessions(sip_pool_t *p, sip_session_state_t final);
+void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final);
 /* Stops sessions after the queue drains, frees everything but the struct. */
-void sip__pool_shutdown(sip_pool_t *p);
+void sip__pool_shutdown(sip__pool_t *p);
 /* Counts the outcome of a request in the pool's metrics; total_ns is its
  * time from arrival (0 for requests refused at admission). */
-void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns);
+void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns);
 
 /* ---- versioned model directories (src/session/pool.c) ----
  * A model directory holds <dir>/<version>/model.onnx, <version> a name of
@@ -270,7 +270,7 @@ typedef struct sip__engine {
    * draining, changed while serving under reg_lock. Each entry holds one
    * reference; admitted requests and iterators hold their own. */
   pthread_rwlock_t reg_lock;
-  sip_pool_t **pools;
+  sip__pool_t **pools;
   size_t n_pools, cap_pools;
   pthread_mutex_t reg_mu; /* with reg_cv: a drain waits for references to go */
   pthread_cond_t reg_cv;
@@ -294,7 +294,7 @@ typedef struct sip__engine {
   } backends[SIP__MAX_BACKENDS];
   size_t n_backends;
   pthread_mutex_t backend_mu;
-  sip_arbiter_t arbiter; /* execution slots shared by every pool */
+  sip__arbiter_t arbiter; /* execution slots shared by every pool */
   /* Told when a queued request has a deadline (housekeeping expires it). */
   void (*note_deadline)(void *ctx, uint64_t deadline_us);
   void *note_ctx;
@@ -328,22 +328,22 @@ void sip__registry_destroy(sip__engine_t *s);
  * the new set); the registry takes a reference on each added pool. Retired
  * pools stay listed (housekeeping and cancellation still reach their queues)
  * until sip__registry_drain_free. Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip__registry_swap(sip__engine_t *s, sip_pool_t *const *add, size_t n_add,
-                                sip_pool_t *const *retire, size_t n_retire);
+sip_error_t *sip__registry_swap(sip__engine_t *s, sip__pool_t *const *add, size_t n_add,
+                                sip__pool_t *const *retire, size_t n_retire);
 /* The pool serving `name` (and `version`, NULL: the default one) with a
  * reference for the caller (sip__pool_unref), or NULL with *err set:
  * NOT_FOUND for an unknown name or version. */
-sip_pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
+sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
                                sip_error_t **err);
 /* 1 when a pool named `name` is in service. */
 int sip__registry_has(sip__engine_t *s, const char *name);
-void sip__pool_ref(sip_pool_t *p);
-void sip__pool_unref(sip_pool_t *p);
+void sip__pool_ref(sip__pool_t *p);
+void sip__pool_unref(sip__pool_t *p);
 /* Every listed pool (retired ones too unless only_live), each with a
  * reference; release with sip__registry_release. NULL (n = 0) when empty or
  * out of memory. */
-sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n);
-void sip__registry_release(sip_pool_t **v, size_t n);
+sip__pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n);
+void sip__registry_release(sip__pool_t **v, size_t n);
 /* Lists `m` under `name` (borrowed; both outlive the engine's use): found
  * by sip__registry_find_model before any pool. Set-up time only (not
  * thread-safe with lookups). Errors: RESOURCE_EXHAUSTED. */
@@ -359,9 +359,9 @@ int sip__registry_is_named(sip__engine_t *s, const char *name);
  * executors, waits until the requests admitted to it completed (its sessions
  * serve its queue meanwhile), stops its sessions, unlists it, waits out
  * iterators and frees it. Blocking. */
-void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p);
+void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p);
 /* 1 when `p` is the default version of its model among live pools. Caller
  * holds reg_lock. */
-int sip__registry_is_default_locked(sip__engine_t *s, const sip_pool_t *p);
+int sip__registry_is_default_locked(sip__engine_t *s, const sip__pool_t *p);
 
 #endif

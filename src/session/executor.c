@@ -54,12 +54,12 @@ static int is_cancelled(const sip_request_t *r) {
 /* The request a queue item belongs to. */
 #define REQ(it) ((sip_request_t *)((char *)(it) - offsetof(sip_request_t, sched)))
 
-static size_t queued(const sip_pool_t *p) { return sip__sched_count(&p->queue); }
+static size_t queued(const sip__pool_t *p) { return sip__sched_count(&p->queue); }
 
 /* The best queued request (src/sched/queue.h: lowest effective level after
  * ageing, then oldest; the delayed queue last). Caller holds p->mu. */
-static sip_request_t *q_pop(sip_pool_t *p, uint64_t now) {
-  sip_sched_item_t *it = sip__sched_pop(&p->queue, now, p->cfg->ageing_ms * 1000);
+static sip_request_t *q_pop(sip__pool_t *p, uint64_t now) {
+  sip__sched_item_t *it = sip__sched_pop(&p->queue, now, p->cfg->ageing_ms * 1000);
   return it ? REQ(it) : NULL;
 }
 
@@ -78,7 +78,7 @@ static int64_t request_rows(const sip_request_t *r) {
  * average of the rate over 200 ms windows. The level is low below
  * rate_thresholds[0] req/s, medium below rate_thresholds[1], else high.
  * Caller holds p->mu. */
-static void note_arrival(sip_pool_t *p, uint64_t now) {
+static void note_arrival(sip__pool_t *p, uint64_t now) {
   if (!p->cfg->batch_levels[0].max_batch) return;
   if (!p->rate_win_start_us) p->rate_win_start_us = now;
   p->rate_win_count++;
@@ -98,19 +98,19 @@ static void note_arrival(sip_pool_t *p, uint64_t now) {
   }
 }
 
-sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
+sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   int st = atomic_load(&p->state);
-  if (st == SIP_POOL_LOADING)
+  if (st == SIP__POOL_LOADING)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is still loading", p->cfg->name);
-  if (st == SIP_POOL_FAILED)
+  if (st == SIP__POOL_FAILED)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' failed to load: %s", p->cfg->name,
                          p->error ? p->error : "unknown reason");
-  if (st != SIP_POOL_READY)
+  if (st != SIP__POOL_READY)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   if (is_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
   sip_error_t *e = sip__pool_check_inputs(p, r);
   if (e) return e;
-  static const int level_of[] = {0, SIP_PRIO_HIGH, SIP_PRIO_MEDIUM, SIP_PRIO_LOW};
+  static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
   r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
   r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
                                           r->n_inputs)
@@ -151,14 +151,14 @@ sip_error_t *sip__pool_submit(sip_pool_t *p, sip_request_t *r) {
 
 /* ---- completion ---- */
 
-void sip__pool_count(sip_pool_t *p, sip_code_t code, uint64_t total_ns) {
+void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns) {
   if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
   sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
 }
 
 /* Every queued request ends here: metrics, a log line for failures, the
  * answer. */
-static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+static void finish(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                    sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
   uint64_t total_us = sip__now_us() - r->sched.arrival_us;
   sip__hist_observe(&p->h_total, total_us);
@@ -170,12 +170,12 @@ static void finish(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char 
   sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
 }
 
-static void fail_request(sip_pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+static void fail_request(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                          uint64_t queue_us) {
   finish(p, r, code, msg, NULL, 0, queue_us, 0);
 }
 
-static void expire_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
+static void expire_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
   uint64_t waited = now - r->sched.arrival_us;
   sip__hist_observe(&p->h_queue, waited);
   sip__stat_add(&p->st_queue, waited * 1000);
@@ -187,18 +187,18 @@ static void expire_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
   fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, waited);
 }
 
-static void cancel_request(sip_pool_t *p, sip_request_t *r, uint64_t now) {
+static void cancel_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
   fail_request(p, r, SIP_CANCELLED, "request was cancelled before it ran (client gone)",
                now - r->sched.arrival_us);
 }
 
-uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
-  sip_sched_item_t *expired = NULL; /* linked through next, out of the queues */
+uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now) {
+  sip__sched_item_t *expired = NULL; /* linked through next, out of the queues */
   uint64_t next = 0;
-  int delay = p->cfg->timeout_action == SIP_TIMEOUT_DELAY;
+  int delay = p->cfg->timeout_action == SIP__TIMEOUT_DELAY;
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_PRIO_LEVELS; l++) {
-    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+  for (int l = 0; l < SIP__PRIO_LEVELS; l++) {
+    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
       nx = it->next;
       sip_request_t *r = REQ(it);
       if (!r->deadline_us) continue;
@@ -206,7 +206,7 @@ uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
         sip__sched_remove(&p->queue, l, it);
         if (delay) { /* runs last, whenever the pool is otherwise idle */
           r->deadline_us = 0;
-          sip__sched_push(&p->queue, SIP_SCHED_DELAYED, it);
+          sip__sched_push(&p->queue, SIP__SCHED_DELAYED, it);
           continue;
         }
         it->next = expired;
@@ -218,7 +218,7 @@ uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
   }
   pthread_mutex_unlock(&p->mu);
   while (expired) {
-    sip_sched_item_t *it = expired;
+    sip__sched_item_t *it = expired;
     expired = it->next;
     it->next = NULL;
     expire_request(p, REQ(it), now);
@@ -226,11 +226,11 @@ uint64_t sip__pool_expire(sip_pool_t *p, uint64_t now) {
   return next;
 }
 
-void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t) {
-  sip_sched_item_t *gone = NULL; /* linked through next, out of the queues */
+void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t) {
+  sip__sched_item_t *gone = NULL; /* linked through next, out of the queues */
   pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP_SCHED_QUEUES; l++) {
-    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
+    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
       nx = it->next;
       if (REQ(it)->cancel != t) continue;
       sip__sched_remove(&p->queue, l, it);
@@ -241,7 +241,7 @@ void sip__pool_cancel(sip_pool_t *p, const sip_cancel_token_t *t) {
   pthread_mutex_unlock(&p->mu);
   uint64_t now = sip__now_us();
   while (gone) {
-    sip_sched_item_t *it = gone;
+    sip__sched_item_t *it = gone;
     gone = it->next;
     it->next = NULL;
     cancel_request(p, REQ(it), now);
@@ -266,7 +266,7 @@ static const sip_tensor_t *input_named(const sip_request_t *r, const char *name)
 /* Requests may share an execution when their inputs agree in everything
  * but dim 0 and they want the same outputs; a raw input of a preprocess
  * when its results will (e.g. any two images resized to one size). */
-static int can_join(const sip_pool_t *p, const sip_request_t *a, const sip_request_t *b) {
+static int can_join(const sip__pool_t *p, const sip_request_t *a, const sip_request_t *b) {
   if (b->rows < 0 || a->n_inputs != b->n_inputs || !same_outputs(a, b)) return 0;
   const char *raw = p->pre ? p->inputs[sip__preprocess_input(p->pre)].name : NULL;
   for (size_t i = 0; i < a->n_inputs; i++) {
@@ -287,9 +287,9 @@ typedef struct batch {
 
 /* Moves compatible queued requests into the batch while they fit, in
  * scheduling order (levels, then the delayed queue). Caller holds p->mu. */
-static void gather(sip_pool_t *p, batch_t *b, int64_t max_rows) {
-  for (int l = 0; l < SIP_SCHED_QUEUES && b->rows < max_rows; l++) {
-    for (sip_sched_item_t *it = p->queue.q[l].head, *nx; it && b->n < MAX_BATCH_REQUESTS; it = nx) {
+static void gather(sip__pool_t *p, batch_t *b, int64_t max_rows) {
+  for (int l = 0; l < SIP__SCHED_QUEUES && b->rows < max_rows; l++) {
+    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it && b->n < MAX_BATCH_REQUESTS; it = nx) {
       nx = it->next;
       sip_request_t *r = REQ(it);
       if (b->rows + r->rows > max_rows || !can_join(p, b->reqs[0], r)) continue;
@@ -300,7 +300,7 @@ static void gather(sip_pool_t *p, batch_t *b, int64_t max_rows) {
   }
 }
 
-static int is_preferred(const sip_pool_t *p, int64_t rows) {
+static int is_preferred(const sip__pool_t *p, int64_t rows) {
   for (size_t i = 0; i < p->cfg->n_preferred; i++)
     if (p->cfg->preferred_batch_sizes[i] == rows) return 1;
   return 0;
@@ -313,11 +313,11 @@ static void deadline_timespec(uint64_t mono_us, struct timespec *ts) {
 
 /* Fills the batch starting from b->reqs[0]. Caller holds p->mu; it is
  * released while waiting for more requests. */
-static void form_batch(sip_pool_t *p, sip_session_t *s, batch_t *b) {
+static void form_batch(sip__pool_t *p, sip__session_t *s, batch_t *b) {
   int64_t max_rows = p->cfg->max_batch_size;
   uint64_t delay_us = (uint64_t)p->cfg->max_queue_delay_us;
   if (p->cfg->batch_levels[0].max_batch) {
-    const sip_batch_level_t *lv = &p->cfg->batch_levels[atomic_load(&p->batch_level)];
+    const sip__batch_level_t *lv = &p->cfg->batch_levels[atomic_load(&p->batch_level)];
     max_rows = lv->max_batch;
     delay_us = (uint64_t)lv->timeout_ms * 1000;
   }
@@ -352,9 +352,9 @@ static void form_batch(sip_pool_t *p, sip_session_t *s, batch_t *b) {
 
 /* ---- execution ---- */
 
-static void count_batch(sip_pool_t *p, int64_t rows) {
+static void count_batch(sip__pool_t *p, int64_t rows) {
   int i = 0;
-  while (i < SIP_BATCH_BUCKETS - 1 && rows > (1 << i)) i++;
+  while (i < SIP__BATCH_BUCKETS - 1 && rows > (1 << i)) i++;
   atomic_fetch_add(&p->batch_hist[i], 1);
   atomic_fetch_add(&p->batch_rows_sum, (uint64_t)rows);
 }
@@ -363,7 +363,7 @@ static void count_batch(sip_pool_t *p, int64_t rows) {
  * a transport's), replacing its raw input by the model's tensor. A request
  * whose input does not decode or convert fails alone and leaves the batch.
  * Caller holds no lock. */
-static void preprocess_batch(sip_pool_t *p, batch_t *b, uint64_t start) {
+static void preprocess_batch(sip__pool_t *p, batch_t *b, uint64_t start) {
   const char *raw = p->inputs[sip__preprocess_input(p->pre)].name;
   size_t n = 0;
   for (size_t i = 0; i < b->n; i++) {
@@ -389,9 +389,9 @@ static void preprocess_batch(sip_pool_t *p, batch_t *b, uint64_t start) {
 }
 
 /* Runs the batch (one request or many) and answers every request in it. */
-static void run_batch(sip_session_t *s, batch_t *b) {
-  sip_pool_t *p = s->pool;
-  sip_arbiter_t *arb = &p->eng->arbiter;
+static void run_batch(sip__session_t *s, batch_t *b) {
+  sip__pool_t *p = s->pool;
+  sip__arbiter_t *arb = &p->eng->arbiter;
   /* Take the compute slot first: waiting for it may take a request past its
    * deadline, and such a request must not run. */
   sip__arbiter_acquire(arb, &s->ticket);
@@ -455,11 +455,11 @@ static void run_batch(sip_session_t *s, batch_t *b) {
   sip__stat_add(&p->st_compute_input, t_run - (p->pre ? t_pre : t_in));
   if (e) sip__arbiter_release(arb, &s->ticket, 0, 0);
   if (!e) {
-    sip__session_set_state(s, SIP_SESSION_RUNNING);
+    sip__session_set_state(s, SIP__SESSION_RUNNING);
     t_run = sip__now_ns();
     e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
     t_done = sip__now_ns();
-    sip__session_set_state(s, SIP_SESSION_READY);
+    sip__session_set_state(s, SIP__SESSION_READY);
     /* With more work queued this session stays in line for the slot. */
     sip__arbiter_release(arb, &s->ticket, t_done - t_run,
                          atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0);
@@ -511,8 +511,8 @@ static void run_batch(sip_session_t *s, batch_t *b) {
 }
 
 void *sip__session_main(void *arg) {
-  sip_session_t *s = arg;
-  sip_pool_t *p = s->pool;
+  sip__session_t *s = arg;
+  sip__pool_t *p = s->pool;
   /* "pool/0" (Linux keeps 15 bytes): `top -H` and /proc show which pool's
    * session a thread is. */
   char name[16];
@@ -558,11 +558,11 @@ void *sip__session_main(void *arg) {
   return NULL;
 }
 
-void sip__pool_shutdown(sip_pool_t *p) {
-  sip__pool_stop_sessions(p, SIP_SESSION_DESTROYED);
+void sip__pool_shutdown(sip__pool_t *p) {
+  sip__pool_stop_sessions(p, SIP__SESSION_DESTROYED);
   /* A pool that never started sessions may still hold queued requests. */
   sip_request_t *r;
   while ((r = q_pop(p, sip__now_us())))
     fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
-  if (atomic_load(&p->state) != SIP_POOL_FAILED) atomic_store(&p->state, SIP_POOL_STOPPED);
+  if (atomic_load(&p->state) != SIP__POOL_FAILED) atomic_store(&p->state, SIP__POOL_STOPPED);
 }

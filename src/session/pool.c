@@ -21,8 +21,8 @@
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
-const char *sip__pool_state_name(sip_pool_state_t s) {
-  return (unsigned)s <= SIP_POOL_STOPPED ? pool_state_names[s] : "UNKNOWN";
+const char *sip__pool_state_name(sip__pool_state_t s) {
+  return (unsigned)s <= SIP__POOL_STOPPED ? pool_state_names[s] : "UNKNOWN";
 }
 
 /* ---- model path resolution: a file, or <dir>/<version>/model.onnx ---- */
@@ -111,12 +111,12 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
                          path, strerror(errno));
   if (!S_ISDIR(st.st_mode)) {
     *file = sip__strdup(path);
-    return *file ? NULL : SIP_OOM();
+    return *file ? NULL : SIP__OOM();
   }
   char target[PATH_MAX];
   const char *base = NULL;
   int link = sip__version_current(path, target, sizeof target, &base);
-  if (link < 0) return SIP_OOM();
+  if (link < 0) return SIP__OOM();
   if (link) {
     if (!base[0])
       return sip_error_new(SIP_INVALID_ARGUMENT,
@@ -125,7 +125,7 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
                            path, target);
     *version = sip__strdup(base);
     *file = sip__asprintf("%s/%s/model.onnx", path, base);
-    if (!*version || !*file) return SIP_OOM();
+    if (!*version || !*file) return SIP__OOM();
     if (!is_file(*file))
       return sip_error_new(SIP_NOT_FOUND,
                            "model_path %s: 'current' names version '%s' but %s does not exist",
@@ -135,7 +135,7 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
   sip__version_dir_t *v = NULL;
   size_t n = 0;
   int err = sip__version_dirs(path, &v, &n);
-  if (err == ENOMEM) return SIP_OOM();
+  if (err == ENOMEM) return SIP__OOM();
   if (err) return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s", path, strerror(err));
   const sip__version_dir_t *best = NULL;
   for (size_t i = n; i-- > 0 && !best;)
@@ -150,7 +150,7 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
   *version = sip__strdup(best->name);
   *file = sip__strdup(best->file);
   sip__version_dirs_free(v, n);
-  return *version && *file ? NULL : SIP_OOM();
+  return *version && *file ? NULL : SIP__OOM();
 }
 
 /* ---- completion ---- */
@@ -163,7 +163,7 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
                         queue_us, compute_us, sip__now_us() - r->sched.arrival_us);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
-  sip_pool_t *held = r->held;
+  sip__pool_t *held = r->held;
   r->held = NULL;
   sip_request_free(r);
   done(resp, user);
@@ -184,9 +184,9 @@ static int64_t version_number(const char *v) {
   return *end || errno ? -1 : (int64_t)n;
 }
 
-sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
-                          sip_pool_config_t *own_cfg, const char *version) {
-  sip_pool_t *p = sip__calloc(1, sizeof *p);
+sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
+                          sip__pool_config_t *own_cfg, const char *version) {
+  sip__pool_t *p = sip__calloc(1, sizeof *p);
   char *v = version ? sip__strdup(version) : NULL;
   if (!p || (version && !v)) {
     sip__free(p);
@@ -201,7 +201,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
   p->version = v;
   p->version_num = version_number(v);
   atomic_init(&p->refs, 0);
-  atomic_store(&p->state, SIP_POOL_LOADING);
+  atomic_store(&p->state, SIP__POOL_LOADING);
   sip__sched_queue_init(&p->queue);
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t pa;
@@ -213,7 +213,7 @@ sip_pool_t *sip__pool_new(sip__engine_t *s, const sip_pool_config_t *cfg,
   return p;
 }
 
-void sip__pool_destroy(sip_pool_t *p) {
+void sip__pool_destroy(sip__pool_t *p) {
   if (!p) return;
   for (int k = 0; k < p->n_sessions; k++) sip__arb_ticket_destroy(&p->sessions[k].ticket);
   sip__free(p->sessions);
@@ -245,22 +245,22 @@ static uint64_t resident_bytes(void) {
   return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-static void pool_fail(sip_pool_t *p, sip_error_t *e) {
+static void pool_fail(sip__pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip__log(SIP__LOG_ERROR, "pool failed to load", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
            sip_code_name(sip_error_code(e)), sip_error_message(e));
   p->load_error = e;
-  atomic_store(&p->state, SIP_POOL_FAILED);
+  atomic_store(&p->state, SIP__POOL_FAILED);
 }
 
-void sip__pool_stop_sessions(sip_pool_t *p, sip_session_state_t final) {
+void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final) {
   pthread_mutex_lock(&p->mu);
   p->stopping = 1;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   /* Executors drain what is queued before they exit. */
   for (int i = 0; i < p->n_sessions; i++) {
-    sip_session_t *s = &p->sessions[i];
+    sip__session_t *s = &p->sessions[i];
     if (s->thread_started) pthread_join(s->thread, NULL);
     s->thread_started = 0;
     if (s->ctx) p->backend->session_free(s->ctx);
@@ -272,7 +272,7 @@ void sip__pool_stop_sessions(sip_pool_t *p, sip_session_state_t final) {
 }
 
 /* Undoes a partial load, so a FAILED pool holds no memory. */
-static void release(sip_pool_t *p) { sip__pool_stop_sessions(p, SIP_SESSION_FAILED); }
+static void release(sip__pool_t *p) { sip__pool_stop_sessions(p, SIP__SESSION_FAILED); }
 
 /* The pool keeps its own copy of the model's inputs and outputs: admission
  * checks and introspection read them without racing a model being freed at
@@ -281,7 +281,7 @@ static void release(sip_pool_t *p) { sip__pool_stop_sessions(p, SIP_SESSION_FAIL
 /* With dynamic batching, dim 0 of every input and output must be the batch
  * dim: dynamic, or one fixed size shared by all (then short batches are
  * padded). */
-static sip_error_t *check_batching(sip_pool_t *p) {
+static sip_error_t *check_batching(sip__pool_t *p) {
   p->fixed_batch = 0;
   if (!p->cfg->max_batch_size) return NULL;
   const char *why = p->backend->batch_problem ? p->backend->batch_problem(p->model) : NULL;
@@ -307,8 +307,8 @@ static sip_error_t *check_batching(sip_pool_t *p) {
   return NULL;
 }
 
-static void load(sip_pool_t *p) {
-  const sip_pool_config_t *c = p->cfg;
+static void load(sip__pool_t *p) {
+  const sip__pool_config_t *c = p->cfg;
   uint64_t t0 = sip__now_us(), rss0 = resident_bytes();
   sip_error_t *e = NULL;
   p->backend = sip__backend_find(c->backend);
@@ -321,7 +321,7 @@ static void load(sip_pool_t *p) {
   if (p->version) {
     /* A repository version: the file was chosen by the repository. */
     if (c->model_path && !(p->resolved_path = sip__strdup(c->model_path))) {
-      pool_fail(p, SIP_OOM());
+      pool_fail(p, SIP__OOM());
       return;
     }
   } else if (c->model_path &&
@@ -366,7 +366,7 @@ static void load(sip_pool_t *p) {
   p->outputs = sip__io_descs_copy(outs, p->n_outputs);
   if (!p->inputs || !p->outputs) {
     release(p);
-    pool_fail(p, SIP_OOM());
+    pool_fail(p, SIP__OOM());
     return;
   }
   struct stat st;
@@ -384,11 +384,11 @@ static void load(sip_pool_t *p) {
   p->sessions = sip__calloc((size_t)c->pool_size, sizeof *p->sessions);
   if (!p->sessions) {
     release(p);
-    pool_fail(p, SIP_OOM());
+    pool_fail(p, SIP__OOM());
     return;
   }
   for (int i = 0; i < c->pool_size; i++) {
-    sip_session_t *s = &p->sessions[i];
+    sip__session_t *s = &p->sessions[i];
     s->pool = p;
     s->index = i;
     /* Versions of a repository model run side by side: their ids differ. */
@@ -396,7 +396,7 @@ static void load(sip_pool_t *p) {
       snprintf(s->id, sizeof s->id, "%s:%s/%d", c->name, p->version, i);
     else
       snprintf(s->id, sizeof s->id, "%s/%d", c->name, i);
-    atomic_store(&s->state, SIP_SESSION_INIT);
+    atomic_store(&s->state, SIP__SESSION_INIT);
     atomic_store(&s->since_us, sip__wall_us());
     sip__arb_ticket_init(&s->ticket, &p->arb);
     p->n_sessions = i + 1;
@@ -420,8 +420,8 @@ static void load(sip_pool_t *p) {
     return;
   }
   for (int i = 0; i < c->pool_size; i++) {
-    sip_session_t *s = &p->sessions[i];
-    sip__session_set_state(s, SIP_SESSION_READY);
+    sip__session_t *s = &p->sessions[i];
+    sip__session_set_state(s, SIP__SESSION_READY);
     if (pthread_create(&s->thread, NULL, sip__session_main, s) != 0) {
       release(p);
       pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start session thread %d", i));
@@ -430,7 +430,7 @@ static void load(sip_pool_t *p) {
     s->thread_started = 1;
   }
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
-  atomic_store(&p->state, SIP_POOL_READY);
+  atomic_store(&p->state, SIP__POOL_READY);
   sip__log(SIP__LOG_INFO, "pool loaded",
            "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu "
            "memory_bytes=%llu",
@@ -461,15 +461,15 @@ static void format_cpus(const cpu_set_t *set, char *buf, size_t n) {
  * session threads it starts and the intra-op threads the backend creates
  * for the pool (own_intra_op_threads) run only there. Engine-wide threads
  * (the global intra-op pool) are created beforehand and keep theirs. */
-void sip__pool_load(sip_pool_t *p) {
-  const sip_pool_config_t *c = p->cfg;
+void sip__pool_load(sip__pool_t *p) {
+  const sip__pool_config_t *c = p->cfg;
   if (!c->n_cpus) {
     load(p);
     return;
   }
   cpu_set_t old, want;
   CPU_ZERO(&want);
-  for (int k = 0; k < SIP_MAX_CPUS && k < CPU_SETSIZE; k++)
+  for (int k = 0; k < SIP__MAX_CPUS && k < CPU_SETSIZE; k++)
     if (c->cpu_mask[k / 64] >> (k % 64) & 1) CPU_SET(k, &want);
   if (pthread_getaffinity_np(pthread_self(), sizeof old, &old) != 0) CPU_ZERO(&old);
   cpu_set_t outside;
@@ -501,7 +501,7 @@ void sip__pool_load(sip_pool_t *p) {
              "pool=%s error=\"%s\"", c->name, strerror(rc));
 }
 
-sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
+sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r) {
   const char *pool = p->cfg->name;
   if (r->n_inputs > 64)
     return sip_error_new(SIP_UNIMPLEMENTED, "pool '%s': more than 64 inputs per request", pool);
@@ -530,7 +530,7 @@ sip_error_t *sip__pool_check_inputs(sip_pool_t *p, const sip_request_t *r) {
     if (d->rank >= 0) {
       int ok = t->rank == d->rank;
       /* A fixed batch dim takes short batches when they can be padded. */
-      int pad = p->fixed_batch && p->cfg->padding_strategy != SIP_PAD_NONE;
+      int pad = p->fixed_batch && p->cfg->padding_strategy != SIP__PAD_NONE;
       for (int k = 0; ok && k < d->rank; k++)
         ok = d->dims[k] < 0 || d->dims[k] == t->dims[k] ||
              (k == 0 && pad && t->dims[0] >= 1 && t->dims[0] <= d->dims[0]);

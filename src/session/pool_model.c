@@ -4,7 +4,7 @@
 #include "session/engine.h"
 
 static sip_error_t *pool_submit(sip__model_t *m, sip_request_t *r) {
-  sip_pool_t *p = (sip_pool_t *)m;
+  sip__pool_t *p = (sip__pool_t *)m;
   r->held = p; /* dropped after the answer (sip__request_complete) */
   sip_error_t *e = sip__pool_submit(p, r);
   if (!e) return NULL; /* p may be gone already: not touched again */
@@ -18,8 +18,8 @@ static sip_error_t *pool_submit(sip__model_t *m, sip_request_t *r) {
 }
 
 static int pool_describe_io(sip__model_t *m, sip__model_io_t *io) {
-  sip_pool_t *p = (sip_pool_t *)m;
-  if (atomic_load(&p->state) != SIP_POOL_READY) return 0;
+  sip__pool_t *p = (sip__pool_t *)m;
+  if (atomic_load(&p->state) != SIP__POOL_READY) return 0;
   io->inputs = p->inputs;
   io->n_inputs = p->n_inputs;
   io->outputs = p->outputs;
@@ -28,17 +28,17 @@ static int pool_describe_io(sip__model_t *m, sip__model_io_t *io) {
 }
 
 static sip__model_state_t pool_state(sip__model_t *m, const char **error) {
-  sip_pool_t *p = (sip_pool_t *)m;
+  sip__pool_t *p = (sip__pool_t *)m;
   int st = atomic_load(&p->state);
-  if (error) *error = st == SIP_POOL_FAILED ? p->error : NULL;
-  return st == SIP_POOL_READY    ? SIP__MODEL_READY
-         : st == SIP_POOL_FAILED ? SIP__MODEL_FAILED
-         : st == SIP_POOL_STOPPED ? SIP__MODEL_STOPPED
+  if (error) *error = st == SIP__POOL_FAILED ? p->error : NULL;
+  return st == SIP__POOL_READY    ? SIP__MODEL_READY
+         : st == SIP__POOL_FAILED ? SIP__MODEL_FAILED
+         : st == SIP__POOL_STOPPED ? SIP__MODEL_STOPPED
                                  : SIP__MODEL_LOADING;
 }
 
-static void pool_ref(sip__model_t *m) { sip__pool_ref((sip_pool_t *)m); }
-static void pool_unref(sip__model_t *m) { sip__pool_unref((sip_pool_t *)m); }
+static void pool_ref(sip__model_t *m) { sip__pool_ref((sip__pool_t *)m); }
+static void pool_unref(sip__model_t *m) { sip__pool_unref((sip__pool_t *)m); }
 
 const sip__model_vt_t sip__pool_model_vt = {
     .kind = "pool",

@@ -10,8 +10,8 @@
 
 #define PRE_MAX 16
 
-struct sip_preprocess {
-  sip_transform_t *tf[PRE_MAX];
+struct sip__preprocess {
+  sip__transform_t *tf[PRE_MAX];
   size_t n;
   int decode;     /* the first step is decode_image: raw images skip it */
   int fixed;      /* every image comes out one size (resize to a size, letterbox) */
@@ -24,15 +24,15 @@ struct sip_preprocess {
   char steps[256];
 };
 
-void sip__preprocess_free(sip_preprocess_t *pp) {
+void sip__preprocess_free(sip__preprocess_t *pp) {
   if (!pp) return;
   for (size_t i = 0; i < pp->n; i++) sip__transform_free(pp->tf[i]);
   sip__free(pp->name);
   sip__free(pp);
 }
 
-sip_error_t *sip__preprocess_new(const sip_pool_config_t *c, const sip_io_desc_t *in,
-                                 size_t n_in, sip_preprocess_t **out) {
+sip_error_t *sip__preprocess_new(const sip__pool_config_t *c, const sip_io_desc_t *in,
+                                 size_t n_in, sip__preprocess_t **out) {
   *out = NULL;
   if (c->n_preprocess > PRE_MAX)
     return sip_error_new(SIP_INVALID_ARGUMENT, "preprocess has %zu steps; at most %d are supported",
@@ -58,16 +58,16 @@ sip_error_t *sip__preprocess_new(const sip_pool_config_t *c, const sip_io_desc_t
                                "preprocess.input to name the one the steps make",
                                n_in, names);
   }
-  sip_preprocess_t *pp = sip__calloc(1, sizeof *pp);
-  if (!pp) return SIP_OOM();
+  sip__preprocess_t *pp = sip__calloc(1, sizeof *pp);
+  if (!pp) return SIP__OOM();
   pp->input = idx;
   pp->model_rank = in[idx].rank;
   memcpy(pp->model_dims, in[idx].dims, sizeof pp->model_dims);
   pp->fixed = c->preprocess_fixed;
-  sip_error_t *e = (pp->name = sip__strdup(in[idx].name)) ? NULL : SIP_OOM();
+  sip_error_t *e = (pp->name = sip__strdup(in[idx].name)) ? NULL : SIP__OOM();
   const sip_io_desc_t *last = NULL;
   for (size_t i = 0; !e && i < c->n_preprocess; i++) {
-    const sip_preprocess_step_t *st = &c->preprocess[i];
+    const sip__preprocess_step_t *st = &c->preprocess[i];
     e = sip__transform_new(st->op, st->options, st->n_options, &pp->tf[i]);
     if (e) break;
     pp->n++;
@@ -104,17 +104,17 @@ sip_error_t *sip__preprocess_new(const sip_pool_config_t *c, const sip_io_desc_t
   return NULL;
 }
 
-size_t sip__preprocess_input(const sip_preprocess_t *pp) { return pp->input; }
+size_t sip__preprocess_input(const sip__preprocess_t *pp) { return pp->input; }
 
-void sip__preprocess_raw_desc(const sip_preprocess_t *pp, sip_io_desc_t *d) {
+void sip__preprocess_raw_desc(const sip__preprocess_t *pp, sip_io_desc_t *d) {
   char *name = d->name;
   *d = pp->raw;
   d->name = name;
 }
 
-const char *sip__preprocess_steps(const sip_preprocess_t *pp) { return pp->steps; }
+const char *sip__preprocess_steps(const sip__preprocess_t *pp) { return pp->steps; }
 
-static const sip_tensor_t *raw_of(const sip_preprocess_t *pp, const sip_tensor_t *const *ins,
+static const sip_tensor_t *raw_of(const sip__preprocess_t *pp, const sip_tensor_t *const *ins,
                                   size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!strcmp(ins[i]->name, pp->name)) return ins[i];
@@ -123,13 +123,13 @@ static const sip_tensor_t *raw_of(const sip_preprocess_t *pp, const sip_tensor_t
 
 /* A raw tensor of the model's rank keeps its leading (batch) dim through
  * the chain; anything else is one image. */
-static int64_t rows_of(const sip_preprocess_t *pp, const sip_tensor_t *raw) {
+static int64_t rows_of(const sip__preprocess_t *pp, const sip_tensor_t *raw) {
   if (pp->model_rank >= 1 && raw->rank == pp->model_rank && !(pp->decode && raw->rank == 1))
     return raw->dims[0];
   return 1;
 }
 
-int64_t sip__preprocess_rows(const sip_preprocess_t *pp, const sip_tensor_t *const *ins,
+int64_t sip__preprocess_rows(const sip__preprocess_t *pp, const sip_tensor_t *const *ins,
                              size_t n) {
   const sip_tensor_t *raw = raw_of(pp, ins, n);
   if (!raw) return -1;
@@ -139,7 +139,7 @@ int64_t sip__preprocess_rows(const sip_preprocess_t *pp, const sip_tensor_t *con
   return rows;
 }
 
-int sip__preprocess_joinable(const sip_preprocess_t *pp, const sip_tensor_t *a,
+int sip__preprocess_joinable(const sip__preprocess_t *pp, const sip_tensor_t *a,
                              const sip_tensor_t *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return 0;
   int bytes = pp->decode && a->rank == 1;
@@ -151,7 +151,7 @@ int sip__preprocess_joinable(const sip_preprocess_t *pp, const sip_tensor_t *a,
   return 1;
 }
 
-sip_error_t *sip__preprocess_run(const sip_preprocess_t *pp, const sip_tensor_t *raw,
+sip_error_t *sip__preprocess_run(const sip__preprocess_t *pp, const sip_tensor_t *raw,
                                  sip_tensor_t **out) {
   *out = NULL;
   size_t first = 0;
@@ -167,7 +167,7 @@ sip_error_t *sip__preprocess_run(const sip_preprocess_t *pp, const sip_tensor_t 
   /* Each step takes its input by position: views named "" (borrowed data). */
   sip_tensor_t *cur = sip_tensor_new_view("", raw->dtype, raw->rank, raw->dims, raw->data,
                                           raw->nbytes, raw->owner);
-  if (!cur) return SIP_OOM();
+  if (!cur) return SIP__OOM();
   sip_error_t *e = NULL;
   for (size_t i = first; i < pp->n; i++) {
     sip_tensor_t **outs = NULL;
@@ -186,7 +186,7 @@ sip_error_t *sip__preprocess_run(const sip_preprocess_t *pp, const sip_tensor_t 
     sip__transform_outputs_free(outs, no);
     sip_tensor_free(cur);
     cur = next;
-    if (!cur) return SIP_OOM();
+    if (!cur) return SIP__OOM();
   }
   if (e) {
     sip_tensor_free(cur);
@@ -218,5 +218,5 @@ sip_error_t *sip__preprocess_run(const sip_preprocess_t *pp, const sip_tensor_t 
   }
   *out = sip_tensor_new_view(pp->name, cur->dtype, rank, dims, cur->data, cur->nbytes, cur->owner);
   sip_tensor_free(cur);
-  return *out ? NULL : SIP_OOM();
+  return *out ? NULL : SIP__OOM();
 }

@@ -36,9 +36,9 @@ void sip__registry_destroy(sip__engine_t *s) {
   pthread_cond_destroy(&s->reg_cv);
 }
 
-void sip__pool_ref(sip_pool_t *p) { atomic_fetch_add(&p->refs, 1); }
+void sip__pool_ref(sip__pool_t *p) { atomic_fetch_add(&p->refs, 1); }
 
-void sip__pool_unref(sip_pool_t *p) {
+void sip__pool_unref(sip__pool_t *p) {
   /* Only the registry's own reference is dropped by the thread that frees
    * the pool, so this never frees; it wakes a drain waiting for the count
    * to reach that last reference. `p` may be freed as soon as the count
@@ -54,16 +54,16 @@ void sip__pool_unref(sip_pool_t *p) {
   }
 }
 
-sip_error_t *sip__registry_swap(sip__engine_t *s, sip_pool_t *const *add, size_t n_add,
-                                sip_pool_t *const *retire, size_t n_retire) {
+sip_error_t *sip__registry_swap(sip__engine_t *s, sip__pool_t *const *add, size_t n_add,
+                                sip__pool_t *const *retire, size_t n_retire) {
   pthread_rwlock_wrlock(&s->reg_lock);
   if (s->n_pools + n_add > s->cap_pools) {
     size_t cap = s->cap_pools ? s->cap_pools * 2 : 8;
     while (cap < s->n_pools + n_add) cap *= 2;
-    sip_pool_t **v = sip__reallocarray(s->pools, cap, sizeof *v);
+    sip__pool_t **v = sip__reallocarray(s->pools, cap, sizeof *v);
     if (!v) {
       pthread_rwlock_unlock(&s->reg_lock);
-      return SIP_OOM();
+      return SIP__OOM();
     }
     s->pools = v;
     s->cap_pools = cap;
@@ -80,14 +80,14 @@ sip_error_t *sip__registry_swap(sip__engine_t *s, sip_pool_t *const *add, size_t
 
 /* Default version of a model: the one a `current` link names, else the
  * highest number, else the first listed (an unversioned pool). */
-static int better_default(const sip_pool_t *a, const sip_pool_t *b) {
+static int better_default(const sip__pool_t *a, const sip__pool_t *b) {
   if (a->pinned != b->pinned) return a->pinned;
   return a->version_num > b->version_num;
 }
 
-int sip__registry_is_default_locked(sip__engine_t *s, const sip_pool_t *p) {
+int sip__registry_is_default_locked(sip__engine_t *s, const sip__pool_t *p) {
   for (size_t i = 0; i < s->n_pools; i++) {
-    const sip_pool_t *q = s->pools[i];
+    const sip__pool_t *q = s->pools[i];
     if (q != p && !atomic_load(&q->retired) && !strcmp(q->cfg->name, p->cfg->name) &&
         better_default(q, p))
       return 0;
@@ -102,7 +102,7 @@ static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *ve
   char versions[256] = "";
   pthread_rwlock_rdlock(&s->reg_lock);
   for (size_t i = 0; i < s->n_pools; i++) {
-    const sip_pool_t *p = s->pools[i];
+    const sip__pool_t *p = s->pools[i];
     if (atomic_load(&p->retired) || strcmp(p->cfg->name, name)) continue;
     named++;
     if (!p->version) unversioned = 1;
@@ -123,13 +123,13 @@ static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *ve
                        version, named > 1 ? "versions" : "version", versions);
 }
 
-sip_pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
+sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
                                sip_error_t **err) {
   *err = NULL;
-  sip_pool_t *best = NULL;
+  sip__pool_t *best = NULL;
   pthread_rwlock_rdlock(&s->reg_lock);
   for (size_t i = 0; i < s->n_pools; i++) {
-    sip_pool_t *p = s->pools[i];
+    sip__pool_t *p = s->pools[i];
     if (atomic_load(&p->retired) || strcmp(p->cfg->name, name)) continue;
     if (version) {
       if (p->version && !strcmp(p->version, version)) {
@@ -155,12 +155,12 @@ int sip__registry_has(sip__engine_t *s, const char *name) {
   return found;
 }
 
-sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n) {
+sip__pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n) {
   *n = 0;
   pthread_rwlock_rdlock(&s->reg_lock);
-  sip_pool_t **v = s->n_pools ? sip__calloc(s->n_pools, sizeof *v) : NULL;
+  sip__pool_t **v = s->n_pools ? sip__calloc(s->n_pools, sizeof *v) : NULL;
   for (size_t i = 0; v && i < s->n_pools; i++) {
-    sip_pool_t *p = s->pools[i];
+    sip__pool_t *p = s->pools[i];
     if (only_live && atomic_load(&p->retired)) continue;
     sip__pool_ref(p);
     v[(*n)++] = p;
@@ -169,13 +169,13 @@ sip_pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n) 
   return v;
 }
 
-void sip__registry_release(sip_pool_t **v, size_t n) {
+void sip__registry_release(sip__pool_t **v, size_t n) {
   for (size_t i = 0; i < n; i++) sip__pool_unref(v[i]);
   sip__free(v);
 }
 
 /* Waits until only the registry's reference is left on a retired pool. */
-static void wait_last_ref(sip__engine_t *s, sip_pool_t *p) {
+static void wait_last_ref(sip__engine_t *s, sip__pool_t *p) {
   atomic_fetch_add(&s->reg_waiters, 1);
   pthread_mutex_lock(&s->reg_mu);
   while (atomic_load(&p->refs) > 1) pthread_cond_wait(&s->reg_cv, &s->reg_mu);
@@ -183,7 +183,7 @@ static void wait_last_ref(sip__engine_t *s, sip_pool_t *p) {
   atomic_fetch_sub(&s->reg_waiters, 1);
 }
 
-void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p) {
+void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p) {
   atomic_store(&p->retired, 1);
   /* Every admitted request holds a reference until it is answered, so once
    * only ours is left the queue is empty and nothing can be added to it. */
@@ -205,7 +205,7 @@ void sip__registry_drain_free(sip__engine_t *s, sip_pool_t *p) {
 
 sip_error_t *sip__registry_add_named(sip__engine_t *s, const char *name, sip__model_t *m) {
   void *v = sip__reallocarray(s->named, s->n_named + 1, sizeof *s->named);
-  if (!v) return SIP_OOM();
+  if (!v) return SIP__OOM();
   s->named = v;
   s->named[s->n_named].name = name;
   s->named[s->n_named].model = m;
@@ -229,6 +229,6 @@ sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const
     m->vt->ref(m);
     return m;
   }
-  sip_pool_t *p = sip__registry_find(s, name, version, err);
+  sip__pool_t *p = sip__registry_find(s, name, version, err);
   return p ? &p->base : NULL;
 }

@@ -4,38 +4,38 @@
 #include "core/core.h"
 #include "session/engine.h"
 
-static const char *state_names[SIP_SESSION_STATES_] = {"INIT",      "READY",  "RUNNING",
+static const char *state_names[SIP__SESSION_STATES_] = {"INIT",      "READY",  "RUNNING",
                                                        "SUSPENDED", "FAILED", "DESTROYED"};
 
 /* allowed[from] is a bit set of legal targets. */
 #define B(s) (1u << (s))
-static const unsigned allowed[SIP_SESSION_STATES_] = {
-    [SIP_SESSION_INIT] = B(SIP_SESSION_READY) | B(SIP_SESSION_FAILED) | B(SIP_SESSION_DESTROYED),
-    [SIP_SESSION_READY] = B(SIP_SESSION_RUNNING) | B(SIP_SESSION_SUSPENDED) |
-                          B(SIP_SESSION_FAILED) | B(SIP_SESSION_DESTROYED),
-    [SIP_SESSION_RUNNING] = B(SIP_SESSION_READY) | B(SIP_SESSION_FAILED),
-    [SIP_SESSION_SUSPENDED] = B(SIP_SESSION_READY) | B(SIP_SESSION_FAILED) |
-                              B(SIP_SESSION_DESTROYED),
-    [SIP_SESSION_FAILED] = B(SIP_SESSION_INIT) | B(SIP_SESSION_DESTROYED),
-    [SIP_SESSION_DESTROYED] = 0,
+static const unsigned allowed[SIP__SESSION_STATES_] = {
+    [SIP__SESSION_INIT] = B(SIP__SESSION_READY) | B(SIP__SESSION_FAILED) | B(SIP__SESSION_DESTROYED),
+    [SIP__SESSION_READY] = B(SIP__SESSION_RUNNING) | B(SIP__SESSION_SUSPENDED) |
+                          B(SIP__SESSION_FAILED) | B(SIP__SESSION_DESTROYED),
+    [SIP__SESSION_RUNNING] = B(SIP__SESSION_READY) | B(SIP__SESSION_FAILED),
+    [SIP__SESSION_SUSPENDED] = B(SIP__SESSION_READY) | B(SIP__SESSION_FAILED) |
+                              B(SIP__SESSION_DESTROYED),
+    [SIP__SESSION_FAILED] = B(SIP__SESSION_INIT) | B(SIP__SESSION_DESTROYED),
+    [SIP__SESSION_DESTROYED] = 0,
 };
 #undef B
 
-const char *sip__session_state_name(sip_session_state_t s) {
-  return (unsigned)s < SIP_SESSION_STATES_ ? state_names[s] : "UNKNOWN";
+const char *sip__session_state_name(sip__session_state_t s) {
+  return (unsigned)s < SIP__SESSION_STATES_ ? state_names[s] : "UNKNOWN";
 }
 
-int sip__session_transition_ok(sip_session_state_t from, sip_session_state_t to) {
-  if ((unsigned)from >= SIP_SESSION_STATES_ || (unsigned)to >= SIP_SESSION_STATES_) return 0;
+int sip__session_transition_ok(sip__session_state_t from, sip__session_state_t to) {
+  if ((unsigned)from >= SIP__SESSION_STATES_ || (unsigned)to >= SIP__SESSION_STATES_) return 0;
   return (allowed[from] >> to) & 1u;
 }
 
-int sip__session_set_state(sip_session_t *s, sip_session_state_t to) {
+int sip__session_set_state(sip__session_t *s, sip__session_state_t to) {
   int from = atomic_load(&s->state);
   do {
-    if (!sip__session_transition_ok((sip_session_state_t)from, to)) {
+    if (!sip__session_transition_ok((sip__session_state_t)from, to)) {
       sip__log(SIP__LOG_ERROR, "illegal session transition", "session=%s from=%s to=%s", s->id,
-               sip__session_state_name((sip_session_state_t)from), sip__session_state_name(to));
+               sip__session_state_name((sip__session_state_t)from), sip__session_state_name(to));
       return 0;
     }
   } while (!atomic_compare_exchange_weak(&s->state, &from, (int)to));

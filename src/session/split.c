@@ -112,7 +112,7 @@ static void chunk_done(sip_response_t *resp, void *user) {
 static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t rows, int64_t pad_to,
                                int padding, sip_request_t **out) {
   sip_request_t *c = sip_request_new(r->pool);
-  sip_error_t *e = c ? NULL : SIP_OOM();
+  sip_error_t *e = c ? NULL : SIP__OOM();
   if (!e) {
     c->priority = r->priority;
     c->timeout_ms = r->timeout_ms;
@@ -142,13 +142,13 @@ static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t row
 
 /* Drops a request refused before it reached the pool, and the caller's
  * reference. */
-static void refuse(sip_pool_t *p, sip_request_t *r) {
+static void refuse(sip__pool_t *p, sip_request_t *r) {
   sip_request_free(r);
   sip__pool_unref(p);
 }
 
 /* Submits chunk `c` to `p` on a reference the caller took for it. */
-static sip_error_t *submit_chunk(sip_pool_t *p, sip_request_t *c, chunk_ctx_t *ctx) {
+static sip_error_t *submit_chunk(sip__pool_t *p, sip_request_t *c, chunk_ctx_t *ctx) {
   c->done = chunk_done;
   c->user = ctx;
   return sip__pool_model_vt.submit(&p->base, c);
@@ -156,7 +156,7 @@ static sip_error_t *submit_chunk(sip_pool_t *p, sip_request_t *c, chunk_ctx_t *c
 
 sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_batch_size,
                                     int padding) {
-  sip_pool_t *p = (sip_pool_t *)m;
+  sip__pool_t *p = (sip__pool_t *)m;
   sip_infer_done_fn done = r->done;
   void *user = r->user;
   int pool_max = p->cfg->max_batch_size;
@@ -170,7 +170,7 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
   }
   if (max_batch_size <= 0) max_batch_size = pool_max;
   if (rows <= 0 || max_batch_size <= 0 || rows <= max_batch_size ||
-      padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
+      padding < SIP__PAD_NONE || padding > SIP__PAD_ZERO) {
     if (rows < 0) {
       sip_error_t *e = sip_error_new(SIP_INVALID_ARGUMENT,
                                      "a batch request's inputs must share dim 0 (the items); pool "
@@ -178,7 +178,7 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
       refuse(p, r);
       return e;
     }
-    if (padding < SIP_PAD_NONE || padding > SIP_PAD_ZERO) {
+    if (padding < SIP__PAD_NONE || padding > SIP__PAD_ZERO) {
       refuse(p, r);
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "padding %d; expected 0 (none), 1 (replicate_last) or 2 (zero)",
@@ -186,16 +186,16 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
     }
     /* Fits one execution (or cannot be split): an ordinary request, padded
      * when asked so the model sees max_batch_size rows. */
-    if (rows > 0 && max_batch_size > 0 && rows < max_batch_size && padding != SIP_PAD_NONE) {
+    if (rows > 0 && max_batch_size > 0 && rows < max_batch_size && padding != SIP__PAD_NONE) {
       split_t *sp = sip__calloc(1, sizeof *sp);
       sip_request_t *c = NULL;
-      sip_error_t *e = sp ? make_chunk(r, 0, rows, max_batch_size, padding, &c) : SIP_OOM();
+      sip_error_t *e = sp ? make_chunk(r, 0, rows, max_batch_size, padding, &c) : SIP__OOM();
       chunk_ctx_t *ctx = e ? NULL : sip__malloc(sizeof *ctx);
-      if (!e && !ctx) e = SIP_OOM();
+      if (!e && !ctx) e = SIP__OOM();
       if (!e) {
         sp->rows = sip__calloc(1, sizeof *sp->rows);
         sp->answers = sip__calloc(1, sizeof *sp->answers);
-        if (!sp->rows || !sp->answers) e = SIP_OOM();
+        if (!sp->rows || !sp->answers) e = SIP__OOM();
       }
       if (e) {
         sip__free(ctx);
@@ -246,7 +246,7 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
     }
     sip__free(sp);
     refuse(p, r);
-    return SIP_OOM();
+    return SIP__OOM();
   }
   pthread_mutex_init(&sp->mu, NULL);
   sp->n_chunks = n;
@@ -260,12 +260,12 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
   }
   for (size_t i = 0; i < n; i++) {
     sip_request_t *c = NULL;
-    int64_t pad_to = padding != SIP_PAD_NONE ? max_batch_size : 0;
+    int64_t pad_to = padding != SIP__PAD_NONE ? max_batch_size : 0;
     sip_error_t *e = make_chunk(r, (int64_t)i * max_batch_size, sp->rows[i], pad_to, padding, &c);
     chunk_ctx_t *ctx = e ? NULL : sip__malloc(sizeof *ctx);
     if (!e && !ctx) {
       sip_request_free(c);
-      e = SIP_OOM();
+      e = SIP__OOM();
     }
     if (!e) {
       ctx->sp = sp;

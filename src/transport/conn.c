@@ -17,7 +17,7 @@
 #include "transport/listener_impl.h"
 
 /* A referenced connection by id, or NULL when it is gone. Any thread. */
-static conn_t *conn_acquire(sip_listener_set_t *ls, uint64_t id) {
+static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
   uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
   pthread_mutex_lock(&ls->slots_mu);
   conn_t *c = slot < ls->n_slots ? ls->slots[slot] : NULL;
@@ -48,7 +48,7 @@ void sip__conn_unref(conn_t *c) {
 }
 
 /* Loop only. */
-void sip__conn_close(sip_listener_set_t *ls, conn_t *c) {
+void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
   /* Nobody will read the answers: queued requests of this client are
    * cancelled instead of run. */
   if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
@@ -69,7 +69,7 @@ void sip__conn_close(sip_listener_set_t *ls, conn_t *c) {
 }
 
 /* Caller holds c->wmu. */
-static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
+static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
   if (c->epollout == on) return;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
                            .data.u64 = TAG(TAG_CONN, c->slot)};
@@ -79,7 +79,7 @@ static void set_epollout(sip_listener_set_t *ls, conn_t *c, int on) {
 
 /* Sends queued chunks until done or the socket is full. Caller holds
  * c->wmu. Returns -1 on a socket error. */
-int sip__conn_send_queued(sip_listener_set_t *ls, conn_t *c) {
+int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
   while (c->out_head) {
     chunk_t *k = c->out_head;
     ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -104,7 +104,7 @@ int sip__conn_send_queued(sip_listener_set_t *ls, conn_t *c) {
 }
 
 /* Loop only: writes what it can. Returns -1 when the connection was closed. */
-int sip__conn_flush(sip_listener_set_t *ls, conn_t *c) {
+int sip__conn_flush(sip__listener_set_t *ls, conn_t *c) {
   pthread_mutex_lock(&c->wmu);
   int rc = sip__conn_send_queued(ls, c);
   int done = !c->out_head;
@@ -118,7 +118,7 @@ int sip__conn_flush(sip_listener_set_t *ls, conn_t *c) {
 
 /* Queues bytes (ownership taken) behind what is already queued. Caller
  * holds c->wmu. */
-static void queue_locked(sip_listener_set_t *ls, conn_t *c, uint8_t *data, size_t len) {
+static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size_t len) {
   chunk_t *k = sip__calloc(1, sizeof *k);
   if (!k) {
     sip__free(data);
@@ -137,7 +137,7 @@ static void queue_locked(sip_listener_set_t *ls, conn_t *c, uint8_t *data, size_
 }
 
 /* Loop only: queues an encoded frame; conn_flush sends it. */
-void sip__conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w) {
+void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w) {
   if (w->oom) {
     sip__wbuf_free(w);
     atomic_store(&c->closing, 1);
@@ -150,10 +150,10 @@ void sip__conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w) {
 }
 
 /* Protocol violation: answer with an ERROR frame, then close. */
-void sip__conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e) {
+void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e) {
   sip__log(SIP__LOG_WARN, "closing connection after a malformed frame", "code=%s reason=\"%s\"",
            sip_code_name(sip_error_code(e)), sip_error_message(e));
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_error(&w, request_id, sip_error_code(e), sip_error_message(e));
   sip_error_free(e);
   sip__conn_queue_wbuf(ls, c, &w);
@@ -164,7 +164,7 @@ void sip__conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip
 
 /* Writes an answer from the engine thread that produced it: directly when
  * nothing is queued before it, else behind the queue (the loop flushes). */
-void sip__conn_write_answer(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w) {
+void sip__conn_write_answer(sip__listener_set_t *ls, uint64_t id, sip__wbuf_t *w) {
   conn_t *c = w->oom ? NULL : conn_acquire(ls, id);
   if (!c) {
     sip__wbuf_free(w);

@@ -11,8 +11,8 @@ static const char *type_names[] = {"?",           "INFER_REQUEST", "INFER_RESPON
                                    "BATCH_INFER_REQUEST", "REPO_REQUEST"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
-                                      sip_frame_header_t *h) {
-  if (memcmp(p, SIP_FRAME_MAGIC, 4) != 0)
+                                      sip__frame_header_t *h) {
+  if (memcmp(p, SIP__FRAME_MAGIC, 4) != 0)
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "bad frame magic %02x %02x %02x %02x; expected \"SIPF\" (this is not a "
                          "sip native-protocol client, see docs/protocol.md)",
@@ -23,12 +23,12 @@ sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
   h->flags = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
   h->request_id = 0;
   for (int i = 7; i >= 0; i--) h->request_id = h->request_id << 8 | p[16 + i];
-  if (h->version != SIP_FRAME_VERSION)
+  if (h->version != SIP__FRAME_VERSION)
     return sip_error_new(SIP_INVALID_ARGUMENT, "unsupported protocol version %u; expected %d",
-                         h->version, SIP_FRAME_VERSION);
+                         h->version, SIP__FRAME_VERSION);
   if (h->flags != 0)
     return sip_error_new(SIP_INVALID_ARGUMENT, "frame flags 0x%x set; expected 0", h->flags);
-  if (h->type < SIP_MSG_INFER_REQUEST || h->type > SIP_MSG_REPO_REQUEST)
+  if (h->type < SIP__MSG_INFER_REQUEST || h->type > SIP__MSG_REPO_REQUEST)
     return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..7", h->type);
   if (h->length > max_payload)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED,
@@ -42,8 +42,8 @@ static void put_le(uint8_t *p, uint64_t v, int n) {
 }
 
 void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64_t request_id) {
-  memcpy(p, SIP_FRAME_MAGIC, 4);
-  put_le(p + 4, SIP_FRAME_VERSION, 2);
+  memcpy(p, SIP__FRAME_MAGIC, 4);
+  put_le(p + 4, SIP__FRAME_VERSION, 2);
   put_le(p + 6, type, 2);
   put_le(p + 8, length, 4);
   put_le(p + 12, 0, 4);
@@ -52,12 +52,12 @@ void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64
 
 /* ---- writer ---- */
 
-void sip__wbuf_free(sip_wbuf_t *w) {
+void sip__wbuf_free(sip__wbuf_t *w) {
   sip__free(w->data);
   memset(w, 0, sizeof *w);
 }
 
-static int reserve(sip_wbuf_t *w, size_t n) {
+static int reserve(sip__wbuf_t *w, size_t n) {
   if (w->oom) return 0;
   if (w->cap - w->len >= n) return 1;
   size_t cap = w->cap ? w->cap : 256;
@@ -78,30 +78,30 @@ static int reserve(sip_wbuf_t *w, size_t n) {
   return 1;
 }
 
-void sip__wbuf_put(sip_wbuf_t *w, const void *p, size_t n) {
+void sip__wbuf_put(sip__wbuf_t *w, const void *p, size_t n) {
   if (!n || !reserve(w, n)) return;
   memcpy(w->data + w->len, p, n);
   w->len += n;
 }
 
-static void put_int(sip_wbuf_t *w, uint64_t v, int n) {
+static void put_int(sip__wbuf_t *w, uint64_t v, int n) {
   if (!reserve(w, (size_t)n)) return;
   put_le(w->data + w->len, v, n);
   w->len += (size_t)n;
 }
-void sip__wbuf_u8(sip_wbuf_t *w, uint8_t v) { put_int(w, v, 1); }
-void sip__wbuf_u16(sip_wbuf_t *w, uint16_t v) { put_int(w, v, 2); }
-void sip__wbuf_u32(sip_wbuf_t *w, uint32_t v) { put_int(w, v, 4); }
-void sip__wbuf_u64(sip_wbuf_t *w, uint64_t v) { put_int(w, v, 8); }
+void sip__wbuf_u8(sip__wbuf_t *w, uint8_t v) { put_int(w, v, 1); }
+void sip__wbuf_u16(sip__wbuf_t *w, uint16_t v) { put_int(w, v, 2); }
+void sip__wbuf_u32(sip__wbuf_t *w, uint32_t v) { put_int(w, v, 4); }
+void sip__wbuf_u64(sip__wbuf_t *w, uint64_t v) { put_int(w, v, 8); }
 
-void sip__wbuf_str16(sip_wbuf_t *w, const char *s) {
+void sip__wbuf_str16(sip__wbuf_t *w, const char *s) {
   size_t n = s ? strlen(s) : 0;
   if (n > 0xffff) n = 0xffff;
   sip__wbuf_u16(w, (uint16_t)n);
   sip__wbuf_put(w, s, n);
 }
 
-void sip__wbuf_tensor(sip_wbuf_t *w, size_t payload_start, const sip_tensor_t *t) {
+void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t) {
   sip__wbuf_str16(w, t->name);
   sip__wbuf_u8(w, (uint8_t)t->dtype);
   sip__wbuf_u8(w, (uint8_t)t->rank);
@@ -116,16 +116,16 @@ void sip__wbuf_tensor(sip_wbuf_t *w, size_t payload_start, const sip_tensor_t *t
 
 /* Starts a frame: reserves the header; finish() fills it once the payload
  * length is known. */
-static size_t begin(sip_wbuf_t *w) {
+static size_t begin(sip__wbuf_t *w) {
   size_t at = w->len;
-  static const uint8_t zero[SIP_FRAME_HEADER_SIZE];
+  static const uint8_t zero[SIP__FRAME_HEADER_SIZE];
   sip__wbuf_put(w, zero, sizeof zero);
   return at;
 }
 
-static void finish(sip_wbuf_t *w, size_t at, uint16_t type, uint64_t request_id) {
+static void finish(sip__wbuf_t *w, size_t at, uint16_t type, uint64_t request_id) {
   if (w->oom) return;
-  size_t payload = w->len - at - SIP_FRAME_HEADER_SIZE;
+  size_t payload = w->len - at - SIP__FRAME_HEADER_SIZE;
   if (payload > UINT32_MAX) {
     w->oom = 1;
     return;
@@ -133,13 +133,13 @@ static void finish(sip_wbuf_t *w, size_t at, uint16_t type, uint64_t request_id)
   sip__frame_header_encode(w->data + at, type, (uint32_t)payload, request_id);
 }
 
-static void infer_body(sip_wbuf_t *w, size_t ps, const char *pool, int priority,
+static void infer_body(sip__wbuf_t *w, size_t ps, const char *pool, int priority,
                        uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
                        const sip_tensor_t *const *inputs, size_t n_inputs,
                        const char *parameters) {
   sip__wbuf_str16(w, pool);
   sip__wbuf_u8(w, (uint8_t)priority);
-  sip__wbuf_u8(w, parameters ? SIP_REQ_HAS_PARAMETERS : 0);
+  sip__wbuf_u8(w, parameters ? SIP__REQ_HAS_PARAMETERS : 0);
   sip__wbuf_put(w, "\0\0", 2);
   sip__wbuf_u32(w, timeout_ms);
   sip__wbuf_u16(w, (uint16_t)n_outputs);
@@ -153,25 +153,25 @@ static void infer_body(sip_wbuf_t *w, size_t ps, const char *pool, int priority,
   }
 }
 
-void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
+void sip__encode_infer_request(sip__wbuf_t *w, uint64_t request_id, const char *pool, int priority,
                                uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
                                const sip_tensor_t *const *inputs, size_t n_inputs) {
   sip__encode_infer_request_params(w, request_id, pool, priority, timeout_ms, outputs, n_outputs,
                                    inputs, n_inputs, NULL);
 }
 
-void sip__encode_infer_request_params(sip_wbuf_t *w, uint64_t request_id, const char *pool,
+void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const char *pool,
                                       int priority, uint32_t timeout_ms,
                                       const char *const *outputs, size_t n_outputs,
                                       const sip_tensor_t *const *inputs, size_t n_inputs,
                                       const char *parameters) {
   size_t at = begin(w);
-  infer_body(w, at + SIP_FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, n_outputs, inputs,
+  infer_body(w, at + SIP__FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, n_outputs, inputs,
              n_inputs, parameters);
-  finish(w, at, SIP_MSG_INFER_REQUEST, request_id);
+  finish(w, at, SIP__MSG_INFER_REQUEST, request_id);
 }
 
-void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
+void sip__encode_batch_infer_request(sip__wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
                                      uint8_t padding, const char *pool, int priority,
                                      uint32_t timeout_ms, const char *const *outputs,
                                      size_t n_outputs, const sip_tensor_t *const *inputs,
@@ -181,18 +181,18 @@ void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_
   sip__wbuf_u8(w, padding);
   sip__wbuf_put(w, "\0\0\0", 3);
   /* The 8-byte prefix keeps tensor data 8-aligned for the embedded request. */
-  infer_body(w, at + SIP_FRAME_HEADER_SIZE + SIP_BATCH_PREFIX_SIZE, pool, priority, timeout_ms,
+  infer_body(w, at + SIP__FRAME_HEADER_SIZE + SIP__BATCH_PREFIX_SIZE, pool, priority, timeout_ms,
              outputs, n_outputs, inputs, n_inputs, NULL);
-  finish(w, at, SIP_MSG_BATCH_INFER_REQUEST, request_id);
+  finish(w, at, SIP__MSG_BATCH_INFER_REQUEST, request_id);
 }
 
 
-void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs) {
   size_t at = begin(w);
-  size_t ps = at + SIP_FRAME_HEADER_SIZE;
+  size_t ps = at + SIP__FRAME_HEADER_SIZE;
   size_t mlen = message ? strlen(message) : 0;
   sip__wbuf_u32(w, code);
   sip__wbuf_u32(w, (uint32_t)mlen);
@@ -204,37 +204,37 @@ void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t cod
   sip__wbuf_u16(w, 0);
   sip__wbuf_u32(w, 0);
   for (size_t i = 0; i < n_outputs; i++) sip__wbuf_tensor(w, ps, outputs[i]);
-  finish(w, at, SIP_MSG_INFER_RESPONSE, request_id);
+  finish(w, at, SIP__MSG_INFER_RESPONSE, request_id);
 }
 
-void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind) {
+void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind) {
   size_t at = begin(w);
   sip__wbuf_u8(w, kind);
-  finish(w, at, SIP_MSG_INFO_REQUEST, request_id);
+  finish(w, at, SIP__MSG_INFO_REQUEST, request_id);
 }
 
-void sip__encode_repo_request(sip_wbuf_t *w, uint64_t request_id, const char *json,
+void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *json,
                               size_t json_len) {
   size_t at = begin(w);
   sip__wbuf_put(w, json, json_len);
-  finish(w, at, SIP_MSG_REPO_REQUEST, request_id);
+  finish(w, at, SIP__MSG_REPO_REQUEST, request_id);
 }
 
-void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len) {
   size_t at = begin(w);
   sip__wbuf_u32(w, code);
   sip__wbuf_put(w, json, json_len);
-  finish(w, at, SIP_MSG_INFO_RESPONSE, request_id);
+  finish(w, at, SIP__MSG_INFO_RESPONSE, request_id);
 }
 
-void sip__encode_error(sip_wbuf_t *w, uint64_t request_id, uint32_t code, const char *message) {
+void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message) {
   size_t at = begin(w);
   size_t mlen = message ? strlen(message) : 0;
   sip__wbuf_u32(w, code);
   sip__wbuf_u32(w, (uint32_t)mlen);
   sip__wbuf_put(w, message, mlen);
-  finish(w, at, SIP_MSG_ERROR, request_id);
+  finish(w, at, SIP__MSG_ERROR, request_id);
 }
 
 /* ---- reader ---- */
@@ -264,14 +264,14 @@ static sip_error_t *get_str16(reader_t *r, const char *field, char **out) {
   sip_error_t *e = get_int(r, field, 2, &n);
   if (e) return e;
   if (r->len - r->off < n) return short_read(r, field, n);
-  if (n > SIP_MAX_NAME)
+  if (n > SIP__MAX_NAME)
     return sip_error_new(SIP_INVALID_ARGUMENT, "%s: %s of %llu bytes is longer than %d",
-                         r->what, field, (unsigned long long)n, SIP_MAX_NAME);
+                         r->what, field, (unsigned long long)n, SIP__MAX_NAME);
   if (memchr(r->p + r->off, '\0', n))
     return sip_error_new(SIP_INVALID_ARGUMENT, "%s: %s at offset %zu contains a NUL byte",
                          r->what, field, r->off);
   *out = sip__strndup((const char *)r->p + r->off, n);
-  if (!*out) return SIP_OOM();
+  if (!*out) return SIP__OOM();
   r->off += n;
   return NULL;
 }
@@ -324,7 +324,7 @@ static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out
   sip_tensor_t *t = sip_tensor_new_view(name, (sip_dtype_t)dtype, (int)rank, dims, r->p + r->off,
                                         (size_t)nbytes, owner);
   if (!t) {
-    e = SIP_OOM();
+    e = SIP__OOM();
     goto fail;
   }
   r->off += nbytes;
@@ -347,7 +347,7 @@ static sip_error_t *get_tensors(reader_t *r, sip_buf_t *owner, size_t n, sip_ten
    * before allocating n slots for a hostile count. */
   if (n > (r->len - r->off) / 16 + 1) return short_read(r, "tensors", n * 16);
   sip_tensor_t **ts = sip__calloc(n, sizeof *ts);
-  if (!ts) return SIP_OOM();
+  if (!ts) return SIP__OOM();
   for (size_t i = 0; i < n; i++) {
     /* Duplicate names are well-formed framing; the engine rejects them as a
      * request error, keeping the connection. */
@@ -369,7 +369,7 @@ static sip_error_t *trailing(reader_t *r) {
                        r->what, r->len - r->off, r->off);
 }
 
-void sip__wire_request_clear(sip_wire_request_t *r) {
+void sip__wire_request_clear(sip__wire_request_t *r) {
   sip__free(r->pool);
   sip__free(r->parameters);
   for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
@@ -379,7 +379,7 @@ void sip__wire_request_clear(sip_wire_request_t *r) {
   memset(r, 0, sizeof *r);
 }
 
-void sip__wire_response_clear(sip_wire_response_t *r) {
+void sip__wire_response_clear(sip__wire_response_t *r) {
   sip__free(r->message);
   for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
   sip__free(r->outputs);
@@ -387,7 +387,7 @@ void sip__wire_response_clear(sip_wire_response_t *r) {
 }
 
 sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *owner,
-                                       sip_wire_request_t *out) {
+                                       sip__wire_request_t *out) {
   memset(out, 0, sizeof *out);
   reader_t r = {p, len, 0, "INFER_REQUEST"};
   uint64_t prio, res, timeout, n_out, n_in;
@@ -405,11 +405,11 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
     goto fail;
   }
   /* The first reserved byte carries flags; the rest must be zero. */
-  if (res & ~(uint64_t)SIP_REQ_HAS_PARAMETERS) {
+  if (res & ~(uint64_t)SIP__REQ_HAS_PARAMETERS) {
     e = sip_error_new(SIP_INVALID_ARGUMENT,
                       "INFER_REQUEST reserved bytes are not zero (flags 0x%llx; expected only "
                       "0x%x, parameters)",
-                      (unsigned long long)res, SIP_REQ_HAS_PARAMETERS);
+                      (unsigned long long)res, SIP__REQ_HAS_PARAMETERS);
     goto fail;
   }
   out->priority = (int)prio;
@@ -421,7 +421,7 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
     }
     out->outputs = sip__calloc(n_out, sizeof *out->outputs);
     if (!out->outputs) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       goto fail;
     }
     for (size_t i = 0; i < n_out; i++) {
@@ -431,7 +431,7 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
   }
   if ((e = get_tensors(&r, owner, n_in, &out->inputs))) goto fail;
   out->n_inputs = n_in;
-  if (res & SIP_REQ_HAS_PARAMETERS) {
+  if (res & SIP__REQ_HAS_PARAMETERS) {
     uint64_t n;
     if ((e = get_int(&r, "parameters length", 4, &n))) goto fail;
     if (len - r.off < n) {
@@ -443,7 +443,7 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
       goto fail;
     }
     if (!(out->parameters = sip__strndup((const char *)p + r.off, n))) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       goto fail;
     }
     r.off += n;
@@ -456,7 +456,7 @@ fail:
 }
 
 sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t *owner,
-                                        sip_wire_response_t *out) {
+                                        sip__wire_response_t *out) {
   memset(out, 0, sizeof *out);
   reader_t r = {p, len, 0, "INFER_RESPONSE"};
   uint64_t code, mlen, n_out, res;
@@ -470,7 +470,7 @@ sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t 
   out->code = (uint32_t)code;
   out->message = sip__strndup((const char *)p + r.off, mlen);
   if (!out->message) {
-    e = SIP_OOM();
+    e = SIP__OOM();
     goto fail;
   }
   r.off += mlen;

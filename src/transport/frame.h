@@ -10,59 +10,59 @@
 #include "sip/server.h"
 #include "sip/tensor.h"
 
-#define SIP_FRAME_MAGIC "SIPF"
-#define SIP_FRAME_VERSION 1
-#define SIP_FRAME_HEADER_SIZE 24
-#define SIP_MAX_NAME 1024
+#define SIP__FRAME_MAGIC "SIPF"
+#define SIP__FRAME_VERSION 1
+#define SIP__FRAME_HEADER_SIZE 24
+#define SIP__MAX_NAME 1024
 
 enum {
-  SIP_MSG_INFER_REQUEST = 1,
-  SIP_MSG_INFER_RESPONSE = 2,
-  SIP_MSG_INFO_REQUEST = 3,
-  SIP_MSG_INFO_RESPONSE = 4,
-  SIP_MSG_ERROR = 5,
-  SIP_MSG_BATCH_INFER_REQUEST = 6,
-  SIP_MSG_REPO_REQUEST = 7, /* JSON {"action": "index"|"load"|"unload", "model": NAME} */
+  SIP__MSG_INFER_REQUEST = 1,
+  SIP__MSG_INFER_RESPONSE = 2,
+  SIP__MSG_INFO_REQUEST = 3,
+  SIP__MSG_INFO_RESPONSE = 4,
+  SIP__MSG_ERROR = 5,
+  SIP__MSG_BATCH_INFER_REQUEST = 6,
+  SIP__MSG_REPO_REQUEST = 7, /* JSON {"action": "index"|"load"|"unload", "model": NAME} */
 };
-#define SIP_BATCH_PREFIX_SIZE 8
+#define SIP__BATCH_PREFIX_SIZE 8
 /* INFER_REQUEST flag (first reserved byte): a u32-length JSON object of
  * request parameters follows the inputs. */
-#define SIP_REQ_HAS_PARAMETERS 0x01
+#define SIP__REQ_HAS_PARAMETERS 0x01
 
-typedef struct sip_frame_header {
+typedef struct sip__frame_header {
   uint16_t version;
   uint16_t type;
   uint32_t length;
   uint32_t flags;
   uint64_t request_id;
-} sip_frame_header_t;
+} sip__frame_header_t;
 
 /* Decodes and checks a 24-byte header: magic, version, flags, type, and
  * length <= max_payload. Errors: INVALID_ARGUMENT (bad magic/version/flags),
  * UNIMPLEMENTED (unknown type), RESOURCE_EXHAUSTED (too large). */
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
-                                      sip_frame_header_t *h);
+                                      sip__frame_header_t *h);
 void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64_t request_id);
 
 /* A growable byte buffer for encoding. */
-typedef struct sip_wbuf {
+typedef struct sip__wbuf {
   uint8_t *data;
   size_t len, cap;
   int oom; /* sticky: set when any append failed */
-} sip_wbuf_t;
-void sip__wbuf_free(sip_wbuf_t *w);
-void sip__wbuf_put(sip_wbuf_t *w, const void *p, size_t n);
-void sip__wbuf_u8(sip_wbuf_t *w, uint8_t v);
-void sip__wbuf_u16(sip_wbuf_t *w, uint16_t v);
-void sip__wbuf_u32(sip_wbuf_t *w, uint32_t v);
-void sip__wbuf_u64(sip_wbuf_t *w, uint64_t v);
-void sip__wbuf_str16(sip_wbuf_t *w, const char *s);
+} sip__wbuf_t;
+void sip__wbuf_free(sip__wbuf_t *w);
+void sip__wbuf_put(sip__wbuf_t *w, const void *p, size_t n);
+void sip__wbuf_u8(sip__wbuf_t *w, uint8_t v);
+void sip__wbuf_u16(sip__wbuf_t *w, uint16_t v);
+void sip__wbuf_u32(sip__wbuf_t *w, uint32_t v);
+void sip__wbuf_u64(sip__wbuf_t *w, uint64_t v);
+void sip__wbuf_str16(sip__wbuf_t *w, const char *s);
 /* Appends a tensor; padding is computed relative to `payload_start`. */
-void sip__wbuf_tensor(sip_wbuf_t *w, size_t payload_start, const sip_tensor_t *t);
+void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t);
 
 /* A decoded INFER_REQUEST. Tensors view the payload and hold a reference to
  * `owner` (the received frame), so no tensor data is copied. */
-typedef struct sip_wire_request {
+typedef struct sip__wire_request {
   char *pool;
   int priority;          /* 0 default, 1 high, 2 medium, 3 low */
   uint32_t timeout_ms;   /* 0: none */
@@ -70,37 +70,37 @@ typedef struct sip_wire_request {
   size_t n_outputs;
   sip_tensor_t **inputs;
   size_t n_inputs;
-  char *parameters; /* JSON text after the inputs (flag SIP_REQ_HAS_PARAMETERS), or NULL */
-} sip_wire_request_t;
+  char *parameters; /* JSON text after the inputs (flag SIP__REQ_HAS_PARAMETERS), or NULL */
+} sip__wire_request_t;
 
-typedef struct sip_wire_response {
+typedef struct sip__wire_response {
   uint32_t code;
   char *message;
   uint64_t queue_us, compute_us, total_us;
   sip_tensor_t **outputs;
   size_t n_outputs;
-} sip_wire_response_t;
+} sip__wire_response_t;
 
 /* Decode payloads (without the header). On error nothing is left allocated
  * and the error (INVALID_ARGUMENT) says which field was wrong at which
  * offset. `owner` may be NULL, in which case the tensors borrow `p`. */
 sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *owner,
-                                       sip_wire_request_t *out);
+                                       sip__wire_request_t *out);
 sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t *owner,
-                                        sip_wire_response_t *out);
-void sip__wire_request_clear(sip_wire_request_t *r);
-void sip__wire_response_clear(sip_wire_response_t *r);
+                                        sip__wire_response_t *out);
+void sip__wire_request_clear(sip__wire_request_t *r);
+void sip__wire_response_clear(sip__wire_response_t *r);
 
 /* Encode whole frames (header included) into `w` (appending). */
-void sip__encode_infer_request(sip_wbuf_t *w, uint64_t request_id, const char *pool, int priority,
+void sip__encode_infer_request(sip__wbuf_t *w, uint64_t request_id, const char *pool, int priority,
                                uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
                                const sip_tensor_t *const *inputs, size_t n_inputs);
-void sip__encode_infer_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs);
 /* The same with request parameters (JSON text, e.g. {"pipeline_config": {...}}; NULL: none). */
-void sip__encode_infer_request_params(sip_wbuf_t *w, uint64_t request_id, const char *pool,
+void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const char *pool,
                                       int priority, uint32_t timeout_ms,
                                       const char *const *outputs, size_t n_outputs,
                                       const sip_tensor_t *const *inputs, size_t n_inputs,
@@ -108,20 +108,20 @@ void sip__encode_infer_request_params(sip_wbuf_t *w, uint64_t request_id, const 
 /* BATCH_INFER_REQUEST: an 8-byte prefix (u32 max_batch_size, u8 padding,
  * 3 reserved) followed by an INFER_REQUEST payload whose dim 0 stacks the
  * items. */
-void sip__encode_batch_infer_request(sip_wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
+void sip__encode_batch_infer_request(sip__wbuf_t *w, uint64_t request_id, uint32_t max_batch_size,
                                      uint8_t padding, const char *pool, int priority,
                                      uint32_t timeout_ms, const char *const *outputs,
                                      size_t n_outputs, const sip_tensor_t *const *inputs,
                                      size_t n_inputs);
 sip_error_t *sip__decode_batch_prefix(const uint8_t *p, size_t len, uint32_t *max_batch_size,
                                       uint8_t *padding);
-void sip__encode_info_request(sip_wbuf_t *w, uint64_t request_id, uint8_t kind);
+void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind);
 /* REPO_REQUEST: the JSON text is the whole payload; answered by INFO_RESPONSE. */
-void sip__encode_repo_request(sip_wbuf_t *w, uint64_t request_id, const char *json,
+void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *json,
                               size_t json_len);
-void sip__encode_info_response(sip_wbuf_t *w, uint64_t request_id, uint32_t code,
+void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);
-void sip__encode_error(sip_wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);
+void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);
 
 /* Decodes an ERROR or INFO_RESPONSE payload's code and text (borrowed). */
 sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, uint32_t *code,

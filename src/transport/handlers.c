@@ -19,7 +19,7 @@
 /* The completion, on the engine thread that ran the request. */
 static void on_done(sip_response_t *resp, void *user) {
   pending_t *pd = user;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   if (!resp) {
     sip__encode_infer_response(&w, 0, SIP_RESOURCE_EXHAUSTED, "out of memory", 0, 0, 0, NULL, 0);
   } else {
@@ -62,7 +62,7 @@ static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
         break;
       }
       char *pc = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-      e = pc ? sip_request_set_pipeline_config(r, pc) : SIP_OOM();
+      e = pc ? sip_request_set_pipeline_config(r, pc) : SIP__OOM();
       free(pc);
     }
   }
@@ -70,17 +70,17 @@ static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
   return e;
 }
 
-static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
-  sip_wire_request_t wr;
+static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
+  sip__wire_request_t wr;
   const uint8_t *payload = sip_buf_data(c->payload);
   size_t len = c->h.length;
   uint32_t max_batch = 0;
   uint8_t padding = 0;
-  int batch = c->h.type == SIP_MSG_BATCH_INFER_REQUEST;
+  int batch = c->h.type == SIP__MSG_BATCH_INFER_REQUEST;
   sip_error_t *e = batch ? sip__decode_batch_prefix(payload, len, &max_batch, &padding) : NULL;
   if (batch && !e) {
-    payload += SIP_BATCH_PREFIX_SIZE;
-    len -= SIP_BATCH_PREFIX_SIZE;
+    payload += SIP__BATCH_PREFIX_SIZE;
+    len -= SIP__BATCH_PREFIX_SIZE;
   }
   if (!e) e = sip__decode_infer_request(payload, len, c->payload, &wr);
   if (e) {
@@ -93,7 +93,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
     sip_request_free(r);
     sip__free(pd);
     sip__wire_request_clear(&wr);
-    sip__conn_error(ls, c, c->h.request_id, SIP_OOM());
+    sip__conn_error(ls, c, c->h.request_id, SIP__OOM());
     return;
   }
   sip_request_set_id(r, c->h.request_id);
@@ -119,7 +119,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
             : sip_server_infer_async(ls->srv, r, on_done, pd);
   if (e) {
     sip__free(pd);
-    sip_wbuf_t w = {0};
+    sip__wbuf_t w = {0};
     sip__encode_infer_response(&w, rid, sip_error_code(e), sip_error_message(e), 0, 0, 0, NULL,
                                0);
     sip_error_free(e);
@@ -129,7 +129,7 @@ static void handle_infer(sip_listener_set_t *ls, conn_t *c) {
 
 /* ---- INFO_REQUEST ---- */
 
-static void handle_info(sip_listener_set_t *ls, conn_t *c) {
+static void handle_info(sip__listener_set_t *ls, conn_t *c) {
   const uint8_t *p = sip_buf_data(c->payload);
   if (c->h.length != 1 || p[0] < SIP_INFO_READY || p[0] > SIP_INFO_STATUS) {
     sip__conn_error(ls, c, c->h.request_id,
@@ -140,7 +140,7 @@ static void handle_info(sip_listener_set_t *ls, conn_t *c) {
     return;
   }
   char *json = sip_server_info_json(ls->srv, p[0]);
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   if (json)
     sip__encode_info_response(&w, c->h.request_id, SIP_OK, json, strlen(json));
   else
@@ -152,7 +152,7 @@ static void handle_info(sip_listener_set_t *ls, conn_t *c) {
 /* ---- repository requests (REPO_REQUEST, answered by INFO_RESPONSE) ---- */
 
 typedef struct repo_pending {
-  sip_listener_set_t *ls;
+  sip__listener_set_t *ls;
   uint64_t conn_id, request_id;
   int unload;
   char *model;
@@ -160,7 +160,7 @@ typedef struct repo_pending {
 
 /* The INFO_RESPONSE of a repository request: `ok` (taken) on success, else
  * {"error": message} with the error's code. */
-static void encode_repo_answer(sip_wbuf_t *w, uint64_t rid, sip_error_t *e, json_t *ok) {
+static void encode_repo_answer(sip__wbuf_t *w, uint64_t rid, sip_error_t *e, json_t *ok) {
   json_t *body = e ? json_pack("{s:s}", "error", sip_error_message(e)) : ok;
   char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
@@ -176,7 +176,7 @@ static void encode_repo_answer(sip_wbuf_t *w, uint64_t rid, sip_error_t *e, json
  * completion, straight to the connection if it is still there. */
 static void on_repo_done(sip_error_t *e, void *user) {
   repo_pending_t *rp = user;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   encode_repo_answer(&w, rp->request_id, e,
                      e ? NULL
                        : json_pack("{s:s,s:s,s:b}", "model", rp->model, "action",
@@ -187,7 +187,7 @@ static void on_repo_done(sip_error_t *e, void *user) {
   sip__free(rp);
 }
 
-static void handle_repo(sip_listener_set_t *ls, conn_t *c) {
+static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
   json_error_t je;
   uint64_t rid = c->h.request_id;
   json_t *req = json_loadb((const char *)sip_buf_data(c->payload), c->h.length,
@@ -210,20 +210,20 @@ static void handle_repo(sip_listener_set_t *ls, conn_t *c) {
   else if (model && strlen(model) != json_string_length(jm))
     e = sip_error_new(SIP_INVALID_ARGUMENT, "REPO_REQUEST %s: the model name contains a NUL byte",
                       action);
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   if (!e && !strcmp(action, "index")) {
     json_t *ready = json_object_get(req, "ready");
     char *txt = sip_server_repository_index(ls->srv, json_is_true(ready));
     if (txt)
       sip__encode_info_response(&w, rid, SIP_OK, txt, strlen(txt));
     else
-      encode_repo_answer(&w, rid, e = SIP_OOM(), NULL);
+      encode_repo_answer(&w, rid, e = SIP__OOM(), NULL);
     sip_free(txt);
   } else if (!e) {
     /* Loads take long: the loader thread answers when done. */
     repo_pending_t *rp = sip__calloc(1, sizeof *rp);
     if (!rp || !(rp->model = sip__strdup(model))) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       if (rp) sip__free(rp);
     } else {
       rp->ls = ls;
@@ -246,16 +246,16 @@ static void handle_repo(sip_listener_set_t *ls, conn_t *c) {
   if (w.data || w.oom) sip__conn_queue_wbuf(ls, c, &w);
 }
 
-void sip__handle_frame(sip_listener_set_t *ls, conn_t *c) {
+void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   switch (c->h.type) {
-  case SIP_MSG_INFER_REQUEST:
-  case SIP_MSG_BATCH_INFER_REQUEST:
+  case SIP__MSG_INFER_REQUEST:
+  case SIP__MSG_BATCH_INFER_REQUEST:
     handle_infer(ls, c);
     break;
-  case SIP_MSG_INFO_REQUEST:
+  case SIP__MSG_INFO_REQUEST:
     handle_info(ls, c);
     break;
-  case SIP_MSG_REPO_REQUEST:
+  case SIP__MSG_REPO_REQUEST:
     handle_repo(ls, c);
     break;
   default:

@@ -32,14 +32,14 @@
 static void release_payload(void *p) { sip__free(p); }
 
 /* Reads everything available. Returns -1 when the connection was closed. */
-static int conn_read(sip_listener_set_t *ls, conn_t *c) {
+static int conn_read(sip__listener_set_t *ls, conn_t *c) {
   for (;;) {
     if (c->closing) return 0;
     uint8_t *dst;
     size_t want;
     if (!c->payload) {
       dst = c->hdr + c->hdr_got;
-      want = SIP_FRAME_HEADER_SIZE - c->hdr_got;
+      want = SIP__FRAME_HEADER_SIZE - c->hdr_got;
     } else {
       dst = (uint8_t *)sip_buf_data(c->payload) + c->got;
       want = c->h.length - c->got;
@@ -57,7 +57,7 @@ static int conn_read(sip_listener_set_t *ls, conn_t *c) {
     }
     if (!c->payload) {
       c->hdr_got += (size_t)n;
-      if (c->hdr_got < SIP_FRAME_HEADER_SIZE) continue;
+      if (c->hdr_got < SIP__FRAME_HEADER_SIZE) continue;
       sip_error_t *e = sip__frame_header_decode(c->hdr, ls->max_frame, &c->h);
       if (e) {
         uint64_t rid = 0;
@@ -88,7 +88,7 @@ static int conn_read(sip_listener_set_t *ls, conn_t *c) {
   }
 }
 
-static void do_accept(sip_listener_set_t *ls, listener_t *l) {
+static void do_accept(sip__listener_set_t *ls, listener_t *l) {
   for (;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -143,7 +143,7 @@ static void do_accept(sip_listener_set_t *ls, listener_t *l) {
 }
 
 static void *loop_main(void *arg) {
-  sip_listener_set_t *ls = arg;
+  sip__listener_set_t *ls = arg;
   struct epoll_event evs[64];
   while (!atomic_load(&ls->stop)) {
     int n = epoll_wait(ls->epfd, evs, 64, -1);
@@ -194,14 +194,14 @@ static void *loop_main(void *arg) {
 static void listeners_stop(void *state);
 
 static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void **out) {
-  const sip_config_t *cfg = options;
+  const sip__config_t *cfg = options;
   char **endpoints = cfg->endpoints;
   size_t n = cfg->n_endpoints;
   if (n > MAX_LISTENERS)
     return sip_error_new(SIP_INVALID_ARGUMENT, "%zu endpoints; at most %d are supported", n,
                          MAX_LISTENERS);
-  sip_listener_set_t *ls = sip__calloc(1, sizeof *ls);
-  if (!ls) return SIP_OOM();
+  sip__listener_set_t *ls = sip__calloc(1, sizeof *ls);
+  if (!ls) return SIP__OOM();
   ls->srv = srv;
   ls->max_frame = cfg->max_frame_bytes;
   ls->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -218,7 +218,7 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
     if (e) break;
     ls->n_ls = i + 1;
     if (!ls->ls[i].address) {
-      e = SIP_OOM();
+      e = SIP__OOM();
       break;
     }
     ev.events = EPOLLIN;
@@ -240,7 +240,7 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
 }
 
 static void listeners_stop(void *state) {
-  sip_listener_set_t *ls = state;
+  sip__listener_set_t *ls = state;
   if (!ls) return;
   if (ls->thread_started) {
     atomic_store(&ls->stop, 1);
@@ -266,16 +266,16 @@ static void listeners_stop(void *state) {
   sip__free(ls);
 }
 
-static size_t listeners_count(void *state) { return ((sip_listener_set_t *)state)->n_ls; }
+static size_t listeners_count(void *state) { return ((sip__listener_set_t *)state)->n_ls; }
 
 static void listeners_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
-  sip_listener_set_t *ls = state;
+  sip__listener_set_t *ls = state;
   emit(ctx, "unix", atomic_load(&ls->open_conns[0]));
   emit(ctx, "tcp", atomic_load(&ls->open_conns[1]));
 }
 
 static const char *listeners_address(void *state, size_t i) {
-  sip_listener_set_t *ls = state;
+  sip__listener_set_t *ls = state;
   return i < ls->n_ls ? ls->ls[i].address : NULL;
 }
 

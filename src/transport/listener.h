@@ -6,7 +6,7 @@
 
 #include "sip/frontend.h"
 
-/* start() takes the server's `const sip_config_t *` (endpoints,
+/* start() takes the server's `const sip__config_t *` (endpoints,
  * max_frame_bytes). Connections are reported as "unix" and "tcp". */
 extern const sip_frontend_vtable_t sip__frontend_native;
 

@@ -43,9 +43,9 @@ typedef struct conn {
   sip_cancel_token_t *cancel; /* carried by every request of this connection */
   uint32_t gen;
   uint32_t slot;
-  uint8_t hdr[SIP_FRAME_HEADER_SIZE];
+  uint8_t hdr[SIP__FRAME_HEADER_SIZE];
   size_t hdr_got;
-  sip_frame_header_t h;
+  sip__frame_header_t h;
   sip_buf_t *payload; /* non-NULL while reading a payload */
   size_t got;
   chunk_t *out_head, *out_tail;
@@ -60,8 +60,8 @@ typedef struct listener {
   char *unlink_path; /* unix socket file to remove on stop */
 } listener_t;
 
-typedef struct sip_listener_set sip_listener_set_t;
-struct sip_listener_set {
+typedef struct sip__listener_set sip__listener_set_t;
+struct sip__listener_set {
   sip_server_t *srv;
   size_t max_frame;
   int epfd, wakefd;
@@ -79,7 +79,7 @@ struct sip_listener_set {
 
 /* An infer request in flight: where its answer goes. */
 typedef struct pending {
-  sip_listener_set_t *ls;
+  sip__listener_set_t *ls;
   uint64_t conn_id;
 } pending_t;
 
@@ -124,24 +124,24 @@ sip_error_t *sip__endpoint_listen(const char *endpoint, listener_t *l);
 /* Drops a reference; the last one closes the descriptor and frees it. */
 void sip__conn_unref(conn_t *c);
 /* Loop only: closes a connection (its queued requests are cancelled). */
-void sip__conn_close(sip_listener_set_t *ls, conn_t *c);
+void sip__conn_close(sip__listener_set_t *ls, conn_t *c);
 /* Sends queued chunks until done or the socket is full (then EPOLLOUT is
  * armed). Caller holds c->wmu. Returns -1 on a socket error. */
-int sip__conn_send_queued(sip_listener_set_t *ls, conn_t *c);
+int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c);
 /* Loop only: writes what it can. Returns -1 when the connection was closed. */
-int sip__conn_flush(sip_listener_set_t *ls, conn_t *c);
+int sip__conn_flush(sip__listener_set_t *ls, conn_t *c);
 /* Loop only: queues an encoded frame (taken); sip__conn_flush sends it. */
-void sip__conn_queue_wbuf(sip_listener_set_t *ls, conn_t *c, sip_wbuf_t *w);
+void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w);
 /* Protocol violation: answer with an ERROR frame, then close. */
-void sip__conn_error(sip_listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e);
+void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e);
 /* Any thread: writes an answer (taken) to the connection `id` if it is
  * still open: directly when nothing is queued before it, else behind the
  * queue (the loop flushes). */
-void sip__conn_write_answer(sip_listener_set_t *ls, uint64_t id, sip_wbuf_t *w);
+void sip__conn_write_answer(sip__listener_set_t *ls, uint64_t id, sip__wbuf_t *w);
 
 /* ---- handlers.c ---------------------------------------------------------- */
 
 /* Loop only: acts on the complete frame in c->h / c->payload. */
-void sip__handle_frame(sip_listener_set_t *ls, conn_t *c);
+void sip__handle_frame(sip__listener_set_t *ls, conn_t *c);
 
 #endif

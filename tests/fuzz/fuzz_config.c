@@ -47,7 +47,7 @@
 #define MAX_RUN_ELEMENTS 4096 /* elements of one zero input of a run */
 #define POOL_NAME_MAX 128
 
-static void check_config(const sip_config_t *cfg) {
+static void check_config(const sip__config_t *cfg) {
   CHECK(cfg->path && !strcmp(cfg->path, "fuzz.yaml"));
   CHECK(cfg->n_endpoints >= 1 && cfg->endpoints);
   for (size_t i = 0; i < cfg->n_endpoints; i++) CHECK(cfg->endpoints[i] && cfg->endpoints[i][0]);
@@ -55,10 +55,10 @@ static void check_config(const sip_config_t *cfg) {
   CHECK(cfg->engine.inter_op_threads >= 0 && cfg->engine.inter_op_threads <= 256);
   CHECK(cfg->engine.allow_spinning == 0 || cfg->engine.allow_spinning == 1);
   CHECK(cfg->max_frame_bytes >= 1024 && (uint64_t)cfg->max_frame_bytes <= ((uint64_t)4 << 30));
-  CHECK((unsigned)cfg->log_level <= SIP_LOG_ERROR);
+  CHECK((unsigned)cfg->log_level <= SIP__LOG_ERROR);
   CHECK(cfg->n_pools == 0 || cfg->pools);
   for (size_t i = 0; i < cfg->n_pools; i++) {
-    const sip_pool_config_t *p = &cfg->pools[i];
+    const sip__pool_config_t *p = &cfg->pools[i];
     /* 1..128 characters; a stage's implicit pool "<pipeline>.<stage>" up to 257. */
     CHECK(p->name && strlen(p->name) >= 1 && strlen(p->name) <= 2 * POOL_NAME_MAX + 1);
     for (size_t j = 0; j < i; j++) CHECK(strcmp(p->name, cfg->pools[j].name) != 0);
@@ -67,23 +67,23 @@ static void check_config(const sip_config_t *cfg) {
     CHECK(!strcmp(p->backend, "builtin") || !strcmp(p->backend, "transform") ||
           (!strcmp(p->backend, "onnxruntime") && p->model_path));
     CHECK(p->pool_size >= 1 && p->pool_size <= 256);
-    CHECK((unsigned)p->priority < SIP_PRIO_LEVELS);
+    CHECK((unsigned)p->priority < SIP__PRIO_LEVELS);
     CHECK(p->max_memory_mb >= 0 && p->max_memory_mb <= 1048576);
     CHECK(p->max_compute_percent >= 0 && p->max_compute_percent <= 100);
     for (size_t j = 0; j < p->n_backend_options; j++)
       CHECK(p->backend_options[j].key && p->backend_options[j].value);
     int cpus = 0; /* cpu_affinity: n_cpus is the number of bits set */
-    for (size_t w = 0; w < SIP_MAX_CPUS / 64; w++) cpus += __builtin_popcountll(p->cpu_mask[w]);
+    for (size_t w = 0; w < SIP__MAX_CPUS / 64; w++) cpus += __builtin_popcountll(p->cpu_mask[w]);
     CHECK(cpus == p->n_cpus);
   }
   CHECK(cfg->n_pipelines == 0 || cfg->pipelines);
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
-    const sip_pipeline_config_t *pl = &cfg->pipelines[i];
+    const sip__pipeline_config_t *pl = &cfg->pipelines[i];
     CHECK(pl->name && pl->name[0] && pl->n_stages >= 1 && pl->stages);
     for (size_t j = 0; j < i; j++) CHECK(strcmp(pl->name, cfg->pipelines[j].name) != 0);
     for (size_t j = 0; j < cfg->n_pools; j++) CHECK(strcmp(pl->name, cfg->pools[j].name) != 0);
     for (size_t k = 0; k < pl->n_stages; k++) {
-      const sip_stage_config_t *st = &pl->stages[k];
+      const sip__stage_config_t *st = &pl->stages[k];
       CHECK(st->name && st->name[0] && !strchr(st->name, '.'));
       CHECK(st->is_transform ? st->operation != NULL : st->pool != NULL);
       for (size_t j = 0; j < k; j++) CHECK(strcmp(st->name, pl->stages[j].name) != 0);
@@ -189,7 +189,7 @@ static void sb_kvs(sb_t *b, const sip_kv_t *kv, size_t n, int skip_delays) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static void emit_pool(sb_t *b, const sip_pool_config_t *p) {
+static void emit_pool(sb_t *b, const sip__pool_config_t *p) {
   static const char *const prio[] = {"high", "medium", "low"};
   static const char *const pad[] = {"none", "replicate_last", "zero"};
   static const char *const action[] = {"reject", "delay"};
@@ -264,7 +264,7 @@ static void emit_pool(sb_t *b, const sip_pool_config_t *p) {
   }
 }
 
-static void emit_stage(sb_t *b, const sip_stage_config_t *st) {
+static void emit_stage(sb_t *b, const sip__stage_config_t *st) {
   sb_add(b, "      - name: ");
   sb_q(b, st->name);
   sb_add(b, "\n");
@@ -303,7 +303,7 @@ static void emit_stage(sb_t *b, const sip_stage_config_t *st) {
 
 /* The YAML the engine serves; NULL when the config is not served (too big
  * for one iteration, or names that cannot be written as pools). */
-static char *emit(const sip_config_t *cfg, const char *repo_dir) {
+static char *emit(const sip__config_t *cfg, const char *repo_dir) {
   if (cfg->n_pools > MAX_SERVED_POOLS || cfg->n_pipelines > MAX_SERVED_PIPELINES) return NULL;
   size_t total = 0;
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
@@ -325,13 +325,13 @@ static char *emit(const sip_config_t *cfg, const char *repo_dir) {
     sb_add(&b, "  model_repository: ");
     sb_q(&b, repo_dir);
     sb_add(&b, "\n  model_control: %s\n",
-           cfg->model_control == SIP_MODEL_CONTROL_EXPLICIT ? "explicit" : "startup");
+           cfg->model_control == SIP__MODEL_CONTROL_EXPLICIT ? "explicit" : "startup");
   }
   sb_add(&b, "session_pools:%s\n", cfg->n_pools ? "" : " []");
   for (size_t i = 0; i < cfg->n_pools; i++) emit_pool(&b, &cfg->pools[i]);
   if (cfg->n_pipelines) sb_add(&b, "pipeline_sessions:\n");
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
-    const sip_pipeline_config_t *pl = &cfg->pipelines[i];
+    const sip__pipeline_config_t *pl = &cfg->pipelines[i];
     sb_add(&b, "  - name: ");
     sb_q(&b, pl->name);
     sb_add(&b, "\n");
@@ -373,16 +373,16 @@ static int same_strs(char *const *a, size_t na, char *const *b, size_t nb) {
   return 1;
 }
 
-static void check_same_pipelines(const sip_config_t *a, const sip_config_t *b) {
+static void check_same_pipelines(const sip__config_t *a, const sip__config_t *b) {
   CHECK(a->n_pools == b->n_pools && a->n_pipelines == b->n_pipelines);
   for (size_t i = 0; i < a->n_pools; i++) CHECK(same_str(a->pools[i].name, b->pools[i].name));
   for (size_t i = 0; i < a->n_pipelines; i++) {
-    const sip_pipeline_config_t *p = &a->pipelines[i], *q = &b->pipelines[i];
+    const sip__pipeline_config_t *p = &a->pipelines[i], *q = &b->pipelines[i];
     CHECK(same_str(p->name, q->name) && p->n_stages == q->n_stages);
     CHECK(same_str(p->early_exit_condition, q->early_exit_condition));
     CHECK(same_strs(p->outputs, p->n_outputs, q->outputs, q->n_outputs));
     for (size_t k = 0; k < p->n_stages; k++) {
-      const sip_stage_config_t *s = &p->stages[k], *t = &q->stages[k];
+      const sip__stage_config_t *s = &p->stages[k], *t = &q->stages[k];
       CHECK(same_str(s->name, t->name) && s->is_transform == t->is_transform);
       CHECK(same_str(s->pool, t->pool) && same_str(s->operation, t->operation));
       CHECK(same_kvs(s->options, s->n_options, t->options, t->n_options));
@@ -416,7 +416,7 @@ static json_t *named(json_t *list, const char *name) {
 }
 
 /* Pools and pipelines as introspection lists them, against the config. */
-static void check_listing(const sip_config_t *cfg, json_t *root, int kind) {
+static void check_listing(const sip__config_t *cfg, json_t *root, int kind) {
   json_t *pools = json_object_get(root, "pools"), *pls = json_object_get(root, "pipelines");
   CHECK(json_array_size(pools) == cfg->n_pools);
   for (size_t i = 0; i < cfg->n_pools; i++) {
@@ -428,7 +428,7 @@ static void check_listing(const sip_config_t *cfg, json_t *root, int kind) {
   }
   CHECK(json_array_size(pls) == cfg->n_pipelines);
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
-    const sip_pipeline_config_t *c = &cfg->pipelines[i];
+    const sip__pipeline_config_t *c = &cfg->pipelines[i];
     json_t *pl = json_array_get(pls, i), *stages = json_object_get(pl, "stages");
     CHECK(jstr(pl, "name") && !strcmp(jstr(pl, "name"), c->name));
     const char *state = jstr(pl, "state"), *err = jstr(pl, "error");
@@ -451,7 +451,7 @@ static void check_listing(const sip_config_t *cfg, json_t *root, int kind) {
 /* A run of a READY pipeline whose model stages all run on builtin pools,
  * on zeros shaped like its inputs; any answer will do. */
 static void run_on_zeros(sip_server_t *s, json_t *pools, json_t *pl,
-                         const sip_pipeline_config_t *c) {
+                         const sip__pipeline_config_t *c) {
   for (size_t k = 0; k < c->n_stages; k++) {
     if (c->stages[k].is_transform) return; /* options may ask for huge images */
     json_t *p = named(pools, c->stages[k].pool);
@@ -504,7 +504,7 @@ static void run_on_zeros(sip_server_t *s, json_t *pools, json_t *pl,
   sip_response_free(resp);
 }
 
-static void serve(const sip_config_t *cfg, const char *yaml) {
+static void serve(const sip__config_t *cfg, const char *yaml) {
   sip_server_options_t *o = sip_server_options_new();
   CHECK(o);
   CHECK(!sip_server_options_set_config_string(o, yaml, "/fuzz/base"));
@@ -595,7 +595,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *err =
       sip__config_load_string((const char *)data, size, "fuzz.yaml", "/fuzz/base", sip__backend_catalog(), &cfg);
   if (err) {
@@ -610,7 +610,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *yaml = emit(cfg, have_repo ? repo_dir : NULL);
   if (yaml) {
     /* The served config is what the text says, not the fuzzer's config. */
-    sip_config_t *again = NULL;
+    sip__config_t *again = NULL;
     err = sip__config_load_string(yaml, strlen(yaml), "<string>", "/fuzz/base", sip__backend_catalog(), &again);
     if (err) fprintf(stderr, "fuzz_config: %s\n---\n%s---\n", sip_error_message(err), yaml);
     CHECK(!err && again);

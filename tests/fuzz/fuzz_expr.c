@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!text) return 0;
   memcpy(text, data, size);
   text[size] = '\0';
-  sip_expr_t *e = (sip_expr_t *)&e;
+  sip__expr_t *e = (sip__expr_t *)&e;
   sip_error_t *err = sip__expr_parse(text, &e);
   if (err) {
     CHECK(!e);

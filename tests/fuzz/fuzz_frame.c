@@ -25,7 +25,7 @@
 static void release(void *ctx) { free(ctx); }
 
 static void check_tensor(const sip_tensor_t *t, const uint8_t *p, size_t len) {
-  CHECK(t && t->name && strlen(t->name) <= SIP_MAX_NAME);
+  CHECK(t && t->name && strlen(t->name) <= SIP__MAX_NAME);
   CHECK(t->dtype >= SIP_DTYPE_FLOAT32 && t->dtype <= SIP_DTYPE_UINT64);
   CHECK(t->rank >= 0 && t->rank <= SIP_MAX_RANK);
   for (int i = 0; i < t->rank; i++) CHECK(t->dims[i] >= 0);
@@ -44,30 +44,30 @@ static void check_same_tensor(const sip_tensor_t *a, const sip_tensor_t *b) {
 }
 
 /* Decodes the single frame in w (header + payload); returns its payload. */
-static const uint8_t *reframe(const sip_wbuf_t *w, uint16_t type, uint64_t id, size_t want_len,
+static const uint8_t *reframe(const sip__wbuf_t *w, uint16_t type, uint64_t id, size_t want_len,
                               size_t *len) {
-  CHECK(!w->oom && w->len >= SIP_FRAME_HEADER_SIZE);
-  sip_frame_header_t h;
+  CHECK(!w->oom && w->len >= SIP__FRAME_HEADER_SIZE);
+  sip__frame_header_t h;
   sip_error_t *e = sip__frame_header_decode(w->data, SIZE_MAX, &h);
   CHECK(!e);
   CHECK(h.type == type && h.request_id == id && h.flags == 0);
-  CHECK(w->len == SIP_FRAME_HEADER_SIZE + (size_t)h.length);
+  CHECK(w->len == SIP__FRAME_HEADER_SIZE + (size_t)h.length);
   /* Same fields and sizes, so the same length (padding bytes may differ). */
   CHECK(h.length == want_len);
   *len = h.length;
-  return w->data + SIP_FRAME_HEADER_SIZE;
+  return w->data + SIP__FRAME_HEADER_SIZE;
 }
 
-static void round_trip_request(const sip_wire_request_t *r, uint64_t id, size_t len) {
-  sip_wbuf_t w = {0};
+static void round_trip_request(const sip__wire_request_t *r, uint64_t id, size_t len) {
+  sip__wbuf_t w = {0};
   /* Parameters (flag bit 0) travel too: without them the frame is shorter. */
   sip__encode_infer_request_params(&w, id, r->pool, r->priority, r->timeout_ms,
                                    (const char *const *)r->outputs, r->n_outputs,
                                    (const sip_tensor_t *const *)r->inputs, r->n_inputs,
                                    r->parameters);
   size_t len2;
-  const uint8_t *p2 = reframe(&w, SIP_MSG_INFER_REQUEST, id, len, &len2);
-  sip_wire_request_t r2;
+  const uint8_t *p2 = reframe(&w, SIP__MSG_INFER_REQUEST, id, len, &len2);
+  sip__wire_request_t r2;
   sip_error_t *e = sip__decode_infer_request(p2, len2, NULL, &r2);
   CHECK(!e);
   CHECK(strcmp(r->pool, r2.pool) == 0);
@@ -84,9 +84,9 @@ static void round_trip_request(const sip_wire_request_t *r, uint64_t id, size_t 
   sip__wbuf_free(&w);
 }
 
-static void round_trip_response(const sip_wire_response_t *r, uint64_t id, const uint8_t *p,
+static void round_trip_response(const sip__wire_response_t *r, uint64_t id, const uint8_t *p,
                                 size_t len) {
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_response(&w, id, r->code, r->message, r->queue_us, r->compute_us,
                              r->total_us, (const sip_tensor_t *const *)r->outputs, r->n_outputs);
   /* The message is kept as a C string: an embedded NUL shortens it, and so
@@ -94,18 +94,18 @@ static void round_trip_response(const sip_wire_response_t *r, uint64_t id, const
   uint32_t mlen = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
                   (uint32_t)p[7] << 24;
   CHECK(!w.oom);
-  sip_frame_header_t h;
+  sip__frame_header_t h;
   sip_error_t *e = sip__frame_header_decode(w.data, SIZE_MAX, &h);
   CHECK(!e);
-  CHECK(h.type == SIP_MSG_INFER_RESPONSE && h.request_id == id);
+  CHECK(h.type == SIP__MSG_INFER_RESPONSE && h.request_id == id);
   size_t len2 = h.length;
-  const uint8_t *p2 = w.data + SIP_FRAME_HEADER_SIZE;
-  CHECK(w.len == SIP_FRAME_HEADER_SIZE + len2);
+  const uint8_t *p2 = w.data + SIP__FRAME_HEADER_SIZE;
+  CHECK(w.len == SIP__FRAME_HEADER_SIZE + len2);
   if (strlen(r->message) == mlen)
     CHECK(len2 == len);
   else
     CHECK(strlen(r->message) < mlen && len2 <= len);
-  sip_wire_response_t r2;
+  sip__wire_response_t r2;
   e = sip__decode_infer_response(p2, len2, NULL, &r2);
   CHECK(!e);
   CHECK(r->code == r2.code && strcmp(r->message, r2.message) == 0);
@@ -120,12 +120,12 @@ static void round_trip_response(const sip_wire_response_t *r, uint64_t id, const
   sip__wbuf_free(&w);
 }
 
-static int is_request_zeroed(const sip_wire_request_t *r) {
+static int is_request_zeroed(const sip__wire_request_t *r) {
   return !r->pool && !r->outputs && !r->n_outputs && !r->inputs && !r->n_inputs;
 }
 
 /* Returns 0 to stop the stream (the server closes the connection). */
-static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
+static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
   size_t len = h->length;
   /* An exactly sized copy owned by a refcounted buffer, as the server holds
    * a received frame. */
@@ -137,14 +137,14 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
   int ok = 1;
   sip_error_t *e = NULL;
   switch (h->type) {
-    case SIP_MSG_INFER_REQUEST: {
-      sip_wire_request_t r;
+    case SIP__MSG_INFER_REQUEST: {
+      sip__wire_request_t r;
       e = sip__decode_infer_request(p, len, owner, &r);
       if (e) {
         CHECK(is_request_zeroed(&r));
         break;
       }
-      CHECK(r.pool && strlen(r.pool) <= SIP_MAX_NAME);
+      CHECK(r.pool && strlen(r.pool) <= SIP__MAX_NAME);
       CHECK(r.priority >= 0 && r.priority <= 3);
       CHECK(!r.n_outputs || r.outputs);
       CHECK(!r.n_inputs || r.inputs);
@@ -157,14 +157,14 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
       sip__wire_request_clear(&r);
       break;
     }
-    case SIP_MSG_BATCH_INFER_REQUEST: {
+    case SIP__MSG_BATCH_INFER_REQUEST: {
       uint32_t max_batch;
       uint8_t padding;
       e = sip__decode_batch_prefix(p, len, &max_batch, &padding);
       if (e) break;
       CHECK(padding <= 2);
-      sip_wire_request_t r;
-      e = sip__decode_infer_request(p + SIP_BATCH_PREFIX_SIZE, len - SIP_BATCH_PREFIX_SIZE, owner,
+      sip__wire_request_t r;
+      e = sip__decode_infer_request(p + SIP__BATCH_PREFIX_SIZE, len - SIP__BATCH_PREFIX_SIZE, owner,
                                     &r);
       if (e) {
         CHECK(is_request_zeroed(&r));
@@ -174,8 +174,8 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
       sip__wire_request_clear(&r);
       break;
     }
-    case SIP_MSG_INFER_RESPONSE: {
-      sip_wire_response_t r;
+    case SIP__MSG_INFER_RESPONSE: {
+      sip__wire_response_t r;
       e = sip__decode_infer_response(p, len, owner, &r);
       if (e) {
         CHECK(!r.message && !r.outputs && !r.n_outputs);
@@ -188,16 +188,16 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
       sip__wire_response_clear(&r);
       break;
     }
-    case SIP_MSG_INFO_REQUEST:
+    case SIP__MSG_INFO_REQUEST:
       /* u8 kind; the server answers anything else with an error. */
       ok = len == 1;
       break;
-    case SIP_MSG_REPO_REQUEST:
+    case SIP__MSG_REPO_REQUEST:
       /* JSON text, parsed by the engine's repository code (jansson). */
       break;
-    case SIP_MSG_INFO_RESPONSE:
-    case SIP_MSG_ERROR: {
-      int is_error = h->type == SIP_MSG_ERROR;
+    case SIP__MSG_INFO_RESPONSE:
+    case SIP__MSG_ERROR: {
+      int is_error = h->type == SIP__MSG_ERROR;
       uint32_t code = 0;
       const char *text = NULL;
       size_t tl = 0;
@@ -206,7 +206,7 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
         CHECK(text >= (const char *)p && tl <= len && (const uint8_t *)text + tl == p + len);
         CHECK(tl == len - (is_error ? 8u : 4u));
         /* Round trip. */
-        sip_wbuf_t w = {0};
+        sip__wbuf_t w = {0};
         if (is_error) {
           /* sip__encode_error takes a C string. */
           if (!memchr(text, 0, tl)) {
@@ -245,8 +245,8 @@ static int one_frame(const sip_frame_header_t *h, const uint8_t *payload) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t off = 0;
-  while (size - off >= SIP_FRAME_HEADER_SIZE) {
-    sip_frame_header_t h;
+  while (size - off >= SIP__FRAME_HEADER_SIZE) {
+    sip__frame_header_t h;
     sip_error_t *e = sip__frame_header_decode(data + off, MAX_PAYLOAD, &h);
     if (e) {
       sip_code_t c = sip_error_code(e);
@@ -254,9 +254,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       sip_error_free(e);
       break;
     }
-    CHECK(h.version == SIP_FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
-    CHECK(h.type >= SIP_MSG_INFER_REQUEST && h.type <= SIP_MSG_REPO_REQUEST);
-    off += SIP_FRAME_HEADER_SIZE;
+    CHECK(h.version == SIP__FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
+    CHECK(h.type >= SIP__MSG_INFER_REQUEST && h.type <= SIP__MSG_REPO_REQUEST);
+    off += SIP__FRAME_HEADER_SIZE;
     if (size - off < h.length) break; /* the connection would wait for more */
     int go_on = one_frame(&h, data + off);
     off += h.length;

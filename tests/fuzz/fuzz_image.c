@@ -18,7 +18,7 @@
     if (!(cond)) abort(); \
   } while (0)
 
-static sip_transform_t *tf[3];
+static sip__transform_t *tf[3];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const modes[] = {"rgb", "bgr", "gray"};

@@ -28,8 +28,8 @@
 
 typedef struct world {
   sip__engine_t e;
-  sip_config_t *cfg;
-  sip_pipeline_set_t *ps;
+  sip__config_t *cfg;
+  sip__pipeline_set_t *ps;
 } world_t;
 
 static const char *POOLS =
@@ -40,14 +40,14 @@ static const char *POOLS =
     "  - {name: rotten, backend: builtin, backend_options: {dtype: nope}}\n";
 
 /* POOLS, then `pipelines` (the pipeline_sessions entries). */
-static sip_error_t *parse(const char *pipelines, sip_config_t **out) {
+static sip_error_t *parse(const char *pipelines, sip__config_t **out) {
   char yaml[8192];
   snprintf(yaml, sizeof yaml, "%spipeline_sessions:\n%s", POOLS, pipelines);
   return sip__config_load_string(yaml, strlen(yaml), "<test>", NULL, sip__backend_catalog(), out);
 }
 
-static sip_config_t *parse_ok(const char *pipelines) {
-  sip_config_t *cfg = NULL;
+static sip__config_t *parse_ok(const char *pipelines) {
+  sip__config_t *cfg = NULL;
   sip_error_t *e = parse(pipelines, &cfg);
   if (e) {
     char msg[1024];
@@ -59,12 +59,12 @@ static sip_config_t *parse_ok(const char *pipelines) {
 }
 
 /* Loads the config's pools, lists its pipelines and builds them. */
-static void world_up(world_t *w, sip_config_t *cfg) {
+static void world_up(world_t *w, sip__config_t *cfg) {
   memset(w, 0, sizeof *w);
   w->cfg = cfg;
   sip__engine_init(&w->e, &cfg->engine, 2, NULL, NULL);
   for (size_t i = 0; i < cfg->n_pools; i++) {
-    sip_pool_t *p = sip__pool_new(&w->e, &cfg->pools[i], NULL, NULL);
+    sip__pool_t *p = sip__pool_new(&w->e, &cfg->pools[i], NULL, NULL);
     assert_non_null(p);
     assert_null(sip__registry_swap(&w->e, &p, 1, NULL, 0));
     sip__pool_load(p);
@@ -77,7 +77,7 @@ static void world_up(world_t *w, sip_config_t *cfg) {
 static void world_down(world_t *w) {
   for (;;) {
     pthread_rwlock_rdlock(&w->e.reg_lock);
-    sip_pool_t *p = w->e.n_pools ? w->e.pools[0] : NULL;
+    sip__pool_t *p = w->e.n_pools ? w->e.pools[0] : NULL;
     pthread_rwlock_unlock(&w->e.reg_lock);
     if (!p) break;
     sip__registry_drain_free(&w->e, p);
@@ -110,7 +110,7 @@ static void assert_pools_ready(world_t *w) {
 }
 
 /* The stage config named `stage` of pipeline `pl`. */
-static sip_stage_config_t *stage_cfg(sip_config_t *cfg, const char *pl, const char *stage) {
+static sip__stage_config_t *stage_cfg(sip__config_t *cfg, const char *pl, const char *stage) {
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
     if (strcmp(cfg->pipelines[i].name, pl)) continue;
     for (size_t k = 0; k < cfg->pipelines[i].n_stages; k++)
@@ -133,7 +133,7 @@ static void set_kv_value(sip_kv_t *kv, const char *v) {
   assert_non_null(kv->value);
 }
 
-static void set_option(sip_stage_config_t *st, const char *key, const char *v) {
+static void set_option(sip__stage_config_t *st, const char *key, const char *v) {
   for (size_t i = 0; i < st->n_options; i++)
     if (!strcmp(st->options[i].key, key)) {
       set_kv_value(&st->options[i], v);
@@ -213,7 +213,7 @@ static void expect_failed(world_t *w, const char *const *frags) {
 }
 
 /* Builds `cfg` and expects pipeline "bad" FAILED as expect_failed says. */
-static void build_failed(sip_config_t *cfg, const char *const *frags) {
+static void build_failed(sip__config_t *cfg, const char *const *frags) {
   world_t w;
   world_up(&w, cfg);
   expect_failed(&w, frags);
@@ -222,7 +222,7 @@ static void build_failed(sip_config_t *cfg, const char *const *frags) {
 
 /* The parser refuses `pipelines` with a message holding each fragment. */
 static void expect_refused(const char *pipelines, const char *const *frags) {
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *e = parse(pipelines, &cfg);
   assert_non_null(e);
   assert_null(cfg);
@@ -254,7 +254,7 @@ static void test_unknown_pool(void **state) {
   static const char *const pfrags[] = {"<test>:", "ghost", NULL};
   expect_refused(GOOD "  - {name: bad, stages: [{name: a, pool: ghost}]}\n", pfrags);
 
-  sip_config_t *cfg = parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo}, {name: b, pool: echo}]}\n");
+  sip__config_t *cfg = parse_ok(GOOD "  - {name: bad, stages: [{name: a, pool: echo}, {name: b, pool: echo}]}\n");
   set_str(&stage_cfg(cfg, "bad", "a")->pool, "ghost");
   static const char *const frags[] = {"stage 'a'", "no pool named 'ghost'", NULL};
   build_failed(cfg, frags);
@@ -277,11 +277,11 @@ static void test_input_mapping_unknown_stage(void **state) {
                  pfrags);
 
   /* Past the parser: the builder says the same. */
-  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
+  sip__config_t *cfg = parse_ok(GOOD "  - name: bad\n"
                                     "    stages:\n"
                                     "      - {name: a, pool: echo}\n"
                                     "      - {name: b, pool: echo, input_mapping: {input: a.output}}\n");
-  sip_stage_config_t *b = stage_cfg(cfg, "bad", "b");
+  sip__stage_config_t *b = stage_cfg(cfg, "bad", "b");
   assert_int_equal(b->n_input_mapping, 1);
   set_kv_value(&b->input_mapping[0], "nosuch.output");
   static const char *const frags[] = {"stage 'b' input 'input'", "'nosuch.output' names no earlier stage", NULL};
@@ -348,7 +348,7 @@ static void test_when_unknown_stage(void **state) {
                  pfrags);
 
   /* Past the parser: the builder refuses it too. */
-  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
+  sip__config_t *cfg = parse_ok(GOOD "  - name: bad\n"
                                     "    stages:\n"
                                     "      - {name: a, pool: echo}\n"
                                     "      - {name: b, pool: echo, when: 'len(a.output) > 0'}\n");
@@ -377,7 +377,7 @@ static void test_transform_bad_option(void **state) {
 
   /* Past the parser: the builder fails the pipeline with the transform's
    * own message. */
-  sip_config_t *cfg = parse_ok(GOOD "  - name: bad\n"
+  sip__config_t *cfg = parse_ok(GOOD "  - name: bad\n"
                       "    stages:\n"
                       "      - {name: a, pool: echo}\n"
                       "      - {name: t, type: transform, operation: softmax, axis: 1}\n");

@@ -136,20 +136,20 @@ static void test_two_queues(void **state) {
 
 /* ---- src/sched/queue.c ---- */
 
-static void item(sip_sched_item_t *it, int level, uint64_t arrival_us) {
+static void item(sip__sched_item_t *it, int level, uint64_t arrival_us) {
   it->level = level;
   it->arrival_us = arrival_us;
 }
 
 static void test_sched_level_then_oldest(void **state) {
   (void)state;
-  sip_sched_queue_t sq;
+  sip__sched_queue_t sq;
   sip__sched_queue_init(&sq);
-  sip_sched_item_t low, med_old, med_new, high;
-  item(&low, SIP_PRIO_LOW, 10);
-  item(&med_new, SIP_PRIO_MEDIUM, 40);
-  item(&high, SIP_PRIO_HIGH, 30);
-  item(&med_old, SIP_PRIO_MEDIUM, 20);
+  sip__sched_item_t low, med_old, med_new, high;
+  item(&low, SIP__PRIO_LOW, 10);
+  item(&med_new, SIP__PRIO_MEDIUM, 40);
+  item(&high, SIP__PRIO_HIGH, 30);
+  item(&med_old, SIP__PRIO_MEDIUM, 20);
   sip__sched_push(&sq, low.level, &low);
   sip__sched_push(&sq, med_old.level, &med_old);
   sip__sched_push(&sq, med_new.level, &med_new);
@@ -168,18 +168,18 @@ static void test_sched_level_then_oldest(void **state) {
 
 static void test_sched_ageing(void **state) {
   (void)state;
-  sip_sched_queue_t sq;
+  sip__sched_queue_t sq;
   sip__sched_queue_init(&sq);
-  sip_sched_item_t low, high;
-  item(&low, SIP_PRIO_LOW, 0);      /* waited 2 ageing steps at t=200: effective 0 */
-  item(&high, SIP_PRIO_HIGH, 150);  /* level 0, but arrived later */
+  sip__sched_item_t low, high;
+  item(&low, SIP__PRIO_LOW, 0);      /* waited 2 ageing steps at t=200: effective 0 */
+  item(&high, SIP__PRIO_HIGH, 150);  /* level 0, but arrived later */
   sip__sched_push(&sq, low.level, &low);
   sip__sched_push(&sq, high.level, &high);
-  assert_int_equal(sip__sched_effective_level(&low, 0, 100), SIP_PRIO_LOW);
-  assert_int_equal(sip__sched_effective_level(&low, 100, 100), SIP_PRIO_LOW - 1);
+  assert_int_equal(sip__sched_effective_level(&low, 0, 100), SIP__PRIO_LOW);
+  assert_int_equal(sip__sched_effective_level(&low, 100, 100), SIP__PRIO_LOW - 1);
   assert_int_equal(sip__sched_effective_level(&low, 200, 100), 0);
   assert_int_equal(sip__sched_effective_level(&low, 10000, 100), 0);
-  assert_int_equal(sip__sched_effective_level(&low, 10000, 0), SIP_PRIO_LOW);
+  assert_int_equal(sip__sched_effective_level(&low, 10000, 0), SIP__PRIO_LOW);
   /* At t=150 the low request has aged one level only: high wins. */
   assert_ptr_equal(sip__sched_pop(&sq, 150, 100), &high);
   sip__sched_push(&sq, high.level, &high);
@@ -190,20 +190,20 @@ static void test_sched_ageing(void **state) {
 
 static void test_sched_delayed_last_and_remove(void **state) {
   (void)state;
-  sip_sched_queue_t sq;
+  sip__sched_queue_t sq;
   sip__sched_queue_init(&sq);
-  sip_sched_item_t late, a, b, c;
-  item(&late, SIP_PRIO_HIGH, 0); /* the oldest, but delayed */
-  item(&a, SIP_PRIO_LOW, 10);
-  item(&b, SIP_PRIO_LOW, 20);
-  item(&c, SIP_PRIO_LOW, 30);
-  sip__sched_push(&sq, SIP_SCHED_DELAYED, &late);
+  sip__sched_item_t late, a, b, c;
+  item(&late, SIP__PRIO_HIGH, 0); /* the oldest, but delayed */
+  item(&a, SIP__PRIO_LOW, 10);
+  item(&b, SIP__PRIO_LOW, 20);
+  item(&c, SIP__PRIO_LOW, 30);
+  sip__sched_push(&sq, SIP__SCHED_DELAYED, &late);
   sip__sched_push(&sq, a.level, &a);
   sip__sched_push(&sq, b.level, &b);
   sip__sched_push(&sq, c.level, &c);
   sip__sched_remove(&sq, b.level, &b); /* taken into a batch, or cancelled */
   assert_int_equal(sip__sched_count(&sq), 3);
-  assert_int_equal(sq.q[SIP_PRIO_LOW].count, 2);
+  assert_int_equal(sq.q[SIP__PRIO_LOW].count, 2);
   assert_ptr_equal(sip__sched_pop(&sq, 100, 0), &a);
   assert_ptr_equal(sip__sched_pop(&sq, 100, 0), &c);
   assert_ptr_equal(sip__sched_pop(&sq, 100, 0), &late);

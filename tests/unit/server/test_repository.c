@@ -90,8 +90,8 @@ static void test_names(void **state) {
 
 /* ---- version policy ---- */
 
-static sip_pool_config_t policy(int kind, int latest, const int64_t *specific, size_t n) {
-  sip_pool_config_t p;
+static sip__pool_config_t policy(int kind, int latest, const int64_t *specific, size_t n) {
+  sip__pool_config_t p;
   memset(&p, 0, sizeof p);
   p.version_policy = kind;
   p.version_latest = latest;
@@ -101,10 +101,10 @@ static sip_pool_config_t policy(int kind, int latest, const int64_t *specific, s
 }
 
 /* Selects from avail and checks the result and the missing list. */
-static void expect_select(const sip_pool_config_t *p, const int64_t *avail, size_t n,
+static void expect_select(const sip__pool_config_t *p, const int64_t *avail, size_t n,
                           int64_t current, const int64_t *want, size_t n_want,
                           const int64_t *want_missing, size_t n_want_missing) {
-  int64_t out[64], missing[SIP_MAX_SPECIFIC_VERSIONS];
+  int64_t out[64], missing[SIP__MAX_SPECIFIC_VERSIONS];
   size_t n_missing = 99;
   size_t got = sip__repo_select_versions(p, avail, n, current, out, missing, &n_missing);
   assert_int_equal(got, n_want);
@@ -116,32 +116,32 @@ static void expect_select(const sip_pool_config_t *p, const int64_t *avail, size
 static void test_select_versions(void **state) {
   (void)state;
   const int64_t avail[] = {1, 2, 10};
-  sip_pool_config_t p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  sip__pool_config_t p = policy(SIP__VERSIONS_LATEST, 1, NULL, 0);
   expect_select(&p, avail, 3, -1, (int64_t[]){10}, 1, NULL, 0); /* numeric: 10 > 2 */
-  p = policy(SIP_VERSIONS_LATEST, 2, NULL, 0);
+  p = policy(SIP__VERSIONS_LATEST, 2, NULL, 0);
   expect_select(&p, avail, 3, -1, (int64_t[]){2, 10}, 2, NULL, 0);
-  p = policy(SIP_VERSIONS_LATEST, 7, NULL, 0);
+  p = policy(SIP__VERSIONS_LATEST, 7, NULL, 0);
   expect_select(&p, avail, 3, -1, avail, 3, NULL, 0);
-  p = policy(SIP_VERSIONS_ALL, 0, NULL, 0);
+  p = policy(SIP__VERSIONS_ALL, 0, NULL, 0);
   expect_select(&p, avail, 3, -1, avail, 3, NULL, 0);
-  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){1, 3, 10}, 3);
+  p = policy(SIP__VERSIONS_SPECIFIC, 0, (int64_t[]){1, 3, 10}, 3);
   expect_select(&p, avail, 3, -1, (int64_t[]){1, 10}, 2, (int64_t[]){3}, 1);
-  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){4}, 1);
+  p = policy(SIP__VERSIONS_SPECIFIC, 0, (int64_t[]){4}, 1);
   expect_select(&p, avail, 3, -1, NULL, 0, (int64_t[]){4}, 1);
 
   /* A `current` link adds the version it names (in order) ... */
-  p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  p = policy(SIP__VERSIONS_LATEST, 1, NULL, 0);
   expect_select(&p, avail, 3, 1, (int64_t[]){1, 10}, 2, NULL, 0);
-  p = policy(SIP_VERSIONS_SPECIFIC, 0, (int64_t[]){1, 10}, 2);
+  p = policy(SIP__VERSIONS_SPECIFIC, 0, (int64_t[]){1, 10}, 2);
   expect_select(&p, avail, 3, 2, (int64_t[]){1, 2, 10}, 3, NULL, 0);
   /* ... once, and only when that version exists. */
-  p = policy(SIP_VERSIONS_LATEST, 1, NULL, 0);
+  p = policy(SIP__VERSIONS_LATEST, 1, NULL, 0);
   expect_select(&p, avail, 3, 10, (int64_t[]){10}, 1, NULL, 0);
   expect_select(&p, avail, 3, 5, (int64_t[]){10}, 1, NULL, 0);
 
   /* Nothing there: nothing served. */
   expect_select(&p, NULL, 0, -1, NULL, 0, NULL, 0);
-  p = policy(SIP_VERSIONS_ALL, 0, NULL, 0);
+  p = policy(SIP__VERSIONS_ALL, 0, NULL, 0);
   expect_select(&p, NULL, 0, -1, NULL, 0, NULL, 0);
 }
 
@@ -173,8 +173,8 @@ static const char *write_config(const char *text) {
   return path;
 }
 
-static sip_pool_config_t *model_ok(const char *text) {
-  sip_pool_config_t *p = NULL;
+static sip__pool_config_t *model_ok(const char *text) {
+  sip__pool_config_t *p = NULL;
   sip_error_t *e = sip__config_load_model(text ? write_config(text) : NULL, "m", "/r/m/1/model.onnx", sip__backend_catalog(), &p);
   if (e) {
     char msg[1024];
@@ -187,7 +187,7 @@ static sip_pool_config_t *model_ok(const char *text) {
 }
 
 static void model_bad(const char *text, const char *want1, const char *want2) {
-  sip_pool_config_t *p = NULL;
+  sip__pool_config_t *p = NULL;
   sip_error_t *e = sip__config_load_model(write_config(text), "m", "/r/m/1/model.onnx", sip__backend_catalog(), &p);
   if (!e) fail_msg("expected an error for:\n%s", text);
   assert_null(p);
@@ -204,13 +204,13 @@ static void model_bad(const char *text, const char *want1, const char *want2) {
 static void test_model_config(void **state) {
   (void)state;
   /* No config.yaml, or an empty one: every default, latest: 1. */
-  sip_pool_config_t *p = model_ok(NULL);
+  sip__pool_config_t *p = model_ok(NULL);
   assert_string_equal(p->name, "m");
   assert_string_equal(p->model_path, "/r/m/1/model.onnx");
   assert_string_equal(p->backend, "onnxruntime");
   assert_int_equal(p->pool_size, 1);
-  assert_int_equal(p->priority, SIP_PRIO_MEDIUM);
-  assert_int_equal(p->version_policy, SIP_VERSIONS_LATEST);
+  assert_int_equal(p->priority, SIP__PRIO_MEDIUM);
+  assert_int_equal(p->version_policy, SIP__VERSIONS_LATEST);
   assert_int_equal(p->version_latest, 1);
   sip__config_pool_free(p);
   p = model_ok("# nothing set\n");
@@ -222,17 +222,17 @@ static void test_model_config(void **state) {
                "backend_options: {graph_optimization_level: disable}\n"
                "version_policy: {latest: 2}\n");
   assert_int_equal(p->pool_size, 3);
-  assert_int_equal(p->priority, SIP_PRIO_HIGH);
+  assert_int_equal(p->priority, SIP__PRIO_HIGH);
   assert_int_equal(p->max_memory_mb, 512);
   assert_int_equal(p->max_batch_size, 8);
   assert_int_equal(p->queue_max_size, 10);
   assert_int_equal(p->n_backend_options, 1);
-  assert_int_equal(p->version_policy, SIP_VERSIONS_LATEST);
+  assert_int_equal(p->version_policy, SIP__VERSIONS_LATEST);
   assert_int_equal(p->version_latest, 2);
   sip__config_pool_free(p);
 
   p = model_ok("version_policy: {specific: [3, 1, 20]}\n");
-  assert_int_equal(p->version_policy, SIP_VERSIONS_SPECIFIC);
+  assert_int_equal(p->version_policy, SIP__VERSIONS_SPECIFIC);
   assert_int_equal(p->n_versions, 3);
   assert_int_equal(p->versions[0], 1); /* kept sorted */
   assert_int_equal(p->versions[1], 3);
@@ -240,7 +240,7 @@ static void test_model_config(void **state) {
   sip__config_pool_free(p);
 
   p = model_ok("version_policy: all\n");
-  assert_int_equal(p->version_policy, SIP_VERSIONS_ALL);
+  assert_int_equal(p->version_policy, SIP__VERSIONS_ALL);
   sip__config_pool_free(p);
 
   /* Errors name the file, line and column, the key and what is expected. */
@@ -269,7 +269,7 @@ static void test_policy_not_in_session_pools(void **state) {
   (void)state;
   const char *yaml = "session_pools:\n  - name: p\n    model_path: m.onnx\n"
                      "    version_policy: all\n";
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *e = sip__config_load_string(yaml, strlen(yaml), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_non_null(e);
   assert_non_null(strstr(sip_error_message(e), "session_pools[0].version_policy: unknown key"));
@@ -283,14 +283,14 @@ static void test_policy_not_in_session_pools(void **state) {
   e = sip__config_load_string(repo, strlen(repo), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_null(e);
   assert_string_equal(cfg->model_repository, "/base/models");
-  assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_STARTUP);
+  assert_int_equal(cfg->model_control, SIP__MODEL_CONTROL_STARTUP);
   assert_int_equal(cfg->n_pools, 0);
   sip__config_free(cfg);
   const char *expl = "server: {model_repository: /abs/models, model_control: explicit}\n";
   e = sip__config_load_string(expl, strlen(expl), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   assert_null(e);
   assert_string_equal(cfg->model_repository, "/abs/models");
-  assert_int_equal(cfg->model_control, SIP_MODEL_CONTROL_EXPLICIT);
+  assert_int_equal(cfg->model_control, SIP__MODEL_CONTROL_EXPLICIT);
   sip__config_free(cfg);
   const char *none = "server: {log_level: info}\n";
   e = sip__config_load_string(none, strlen(none), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);

@@ -30,8 +30,8 @@
 
 typedef struct eng {
   sip__engine_t e;
-  sip_config_t *cfg;
-  sip_pool_t *pools[MAXP];
+  sip__config_t *cfg;
+  sip__pool_t *pools[MAXP];
   size_t n;
   /* note_deadline's calls */
   pthread_mutex_t mu;
@@ -66,7 +66,7 @@ static eng_t *eng_new(const char *pools_yaml) {
   sip__engine_init(&t->e, &t->cfg->engine, 2, note_deadline, t);
   assert_true(t->cfg->n_pools <= MAXP);
   for (size_t i = 0; i < t->cfg->n_pools; i++) {
-    sip_pool_t *p = sip__pool_new(&t->e, &t->cfg->pools[i], NULL, NULL);
+    sip__pool_t *p = sip__pool_new(&t->e, &t->cfg->pools[i], NULL, NULL);
     assert_non_null(p);
     assert_null(sip__registry_swap(&t->e, &p, 1, NULL, 0));
     t->pools[t->n++] = p;
@@ -82,7 +82,7 @@ static void load_all(eng_t *t) {
 static void eng_free(eng_t *t) {
   for (;;) {
     pthread_rwlock_rdlock(&t->e.reg_lock);
-    sip_pool_t *p = t->e.n_pools ? t->e.pools[0] : NULL;
+    sip__pool_t *p = t->e.n_pools ? t->e.pools[0] : NULL;
     pthread_rwlock_unlock(&t->e.reg_lock);
     if (!p) break;
     sip__registry_drain_free(&t->e, p);
@@ -159,9 +159,9 @@ static void sleep_ms(long ms) {
 
 /* Waits until session 0 of `p` runs and nothing is queued: the request
  * just submitted occupies it. */
-static void wait_running(sip_pool_t *p) {
+static void wait_running(sip__pool_t *p) {
   for (int i = 0; i < 20000; i++) {
-    if (atomic_load(&p->sessions[0].state) == SIP_SESSION_RUNNING && atomic_load(&p->queue.n) == 0)
+    if (atomic_load(&p->sessions[0].state) == SIP__SESSION_RUNNING && atomic_load(&p->queue.n) == 0)
       return;
     sleep_ms(1);
   }
@@ -169,7 +169,7 @@ static void wait_running(sip_pool_t *p) {
 }
 
 /* Waits until the pool holds only the registry's reference. */
-static void wait_refs(sip_pool_t *p, long want) {
+static void wait_refs(sip__pool_t *p, long want) {
   for (int i = 0; i < 20000 && atomic_load(&p->refs) != want; i++) sleep_ms(1);
   assert_int_equal(atomic_load(&p->refs), want);
 }
@@ -204,7 +204,7 @@ static void test_submit_and_complete(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: echo, backend: builtin, pool_size: 2}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   sip_error_t *e = NULL;
   sip__model_t *m = sip__registry_find_model(&t->e, "echo", NULL, &e);
   assert_null(e);
@@ -272,7 +272,7 @@ static void test_describe_io(void **state) {
       for (int j = 0; j < want[k].rank; j++) assert_int_equal(d->dims[j], want[k].dims[j]);
     }
     /* The pool's own copies, not the backend's. */
-    sip_pool_t *p = (sip_pool_t *)m;
+    sip__pool_t *p = (sip__pool_t *)m;
     assert_ptr_equal(io.inputs, p->inputs);
     assert_ptr_equal(io.outputs, p->outputs);
     m->vt->unref(m);
@@ -305,7 +305,7 @@ static void test_describe_io(void **state) {
 static void test_loading_then_ready(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: slow, backend: builtin, pool_size: 2}\n");
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   sip__model_t *m = &p->base;
   const char *why = "unset";
   assert_int_equal(m->vt->state(m, &why), SIP__MODEL_LOADING);
@@ -323,12 +323,12 @@ static void test_loading_then_ready(void **state) {
   sip__pool_load(p);
   assert_int_equal(m->vt->state(m, &why), SIP__MODEL_READY);
   assert_null(why);
-  assert_int_equal(atomic_load(&p->state), SIP_POOL_READY);
-  assert_string_equal(sip__pool_state_name(SIP_POOL_READY), "READY");
+  assert_int_equal(atomic_load(&p->state), SIP__POOL_READY);
+  assert_string_equal(sip__pool_state_name(SIP__POOL_READY), "READY");
   assert_int_equal(p->n_sessions, 2);
   for (int i = 0; i < 2; i++) {
     int st = atomic_load(&p->sessions[i].state);
-    assert_true(st == SIP_SESSION_READY || st == SIP_SESSION_RUNNING);
+    assert_true(st == SIP__SESSION_READY || st == SIP__SESSION_RUNNING);
   }
   assert_string_equal(p->sessions[1].id, "slow/1");
   assert_int_equal(m->vt->describe_io(m, &io), 1);
@@ -347,7 +347,7 @@ static void test_stopped_after_shutdown(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: s, backend: builtin}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   sip__pool_shutdown(p); /* by hand: the pool stays listed */
   const char *why = "unset";
   assert_int_equal(p->base.vt->state(&p->base, &why), SIP__MODEL_STOPPED);
@@ -355,7 +355,7 @@ static void test_stopped_after_shutdown(void **state) {
   sip__model_io_t io;
   assert_int_equal(p->base.vt->describe_io(&p->base, &io), 0);
   for (int i = 0; i < p->n_sessions; i++)
-    assert_int_equal(atomic_load(&p->sessions[i].state), SIP_SESSION_DESTROYED);
+    assert_int_equal(atomic_load(&p->sessions[i].state), SIP__SESSION_DESTROYED);
   rec_t rec;
   rec_init(&rec);
   VT_EXPECT(t, "s", req("s", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 's' is shutting down");
@@ -384,7 +384,7 @@ static void test_failed_load(void **state) {
     sip__model_t *m = sip__registry_find_model(&t->e, want[k].name, NULL, &e);
     assert_null(e);
     assert_non_null(m);
-    sip_pool_t *p = (sip_pool_t *)m;
+    sip__pool_t *p = (sip__pool_t *)m;
     const char *why = NULL;
     assert_int_equal(m->vt->state(m, &why), SIP__MODEL_FAILED);
     assert_non_null(why);
@@ -420,7 +420,7 @@ static void test_admission_refusals(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: a, backend: builtin, backend_options: {shape: '-1'}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   int64_t d1[1] = {2}, d2[2] = {1, 2};
@@ -482,7 +482,7 @@ static void test_priority_order(void **state) {
   eng_t *t = eng_new("  - {name: p, backend: builtin, pool_size: 1, priority: low, "
                      "backend_options: {delay_ms: 100}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   vt_submit_ok(t, "p", req("p", 100, 2, 0), &rec); /* occupies the only session */
@@ -495,8 +495,8 @@ static void test_priority_order(void **state) {
   vt_submit_ok(t, "p", req("p", 6, 1, 0), &rec); /* high */
   if (rec_count(&rec) == 0) { /* still all queued: the levels they wait at */
     pthread_mutex_lock(&p->mu);
-    size_t qh = p->queue.q[SIP_PRIO_HIGH].count, qm = p->queue.q[SIP_PRIO_MEDIUM].count,
-           ql = p->queue.q[SIP_PRIO_LOW].count;
+    size_t qh = p->queue.q[SIP__PRIO_HIGH].count, qm = p->queue.q[SIP__PRIO_MEDIUM].count,
+           ql = p->queue.q[SIP__PRIO_LOW].count;
     pthread_mutex_unlock(&p->mu);
     assert_int_equal(qh, 2);
     assert_int_equal(qm, 1);
@@ -524,7 +524,7 @@ static void test_queue_limit(void **state) {
   eng_t *t = eng_new("  - {name: q, backend: builtin, pool_size: 1, queue: {max_size: 2}, "
                      "backend_options: {delay_ms: 300}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   vt_submit_ok(t, "q", req("q", 1, 0, 0), &rec);
@@ -557,7 +557,7 @@ static void test_deadline_in_queue(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: d, backend: builtin, pool_size: 1, backend_options: {delay_ms: 300}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   vt_submit_ok(t, "d", req("d", 1, 0, 0), &rec);
@@ -602,7 +602,7 @@ static void test_default_timeout(void **state) {
   eng_t *t = eng_new("  - {name: d, backend: builtin, pool_size: 1, queue: {default_timeout_ms: 100}, "
                      "backend_options: {delay_ms: 600}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   vt_submit_ok(t, "d", req("d", 1, 0, 60000), &rec); /* its own timeout wins */
@@ -625,7 +625,7 @@ static void test_cancel_queued(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: c, backend: builtin, pool_size: 1, backend_options: {delay_ms: 500}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
   sip_cancel_token_t *a = sip_cancel_token_new(), *b = sip_cancel_token_new();
@@ -676,12 +676,12 @@ static void test_registry_versions(void **state) {
   eng_t *t = eng_new("  - {name: other, backend: builtin}\n");
   load_all(t);
   /* Versions of model "m" share one config, as repository versions do. */
-  sip_pool_config_t *mc = NULL;
+  sip__pool_config_t *mc = NULL;
   assert_null(sip__config_load_model(NULL, "m", NULL, sip__backend_catalog(), &mc));
   sip__free(mc->backend);
   mc->backend = sip__strdup("builtin");
   static const char *vers[] = {"9", "10", "2"};
-  sip_pool_t *v[3];
+  sip__pool_t *v[3];
   for (int i = 0; i < 3; i++) {
     v[i] = sip__pool_new(&t->e, mc, NULL, vers[i]);
     assert_non_null(v[i]);
@@ -690,11 +690,11 @@ static void test_registry_versions(void **state) {
   assert_null(sip__registry_swap(&t->e, v, 3, NULL, 0));
   for (int i = 0; i < 3; i++) {
     sip__pool_load(v[i]);
-    assert_int_equal(atomic_load(&v[i]->state), SIP_POOL_READY);
+    assert_int_equal(atomic_load(&v[i]->state), SIP__POOL_READY);
   }
   sip_error_t *e = NULL;
   /* The default: the highest number (10 > 9 numerically). */
-  sip_pool_t *p = sip__registry_find(&t->e, "m", NULL, &e);
+  sip__pool_t *p = sip__registry_find(&t->e, "m", NULL, &e);
   assert_null(e);
   assert_ptr_equal(p, v[1]);
   sip__pool_unref(p);
@@ -763,8 +763,8 @@ static void test_registry_versions(void **state) {
   sip_error_free(e);
   /* Snapshots list retired pools unless asked for live ones only. */
   size_t n_all = 0, n_live = 0;
-  sip_pool_t **all = sip__registry_snapshot(&t->e, 0, &n_all);
-  sip_pool_t **live = sip__registry_snapshot(&t->e, 1, &n_live);
+  sip__pool_t **all = sip__registry_snapshot(&t->e, 0, &n_all);
+  sip__pool_t **live = sip__registry_snapshot(&t->e, 1, &n_live);
   assert_int_equal(n_all, 4);
   assert_int_equal(n_live, 3);
   assert_int_equal(atomic_load(&v[0]->refs), 3); /* registry + two snapshots */
@@ -782,7 +782,7 @@ static void test_registry_named_first(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: x, backend: builtin}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   /* List the pool's model under the name "x" as a named model too. */
   assert_false(sip__registry_is_named(&t->e, "x"));
   assert_null(sip__registry_add_named(&t->e, "x", &p->base));
@@ -804,7 +804,7 @@ static void test_registry_named_first(void **state) {
 
 typedef struct drain_arg {
   eng_t *t;
-  sip_pool_t *p;
+  sip__pool_t *p;
   atomic_int returned;
 } drain_arg_t;
 
@@ -834,7 +834,7 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: r, backend: builtin, pool_size: 1, backend_options: {delay_ms: 150}}\n");
   load_all(t);
-  sip_pool_t *p = t->pools[0];
+  sip__pool_t *p = t->pools[0];
   drain_arg_t d = {t, p, 0};
   order_rec_t o;
   memset(&o, 0, sizeof o);
@@ -862,7 +862,7 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   assert_true(atomic_load(&p->refs) >= 2);
   /* An iterator's reference too: the drain waits for it after unlisting. */
   size_t n = 0;
-  sip_pool_t **snap = sip__registry_snapshot(&t->e, 0, &n);
+  sip__pool_t **snap = sip__registry_snapshot(&t->e, 0, &n);
   assert_int_equal(n, 1);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, drain_main, &d), 0);

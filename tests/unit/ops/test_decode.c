@@ -78,8 +78,8 @@ static uint8_t *jpeg_of(const uint8_t *pix, int w, int h, int quality, size_t *n
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static sip_transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
-  sip_transform_t *t = NULL;
+static sip__transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
+  sip__transform_t *t = NULL;
   sip_error_t *e = sip__transform_new(op, kv, n, &t);
   if (e) fail_msg("%s: %s", op, sip_error_message(e));
   return t;
@@ -88,7 +88,7 @@ static sip_transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
 static sip_error_t *decode(const char *mode, const uint8_t *data, size_t n, sip_tensor_t ***outs,
                            size_t *no) {
   sip_kv_t kv = KV("mode", mode);
-  sip_transform_t *t = make("decode_image", &kv, 1);
+  sip__transform_t *t = make("decode_image", &kv, 1);
   int64_t dim = (int64_t)n;
   sip_tensor_t *in = sip_tensor_new_view("data", SIP_DTYPE_UINT8, 1, &dim, data, n, NULL);
   const sip_tensor_t *ins[1] = {in};
@@ -189,7 +189,7 @@ static void test_jpeg_and_string_input(void **state) {
 
   /* dtype: string takes one STRING element holding the file. */
   sip_kv_t kv = KV("dtype", "string");
-  sip_transform_t *t = make("decode_image", &kv, 1);
+  sip__transform_t *t = make("decode_image", &kv, 1);
   uint8_t *packed = malloc(n + 4);
   uint32_t l = (uint32_t)n;
   memcpy(packed, &l, 4);
@@ -294,7 +294,7 @@ static void test_alloc_failures(void **state) {
     for (int f = 0; f < 2; f++)
       for (long k = 0; k < 60; k++) {
         sip_kv_t kv = KV("mode", modes[m]);
-        sip_transform_t *t = make("decode_image", &kv, 1);
+        sip__transform_t *t = make("decode_image", &kv, 1);
         int64_t dim = (int64_t)(f ? nj : np);
         sip_tensor_t *in = sip_tensor_new_view("data", SIP_DTYPE_UINT8, 1, &dim, f ? jpg : png,
                                                (size_t)dim, NULL);
@@ -323,7 +323,7 @@ static void test_alloc_failures(void **state) {
 /* ---- resize by aspect ratio ------------------------------------------------ */
 
 static void resized(const sip_kv_t *kv, size_t n, int64_t h, int64_t w, int64_t *oh, int64_t *ow) {
-  sip_transform_t *t = make("resize", kv, n);
+  sip__transform_t *t = make("resize", kv, n);
   int64_t dims[3] = {h, w, 1};
   uint8_t *z = calloc((size_t)(h * w), 1);
   sip_tensor_t *in =
@@ -366,7 +366,7 @@ static void test_resize_limit_multiple(void **state) {
   resized(lim, 1, 30, 50, &oh, &ow); /* never up */
   assert_true(oh == 30 && ow == 50);
   sip_kv_t both[] = {KV("size", "32,32"), KV("multiple_of", "32")};
-  sip_transform_t *t = NULL;
+  sip__transform_t *t = NULL;
   expect_error(sip__transform_new("resize", both, 2, &t), SIP_INVALID_ARGUMENT, "not both");
   sip_kv_t mult[] = {KV("multiple_of", "16384")};
   t = make("resize", mult, 1);
@@ -388,7 +388,7 @@ static void test_rotate_widths(void **state) {
   (void)state;
   sip_kv_t kv[] = {KV("widths", "true"), KV("flags", "float32"), KV("flag_index", "1"),
                    KV("flag_threshold", "0.5")};
-  sip_transform_t *t = make("rotate180", kv, 4);
+  sip__transform_t *t = make("rotate180", kv, 4);
   /* Two 1x1x2x4 crops (NCHW): valid widths 3 and 4; only the first is flagged. */
   float img[2 * 2 * 4] = {1, 2, 3, 0, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6, 7, 8};
   float flags[4] = {0.1f, 0.9f, 0.9f, 0.1f};
@@ -420,8 +420,8 @@ static void test_rotate_widths(void **state) {
 
 /* ---- preprocess ------------------------------------------------------------- */
 
-static sip_config_t *load(const char *yaml, sip_error_t **err) {
-  sip_config_t *cfg = NULL;
+static sip__config_t *load(const char *yaml, sip_error_t **err) {
+  sip__config_t *cfg = NULL;
   *err = sip__config_load_string(yaml, strlen(yaml), "pre.yaml", "/tmp", sip__backend_catalog(), &cfg);
   return cfg;
 }
@@ -429,7 +429,7 @@ static sip_config_t *load(const char *yaml, sip_error_t **err) {
 static void test_preprocess_chain(void **state) {
   (void)state;
   sip_error_t *e;
-  sip_config_t *cfg = load("session_pools:\n"
+  sip__config_t *cfg = load("session_pools:\n"
                            "  - name: p\n"
                            "    backend: builtin\n"
                            "    preprocess:\n"
@@ -439,13 +439,13 @@ static void test_preprocess_chain(void **state) {
                            "      normalize: {mean: [0.5, 0.5, 0.5], std: 0.5}\n",
                            &e);
   if (e) fail_msg("%s", sip_error_message(e));
-  const sip_pool_config_t *pc = &cfg->pools[0];
+  const sip__pool_config_t *pc = &cfg->pools[0];
   assert_int_equal(pc->n_preprocess, 4);
   assert_string_equal(pc->preprocess[0].op, "decode_image");
   assert_string_equal(pc->preprocess[1].options[0].value, "4,6");
   assert_true(pc->preprocess_fixed);
   sip_io_desc_t in = {.name = "x", .dtype = SIP_DTYPE_FLOAT32, .rank = 4, .dims = {-1, 3, 4, 6}};
-  sip_preprocess_t *pp = NULL;
+  sip__preprocess_t *pp = NULL;
   assert_null(sip__preprocess_new(pc, &in, 1, &pp));
   assert_string_equal(sip__preprocess_steps(pp), "decode_image, resize, to_tensor, normalize");
   sip_io_desc_t raw = {.name = "x"};
@@ -534,7 +534,7 @@ static void test_preprocess_config_errors(void **state) {
              "session_pools:\n  - name: p\n    backend: builtin\n    preprocess:\n%s",
              cases[i].body);
     sip_error_t *e;
-    sip_config_t *cfg = load(yaml, &e);
+    sip__config_t *cfg = load(yaml, &e);
     assert_null(cfg);
     expect_error(e, SIP_INVALID_ARGUMENT, cases[i].want);
   }

@@ -16,7 +16,7 @@
 #include "sip/tensor.h"
 #include "transport/frame.h"
 
-#define HDR SIP_FRAME_HEADER_SIZE
+#define HDR SIP__FRAME_HEADER_SIZE
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -59,7 +59,7 @@ static void assert_ok(sip_error_t *err) {
   }
 }
 
-static int is_zeroed_request(const sip_wire_request_t *r) {
+static int is_zeroed_request(const sip__wire_request_t *r) {
   return !r->pool && !r->priority && !r->timeout_ms && !r->outputs && !r->n_outputs &&
          !r->inputs && !r->n_inputs;
 }
@@ -67,7 +67,7 @@ static int is_zeroed_request(const sip_wire_request_t *r) {
 /* Decodes a request payload (copied exactly) expecting an error. */
 static void expect_req_err(const uint8_t *p, size_t len, int line, sip_code_t code, ...) {
   uint8_t *d = dup_exact(p, len);
-  sip_wire_request_t out;
+  sip__wire_request_t out;
   memset(&out, 0xa5, sizeof out);
   sip_error_t *err = sip__decode_infer_request(d, len, NULL, &out);
   int zeroed = is_zeroed_request(&out);
@@ -86,7 +86,7 @@ static void expect_req_err(const uint8_t *p, size_t len, int line, sip_code_t co
 
 static void expect_resp_err(const uint8_t *p, size_t len, sip_code_t code, ...) {
   uint8_t *d = dup_exact(p, len);
-  sip_wire_response_t out;
+  sip__wire_response_t out;
   memset(&out, 0xa5, sizeof out);
   sip_error_t *err = sip__decode_infer_response(d, len, NULL, &out);
   int zeroed = !out.message && !out.outputs && !out.n_outputs && !out.code;
@@ -129,13 +129,13 @@ static void assert_aligned(const sip_tensor_t *t, const uint8_t *payload, size_t
 }
 
 /* Decodes the header at w->data + at, checks it, returns the payload. */
-static const uint8_t *frame_at(const sip_wbuf_t *w, size_t at, uint16_t type, uint64_t id,
+static const uint8_t *frame_at(const sip__wbuf_t *w, size_t at, uint16_t type, uint64_t id,
                                size_t *len) {
   assert_false(w->oom);
   assert_true(w->len >= at + HDR);
-  sip_frame_header_t h;
+  sip__frame_header_t h;
   assert_ok(sip__frame_header_decode(w->data + at, SIZE_MAX, &h));
-  assert_int_equal(h.version, SIP_FRAME_VERSION);
+  assert_int_equal(h.version, SIP__FRAME_VERSION);
   assert_int_equal(h.type, type);
   assert_int_equal(h.flags, 0);
   assert_int_equal(h.request_id, id);
@@ -145,12 +145,12 @@ static const uint8_t *frame_at(const sip_wbuf_t *w, size_t at, uint16_t type, ui
 }
 
 /* Raw payload builders (payload starts at offset 0 of the buffer). */
-static void raw_str(sip_wbuf_t *w, const char *s, size_t n) {
+static void raw_str(sip__wbuf_t *w, const char *s, size_t n) {
   sip__wbuf_u16(w, (uint16_t)n);
   sip__wbuf_put(w, s, n);
 }
 
-static void raw_req_head(sip_wbuf_t *w, const char *pool, uint8_t prio, uint32_t reserved,
+static void raw_req_head(sip__wbuf_t *w, const char *pool, uint8_t prio, uint32_t reserved,
                          uint32_t timeout, uint16_t n_out, uint16_t n_in) {
   raw_str(w, pool, strlen(pool));
   sip__wbuf_u8(w, prio);
@@ -162,7 +162,7 @@ static void raw_req_head(sip_wbuf_t *w, const char *pool, uint8_t prio, uint32_t
   sip__wbuf_u16(w, n_in);
 }
 
-static void raw_tensor(sip_wbuf_t *w, const char *name, size_t name_len, uint8_t dtype,
+static void raw_tensor(sip__wbuf_t *w, const char *name, size_t name_len, uint8_t dtype,
                        uint8_t rank, uint16_t reserved, const uint64_t *dims, size_t n_dims,
                        uint64_t nbytes, const void *data, size_t data_len) {
   raw_str(w, name, name_len);
@@ -178,7 +178,7 @@ static void raw_tensor(sip_wbuf_t *w, const char *name, size_t name_len, uint8_t
 
 /* A request with a misaligning uint8 input, a float32 matrix and a string
  * vector: used by the truncation and allocation-failure tests. */
-static void encode_sample_request(sip_wbuf_t *w, uint64_t id) {
+static void encode_sample_request(sip__wbuf_t *w, uint64_t id) {
   static const uint8_t u8[3] = {1, 2, 3};
   static const float f[6] = {1.5f, -2, 3, 4, 5, 6.25f};
   static const char *const strs[] = {"", "a", "hello"};
@@ -201,7 +201,7 @@ static void encode_sample_request(sip_wbuf_t *w, uint64_t id) {
 static void test_header_round_trip(void **state) {
   (void)state;
   uint8_t b[HDR];
-  for (uint16_t type = SIP_MSG_INFER_REQUEST; type <= SIP_MSG_ERROR; type++) {
+  for (uint16_t type = SIP__MSG_INFER_REQUEST; type <= SIP__MSG_ERROR; type++) {
     sip__frame_header_encode(b, type, 0xfffffffeu, 0xfedcba9876543210ull);
     assert_memory_equal(b, "SIPF", 4);
     assert_int_equal(b[4], 1);
@@ -210,7 +210,7 @@ static void test_header_round_trip(void **state) {
     assert_int_equal(b[8], 0xfe); /* little-endian */
     assert_int_equal(b[16], 0x10);
     assert_int_equal(b[23], 0xfe);
-    sip_frame_header_t h;
+    sip__frame_header_t h;
     assert_ok(sip__frame_header_decode(b, SIZE_MAX, &h));
     assert_int_equal(h.version, 1);
     assert_int_equal(h.type, type);
@@ -219,10 +219,10 @@ static void test_header_round_trip(void **state) {
     assert_true(h.request_id == 0xfedcba9876543210ull);
   }
   /* length exactly at the limit is accepted; zero length too */
-  sip_frame_header_t h;
-  sip__frame_header_encode(b, SIP_MSG_INFER_REQUEST, 1024, 1);
+  sip__frame_header_t h;
+  sip__frame_header_encode(b, SIP__MSG_INFER_REQUEST, 1024, 1);
   assert_ok(sip__frame_header_decode(b, 1024, &h));
-  sip__frame_header_encode(b, SIP_MSG_INFO_REQUEST, 0, 0);
+  sip__frame_header_encode(b, SIP__MSG_INFO_REQUEST, 0, 0);
   assert_ok(sip__frame_header_decode(b, 0, &h));
   assert_int_equal(h.length, 0);
 }
@@ -230,8 +230,8 @@ static void test_header_round_trip(void **state) {
 static void test_header_malformed(void **state) {
   (void)state;
   uint8_t b[HDR], c[HDR];
-  sip_frame_header_t h;
-  sip__frame_header_encode(b, SIP_MSG_INFER_REQUEST, 100, 7);
+  sip__frame_header_t h;
+  sip__frame_header_encode(b, SIP__MSG_INFER_REQUEST, 100, 7);
 
   memcpy(c, b, HDR);
   memcpy(c, "GET ", 4);
@@ -271,10 +271,10 @@ static void test_header_malformed(void **state) {
     CHECK_ERR(sip__frame_header_decode(c, 1 << 20, &h), SIP_UNIMPLEMENTED, want, "expected 1..7");
   }
 
-  sip__frame_header_encode(c, SIP_MSG_INFER_RESPONSE, 1025, 1);
+  sip__frame_header_encode(c, SIP__MSG_INFER_RESPONSE, 1025, 1);
   CHECK_ERR(sip__frame_header_decode(c, 1024, &h), SIP_RESOURCE_EXHAUSTED, "INFER_RESPONSE",
             "1025 bytes", "limit of 1024", "max_frame_bytes");
-  sip__frame_header_encode(c, SIP_MSG_INFER_REQUEST, 0xffffffffu, 1);
+  sip__frame_header_encode(c, SIP__MSG_INFER_REQUEST, 0xffffffffu, 1);
   CHECK_ERR(sip__frame_header_decode(c, (size_t)256 << 20, &h), SIP_RESOURCE_EXHAUSTED,
             "INFER_REQUEST", "4294967295 bytes");
 }
@@ -313,7 +313,7 @@ static void request_round_trip_dtype(sip_dtype_t dt, int priority) {
     assert_ok(sip_tensor_validate(in[i]));
   }
   const char *outs[] = {"out_a", "b"};
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   /* A leading frame of odd length: padding must be relative to the payload
    * start, not to the buffer. */
   sip__encode_info_request(&w, 99, SIP_INFO_STATUS);
@@ -322,13 +322,13 @@ static void request_round_trip_dtype(sip_dtype_t dt, int priority) {
   sip__encode_infer_request(&w, 0x1122334455667788ull, "det.v2-x", priority, 123456, outs, 2,
                             (const sip_tensor_t *const *)in, 4);
   size_t len;
-  const uint8_t *pl = frame_at(&w, at, SIP_MSG_INFER_REQUEST, 0x1122334455667788ull, &len);
+  const uint8_t *pl = frame_at(&w, at, SIP__MSG_INFER_REQUEST, 0x1122334455667788ull, &len);
   uint8_t *copy = dup_exact(pl, len);
 
   /* With an owner: tensors reference the received frame. */
   sip_buf_t *owner = sip_buf_wrap(copy, len, free, copy);
   assert_non_null(owner);
-  sip_wire_request_t r;
+  sip__wire_request_t r;
   assert_ok(sip__decode_infer_request(copy, len, owner, &r));
   sip_buf_unref(owner); /* the tensors keep the frame alive */
   assert_string_equal(r.pool, "det.v2-x");
@@ -370,12 +370,12 @@ static void test_request_round_trip_all_dtypes(void **state) {
 static void test_request_minimal(void **state) {
   (void)state;
   /* No outputs, no inputs, empty pool name, defaults. */
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_request(&w, 0, "", 0, 0, NULL, 0, NULL, 0);
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFER_REQUEST, 0, &len);
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFER_REQUEST, 0, &len);
   assert_int_equal(len, 2 + 1 + 3 + 4 + 2 + 2);
-  sip_wire_request_t r;
+  sip__wire_request_t r;
   assert_ok(sip__decode_infer_request(pl, len, NULL, &r));
   assert_string_equal(r.pool, "");
   assert_int_equal(r.priority, 0);
@@ -389,7 +389,7 @@ static void test_request_minimal(void **state) {
 
   /* The largest field values. */
   sip__encode_infer_request(&w, UINT64_MAX, "p", 3, UINT32_MAX, NULL, 0, NULL, 0);
-  pl = frame_at(&w, 0, SIP_MSG_INFER_REQUEST, UINT64_MAX, &len);
+  pl = frame_at(&w, 0, SIP__MSG_INFER_REQUEST, UINT64_MAX, &len);
   assert_ok(sip__decode_infer_request(pl, len, NULL, &r));
   assert_int_equal(r.priority, 3);
   assert_true(r.timeout_ms == UINT32_MAX);
@@ -404,7 +404,7 @@ static void test_request_wire_layout(void **state) {
   int64_t d[1] = {2};
   sip_tensor_t *t = sip_tensor_new_view("in", SIP_DTYPE_UINT8, 1, d, data, 2, NULL);
   const char *outs[] = {"o"};
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_request(&w, 5, "ab", 1, 0x01020304, outs, 1, (const sip_tensor_t *const *)&t,
                             1);
   sip_tensor_free(t);
@@ -422,7 +422,7 @@ static void test_request_wire_layout(void **state) {
       0xaa, 0xbb,               /* data */
   };
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFER_REQUEST, 5, &len);
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFER_REQUEST, 5, &len);
   assert_int_equal(len, sizeof want);
   assert_memory_equal(pl, want, sizeof want);
   sip__wbuf_free(&w);
@@ -451,16 +451,16 @@ static void test_response_round_trip(void **state) {
         sip_tensor_new_view("scalar", (sip_dtype_t)dt, 0, NULL, b, bn, NULL),
         sip_tensor_new_view("none", (sip_dtype_t)dt, 1, de, NULL, 0, NULL),
     };
-    sip_wbuf_t w = {0};
+    sip__wbuf_t w = {0};
     sip__encode_info_request(&w, 1, 1); /* misalign the buffer */
     size_t at = w.len;
     sip__encode_infer_response(&w, 42, SIP_OK, NULL, 11, 22, 33, (const sip_tensor_t *const *)o,
                                3);
     size_t len;
-    const uint8_t *pl = frame_at(&w, at, SIP_MSG_INFER_RESPONSE, 42, &len);
+    const uint8_t *pl = frame_at(&w, at, SIP__MSG_INFER_RESPONSE, 42, &len);
     uint8_t *copy = dup_exact(pl, len);
     sip_buf_t *owner = sip_buf_wrap(copy, len, free, copy);
-    sip_wire_response_t r;
+    sip__wire_response_t r;
     assert_ok(sip__decode_infer_response(copy, len, owner, &r));
     sip_buf_unref(owner);
     assert_int_equal(r.code, 0);
@@ -479,13 +479,13 @@ static void test_response_round_trip(void **state) {
   }
 
   /* An error answer: code and message, no outputs, large timings. */
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_response(&w, 7, SIP_INVALID_ARGUMENT, "input 'x': wrong dtype", UINT64_MAX,
                              0, 1ull << 40, NULL, 0);
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFER_RESPONSE, 7, &len);
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFER_RESPONSE, 7, &len);
   assert_int_equal(len, 4 + 4 + strlen("input 'x': wrong dtype") + 24 + 8);
-  sip_wire_response_t r;
+  sip__wire_response_t r;
   assert_ok(sip__decode_infer_response(pl, len, NULL, &r));
   assert_int_equal(r.code, SIP_INVALID_ARGUMENT);
   assert_string_equal(r.message, "input 'x': wrong dtype");
@@ -500,11 +500,11 @@ static void test_response_round_trip(void **state) {
 
 static void test_info_and_error_round_trip(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   for (uint8_t kind = 1; kind <= 3; kind++) {
     sip__encode_info_request(&w, kind, kind);
     size_t len;
-    const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFO_REQUEST, kind, &len);
+    const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFO_REQUEST, kind, &len);
     assert_int_equal(len, 1);
     assert_int_equal(pl[0], kind);
     sip__wbuf_free(&w);
@@ -513,7 +513,7 @@ static void test_info_and_error_round_trip(void **state) {
   const char *json = "{\"ready\": true, \"pools\": {}}";
   sip__encode_info_response(&w, 3, SIP_OK, json, strlen(json));
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFO_RESPONSE, 3, &len);
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFO_RESPONSE, 3, &len);
   uint8_t *copy = dup_exact(pl, len);
   uint32_t code = 99;
   const char *text = NULL;
@@ -528,7 +528,7 @@ static void test_info_and_error_round_trip(void **state) {
 
   /* Empty JSON text with a non-OK code. */
   sip__encode_info_response(&w, 4, SIP_UNIMPLEMENTED, NULL, 0);
-  pl = frame_at(&w, 0, SIP_MSG_INFO_RESPONSE, 4, &len);
+  pl = frame_at(&w, 0, SIP__MSG_INFO_RESPONSE, 4, &len);
   assert_int_equal(len, 4);
   copy = dup_exact(pl, len);
   assert_ok(sip__decode_code_text(copy, len, 0, &code, &text, &tl));
@@ -539,7 +539,7 @@ static void test_info_and_error_round_trip(void **state) {
 
   const char *msg = "bad frame magic 47 45 54 20";
   sip__encode_error(&w, 0, SIP_INVALID_ARGUMENT, msg);
-  pl = frame_at(&w, 0, SIP_MSG_ERROR, 0, &len);
+  pl = frame_at(&w, 0, SIP__MSG_ERROR, 0, &len);
   assert_int_equal(len, 8 + strlen(msg));
   copy = dup_exact(pl, len);
   assert_ok(sip__decode_code_text(copy, len, 1, &code, &text, &tl));
@@ -550,7 +550,7 @@ static void test_info_and_error_round_trip(void **state) {
   sip__wbuf_free(&w);
 
   sip__encode_error(&w, 9, SIP_INTERNAL, NULL);
-  pl = frame_at(&w, 0, SIP_MSG_ERROR, 9, &len);
+  pl = frame_at(&w, 0, SIP__MSG_ERROR, 9, &len);
   assert_int_equal(len, 8);
   assert_ok(sip__decode_code_text(pl, len, 1, &code, &text, &tl));
   assert_int_equal(code, SIP_INTERNAL);
@@ -600,11 +600,11 @@ static void test_code_text_malformed(void **state) {
 
 static void test_request_truncated_everywhere(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   encode_sample_request(&w, 1);
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFER_REQUEST, 1, &len);
-  sip_wire_request_t r;
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFER_REQUEST, 1, &len);
+  sip__wire_request_t r;
   assert_ok(sip__decode_infer_request(pl, len, NULL, &r)); /* the whole is valid */
   sip__wire_request_clear(&r);
   for (size_t n = 0; n < len; n++) {
@@ -630,17 +630,17 @@ static void test_response_truncated_everywhere(void **state) {
   uint16_t v[2] = {1, 2};
   sip_tensor_t *o[2] = {sip_tensor_new_view("w", SIP_DTYPE_STRING, 1, d2, sb, sn, NULL),
                         sip_tensor_new_view("v", SIP_DTYPE_UINT16, 1, d2, v, 4, NULL)};
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_response(&w, 1, 0, "", 1, 2, 3, (const sip_tensor_t *const *)o, 2);
   sip_tensor_free(o[0]);
   sip_tensor_free(o[1]);
   size_t len;
-  const uint8_t *pl = frame_at(&w, 0, SIP_MSG_INFER_RESPONSE, 1, &len);
+  const uint8_t *pl = frame_at(&w, 0, SIP__MSG_INFER_RESPONSE, 1, &len);
   for (size_t n = 0; n < len; n++) {
     char what[64];
     snprintf(what, sizeof what, "prefix of %zu/%zu bytes", n, len);
     uint8_t *c = dup_exact(pl, n);
-    sip_wire_response_t r;
+    sip__wire_response_t r;
     sip_error_t *err = sip__decode_infer_response(c, n, NULL, &r);
     if (!err) sip__wire_response_clear(&r);
     free(c);
@@ -652,7 +652,7 @@ static void test_response_truncated_everywhere(void **state) {
 static void test_request_trailing_bytes(void **state) {
   (void)state;
   for (size_t extra = 1; extra <= 9; extra++) {
-    sip_wbuf_t w = {0};
+    sip__wbuf_t w = {0};
     encode_sample_request(&w, 1);
     for (size_t i = 0; i < extra; i++) sip__wbuf_u8(&w, 0);
     char want[64];
@@ -662,7 +662,7 @@ static void test_request_trailing_bytes(void **state) {
     sip__wbuf_free(&w);
   }
   /* Also after a request without inputs. */
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   raw_req_head(&w, "p", 0, 0, 0, 0, 0);
   sip__wbuf_u8(&w, 1);
   EXPECT_REQ_ERR(&w, "1 unexpected bytes", "offset 15");
@@ -671,7 +671,7 @@ static void test_request_trailing_bytes(void **state) {
 
 static void test_response_trailing_bytes(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_response(&w, 1, 0, "m", 0, 0, 0, NULL, 0);
   sip__wbuf_u8(&w, 0xee);
   expect_resp_err(w.data + HDR, w.len - HDR, SIP_INVALID_ARGUMENT, "INFER_RESPONSE",
@@ -684,7 +684,7 @@ static void test_response_nonzero_reserved(void **state) {
   /* docs/protocol.md: the response's reserved u16 + u32 are zero, as the
    * request's reserved bytes are (which the decoder rejects when set). */
   for (int byte = 0; byte < 6; byte++) {
-    sip_wbuf_t w = {0};
+    sip__wbuf_t w = {0};
     sip__encode_infer_response(&w, 1, 0, "", 0, 0, 0, NULL, 0);
     uint8_t pl[64];
     size_t len = w.len - HDR;
@@ -698,7 +698,7 @@ static void test_response_nonzero_reserved(void **state) {
 
 static void test_request_bad_header_fields(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   for (unsigned prio = 4; prio <= 255; prio += 251) {
     raw_req_head(&w, "p", (uint8_t)prio, 0, 0, 0, 0);
     char want[64];
@@ -717,7 +717,7 @@ static void test_request_bad_header_fields(void **state) {
 
 static void test_request_names(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   char big[1100];
   memset(big, 'n', sizeof big);
 
@@ -734,7 +734,7 @@ static void test_request_names(void **state) {
   sip__wbuf_free(&w);
   raw_str(&w, big, 1024);
   sip__wbuf_put(&w, "\0\0\0\0\0\0\0\0\0\0\0\0", 12);
-  sip_wire_request_t r;
+  sip__wire_request_t r;
   assert_ok(sip__decode_infer_request(w.data, w.len, NULL, &r));
   assert_int_equal(strlen(r.pool), 1024);
   sip__wire_request_clear(&r);
@@ -778,7 +778,7 @@ static void test_request_names(void **state) {
 
 static void test_request_bad_tensors(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   uint8_t data[64] = {0};
   uint64_t dims[17];
   for (int i = 0; i < 17; i++) dims[i] = 1;
@@ -794,7 +794,7 @@ static void test_request_bad_tensors(void **state) {
   sip__wbuf_free(&w);
   raw_req_head(&w, "p", 0, 0, 0, 0, 1);
   raw_tensor(&w, "t", 1, SIP_DTYPE_UINT8, 16, 0, dims, 16, 1, data, 1);
-  sip_wire_request_t r;
+  sip__wire_request_t r;
   assert_ok(sip__decode_infer_request(w.data, w.len, NULL, &r));
   assert_int_equal(r.inputs[0]->rank, 16);
   sip__wire_request_clear(&r);
@@ -887,7 +887,7 @@ static void test_request_bad_tensors(void **state) {
 
 static void test_request_bad_strings(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   /* Element overrunning the data: claims 10 bytes, 3 remain. */
   uint8_t over[7] = {10, 0, 0, 0, 'a', 'b', 'c'};
   uint64_t d1 = 1, d3 = 3, d2 = 2;
@@ -932,7 +932,7 @@ static void test_request_bad_strings(void **state) {
 static void test_request_errors_free_earlier_tensors(void **state) {
   (void)state;
   /* The second tensor is bad: the first (allocated) one must be freed. */
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   uint64_t d1 = 1;
   uint8_t one = 1;
   raw_req_head(&w, "p", 0, 0, 0, 1, 2);
@@ -942,7 +942,7 @@ static void test_request_errors_free_earlier_tensors(void **state) {
   /* Through an owner as well: the owner must be released exactly once. */
   uint8_t *copy = dup_exact(w.data, w.len);
   sip_buf_t *owner = sip_buf_wrap(copy, w.len, free, copy);
-  sip_wire_request_t r;
+  sip__wire_request_t r;
   sip_error_t *e = sip__decode_infer_request(copy, w.len, owner, &r);
   sip_buf_unref(owner); /* frees copy unless a tensor leaked a reference (LSan) */
   CHECK_ERR(e, SIP_INVALID_ARGUMENT, "tensor 'b' has dtype 0");
@@ -965,7 +965,7 @@ static void count_release(void *ctx) {
 
 static void test_decode_request_alloc_failures(void **state) {
   (void)state;
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   encode_sample_request(&w, 1);
   size_t len = w.len - HDR;
   int succeeded = 0;
@@ -975,7 +975,7 @@ static void test_decode_request_alloc_failures(void **state) {
     release_count_t rc = {0, copy};
     sip_buf_t *owner = sip_buf_wrap(copy, len, count_release, &rc);
     assert_non_null(owner);
-    sip_wire_request_t r;
+    sip__wire_request_t r;
     sip__alloc_fail_after(n);
     sip_error_t *e = sip__decode_infer_request(copy, len, owner, &r);
     sip__alloc_fail_after(-1);
@@ -1007,7 +1007,7 @@ static void test_decode_response_alloc_failures(void **state) {
   int32_t v[2] = {1, 2};
   sip_tensor_t *o[2] = {sip_tensor_new_view("a", SIP_DTYPE_INT32, 1, d, v, 8, NULL),
                         sip_tensor_new_view("b", SIP_DTYPE_INT32, 1, d, v, 8, NULL)};
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   sip__encode_infer_response(&w, 1, 0, "msg", 1, 2, 3, (const sip_tensor_t *const *)o, 2);
   sip_tensor_free(o[0]);
   sip_tensor_free(o[1]);
@@ -1017,7 +1017,7 @@ static void test_decode_response_alloc_failures(void **state) {
     uint8_t *copy = dup_exact(w.data + HDR, len);
     release_count_t rc = {0, copy};
     sip_buf_t *owner = sip_buf_wrap(copy, len, count_release, &rc);
-    sip_wire_response_t r;
+    sip__wire_response_t r;
     sip__alloc_fail_after(n);
     sip_error_t *e = sip__decode_infer_response(copy, len, owner, &r);
     sip__alloc_fail_after(-1);
@@ -1045,7 +1045,7 @@ static void test_decode_malformed_under_alloc_failures(void **state) {
   /* A request that is malformed late (after allocating: its second
    * tensor's bytes do not match its shape, found after the tensor is
    * built): every failure point gives an error and leaks nothing. */
-  sip_wbuf_t w = {0};
+  sip__wbuf_t w = {0};
   uint64_t d1 = 1, d2 = 2;
   uint8_t one = 1;
   raw_req_head(&w, "p", 0, 0, 0, 1, 2);
@@ -1053,7 +1053,7 @@ static void test_decode_malformed_under_alloc_failures(void **state) {
   raw_tensor(&w, "a", 1, SIP_DTYPE_UINT8, 1, 0, &d1, 1, 1, &one, 1);
   raw_tensor(&w, "b", 1, SIP_DTYPE_UINT8, 1, 0, &d2, 1, 1, &one, 1);
   for (long n = 0; n < 50; n++) {
-    sip_wire_request_t r;
+    sip__wire_request_t r;
     sip__alloc_fail_after(n);
     sip_error_t *e = sip__decode_infer_request(w.data, w.len, NULL, &r);
     sip__alloc_fail_after(-1);
@@ -1071,7 +1071,7 @@ static void test_encode_alloc_failures(void **state) {
   /* The encoder's out-of-memory flag is sticky and nothing leaks. */
   int ok = 0;
   for (long n = 0; n < 100 && !ok; n++) {
-    sip_wbuf_t w = {0};
+    sip__wbuf_t w = {0};
     static const float f[1] = {1};
     int64_t d[1] = {1};
     sip_tensor_t t = {.name = (char *)"x", .dtype = SIP_DTYPE_FLOAT32, .rank = 1, .data = f,
@@ -1088,10 +1088,10 @@ static void test_encode_alloc_failures(void **state) {
     sip__alloc_fail_after(-1);
     if (!w.oom) {
       ok = 1;
-      sip_frame_header_t h;
+      sip__frame_header_t h;
       assert_ok(sip__frame_header_decode(w.data, SIZE_MAX, &h));
-      assert_int_equal(h.type, SIP_MSG_INFER_REQUEST);
-      sip_wire_request_t r;
+      assert_int_equal(h.type, SIP__MSG_INFER_REQUEST);
+      sip__wire_request_t r;
       assert_ok(sip__decode_infer_request(w.data + HDR, h.length, NULL, &r));
       assert_int_equal(strlen(r.pool), 999);
       sip__wire_request_clear(&r);

@@ -44,8 +44,8 @@ static void assert_ok(sip_error_t *err, const char *what) {
   }
 }
 
-static sip_expr_t *parse_ok(const char *text) {
-  sip_expr_t *e = (sip_expr_t *)0x1;
+static sip__expr_t *parse_ok(const char *text) {
+  sip__expr_t *e = (sip__expr_t *)0x1;
   assert_ok(sip__expr_parse(text, &e), text);
   assert_non_null(e);
   return e;
@@ -54,7 +54,7 @@ static sip_expr_t *parse_ok(const char *text) {
 /* Expects a parse error whose message starts with "column <col>: " and
  * contains each following string. */
 static void expect_parse_err_(int line, const char *text, int col, ...) {
-  sip_expr_t *e = (sip_expr_t *)0x1;
+  sip__expr_t *e = (sip__expr_t *)0x1;
   sip_error_t *err = sip__expr_parse(text, &e);
   if (e) fail_msg("line %d: %s: *out not NULL on error", line, text);
   char what[256], prefix[32];
@@ -151,7 +151,7 @@ static const sip_tensor_t *lookup(void *ctx, const char *stage, const char *outp
 }
 
 static void eval_is_(int line, const char *text, int want) {
-  sip_expr_t *e = parse_ok(text);
+  sip__expr_t *e = parse_ok(text);
   int got = -1;
   char what[256];
   snprintf(what, sizeof what, "line %d: eval \"%.200s\"", line, text);
@@ -165,7 +165,7 @@ static void eval_is_(int line, const char *text, int want) {
 #define FALSE_(text) EVAL_IS(text, 0)
 
 static void expect_eval_err_(int line, const char *text, ...) {
-  sip_expr_t *e = parse_ok(text);
+  sip__expr_t *e = parse_ok(text);
   int got = 42;
   sip_error_t *err = sip__expr_eval(e, lookup, NULL, &got);
   sip__expr_free(e);
@@ -216,7 +216,7 @@ static void test_parse_accepts(void **state) {
       "max(det.scores) > 0.9\n  and len(det.boxes) > 0",
   };
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-    sip_expr_t *e = parse_ok(ok[i]);
+    sip__expr_t *e = parse_ok(ok[i]);
     assert_string_equal(sip__expr_text(e), ok[i]);
     sip__expr_free(e);
   }
@@ -311,7 +311,7 @@ static void test_parse_errors(void **state) {
 
 static void test_parse_multiline(void **state) {
   (void)state;
-  sip_expr_t *e = (sip_expr_t *)0x1;
+  sip__expr_t *e = (sip__expr_t *)0x1;
   sip_error_t *err = sip__expr_parse("len(det.boxes) > 0\n  and\n  len(x) > 0", &e);
   assert_null(e);
   assert_non_null(err);
@@ -356,13 +356,13 @@ static const char *repeat(const char *head, const char *unit, int n, const char 
 static void test_parse_limits(void **state) {
   (void)state;
   /* length: 4096 bytes pass, 4097 do not */
-  char text[SIP_EXPR_MAX_LEN + 2];
+  char text[SIP__EXPR_MAX_LEN + 2];
   memset(text, ' ', sizeof text);
   text[0] = '1';
-  text[SIP_EXPR_MAX_LEN] = '\0';
+  text[SIP__EXPR_MAX_LEN] = '\0';
   sip__expr_free(parse_ok(text));
-  text[SIP_EXPR_MAX_LEN] = ' ';
-  text[SIP_EXPR_MAX_LEN + 1] = '\0';
+  text[SIP__EXPR_MAX_LEN] = ' ';
+  text[SIP__EXPR_MAX_LEN + 1] = '\0';
   EXPECT_PARSE_ERR(text, 4097, "the expression is longer than the limit of 4096 bytes");
 
   /* nesting: 64 levels pass, 65 do not, whatever nests */
@@ -397,7 +397,7 @@ static void test_parse_limits(void **state) {
 
 static void test_refs(void **state) {
   (void)state;
-  sip_expr_t *e = parse_ok(
+  sip__expr_t *e = parse_ok(
       "len(det.boxes) > 0 and any(cls.label == 1) and max(cls.score) > 0.9 and det.boxes.shape[1] == 4 and "
       "pipeline.input_0.shape[0] == 1 and det.sigmoid_0.tmp_0 == 1 and len(det.boxes) < 100 and "
       "cls.score.shape[-1] == 1");
@@ -571,7 +571,7 @@ static void test_eval_short_circuit(void **state) {
   /* ... nor its references looked up. */
   lookups_t l = {0};
   int r = -1;
-  sip_expr_t *e = parse_ok("det.boxes == 0 and len(gone.boxes) > 0");
+  sip__expr_t *e = parse_ok("det.boxes == 0 and len(gone.boxes) > 0");
   assert_ok(sip__expr_eval(e, lookup, &l, &r), "short-circuit");
   assert_int_equal(r, 0);
   assert_int_equal(l.calls, 1);
@@ -629,7 +629,7 @@ static void test_alloc_failures(void **state) {
   for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
     int done = 0;
     for (long n = 0; n < 1000 && !done; n++) {
-      sip_expr_t *e = (sip_expr_t *)0x1;
+      sip__expr_t *e = (sip__expr_t *)0x1;
       sip__alloc_fail_after(n);
       sip_error_t *err = sip__expr_parse(texts[k], &e);
       sip__alloc_fail_after(-1);
@@ -652,8 +652,8 @@ static void test_alloc_failures(void **state) {
   }
   /* Evaluation allocates nothing on success, and an error it cannot
    * allocate is reported as out of memory. */
-  sip_expr_t *e = parse_ok("max(det.scores) > 0.9 and len(det.boxes) == 3");
-  sip_expr_t *bad = parse_ok("max(none.scores) > 0.9");
+  sip__expr_t *e = parse_ok("max(det.scores) > 0.9 and len(det.boxes) == 3");
+  sip__expr_t *bad = parse_ok("max(none.scores) > 0.9");
   int r = -1;
   sip__alloc_fail_after(0);
   sip_error_t *err = sip__expr_eval(e, lookup, NULL, &r);

@@ -18,8 +18,8 @@
 #define NAME "cfg.yaml"
 #define BASE "/base"
 
-static sip_config_t *load_ok(const char *yaml) {
-  sip_config_t *cfg = NULL;
+static sip__config_t *load_ok(const char *yaml) {
+  sip__config_t *cfg = NULL;
   sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, sip__backend_catalog(), &cfg);
   if (err) fail_msg("unexpected error: %s\n--- yaml:\n%s", sip_error_message(err), yaml);
   assert_non_null(cfg);
@@ -29,7 +29,7 @@ static sip_config_t *load_ok(const char *yaml) {
 /* Loads `yaml` (length len), expects an error with `code` whose message
  * contains every string of the NULL-terminated list. */
 static void expect_errn(const char *yaml, size_t len, sip_code_t code, ...) {
-  sip_config_t *cfg = (sip_config_t *)1;
+  sip__config_t *cfg = (sip__config_t *)1;
   sip_error_t *err = sip__config_load_string(yaml, len, NAME, BASE, sip__backend_catalog(), &cfg);
   if (!err) fail_msg("expected an error for:\n%s", yaml);
   assert_null(cfg);
@@ -55,7 +55,7 @@ static void expect_errn(const char *yaml, size_t len, sip_code_t code, ...) {
 
 static void test_full_config(void **state) {
   (void)state;
-  sip_config_t *cfg = load_ok(
+  sip__config_t *cfg = load_ok(
       "server:\n"
       "  endpoints: [\"ipc:///tmp/sip_service.sock\", \"unix:///tmp/x.sock\", "
       "\"tcp://127.0.0.1:8500\"]\n"
@@ -87,15 +87,15 @@ static void test_full_config(void **state) {
   assert_int_equal(cfg->engine.inter_op_threads, 1);
   assert_int_equal(cfg->engine.allow_spinning, 1);
   assert_int_equal(cfg->max_frame_bytes, 64u << 20);
-  assert_int_equal(cfg->log_level, SIP_LOG_DEBUG);
+  assert_int_equal(cfg->log_level, SIP__LOG_DEBUG);
   assert_int_equal(cfg->n_pools, 3);
 
-  sip_pool_config_t *p = &cfg->pools[0];
+  sip__pool_config_t *p = &cfg->pools[0];
   assert_string_equal(p->name, "ocr_cls");
   assert_string_equal(p->model_path, BASE "/models/cls.onnx");
   assert_string_equal(p->backend, "onnxruntime");
   assert_int_equal(p->pool_size, 4);
-  assert_int_equal(p->priority, SIP_PRIO_HIGH);
+  assert_int_equal(p->priority, SIP__PRIO_HIGH);
   assert_int_equal(p->max_memory_mb, 2048);
   assert_int_equal(p->max_compute_percent, 25);
   assert_int_equal(p->line, 9);
@@ -111,7 +111,7 @@ static void test_full_config(void **state) {
   assert_string_equal(p->name, "det.v2-x");
   assert_string_equal(p->model_path, "/abs/models/det");
   assert_string_equal(p->backend, "onnxruntime"); /* no extension: a model directory */
-  assert_int_equal(p->priority, SIP_PRIO_LOW);
+  assert_int_equal(p->priority, SIP__PRIO_LOW);
   assert_int_equal(p->line, 16);
 
   p = &cfg->pools[2];
@@ -122,22 +122,22 @@ static void test_full_config(void **state) {
 
 static void test_defaults(void **state) {
   (void)state;
-  sip_config_t *cfg = load_ok("session_pools: []\n");
+  sip__config_t *cfg = load_ok("session_pools: []\n");
   assert_int_equal(cfg->n_endpoints, 1);
   assert_string_equal(cfg->endpoints[0], "ipc:///tmp/sip_service.sock");
   assert_int_equal(cfg->engine.intra_op_threads, 0);
   assert_int_equal(cfg->engine.inter_op_threads, 0);
   assert_int_equal(cfg->engine.allow_spinning, 0);
   assert_int_equal(cfg->max_frame_bytes, 268435456u);
-  assert_int_equal(cfg->log_level, SIP_LOG_INFO);
+  assert_int_equal(cfg->log_level, SIP__LOG_INFO);
   assert_int_equal(cfg->n_pools, 0);
   assert_null(cfg->pools);
   sip__config_free(cfg);
 
   cfg = load_ok("session_pools:\n  - {name: a, model_path: a.onnx}\n");
-  sip_pool_config_t *p = &cfg->pools[0];
+  sip__pool_config_t *p = &cfg->pools[0];
   assert_int_equal(p->pool_size, 1);
-  assert_int_equal(p->priority, SIP_PRIO_MEDIUM);
+  assert_int_equal(p->priority, SIP__PRIO_MEDIUM);
   assert_int_equal(p->max_memory_mb, 0);
   assert_int_equal(p->max_compute_percent, 0);
   assert_int_equal(p->n_backend_options, 0);
@@ -148,7 +148,7 @@ static void test_defaults(void **state) {
   /* Sections with every key commented out are empty, not errors. */
   cfg = load_ok("server:\n#  log_level: debug\nsession_pools:\n");
   assert_int_equal(cfg->n_pools, 0);
-  assert_int_equal(cfg->log_level, SIP_LOG_INFO);
+  assert_int_equal(cfg->log_level, SIP__LOG_INFO);
   sip__config_free(cfg);
 
   cfg = load_ok(POOL("    resource_quota:\n    backend_options: {}\n"));
@@ -170,7 +170,7 @@ static void test_sizes_and_bools(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char yaml[256];
     snprintf(yaml, sizeof yaml, "server: {max_frame_bytes: %s}\nsession_pools: []\n", cases[i].text);
-    sip_config_t *cfg = load_ok(yaml);
+    sip__config_t *cfg = load_ok(yaml);
     assert_int_equal(cfg->max_frame_bytes, cases[i].want);
     sip__config_free(cfg);
   }
@@ -178,13 +178,13 @@ static void test_sizes_and_bools(void **state) {
   for (size_t i = 0; i < 6; i++) {
     char yaml[256];
     snprintf(yaml, sizeof yaml, "server: {allow_spinning: %s}\nsession_pools: []\n", bools[i]);
-    sip_config_t *cfg = load_ok(yaml);
+    sip__config_t *cfg = load_ok(yaml);
     assert_int_equal(cfg->engine.allow_spinning, i < 3);
     sip__config_free(cfg);
   }
-  sip_config_t *cfg = load_ok("server: {intra_op_threads: +8, log_level: error}\nsession_pools: []\n");
+  sip__config_t *cfg = load_ok("server: {intra_op_threads: +8, log_level: error}\nsession_pools: []\n");
   assert_int_equal(cfg->engine.intra_op_threads, 8);
-  assert_int_equal(cfg->log_level, SIP_LOG_ERROR);
+  assert_int_equal(cfg->log_level, SIP__LOG_ERROR);
   sip__config_free(cfg);
 }
 
@@ -345,7 +345,7 @@ static void test_endpoints(void **state) {
            "server: {endpoints: [\"unix://%s\", \"tcp://[::1]:0\", \"ipc://rel/x.sock\", "
            "\"tcp://localhost:65535\"]}\nsession_pools: []\n",
            longp);
-  sip_config_t *cfg = load_ok(yaml);
+  sip__config_t *cfg = load_ok(yaml);
   assert_int_equal(cfg->n_endpoints, 4);
   assert_string_equal(cfg->endpoints[1], "tcp://[::1]:0");
   assert_string_equal(cfg->endpoints[2], "ipc://rel/x.sock"); /* not resolved: as written */
@@ -375,7 +375,7 @@ static void test_pool_names(void **state) {
   EXPECT_ERR(yaml, "session_pools[0].name: \"nnnn", "...\" is not valid");
   name[128] = '\0';
   snprintf(yaml, sizeof yaml, "session_pools:\n  - {name: %s, model_path: a.onnx}\n", name);
-  sip_config_t *cfg = load_ok(yaml);
+  sip__config_t *cfg = load_ok(yaml);
   assert_int_equal(strlen(cfg->pools[0].name), 128);
   sip__config_free(cfg);
   EXPECT_ERR("session_pools:\n  - {model_path: a.onnx}\n",
@@ -399,7 +399,7 @@ static void test_model_path(void **state) {
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: \"\"}\n", "session_pools[0].model_path: is empty");
   EXPECT_ERR("session_pools:\n  - {name: a, model_path: ~}\n", "session_pools[0].model_path: has no value");
 
-  sip_config_t *cfg = load_ok("session_pools:\n"
+  sip__config_t *cfg = load_ok("session_pools:\n"
                               "  - {name: a, model_path: m.bin, backend: onnxruntime}\n"
                               "  - {name: b, model_path: M.ONNX}\n"
                               "  - {name: c, model_path: models/resnet/}\n"
@@ -431,7 +431,7 @@ static void test_backend_options(void **state) {
   EXPECT_ERR(POOL("    backend_options: [a, b]\n"), "session_pools[0].backend_options: is a list",
              "expected a map of scalar values");
   EXPECT_ERR(POOL("    backend_options: {[k]: v}\n"), "session_pools[0].backend_options: a key is a list");
-  sip_config_t *cfg = load_ok(POOL("    backend_options: {\"quoted key\": 'x y', e: \"\"}\n"));
+  sip__config_t *cfg = load_ok(POOL("    backend_options: {\"quoted key\": 'x y', e: \"\"}\n"));
   assert_string_equal(cfg->pools[0].backend_options[0].key, "quoted key");
   assert_string_equal(cfg->pools[0].backend_options[0].value, "x y");
   assert_string_equal(cfg->pools[0].backend_options[1].value, "");
@@ -470,7 +470,7 @@ static void test_aliases(void **state) {
   EXPECT_ERR("&r {server: *r, session_pools: []}\n", "server.server: unknown key");
   EXPECT_ERR(POOL("    backend_options: &o {a: *o}\n"), "session_pools[0].backend_options.a: is a map");
   /* Shared (non-cyclic) aliases are ordinary values. */
-  sip_config_t *cfg = load_ok("session_pools:\n"
+  sip__config_t *cfg = load_ok("session_pools:\n"
                               "  - {name: a, model_path: a.onnx, resource_quota: &q {max_memory_mb: 5}}\n"
                               "  - {name: b, model_path: b.onnx, resource_quota: *q}\n");
   assert_int_equal(cfg->pools[1].max_memory_mb, 5);
@@ -480,7 +480,7 @@ static void test_aliases(void **state) {
 static void test_base_dir(void **state) {
   (void)state;
   const char *yaml = "session_pools:\n  - {name: a, model_path: m/a.onnx}\n  - {name: b, model_path: /abs/b.onnx}\n";
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   assert_null(sip__config_load_string(yaml, strlen(yaml), NULL, NULL, sip__backend_catalog(), &cfg));
   assert_string_equal(cfg->path, "<string>");
   assert_string_equal(cfg->pools[0].model_path, "m/a.onnx");
@@ -504,7 +504,7 @@ static void test_load_file(void **state) {
   fputs("session_pools:\n  - {name: a, model_path: models/a.onnx}\n  - {name: b, model_path: resnet.v2}\n", f);
   fclose(f);
 
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *err = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (err) fail_msg("%s", sip_error_message(err));
   char want[600];
@@ -550,7 +550,7 @@ static void test_alloc_failures(void **state) {
                      "  - {name: b, backend: builtin, priority: low}\n";
   int ok = 0;
   for (long n = 0; n < 1000 && !ok; n++) {
-    sip_config_t *cfg = NULL;
+    sip__config_t *cfg = NULL;
     sip__alloc_fail_after(n);
     sip_error_t *err = sip__config_load_string(yaml, strlen(yaml), NAME, BASE, sip__backend_catalog(), &cfg);
     sip__alloc_fail_after(-1);
@@ -570,7 +570,7 @@ static void test_alloc_failures(void **state) {
 /* server.http, http_max_body_bytes, http_threads (the HTTP front-end). */
 static void test_http_keys(void **state) {
   (void)state;
-  sip_config_t *cfg = load_ok("session_pools: []\n");
+  sip__config_t *cfg = load_ok("session_pools: []\n");
   assert_null(cfg->http);
   assert_int_equal(cfg->http_max_body_bytes, (size_t)64 << 20);
   assert_int_equal(cfg->http_threads, 2);
@@ -614,10 +614,10 @@ static void test_http_keys(void **state) {
 static void test_misc(void **state) {
   (void)state;
   sip__config_free(NULL);
-  assert_string_equal(sip__priority_name(SIP_PRIO_HIGH), "high");
-  assert_string_equal(sip__priority_name(SIP_PRIO_MEDIUM), "medium");
-  assert_string_equal(sip__priority_name(SIP_PRIO_LOW), "low");
-  assert_string_equal(sip__priority_name(SIP_PRIO_LEVELS), "unknown");
+  assert_string_equal(sip__priority_name(SIP__PRIO_HIGH), "high");
+  assert_string_equal(sip__priority_name(SIP__PRIO_MEDIUM), "medium");
+  assert_string_equal(sip__priority_name(SIP__PRIO_LOW), "low");
+  assert_string_equal(sip__priority_name(SIP__PRIO_LEVELS), "unknown");
   sip_error_t *err = sip__config_load_string("", 0, NULL, NULL, sip__backend_catalog(), NULL);
   assert_int_equal(sip_error_code(err), SIP_INVALID_ARGUMENT);
   sip_error_free(err);
@@ -630,7 +630,7 @@ static void test_misc(void **state) {
 
 static void test_scheduling_keys(void **state) {
   (void)state;
-  sip_config_t *cfg = load_ok(
+  sip__config_t *cfg = load_ok(
       "server: {execution_slots: 3}\n" POOL(
           "    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: 500, "
           "preferred_batch_sizes: [2, 4, 8], padding_strategy: replicate_last}\n"
@@ -642,17 +642,17 @@ static void test_scheduling_keys(void **state) {
           "      high: {max_batch: 8, timeout: 60000}\n"
           "      rate_thresholds: [20, 100.5]\n"));
   assert_int_equal(cfg->execution_slots, 3);
-  sip_pool_config_t *p = &cfg->pools[0];
+  sip__pool_config_t *p = &cfg->pools[0];
   assert_int_equal(p->max_batch_size, 8);
   assert_int_equal(p->max_queue_delay_us, 500);
   assert_int_equal(p->n_preferred, 3);
   assert_int_equal(p->preferred_batch_sizes[0], 2);
   assert_int_equal(p->preferred_batch_sizes[1], 4);
   assert_int_equal(p->preferred_batch_sizes[2], 8); /* = max_batch_size is allowed */
-  assert_int_equal(p->padding_strategy, SIP_PAD_REPLICATE_LAST);
+  assert_int_equal(p->padding_strategy, SIP__PAD_REPLICATE_LAST);
   assert_int_equal(p->queue_max_size, 100);
   assert_int_equal(p->default_timeout_ms, 250);
-  assert_int_equal(p->timeout_action, SIP_TIMEOUT_DELAY);
+  assert_int_equal(p->timeout_action, SIP__TIMEOUT_DELAY);
   assert_int_equal(p->ageing_ms, 0);
   assert_int_equal(p->batch_levels[0].max_batch, 1);
   assert_int_equal(p->batch_levels[0].timeout_ms, 0);
@@ -671,10 +671,10 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_batch_size, 0);
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
-  assert_int_equal(p->padding_strategy, SIP_PAD_NONE);
+  assert_int_equal(p->padding_strategy, SIP__PAD_NONE);
   assert_int_equal(p->queue_max_size, 0);
   assert_int_equal(p->default_timeout_ms, 0);
-  assert_int_equal(p->timeout_action, SIP_TIMEOUT_REJECT);
+  assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
   for (int i = 0; i < 3; i++) assert_int_equal(p->batch_levels[i].max_batch, 0);
   sip__config_free(cfg);
@@ -686,9 +686,9 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_batch_size, 1);
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
-  assert_int_equal(p->padding_strategy, SIP_PAD_ZERO);
+  assert_int_equal(p->padding_strategy, SIP__PAD_ZERO);
   assert_int_equal(p->queue_max_size, 0);
-  assert_int_equal(p->timeout_action, SIP_TIMEOUT_REJECT);
+  assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
   sip__config_free(cfg);
   cfg = load_ok(POOL("    dynamic_batching: {max_batch_size: 65536, max_queue_delay_us: 60000000, "
@@ -698,7 +698,7 @@ static void test_scheduling_keys(void **state) {
   p = &cfg->pools[0];
   assert_int_equal(p->max_batch_size, 65536);
   assert_int_equal(p->max_queue_delay_us, 60000000);
-  assert_int_equal(p->padding_strategy, SIP_PAD_NONE);
+  assert_int_equal(p->padding_strategy, SIP__PAD_NONE);
   assert_int_equal(p->queue_max_size, 100000000);
   assert_int_equal(p->default_timeout_ms, 86400000);
   assert_int_equal(p->ageing_ms, 86400000);
@@ -879,12 +879,12 @@ static void test_scheduling_errors(void **state) {
              "resource_quota.max_memory_mb: 0 is out of range", "1..1048576");
 }
 
-static int has_cpu(const sip_pool_config_t *p, int k) { return (int)(p->cpu_mask[k / 64] >> (k % 64) & 1); }
+static int has_cpu(const sip__pool_config_t *p, int k) { return (int)(p->cpu_mask[k / 64] >> (k % 64) & 1); }
 
 static void test_cpu_affinity(void **state) {
   (void)state;
-  sip_config_t *cfg = load_ok(POOL("    cpu_affinity: [0, 2-3, 1023]\n"));
-  const sip_pool_config_t *p = &cfg->pools[0];
+  sip__config_t *cfg = load_ok(POOL("    cpu_affinity: [0, 2-3, 1023]\n"));
+  const sip__pool_config_t *p = &cfg->pools[0];
   assert_int_equal(p->n_cpus, 4);
   assert_true(has_cpu(p, 0) && has_cpu(p, 2) && has_cpu(p, 3) && has_cpu(p, 1023));
   assert_false(has_cpu(p, 1) || has_cpu(p, 4) || has_cpu(p, 64));

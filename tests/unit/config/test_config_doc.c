@@ -67,7 +67,7 @@ static void test_every_key_documented(void **state) {
 
 /* The error of `yaml`, copied; "" when it loads. */
 static void load_msg(const char *yaml, char *msg, size_t n) {
-  sip_config_t *cfg = NULL;
+  sip__config_t *cfg = NULL;
   sip_error_t *err =
       sip__config_load_string(yaml, strlen(yaml), "cfg.yaml", "/base", sip__backend_catalog(), &cfg);
   snprintf(msg, n, "%s", err ? sip_error_message(err) : "");

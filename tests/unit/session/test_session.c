@@ -18,20 +18,20 @@
 #include "core/core.h"
 #include "session/engine.h"
 
-#define NS SIP_SESSION_STATES_
+#define NS SIP__SESSION_STATES_
 
 /* The documented machine, independently of session.c's table. */
 static const int legal[NS][NS] = {
     /*                INIT READY RUNNING SUSPENDED FAILED DESTROYED */
-    [SIP_SESSION_INIT] = {0, 1, 0, 0, 1, 1},
-    [SIP_SESSION_READY] = {0, 0, 1, 1, 1, 1},
-    [SIP_SESSION_RUNNING] = {0, 1, 0, 0, 1, 0},
-    [SIP_SESSION_SUSPENDED] = {0, 1, 0, 0, 1, 1},
-    [SIP_SESSION_FAILED] = {1, 0, 0, 0, 0, 1},
-    [SIP_SESSION_DESTROYED] = {0, 0, 0, 0, 0, 0},
+    [SIP__SESSION_INIT] = {0, 1, 0, 0, 1, 1},
+    [SIP__SESSION_READY] = {0, 0, 1, 1, 1, 1},
+    [SIP__SESSION_RUNNING] = {0, 1, 0, 0, 1, 0},
+    [SIP__SESSION_SUSPENDED] = {0, 1, 0, 0, 1, 1},
+    [SIP__SESSION_FAILED] = {1, 0, 0, 0, 0, 1},
+    [SIP__SESSION_DESTROYED] = {0, 0, 0, 0, 0, 0},
 };
 
-static void init_session(sip_session_t *s, sip_session_state_t st) {
+static void init_session(sip__session_t *s, sip__session_state_t st) {
   memset(s, 0, sizeof *s);
   snprintf(s->id, sizeof s->id, "test/0");
   atomic_store(&s->state, (int)st);
@@ -47,30 +47,30 @@ static int setup(void **state) {
 static void test_state_count_and_names(void **state) {
   (void)state;
   assert_int_equal(NS, 6);
-  assert_string_equal(sip__session_state_name(SIP_SESSION_INIT), "INIT");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_READY), "READY");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_RUNNING), "RUNNING");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_SUSPENDED), "SUSPENDED");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_FAILED), "FAILED");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_DESTROYED), "DESTROYED");
-  assert_string_equal(sip__session_state_name(SIP_SESSION_STATES_), "UNKNOWN");
-  assert_string_equal(sip__session_state_name((sip_session_state_t)-1), "UNKNOWN");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_INIT), "INIT");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_READY), "READY");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_RUNNING), "RUNNING");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_SUSPENDED), "SUSPENDED");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_FAILED), "FAILED");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_DESTROYED), "DESTROYED");
+  assert_string_equal(sip__session_state_name(SIP__SESSION_STATES_), "UNKNOWN");
+  assert_string_equal(sip__session_state_name((sip__session_state_t)-1), "UNKNOWN");
 }
 
 static void test_transition_table(void **state) {
   (void)state;
   for (int from = 0; from < NS; from++)
     for (int to = 0; to < NS; to++) {
-      int got = sip__session_transition_ok((sip_session_state_t)from, (sip_session_state_t)to);
+      int got = sip__session_transition_ok((sip__session_state_t)from, (sip__session_state_t)to);
       if (got != legal[from][to])
         fail_msg("%s -> %s: transition_ok %d, documented %d",
-                 sip__session_state_name((sip_session_state_t)from),
-                 sip__session_state_name((sip_session_state_t)to), got, legal[from][to]);
+                 sip__session_state_name((sip__session_state_t)from),
+                 sip__session_state_name((sip__session_state_t)to), got, legal[from][to]);
     }
   /* No self-loops, DESTROYED is terminal. */
   for (int s = 0; s < NS; s++) {
-    assert_false(sip__session_transition_ok((sip_session_state_t)s, (sip_session_state_t)s));
-    assert_false(sip__session_transition_ok(SIP_SESSION_DESTROYED, (sip_session_state_t)s));
+    assert_false(sip__session_transition_ok((sip__session_state_t)s, (sip__session_state_t)s));
+    assert_false(sip__session_transition_ok(SIP__SESSION_DESTROYED, (sip__session_state_t)s));
   }
 }
 
@@ -79,8 +79,8 @@ static void test_transition_out_of_range(void **state) {
   static const int bad[] = {-1, NS, NS + 1, 31, 32, 1000, -2147483647 - 1};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     for (int s = 0; s < NS; s++) {
-      assert_false(sip__session_transition_ok((sip_session_state_t)bad[i], (sip_session_state_t)s));
-      assert_false(sip__session_transition_ok((sip_session_state_t)s, (sip_session_state_t)bad[i]));
+      assert_false(sip__session_transition_ok((sip__session_state_t)bad[i], (sip__session_state_t)s));
+      assert_false(sip__session_transition_ok((sip__session_state_t)s, (sip__session_state_t)bad[i]));
     }
 }
 
@@ -88,13 +88,13 @@ static void test_set_state_every_pair(void **state) {
   (void)state;
   for (int from = 0; from < NS; from++)
     for (int to = 0; to < NS; to++) {
-      sip_session_t s;
-      init_session(&s, (sip_session_state_t)from);
+      sip__session_t s;
+      init_session(&s, (sip__session_state_t)from);
       uint64_t before = sip__wall_us();
-      int ok = sip__session_set_state(&s, (sip_session_state_t)to);
+      int ok = sip__session_set_state(&s, (sip__session_state_t)to);
       uint64_t after = sip__wall_us();
-      const char *f = sip__session_state_name((sip_session_state_t)from);
-      const char *t = sip__session_state_name((sip_session_state_t)to);
+      const char *f = sip__session_state_name((sip__session_state_t)from);
+      const char *t = sip__session_state_name((sip__session_state_t)to);
       if (ok != legal[from][to]) fail_msg("set_state %s -> %s returned %d", f, t, ok);
       if (ok) {
         if (atomic_load(&s.state) != to) fail_msg("%s -> %s: state not updated", f, t);
@@ -112,22 +112,22 @@ static void test_set_state_every_pair(void **state) {
 
 static void test_set_state_out_of_range_target(void **state) {
   (void)state;
-  sip_session_t s;
-  init_session(&s, SIP_SESSION_READY);
-  assert_false(sip__session_set_state(&s, SIP_SESSION_STATES_));
-  assert_false(sip__session_set_state(&s, (sip_session_state_t)-1));
-  assert_int_equal(atomic_load(&s.state), SIP_SESSION_READY);
+  sip__session_t s;
+  init_session(&s, SIP__SESSION_READY);
+  assert_false(sip__session_set_state(&s, SIP__SESSION_STATES_));
+  assert_false(sip__session_set_state(&s, (sip__session_state_t)-1));
+  assert_int_equal(atomic_load(&s.state), SIP__SESSION_READY);
   assert_int_equal(atomic_load(&s.since_us), 0);
 }
 
 static void test_lifecycle_walk(void **state) {
   (void)state;
-  sip_session_t s;
-  init_session(&s, SIP_SESSION_INIT);
-  static const sip_session_state_t path[] = {
-      SIP_SESSION_READY,  SIP_SESSION_RUNNING, SIP_SESSION_READY,  SIP_SESSION_SUSPENDED,
-      SIP_SESSION_READY,  SIP_SESSION_RUNNING, SIP_SESSION_FAILED, SIP_SESSION_INIT,
-      SIP_SESSION_READY,  SIP_SESSION_SUSPENDED, SIP_SESSION_DESTROYED,
+  sip__session_t s;
+  init_session(&s, SIP__SESSION_INIT);
+  static const sip__session_state_t path[] = {
+      SIP__SESSION_READY,  SIP__SESSION_RUNNING, SIP__SESSION_READY,  SIP__SESSION_SUSPENDED,
+      SIP__SESSION_READY,  SIP__SESSION_RUNNING, SIP__SESSION_FAILED, SIP__SESSION_INIT,
+      SIP__SESSION_READY,  SIP__SESSION_SUSPENDED, SIP__SESSION_DESTROYED,
   };
   uint64_t last = 0;
   for (size_t i = 0; i < sizeof path / sizeof path[0]; i++) {
@@ -139,8 +139,8 @@ static void test_lifecycle_walk(void **state) {
   }
   /* DESTROYED is terminal: nothing leaves it and since_us stays. */
   for (int to = 0; to < NS; to++) {
-    assert_false(sip__session_set_state(&s, (sip_session_state_t)to));
-    assert_int_equal(atomic_load(&s.state), SIP_SESSION_DESTROYED);
+    assert_false(sip__session_set_state(&s, (sip__session_state_t)to));
+    assert_int_equal(atomic_load(&s.state), SIP__SESSION_DESTROYED);
     assert_int_equal(atomic_load(&s.since_us), last);
   }
 }
@@ -148,9 +148,9 @@ static void test_lifecycle_walk(void **state) {
 /* Many threads race READY → RUNNING: exactly one wins (the compare-and-swap
  * re-checks the table against the state it lost to). */
 typedef struct race {
-  sip_session_t *s;
+  sip__session_t *s;
   pthread_barrier_t *barrier;
-  sip_session_state_t to;
+  sip__session_state_t to;
   int won;
 } race_t;
 
@@ -165,14 +165,14 @@ static void test_set_state_race(void **state) {
   (void)state;
   enum { N = 8, ROUNDS = 200 };
   for (int round = 0; round < ROUNDS; round++) {
-    sip_session_t s;
-    init_session(&s, SIP_SESSION_READY);
+    sip__session_t s;
+    init_session(&s, SIP__SESSION_READY);
     pthread_barrier_t b;
     pthread_barrier_init(&b, NULL, N);
     pthread_t th[N];
     race_t r[N];
     for (int i = 0; i < N; i++) {
-      r[i] = (race_t){&s, &b, SIP_SESSION_RUNNING, 0};
+      r[i] = (race_t){&s, &b, SIP__SESSION_RUNNING, 0};
       assert_int_equal(pthread_create(&th[i], NULL, racer, &r[i]), 0);
     }
     int winners = 0;
@@ -182,7 +182,7 @@ static void test_set_state_race(void **state) {
     }
     pthread_barrier_destroy(&b);
     assert_int_equal(winners, 1);
-    assert_int_equal(atomic_load(&s.state), SIP_SESSION_RUNNING);
+    assert_int_equal(atomic_load(&s.state), SIP__SESSION_RUNNING);
   }
 }
 

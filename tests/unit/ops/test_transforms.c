@@ -25,8 +25,8 @@
 
 #define KV(k, v) ((sip_kv_t){(k), (v)})
 
-static sip_transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
-  sip_transform_t *t = NULL;
+static sip__transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
+  sip__transform_t *t = NULL;
   sip_error_t *e = sip__transform_new(op, kv, n, &t);
   if (e) fail_msg("sip__transform_new(%s): %s", op, sip_error_message(e));
   assert_non_null(t);
@@ -36,7 +36,7 @@ static sip_transform_t *make(const char *op, const sip_kv_t *kv, size_t n) {
 /* Asserts that creating `op` fails with `code` and a message holding each
  * of the NULL-terminated fragments. */
 static void expect_new_error(const char *op, const sip_kv_t *kv, size_t n, sip_code_t code, ...) {
-  sip_transform_t *t = (sip_transform_t *)1;
+  sip__transform_t *t = (sip__transform_t *)1;
   sip_error_t *e = sip__transform_new(op, kv, n, &t);
   assert_non_null(e);
   assert_null(t);
@@ -69,7 +69,7 @@ static sip_tensor_t *tensor(const char *name, sip_dtype_t dt, int rank, const in
 }
 
 /* Runs with one input; returns the error (outputs freed) or NULL with *outs. */
-static sip_error_t *run1(const sip_transform_t *t, const sip_tensor_t *in, sip_tensor_t ***outs,
+static sip_error_t *run1(const sip__transform_t *t, const sip_tensor_t *in, sip_tensor_t ***outs,
                          size_t *n) {
   const sip_tensor_t *ins[1] = {in};
   return sip__transform_run(t, ins, 1, outs, n);
@@ -140,7 +140,7 @@ static void test_option_forms(void **state) {
   /* Lists as YAML flow sequences and fractions are accepted. */
   sip_kv_t k[] = {KV("target_size", "[224, 224]"), KV("scale", "1/255"),
                   KV("mean", "[0.5, 0.5, 0.5]"), KV("std", " 0.5 ")};
-  sip_transform_t *t = make("crop_and_resize", k, 4);
+  sip__transform_t *t = make("crop_and_resize", k, 4);
   const sip_io_desc_t *in, *out;
   size_t ni, no;
   sip__transform_describe(t, &in, &ni, &out, &no);
@@ -172,7 +172,7 @@ static void test_option_forms(void **state) {
 
 static void test_input_matching(void **state) {
   (void)state;
-  sip_transform_t *t = make("nms", NULL, 0);
+  sip__transform_t *t = make("nms", NULL, 0);
   float bx[8] = {0, 0, 10, 10, 1, 1, 11, 11}, sc[2] = {0.5f, 0.9f};
   int64_t db[2] = {2, 4}, ds[1] = {2};
   sip_tensor_t *boxes = tensor("boxes", SIP_DTYPE_FLOAT32, 2, db, bx);
@@ -247,7 +247,7 @@ static void test_hostile_shapes(void **state) {
   size_t n;
   /* Dims whose product overflows: refused by validation. */
   sip_kv_t k[] = {KV("size", "4,4")};
-  sip_transform_t *t = make("resize", k, 1);
+  sip__transform_t *t = make("resize", k, 1);
   int64_t big[3] = {INT64_MAX, 2, 3};
   uint8_t px[6] = {0};
   sip_tensor_t *x = sip_tensor_new_view("image", SIP_DTYPE_UINT8, 3, big, px, 6, NULL);
@@ -352,7 +352,7 @@ static void test_cast_edges(void **state) {
   sip_tensor_t *x = tensor("input", SIP_DTYPE_FLOAT32, 1, d, in);
 
   sip_kv_t ku8[] = {KV("to", "uint8")};
-  sip_transform_t *t = make("cast", ku8, 1);
+  sip__transform_t *t = make("cast", ku8, 1);
   assert_null(run1(t, x, &outs, &n));
   const uint8_t *u = outs[0]->data;
   /* NaN -> 0; infinities saturate through int64 then wrap like numpy on
@@ -449,7 +449,7 @@ static void test_db_box(void **state) {
     for (int x = 10; x <= 30; x++) p[y * W + x] = 0.9f;
   p[0] = 0.9f; /* one pixel: under min_size */
   sip_kv_t k[] = {KV("src_size", "48,80")};
-  sip_transform_t *t = make("db_postprocess", k, 1);
+  sip__transform_t *t = make("db_postprocess", k, 1);
   int64_t d[4] = {1, 1, H, W};
   sip_tensor_t *x = tensor("probs", SIP_DTYPE_FLOAT32, 4, d, p);
   sip_tensor_t **outs;
@@ -475,7 +475,7 @@ static void test_ctc_labels_file(void **state) {
   assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
   close(fd);
   sip_kv_t k[] = {KV("labels_file", path)};
-  sip_transform_t *t = make("ctc_greedy_decode", k, 1);
+  sip__transform_t *t = make("ctc_greedy_decode", k, 1);
   /* classes: blank, x, y, " ", zz, space */
   enum { T = 7, C = 6 };
   int seq[T] = {1, 1, 0, 2, 3, 4, 5};
@@ -501,7 +501,7 @@ static void test_ctc_labels_file(void **state) {
 
 static sip_error_t *try_op(const char *op, const sip_kv_t *kv, size_t nkv,
                            const sip_tensor_t *const *ins, size_t nin) {
-  sip_transform_t *t = NULL;
+  sip__transform_t *t = NULL;
   sip_error_t *e = sip__transform_new(op, kv, nkv, &t);
   if (e) return e;
   sip_tensor_t **outs;
@@ -576,7 +576,7 @@ static void test_alloc_failures(void **state) {
 /* ---- concurrency ------------------------------------------------------------ */
 
 typedef struct worker {
-  const sip_transform_t *t;
+  const sip__transform_t *t;
   const sip_tensor_t *in;
   const float *want;
   size_t n;
@@ -603,7 +603,7 @@ static void *work(void *arg) {
 static void test_concurrent_runs(void **state) {
   (void)state;
   sip_kv_t kr[] = {KV("size", "13,9"), KV("layout", "nchw")};
-  sip_transform_t *t = make("resize", kr, 2);
+  sip__transform_t *t = make("resize", kr, 2);
   float px[2 * 3 * 10 * 10];
   for (size_t i = 0; i < sizeof px / sizeof *px; i++) px[i] = (float)(i % 17) * 0.25f;
   int64_t d[4] = {2, 3, 10, 10};
@@ -680,7 +680,7 @@ static void test_random_inputs(void **state) {
              {"nms", NULL, 0},     {"crop_and_resize", kc, 2}, {"crop_and_resize", kq, 2},
              {"db_postprocess", kd, 3}};
   for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
-    sip_transform_t *t = make(ops[o].op, ops[o].kv, ops[o].n);
+    sip__transform_t *t = make(ops[o].op, ops[o].kv, ops[o].n);
     const sip_io_desc_t *in, *out;
     size_t ni, no;
     sip__transform_describe(t, &in, &ni, &out, &no);

@@ -100,7 +100,7 @@ static void test_concat_numeric(void **state) {
   sip_tensor_t *a = f32("x", 1, 3, 0), *b = f32("x", 2, 3, 10), *c = f32("x", 1, 3, 100);
   const sip_tensor_t *parts[] = {a, b, c};
   sip_tensor_t *out = NULL;
-  assert_null(sip__batch_concat("joined", parts, 3, 0, SIP_PAD_NONE, &out));
+  assert_null(sip__batch_concat("joined", parts, 3, 0, SIP__PAD_NONE, &out));
   assert_non_null(out);
   assert_string_equal(out->name, "joined");
   assert_int_equal(out->rank, 2);
@@ -121,7 +121,7 @@ static void test_concat_numeric(void **state) {
   a = f32("x", 2, 2, 1);
   b = f32("x", 1, 2, 5);
   const sip_tensor_t *p2[] = {a, b};
-  for (int pad = SIP_PAD_NONE; pad <= SIP_PAD_ZERO; pad++) {
+  for (int pad = SIP__PAD_NONE; pad <= SIP__PAD_ZERO; pad++) {
     for (int64_t to = 0; to <= 3; to++) {
       assert_null(sip__batch_concat("x", p2, 2, to, pad, &out));
       assert_int_equal(out->dims[0], 3);
@@ -131,7 +131,7 @@ static void test_concat_numeric(void **state) {
     }
   }
   /* One part alone is a copy of it. */
-  assert_null(sip__batch_concat("x", p2, 1, 0, SIP_PAD_NONE, &out));
+  assert_null(sip__batch_concat("x", p2, 1, 0, SIP__PAD_NONE, &out));
   assert_int_equal(out->dims[0], 2);
   assert_true(out->data != a->data);
   static const float w1[] = {1, 2, 3, 4};
@@ -148,7 +148,7 @@ static void test_concat_rank1_and_int64(void **state) {
   sip_tensor_t *b = sip_tensor_new_copy("i", SIP_DTYPE_INT64, 1, d2, v2, sizeof v2);
   const sip_tensor_t *parts[] = {a, b};
   sip_tensor_t *out = NULL;
-  assert_null(sip__batch_concat("i", parts, 2, 5, SIP_PAD_REPLICATE_LAST, &out));
+  assert_null(sip__batch_concat("i", parts, 2, 5, SIP__PAD_REPLICATE_LAST, &out));
   assert_int_equal(out->rank, 1);
   assert_int_equal(out->dims[0], 5);
   assert_int_equal(out->nbytes, 5 * sizeof(int64_t));
@@ -156,7 +156,7 @@ static void test_concat_rank1_and_int64(void **state) {
   assert_true(g[0] == 1 && g[1] == -2 && g[2] == INT64_MAX && g[3] == INT64_MAX &&
               g[4] == INT64_MAX);
   sip_tensor_free(out);
-  assert_null(sip__batch_concat("i", parts, 2, 4, SIP_PAD_ZERO, &out));
+  assert_null(sip__batch_concat("i", parts, 2, 4, SIP__PAD_ZERO, &out));
   g = out->data;
   assert_int_equal(out->dims[0], 4);
   assert_true(g[0] == 1 && g[1] == -2 && g[2] == INT64_MAX && g[3] == 0);
@@ -174,7 +174,7 @@ static void test_concat_strings(void **state) {
   sip_tensor_t *a = str("s", 1, 2, sa), *b = str("s", 2, 2, sb), *c = str("s", 1, 2, sc);
   const sip_tensor_t *parts[] = {a, b, c};
   sip_tensor_t *out = NULL;
-  assert_null(sip__batch_concat("s", parts, 3, 0, SIP_PAD_NONE, &out));
+  assert_null(sip__batch_concat("s", parts, 3, 0, SIP__PAD_NONE, &out));
   assert_int_equal(out->dims[0], 4);
   assert_int_equal(out->dims[1], 2);
   static const char *const all[] = {"a", "", "hello, world", "xyz", "",
@@ -183,7 +183,7 @@ static void test_concat_strings(void **state) {
   sip_tensor_free(out);
 
   /* replicate_last copies the whole last row (both of its strings). */
-  assert_null(sip__batch_concat("s", parts, 3, 6, SIP_PAD_REPLICATE_LAST, &out));
+  assert_null(sip__batch_concat("s", parts, 3, 6, SIP__PAD_REPLICATE_LAST, &out));
   assert_int_equal(out->dims[0], 6);
   static const char *const rep[] = {"a", "", "hello, world", "xyz", "",
                                     "a much longer string, 40 bytes long!!!!", "\xc3\xbc", "zz",
@@ -193,7 +193,7 @@ static void test_concat_strings(void **state) {
 
   /* The last row of a multi-row last part (its strings differ in length). */
   const sip_tensor_t *ba[] = {a, b};
-  assert_null(sip__batch_concat("s", ba, 2, 4, SIP_PAD_REPLICATE_LAST, &out));
+  assert_null(sip__batch_concat("s", ba, 2, 4, SIP__PAD_REPLICATE_LAST, &out));
   static const char *const rep2[] = {"a", "", "hello, world", "xyz", "",
                                      "a much longer string, 40 bytes long!!!!", "",
                                      "a much longer string, 40 bytes long!!!!"};
@@ -201,7 +201,7 @@ static void test_concat_strings(void **state) {
   sip_tensor_free(out);
 
   /* zero padding of strings: empty strings. */
-  assert_null(sip__batch_concat("s", parts, 3, 5, SIP_PAD_ZERO, &out));
+  assert_null(sip__batch_concat("s", parts, 3, 5, SIP__PAD_ZERO, &out));
   assert_int_equal(out->dims[0], 5);
   static const char *const zer[] = {"a", "", "hello, world", "xyz", "",
                                     "a much longer string, 40 bytes long!!!!", "\xc3\xbc", "zz",
@@ -218,20 +218,20 @@ static void test_padding_numeric(void **state) {
   sip_tensor_t *a = f32("x", 1, 2, 1), *b = f32("x", 1, 2, 7);
   const sip_tensor_t *parts[] = {a, b};
   sip_tensor_t *out = NULL;
-  assert_null(sip__batch_concat("x", parts, 2, 5, SIP_PAD_REPLICATE_LAST, &out));
+  assert_null(sip__batch_concat("x", parts, 2, 5, SIP__PAD_REPLICATE_LAST, &out));
   assert_int_equal(out->dims[0], 5);
   static const float rep[] = {1, 2, 7, 8, 7, 8, 7, 8, 7, 8};
   assert_floats(out, rep, 10);
   sip_tensor_free(out);
 
-  assert_null(sip__batch_concat("x", parts, 2, 4, SIP_PAD_ZERO, &out));
+  assert_null(sip__batch_concat("x", parts, 2, 4, SIP__PAD_ZERO, &out));
   assert_int_equal(out->dims[0], 4);
   static const float zer[] = {1, 2, 7, 8, 0, 0, 0, 0};
   assert_floats(out, zer, 8);
   sip_tensor_free(out);
 
   /* A single short request padded to the model's fixed batch. */
-  assert_null(sip__batch_concat("x", parts, 1, 4, SIP_PAD_REPLICATE_LAST, &out));
+  assert_null(sip__batch_concat("x", parts, 1, 4, SIP__PAD_REPLICATE_LAST, &out));
   static const float one[] = {1, 2, 1, 2, 1, 2, 1, 2};
   assert_floats(out, one, 8);
   sip_tensor_free(out);
@@ -239,11 +239,11 @@ static void test_padding_numeric(void **state) {
   /* Nothing to replicate: a last part of zero rows. */
   sip_tensor_t *empty = f32("x", 0, 2, 0);
   const sip_tensor_t *pe[] = {empty};
-  expect_error(sip__batch_concat("x", pe, 1, 2, SIP_PAD_REPLICATE_LAST, &out),
+  expect_error(sip__batch_concat("x", pe, 1, 2, SIP__PAD_REPLICATE_LAST, &out),
                SIP_INVALID_ARGUMENT, "input 'x'");
   assert_null(out);
   /* ...while zero padding of nothing is all zeros. */
-  assert_null(sip__batch_concat("x", pe, 1, 2, SIP_PAD_ZERO, &out));
+  assert_null(sip__batch_concat("x", pe, 1, 2, SIP__PAD_ZERO, &out));
   static const float z4[] = {0, 0, 0, 0};
   assert_floats(out, z4, 4);
   sip_tensor_free(out);
@@ -265,7 +265,7 @@ static void test_slice_back(void **state) {
   sip_tensor_t *a = f32("x", 1, 3, 0), *b = f32("x", 2, 3, 10), *c = f32("x", 3, 3, 20);
   const sip_tensor_t *parts[] = {a, b, c};
   sip_tensor_t *joined = NULL;
-  assert_null(sip__batch_concat("x", parts, 3, 8, SIP_PAD_ZERO, &joined));
+  assert_null(sip__batch_concat("x", parts, 3, 8, SIP__PAD_ZERO, &joined));
   assert_int_equal(joined->dims[0], 8);
   /* Each part's rows come back equal to the part, under the output's name. */
   sip_tensor_t *back[3];
@@ -350,7 +350,7 @@ static void test_slice_strings(void **state) {
   /* Give it an owner so slices are views (as a batch output has). */
   sip_tensor_t *joined = NULL;
   const sip_tensor_t *parts[] = {t};
-  assert_null(sip__batch_concat("s", parts, 1, 0, SIP_PAD_NONE, &joined));
+  assert_null(sip__batch_concat("s", parts, 1, 0, SIP__PAD_NONE, &joined));
   sip_tensor_t *r0 = NULL, *r12 = NULL, *r2 = NULL;
   assert_null(sip__batch_slice(joined, "o", 0, 1, &r0));
   assert_null(sip__batch_slice(joined, "o", 1, 2, &r12));
@@ -410,17 +410,17 @@ static void test_incompatible_rejected(void **state) {
   const sip_tensor_t *bad[][2] = {{a, wide}, {a, ints}, {a, r1}, {a, r3}, {sc, sc}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sip_tensor_t *out = (sip_tensor_t *)1;
-    expect_error(sip__batch_concat("x", bad[i], 2, 0, SIP_PAD_NONE, &out), SIP_INTERNAL,
+    expect_error(sip__batch_concat("x", bad[i], 2, 0, SIP__PAD_NONE, &out), SIP_INTERNAL,
                  "input 'x': batch parts differ");
     assert_null(out);
   }
   /* The odd part may come anywhere in the list. */
   const sip_tensor_t *mid[] = {a, a5, wide, a};
   sip_tensor_t *out = (sip_tensor_t *)1;
-  expect_error(sip__batch_concat("x", mid, 4, 8, SIP_PAD_ZERO, &out), SIP_INTERNAL, NULL);
+  expect_error(sip__batch_concat("x", mid, 4, 8, SIP__PAD_ZERO, &out), SIP_INTERNAL, NULL);
   assert_null(out);
   /* An empty batch. */
-  expect_error(sip__batch_concat("x", mid, 0, 0, SIP_PAD_NONE, &out), SIP_INTERNAL, NULL);
+  expect_error(sip__batch_concat("x", mid, 0, 0, SIP__PAD_NONE, &out), SIP_INTERNAL, NULL);
   assert_null(out);
   sip_tensor_free(a);
   sip_tensor_free(a5);
@@ -444,7 +444,7 @@ static void test_alloc_failures(void **state) {
   for (long n = 0; n < 50 && !ok; n++) {
     sip_tensor_t *out = (sip_tensor_t *)1;
     sip__alloc_fail_after(n);
-    sip_error_t *e = sip__batch_concat("s", parts, 2, 3, SIP_PAD_REPLICATE_LAST, &out);
+    sip_error_t *e = sip__batch_concat("s", parts, 2, 3, SIP__PAD_REPLICATE_LAST, &out);
     sip__alloc_fail_after(-1);
     if (e) {
       expect_error(e, SIP_RESOURCE_EXHAUSTED, "out of memory");
@@ -460,7 +460,7 @@ static void test_alloc_failures(void **state) {
 
   /* The same for slices, as views (an owner) and as copies (none). */
   sip_tensor_t *joined = NULL;
-  assert_null(sip__batch_concat("s", parts, 2, 3, SIP_PAD_REPLICATE_LAST, &joined));
+  assert_null(sip__batch_concat("s", parts, 2, 3, SIP__PAD_REPLICATE_LAST, &joined));
   sip_tensor_t loose = *joined;
   loose.owner = NULL;
   for (int copy = 0; copy < 2; copy++) {

@@ -26,7 +26,7 @@
  * order; a granted account re-queues at the tail when its execution ends,
  * as a session does. One slot: a grant runs to completion before the next. */
 typedef struct sim {
-  sip_arb_account_t *order[8];
+  sip__arb_account_t *order[8];
   size_t n;
 } sim_t;
 
@@ -37,25 +37,25 @@ static size_t sim_grant(sim_t *s, uint64_t window) {
 }
 
 /* Grants `rounds` times; account k's executions cost cost[k] ns. */
-static void simulate(sip_arb_account_t *acc, const uint64_t *cost, size_t n, int rounds) {
+static void simulate(sip__arb_account_t *acc, const uint64_t *cost, size_t n, int rounds) {
   sim_t s = {.n = n};
   for (size_t k = 0; k < n; k++) s.order[k] = &acc[k];
   for (int r = 0; r < rounds; r++) {
     size_t i = sim_grant(&s, WINDOW);
-    sip_arb_account_t *a = s.order[i];
+    sip__arb_account_t *a = s.order[i];
     memmove(&s.order[i], &s.order[i + 1], (s.n - i - 1) * sizeof s.order[0]);
     s.order[s.n - 1] = a;
     sip__arb_charge(a, cost[a - acc]);
   }
 }
 
-static double share(const sip_arb_account_t *acc, size_t n, size_t k) {
+static double share(const sip__arb_account_t *acc, size_t n, size_t k) {
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += acc[i].used_ns;
   return total ? 100.0 * (double)acc[k].used_ns / (double)total : 0;
 }
 
-static void assert_share(const sip_arb_account_t *acc, size_t n, size_t k, double want) {
+static void assert_share(const sip__arb_account_t *acc, size_t n, size_t k, double want) {
   double got = share(acc, n, k);
   if (got < want - 2.0 || got > want + 2.0)
     fail_msg("account %zu used %.2f%% of the compute (%llu ns), want %.0f%% +- 2", k, got,
@@ -64,7 +64,7 @@ static void assert_share(const sip_arb_account_t *acc, size_t n, size_t k, doubl
 
 static void test_shares_equal_cost(void **state) {
   (void)state;
-  sip_arb_account_t acc[2];
+  sip__arb_account_t acc[2];
   sip__arb_account_init(&acc[0], 1, 25);
   sip__arb_account_init(&acc[1], 1, 75);
   assert_int_equal(acc[0].weight, 25);
@@ -84,7 +84,7 @@ static void test_shares_unequal_cost(void **state) {
   (void)state;
   /* The 25% pool runs slow executions, the 75% pool fast ones: shares are
    * of measured time, not of executions. */
-  sip_arb_account_t acc[2];
+  sip__arb_account_t acc[2];
   sip__arb_account_init(&acc[0], 1, 25);
   sip__arb_account_init(&acc[1], 1, 75);
   static const uint64_t cost[2] = {3 * MS, MS / 2};
@@ -104,7 +104,7 @@ static void test_shares_unequal_cost(void **state) {
 static void test_shares_with_priorities(void **state) {
   (void)state;
   /* Priority orders work inside the shares; it does not break them. */
-  sip_arb_account_t acc[2];
+  sip__arb_account_t acc[2];
   sip__arb_account_init(&acc[0], 0, 25); /* high */
   sip__arb_account_init(&acc[1], 2, 75); /* low */
   static const uint64_t cost[2] = {MS, 2 * MS};
@@ -113,7 +113,7 @@ static void test_shares_with_priorities(void **state) {
   assert_share(acc, 2, 1, 75);
 
   /* Three accounts, one without a quota (weight 100). */
-  sip_arb_account_t three[3];
+  sip__arb_account_t three[3];
   sip__arb_account_init(&three[0], 1, 20);
   sip__arb_account_init(&three[1], 1, 30);
   sip__arb_account_init(&three[2], 1, 0);
@@ -127,7 +127,7 @@ static void test_shares_with_priorities(void **state) {
 
 static void test_charge(void **state) {
   (void)state;
-  sip_arb_account_t a;
+  sip__arb_account_t a;
   sip__arb_account_init(&a, 2, 25);
   assert_int_equal(a.priority, 2);
   assert_int_equal(a.vtime, 0);
@@ -144,9 +144,9 @@ static void test_charge(void **state) {
 
 static void test_lone_account(void **state) {
   (void)state;
-  sip_arb_account_t a;
+  sip__arb_account_t a;
   sip__arb_account_init(&a, 2, 1);
-  sip_arb_account_t *w[1] = {&a};
+  sip__arb_account_t *w[1] = {&a};
   /* However far ahead it is, a lone waiter gets the slot. */
   for (int i = 0; i < 100; i++) {
     assert_int_equal(sip__arb_choose(w, 1, WINDOW), 0);
@@ -158,19 +158,19 @@ static void test_lone_account(void **state) {
   assert_int_equal(sip__arb_choose(w, 0, WINDOW), 0);
 }
 
-static void set(sip_arb_account_t *a, int prio, uint64_t vtime) {
+static void set(sip__arb_account_t *a, int prio, uint64_t vtime) {
   sip__arb_account_init(a, prio, 50);
   a->vtime = vtime;
 }
 
 static void test_priority_within_window(void **state) {
   (void)state;
-  sip_arb_account_t lo, hi, med;
+  sip__arb_account_t lo, hi, med;
   /* The high-priority account arrived later and has used a bit more, but
    * is within the window: it wins. */
   set(&lo, 2, 10 * MS);
   set(&hi, 0, 10 * MS + WINDOW / 2);
-  sip_arb_account_t *w[3] = {&lo, &hi};
+  sip__arb_account_t *w[3] = {&lo, &hi};
   assert_int_equal(sip__arb_choose(w, 2, WINDOW), 1);
   /* With less use it wins too. */
   hi.vtime = 1 * MS;
@@ -181,43 +181,43 @@ static void test_priority_within_window(void **state) {
   /* Medium beats low, high beats medium, regardless of list order. */
   set(&med, 1, 10 * MS);
   hi.vtime = 10 * MS;
-  sip_arb_account_t *w3[3] = {&lo, &med, &hi};
+  sip__arb_account_t *w3[3] = {&lo, &med, &hi};
   assert_int_equal(sip__arb_choose(w3, 3, WINDOW), 2);
-  sip_arb_account_t *w2[2] = {&lo, &med};
+  sip__arb_account_t *w2[2] = {&lo, &med};
   assert_int_equal(sip__arb_choose(w2, 2, WINDOW), 1);
 }
 
 static void test_ran_ahead_skipped(void **state) {
   (void)state;
-  sip_arb_account_t lo, hi;
+  sip__arb_account_t lo, hi;
   set(&lo, 2, 10 * MS);
   set(&hi, 0, 10 * MS + WINDOW + 1); /* one ns past its share */
-  sip_arb_account_t *w[2] = {&hi, &lo};
+  sip__arb_account_t *w[2] = {&hi, &lo};
   assert_int_equal(sip__arb_choose(w, 2, WINDOW), 1);
-  sip_arb_account_t *w2[2] = {&lo, &hi};
+  sip__arb_account_t *w2[2] = {&lo, &hi};
   assert_int_equal(sip__arb_choose(w2, 2, WINDOW), 0);
   /* The smallest vtime is the reference: a third waiter far behind makes
    * both others ineligible. */
-  sip_arb_account_t behind;
+  sip__arb_account_t behind;
   set(&behind, 2, 0);
   lo.vtime = WINDOW + 1;
   hi.vtime = WINDOW + 1;
-  sip_arb_account_t *w3[3] = {&hi, &lo, &behind};
+  sip__arb_account_t *w3[3] = {&hi, &lo, &behind};
   assert_int_equal(sip__arb_choose(w3, 3, WINDOW), 2);
   /* Window 0: pure weighted fair queuing, smallest virtual time first. */
   set(&lo, 2, 5);
   set(&hi, 0, 6);
-  sip_arb_account_t *w4[2] = {&hi, &lo};
+  sip__arb_account_t *w4[2] = {&hi, &lo};
   assert_int_equal(sip__arb_choose(w4, 2, 0), 1);
 }
 
 static void test_ties_to_earlier_arrival(void **state) {
   (void)state;
-  sip_arb_account_t a, b, c;
+  sip__arb_account_t a, b, c;
   set(&a, 1, 7 * MS);
   set(&b, 1, 7 * MS);
   set(&c, 1, 7 * MS);
-  sip_arb_account_t *abc[3] = {&a, &b, &c}, *cba[3] = {&c, &b, &a}, *bca[3] = {&b, &c, &a};
+  sip__arb_account_t *abc[3] = {&a, &b, &c}, *cba[3] = {&c, &b, &a}, *bca[3] = {&b, &c, &a};
   assert_int_equal(sip__arb_choose(abc, 3, WINDOW), 0);
   assert_int_equal(sip__arb_choose(cba, 3, WINDOW), 0);
   assert_int_equal(sip__arb_choose(bca, 3, WINDOW), 0);
@@ -237,12 +237,12 @@ static void test_ties_to_earlier_arrival(void **state) {
 
 static void test_idle_earns_no_credit(void **state) {
   (void)state;
-  sip_arbiter_t arb;
+  sip__arbiter_t arb;
   sip__arbiter_init(&arb, 1);
-  sip_arb_account_t busy, idle;
+  sip__arb_account_t busy, idle;
   sip__arb_account_init(&busy, 1, 50);
   sip__arb_account_init(&idle, 1, 50);
-  sip_arb_ticket_t tb, ti;
+  sip__arb_ticket_t tb, ti;
   sip__arb_ticket_init(&tb, &busy);
   sip__arb_ticket_init(&ti, &idle);
   for (int i = 0; i < 10; i++) {
@@ -269,8 +269,8 @@ static void test_idle_earns_no_credit(void **state) {
 #define ITERS 300
 
 typedef struct shared {
-  sip_arbiter_t arb;
-  sip_arb_account_t acc[2];
+  sip__arbiter_t arb;
+  sip__arb_account_t acc[2];
   atomic_int holders, max_holders;
   atomic_int finished;
 } shared_t;
@@ -283,7 +283,7 @@ typedef struct worker {
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   shared_t *sh = w->sh;
-  sip_arb_ticket_t t;
+  sip__arb_ticket_t t;
   sip__arb_ticket_init(&t, &sh->acc[w->k]);
   for (int i = 0; i < ITERS; i++) {
     sip__arbiter_acquire(&sh->arb, &t);
@@ -346,7 +346,7 @@ static void test_threads_two_slots(void **state) {
 
 static void test_init_clamps_slots(void **state) {
   (void)state;
-  sip_arbiter_t arb;
+  sip__arbiter_t arb;
   sip__arbiter_init(&arb, 0);
   assert_int_equal(arb.slots, 1);
   assert_int_equal(arb.free_slots, 1);
