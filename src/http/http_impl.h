@@ -22,6 +22,7 @@
 
 #include "core/core.h"
 #include "http/http.h"
+#include "server/introspect.h"
 
 /* What a model's inputs look like, for raw binary requests (which carry no
  * shape), and its version, for "model_version" in answers. Filled from the
@@ -154,29 +155,15 @@ enum MHD_Result sip__http_send_error(struct MHD_Connection *c, sip_error_t *e);
 /* Sends a JSON value (consumed; NULL: 500 out of memory). */
 enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, json_t *v);
 
-static inline const char *jstr(json_t *o, const char *key) {
-  return json_string_value(json_object_get(o, key));
-}
-
-/* A pipeline's entry (it has stages) rather than a pool's. */
-static inline int sip__http_is_pipeline(json_t *entry) {
-  return json_object_get(entry, "stages") != NULL;
-}
-
 /* ---- models.c ------------------------------------------------------------ */
 
-/* The pool object serving `model` (and `version`, NULL: the model's
- * default version) in a pools/status JSON array, else the pipeline of that
- * name (pipelines have no versions), or NULL. Pool and pipeline names never
- * collide (the config refuses it). */
-json_t *sip__http_find_pool(json_t *root, const char *model, const char *version);
-/* NOT_FOUND (the engine's wording, sip__server_model_check) for an unknown
- * model or a version it does not serve; NULL when `pool` (from
- * sip__http_find_pool) serves the request. */
-sip_error_t *sip__http_check_model(sip_server_t *s, json_t *pool, const char *model,
-                                   const char *version);
-/* UNAVAILABLE unless the pool is loaded (READY or STOPPED). */
-sip_error_t *sip__http_need_loaded(json_t *pool, const char *model);
+/* The view serving `model` (`version`; NULL: the default one) among `v`
+ * (sip__server_models) in *out, or the engine's NOT_FOUND. */
+sip_error_t *sip__http_find_model(sip_server_t *s, const sip__model_view_t *v, size_t n,
+                                  const char *model, const char *version,
+                                  const sip__model_view_t **out);
+/* UNAVAILABLE unless the model is loaded (READY or STOPPED). */
+sip_error_t *sip__http_need_loaded(const sip__model_view_t *m);
 
 enum MHD_Result sip__http_model_meta(hreq_t *q);
 enum MHD_Result sip__http_model_config(hreq_t *q);

@@ -40,33 +40,21 @@ void sip__http_meta_clear(sip__http_t *h) {
   }
 }
 
-static meta_t *meta_build(json_t *pool, const char *model, const char *asked, uint64_t gen) {
+static meta_t *meta_build(const sip__model_view_t *v, const char *model, const char *asked,
+                          uint64_t gen) {
   meta_t *m = sip__calloc(1, sizeof *m);
   if (!m) return NULL;
   atomic_init(&m->refs, 1);
   m->gen = gen;
-  json_t *ins = json_object_get(pool, "inputs"), *in;
   m->model = sip__strdup(model);
   m->asked = asked ? sip__strdup(asked) : NULL;
-  const char *v = jstr(pool, "version");
-  m->version = v ? sip__strdup(v) : NULL;
-  m->inputs = sip__calloc(json_array_size(ins) + 1, sizeof *m->inputs);
-  if (!m->model || (v && !m->version) || (asked && !m->asked) || !m->inputs) goto fail;
-  size_t i;
-  json_array_foreach(ins, i, in) {
-    sip_io_desc_t *d = &m->inputs[i];
-    const char *name = jstr(in, "name");
-    if (!(d->name = sip__strdup(name ? name : ""))) goto fail;
+  m->version = v->version ? sip__strdup(v->version) : NULL;
+  m->inputs = sip__calloc(v->n_inputs + 1, sizeof *m->inputs);
+  if (!m->model || (v->version && !m->version) || (asked && !m->asked) || !m->inputs) goto fail;
+  for (size_t i = 0; i < v->n_inputs; i++) {
+    m->inputs[i] = v->inputs[i];
+    if (!(m->inputs[i].name = sip__strdup(v->inputs[i].name ? v->inputs[i].name : ""))) goto fail;
     m->n_inputs = i + 1;
-    d->dtype = sip_dtype_from_name(jstr(in, "dtype"));
-    json_t *shape = json_object_get(in, "shape");
-    if (!json_is_array(shape) || json_array_size(shape) > SIP_MAX_RANK) {
-      d->rank = -1;
-      continue;
-    }
-    d->rank = (int)json_array_size(shape);
-    for (int k = 0; k < d->rank; k++)
-      d->dims[k] = (int64_t)json_integer_value(json_array_get(shape, (size_t)k));
   }
   return m;
 fail:
@@ -95,11 +83,11 @@ static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
   pthread_mutex_unlock(&h->cache_mu);
   /* While draining, pools free their models: their I/O is no longer asked. */
   if (m || sip_server_draining(h->s)) return m;
-  json_t *root = sip__server_info(h->s, SIP_INFO_POOLS);
-  json_t *pool = sip__http_find_pool(root, model, asked);
-  const char *st = pool ? jstr(pool, "state") : NULL;
-  if (st && !strcmp(st, "READY")) m = meta_build(pool, model, asked, gen);
-  json_decref(root);
+  size_t n = 0;
+  sip__model_view_t *views = sip__server_models(h->s, &n);
+  const sip__model_view_t *v = sip__model_views_find(views, n, model, asked);
+  if (v && !strcmp(v->state, "READY")) m = meta_build(v, model, asked, gen);
+  sip__server_models_free(views, n);
   if (!m) return NULL;
   pthread_mutex_lock(&h->cache_mu);
   meta_t *old = h->cache;
@@ -227,11 +215,12 @@ static enum MHD_Result infer_start(hreq_t *q) {
     } else {
       /* Say why there is no metadata: unknown model, or not loaded. */
       sip_buf_unref(body);
-      json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
-      json_t *pool = sip__http_find_pool(root, q->model, q->version);
-      sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
-      if (!e) e = sip__http_need_loaded(pool, q->model);
-      json_decref(root);
+      size_t n = 0;
+      sip__model_view_t *views = sip__server_models(q->h->s, &n);
+      const sip__model_view_t *v = NULL;
+      sip_error_t *e = sip__http_find_model(q->h->s, views, n, q->model, q->version, &v);
+      if (!e) e = sip__http_need_loaded(v);
+      sip__server_models_free(views, n);
       if (!e && sip_server_draining(q->h->s))
         e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
       return sip__http_send_error(q->conn, e ? e : SIP__OOM());

@@ -1,7 +1,7 @@
 /* sip — KServe model endpoints: metadata, configuration (Triton's field
- * names), readiness and statistics (Triton's statistics extension), all
- * read from the server's introspection JSON; and the pool lookups that
- * infer.c shares.
+ * names), readiness and statistics (Triton's statistics extension), read
+ * from the server's typed model views (server/introspect.h); and the model
+ * lookup that infer.c shares.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -12,47 +12,13 @@
 #include "http/http_impl.h"
 #include "server/introspect.h"
 
-/* ---- lookups in the pools / status JSON --------------------------------- */
+/* ---- lookups ------------------------------------------------------------- */
 
-/* The pipeline named `model` in a pools/status JSON, or NULL. */
-static json_t *find_pipeline(json_t *root, const char *model) {
-  json_t *p;
-  size_t i;
-  json_array_foreach(json_object_get(root, "pipelines"), i, p) {
-    const char *n = jstr(p, "name");
-    if (n && !strcmp(n, model)) return p;
-  }
-  return NULL;
-}
-
-/* The pool object serving `model` (and `version`, NULL: the model's
- * default version) in a pools/status JSON array, else the pipeline of that
- * name (pipelines have no versions), or NULL. Pool and pipeline names never
- * collide (the config refuses it). */
-json_t *sip__http_find_pool(json_t *root, const char *model, const char *version) {
-  json_t *pools = json_object_get(root, "pools"), *p, *first = NULL;
-  size_t i;
-  if (!version && (p = find_pipeline(root, model))) return p;
-  json_array_foreach(pools, i, p) {
-    const char *n = jstr(p, "name");
-    if (!n || strcmp(n, model)) continue;
-    const char *v = jstr(p, "version");
-    if (version) {
-      if (v && !strcmp(v, version)) return p;
-    } else if (json_is_true(json_object_get(p, "default"))) {
-      return p;
-    } else if (!first) {
-      first = p;
-    }
-  }
-  return first;
-}
-
-/* NOT_FOUND for an unknown model or a version it does not serve; NULL when
- * `pool` (from sip__http_find_pool) serves the request. */
-sip_error_t *sip__http_check_model(sip_server_t *s, json_t *pool, const char *model,
-                                   const char *version) {
-  if (pool) return NULL;
+sip_error_t *sip__http_find_model(sip_server_t *s, const sip__model_view_t *v, size_t n,
+                                  const char *model, const char *version,
+                                  const sip__model_view_t **out) {
+  *out = sip__model_views_find(v, n, model, version);
+  if (*out) return NULL;
   /* The engine's one not-found wording. */
   sip_error_t *e = sip__server_model_check(s, model, version);
   return e ? e
@@ -60,208 +26,172 @@ sip_error_t *sip__http_check_model(sip_server_t *s, json_t *pool, const char *mo
                            "expected a retry to see it settled", model);
 }
 
-
-
-/* Model metadata and config need a loaded pool. */
-sip_error_t *sip__http_need_loaded(json_t *pool, const char *model) {
-  const char *st = jstr(pool, "state");
-  if (st && (!strcmp(st, "READY") || !strcmp(st, "STOPPED"))) return NULL;
-  if (st && !strcmp(st, "FAILED"))
-    return sip_error_new(SIP_UNAVAILABLE, "model '%s' failed to load: %s", model,
-                         jstr(pool, "error") ? jstr(pool, "error") : "unknown reason");
-  return sip_error_new(SIP_UNAVAILABLE, "model '%s' is still loading", model);
+/* Model metadata and config need a loaded model. */
+sip_error_t *sip__http_need_loaded(const sip__model_view_t *m) {
+  if (m->loaded) return NULL;
+  if (!strcmp(m->state, "FAILED"))
+    return sip_error_new(SIP_UNAVAILABLE, "model '%s' failed to load: %s", m->name,
+                         m->error ? m->error : "unknown reason");
+  return sip_error_new(SIP_UNAVAILABLE, "model '%s' is still loading", m->name);
 }
 
 /* ---- endpoints ----------------------------------------------------------- */
 
-/* Pipelines are "ensemble", Triton's platform for a graph of models. */
-static const char *platform(json_t *pool) {
-  if (sip__http_is_pipeline(pool)) return "ensemble";
-  const char *b = jstr(pool, "platform");
-  return b ? b : "unknown";
-}
-
-/* KServe tensor metadata from the pools JSON's {name, dtype, shape}. Model
- * config (`config` != 0) uses Triton's config names instead. */
-static json_t *ks_io(json_t *list, int config) {
-  json_t *out = json_array(), *io;
-  size_t i;
-  json_array_foreach(list, i, io) {
-    sip_dtype_t dt = sip_dtype_from_name(jstr(io, "dtype"));
-    const char *ks = sip__ks_datatype(dt);
-    json_t *shape = json_object_get(io, "shape");
+/* KServe tensor metadata of typed inputs or outputs. Model config
+ * (`config` != 0) uses Triton's config names instead. */
+static json_t *ks_io(const sip_io_desc_t *d, size_t n, int config) {
+  json_t *out = json_array();
+  for (size_t i = 0; i < n; i++) {
+    const char *ks = sip__ks_datatype(d[i].dtype);
+    json_t *dims = json_array();
     /* Unknown rank: one dynamic dim is the closest KServe can say. */
-    json_t *dims = json_is_array(shape) ? json_deep_copy(shape) : json_pack("[i]", -1);
+    if (d[i].rank < 0) json_array_append_new(dims, json_integer(-1));
+    for (int k = 0; k < d[i].rank; k++) json_array_append_new(dims, json_integer(d[i].dims[k]));
     char cfg_type[32];
     snprintf(cfg_type, sizeof cfg_type, "TYPE_%s", ks ? (strcmp(ks, "BYTES") ? ks : "STRING")
                                                       : "INVALID");
-    json_array_append_new(out, config ? json_pack("{s:s,s:s,s:o}", "name", jstr(io, "name"),
+    json_array_append_new(out, config ? json_pack("{s:s,s:s,s:o}", "name", d[i].name,
                                                   "data_type", cfg_type, "dims", dims)
-                                      : json_pack("{s:s,s:s,s:o}", "name", jstr(io, "name"),
+                                      : json_pack("{s:s,s:s,s:o}", "name", d[i].name,
                                                   "datatype", ks ? ks : "INVALID", "shape",
                                                   dims));
   }
   return out;
 }
 
+/* Triton's ensemble_scheduling steps, one per stage; transform stages name
+ * their operation instead of a model. */
+static json_t *ensemble_config(const sip__model_view_t *m) {
+  json_t *steps = json_array();
+  const sip__pipeline_config_t *pc = m->pipeline_cfg;
+  for (size_t i = 0; i < pc->n_stages; i++) {
+    const sip__stage_config_t *st = &pc->stages[i];
+    json_array_append_new(steps, !st->is_transform
+                                     ? json_pack("{s:s,s:s,s:i}", "stage", st->name, "model_name",
+                                                 st->pool, "model_version", -1)
+                                     : json_pack("{s:s,s:s}", "stage", st->name, "transform",
+                                                 st->operation ? st->operation : ""));
+  }
+  return json_pack("{s:s,s:s,s:I,s:o,s:o,s:{s:o}}", "name", m->name, "platform", "ensemble",
+                   "max_batch_size", (json_int_t)0, "input",
+                   ks_io(m->inputs, m->n_inputs, 1), "output", ks_io(m->outputs, m->n_outputs, 1),
+                   "ensemble_scheduling", "step", steps);
+}
+
+/* Triton's model configuration field names where they exist; sip's own
+ * settings (priority, quota, backend options) under their config names. */
+static json_t *pool_config(const sip__model_view_t *m) {
+  const sip__pool_config_t *c = m->pool_cfg;
+  json_t *opts = json_object();
+  for (size_t k = 0; k < c->n_backend_options; k++)
+    json_object_set_new(opts, c->backend_options[k].key, json_string(c->backend_options[k].value));
+  json_t *out = json_pack(
+      "{s:s,s:s,s:s,s:I,s:o,s:o,s:[{s:I,s:s}],s:s,s:{s:I,s:i},s:o,s:o,s:o}", "name", m->name,
+      "platform", m->platform, "backend", c->backend, "max_batch_size",
+      (json_int_t)c->max_batch_size, "input", ks_io(m->inputs, m->n_inputs, 1), "output",
+      ks_io(m->outputs, m->n_outputs, 1), "instance_group", "count", (json_int_t)c->pool_size,
+      "kind", "KIND_CPU", "priority", sip__priority_name(c->priority), "resource_quota",
+      "max_memory_mb", (json_int_t)c->max_memory_mb, "max_compute_percent",
+      c->max_compute_percent, "backend_options", opts, "model_path",
+      m->model_path ? json_string(m->model_path) : json_null(), "version",
+      m->version ? json_string(m->version) : json_null());
+  /* Triton's names: dynamic_batching.max_queue_delay_microseconds. */
+  if (out && c->max_batch_size) {
+    static const char *const pads[] = {"none", "replicate_last", "zero"};
+    json_t *pref = json_array();
+    for (size_t k = 0; k < c->n_preferred; k++)
+      json_array_append_new(pref, json_integer(c->preferred_batch_sizes[k]));
+    json_object_set_new(out, "dynamic_batching",
+                        json_pack("{s:o,s:I,s:s}", "preferred_batch_size", pref,
+                                  "max_queue_delay_microseconds",
+                                  (json_int_t)c->max_queue_delay_us, "padding_strategy",
+                                  pads[c->padding_strategy]));
+  }
+  return out;
+}
+
 static enum MHD_Result model_meta(hreq_t *q, int config) {
-  /* The pools JSON lists each model's inputs and outputs, which a draining
-   * server is freeing: answer from the status only from then on. */
+  /* Pools' inputs and outputs are freed while the server drains. */
   if (sip_server_draining(q->h->s))
     return sip__http_send_error_msg(q->conn, 503,
                                     "server is draining: model metadata is unavailable");
-  json_t *root = sip__server_info(q->h->s, SIP_INFO_POOLS);
-  json_t *pool = sip__http_find_pool(root, q->model, q->version);
-  sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
-  if (!e) e = sip__http_need_loaded(pool, q->model);
+  size_t n = 0;
+  sip__model_view_t *v = sip__server_models(q->h->s, &n);
+  const sip__model_view_t *m = NULL;
+  sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
+  if (!e) e = sip__http_need_loaded(m);
   if (e) {
-    json_decref(root);
+    sip__server_models_free(v, n);
     return sip__http_send_error(q->conn, e);
   }
-  const char *v = jstr(pool, "version");
   json_t *out;
   if (!config) {
     out = json_pack("{s:s,s:[],s:s,s:o,s:o}", "name", q->model, "versions", "platform",
-                    platform(pool), "inputs", ks_io(json_object_get(pool, "inputs"), 0),
-                    "outputs", ks_io(json_object_get(pool, "outputs"), 0));
+                    m->platform, "inputs", ks_io(m->inputs, m->n_inputs, 0), "outputs",
+                    ks_io(m->outputs, m->n_outputs, 0));
     /* Every version the model serves (a repository model may serve several). */
-    json_t *p;
-    size_t i;
-    json_array_foreach(json_object_get(root, "pools"), i, p) {
-      const char *pv = jstr(p, "version");
-      if (out && pv && jstr(p, "name") && !strcmp(jstr(p, "name"), q->model))
-        json_array_append_new(json_object_get(out, "versions"), json_string(pv));
-    }
-  } else if (sip__http_is_pipeline(pool)) {
-    /* Triton's ensemble_scheduling steps, one per stage; transform stages
-     * name their operation instead of a model. */
-    json_t *steps = json_array(), *st;
-    size_t i;
-    json_array_foreach(json_object_get(pool, "stages"), i, st) {
-      const char *m = jstr(st, "pool"), *op = jstr(st, "operation");
-      json_array_append_new(steps, m ? json_pack("{s:s,s:s,s:i}", "stage", jstr(st, "name"),
-                                                 "model_name", m, "model_version", -1)
-                                     : json_pack("{s:s,s:s}", "stage", jstr(st, "name"),
-                                                 "transform", op ? op : ""));
-    }
-    out = json_pack("{s:s,s:s,s:I,s:o,s:o,s:{s:o}}", "name", q->model, "platform", "ensemble",
-                    "max_batch_size", (json_int_t)0, "input",
-                    ks_io(json_object_get(pool, "inputs"), 1), "output",
-                    ks_io(json_object_get(pool, "outputs"), 1), "ensemble_scheduling", "step",
-                    steps);
+    for (size_t i = 0; out && i < n; i++)
+      if (v[i].version && !strcmp(v[i].name, q->model))
+        json_array_append_new(json_object_get(out, "versions"), json_string(v[i].version));
   } else {
-    /* Triton's model configuration field names where they exist; sip's own
-     * settings (priority, quota, backend options) under their config names. */
-    json_t *quota = json_object_get(pool, "resource_quota");
-    json_t *opts = json_object_get(pool, "backend_options");
-    out = json_pack("{s:s,s:s,s:s,s:I,s:o,s:o,s:[{s:I,s:s}],s:s,s:O,s:O,s:O}", "name", q->model,
-                    "platform", platform(pool), "backend", jstr(pool, "backend"),
-                    "max_batch_size", (json_int_t)0, "input",
-                    ks_io(json_object_get(pool, "inputs"), 1), "output",
-                    ks_io(json_object_get(pool, "outputs"), 1), "instance_group", "count",
-                    json_integer_value(json_object_get(pool, "pool_size")), "kind", "KIND_CPU",
-                    "priority", jstr(pool, "priority") ? jstr(pool, "priority") : "medium",
-                    "resource_quota", quota ? quota : json_null(), "backend_options",
-                    opts ? opts : json_null(), "model_path",
-                    json_object_get(pool, "model_path") ? json_object_get(pool, "model_path")
-                                                        : json_null());
-    if (out) json_object_set_new(out, "version", v ? json_string(v) : json_null());
-    /* Triton's names: max_batch_size and dynamic_batching.max_queue_delay_microseconds. */
-    json_t *db = json_object_get(pool, "dynamic_batching");
-    if (out && db) {
-      json_object_set_new(out, "max_batch_size",
-                          json_integer(json_integer_value(json_object_get(db, "max_batch_size"))));
-      json_object_set_new(
-          out, "dynamic_batching",
-          json_pack("{s:O,s:O,s:O}", "preferred_batch_size",
-                    json_object_get(db, "preferred_batch_sizes"),
-                    "max_queue_delay_microseconds", json_object_get(db, "max_queue_delay_us"),
-                    "padding_strategy", json_object_get(db, "padding_strategy")));
-    }
+    out = m->is_pipeline ? ensemble_config(m) : pool_config(m);
   }
-  json_decref(root);
+  sip__server_models_free(v, n);
   return sip__http_send_json(q->conn, 200, out);
 }
 
 enum MHD_Result sip__http_model_ready(hreq_t *q) {
-  json_t *root = sip__server_info(q->h->s, SIP_INFO_STATUS);
-  json_t *pool = sip__http_find_pool(root, q->model, q->version);
-  sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
-  const char *st = pool ? jstr(pool, "state") : NULL;
-  if (!e && (!st || strcmp(st, "READY")))
+  size_t n = 0;
+  sip__model_view_t *v = sip__server_models(q->h->s, &n);
+  const sip__model_view_t *m = NULL;
+  sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
+  if (!e && strcmp(m->state, "READY"))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
-                      st ? st : "UNKNOWN", jstr(pool, "error") ? ": " : "",
-                      jstr(pool, "error") ? jstr(pool, "error") : "");
-  json_decref(root);
+                      m->state, m->error ? ": " : "", m->error ? m->error : "");
+  sip__server_models_free(v, n);
   if (e) return sip__http_send_error(q->conn, e);
   return sip__http_send_json(q->conn, 200, json_pack("{s:s,s:b}", "name", q->model, "ready", 1));
 }
 
-static json_t *stat_pair(json_t *stats, const char *key) {
-  json_t *s = json_object_get(stats, key);
-  return json_pack("{s:I,s:I}", "count", json_integer_value(json_object_get(s, "count")), "ns",
-                   json_integer_value(json_object_get(s, "ns")));
+static json_t *stat_pair(sip__stat_read_t s) {
+  return json_pack("{s:I,s:I}", "count", (json_int_t)s.count, "ns", (json_int_t)s.ns);
 }
 
-/* Triton's statistics extension, from the status JSON's per-pool "stats". */
+/* Triton's statistics extension. Pipelines count their requests end to
+ * end; their stages' queue and compute time are in the stages' pools'
+ * entries. */
 static enum MHD_Result stats(hreq_t *q, int all) {
-  json_t *status = sip__server_info(q->h->s, SIP_INFO_STATUS);
-  if (!status) return sip__http_send_error_msg(q->conn, 500, "out of memory");
+  size_t n = 0;
+  sip__model_view_t *v = sip__server_models(q->h->s, &n);
   if (!all) {
-    json_t *pool = sip__http_find_pool(status, q->model, q->version);
-    sip_error_t *e = sip__http_check_model(q->h->s, pool, q->model, q->version);
+    const sip__model_view_t *m = NULL;
+    sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
     if (e) {
-      json_decref(status);
+      sip__server_models_free(v, n);
       return sip__http_send_error(q->conn, e);
     }
   }
-  json_t *list = json_array(), *p;
-  size_t i;
-  json_array_foreach(json_object_get(status, "pools"), i, p) {
-    const char *name = jstr(p, "name");
-    if (!name || (!all && strcmp(name, q->model))) continue;
-    const char *v = jstr(p, "version");
-    if (!all && q->version && (!v || strcmp(v, q->version))) continue;
-    json_t *st = json_object_get(p, "stats");
-    json_array_append_new(
-        list,
-        json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:[],s:[{s:s,s:i,s:I}]}",
-                  "name", name, "version", v ? v : "", "last_inference",
-                  json_integer_value(json_object_get(st, "last_inference")), "inference_count",
-                  json_integer_value(json_object_get(st, "inference_count")), "execution_count",
-                  json_integer_value(json_object_get(st, "execution_count")), "inference_stats",
-                  "success", stat_pair(st, "success"), "fail", stat_pair(st, "fail"), "queue",
-                  stat_pair(st, "queue"), "compute_input", stat_pair(st, "compute_input"),
-                  "compute_infer", stat_pair(st, "compute_infer"), "compute_output",
-                  stat_pair(st, "compute_output"), "batch_stats", "memory_usage", "type", "CPU",
-                  "id", 0, "byte_size", json_integer_value(json_object_get(p, "memory_bytes"))));
+  json_t *list = json_array();
+  for (size_t i = 0; i < n; i++) {
+    const sip__model_view_t *m = &v[i];
+    if (!all && strcmp(m->name, q->model)) continue;
+    if (!all && q->version && (!m->version || strcmp(m->version, q->version))) continue;
+    const sip__model_stats_t *st = &m->stats;
+    json_t *o = json_pack(
+        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:[]}", "name", m->name, "version",
+        m->version ? m->version : "", "last_inference", (json_int_t)st->last_inference_ms,
+        "inference_count", (json_int_t)st->inference_count, "execution_count",
+        (json_int_t)st->execution_count, "inference_stats", "success", stat_pair(st->success),
+        "fail", stat_pair(st->fail), "queue", stat_pair(st->queue), "compute_input",
+        stat_pair(st->compute_input), "compute_infer", stat_pair(st->compute_infer),
+        "compute_output", stat_pair(st->compute_output), "batch_stats");
+    if (o && !m->is_pipeline)
+      json_object_set_new(o, "memory_usage",
+                          json_pack("[{s:s,s:i,s:I}]", "type", "CPU", "id", 0, "byte_size",
+                                    (json_int_t)st->memory_bytes));
+    json_array_append_new(list, o);
   }
-  /* Pipelines: requests end to end; their stages' queue and compute time
-   * are in the stages' pools' entries. As for Triton's models, the
-   * inference and execution counts are of successful requests; refused and
-   * failed ones are the fail count. */
-  json_array_foreach(json_object_get(status, "pipelines"), i, p) {
-    const char *name = jstr(p, "name");
-    if (!name || (!all && (q->version || strcmp(name, q->model)))) continue;
-    json_int_t total = 0, ok = json_integer_value(json_object_get(json_object_get(p, "requests"),
-                                                                  "OK"));
-    const char *code;
-    json_t *n;
-    json_object_foreach(json_object_get(p, "requests"), code, n) total += json_integer_value(n);
-    json_t *lat = json_object_get(p, "latency_us"), *zero = json_pack("{s:i,s:i}", "count", 0,
-                                                                        "ns", 0);
-    json_array_append_new(
-        list,
-        json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:{s:I,s:I},s:{s:I,s:I},s:O,s:O,s:O,s:o},s:[]}",
-                  "name", name, "version", "", "last_inference",
-                  json_integer_value(json_object_get(p, "last_inference")), "inference_count",
-                  ok, "execution_count", ok, "inference_stats", "success", "count", ok,
-                  "ns", json_integer_value(json_object_get(lat, "ok")) * 1000, "fail", "count",
-                  total - ok, "ns", json_integer_value(json_object_get(lat, "failed")) * 1000,
-                  "queue", zero, "compute_input", zero, "compute_infer", zero, "compute_output",
-                  zero, "batch_stats"));
-  }
-  json_decref(status);
+  sip__server_models_free(v, n);
   return sip__http_send_json(q->conn, 200, json_pack("{s:o}", "model_stats", list));
 }
 

@@ -54,6 +54,10 @@ typedef struct sip__stage_counters {
   const char *name;
   uint64_t ran, skipped, failed, total_us;
 } sip__stage_counters_t;
+/* Pipeline `i` (< count) as a model, and its config (both live as long as
+ * the set). */
+sip__model_t *sip__pipelines_model(const sip__pipeline_set_t *ps, size_t i);
+const sip__pipeline_config_t *sip__pipelines_config(const sip__pipeline_set_t *ps, size_t i);
 /* How many pipelines the set has (0 for NULL). */
 size_t sip__pipelines_count(const sip__pipeline_set_t *ps);
 /* Pipeline `i` (< count) and its stage `k` (< n_stages). */

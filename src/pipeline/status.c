@@ -30,6 +30,14 @@ sip_error_t *sip__pipeline_version_error(const char *name, const char *version) 
 
 /* ---- counters ---- */
 
+sip__model_t *sip__pipelines_model(const sip__pipeline_set_t *ps, size_t i) {
+  return &ps->p[i].base;
+}
+
+const sip__pipeline_config_t *sip__pipelines_config(const sip__pipeline_set_t *ps, size_t i) {
+  return ps->p[i].cfg;
+}
+
 size_t sip__pipelines_count(const sip__pipeline_set_t *ps) { return ps ? ps->n : 0; }
 
 void sip__pipelines_counters(const sip__pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *c) {

@@ -5,11 +5,52 @@
 
 #include <jansson.h>
 
+#include "config/config.h"
+#include "core/metrics.h"
+#include "sip/backend.h"
 #include "sip/server.h"
 
 /* sip_server_info_json's document itself (owned; NULL for an unknown kind),
  * for the modules that read it rather than send it. */
 json_t *sip__server_info(sip_server_t *s, int kind);
+
+/* Triton's per-model statistics, typed. */
+typedef struct sip__model_stats {
+  uint64_t inference_count, execution_count, last_inference_ms;
+  sip__stat_read_t success, fail, queue, compute_input, compute_infer, compute_output;
+  uint64_t memory_bytes;
+} sip__model_stats_t;
+
+/* A model in service as front-ends see it, typed: a pool (one version of a
+ * model) or a pipeline. Borrowed pointers stay valid until
+ * sip__server_models_free. */
+typedef struct sip__model_view {
+  const char *name;
+  const char *version;  /* NULL: unversioned, or a pipeline */
+  int is_pipeline;
+  int is_default;       /* the version asked for when none is named */
+  const char *state;    /* "LOADING", "READY", "FAILED", "STOPPED" */
+  int loaded;           /* READY or STOPPED: inputs and outputs are known */
+  const char *error;    /* why FAILED, else NULL */
+  const char *platform; /* the backend's KServe platform; "ensemble" for pipelines */
+  const char *model_path;                     /* pools: the file loaded, else the config's */
+  const sip__pool_config_t *pool_cfg;         /* pools: their settings; else NULL */
+  const sip__pipeline_config_t *pipeline_cfg; /* pipelines: their stages; else NULL */
+  const sip_io_desc_t *inputs, *outputs;      /* when loaded */
+  size_t n_inputs, n_outputs;
+  sip__model_stats_t stats;
+  void *held_; /* the reference that keeps the pool alive */
+} sip__model_view_t;
+
+/* Every model in service: the pools (a retired version still draining is
+ * not listed), then the pipelines once built. *n set; NULL when there are
+ * none or out of memory. */
+sip__model_view_t *sip__server_models(sip_server_t *s, size_t *n);
+void sip__server_models_free(sip__model_view_t *v, size_t n);
+/* The view serving `name` and `version` (NULL: the default version; a
+ * pipeline only without a version), or NULL. */
+const sip__model_view_t *sip__model_views_find(const sip__model_view_t *v, size_t n,
+                                               const char *name, const char *version);
 
 /* NULL when `name` (`version`; NULL: the default) is served, else the
  * NOT_FOUND every front-end answers with (the engine's one wording). */
