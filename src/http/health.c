@@ -20,18 +20,19 @@ enum MHD_Result sip__http_ready(hreq_t *q) {
   if (sip_server_draining(h->s))
     return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
                                                   "flight and accepts no new ones");
-  json_t *r = sip__server_info(h->s, SIP_INFO_READY);
-  if (!r) return sip__http_send_error_msg(q->conn, 500, "out of memory");
+  /* The pools still loading, a version other than the default named as
+   * "name:version". */
   char loading[512] = "";
-  const char *name;
-  json_t *st;
-  json_object_foreach(json_object_get(r, "pools"), name, st) {
-    if (json_string_value(st) && !strcmp(json_string_value(st), "LOADING"))
-      snprintf(loading + strlen(loading), sizeof loading - strlen(loading), "%s'%s'",
-               loading[0] ? ", " : "", name);
+  size_t n = 0;
+  sip__model_view_t *v = sip__server_models(h->s, &n);
+  for (size_t i = 0; i < n; i++) {
+    if (v[i].is_pipeline || strcmp(v[i].state, "LOADING")) continue;
+    snprintf(loading + strlen(loading), sizeof loading - strlen(loading), "%s'%s%s%s'",
+             loading[0] ? ", " : "", v[i].name, v[i].is_default || !v[i].version ? "" : ":",
+             v[i].is_default || !v[i].version ? "" : v[i].version);
   }
-  int ready = json_is_true(json_object_get(r, "ready")) && !loading[0];
-  json_decref(r);
+  sip__server_models_free(v, n);
+  int ready = sip_server_ready(h->s) && !loading[0];
   if (!ready) {
     char msg[600];
     snprintf(msg, sizeof msg, "server is not ready: models still loading: %s",

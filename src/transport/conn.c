@@ -30,13 +30,11 @@ static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
 }
 
 static void free_chunks(conn_t *c) {
-  while (c->out_head) {
-    chunk_t *k = c->out_head;
-    c->out_head = k->next;
+  chunk_t *k;
+  while ((k = chunks_pop(&c->out))) {
     sip__free(k->data);
     sip__free(k);
   }
-  c->out_tail = NULL;
 }
 
 void sip__conn_unref(conn_t *c) {
@@ -80,8 +78,8 @@ static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
 /* Sends queued chunks until done or the socket is full. Caller holds
  * c->wmu. Returns -1 on a socket error. */
 int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
-  while (c->out_head) {
-    chunk_t *k = c->out_head;
+  while (c->out.head) {
+    chunk_t *k = c->out.head;
     ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -93,8 +91,7 @@ int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
     }
     k->off += (size_t)n;
     if (k->off == k->len) {
-      c->out_head = k->next;
-      if (!c->out_head) c->out_tail = NULL;
+      chunks_pop(&c->out);
       sip__free(k->data);
       sip__free(k);
     }
@@ -107,7 +104,7 @@ int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
 int sip__conn_flush(sip__listener_set_t *ls, conn_t *c) {
   pthread_mutex_lock(&c->wmu);
   int rc = sip__conn_send_queued(ls, c);
-  int done = !c->out_head;
+  int done = !c->out.head;
   pthread_mutex_unlock(&c->wmu);
   if (rc < 0 || (done && atomic_load(&c->closing))) {
     sip__conn_close(ls, c);
@@ -129,11 +126,7 @@ static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size
   }
   k->data = data;
   k->len = len;
-  if (c->out_tail)
-    c->out_tail->next = k;
-  else
-    c->out_head = k;
-  c->out_tail = k;
+  chunks_push(&c->out, k);
 }
 
 /* Loop only: queues an encoded frame; conn_flush sends it. */

@@ -181,8 +181,8 @@ static void *loop_main(void *arg) {
     /* Give a slow reader a moment to take the last answers, not forever. */
     pthread_mutex_lock(&c->wmu);
     uint64_t until = sip__now_us() + 1000000;
-    while (c->out_head && sip__now_us() < until && sip__conn_send_queued(ls, c) == 0)
-      if (c->out_head) poll(&(struct pollfd){.fd = c->fd, .events = POLLOUT}, 1, 100);
+    while (c->out.head && sip__now_us() < until && sip__conn_send_queued(ls, c) == 0)
+      if (c->out.head) poll(&(struct pollfd){.fd = c->fd, .events = POLLOUT}, 1, 100);
     pthread_mutex_unlock(&c->wmu);
     sip__conn_close(ls, c);
   }

@@ -22,17 +22,23 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "core/queue.h"
 #include "transport/frame.h"
 
 #define MAX_LISTENERS 16
 enum { TAG_LISTENER = 1, TAG_CONN = 2, TAG_WAKE = 3 };
 #define TAG(kind, v) (((uint64_t)(kind) << 56) | (uint64_t)(v))
 
+/* Bytes waiting to be sent on a connection, in order. */
 typedef struct chunk {
-  struct chunk *next;
+  SIP__FIFO_LINK(struct chunk);
   uint8_t *data;
   size_t len, off;
 } chunk_t;
+typedef struct chunk_fifo {
+  SIP__FIFO_FIELDS(chunk_t);
+} chunk_fifo_t;
+SIP__FIFO_DEFINE(chunks, chunk_fifo_t, chunk_t)
 
 typedef struct conn {
   int fd;
@@ -48,7 +54,7 @@ typedef struct conn {
   sip__frame_header_t h;
   sip_buf_t *payload; /* non-NULL while reading a payload */
   size_t got;
-  chunk_t *out_head, *out_tail;
+  chunk_fifo_t out; /* zeroed: empty */
   int epollout;
   atomic_int closing; /* close once the output is flushed; read nothing more */
 } conn_t;
