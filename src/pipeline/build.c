@@ -396,6 +396,23 @@ static const sip_io_desc_t *desc_named(const sip_io_desc_t *d, size_t n, const c
 /* Why stage `s` cannot run on a pool with `io` instead of what it was built
  * with (owned), or NULL: every input it feeds is there with its dtype and
  * nothing more is needed; every output it keeps is made with its dtype. */
+/* Whether a new version's shape `now` takes what the old one (`was`) did:
+ * the same rank, and the same size wherever both fix a dim (a dim the old
+ * version left dynamic may become fixed: requests that do not fit it are
+ * refused one by one). NULL when it does, else the two shapes. */
+static char *shape_change(const sip_io_desc_t *was, const sip_io_desc_t *now, const char *what,
+                          const char *side) {
+  if (!was || was->rank < 0 || now->rank < 0) return NULL;
+  int same = was->rank == now->rank;
+  for (int d = 0; same && d < now->rank; d++)
+    same = was->dims[d] <= 0 || now->dims[d] <= 0 || was->dims[d] == now->dims[d];
+  if (same) return NULL;
+  char a[128], b[128];
+  return sip__asprintf("%s '%s' has shape %s in the new version; %s %s", what, now->name,
+                       sip__shape_str(a, sizeof a, now->rank, now->dims, ", "), side,
+                       sip__shape_str(b, sizeof b, was->rank, was->dims, ", "));
+}
+
 static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
   for (size_t i = 0; i < s->n_in; i++) {
     const sip_io_desc_t *now = desc_named(io->inputs, io->n_inputs, s->in[i].name);
@@ -405,6 +422,8 @@ static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
     if (was && was->dtype != now->dtype)
       return sip__asprintf("input '%s' is %s in the new version; the stage feeds %s",
                            s->in[i].name, sip_dtype_name(now->dtype), sip_dtype_name(was->dtype));
+    char *why = shape_change(was, now, "input", "the stage feeds");
+    if (why) return why;
   }
   for (size_t i = 0; i < io->n_inputs; i++) {
     int fed = 0;
@@ -422,6 +441,8 @@ static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
     if (was && was->dtype != now->dtype)
       return sip__asprintf("output '%s' is %s in the new version; the pipeline reads %s",
                            s->outs[o], sip_dtype_name(now->dtype), sip_dtype_name(was->dtype));
+    char *why = shape_change(was, now, "output", "the pipeline reads");
+    if (why) return why;
   }
   return NULL;
 }

@@ -507,12 +507,13 @@ def test_repository_model_cannot_take_a_pipeline_name(sipd_bin, tmp_path):
         assert srv.stop() == 0, srv.log_tail()
 
 
-def renamed_output_model(k):
-    """y2 = x + k: the same input as add_model, another output name."""
+def renamed_output_model(k, out="y2", width=4):
+    """out = x + k for x float32 [N, width]: add_model with another output
+    name, or another width."""
     f = TensorProto.FLOAT
-    g = helper.make_graph([helper.make_node("Add", ["x", "k"], ["y2"])], "ren",
-                          [helper.make_tensor_value_info("x", f, ["N", 4])],
-                          [helper.make_tensor_value_info("y2", f, ["N", 4])],
+    g = helper.make_graph([helper.make_node("Add", ["x", "k"], [out])], "ren",
+                          [helper.make_tensor_value_info("x", f, ["N", width])],
+                          [helper.make_tensor_value_info(out, f, ["N", width])],
                           [numpy_helper.from_array(np.array([k], np.float32), "k")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", models.OPSET)])
     m.ir_version = models.IR_VERSION
@@ -554,6 +555,20 @@ def test_pipeline_follows_or_refuses_a_reload(sipd_bin, tmp_path):
         assert "pipeline 'twice' stage 'a'" in msg and "output 'y'" in msg, msg
         assert ei.value.code == "FAILED_PRECONDITION", ei.value.code
         np.testing.assert_array_equal(infer(c, "addk"), X + 2)
+        np.testing.assert_array_equal(infer(c, "twice"), X + 4)
+        assert set(served(c.repository_index(), "addk")) == {"2"}
+
+        # Incompatible: version 4 takes x [N, 8] where the stage feeds [N, 4].
+        (repo / "addk" / "3" / "model.onnx").unlink()
+        (repo / "addk" / "3").rmdir()
+        d = repo / "addk" / "4"
+        d.mkdir()
+        onnx.save(renamed_output_model(4, out="y", width=8), str(d / "model.onnx"))
+        with pytest.raises(SipError) as ei:
+            c.load_model("addk")
+        msg = str(ei.value)
+        assert "pipeline 'twice' stage 'a'" in msg and "input 'x' has shape [-1, 8]" in msg, msg
+        assert "[-1, 4]" in msg, msg
         np.testing.assert_array_equal(infer(c, "twice"), X + 4)
         assert set(served(c.repository_index(), "addk")) == {"2"}
 

@@ -492,15 +492,34 @@ static void test_check_pool(void **state) {
   sip_io_desc_t in = {.name = "input", .dtype = SIP_DTYPE_FLOAT32, .rank = 2, .dims = {-1, 4}};
   sip_io_desc_t out = {.name = "output", .dtype = SIP_DTYPE_FLOAT32, .rank = 2, .dims = {-1, 4}};
   sip__model_io_t io = {&in, &out, 1, 1};
-  /* The same I/O, and another shape with the same dtypes, fit. */
+  /* The same I/O fits, and so does a dim the old version left dynamic
+   * becoming fixed. */
   assert_null(sip__pipelines_check_pool(w.ps, "echo", &io));
+  in.dims[0] = 2;
+  out.dims[0] = 2;
+  assert_null(sip__pipelines_check_pool(w.ps, "echo", &io));
+  in.dims[0] = out.dims[0] = -1;
+
+  char *why;
+  /* A fixed dim that changes, or a rank, does not fit. */
   in.dims[1] = 8;
+  why = sip__pipelines_check_pool(w.ps, "echo", &io);
+  assert_non_null(why);
+  assert_string_equal(why, "pipeline 'good' stage 'a': input 'input' has shape [-1, 8] in the new "
+                           "version; the stage feeds [-1, 4]");
+  sip__free(why);
+  in.dims[1] = 4;
   out.rank = 3;
-  assert_null(sip__pipelines_check_pool(w.ps, "echo", &io));
+  out.dims[2] = 1;
+  why = sip__pipelines_check_pool(w.ps, "echo", &io);
+  assert_non_null(why);
+  assert_string_equal(why, "pipeline 'good' stage 'a': output 'output' has shape [-1, 4, 1] in the "
+                           "new version; the pipeline reads [-1, 4]");
+  sip__free(why);
+  out.rank = 2;
   /* A pool no pipeline uses. */
   assert_null(sip__pipelines_check_pool(w.ps, "nobody", NULL));
 
-  char *why;
   in.dtype = SIP_DTYPE_INT64;
   why = sip__pipelines_check_pool(w.ps, "echo", &io);
   assert_non_null(why);
