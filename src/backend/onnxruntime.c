@@ -578,7 +578,7 @@ static sip_error_t *ort_session_new(void *model, void **session) {
 const sip_backend_vtable_t sip__backend_onnxruntime = {
     .name = "onnxruntime",
     .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA,
-    .platform = "onnx_onnxv1",
+    .platform = "onnxruntime_onnx",
     .init = ort_init,
     .shutdown = ort_shutdown,
     .load = ort_load,

@@ -65,13 +65,31 @@ static enum MHD_Result repo_start(hreq_t *q) {
     return sip__http_send_json(c, 200, models);
   }
   json_t *params = json_object_get(body, "parameters");
-  int overrides = json_object_size(params) > 0;
+  sip_error_t *pe = NULL;
+  if (params && !json_is_object(params)) {
+    pe = sip_error_new(SIP_INVALID_ARGUMENT, "\"parameters\" is not a JSON object; expected "
+                       "an object of request parameters");
+  } else if (q->kind == R_REPO_UNLOAD) {
+    /* Triton's client sends {"unload_dependents": false} on every unload.
+     * Pipelines are not repository models: there are no dependents to
+     * unload, and one that runs on the model refuses the unload either way. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(params, k, v) {
+      if (strcmp(k, "unload_dependents"))
+        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unknown unload parameter '%s'; expected "
+                           "unload_dependents", k);
+      else if (!json_is_boolean(v))
+        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unload_dependents is not a boolean; expected "
+                           "true or false");
+      if (pe) break;
+    }
+  } else if (json_object_size(params) > 0) {
+    pe = sip_error_new(SIP_UNIMPLEMENTED, "load parameters (a config override, model files) are "
+                       "not supported; the model loads from the repository as it is");
+  }
   json_decref(body);
-  if (overrides)
-    return sip__http_send_error(c, sip_error_new(SIP_UNIMPLEMENTED,
-                                                 "load parameters (a config override, model "
-                                                 "files) are not supported; the model loads from "
-                                                 "the repository as it is"));
+  if (pe) return sip__http_send_error(c, pe);
   q->started = 1;
   /* Suspend before queuing, so the completion can resume at once. */
   MHD_suspend_connection(c);

@@ -131,13 +131,15 @@ sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out) {
   sip_error_t *e = sip__repo_inside(R, path, "model directory", out);
   if (e && sip_error_code(e) == SIP_NOT_FOUND) {
     sip_error_free(e);
-    e = sip_error_new(SIP_NOT_FOUND, "model '%s' is not in the model repository %s (no directory %s)",
-                      name, R->root, path);
+    /* The answer goes to clients: no server paths in it. */
+    e = sip_error_new(SIP_NOT_FOUND, "Request for unknown model: '%s' is not found: it is not in "
+                      "the model repository (expected a directory '%s' holding "
+                      "<version>/model.onnx)", name, name);
   }
   struct stat st;
   if (!e && (stat(*out, &st) != 0 || !S_ISDIR(st.st_mode)))
-    e = sip_error_new(SIP_NOT_FOUND, "model '%s': %s is not a directory; expected %s/%s/<version>/model.onnx",
-                      name, path, R->root, name);
+    e = sip_error_new(SIP_NOT_FOUND, "model '%s': its entry in the model repository is not a "
+                      "directory; expected a directory '%s' holding <version>/model.onnx", name, name);
   if (e) {
     sip__free(*out);
     *out = NULL;

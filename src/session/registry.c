@@ -111,16 +111,18 @@ static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *ve
                versions[0] ? ", " : "", p->version);
   }
   pthread_rwlock_unlock(&s->reg_lock);
+  /* Triton's wording, which its clients and examples look for; the
+   * versions a model serves are said, never other models. */
   if (!named || !version)
-    return sip_error_new(SIP_NOT_FOUND, "unknown model '%s'; expected the name of a model this "
-                         "server serves (`sip pools` or GET /v2/repository/index lists them)",
-                         name);
+    return sip_error_new(SIP_NOT_FOUND, "Request for unknown model: '%s' is not found", name);
   if (unversioned)
     return sip_error_new(SIP_NOT_FOUND,
-                         "model '%s' has no version '%s'; it serves an unversioned model", name,
-                         version);
-  return sip_error_new(SIP_NOT_FOUND, "model '%s' has no version '%s'; it serves %s %s", name,
-                       version, named > 1 ? "versions" : "version", versions);
+                         "Request for unknown model: '%s' version %s is not found; it serves an "
+                         "unversioned model",
+                         name, version);
+  return sip_error_new(SIP_NOT_FOUND,
+                       "Request for unknown model: '%s' version %s is not found; it serves %s %s",
+                       name, version, named > 1 ? "versions" : "version", versions);
 }
 
 sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,

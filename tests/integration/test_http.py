@@ -127,7 +127,7 @@ def test_model_metadata(base, dtype):
     assert r.status == 200, r
     doc = r.json()
     ks = K.DATATYPE[dtype]
-    assert doc["name"] == "id_" + dtype and doc["platform"] == "onnx_onnxv1"
+    assert doc["name"] == "id_" + dtype and doc["platform"] == "onnxruntime_onnx"
     assert doc["versions"] == []
     assert doc["inputs"] == [{"name": "data", "datatype": ks, "shape": [-1, -1]},
                              {"name": "scalar", "datatype": ks, "shape": []}]
@@ -146,7 +146,7 @@ def test_builtin_platform_and_versions(base):
     assert K.get(base + "/v2/models/vmodel/versions/3").status == 200
     assert K.get(base + "/v2/models/vmodel/versions/3/ready").status == 200
     msg = error_of(K.get(base + "/v2/models/vmodel/versions/1"), 404)
-    assert "no version '1'" in msg and "'3'" in msg
+    assert "'vmodel' version 1 is not found" in msg and "'3'" in msg
     error_of(K.get(base + "/v2/models/vmodel/versions/1/ready"), 404)
     error_of(K.get(base + "/v2/models/addmul/versions/1"), 404)  # unversioned
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -165,11 +165,11 @@ def test_failed_and_unknown_models(base):
     assert "failed to load" in error_of(K.get(base + "/v2/models/broken"), 503)
     x = np.ones((1, 4), np.float32)
     assert "failed to load" in error_of(K.infer(base, "broken", {"x": x}), 503)
-    assert "unknown model 'nope'" in error_of(K.get(base + "/v2/models/nope"), 404)
+    assert "Request for unknown model: 'nope' is not found" in error_of(K.get(base + "/v2/models/nope"), 404)
     error_of(K.get(base + "/v2/models/nope/ready"), 404)
     error_of(K.get(base + "/v2/models/nope/config"), 404)
     error_of(K.get(base + "/v2/models/nope/stats"), 404)
-    assert "unknown model 'nope'" in error_of(K.infer(base, "nope", {"x": x}), 404)
+    assert "Request for unknown model: 'nope' is not found" in error_of(K.infer(base, "nope", {"x": x}), 404)
     # The server is still ready: a FAILED pool is reported, not waited for.
     assert K.get(base + "/v2/health/ready").status == 200
 
@@ -636,7 +636,7 @@ def test_model_configuration_extension(base):
     r = K.get(base + "/v2/models/two_out/config")
     cfg = r.json()
     assert r.status == 200
-    assert cfg["name"] == "two_out" and cfg["platform"] == "onnx_onnxv1"
+    assert cfg["name"] == "two_out" and cfg["platform"] == "onnxruntime_onnx"
     assert cfg["backend"] == "onnxruntime" and cfg["max_batch_size"] == 0
     assert cfg["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]
     assert [o["name"] for o in cfg["output"]] == ["sum", "prod"]

@@ -141,6 +141,20 @@ def test_index_load_unload_everywhere(start_sipd, tmp_path):
     np.testing.assert_array_equal(infer(c, "addk"), X + 1)
     assert K.get(base + "/v2/repository/index").status == 405
 
+    # Triton's client sends {"parameters": {"unload_dependents": false}} on
+    # every unload; other unload parameters are refused and the model stays.
+    bad = json.dumps({"parameters": {"unload_dependents": "no"}}).encode()
+    assert "unload_dependents is not a boolean" in error_of(
+        post(base, "/v2/repository/models/addk/unload", bad), 400)
+    bad = json.dumps({"parameters": {"cascade": True}}).encode()
+    assert "unknown unload parameter 'cascade'" in error_of(
+        post(base, "/v2/repository/models/addk/unload", bad), 400)
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+    triton = json.dumps({"parameters": {"unload_dependents": False}}).encode()
+    assert post(base, "/v2/repository/models/addk/unload", triton).status == 200
+    assert post(base, "/v2/repository/models/addk/load").status == 200
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+
     # CLI.
     r = sip(srv, "unload", "addk")
     assert r.returncode == 0, r.stderr
@@ -165,8 +179,9 @@ def test_index_load_unload_everywhere(start_sipd, tmp_path):
     # A model that is not in the repository.
     with pytest.raises(NotFoundError, match="not in the model repository"):
         c.load_model("nope")
-    assert "not in the model repository" in error_of(post(base, "/v2/repository/models/nope/load"),
-                                                     404)
+    msg = error_of(post(base, "/v2/repository/models/nope/load"), 404)
+    assert msg.startswith("Request for unknown model: 'nope' is not found"), msg
+    assert str(repo) not in msg and "not in the model repository" in msg, msg
     r = sip(srv, "load", "nope")
     assert r.returncode != 0 and "NOT_FOUND" in r.stderr
 
@@ -236,9 +251,9 @@ def test_version_policies_and_explicit_versions(start_sipd, tmp_path):
         out = K.decode_outputs(K.infer(base, "every", {"x": X}, version=str(v)))[0]
         assert out["model_version"] == str(v)
     np.testing.assert_array_equal(infer(c, "specific:1"), X + 1)
-    with pytest.raises(NotFoundError, match="has no version '2'"):
+    with pytest.raises(NotFoundError, match="Request for unknown model: '[^']*' version 2 is not found"):
         infer(c, "specific:2")
-    assert "no version '2'" in error_of(K.get(base + "/v2/models/specific/versions/2"), 404)
+    assert "'specific' version 2 is not found; it serves versions '1', '3'" in error_of(K.get(base + "/v2/models/specific/versions/2"), 404)
     error_of(K.infer(base, "specific", {"x": X}, version="2"), 404)
     with pytest.raises(InvalidArgumentError):
         infer(c, "every:")

@@ -589,7 +589,7 @@ class SessionClient:
                     self._ranks[pool] = ranks
                     break
         if ranks is None:
-            raise NotFoundError("unknown model %r on %s" % (pool, self.endpoint))
+            raise NotFoundError("Request for unknown model: '%s' is not found (on %s)" % (pool, self.endpoint))
         return ranks
 
     def _stack_items(self, request):

@@ -461,7 +461,7 @@ static void test_admission_refusals(void **state) {
   sip_error_t *e = vt_submit(t, "zz", req("zz", 3, 0, 0), &rec);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
-  assert_non_null(strstr(sip_error_message(e), "unknown model 'zz'; expected the name of a model this server serves"));
+  assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'zz' is not found"));
   sip_error_free(e);
 
   /* Every refusal was counted with its code, none answered by callback. */
@@ -707,7 +707,7 @@ static void test_registry_versions(void **state) {
   /* A version it does not serve: NOT_FOUND listing those it does. */
   assert_null(sip__registry_find(&t->e, "m", "3", &e));
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
-  assert_non_null(strstr(sip_error_message(e), "model 'm' has no version '3'"));
+  assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'm' version 3 is not found"));
   assert_non_null(strstr(sip_error_message(e), "versions '9', '10', '2'"));
   sip_error_free(e);
   /* An unversioned pool asked for a version. */
@@ -717,7 +717,7 @@ static void test_registry_versions(void **state) {
   sip_error_free(e);
   assert_null(sip__registry_find(&t->e, "nobody", NULL, &e));
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
-  assert_non_null(strstr(sip_error_message(e), "unknown model 'nobody'"));
+  assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'nobody' is not found"));
   sip_error_free(e);
   assert_true(sip__registry_has(&t->e, "m"));
   assert_true(sip__registry_has(&t->e, "other"));
@@ -856,7 +856,7 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   sip_error_t *e = NULL;
   assert_null(sip__registry_find_model(&t->e, "r", NULL, &e));
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
-  assert_non_null(strstr(sip_error_message(e), "unknown model 'r'"));
+  assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'r' is not found"));
   sip_error_free(e);
   assert_false(sip__registry_has(&t->e, "r"));
   assert_true(atomic_load(&p->refs) >= 2);

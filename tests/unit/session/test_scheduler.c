@@ -276,7 +276,7 @@ static void test_admission_errors(void **state) {
   /* Unknown pool. */
   sip_request_t *r = sip_request_new("nope");
   assert_null(sip_request_add_input(r, sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 2, d14, f8, 16)));
-  EXPECT_REJECT(s, r, &rec, SIP_NOT_FOUND, "unknown model 'nope'", "sip pools");
+  EXPECT_REJECT(s, r, &rec, SIP_NOT_FOUND, "Request for unknown model: 'nope' is not found");
 
   /* Wrong dtype. */
   r = sip_request_new("p");
