@@ -227,8 +227,31 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
   return NULL;
 }
 
+#define SMALL_BODY_MAX ((size_t)64 << 10)
+
+enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what) {
+  if (q->early) return MHD_YES;
+  if (q->len + n > SMALL_BODY_MAX) {
+    q->early = sip_error_new(SIP_INVALID_ARGUMENT,
+                             "%s body is larger than %zu bytes; expected a small JSON object",
+                             what, SMALL_BODY_MAX);
+    return MHD_YES;
+  }
+  if (q->len + n > q->cap) {
+    size_t cap = q->len + n > 4096 ? q->len + n : 4096;
+    uint8_t *b = sip__realloc(q->buf, cap);
+    if (!b) return MHD_NO;
+    q->buf = b;
+    q->cap = cap;
+  }
+  memcpy(q->buf + q->len, data, n);
+  q->len += n;
+  return MHD_YES;
+}
+
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
+  sip__http_settings_free(h);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
@@ -241,10 +264,15 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   *out = NULL;
   sip__http_t *h = sip__calloc(1, sizeof *h);
   if (!h) return SIP__OOM();
+  sip_error_t *e0;
   h->s = s;
   h->cfg = cfg;
   pthread_mutex_init(&h->cache_mu, NULL);
   pthread_mutex_init(&h->mu, NULL);
+  if ((e0 = sip__http_settings_init(h))) {
+    free_http(h);
+    return e0;
+  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

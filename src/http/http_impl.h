@@ -51,6 +51,10 @@ struct sip__http {
   pthread_cond_t cv;
   pthread_mutex_t cache_mu;
   meta_t *cache;
+  /* Trace settings (settings.c): stored and reported until tracing exists. */
+  pthread_mutex_t settings_mu;
+  json_t *trace;        /* the global settings */
+  json_t *model_trace;  /* model name -> the settings it overrides */
 };
 
 typedef enum route_kind {
@@ -68,6 +72,8 @@ typedef enum route_kind {
   R_REPO_INDEX,  /* POST /v2/repository/index */
   R_REPO_LOAD,   /* POST /v2/repository/models/{m}/load */
   R_REPO_UNLOAD, /* POST /v2/repository/models/{m}/unload */
+  R_LOGGING,     /* GET/POST /v2/logging */
+  R_TRACE,       /* GET/POST /v2/trace/setting, /v2/models/{m}/trace/setting */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -154,6 +160,18 @@ enum MHD_Result sip__http_send_error_msg(struct MHD_Connection *c, unsigned stat
 enum MHD_Result sip__http_send_error(struct MHD_Connection *c, sip_error_t *e);
 /* Sends a JSON value (consumed; NULL: 500 out of memory). */
 enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, json_t *v);
+
+/* Collects a small JSON body (at most 64 KiB; `what` names the request in
+ * the error past that). */
+enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what);
+
+/* ---- settings.c: Triton's log and trace settings ---------------------------- */
+sip_error_t *sip__http_settings_init(sip__http_t *h);
+void sip__http_settings_free(sip__http_t *h);
+enum MHD_Result sip__http_logging_get(hreq_t *q);
+enum MHD_Result sip__http_trace_get(hreq_t *q);
+extern const http_post_ops_t sip__http_logging_ops;
+extern const http_post_ops_t sip__http_trace_ops;
 
 /* ---- models.c ------------------------------------------------------------ */
 

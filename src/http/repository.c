@@ -10,28 +10,9 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 
-#define REPO_BODY_MAX ((size_t)64 << 10)
-
-/* Collects a repository request's (small JSON) body. */
+/* A repository request's (small JSON) body. */
 static enum MHD_Result repo_body(hreq_t *q, const char *data, size_t n) {
-  if (q->early) return MHD_YES;
-  if (q->len + n > REPO_BODY_MAX) {
-    q->early = sip_error_new(SIP_INVALID_ARGUMENT,
-                             "repository request body is larger than %zu bytes; expected a "
-                             "small JSON object",
-                             REPO_BODY_MAX);
-    return MHD_YES;
-  }
-  if (q->len + n > q->cap) {
-    size_t cap = q->len + n > 4096 ? q->len + n : 4096;
-    uint8_t *b = sip__realloc(q->buf, cap);
-    if (!b) return MHD_NO;
-    q->buf = b;
-    q->cap = cap;
-  }
-  memcpy(q->buf + q->len, data, n);
-  q->len += n;
-  return MHD_YES;
+  return sip__http_small_body(q, data, n, "repository request");
 }
 
 /* A load or unload finished (the loader thread): resume the connection,

@@ -22,6 +22,9 @@ static const http_route_t routes[] = {
     {"/v2/", R_SERVER, sip__http_server_meta, NULL},
     {"/metrics", R_METRICS, sip__http_metrics, NULL},
     {"/v2/models/stats", R_ALL_STATS, sip__http_all_stats, NULL},
+    {"/v2/logging", R_LOGGING, sip__http_logging_get, &sip__http_logging_ops},
+    {"/v2/trace/setting", R_TRACE, sip__http_trace_get, &sip__http_trace_ops},
+    {"/v2/models/{model}/trace/setting", R_TRACE, sip__http_trace_get, &sip__http_trace_ops},
     {"/v2/repository/index", R_REPO_INDEX, NULL, &sip__http_repo_ops},
     {"/v2/repository/models/{path}/load", R_REPO_LOAD, NULL, &sip__http_repo_ops},
     {"/v2/repository/models/{path}/unload", R_REPO_UNLOAD, NULL, &sip__http_repo_ops},
@@ -106,9 +109,9 @@ unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const c
   int is_get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
   int is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
   if ((r->get && is_get) || (r->post && is_post)) return 0;
+  *allow = r->get && r->post ? "GET, HEAD, POST" : r->post ? "POST" : "GET, HEAD";
   snprintf(msg, msg_n, "%s is not allowed on %.200s; use %s", method, url,
-           r->post ? "POST" : "GET");
-  *allow = r->post ? "POST" : "GET, HEAD";
+           r->get && r->post ? "GET or POST" : r->post ? "POST" : "GET");
   return 405;
 }
 

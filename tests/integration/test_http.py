@@ -118,7 +118,7 @@ def test_health_and_server_metadata(base):
     doc = r.json()
     assert r.status == 200 and doc["name"] == "sip" and doc["version"]
     assert {"binary_tensor_data", "classification", "statistics",
-            "model_configuration"} <= set(doc["extensions"])
+            "model_configuration", "logging", "trace"} <= set(doc["extensions"])
 
 
 @pytest.mark.parametrize("dtype", models.DTYPES)
@@ -777,3 +777,75 @@ def test_metrics_collector_quantile():
     assert _quantile_us(bounds, [50, 100, 100, 100], 0.5) == pytest.approx(50.0)
     # Past the last finite bound: up to twice it, as the server interpolates.
     assert 250.0 < _quantile_us(bounds, [0, 0, 0, 10], 0.99) <= 500.0
+
+
+# ---------------------------------------------------------------------------
+# Triton's log and trace settings
+
+def post_json(url, doc):
+    return K.request("POST", url, body=json.dumps(doc).encode(),
+                     headers={"Content-Type": "application/json"})
+
+
+def test_log_settings_change_the_level_live(srv, base):
+    doc = K.get(base + "/v2/logging").json()
+    assert doc == {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+                   "log_verbose_level": 0, "log_format": "default"}
+    r = post_json(base + "/v2/logging", {"log_verbose_level": 1})
+    assert r.status == 200 and r.json()["log_verbose_level"] == 1
+    # sipd says so in its log (a warning: seen whatever the level).
+    deadline = time.time() + 5
+    while "to=debug" not in srv.log_tail() and time.time() < deadline:
+        time.sleep(0.05)
+    assert 'msg="log level changed" to=debug' in srv.log_tail()
+    r = post_json(base + "/v2/logging", {"log_verbose_level": 0, "log_info": False})
+    assert r.status == 200
+    assert r.json() == {"log_file": "", "log_info": False, "log_warning": True, "log_error": True,
+                        "log_verbose_level": 0, "log_format": "default"}
+    for bad, frag in (({"log_error": False}, "always logs errors"),
+                      ({"log_file": "/tmp/x"}, "logs to stderr"),
+                      ({"log_info": "yes"}, "log_info is not a boolean"),
+                      ({"log_verbose_level": -1}, "log_verbose_level"),
+                      ({"colour": True}, "unknown log setting 'colour'")):
+        assert frag in error_of(post_json(base + "/v2/logging", bad), 400)
+    assert "not a JSON object" in error_of(
+        K.request("POST", base + "/v2/logging", body=b"[1]"), 400)
+    # Refused settings changed nothing; put the default back for the other tests.
+    assert K.get(base + "/v2/logging").json()["log_info"] is False
+    assert post_json(base + "/v2/logging", {"log_info": True}).status == 200
+    r = K.request("PUT", base + "/v2/logging", body=b"{}")
+    assert r.status == 405 and r.headers["allow"] == "GET, HEAD, POST"
+
+
+def test_trace_settings_are_stored_per_model(base):
+    default = {"trace_file": "", "trace_level": ["OFF"], "trace_rate": "1000",
+               "trace_count": "-1", "log_frequency": "0", "trace_mode": "triton"}
+    assert K.get(base + "/v2/trace/setting").json() == default
+    r = post_json(base + "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": 50})
+    assert r.status == 200
+    glob = dict(default, trace_level=["TIMESTAMPS"], trace_rate="50")
+    assert r.json() == glob and K.get(base + "/v2/trace/setting").json() == glob
+    # A model's own settings override the global ones; null falls back.
+    r = post_json(base + "/v2/models/addmul/trace/setting", {"trace_count": "10"})
+    assert r.status == 200 and r.json() == dict(glob, trace_count="10")
+    assert K.get(base + "/v2/models/addmul/trace/setting").json() == dict(glob, trace_count="10")
+    assert K.get(base + "/v2/models/echo/trace/setting").json() == glob
+    assert K.get(base + "/v2/trace/setting").json() == glob
+    r = post_json(base + "/v2/models/addmul/trace/setting", {"trace_count": None})
+    assert r.status == 200 and r.json() == glob
+    for bad, frag in (({"trace_level": ["LOUD"]}, "trace_level[0]"),
+                      ({"trace_level": []}, "non-empty list"),
+                      ({"trace_rate": "-3"}, "trace_rate is not a whole number"),
+                      ({"trace_count": "x"}, "trace_count"),
+                      ({"trace_mode": "udp"}, "trace_mode"),
+                      ({"trace_rate": None}, "trace_rate"),
+                      ({"sample": 1}, "unknown trace setting 'sample'")):
+        assert frag in error_of(post_json(base + "/v2/trace/setting", bad), 400)
+    # A refused body changes nothing, even its valid keys.
+    assert "trace_mode" in error_of(post_json(base + "/v2/trace/setting",
+                                              {"trace_rate": "7", "trace_mode": "udp"}), 400)
+    assert K.get(base + "/v2/trace/setting").json() == glob
+    assert "Request for unknown model: 'nope' is not found" in error_of(
+        K.get(base + "/v2/models/nope/trace/setting"), 404)
+    assert post_json(base + "/v2/trace/setting", {"trace_level": ["OFF"], "trace_rate": "1000"}
+                     ).status == 200
