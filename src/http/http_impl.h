@@ -171,6 +171,12 @@ void sip__http_settings_free(sip__http_t *h);
 enum MHD_Result sip__http_logging_get(hreq_t *q);
 enum MHD_Result sip__http_trace_get(hreq_t *q);
 extern const http_post_ops_t sip__http_logging_ops;
+/* The checks behind them, on a parsed body object (fuzz_settings): the log
+ * level `b` asks for, starting from *level (SIP__LOG_*); the trace changes
+ * `b` makes (an owned object of normalized values; null clears a model's
+ * own value when for_model). Errors are INVALID_ARGUMENT (or OOM). */
+sip_error_t *sip__http_log_settings(json_t *b, int *level);
+sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out);
 extern const http_post_ops_t sip__http_trace_ops;
 
 /* ---- models.c ------------------------------------------------------------ */

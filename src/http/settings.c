@@ -47,12 +47,10 @@ static sip_error_t *want_bool(json_t *v, const char *key) {
                                             "true or false", key);
 }
 
-static enum MHD_Result logging_start(hreq_t *q) {
-  json_t *b = body_object(q, "{" LOG_KEYS "}");
-  if (!b) return MHD_YES;
+sip_error_t *sip__http_log_settings(json_t *b, int *level) {
   /* The level the settings ask for: the most verbose enabled. */
-  int info = sip__log_enabled(SIP__LOG_INFO), warn = sip__log_enabled(SIP__LOG_WARN);
-  int verbose = sip__log_enabled(SIP__LOG_DEBUG);
+  int info = *level <= SIP__LOG_INFO, warn = *level <= SIP__LOG_WARN;
+  int verbose = *level <= SIP__LOG_DEBUG;
   sip_error_t *e = NULL;
   const char *k;
   json_t *v;
@@ -81,11 +79,22 @@ static enum MHD_Result logging_start(hreq_t *q) {
       e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown log setting '%s'; expected one of " LOG_KEYS,
                         k);
     }
-    if (e) break;
+    if (e) return e;
   }
+  *level = verbose ? SIP__LOG_DEBUG : info ? SIP__LOG_INFO : warn ? SIP__LOG_WARN : SIP__LOG_ERROR;
+  return NULL;
+}
+
+static enum MHD_Result logging_start(hreq_t *q) {
+  json_t *b = body_object(q, "{" LOG_KEYS "}");
+  if (!b) return MHD_YES;
+  int level = sip__log_enabled(SIP__LOG_DEBUG)  ? SIP__LOG_DEBUG
+              : sip__log_enabled(SIP__LOG_INFO) ? SIP__LOG_INFO
+              : sip__log_enabled(SIP__LOG_WARN) ? SIP__LOG_WARN
+                                                : SIP__LOG_ERROR;
+  sip_error_t *e = sip__http_log_settings(b, &level);
   json_decref(b);
   if (e) return sip__http_send_error(q->conn, e);
-  int level = verbose ? SIP__LOG_DEBUG : info ? SIP__LOG_INFO : warn ? SIP__LOG_WARN : SIP__LOG_ERROR;
   sip__log_set_level(level);
   sip__log(SIP__LOG_WARN, "log level changed", "to=%s",
            (const char *[]){"debug", "info", "warn", "error"}[level]);
@@ -190,29 +199,50 @@ static sip_error_t *trace_value(const char *k, json_t *v, json_t **norm) {
   return *norm ? NULL : SIP__OOM();
 }
 
-static enum MHD_Result trace_start(hreq_t *q) {
-  sip_error_t *e = trace_model_check(q);
-  if (e) return sip__http_send_error(q->conn, e);
-  json_t *b = body_object(q, "{" TRACE_KEYS "}");
-  if (!b) return MHD_YES;
+static int is_trace_key(const char *k) {
+  static const char *const keys[] = {"trace_file",  "trace_level",   "trace_rate",
+                                     "trace_count", "log_frequency", "trace_mode"};
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+    if (!strcmp(k, keys[i])) return 1;
+  return 0;
+}
+
+sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out) {
   /* Checked whole before anything changes. */
+  *out = NULL;
   json_t *set = json_object();
+  if (!set) return SIP__OOM();
+  sip_error_t *e = NULL;
   const char *k;
   json_t *v;
   json_object_foreach(b, k, v) {
     json_t *norm = NULL;
-    if (json_is_null(v) && q->model) {
+    if (json_is_null(v) && for_model && is_trace_key(k)) {
       norm = json_null(); /* back to the global setting */
     } else if ((e = trace_value(k, v, &norm))) {
       break;
     }
     json_object_set_new(set, k, norm);
   }
-  json_decref(b);
   if (e) {
     json_decref(set);
-    return sip__http_send_error(q->conn, e);
+    return e;
   }
+  *out = set;
+  return NULL;
+}
+
+static enum MHD_Result trace_start(hreq_t *q) {
+  sip_error_t *e = trace_model_check(q);
+  if (e) return sip__http_send_error(q->conn, e);
+  json_t *b = body_object(q, "{" TRACE_KEYS "}");
+  if (!b) return MHD_YES;
+  json_t *set = NULL;
+  e = sip__http_trace_settings(b, q->model != NULL, &set);
+  json_decref(b);
+  if (e) return sip__http_send_error(q->conn, e);
+  const char *k;
+  json_t *v;
   sip__http_t *h = q->h;
   pthread_mutex_lock(&h->settings_mu);
   json_t *target = h->trace;

@@ -833,6 +833,9 @@ def test_trace_settings_are_stored_per_model(base):
     assert K.get(base + "/v2/trace/setting").json() == glob
     r = post_json(base + "/v2/models/addmul/trace/setting", {"trace_count": None})
     assert r.status == 200 and r.json() == glob
+    # null clears only a setting that exists (found by fuzz_settings).
+    assert "unknown trace setting 'sample'" in error_of(
+        post_json(base + "/v2/models/addmul/trace/setting", {"sample": None}), 400)
     for bad, frag in (({"trace_level": ["LOUD"]}, "trace_level[0]"),
                       ({"trace_level": []}, "non-empty list"),
                       ({"trace_rate": "-3"}, "trace_rate is not a whole number"),
