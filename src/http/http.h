@@ -60,8 +60,13 @@ typedef struct sip__ks_request {
  * bytes are JSON and the rest is binary tensor data, consumed in input order
  * by inputs with parameters.binary_data_size. header_len == 0: a raw binary
  * request: the whole body is the model's single input, described by
- * `raw_inputs` (the model's inputs; the request is refused unless there is
- * exactly one) and outputs default to binary.
+ * `model_inputs` (the request is refused unless there is exactly one) and
+ * outputs default to binary.
+ *
+ * `model_inputs` (the model's inputs, NULL when not known) also checks each
+ * JSON-described input's datatype, in the protocol's names and Triton's
+ * wording ("inference input 'x' data-type is 'INT32', but model 'm' expects
+ * 'FP32'").
  *
  * Binary inputs view the body without a copy when `owner` (a buffer keeping
  * `body` alive; a reference is taken per tensor) is given and the data is
@@ -71,7 +76,7 @@ typedef struct sip__ks_request {
  * *out is owned by the caller (sip__ks_request_free). */
 sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
                             size_t len, int64_t header_len, sip_buf_t *owner,
-                            const sip_io_desc_t *raw_inputs, size_t n_raw_inputs,
+                            const sip_io_desc_t *model_inputs, size_t n_model_inputs,
                             sip__ks_request_t **out);
 /* Frees a decoded request (and its engine request if still owned). NULL is a
  * no-op. */

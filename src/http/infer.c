@@ -208,11 +208,12 @@ static enum MHD_Result infer_start(hreq_t *q) {
   /* Fetched now, while the pool is certainly alive: raw requests need the
    * input's shape, and the answer names the version that served. */
   q->meta = meta_get(q->h, q->model, q->version);
+  if (q->meta) { /* raw requests' shape; every request's datatypes */
+    ins = q->meta->inputs;
+    n_ins = q->meta->n_inputs;
+  }
   if (q->header_len == 0) {
-    if (q->meta) {
-      ins = q->meta->inputs;
-      n_ins = q->meta->n_inputs;
-    } else {
+    if (!q->meta) {
       /* Say why there is no metadata: unknown model, or not loaded. */
       sip_buf_unref(body);
       size_t n = 0;

@@ -373,9 +373,28 @@ static sip_error_t *decode_params(const json_t *params, sip__ks_request_t *k) {
   return NULL;
 }
 
+/* What the model takes, when known: datatypes are checked against it. */
+typedef struct model_inputs {
+  const char *model;
+  const sip_io_desc_t *d;
+  size_t n;
+} model_inputs_t;
+
+static sip_error_t *check_datatype(const model_inputs_t *mi, const char *name, sip_dtype_t dt) {
+  for (size_t i = 0; i < mi->n; i++) {
+    const sip_io_desc_t *d = &mi->d[i];
+    if (strcmp(d->name, name)) continue;
+    if (d->dtype == SIP_DTYPE_INVALID || d->dtype == dt || !sip__ks_datatype(d->dtype)) return NULL;
+    return BAD("inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
+               sip__ks_datatype(dt), mi->model, sip__ks_datatype(d->dtype));
+  }
+  return NULL; /* an unknown input: the engine says so */
+}
+
 static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
                                  const uint8_t *bin, size_t bin_len, size_t *bin_off,
-                                 sip_buf_t *owner, sip__ks_request_t *k) {
+                                 sip_buf_t *owner, const model_inputs_t *mi,
+                                 sip__ks_request_t *k) {
   if (!json_is_object(in)) return BAD("inputs[%zu] is not an object", idx);
   const char *name;
   sip_error_t *e = get_name(in, "inputs", idx, &name);
@@ -392,6 +411,7 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
     return BAD("input '%s': datatype '%.32s' is unknown; expected one of " KS_TYPE_LIST, name,
                json_string_value(dtj));
   }
+  if ((e = check_datatype(mi, name, dt))) return e;
   json_t *shape = json_object_get(in, "shape");
   if (!json_is_array(shape))
     return BAD("input '%s': shape is %s; expected an array of integers >= 0", name,
@@ -505,8 +525,9 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
 
 sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
                             size_t len, int64_t header_len, sip_buf_t *owner,
-                            const sip_io_desc_t *raw_inputs, size_t n_raw_inputs,
+                            const sip_io_desc_t *model_inputs, size_t n_model_inputs,
                             sip__ks_request_t **out) {
+  const model_inputs_t mi = {model, model_inputs, model_inputs ? n_model_inputs : 0};
   *out = NULL;
   sip__ks_request_t *k = sip__calloc(1, sizeof *k);
   if (!k) return SIP__OOM();
@@ -518,7 +539,7 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
   }
   if (version && (e = sip_request_set_version(k->req, version))) goto done;
   if (header_len == 0) {
-    e = decode_raw(body, len, owner, raw_inputs, n_raw_inputs, k);
+    e = decode_raw(body, len, owner, model_inputs, n_model_inputs, k);
     goto done;
   }
   size_t hlen = header_len < 0 ? len : (size_t)header_len;
@@ -564,7 +585,7 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
   const uint8_t *bin = header_len > 0 ? body + hlen : NULL;
   size_t bin_len = header_len > 0 ? len - hlen : 0, bin_off = 0;
   for (size_t i = 0; i < json_array_size(inputs); i++)
-    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, k)))
+    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, &mi, k)))
       goto done;
   if (bin_off != bin_len) {
     e = BAD("%zu bytes of binary data follow the last binary input; expected none",

@@ -345,7 +345,9 @@ def test_error_statuses_and_bodies(base):
     assert "malformed" in error_of(raw_post(base, path, b"{\"inputs\": ["), 400)
     assert "not an object" in error_of(raw_post(base, path, b"[1]"), 400)
     assert "inputs is missing" in error_of(post({}), 400)
-    assert "received dtype float64" in error_of(post({"inputs": [dict(x, datatype="FP64")]}), 400)
+    # The protocol's datatype names, in Triton's wording.
+    assert ("inference input 'x' data-type is 'FP64', but model 'two_out' expects 'FP32'"
+            in error_of(post({"inputs": [dict(x, datatype="FP64")]}), 400))
     assert "received shape [2,2]" in error_of(post({"inputs": [dict(x, shape=[2, 2])]}), 400)
     assert "data has 4 elements; its shape needs 8" in error_of(
         post({"inputs": [dict(x, shape=[2, 4])]}), 400)
