@@ -6,6 +6,8 @@
  * metadata cache raw binary requests and "model_version" need.
  */
 #include <jansson.h>
+#include <limits.h>
+#include <zlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -143,6 +145,14 @@ static enum MHD_Result infer_begin(hreq_t *q) {
     q->refused = 1;
     return sip__http_send_error_msg(c, 413, msg);
   }
+  const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+  if (ce && (!strcasecmp(ce, "gzip") || !strcasecmp(ce, "deflate"))) {
+    q->compressed = 1;
+  } else if (ce && strcasecmp(ce, "identity")) {
+    q->early = sip_error_new(SIP_INVALID_ARGUMENT, "Content-Encoding '%.40s' is not supported; "
+                             "expected gzip, deflate or identity", ce);
+    return MHD_YES;
+  }
   const char *hl =
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
   const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -195,8 +205,80 @@ static enum MHD_Result infer_body(hreq_t *q, const char *data, size_t n) {
   return MHD_YES;
 }
 
+/* Inflates a gzip or zlib ("deflate") body in place of the compressed one,
+ * at the same padding; the body limit applies to what it inflates to (a
+ * bomb is refused once past it). 0, or the HTTP status of the error in
+ * *msg. */
+static unsigned inflate_body(hreq_t *q, char *msg, size_t msg_n) {
+  size_t limit = q->h->cfg->http_max_body_bytes;
+  if (q->len > UINT_MAX) {
+    snprintf(msg, msg_n, "compressed request body of %zu bytes is larger than zlib takes at once",
+             q->len);
+    return 413;
+  }
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) { /* 32: gzip or zlib header, detected */
+    snprintf(msg, msg_n, "out of memory");
+    return 429;
+  }
+  size_t cap = q->pad + (q->len * 4 > 4096 ? q->len * 4 : 4096), out = 0;
+  uint8_t *b = sip__malloc(cap);
+  unsigned status = 0;
+  zs.next_in = q->buf + q->pad;
+  zs.avail_in = (uInt)q->len;
+  int rc = Z_OK;
+  while (b && rc != Z_STREAM_END) {
+    if (q->pad + out == cap) {
+      if (out >= limit) {
+        snprintf(msg, msg_n, "request body inflates to more than the server's limit of %zu bytes "
+                 "(server.http_max_body_bytes)", limit);
+        status = 413;
+        break;
+      }
+      size_t nc = cap * 2 < q->pad + limit + 1 ? cap * 2 : q->pad + limit + 1;
+      uint8_t *nb = sip__realloc(b, nc);
+      if (!nb) break;
+      b = nb, cap = nc;
+    }
+    zs.next_out = b + q->pad + out;
+    zs.avail_out = (uInt)(cap - q->pad - out);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out = (size_t)(zs.next_out - (b + q->pad));
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs.avail_out == 0)) {
+      snprintf(msg, msg_n, "request body is not valid %s data (%s); expected the body compressed "
+               "as its Content-Encoding says", "gzip/deflate", zs.msg ? zs.msg : "truncated");
+      status = 400;
+      break;
+    }
+  }
+  if (!status && out > limit) {
+    snprintf(msg, msg_n, "request body inflates to more than the server's limit of %zu bytes "
+             "(server.http_max_body_bytes)", limit);
+    status = 413;
+  }
+  if (!status && (!b || rc != Z_STREAM_END)) {
+    snprintf(msg, msg_n, "out of memory");
+    status = 429;
+  }
+  inflateEnd(&zs);
+  if (status) {
+    sip__free(b);
+    return status;
+  }
+  sip__free(q->buf);
+  q->buf = b, q->cap = cap, q->len = out;
+  return 0;
+}
+
 static enum MHD_Result infer_start(hreq_t *q) {
   q->started = 1;
+  if (q->compressed) {
+    char msg[300];
+    unsigned status = inflate_body(q, msg, sizeof msg);
+    if (status) return sip__http_send_error_msg(q->conn, status, msg);
+  }
   /* The body becomes a refcounted buffer: binary inputs view it, so it
    * lives as long as the engine request does. */
   uint8_t *base = q->buf;

@@ -854,3 +854,49 @@ def test_trace_settings_are_stored_per_model(base):
         K.get(base + "/v2/models/nope/trace/setting"), 404)
     assert post_json(base + "/v2/trace/setting", {"trace_level": ["OFF"], "trace_rate": "1000"}
                      ).status == 200
+
+
+# ---------------------------------------------------------------------------
+# compressed request bodies (Content-Encoding)
+
+def test_compressed_request_bodies(srv, base):
+    import gzip
+    import zlib
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    doc = {"inputs": [{"name": "lhs", "datatype": "FP32", "shape": [2, 4], "data": a.ravel().tolist()},
+                      {"name": "rhs", "datatype": "FP32", "shape": [2, 4], "data": a.ravel().tolist()}]}
+    plain = json.dumps(doc).encode()
+    want = K.decode_outputs(K.request("POST", base + "/v2/models/addmul/infer", body=plain,
+                                      headers={"Content-Type": "application/json"}))[1]
+    for enc, body in (("gzip", gzip.compress(plain)), ("deflate", zlib.compress(plain)),
+                      ("GZIP", gzip.compress(plain)), ("identity", plain)):
+        r = K.request("POST", base + "/v2/models/addmul/infer", body=body,
+                      headers={"Content-Type": "application/json", "Content-Encoding": enc})
+        assert r.status == 200, (enc, r)
+        got = K.decode_outputs(r)[1]
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    # A binary request: the header length counts the inflated JSON header.
+    head = json.dumps({"inputs": [
+        {"name": n, "datatype": "FP32", "shape": [2, 4], "parameters": {"binary_data_size": 32}}
+        for n in ("lhs", "rhs")]}).encode()
+    r = K.request("POST", base + "/v2/models/addmul/infer",
+                  body=gzip.compress(head + a.tobytes() + a.tobytes()),
+                  headers={"Inference-Header-Content-Length": str(len(head)),
+                           "Content-Encoding": "gzip"})
+    assert r.status == 200, r
+    for k in want:
+        np.testing.assert_array_equal(K.decode_outputs(r)[1][k], want[k])
+    # Hostile bodies: corrupt, truncated, an unknown encoding, and a bomb
+    # that inflates past server.http_max_body_bytes; sipd answers and serves on.
+    for enc, body, status, frag in (
+            ("gzip", b"not gzip at all", 400, "not valid gzip/deflate data"),
+            ("gzip", gzip.compress(plain)[:-12], 400, "not valid gzip/deflate data"),
+            ("br", plain, 400, "Content-Encoding 'br' is not supported"),
+            ("gzip", gzip.compress(b" " * (65 << 20)), 413, "inflates to more than")):
+        r = K.request("POST", base + "/v2/models/addmul/infer", body=body,
+                      headers={"Content-Type": "application/json", "Content-Encoding": enc})
+        assert frag in error_of(r, status), (enc, frag)
+    r = K.request("POST", base + "/v2/models/addmul/infer", body=plain,
+                  headers={"Content-Type": "application/json"})
+    assert r.status == 200
