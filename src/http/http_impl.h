@@ -74,6 +74,7 @@ typedef enum route_kind {
   R_REPO_UNLOAD, /* POST /v2/repository/models/{m}/unload */
   R_LOGGING,     /* GET/POST /v2/logging */
   R_TRACE,       /* GET/POST /v2/trace/setting, /v2/models/{m}/trace/setting */
+  R_CUDA_SHM,    /* /v2/cudasharedmemory/... (a server without GPUs) */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -179,6 +180,11 @@ extern const http_post_ops_t sip__http_logging_ops;
 sip_error_t *sip__http_log_settings(json_t *b, int *level);
 sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out);
 extern const http_post_ops_t sip__http_trace_ops;
+
+/* ---- cudashm.c: Triton's CUDA shared memory extension, without GPUs ---------- */
+enum MHD_Result sip__http_cudashm_status(hreq_t *q);
+extern const http_post_ops_t sip__http_cudashm_unregister_ops;
+extern const http_post_ops_t sip__http_cudashm_register_ops;
 
 /* ---- models.c ------------------------------------------------------------ */
 

@@ -900,3 +900,19 @@ def test_compressed_request_bodies(srv, base):
     r = K.request("POST", base + "/v2/models/addmul/infer", body=plain,
                   headers={"Content-Type": "application/json"})
     assert r.status == 200
+
+
+def test_cuda_shared_memory_without_gpus(base):
+    """As a Triton without GPUs answers: what its shared-memory examples call
+    first (status, unregister) succeeds; registering is refused."""
+    r = K.get(base + "/v2/cudasharedmemory/status")
+    assert r.status == 200 and r.json() == []
+    for path in ("/v2/cudasharedmemory/unregister", "/v2/cudasharedmemory/region/out0/unregister"):
+        r = K.request("POST", base + path, body=b"{}")
+        assert r.status == 200 and r.json() == {}, path
+    assert "no GPUs" in error_of(K.get(base + "/v2/cudasharedmemory/region/out0/status"), 404)
+    body = json.dumps({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64}).encode()
+    assert "no GPUs" in error_of(
+        K.request("POST", base + "/v2/cudasharedmemory/region/in0/register", body=body), 400)
+    r = K.request("GET", base + "/v2/cudasharedmemory/unregister")
+    assert r.status == 405 and r.headers["allow"] == "POST"
