@@ -129,6 +129,25 @@ static int64_t parse_len(const char *s) {
   return v;
 }
 
+/* 1 when an Accept-Encoding list names `coding` without q=0. */
+static int accepts(const char *ae, const char *coding) {
+  size_t n = strlen(coding);
+  for (const char *p = ae; p && *p;) {
+    p += strspn(p, " \t,");
+    size_t len = strcspn(p, ",;");
+    const char *params = p + len;
+    size_t plen = strcspn(params, ",");
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    if (len == n && !strncasecmp(p, coding, n)) {
+      const char *qv = *params == ';' ? strstr(params, "q=") : NULL;
+      if (!qv || qv > params + plen) return 1;
+      return strtod(qv + 2, NULL) > 0;
+    }
+    p = params + plen;
+  }
+  return 0;
+}
+
 /* First call of an infer request: headers are in, the body is not. */
 static enum MHD_Result infer_begin(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
@@ -145,6 +164,8 @@ static enum MHD_Result infer_begin(hreq_t *q) {
     q->refused = 1;
     return sip__http_send_error_msg(c, 413, msg);
   }
+  const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
+  q->compress_out = accepts(ae, "gzip") ? 1 : accepts(ae, "deflate") ? 2 : 0;
   const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
   if (ce && (!strcasecmp(ce, "gzip") || !strcasecmp(ce, "deflate"))) {
     q->compressed = 1;
@@ -337,6 +358,37 @@ static void sent_free(void *cls) {
   sip__free(s);
 }
 
+/* The segments compressed into one buffer (gzip, or zlib for "deflate");
+ * NULL when out of memory. */
+static uint8_t *deflate_iov(const struct MHD_IoVec *iov, unsigned n, int gzip, size_t *len) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, gzip ? 15 + 16 : 15, 8,
+                   Z_DEFAULT_STRATEGY) != Z_OK)
+    return NULL;
+  size_t total = 0;
+  for (unsigned i = 0; i < n; i++) total += iov[i].iov_len;
+  size_t cap = deflateBound(&zs, (uLong)total) + 64;
+  uint8_t *out = sip__malloc(cap);
+  int rc = out ? Z_OK : Z_MEM_ERROR;
+  zs.next_out = out;
+  zs.avail_out = (uInt)cap;
+  for (unsigned i = 0; rc == Z_OK && i < n; i++) {
+    zs.next_in = (Bytef *)iov[i].iov_base;
+    zs.avail_in = (uInt)iov[i].iov_len;
+    rc = deflate(&zs, i + 1 == n ? Z_FINISH : Z_NO_FLUSH);
+    if (rc == Z_OK && zs.avail_in) rc = Z_BUF_ERROR; /* cannot happen: cap is the bound */
+  }
+  if (n == 0 && rc == Z_OK) rc = deflate(&zs, Z_FINISH);
+  *len = cap - zs.avail_out;
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    sip__free(out);
+    return NULL;
+  }
+  return out;
+}
+
 /* Called again after the resume: encode and queue the answer. */
 static enum MHD_Result infer_answer(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
@@ -367,6 +419,8 @@ static enum MHD_Result infer_answer(hreq_t *q) {
     return sip__http_send_error(c, e);
   }
   s->resp = resp;
+  int binary = s->body.binary;
+  size_t json_len = s->body.json_len;
   struct MHD_IoVec iov[65];
   unsigned niov = 0;
   iov[niov].iov_base = s->body.json;
@@ -375,18 +429,30 @@ static enum MHD_Result infer_answer(hreq_t *q) {
     iov[niov].iov_base = s->body.segs[i].data;
     iov[niov++].iov_len = s->body.segs[i].len;
   }
-  struct MHD_Response *r = MHD_create_response_from_iovec(iov, niov, sent_free, s);
-  if (!r) {
+  struct MHD_Response *r;
+  if (q->compress_out) {
+    /* Compressed as the client asked: one buffer instead of the segments. */
+    size_t zlen = 0;
+    uint8_t *z = deflate_iov(iov, niov, q->compress_out == 1, &zlen);
+    sent_free(s);
+    s = NULL;
+    if (!z) return sip__http_send_error_msg(c, 429, "out of memory");
+    r = MHD_create_response_from_buffer_with_free_callback(zlen, z, sip__free);
+    if (!r) {
+      sip__free(z);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Encoding", q->compress_out == 1 ? "gzip" : "deflate");
+  } else if (!(r = MHD_create_response_from_iovec(iov, niov, sent_free, s))) {
     sent_free(s);
     return MHD_NO;
   }
-  if (s->body.binary) {
+  if (binary) { /* the JSON header's length before compression, as Triton says it */
     char hl[32];
-    snprintf(hl, sizeof hl, "%zu", s->body.json_len);
+    snprintf(hl, sizeof hl, "%zu", json_len);
     MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
   }
-  return sip__http_queue(c, 200, r,
-                         s->body.binary ? "application/octet-stream" : "application/json");
+  return sip__http_queue(c, 200, r, binary ? "application/octet-stream" : "application/json");
 }
 
 const http_post_ops_t sip__http_infer_ops = {

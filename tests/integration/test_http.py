@@ -916,3 +916,36 @@ def test_cuda_shared_memory_without_gpus(base):
         K.request("POST", base + "/v2/cudasharedmemory/region/in0/register", body=body), 400)
     r = K.request("GET", base + "/v2/cudasharedmemory/unregister")
     assert r.status == 405 and r.headers["allow"] == "POST"
+
+
+def test_compressed_responses(base):
+    import gzip
+    import zlib
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    doc = json.dumps({"inputs": [
+        {"name": n, "datatype": "FP32", "shape": [2, 4], "data": a.ravel().tolist()}
+        for n in ("lhs", "rhs")]}).encode()
+    path = base + "/v2/models/addmul/infer"
+    plain = K.request("POST", path, body=doc, headers={"Content-Type": "application/json"})
+    assert plain.status == 200 and "content-encoding" not in plain.headers
+    for accept, enc, unpack in (("gzip", "gzip", gzip.decompress),
+                                ("br, gzip;q=0.5", "gzip", gzip.decompress),
+                                ("deflate", "deflate", zlib.decompress),
+                                ("gzip;q=0, deflate", "deflate", zlib.decompress)):
+        r = K.request("POST", path, body=doc, headers={"Content-Type": "application/json",
+                                                        "Accept-Encoding": accept})
+        assert r.status == 200 and r.headers.get("content-encoding") == enc, (accept, r.headers)
+        assert unpack(r.body) == plain.body, accept
+    for accept in ("br", "gzip;q=0", "identity"):
+        r = K.request("POST", path, body=doc, headers={"Content-Type": "application/json",
+                                                        "Accept-Encoding": accept})
+        assert r.status == 200 and "content-encoding" not in r.headers and r.body == plain.body
+    # Binary outputs: the header length is the JSON's before compression.
+    body = json.dumps({"inputs": json.loads(doc)["inputs"],
+                       "parameters": {"binary_data_output": True}}).encode()
+    ref = K.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    r = K.request("POST", path, body=body, headers={"Content-Type": "application/json",
+                                                    "Accept-Encoding": "gzip"})
+    assert r.status == 200 and r.headers["content-encoding"] == "gzip"
+    assert r.headers["inference-header-content-length"] == ref.headers["inference-header-content-length"]
+    assert gzip.decompress(r.body) == ref.body
