@@ -115,6 +115,20 @@ static inline int rec_count(rec_t *r) {
 }
 
 /* Submits r with on_done recording into rec; fails the test on an error. */
+/* A request for `pool` with input "input" = [id, id + 0.5] (float32 [2]). */
+static inline sip_request_t *make_req(const char *pool, uint64_t id, int prio, uint32_t timeout_ms) {
+  sip_request_t *r = sip_request_new(pool);
+  assert_non_null(r);
+  sip_request_set_id(r, id);
+  assert_null(sip_request_set_priority(r, prio));
+  sip_request_set_timeout_ms(r, timeout_ms);
+  float v[2] = {(float)id, (float)id + 0.5f};
+  int64_t d[1] = {2};
+  assert_null(sip_request_add_input(r, sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, d, v,
+                                                           sizeof v)));
+  return r;
+}
+
 static inline void submit(sip_server_t *s, sip_request_t *r, rec_t *rec) {
   sip_error_t *e = sip_server_infer_async(s, r, on_done, rec);
   if (e) {

@@ -95,20 +95,6 @@ static void eng_free(eng_t *t) {
 
 /* ---- requests ------------------------------------------------------------ */
 
-/* A request for `pool` with input "input" = [id, id + 0.5] (float32 [2]). */
-static sip_request_t *req(const char *pool, uint64_t id, int prio, uint32_t timeout_ms) {
-  sip_request_t *r = sip_request_new(pool);
-  assert_non_null(r);
-  sip_request_set_id(r, id);
-  assert_null(sip_request_set_priority(r, prio));
-  sip_request_set_timeout_ms(r, timeout_ms);
-  float v[2] = {(float)id, (float)id + 0.5f};
-  int64_t d[1] = {2};
-  assert_null(sip_request_add_input(r, sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, d, v,
-                                                           sizeof v)));
-  return r;
-}
-
 /* Looks `name` up (a reference for the caller) and submits `r` through the
  * model vtable with the recorder as callback; returns the admission error
  * (the vtable takes r and the reference either way). */
@@ -220,7 +206,7 @@ static void test_submit_and_complete(void **state) {
 
   rec_t rec;
   rec_init(&rec);
-  for (uint64_t id = 1; id <= 6; id++) vt_submit_ok(t, "echo", req("echo", id, 0, 0), &rec);
+  for (uint64_t id = 1; id <= 6; id++) vt_submit_ok(t, "echo", make_req("echo", id, 0, 0), &rec);
   assert_int_equal(rec_wait(&rec, 6, 10000), 6);
   for (uint64_t id = 1; id <= 6; id++) assert_echo(find_id(&rec, id));
   /* Every admitted request dropped its reference after its answer. */
@@ -316,7 +302,7 @@ static void test_loading_then_ready(void **state) {
   /* Listed while loading: found, but it refuses work. */
   rec_t rec;
   rec_init(&rec);
-  VT_EXPECT(t, "slow", req("slow", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 'slow' is still loading");
+  VT_EXPECT(t, "slow", make_req("slow", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 'slow' is still loading");
   assert_int_equal(atomic_load(&p->refs), 1); /* the refused request's reference was dropped */
   assert_int_equal(atomic_load(&p->by_code[SIP_UNAVAILABLE]), 1);
 
@@ -334,7 +320,7 @@ static void test_loading_then_ready(void **state) {
   assert_int_equal(m->vt->describe_io(m, &io), 1);
   assert_null(p->error);
   assert_null(p->load_error);
-  vt_submit_ok(t, "slow", req("slow", 2, 0, 0), &rec);
+  vt_submit_ok(t, "slow", make_req("slow", 2, 0, 0), &rec);
   assert_int_equal(rec_wait(&rec, 1, 10000), 1);
   assert_echo(&rec.e[0]);
   rec_destroy(&rec);
@@ -358,7 +344,7 @@ static void test_stopped_after_shutdown(void **state) {
     assert_int_equal(atomic_load(&p->sessions[i].state), SIP__SESSION_DESTROYED);
   rec_t rec;
   rec_init(&rec);
-  VT_EXPECT(t, "s", req("s", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 's' is shutting down");
+  VT_EXPECT(t, "s", make_req("s", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 's' is shutting down");
   rec_destroy(&rec);
   eng_free(t); /* drain_free of a stopped pool: shutdown again is harmless */
 }
@@ -401,13 +387,13 @@ static void test_failed_load(void **state) {
     assert_int_equal(p->n_sessions, 0); /* nothing started, nothing held */
     assert_null(p->model);
     m->vt->unref(m);
-    VT_EXPECT(t, want[k].name, req(want[k].name, 1, 0, 0), &rec, SIP_UNAVAILABLE,
+    VT_EXPECT(t, want[k].name, make_req(want[k].name, 1, 0, 0), &rec, SIP_UNAVAILABLE,
               "failed to load", want[k].frag1);
     assert_int_equal(atomic_load(&p->by_code[SIP_UNAVAILABLE]), 1);
     assert_int_equal(atomic_load(&p->refs), 1);
   }
   /* A neighbour's failure is not its problem. */
-  vt_submit_ok(t, "ok", req("ok", 9, 0, 0), &rec);
+  vt_submit_ok(t, "ok", make_req("ok", 9, 0, 0), &rec);
   assert_int_equal(rec_wait(&rec, 1, 10000), 1);
   assert_echo(&rec.e[0]);
   rec_destroy(&rec);
@@ -445,20 +431,20 @@ static void test_admission_refusals(void **state) {
   VT_EXPECT(t, "a", r, &rec, SIP_INVALID_ARGUMENT, "missing input 'input' of pool 'a'",
             "expected float32 [-1]");
 
-  r = req("a", 1, 0, 0);
+  r = make_req("a", 1, 0, 0);
   assert_null(sip_request_add_output(r, "logits"));
   VT_EXPECT(t, "a", r, &rec, SIP_INVALID_ARGUMENT, "pool 'a' has no output 'logits'");
 
   /* A token cancelled before submission. */
   sip_cancel_token_t *tok = sip_cancel_token_new();
   atomic_store(&tok->cancelled, 1);
-  r = req("a", 2, 0, 0);
+  r = make_req("a", 2, 0, 0);
   sip_request_set_cancel_token(r, tok);
   VT_EXPECT(t, "a", r, &rec, SIP_CANCELLED, "request was cancelled");
   sip_cancel_token_free(tok);
 
   /* Unknown names never reach a pool. */
-  sip_error_t *e = vt_submit(t, "zz", req("zz", 3, 0, 0), &rec);
+  sip_error_t *e = vt_submit(t, "zz", make_req("zz", 3, 0, 0), &rec);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
   assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'zz' is not found"));
@@ -485,14 +471,14 @@ static void test_priority_order(void **state) {
   sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
-  vt_submit_ok(t, "p", req("p", 100, 2, 0), &rec); /* occupies the only session */
+  vt_submit_ok(t, "p", make_req("p", 100, 2, 0), &rec); /* occupies the only session */
   wait_running(p);
-  vt_submit_ok(t, "p", req("p", 1, 3, 0), &rec); /* low */
-  vt_submit_ok(t, "p", req("p", 2, 0, 0), &rec); /* the pool's default: low */
-  vt_submit_ok(t, "p", req("p", 3, 2, 0), &rec); /* medium */
-  vt_submit_ok(t, "p", req("p", 4, 1, 0), &rec); /* high */
-  vt_submit_ok(t, "p", req("p", 5, 3, 0), &rec); /* low */
-  vt_submit_ok(t, "p", req("p", 6, 1, 0), &rec); /* high */
+  vt_submit_ok(t, "p", make_req("p", 1, 3, 0), &rec); /* low */
+  vt_submit_ok(t, "p", make_req("p", 2, 0, 0), &rec); /* the pool's default: low */
+  vt_submit_ok(t, "p", make_req("p", 3, 2, 0), &rec); /* medium */
+  vt_submit_ok(t, "p", make_req("p", 4, 1, 0), &rec); /* high */
+  vt_submit_ok(t, "p", make_req("p", 5, 3, 0), &rec); /* low */
+  vt_submit_ok(t, "p", make_req("p", 6, 1, 0), &rec); /* high */
   if (rec_count(&rec) == 0) { /* still all queued: the levels they wait at */
     pthread_mutex_lock(&p->mu);
     size_t qh = p->queue.q[SIP__PRIO_HIGH].count, qm = p->queue.q[SIP__PRIO_MEDIUM].count,
@@ -527,13 +513,13 @@ static void test_queue_limit(void **state) {
   sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
-  vt_submit_ok(t, "q", req("q", 1, 0, 0), &rec);
+  vt_submit_ok(t, "q", make_req("q", 1, 0, 0), &rec);
   wait_running(p); /* the running request is not in the queue */
-  vt_submit_ok(t, "q", req("q", 2, 0, 0), &rec);
-  vt_submit_ok(t, "q", req("q", 3, 0, 0), &rec);
+  vt_submit_ok(t, "q", make_req("q", 2, 0, 0), &rec);
+  vt_submit_ok(t, "q", make_req("q", 3, 0, 0), &rec);
   int refused = 0;
   if (atomic_load(&p->queue.n) == 2) { /* still full */
-    VT_EXPECT(t, "q", req("q", 4, 1, 0), &rec, SIP_RESOURCE_EXHAUSTED,
+    VT_EXPECT(t, "q", make_req("q", 4, 1, 0), &rec, SIP_RESOURCE_EXHAUSTED,
               "the queue of pool 'q' is full (2 requests, queue.max_size)", "retry later");
     refused = 1;
     assert_int_equal(atomic_load(&p->by_code[SIP_RESOURCE_EXHAUSTED]), 1);
@@ -541,7 +527,7 @@ static void test_queue_limit(void **state) {
   assert_int_equal(rec_wait(&rec, 3, 20000), 3);
   for (uint64_t id = 1; id <= 3; id++) assert_echo(find_id(&rec, id));
   /* Room again once it drained. */
-  vt_submit_ok(t, "q", req("q", 5, 0, 0), &rec);
+  vt_submit_ok(t, "q", make_req("q", 5, 0, 0), &rec);
   assert_int_equal(rec_wait(&rec, 4, 20000), 4);
   assert_echo(find_id(&rec, 5));
   wait_refs(p, 1);
@@ -560,17 +546,17 @@ static void test_deadline_in_queue(void **state) {
   sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
-  vt_submit_ok(t, "d", req("d", 1, 0, 0), &rec);
+  vt_submit_ok(t, "d", make_req("d", 1, 0, 0), &rec);
   wait_running(p);
   assert_int_equal(t->n_deadlines, 0); /* no deadline, nothing noted */
   uint64_t before = sip__now_us();
-  vt_submit_ok(t, "d", req("d", 2, 0, 5), &rec); /* 5 ms */
+  vt_submit_ok(t, "d", make_req("d", 2, 0, 5), &rec); /* 5 ms */
   uint64_t after = sip__now_us();
   pthread_mutex_lock(&t->mu);
   assert_int_equal(t->n_deadlines, 1);
   assert_true(t->last_deadline >= before + 5000 && t->last_deadline <= after + 5000);
   pthread_mutex_unlock(&t->mu);
-  vt_submit_ok(t, "d", req("d", 3, 0, 600000), &rec); /* 10 min: stays */
+  vt_submit_ok(t, "d", make_req("d", 3, 0, 600000), &rec); /* 10 min: stays */
   sleep_ms(30);
   uint64_t now = sip__now_us();
   uint64_t next = sip__pool_expire(p, now);
@@ -605,9 +591,9 @@ static void test_default_timeout(void **state) {
   sip__pool_t *p = t->pools[0];
   rec_t rec;
   rec_init(&rec);
-  vt_submit_ok(t, "d", req("d", 1, 0, 60000), &rec); /* its own timeout wins */
+  vt_submit_ok(t, "d", make_req("d", 1, 0, 60000), &rec); /* its own timeout wins */
   wait_running(p);
-  vt_submit_ok(t, "d", req("d", 2, 0, 0), &rec); /* the default: 100 ms */
+  vt_submit_ok(t, "d", make_req("d", 2, 0, 0), &rec); /* the default: 100 ms */
   assert_int_equal(rec_wait(&rec, 2, 20000), 2);
   /* The first runs 600 ms, far past the default, within its own timeout. */
   assert_echo(find_id(&rec, 1));
@@ -629,12 +615,12 @@ static void test_cancel_queued(void **state) {
   rec_t rec;
   rec_init(&rec);
   sip_cancel_token_t *a = sip_cancel_token_new(), *b = sip_cancel_token_new();
-  sip_request_t *r = req("c", 1, 0, 0);
+  sip_request_t *r = make_req("c", 1, 0, 0);
   sip_request_set_cancel_token(r, a); /* runs: cancelling does not stop it */
   vt_submit_ok(t, "c", r, &rec);
   wait_running(p);
   for (uint64_t id = 2; id <= 5; id++) {
-    r = req("c", id, 0, 0);
+    r = make_req("c", id, 0, 0);
     sip_request_set_cancel_token(r, id % 2 ? b : a); /* 2, 4: a; 3, 5: b */
     vt_submit_ok(t, "c", r, &rec);
   }
@@ -659,7 +645,7 @@ static void test_cancel_queued(void **state) {
   assert_int_equal(atomic_load(&p->by_code[SIP_CANCELLED]), 2);
   assert_int_equal(atomic_load(&p->inference_count), 3);
   /* Later submissions carrying a cancelled token are refused. */
-  r = req("c", 6, 0, 0);
+  r = make_req("c", 6, 0, 0);
   sip_request_set_cancel_token(r, a);
   VT_EXPECT(t, "c", r, &rec, SIP_CANCELLED, "cancelled");
   wait_refs(p, 1);
@@ -738,7 +724,7 @@ static void test_registry_versions(void **state) {
   rec_t rec;
   rec_init(&rec);
   for (int i = 0; i < 3; i++) {
-    sip_request_t *r = req("m", (uint64_t)(i + 1), 0, 0);
+    sip_request_t *r = make_req("m", (uint64_t)(i + 1), 0, 0);
     assert_null(sip_request_set_version(r, vers[i]));
     sip__model_t *m = sip__registry_find_model(&t->e, "m", vers[i], &e);
     assert_ptr_equal(m, &v[i]->base);
@@ -844,7 +830,7 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
     sip_error_t *e = NULL;
     sip__model_t *m = sip__registry_find_model(&t->e, "r", NULL, &e);
     assert_non_null(m);
-    sip_request_t *r = req("r", id, 0, 0);
+    sip_request_t *r = make_req("r", id, 0, 0);
     r->done = on_done_order;
     r->user = &o;
     assert_null(m->vt->submit(m, r));

@@ -73,19 +73,6 @@ static sip_server_t *new_server(const char *pools_yaml) {
   return s;
 }
 
-static sip_request_t *make_req(const char *pool, uint64_t id, int prio, uint32_t timeout_ms) {
-  sip_request_t *r = sip_request_new(pool);
-  assert_non_null(r);
-  sip_request_set_id(r, id);
-  assert_null(sip_request_set_priority(r, prio));
-  sip_request_set_timeout_ms(r, timeout_ms);
-  float v[2] = {(float)id, (float)id + 0.5f};
-  int64_t d[1] = {2};
-  assert_null(sip_request_add_input(r, sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, d, v,
-                                                           sizeof v)));
-  return r;
-}
-
 
 
 /* Waits until pool `name` has nothing queued and session 0 RUNNING, i.e. the
