@@ -226,6 +226,12 @@ static enum MHD_Result infer_body(hreq_t *q, const char *data, size_t n) {
   return MHD_YES;
 }
 
+static unsigned too_big(char *msg, size_t msg_n, size_t limit) {
+  snprintf(msg, msg_n, "request body inflates to more than the server's limit of %zu bytes "
+           "(server.http_max_body_bytes)", limit);
+  return 413;
+}
+
 /* Inflates a gzip or zlib ("deflate") body in place of the compressed one,
  * at the same padding; the body limit applies to what it inflates to (a
  * bomb is refused once past it). 0, or the HTTP status of the error in
@@ -252,9 +258,7 @@ static unsigned inflate_body(hreq_t *q, char *msg, size_t msg_n) {
   while (b && rc != Z_STREAM_END) {
     if (q->pad + out == cap) {
       if (out >= limit) {
-        snprintf(msg, msg_n, "request body inflates to more than the server's limit of %zu bytes "
-                 "(server.http_max_body_bytes)", limit);
-        status = 413;
+        status = too_big(msg, msg_n, limit);
         break;
       }
       size_t nc = cap * 2 < q->pad + limit + 1 ? cap * 2 : q->pad + limit + 1;
@@ -275,9 +279,7 @@ static unsigned inflate_body(hreq_t *q, char *msg, size_t msg_n) {
     }
   }
   if (!status && out > limit) {
-    snprintf(msg, msg_n, "request body inflates to more than the server's limit of %zu bytes "
-             "(server.http_max_body_bytes)", limit);
-    status = 413;
+    status = too_big(msg, msg_n, limit);
   }
   if (!status && (!b || rc != Z_STREAM_END)) {
     snprintf(msg, msg_n, "out of memory");

@@ -211,26 +211,32 @@ static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED
 static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
   size_t n = sip__pipelines_count(ps);
   char e1[300], e2[300], labels[320];
-  sip__pipeline_counters_t pc;
   sip__stage_counters_t sc;
+  /* Read once: every family below reports the same instant. */
+  sip__pipeline_counters_t *all = sip__calloc(n ? n : 1, sizeof *all);
+  if (!all) {
+    b->oom = 1;
+    return;
+  }
+  for (size_t i = 0; i < n; i++) sip__pipelines_counters(ps, i, &all[i]);
   family(b, "sip_pipeline_requests_total", "counter",
          "Pipeline requests answered, by result code.");
   for (size_t i = 0; i < n; i++) {
-    sip__pipelines_counters(ps, i, &pc);
+    const sip__pipeline_counters_t pc = all[i];
     snprintf(labels, sizeof labels, "pipeline=\"%s\"", esc(e1, sizeof e1, pc.name));
     codes_samples(b, "sip_pipeline_requests_total", labels, pc.by_code);
   }
   family(b, "sip_pipeline_request_duration_us_total", "counter",
          "Cumulative time from arrival to answer of pipeline requests, in microseconds.");
   for (size_t i = 0; i < n; i++) {
-    sip__pipelines_counters(ps, i, &pc);
+    const sip__pipeline_counters_t pc = all[i];
     sb_add(b, "sip_pipeline_request_duration_us_total{pipeline=\"%s\"} %llu\n",
            esc(e1, sizeof e1, pc.name), (unsigned long long)(pc.ok_us + pc.fail_us));
   }
   family(b, "sip_pipeline_early_exits_total", "counter",
          "Pipeline requests that ended early (early_exit_condition).");
   for (size_t i = 0; i < n; i++) {
-    sip__pipelines_counters(ps, i, &pc);
+    const sip__pipeline_counters_t pc = all[i];
     sb_add(b, "sip_pipeline_early_exits_total{pipeline=\"%s\"} %llu\n", esc(e1, sizeof e1, pc.name),
            (unsigned long long)pc.early_exits);
   }
@@ -238,7 +244,7 @@ static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
          "Stages of pipeline requests by outcome: ran, failed, or skipped (not run: its when "
          "was false, an input's stage did not run, or the request ended first).");
   for (size_t i = 0; i < n; i++) {
-    sip__pipelines_counters(ps, i, &pc);
+    const sip__pipeline_counters_t pc = all[i];
     esc(e1, sizeof e1, pc.name);
     for (size_t k = 0; k < pc.n_stages; k++) {
       sip__pipelines_stage_counters(ps, i, k, &sc);
@@ -256,7 +262,7 @@ static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
          "Cumulative time of the stages that ran, from start to end (a model stage's queueing "
          "included), in microseconds.");
   for (size_t i = 0; i < n; i++) {
-    sip__pipelines_counters(ps, i, &pc);
+    const sip__pipeline_counters_t pc = all[i];
     esc(e1, sizeof e1, pc.name);
     for (size_t k = 0; k < pc.n_stages; k++) {
       sip__pipelines_stage_counters(ps, i, k, &sc);
@@ -264,6 +270,7 @@ static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
              esc(e2, sizeof e2, sc.name), (unsigned long long)sc.total_us);
     }
   }
+  sip__free(all);
 }
 
 static void emit_connection(void *ctx, const char *kind, long open) {
