@@ -7,12 +7,17 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
+#include "core/shm.h"
 #include "sip/backend.h"
 #include "sip/server.h"
 
 /* sip_server_info_json's document itself (owned; NULL for an unknown kind),
  * for the modules that read it rather than send it. */
 json_t *sip__server_info(sip_server_t *s, int kind);
+
+/* The server's system shared memory regions (KServe/Triton's extension),
+ * one set shared by the HTTP and gRPC front-ends; lives as long as `s`. */
+sip__shm_set_t *sip__server_shm(sip_server_t *s);
 
 /* Triton's per-model statistics, typed. */
 typedef struct sip__model_stats {
