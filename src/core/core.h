@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "sip/error.h"
+#include "sip/tensor.h"
 
 /* Every allocation in libsip goes through these, so tests can make the Nth
  * one fail (sip__alloc_fail_after). They return NULL on failure; sizes
@@ -51,6 +52,14 @@ static inline int sip__name_char(char ch) {
   return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
          ch == '_' || ch == '.' || ch == '-';
 }
+
+/* The KServe v2 / Triton protocol's datatype names ("FP32", "BYTES"...):
+ * NULL / SIP_DTYPE_INVALID when there is none (src/core/tensor.c). Every
+ * front-end and the Triton model config use these. */
+#define SIP__PROTOCOL_DTYPE_LIST \
+  "BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES"
+const char *sip__dtype_protocol_name(sip_dtype_t dt);
+sip_dtype_t sip__dtype_from_protocol(const char *name);
 
 /* A shape as text for messages: "[2,3,-1]" with sep "," or "[2, 3, -1]" with
  * sep ", "; rank 0 (or less) gives "[]". A shape that does not fit in size

@@ -29,6 +29,30 @@ const char *sip_dtype_name(sip_dtype_t dt) {
   return (unsigned)dt <= DTYPE_MAX ? dtype_table[dt].name : "invalid";
 }
 
+/* The KServe v2 / Triton protocol's datatype names. */
+static const struct {
+  sip_dtype_t dt;
+  const char *name;
+} protocol_types[] = {
+    {SIP_DTYPE_BOOL, "BOOL"},     {SIP_DTYPE_UINT8, "UINT8"},   {SIP_DTYPE_UINT16, "UINT16"},
+    {SIP_DTYPE_UINT32, "UINT32"}, {SIP_DTYPE_UINT64, "UINT64"}, {SIP_DTYPE_INT8, "INT8"},
+    {SIP_DTYPE_INT16, "INT16"},   {SIP_DTYPE_INT32, "INT32"},   {SIP_DTYPE_INT64, "INT64"},
+    {SIP_DTYPE_FLOAT16, "FP16"},  {SIP_DTYPE_FLOAT32, "FP32"},  {SIP_DTYPE_FLOAT64, "FP64"},
+    {SIP_DTYPE_STRING, "BYTES"},
+};
+
+const char *sip__dtype_protocol_name(sip_dtype_t dt) {
+  for (size_t i = 0; i < sizeof protocol_types / sizeof protocol_types[0]; i++)
+    if (protocol_types[i].dt == dt) return protocol_types[i].name;
+  return NULL;
+}
+
+sip_dtype_t sip__dtype_from_protocol(const char *name) {
+  for (size_t i = 0; name && i < sizeof protocol_types / sizeof protocol_types[0]; i++)
+    if (strcmp(protocol_types[i].name, name) == 0) return protocol_types[i].dt;
+  return SIP_DTYPE_INVALID;
+}
+
 sip_dtype_t sip_dtype_from_name(const char *name) {
   if (!name) return SIP_DTYPE_INVALID;
   for (int i = 1; i <= DTYPE_MAX; i++)

@@ -16,30 +16,12 @@
 
 /* ---- datatypes --------------------------------------------------------- */
 
-static const struct {
-  sip_dtype_t dt;
-  const char *name;
-} ks_types[] = {
-    {SIP_DTYPE_BOOL, "BOOL"},     {SIP_DTYPE_UINT8, "UINT8"},   {SIP_DTYPE_UINT16, "UINT16"},
-    {SIP_DTYPE_UINT32, "UINT32"}, {SIP_DTYPE_UINT64, "UINT64"}, {SIP_DTYPE_INT8, "INT8"},
-    {SIP_DTYPE_INT16, "INT16"},   {SIP_DTYPE_INT32, "INT32"},   {SIP_DTYPE_INT64, "INT64"},
-    {SIP_DTYPE_FLOAT16, "FP16"},  {SIP_DTYPE_FLOAT32, "FP32"},  {SIP_DTYPE_FLOAT64, "FP64"},
-    {SIP_DTYPE_STRING, "BYTES"},
-};
-#define N_KS_TYPES (sizeof ks_types / sizeof ks_types[0])
-#define KS_TYPE_LIST "BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES"
+/* The protocol's names (one table in src/core/tensor.c). */
+#define KS_TYPE_LIST SIP__PROTOCOL_DTYPE_LIST
 
-const char *sip__ks_datatype(sip_dtype_t dt) {
-  for (size_t i = 0; i < N_KS_TYPES; i++)
-    if (ks_types[i].dt == dt) return ks_types[i].name;
-  return NULL;
-}
+const char *sip__ks_datatype(sip_dtype_t dt) { return sip__dtype_protocol_name(dt); }
 
-sip_dtype_t sip__ks_dtype(const char *name) {
-  for (size_t i = 0; name && i < N_KS_TYPES; i++)
-    if (strcmp(ks_types[i].name, name) == 0) return ks_types[i].dt;
-  return SIP_DTYPE_INVALID;
-}
+sip_dtype_t sip__ks_dtype(const char *name) { return sip__dtype_from_protocol(name); }
 
 /* ---- depth pre-check --------------------------------------------------- */
 
