@@ -15,7 +15,9 @@ tp="$root/third_party"
 pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       clang libclang-rt-14-dev python3-numpy python3-onnx python3-pytest ca-certificates openssl
       libmicrohttpd-dev curl libcurl4-openssl-dev python3-prometheus-client
-      libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev)
+      libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev
+      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+      python3-grpcio python3-grpc-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
