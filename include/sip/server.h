@@ -111,6 +111,17 @@ sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
  * serving stays). Must not be called from a completion callback. */
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name);
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name);
+/* Load (or reload) with a Triton model configuration (JSON text, borrowed)
+ * applied over the model's config.yaml for this load: max_batch_size,
+ * dynamic_batching, instance_group counts (the pool size), version_policy,
+ * priority and resource_quota; inputs and outputs it declares are checked
+ * against the model (docs/http.md). A later load without one goes back to
+ * config.yaml. Errors as for a load, plus INVALID_ARGUMENT naming a field
+ * that is wrong or that this server does not support. */
+sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
+                                                const char *config, sip_repo_done_fn done,
+                                                void *user);
+sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, const char *config);
 /* The repository index as JSON: {"models": [{"name", "version" (absent for a
  * model as a whole), "state" (READY | LOADING | UNLOADING | UNAVAILABLE),
  * "reason", "source" ("repository" | "config"), "default" (served

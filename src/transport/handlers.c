@@ -210,6 +210,15 @@ static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
   else if (model && strlen(model) != json_string_length(jm))
     e = sip_error_new(SIP_INVALID_ARGUMENT, "REPO_REQUEST %s: the model name contains a NUL byte",
                       action);
+  /* A load may carry a Triton model config: a JSON object or its text. */
+  json_t *jc = req ? json_object_get(req, "config") : NULL;
+  char *config = NULL;
+  if (!e && jc && (strcmp(action, "load") || !(json_is_object(jc) || json_is_string(jc))))
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "REPO_REQUEST %s: \"config\" is only for load, as "
+                      "a Triton model config (a JSON object or its text)", action);
+  else if (!e && jc && !(config = json_is_string(jc) ? sip__strdup(json_string_value(jc))
+                                                     : json_dumps(jc, JSON_COMPACT)))
+    e = SIP__OOM();
   sip__wbuf_t w = {0};
   if (!e && !strcmp(action, "index")) {
     json_t *ready = json_object_get(req, "ready");
@@ -230,8 +239,9 @@ static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
       rp->conn_id = conn_id(c);
       rp->request_id = rid;
       rp->unload = !strcmp(action, "unload");
-      e = rp->unload ? sip_server_unload_model_async(ls->srv, model, on_repo_done, rp)
-                     : sip_server_load_model_async(ls->srv, model, on_repo_done, rp);
+      e = rp->unload
+              ? sip_server_unload_model_async(ls->srv, model, on_repo_done, rp)
+              : sip_server_load_model_config_async(ls->srv, model, config, on_repo_done, rp);
       if (e) {
         sip__free(rp->model);
         sip__free(rp);
@@ -242,6 +252,7 @@ static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
     encode_repo_answer(&w, rid, e, NULL);
   }
   sip_error_free(e);
+  sip__free(config);
   json_decref(req);
   if (w.data || w.oom) sip__conn_queue_wbuf(ls, c, &w);
 }

@@ -709,12 +709,21 @@ class SessionClient:
         obj = self._repo("index", ready=bool(ready)) or {}
         return obj.get("models", [])
 
-    def load_model(self, name):
+    def load_model(self, name, config=None):
         """Loads (or reloads) repository model ``name``; returns when its new
-        versions serve and the replaced ones are freed. Raises SipError: the
-        load's failure (what was serving stays), NotFoundError,
-        InvalidArgumentError (a name with '/', '..', ...)."""
-        return self._repo("load", name)
+        versions serve and the replaced ones are freed. ``config``: a Triton
+        model config (a dict or its JSON text) applied over the model's
+        config.yaml for this load (max_batch_size, dynamic_batching,
+        instance_group counts, version_policy). Raises SipError: the load's
+        failure (what was serving stays), NotFoundError, InvalidArgumentError
+        (a name with '/', '..', ...; a config field that is wrong or not
+        supported)."""
+        if config is None:
+            return self._repo("load", name)
+        if not isinstance(config, (str, dict)):
+            raise InvalidArgumentError("config must be a dict or JSON text, not %s"
+                                       % type(config).__name__)
+        return self._repo("load", name, config=config)
 
     def unload_model(self, name):
         """Unloads repository model ``name`` (requests in flight finish first)."""
