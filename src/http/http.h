@@ -90,7 +90,7 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
 /* The same with the system shared memory extension over `shm` (the
  * server's regions): an input with parameters.shared_memory_region (and
  * shared_memory_byte_size, optional shared_memory_offset) views the region
- * in place (copied when not 8-byte aligned); an output with them is written
+ * in place (copied when not 8-byte aligned, and BYTES); an output with them is written
  * into the region by sip__ks_encode. Unknown regions and ranges outside
  * them are INVALID_ARGUMENT naming the input or output. */
 sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const char *version,

@@ -41,7 +41,8 @@ static inline void wr_u32(uint8_t *p, uint32_t v) {
 
 /* Input `name` of `in` (a request's input object) whose `params` name a
  * shared_memory_region: its tensor in *out, a view of the region's bytes
- * (a copy when they are not 8-byte aligned). Refused: data or
+ * (a copy when they are not 8-byte aligned, and for BYTES, whose packing
+ * must not change after it was checked). Refused: data or
  * binary_data_size given too, a missing or bad shared_memory_byte_size or
  * shared_memory_offset, a byte size that is not what shape and datatype
  * need, an unknown region, a range past the region's end. UNIMPLEMENTED

@@ -177,8 +177,10 @@ sip_error_t *sip__ks_shm_input(sip__shm_set_t *shm, const json_t *in, const json
   uint8_t *data;
   if ((e = view(shm, region, offset, size, what, &owner, &data))) return e;
   /* In place when aligned (backends may read elements there; the native
-   * protocol guarantees 8 bytes too), else a copy. */
-  if ((uintptr_t)data % 8 == 0 || dt == SIP_DTYPE_STRING || size == 0)
+   * protocol guarantees 8 bytes too), else a copy. BYTES are always copied:
+   * their packing is checked once, and a client rewriting a length after
+   * that must not send a backend past the region. */
+  if (dt != SIP_DTYPE_STRING && ((uintptr_t)data % 8 == 0 || size == 0))
     *out = sip_tensor_new_view(name, dt, rank, dims, data, (size_t)size, owner);
   else
     *out = sip_tensor_new_copy(name, dt, rank, dims, data, (size_t)size);

@@ -140,6 +140,9 @@ static void test_bytes_input(void **state) {
       "{\"shared_memory_region\": \"r\", \"shared_memory_byte_size\": 10, "
       "\"shared_memory_offset\": 128}}]}");
   assert_int_equal(k->req->inputs[0]->nbytes, 10);
+  /* A copy: a length rewritten after the packing was checked changes nothing. */
+  mem[128] = 0xff;
+  assert_memory_equal(k->req->inputs[0]->data, "\2\0\0\0hi\0\0\0\0", 10);
   sip__ks_request_free(k);
   /* The packing is checked like binary data's. */
   memcpy(mem + 128, "\x09\0\0\0hi", 6);
