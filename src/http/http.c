@@ -249,6 +249,21 @@ enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, cons
   return MHD_YES;
 }
 
+json_t *sip__http_body_object(hreq_t *q, const char *expect) {
+  json_error_t je;
+  je.text[0] = '\0';
+  json_t *b = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
+                     : json_object();
+  if (b && json_is_object(b)) return b;
+  json_decref(b);
+  sip__http_send_error(q->conn, sip_error_new(SIP_INVALID_ARGUMENT,
+                                              "the body is not a JSON object%s%s%s; expected %s",
+                                              je.text[0] ? " (" : "", je.text,
+                                              je.text[0] ? ")" : "",
+                                              expect));
+  return NULL;
+}
+
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   sip__http_settings_free(h);

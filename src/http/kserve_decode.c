@@ -51,7 +51,11 @@ void sip__ks_request_free(sip__ks_request_t *k) {
   if (!k) return;
   sip_request_free(k->req);
   sip__free(k->id);
-  for (size_t i = 0; i < k->n_outputs; i++) sip__free(k->outputs[i].name);
+  for (size_t i = 0; i < k->n_outputs; i++) {
+    sip__free(k->outputs[i].name);
+    sip__free(k->outputs[i].shm_region);
+    sip_buf_unref(k->outputs[i].shm_owner);
+  }
   sip__free(k->outputs);
   sip__free(k);
 }
@@ -376,7 +380,7 @@ static sip_error_t *check_datatype(const model_inputs_t *mi, const char *name, s
 static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
                                  const uint8_t *bin, size_t bin_len, size_t *bin_off,
                                  sip_buf_t *owner, const model_inputs_t *mi,
-                                 sip__ks_request_t *k) {
+                                 sip__shm_set_t *shm, sip__ks_request_t *k) {
   if (!json_is_object(in)) return BAD("inputs[%zu] is not an object", idx);
   const char *name;
   sip_error_t *e = get_name(in, "inputs", idx, &name);
@@ -416,11 +420,11 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
   json_t *bds = NULL;
   if (params) {
     if (!json_is_object(params)) return BAD("input '%s': parameters is not an object", name);
-    if (json_object_get(params, "shared_memory_region"))
-      return sip_error_new(SIP_UNIMPLEMENTED,
-                           "input '%s': the shared memory extension is not supported over HTTP; "
-                           "send the data in JSON or as binary",
-                           name);
+    if (json_object_get(params, "shared_memory_region")) { /* shm.c */
+      sip_tensor_t *t;
+      e = sip__ks_shm_input(shm, in, params, name, dt, (int)rank, dims, count, &t);
+      return e ? e : sip_request_add_input(k->req, t);
+    }
     bds = json_object_get(params, "binary_data_size");
   }
   json_t *data = json_object_get(in, "data");
@@ -460,7 +464,8 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
   return sip_request_add_input(k->req, t); /* checks BYTES packing and duplicates */
 }
 
-static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
+static sip_error_t *decode_outputs(const json_t *outs, sip__shm_set_t *shm,
+                                   sip__ks_request_t *k) {
   if (!outs) return NULL;
   if (!json_is_array(outs)) return BAD("outputs is not an array");
   size_t n = json_array_size(outs);
@@ -483,11 +488,7 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
     json_t *params = json_object_get(o, "parameters");
     if (params) {
       if (!json_is_object(params)) return BAD("output '%s': parameters is not an object", name);
-      if (json_object_get(params, "shared_memory_region"))
-        return sip_error_new(SIP_UNIMPLEMENTED,
-                             "output '%s': the shared memory extension is not supported over "
-                             "HTTP",
-                             name);
+      if ((e = sip__ks_shm_output(shm, params, ko))) return e; /* shm.c */
       json_t *v = json_object_get(params, "binary_data");
       if (v) {
         if (!json_is_boolean(v)) return BAD("output '%s': binary_data is not a boolean", name);
@@ -509,6 +510,14 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
                             size_t len, int64_t header_len, sip_buf_t *owner,
                             const sip_io_desc_t *model_inputs, size_t n_model_inputs,
                             sip__ks_request_t **out) {
+  return sip__ks_decode_shm(NULL, model, version, body, len, header_len, owner, model_inputs,
+                            n_model_inputs, out);
+}
+
+sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const char *version,
+                                const uint8_t *body, size_t len, int64_t header_len,
+                                sip_buf_t *owner, const sip_io_desc_t *model_inputs,
+                                size_t n_model_inputs, sip__ks_request_t **out) {
   const model_inputs_t mi = {model, model_inputs, model_inputs ? n_model_inputs : 0};
   *out = NULL;
   sip__ks_request_t *k = sip__calloc(1, sizeof *k);
@@ -567,14 +576,15 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
   const uint8_t *bin = header_len > 0 ? body + hlen : NULL;
   size_t bin_len = header_len > 0 ? len - hlen : 0, bin_off = 0;
   for (size_t i = 0; i < json_array_size(inputs); i++)
-    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, &mi, k)))
+    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, &mi,
+                          shm, k)))
       goto done;
   if (bin_off != bin_len) {
     e = BAD("%zu bytes of binary data follow the last binary input; expected none",
             bin_len - bin_off);
     goto done;
   }
-  e = decode_outputs(json_object_get(root, "outputs"), k);
+  e = decode_outputs(json_object_get(root, "outputs"), shm, k);
 done:
   json_decref(root);
   if (e) {

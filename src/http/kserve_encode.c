@@ -372,7 +372,14 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
     jw_fmt(&w, ",\"datatype\":\"%s\",\"shape\":[", dtn);
     for (int d = 0; d < t->rank; d++) jw_fmt(&w, "%s%" PRId64, d ? "," : "", t->dims[d]);
     jw_lit(&w, "]");
-    if (binary) {
+    if (ko && ko->shm_region) { /* written into the region, listed without data */
+      if (!(e = sip__ks_shm_write(ko, t))) {
+        jw_lit(&w, ",\"parameters\":{\"shared_memory_region\":");
+        jw_str(&w, ko->shm_region, strlen(ko->shm_region), 0);
+        jw_fmt(&w, ",\"shared_memory_byte_size\":%zu,\"shared_memory_offset\":%" PRIu64 "}}",
+               t->nbytes, ko->shm_offset);
+      }
+    } else if (binary) {
       jw_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
       out->binary = 1;
       if (t->nbytes && (push_seg(out, t->data, t->nbytes) || (cls && push_keep(out, cls->owner))))

@@ -1,9 +1,11 @@
 /* sip — what the KServe codec's two halves share (kserve_decode.c reads
- * request bodies, kserve_encode.c writes response bodies): element access
- * and the INVALID_ARGUMENT shorthand. Private to src/http/kserve_*.c. */
+ * request bodies, kserve_encode.c writes response bodies): element access,
+ * the INVALID_ARGUMENT shorthand and the system shared memory parameters
+ * (shm.c). Private to src/http/kserve_*.c and shm.c. */
 #ifndef SIP_HTTP_KSERVE_IMPL_H
 #define SIP_HTTP_KSERVE_IMPL_H
 
+#include <jansson.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -34,5 +36,25 @@ static inline void wr_u32(uint8_t *p, uint32_t v) {
 
 /* An INVALID_ARGUMENT error; the message names the field at fault. */
 #define BAD(...) sip_error_new(SIP_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* ---- system shared memory parameters (shm.c) ------------------------------ */
+
+/* Input `name` of `in` (a request's input object) whose `params` name a
+ * shared_memory_region: its tensor in *out, a view of the region's bytes
+ * (a copy when they are not 8-byte aligned, and for BYTES, whose packing
+ * must not change after it was checked). Refused: data or
+ * binary_data_size given too, a missing or bad shared_memory_byte_size or
+ * shared_memory_offset, a byte size that is not what shape and datatype
+ * need, an unknown region, a range past the region's end. UNIMPLEMENTED
+ * when `shm` is NULL. */
+sip_error_t *sip__ks_shm_input(sip__shm_set_t *shm, const json_t *in, const json_t *params,
+                               const char *name, sip_dtype_t dt, int rank, const int64_t *dims,
+                               int64_t count, sip_tensor_t **out);
+/* Output `o` whose `params` may name a shared_memory_region: fills o's shm_*
+ * fields (a view of the region) when they do; NULL when they do not. */
+sip_error_t *sip__ks_shm_output(sip__shm_set_t *shm, const json_t *params, sip__ks_output_t *o);
+/* Copies output tensor `t` into o's region (INVALID_ARGUMENT naming the
+ * bytes needed when it does not fit). */
+sip_error_t *sip__ks_shm_write(const sip__ks_output_t *o, const sip_tensor_t *t);
 
 #endif
