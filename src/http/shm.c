@@ -104,6 +104,7 @@ static enum MHD_Result register_start(hreq_t *q) {
 /* Unknown names succeed, as Triton's do. */
 static enum MHD_Result unregister_start(hreq_t *q) {
   sip__shm_unregister(sip__server_shm(q->h->s), q->model);
+  sip__log(SIP__LOG_INFO, "shared memory unregistered", "region=%s", q->model ? q->model : "*");
   return sip__http_send_json(q->conn, 200, json_object());
 }
 

@@ -5,8 +5,9 @@
  *
  * Input: byte 0 picks the framing (all JSON; JSON header + binary data with
  * the header length from bytes 1-2; or a raw binary body for a one-input
- * model whose dtype and shape byte 1 picks; or, 3, the body of a shared
- * memory region's registration); the rest is the HTTP body, in an
+ * model whose dtype and shape byte 1 picks; or, 3, a shared memory region's
+ * registration: its name up to the first newline, put in the route's path,
+ * then the body); the rest is the HTTP body, in an
  * exactly sized heap buffer owned by a sip_buf (so binary inputs are views
  * and any read past the body is an ASan report). Beyond "no crash, no leak"
  * it checks the contract: exactly one of error and result; errors carry the
@@ -50,6 +51,23 @@ static void make_regions(void) {
   CHECK(regions);
   CHECK(!sip__shm_register_fd(regions, "r", dup(memfd), "memfd", 0, 4096));
   CHECK(!sip__shm_register_fd(regions, "odd", dup(memfd), "memfd", 3, 64));
+}
+
+/* A region name in the register route's path: matched exactly when it is
+ * 1..SIP__SHM_MAX_NAME name characters, and then handed over whole. */
+static void check_route(const uint8_t *name, size_t n) {
+  char url[2 * SIP__SHM_MAX_NAME + 64];
+  if (n > 2 * SIP__SHM_MAX_NAME || memchr(name, '\0', n)) return;
+  snprintf(url, sizeof url, "/v2/systemsharedmemory/region/%.*s/register", (int)n,
+           (const char *)name);
+  int good = n >= 1 && n <= SIP__SHM_MAX_NAME;
+  for (size_t i = 0; i < n; i++) good &= sip__name_char((char)name[i]);
+  char *m = NULL, *v = NULL;
+  const http_route_t *r = sip__http_route_match(url, &m, &v);
+  CHECK(!r == !good);
+  if (r) CHECK(r->kind == R_SYS_SHM && r->post && m && strlen(m) == n && !memcmp(m, name, n) && !v);
+  free(m);
+  free(v);
 }
 
 /* A registration body: the route's checks, then the region's own (on a set
@@ -139,7 +157,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   make_regions();
   int mode = data[0] % 4;
   if (mode == 3) {
-    check_register(data + 3, size - 3);
+    const uint8_t *nl = memchr(data + 3, '\n', size - 3);
+    size_t name_n = nl ? (size_t)(nl - (data + 3)) : 0;
+    check_route(data + 3, name_n);
+    check_register(data + 3 + name_n + (nl != NULL), size - 3 - name_n - (nl != NULL));
     return 0;
   }
   int64_t header_len = -1;
