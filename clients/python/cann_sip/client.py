@@ -281,13 +281,16 @@ class SharedMemoryRegion:
         try:
             self.client._forget_region(self)
         finally:
-            self.closed = True
-            self.buffer = None
-            try:
-                self.mm.close()
-            except BufferError:
-                pass  # arrays still view it: the mapping goes with the last of them
-            os.close(self.fd)
+            self._release()
+
+    def _release(self):
+        self.closed = True
+        self.buffer = None
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # arrays still view it: the mapping goes with the last of them
+        os.close(self.fd)
 
     def __enter__(self):
         return self
@@ -354,14 +357,15 @@ def _sendall_parts(sock, parts, fds=()):
 
 
 class _Pending:
-    __slots__ = ("future", "kind", "t0", "deadline", "pool")
+    __slots__ = ("future", "kind", "t0", "deadline", "pool", "regions")
 
-    def __init__(self, future, kind, t0, deadline, pool):
+    def __init__(self, future, kind, t0, deadline, pool, regions=None):
         self.future = future
         self.kind = kind
         self.t0 = t0
         self.deadline = deadline
         self.pool = pool
+        self.regions = regions  # {name: SharedMemoryRegion} its outputs may be written to
 
 
 class _ConnectionGone(Exception):
@@ -411,12 +415,12 @@ class _Connection:
         return cls(sock, endpoint, timeout_s)
 
     # -- requests -----------------------------------------------------------
-    def submit(self, request_id, kind, msg_type, parts, pool, fds=()):
+    def submit(self, request_id, kind, msg_type, parts, pool, fds=(), regions=None):
         """Registers and sends one request; returns its Future."""
         fut = Future()
         fut.set_running_or_notify_cancel()  # not cancellable once created
         t0 = time.monotonic()
-        entry = _Pending(fut, kind, t0, t0 + self.timeout_s, pool)
+        entry = _Pending(fut, kind, t0, t0 + self.timeout_s, pool, regions)
         length = sum(len(p) for p in parts)
         if length > P.MAX_U32:
             raise InvalidArgumentError("request payload of %d bytes exceeds the protocol's "
@@ -580,7 +584,8 @@ class _Connection:
                     return
                 for name, v in m.outputs.items():
                     if isinstance(v, P.SharedOutput):
-                        region = self.regions.get(v.region)
+                        # The region the request named, even if unregistered since.
+                        region = (entry.regions or {}).get(v.region) or self.regions.get(v.region)
                         if region is None or region.closed:
                             raise P.ProtocolError("output %r was written to shared memory region "
                                                   "%r, which this client does not hold"
@@ -662,13 +667,13 @@ class SessionClient:
     def _next_id(self):
         return next(self._ids) & P.MAX_U64
 
-    def _submit(self, request_id, kind, msg_type, parts, pool):
+    def _submit(self, request_id, kind, msg_type, parts, pool, regions=None):
         # A connection that died before the request was registered has sent
         # nothing for it, so one retry on a fresh connection is safe.
         for attempt in (0, 1):
             conn = self._connection()
             try:
-                return conn.submit(request_id, kind, msg_type, parts, pool)
+                return conn.submit(request_id, kind, msg_type, parts, pool, regions=regions)
             except _ConnectionGone:
                 if attempt:
                     raise _copy_error(conn.dead_error or UnavailableError(
@@ -711,7 +716,12 @@ class SessionClient:
         elif isinstance(rid, bool) or not isinstance(rid, int) or not 0 <= rid <= P.MAX_U64:
             raise InvalidArgumentError("request_id must be an integer in 0..2**64-1, not %r"
                                        % (rid,))
-        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool)
+        regions = None
+        if isinstance(request.outputs, dict):
+            with self._lock:
+                regions = {d.region: self._regions[d.region] for d in request.outputs.values()
+                           if d is not None and d.region in self._regions}
+        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool, regions)
 
     def infer(self, request):
         """Runs one request and returns its InferenceResponse (raises SipError)."""
@@ -748,9 +758,7 @@ class SessionClient:
             conn = self._connection()
             self._register_on(conn, region)
         except BaseException:
-            region.closed = True
-            region.mm.close()
-            os.close(region.fd)
+            region._release()
             raise
         with self._lock:
             self._regions[name] = region
