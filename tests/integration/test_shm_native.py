@@ -457,8 +457,9 @@ def test_python_codec_shared_tensors():
            + np.array([2, 3], "<i8").tobytes() + b"\x01\x00r"
            + np.array([64, 24], "<u8").tobytes())
     assert ref in payload
-    # Plain requests are byte for byte what they were.
-    assert P.encode_infer_request("p", {"b": np.arange(3, dtype=np.int32)}, outputs=["z"])[3] == 0
+    # Requests without shared memory set no flag (their layout is unchanged).
+    assert P.encode_infer_request("p", {"b": np.arange(3, dtype=np.int32)}, outputs=["z"])[4] == 0
+    assert payload[4] == P.REQ_OUTPUT_SHM
     with pytest.raises(ValueError, match="STRING"):
         P.encode_infer_request("p", {"s": P.SharedTensor("r", 0, (1,), object)})
     with pytest.raises(P.ProtocolError, match="16 bytes in shared memory, expected 24"):
