@@ -253,6 +253,8 @@ static void *reader_main(void *arg) {
           r->compute_us = wr.compute_us;
           r->total_us = wr.total_us;
           r->latency_ms = (double)(sip__now_ns() - p->start_ns) / 1e6;
+          sip__wire_shm_refs_free(wr.output_shm, wr.n_outputs);
+          wr.output_shm = NULL;
           wr.outputs = NULL;
           wr.n_outputs = 0;
           sip__wire_response_clear(&wr);

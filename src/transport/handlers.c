@@ -229,6 +229,9 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   sip_error_free(sip_request_adopt_inputs(r, wr.inputs, wr.n_inputs));
   sip_error_free(sip_request_adopt_outputs(r, wr.outputs, wr.n_outputs));
   e = shm_e ? shm_e : sip_request_set_priority(r, wr.priority);
+  sip__wire_shm_refs_free(wr.input_shm, wr.n_inputs);
+  sip__wire_shm_refs_free(wr.output_shm, wr.n_outputs);
+  wr.input_shm = wr.output_shm = NULL;
   wr.inputs = NULL;
   wr.n_inputs = 0;
   wr.outputs = NULL;
