@@ -129,6 +129,16 @@ static sip_error_t *view_shm_inputs(conn_t *c, sip__wire_request_t *wr) {
     uint8_t *data;
     sip_error_t *e = view_region(c, ref, what, &owner, &data);
     if (e) return e;
+    if (t->dtype == SIP_DTYPE_STRING) {
+      /* The length prefixes are checked once and then trusted: take a
+       * private copy, so that the client cannot change them in between. */
+      sip_buf_t *copy = sip_buf_new(t->nbytes);
+      if (copy && t->nbytes) memcpy(sip_buf_data(copy), data, t->nbytes);
+      sip_buf_unref(owner);
+      if (!copy) return SIP__OOM();
+      owner = copy;
+      data = sip_buf_data(copy);
+    }
     t->data = data;
     t->owner = owner;
     size_t align = t->dtype == SIP_DTYPE_STRING ? 1 : sip_dtype_size(t->dtype);

@@ -169,6 +169,43 @@ def test_string_output_to_shared_memory(server):
     assert resp.outputs["scalar_out"].item() == b"s"
 
 
+def string_request(region, offset, nbytes, count):
+    """An INFER_REQUEST for id_string whose `data` input is a STRING tensor of
+    `count` elements in shared memory (the Python client sends only numeric
+    tensors by reference)."""
+    w = P._Writer()
+    w.str16("id_string", "pool")
+    w.put(P._REQUEST_HEAD.pack(0, b"\0\0\0", 0, 0, 2))
+    w.str16("data", "name")
+    w.put(P._TENSOR_META.pack(P.DTYPE_STRING, 2, P.TENSOR_SHM))
+    w.put(np.array([1, count], "<i8").tobytes())
+    w.str16(region, "region")
+    w.u64(offset)
+    w.u64(nbytes)
+    P._write_tensor(w, "scalar", np.array(b"s", object))
+    return b"".join(bytes(p) for p in w.finish())
+
+
+def test_string_input_in_shared_memory(server, raw):
+    fd = sealed_memfd(4096)
+    assert raw.register("s", fd, 4096)[0] == CODE_OK
+    words = [b"", b"ab", b"hello"]
+    packed = b"".join(len(x).to_bytes(4, "little") + x for x in words)
+    os.pwrite(fd, packed, 100)
+    h, body = raw.call(P.INFER_REQUEST, string_request("s", 100, len(packed), 3))
+    m = P.decode_infer_response(body)
+    assert m.code == CODE_OK, m.message
+    assert m.outputs["data_out"].tolist() == [words]
+    # An element running past the tensor's bytes: the request's error.
+    bad = (7).to_bytes(4, "little") + b"abc"
+    os.pwrite(fd, bad, 200)
+    h, body = raw.call(P.INFER_REQUEST, string_request("s", 200, len(bad), 1))
+    m = P.decode_infer_response(body)
+    assert m.code == CODE_INVALID, m.message
+    assert "string element 0 claims 7 bytes but only 3 remain" in m.message
+    os.close(fd)
+
+
 def test_status_and_unregister(server):
     c = server.client()
     a = c.create_shared_memory("a", 4096)
