@@ -395,13 +395,18 @@ static sip_error_t *check_region_fd(const char *name, int fd) {
   int seals = fcntl(fd, F_GET_SEALS);
   int fl = fcntl(fd, F_GETFL);
   const char *why = NULL;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+  if (fstat(fd, &st) != 0)
+    why = "not one that can be examined (fstat failed)";
+  else if (!S_ISREG(st.st_mode))
     why = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a pipe"
           : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
   else if (seals < 0)
     why = "a file that is not a memfd (memfd_create with MFD_ALLOW_SEALING)";
   else if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
     why = "not open read-write";
+  else if (!(seals & F_SEAL_SHRINK) && (seals & F_SEAL_SEAL))
+    why = "a file that cannot be sealed against shrinking (not a memfd, or one created without "
+          "MFD_ALLOW_SEALING)";
   else if (!(seals & F_SEAL_SHRINK))
     why = "a memfd without F_SEAL_SHRINK (seal it so that it cannot be truncated under a "
           "request)";

@@ -308,13 +308,16 @@ def test_register_errors(server, raw):
         unsealed = sealed_memfd(4096, seals=0)
         write_sealed = sealed_memfd(4096, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_WRITE)
         ro = os.open("/proc/self/fd/%d" % memfd, os.O_RDONLY)
+        unsealable = os.memfd_create("u", os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING
+        os.ftruncate(unsealable, 4096)
         for fd, why in [(rd, "a pipe"), (d, "a directory"), (s1.fileno(), "a socket"),
                         (f.fileno(), "not a memfd"), (unsealed, "without F_SEAL_SHRINK"),
+                        (unsealable, "cannot be sealed against shrinking"),
                         (ro, "not open read-write"), (write_sealed, "sealed against writing")]:
             code, text = raw.register("a", fd, 4096)
             assert code == CODE_INVALID, (why, text)
             assert "the descriptor passed is" in text and why in text, text
-    for fd in (rd, wr, d, unsealed, write_sealed, ro):
+    for fd in (rd, wr, d, unsealed, unsealable, write_sealed, ro):
         os.close(fd)
     s1.close()
     s2.close()

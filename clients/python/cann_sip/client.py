@@ -731,7 +731,9 @@ class SessionClient:
     def _by_reference(self, value):
         """An input array living in one of the regions becomes a reference."""
         if isinstance(value, np.ndarray):
-            for region in self._regions.values():
+            with self._lock:
+                regions = list(self._regions.values())
+            for region in regions:
                 ref = region.reference(value)
                 if ref is not None:
                     return ref
