@@ -278,6 +278,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&h->cv, &ca);
   pthread_condattr_destroy(&ca);
+  /* The classic JSON tensor decoder, for comparison (bench/json.py). */
+  const char *classic = getenv("SIP_HTTP_JSON_CLASSIC");
+  sip__ks_json_classic(classic && *classic && strcmp(classic, "0"));
   int fd = -1;
   sip_error_t *e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
   if (e) {
