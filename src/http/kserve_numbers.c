@@ -83,45 +83,71 @@ static int extended_double(uint64_t w, int e10, double *out) {
 }
 #endif
 
+/* Eight ASCII digits at once (little-endian load), as simdjson and
+ * fast_float do: a test that all eight are digits, and their value. */
+static int eight_digits(const char *p, uint32_t *out) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  if (((v & 0xf0f0f0f0f0f0f0f0u) | (((v + 0x0606060606060606u) & 0xf0f0f0f0f0f0f0f0u) >> 4)) !=
+      0x3333333333333333u)
+    return 0;
+  v -= 0x3030303030303030u;
+  v = v * 10 + (v >> 8);
+  v = (((v & 0x000000ff000000ffu) * 0x000f424000000064u) +
+       (((v >> 16) & 0x000000ff000000ffu) * 0x0000271000000001u)) >> 32;
+  *out = (uint32_t)v;
+  return 1;
+}
+
+typedef struct mantissa {
+  uint64_t w;  /* the first 19 significant digits */
+  int nd;      /* how many w holds */
+  int dropped; /* digits past those */
+} mantissa_t;
+
+/* Reads the digits at p[i..n) into m; returns where they end. */
+static size_t digits(const char *p, size_t i, size_t n, mantissa_t *m) {
+  uint32_t eight;
+  while (m->nd <= 11 && n - i >= 8 && eight_digits(p + i, &eight)) {
+    m->w = m->w * 100000000u + eight;
+    m->nd += 8;
+    i += 8;
+  }
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+    if (m->nd < 19) {
+      m->w = m->w * 10 + (uint64_t)(p[i] - '0');
+      m->nd++;
+    } else {
+      m->dropped++;
+    }
+  }
+  return i;
+}
+
 size_t sip__ks_number(const char *p, size_t n, sip__ks_num_t *out) {
   size_t i = 0;
   int neg = 0;
   if (i < n && p[i] == '-') neg = 1, i++;
   if (i >= n || p[i] < '0' || p[i] > '9') return 0;
-  uint64_t w = 0;
-  int nd = 0;       /* significant digits in w */
-  int dropped = 0;  /* digits past the 19 w holds */
-  int e10 = 0;      /* the value is w * 10^e10 (before dropped digits) */
+  mantissa_t m = {0, 0, 0};
+  int e10 = 0; /* the value is w * 10^e10 (before dropped digits) */
   if (p[i] == '0') {
     i++;
     if (i < n && p[i] >= '0' && p[i] <= '9') return 0; /* no leading zeros */
   } else {
-    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
-      if (nd < 19) {
-        w = w * 10 + (uint64_t)(p[i] - '0');
-        nd++;
-      } else {
-        dropped++;
-        e10++;
-      }
-    }
+    i = digits(p, i, n, &m);
+    e10 = m.dropped;
   }
   int is_int = 1;
   if (i < n && p[i] == '.') {
     is_int = 0;
     i++;
     if (i >= n || p[i] < '0' || p[i] > '9') return 0;
-    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
-      if (nd < 19) {
-        if (w || p[i] != '0') {
-          w = w * 10 + (uint64_t)(p[i] - '0');
-          nd++;
-        }
-        e10--;
-      } else {
-        dropped++;
-      }
-    }
+    if (!m.w) /* zeros before the first significant digit */
+      for (; i < n && p[i] == '0'; i++) e10--;
+    int nd = m.nd;
+    i = digits(p, i, n, &m);
+    e10 -= m.nd - nd;
   }
   if (i < n && (p[i] == 'e' || p[i] == 'E')) {
     is_int = 0;
@@ -134,6 +160,8 @@ size_t sip__ks_number(const char *p, size_t n, sip__ks_num_t *out) {
       if (x < 100000) x = x * 10 + (p[i] - '0');
     e10 += eneg ? -x : x;
   }
+  uint64_t w = m.w;
+  int dropped = m.dropped;
   out->is_int = is_int;
   if (is_int) {
     /* jansson reads integers with strtoll: past int64 is its error. */
@@ -159,9 +187,10 @@ size_t sip__ks_number(const char *p, size_t n, sip__ks_num_t *out) {
 
 /* ---- cutting the data arrays out -------------------------------------- */
 
-/* Bytes a number/true/false-only array may hold. */
+/* Bytes a number/true/false-only array may hold: 1, and the brackets 2 and
+ * 4 (so an AND of four is 1 only when all four are plain). */
 static const uint8_t array_byte[256] = {
-    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1, [','] = 1, ['['] = 1, [']'] = 1,
+    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1, [','] = 1, ['['] = 2, [']'] = 4,
     ['-'] = 1, ['+'] = 1,  ['.'] = 1,  ['e'] = 1,  ['E'] = 1, ['0'] = 1, ['1'] = 1,
     ['2'] = 1, ['3'] = 1,  ['4'] = 1,  ['5'] = 1,  ['6'] = 1, ['7'] = 1, ['8'] = 1,
     ['9'] = 1, ['t'] = 1,  ['r'] = 1,  ['u'] = 1,  ['f'] = 1, ['a'] = 1, ['l'] = 1,
@@ -170,13 +199,16 @@ static const uint8_t array_byte[256] = {
 /* Length of the array at p[0] == '[' if it holds only array_byte bytes,
  * else 0; *depth: how deep it nests. */
 static size_t array_extent(const uint8_t *p, size_t n, int *depth) {
+  const uint8_t *t = array_byte;
   int d = 0, max = 0;
   for (size_t i = 0; i < n; i++) {
-    uint8_t c = p[i];
-    if (!array_byte[c]) return 0;
-    if (c == '[') {
+    while (n - i >= 4 && (t[p[i]] & t[p[i + 1]] & t[p[i + 2]] & t[p[i + 3]]) == 1) i += 4;
+    if (i >= n) break;
+    uint8_t c = t[p[i]];
+    if (!c) return 0;
+    if (c == 2) {
       if (++d > max) max = d;
-    } else if (c == ']' && --d == 0) {
+    } else if (c == 4 && --d == 0) {
       *depth = max;
       return i + 1;
     }
