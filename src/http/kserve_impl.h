@@ -80,4 +80,11 @@ int sip__ks_store_int(sip_dtype_t dt, uint8_t *dst, int64_t k, int64_t x);
  * decoder accepts without an error. */
 int sip__ks_fill(const char *p, size_t n, sip_dtype_t dt, void *dst, int64_t count);
 
+/* Number text for JSON responses, into out (at least 32 bytes, NUL-ended):
+ * its length. A double exactly as printf's "%.<prec>g" writes it (prec 1..17;
+ * NaN and infinities too), most without printf; an integer (v when
+ * is_signed, else u) in decimal. */
+size_t sip__ks_format_double(double v, int prec, char *out);
+size_t sip__ks_format_int(int64_t v, uint64_t u, int is_signed, char *out);
+
 #endif

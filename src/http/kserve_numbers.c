@@ -430,3 +430,115 @@ int sip__ks_cut_index(const sip__ks_cut_t *c, const char *s, size_t len) {
   }
   return idx < c->n_spans ? (int)idx : -1;
 }
+
+/* ---- writing numbers --------------------------------------------------- */
+
+size_t sip__ks_format_int(int64_t v, uint64_t u, int is_signed, char *out) {
+  char tmp[24];
+  size_t n = 0, o = 0;
+  if (is_signed) {
+    if (v < 0) out[o++] = '-';
+    u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  }
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  while (n) out[o++] = tmp[--n];
+  out[o] = '\0';
+  return o;
+}
+
+#if LDBL_MANT_DIG == 64
+static const long double pow10_ld[28] = {
+    1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+    1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+    1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+
+/* The `prec` significant digits of v > 0 (finite), correctly rounded, as
+ * printf would choose them: *digits (prec digits), *e10 the exponent of the
+ * first. 0 when extended precision cannot decide (a value too small or too
+ * large, or one too near a rounding tie): printf then does. */
+static int fast_digits(double v, int prec, uint64_t *digits, int *e10) {
+  int e2;
+  frexp(v, &e2);
+  int e = (int)floor((e2 - 1) * 0.30102999566398120); /* log10(2): E or E - 1 */
+  const long double lo = pow10_ld[prec - 1], hi = pow10_ld[prec];
+  for (int tries = 0; tries < 3; tries++) {
+    int s = prec - 1 - e;
+    if (s < -27 || s > 27) return 0;
+    /* Exact operands (v, and 10^|s| < 2^64): one rounding to 64 bits. */
+    long double x = s < 0 ? (long double)v / pow10_ld[-s] : (long double)v * pow10_ld[s];
+    if (x < lo) {
+      e--;
+      continue;
+    }
+    if (x >= hi) {
+      e++;
+      continue;
+    }
+    long double r = floorl(x), frac = x - r;
+    /* x is within 2^-(64 - bits of r) of the exact value: ties and near-ties
+     * are printf's. */
+    long double tol = hi / 18446744073709551616.0L * 4;
+    if (frac > 0.5L - tol && frac < 0.5L + tol) return 0;
+    uint64_t d = (uint64_t)r + (frac > 0.5L);
+    if ((long double)d >= hi) { /* 9.99..96 -> 10.0 */
+      d /= 10;
+      e++;
+    }
+    *digits = d;
+    *e10 = e;
+    return 1;
+  }
+  return 0;
+}
+#else
+static int fast_digits(double v, int prec, uint64_t *digits, int *e10) {
+  (void)v, (void)prec, (void)digits, (void)e10;
+  return 0;
+}
+#endif
+
+size_t sip__ks_format_double(double v, int prec, char *out) {
+  uint64_t d;
+  int e;
+  if (!isfinite(v) || v == 0 || prec < 1 || prec > 17 || !fast_digits(fabs(v), prec, &d, &e))
+    return (size_t)snprintf(out, 32, "%.*g", prec, v);
+  char dig[20];
+  for (int i = prec - 1; i >= 0; i--, d /= 10) dig[i] = (char)('0' + d % 10);
+  int nd = prec;
+  while (nd > 1 && dig[nd - 1] == '0') nd--; /* %g drops trailing zeros */
+  size_t o = 0;
+  if (v < 0) out[o++] = '-';
+  if (e < -4 || e >= prec) { /* d.ddde+XX */
+    out[o++] = dig[0];
+    if (nd > 1) {
+      out[o++] = '.';
+      memcpy(out + o, dig + 1, (size_t)nd - 1);
+      o += (size_t)nd - 1;
+    }
+    out[o++] = 'e';
+    out[o++] = e < 0 ? '-' : '+';
+    int x = e < 0 ? -e : e;
+    if (x >= 100) out[o++] = (char)('0' + x / 100);
+    out[o++] = (char)('0' + x / 10 % 10);
+    out[o++] = (char)('0' + x % 10);
+  } else if (e < 0) { /* 0.000ddd */
+    out[o++] = '0';
+    out[o++] = '.';
+    for (int i = -1; i > e; i--) out[o++] = '0';
+    memcpy(out + o, dig, (size_t)nd);
+    o += (size_t)nd;
+  } else { /* ddd.ddd */
+    int ip = e + 1; /* integer digits */
+    for (int i = 0; i < ip; i++) out[o++] = i < nd ? dig[i] : '0';
+    if (nd > ip) {
+      out[o++] = '.';
+      memcpy(out + o, dig + ip, (size_t)(nd - ip));
+      o += (size_t)(nd - ip);
+    }
+  }
+  out[o] = '\0';
+  return o;
+}

@@ -5,6 +5,7 @@
  * must give the same tensors or the same error. */
 #include <errno.h>
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -319,11 +320,61 @@ static void test_same_as_classic(void **st) {
   for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) same_both_ways(bodies[i]);
 }
 
+/* ---- writing numbers: exactly printf's text ----------------------------- */
+
+static void same_as_printf(double v, int prec) {
+  char want[64], got[64];
+  snprintf(want, sizeof want, "%.*g", prec, v);
+  size_t n = sip__ks_format_double(v, prec, got);
+  if (n != strlen(want) || strcmp(got, want))
+    fail_msg("%.17g at %d digits: '%s', printf writes '%s'", v, prec, got, want);
+}
+
+static void test_format(void **st) {
+  (void)st;
+  static const double edges[] = {0.0, -0.0, 1, -1, 0.1, 0.5, 1e-4, 9.99999e-5, 1e-5, 123456789,
+                                 1234567890, 1e9, 1e16, 1e17, 99999999.95, 999999999.5,
+                                 9.9999999949999999e8, 0.30000000000000004, 3.4028234663852886e38,
+                                 1.401298464324817e-45, 5e-324, 1.7976931348623157e308, 65504,
+                                 6.103515625e-05, 2.5, 1.5, 0.125, 1e21, 1e-7, 100, 1e100,
+                                 -1e-100};
+  for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+    for (int p = 1; p <= 17; p++) same_as_printf(edges[i], p);
+  for (int r = 0; r < 300000; r++) {
+    uint64_t u = next();
+    double d;
+    memcpy(&d, &u, 8);
+    if (isfinite(d)) same_as_printf(d, 17);
+    float f;
+    uint32_t fu = (uint32_t)next();
+    memcpy(&f, &fu, 4);
+    if (isfinite(f)) same_as_printf(f, 9);
+    /* Values tensors hold: moderate magnitudes, exact-ish decimals. */
+    double m = ((double)(next() >> 11) / 9007199254740992.0 - 0.5) * pow(10, (int)(next() % 16) - 8);
+    same_as_printf(m, 17);
+    same_as_printf((float)m, 9);
+    same_as_printf((double)(int64_t)(next() % 2000001) / 1000 - 1000, 9);
+    same_as_printf(m, 1 + (int)(next() % 17));
+  }
+  char s[32];
+  static const int64_t iv[] = {0, 1, -1, 9, 10, -128, 127, INT64_MIN, INT64_MAX};
+  for (size_t i = 0; i < sizeof iv / sizeof *iv; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%" PRId64, iv[i]);
+    assert_int_equal(sip__ks_format_int(iv[i], 0, 1, s), strlen(want));
+    assert_string_equal(s, want);
+  }
+  assert_int_equal(sip__ks_format_int(0, UINT64_MAX, 0, s), 20);
+  assert_string_equal(s, "18446744073709551615");
+  assert_int_equal(sip__ks_format_int(0, 0, 0, s), 1);
+  assert_string_equal(s, "0");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_number_edges), cmocka_unit_test(test_number_random),
       cmocka_unit_test(test_fill),         cmocka_unit_test(test_cut),
-      cmocka_unit_test(test_same_as_classic),
+      cmocka_unit_test(test_same_as_classic), cmocka_unit_test(test_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
