@@ -358,6 +358,8 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       close(h->wake[0]);
       close(h->wake[1]);
       ok = 0;
+    } else if (ok) {
+      pthread_setname_np(h->acceptor, "sip-http-accept");
     }
   }
   if (!ok) {
