@@ -97,6 +97,10 @@ sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const ch
                                 const uint8_t *body, size_t len, int64_t header_len,
                                 sip_buf_t *owner, const sip_io_desc_t *model_inputs,
                                 size_t n_model_inputs, sip__ks_request_t **out);
+/* on: JSON tensor data is read through jansson only (the classic decoder),
+ * not the fast path; for comparison (SIP_HTTP_JSON_CLASSIC=1 in sipd's
+ * environment) and tests. */
+void sip__ks_json_classic(int on);
 /* Frees a decoded request (and its engine request if still owned). NULL is a
  * no-op. */
 void sip__ks_request_free(sip__ks_request_t *k);

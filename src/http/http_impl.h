@@ -47,7 +47,15 @@ typedef struct meta {
 struct sip__http {
   sip_server_t *s;
   const sip__config_t *cfg;
-  struct MHD_Daemon *d;
+  /* One daemon per event-loop thread. With more than one, an accept thread
+   * (http.c) hands each new connection to the next daemon in turn, so
+   * connections spread over the threads. */
+  struct MHD_Daemon **d;
+  int n_d;
+  int listen_fd;          /* with n_d > 1: the acceptor's socket */
+  int wake[2];            /* with n_d > 1: a write stops the acceptor */
+  pthread_t acceptor;
+  atomic_uint next_d;     /* the daemon the next connection goes to */
   char address[300];
   atomic_long conns;    /* open connections */
   atomic_long inflight; /* requests begun and not yet fully answered */

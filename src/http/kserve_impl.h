@@ -56,5 +56,56 @@ sip_error_t *sip__ks_shm_output(sip__shm_set_t *shm, const json_t *params, sip__
 /* Copies output tensor `t` into o's region (INVALID_ARGUMENT naming the
  * bytes needed when it does not fit). */
 sip_error_t *sip__ks_shm_write(const sip__ks_output_t *o, const sip_tensor_t *t);
+/* ---- JSON tensor data fast path (kserve_numbers.c) --------------------- */
+
+/* One JSON number as jansson reads it: integers (no '.' or exponent) as
+ * int64 (d is their double), others as strtod's correctly rounded double. */
+typedef struct sip__ks_num {
+  int is_int;
+  int64_t i;
+  double d;
+} sip__ks_num_t;
+
+/* Reads the JSON number at p[0..n): its length, or 0 when p does not start
+ * with one jansson accepts (bad syntax, an integer past int64, a real that
+ * overflows). */
+size_t sip__ks_number(const char *p, size_t n, sip__ks_num_t *out);
+
+typedef struct sip__ks_span {
+  size_t off, len;
+} sip__ks_span_t;
+
+/* A body whose number-only "data" arrays are cut out: `json` is the text
+ * with each replaced by the string "\u0000<index of its span>". */
+typedef struct sip__ks_cut {
+  const uint8_t *text; /* the original body */
+  sip__ks_span_t *spans;
+  size_t n_spans, cap_spans;
+  size_t used; /* spans read into tensors */
+  char *json;
+  size_t json_len, json_cap;
+} sip__ks_cut_t;
+
+/* Cuts p[0..n): 1 when arrays were cut (free with sip__ks_cut_free), 0 when
+ * there is nothing to cut or the text is unusual (an escaped NUL, nesting
+ * past max_depth, an unterminated string), -1 when out of memory. */
+int sip__ks_cut(const uint8_t *p, size_t n, int max_depth, sip__ks_cut_t *c);
+void sip__ks_cut_free(sip__ks_cut_t *c);
+/* The span a placeholder string (s, len) names, or -1. */
+int sip__ks_cut_index(const sip__ks_cut_t *c, const char *s, size_t len);
+/* Stores x as element k of integer dtype dt in dst: 1, 0 when x is out of
+ * the dtype's range, -1 when dt is not an integer dtype. */
+int sip__ks_store_int(sip_dtype_t dt, uint8_t *dst, int64_t k, int64_t x);
+/* Reads the JSON array p[0..n) (flat or nested) as exactly `count` elements
+ * of dt into dst: 0, or -1 when anything differs from what the classic
+ * decoder accepts without an error. */
+int sip__ks_fill(const char *p, size_t n, sip_dtype_t dt, void *dst, int64_t count);
+
+/* Number text for JSON responses, into out (at least 32 bytes, NUL-ended):
+ * its length. A double exactly as printf's "%.<prec>g" writes it (prec 1..17;
+ * NaN and infinities too), most without printf; an integer (v when
+ * is_signed, else u) in decimal. */
+size_t sip__ks_format_double(double v, int prec, char *out);
+size_t sip__ks_format_int(int64_t v, uint64_t u, int is_signed, char *out);
 
 #endif

@@ -18,7 +18,9 @@
  * a memfd ("r": 4096 bytes, "odd": 64 bytes from offset 3, misaligned):
  * views stay inside them and outputs are written into them. A registration
  * body that passes the route's checks is registered (over the memfd, not
- * /dev/shm), listed and unregistered.
+ * /dev/shm), listed and unregistered. JSON bodies are decoded twice, by the
+ * fast path for number arrays (src/http/kserve_numbers.c) and by the classic
+ * decoder, which must agree: the same error, or the same tensors bit for bit.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -152,6 +154,34 @@ static void check_response(const sip__ks_request_t *k, const sip_request_t *r) {
   sip__ks_body_clear(&b);
 }
 
+/* The classic decoder's answer for the same body equals (e, k). */
+static void check_classic(const char *version, const uint8_t *body, size_t len, int64_t header_len,
+                          sip_buf_t *owner, const sip_io_desc_t *raw, const sip_error_t *e,
+                          const sip__ks_request_t *k) {
+  sip__ks_request_t *c = NULL;
+  sip__ks_json_classic(1);
+  sip_error_t *ce =
+      sip__ks_decode_shm(regions, "model", version, body, len, header_len, owner, raw, 1, &c);
+  sip__ks_json_classic(0);
+  CHECK(!e == !ce);
+  if (e) {
+    CHECK(sip_error_code(e) == sip_error_code(ce));
+    CHECK(!strcmp(sip_error_message(e), sip_error_message(ce)));
+    sip_error_free(ce);
+    return;
+  }
+  const sip_request_t *a = k->req, *b = c->req;
+  CHECK(a->n_inputs == b->n_inputs && a->n_outputs == b->n_outputs);
+  CHECK(k->binary_output == c->binary_output && k->n_outputs == c->n_outputs);
+  for (size_t i = 0; i < a->n_inputs; i++) {
+    const sip_tensor_t *x = a->inputs[i], *y = b->inputs[i];
+    CHECK(!strcmp(x->name, y->name) && x->dtype == y->dtype && x->rank == y->rank);
+    CHECK(!memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)x->rank));
+    CHECK(x->nbytes == y->nbytes && (!x->nbytes || !memcmp(x->data, y->data, x->nbytes)));
+  }
+  sip__ks_request_free(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 3) return 0;
   make_regions();
@@ -187,6 +217,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sip__ks_request_t *k = (sip__ks_request_t *)1;
   sip_error_t *e = sip__ks_decode_shm(regions, "model", (data[1] & 0x80) ? "1" : NULL, copy,
                                       len, header_len, owner, &raw, 1, &k);
+  if (header_len != 0)
+    check_classic((data[1] & 0x80) ? "1" : NULL, copy, len, header_len, owner, &raw, e, k);
   sip_buf_unref(owner);
   if (e) {
     sip_code_t c = sip_error_code(e);
