@@ -151,6 +151,17 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
  * Checked when the request is submitted to a pipeline (INVALID_ARGUMENT
  * naming the problem); ignored by pools. */
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json);
+/* Offers [data, data + size) for output `name` (a client's shared memory
+ * region, say), kept alive by a reference to `owner` (may be NULL when the
+ * caller keeps the memory alive until the response is freed). When the
+ * backend can write the output there directly (the request runs alone, the
+ * output's shape is known before running, its bytes fit) the response's
+ * tensor views that memory and nothing is copied; otherwise the output is
+ * elsewhere as usual: compare the tensor's data pointer with `data`.
+ * Errors: INVALID_ARGUMENT (NULL name or data, a second buffer for one
+ * output). */
+sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, void *data,
+                                           size_t size, sip_buf_t *owner);
 /* Asks for one output by name (default: all of them, in model order). */
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
 /* Bulk forms for front-ends whose decoder already checked what it decoded

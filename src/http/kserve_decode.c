@@ -497,6 +497,11 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__shm_set_t *shm,
     if (params) {
       if (!json_is_object(params)) return BAD("output '%s': parameters is not an object", name);
       if ((e = sip__ks_shm_output(shm, params, ko))) return e; /* shm.c */
+      /* The backend may write straight into the region (no copy then). */
+      if (ko->shm_region && ko->shm_size &&
+          (e = sip_request_set_output_buffer(k->req, name, ko->shm_data, ko->shm_size,
+                                             ko->shm_owner)))
+        return e;
       json_t *v = json_object_get(params, "binary_data");
       if (v) {
         if (!json_is_boolean(v)) return BAD("output '%s': binary_data is not a boolean", name);

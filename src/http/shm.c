@@ -213,6 +213,6 @@ sip_error_t *sip__ks_shm_write(const sip__ks_output_t *o, const sip_tensor_t *t)
                o->shm_size, o->shm_region, t->nbytes);
   /* memmove: an input may have been read from the very same bytes, and a
    * backend may hand that view back as its output. */
-  if (t->nbytes) memmove(o->shm_data, t->data, t->nbytes);
+  if (t->nbytes && t->data != o->shm_data) memmove(o->shm_data, t->data, t->nbytes);
   return NULL;
 }

@@ -247,6 +247,10 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   wr.outputs = NULL;
   wr.n_outputs = 0;
   if (!e && wr.parameters) e = apply_parameters(r, wr.parameters);
+  /* The backend may write straight into the destinations (no copy then). */
+  for (size_t i = 0; !e && !batch && i < pd->n_dst; i++)
+    e = sip_request_set_output_buffer(r, pd->dst[i].output, pd->dst[i].data, pd->dst[i].size,
+                                      pd->dst[i].owner);
   sip__wire_request_clear(&wr);
   pd->ls = ls;
   pd->conn_id = conn_id(c);
