@@ -189,14 +189,6 @@ extern const http_post_ops_t sip__http_cudashm_register_ops;
 
 /* ---- models.c ------------------------------------------------------------ */
 
-/* The view serving `model` (`version`; NULL: the default one) among `v`
- * (sip__server_models) in *out, or the engine's NOT_FOUND. */
-sip_error_t *sip__http_find_model(sip_server_t *s, const sip__model_view_t *v, size_t n,
-                                  const char *model, const char *version,
-                                  const sip__model_view_t **out);
-/* UNAVAILABLE unless the model is loaded (READY or STOPPED). */
-sip_error_t *sip__http_need_loaded(const sip__model_view_t *m);
-
 enum MHD_Result sip__http_model_meta(hreq_t *q);
 enum MHD_Result sip__http_model_config(hreq_t *q);
 enum MHD_Result sip__http_model_ready(hreq_t *q);

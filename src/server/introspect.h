@@ -57,6 +57,17 @@ void sip__server_models_free(sip__model_view_t *v, size_t n);
 const sip__model_view_t *sip__model_views_find(const sip__model_view_t *v, size_t n,
                                                const char *name, const char *version);
 
+/* The view serving `model` (`version`; NULL: the default one) among `v`
+ * (sip__server_models) in *out, or the engine's NOT_FOUND (UNAVAILABLE
+ * when the model changed between the snapshot and the check). For every
+ * front-end. */
+sip_error_t *sip__model_views_lookup(sip_server_t *s, const sip__model_view_t *v, size_t n,
+                                     const char *model, const char *version,
+                                     const sip__model_view_t **out);
+/* UNAVAILABLE unless the model is loaded (READY or STOPPED): what model
+ * metadata and config need. */
+sip_error_t *sip__model_view_need_loaded(const sip__model_view_t *m);
+
 /* NULL when `name` (`version`; NULL: the default) is served, else the
  * NOT_FOUND every front-end answers with (the engine's one wording). */
 sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const char *version);
