@@ -278,12 +278,12 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__grpc_i
   }
 done:
   sip_buf_unref(owner);
-  if (e) {
-    sip__grpc_infer_free(k);
-    return e;
+  if (e && k) { /* the model and id stay, for a stream's error answer */
+    sip_request_free(k->req);
+    k->req = NULL;
   }
   *out = k;
-  return NULL;
+  return e;
 }
 
 /* ---- encoding ---------------------------------------------------------------- */

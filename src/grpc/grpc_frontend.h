@@ -42,8 +42,9 @@ typedef struct sip__grpc_infer {
  * others are ignored. Errors: INVALID_ARGUMENT naming the field and what
  * was expected (not a ModelInferRequest, bad datatype or shape, contents
  * that do not match the shape), UNIMPLEMENTED (shared-memory or
- * classification parameters), RESOURCE_EXHAUSTED. On success *out is owned
- * by the caller (sip__grpc_infer_free). */
+ * classification parameters), RESOURCE_EXHAUSTED. *out is owned by the
+ * caller (sip__grpc_infer_free), on error too when set: it then holds the
+ * model and id decoded so far (req NULL), for a stream's error answer. */
 sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__grpc_infer_t **out);
 void sip__grpc_infer_free(sip__grpc_infer_t *k);
 

@@ -79,7 +79,7 @@ def srv(sipd_bin, model_dir, tmp_path_factory):
         {"name": "vmodel", "model_path": str(versioned)},
         {"name": "echo", "backend": "builtin", "pool_size": 2,
          "backend_options": {"shape": "-1,4"}},
-        {"name": "slow", "backend": "builtin", "backend_options": {"sleep_ms": 3000}},
+        {"name": "slow", "backend": "builtin", "backend_options": {"delay_ms": 1000}},
     ]
     with serve(root, pools, server={"grpc": "127.0.0.1:0", "grpc_max_message_bytes": 1 << 20}) as s:
         s.grpc = grpc_address(s)
@@ -157,3 +157,272 @@ def test_garbage_message(srv):
                 call(b"\xff\xff\xff\xff\x0f")
             assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
     srv.assert_alive()
+
+
+# ---------------------------------------------------------------------------
+# inference
+
+def rand(dtype, shape, rng):
+    if dtype == "string":
+        words = [b"", b"a", "h\u00e9llo".encode(), b"\x00\xff bin", b"x" * 50]
+        flat = np.empty(int(np.prod(shape)), dtype=object)
+        for i in range(flat.size):
+            flat[i] = words[rng.integers(len(words))] + str(i).encode()
+        return flat.reshape(shape)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    return (rng.standard_normal(size=shape) * 1000).astype(dt)
+
+
+def raw_bytes(a):
+    if a.dtype == object:
+        return b"".join(len(x).to_bytes(4, "little") + bytes(x) for x in a.ravel())
+    return np.ascontiguousarray(a).tobytes()
+
+
+def from_raw(raw, datatype, shape):
+    if datatype == "BYTES":
+        out, i = [], 0
+        while i < len(raw):
+            n = int.from_bytes(raw[i:i + 4], "little")
+            out.append(raw[i + 4:i + 4 + n])
+            i += 4 + n
+        a = np.empty(len(out), dtype=object)
+        a[:] = out
+        return a.reshape(shape)
+    return np.frombuffer(raw, dtype=NP_OF[datatype]).reshape(shape)
+
+
+def make_request(pb, model, inputs, typed=False, outputs=None, **kw):
+    req = pb.pb.ModelInferRequest(model_name=model, **kw)
+    for name, a in inputs.items():
+        dt = PROTO_OF[str(a.dtype)] if a.dtype != object else "BYTES"
+        t = req.inputs.add(name=name, datatype=dt, shape=list(a.shape))
+        if typed:
+            vals = [bytes(x) for x in a.ravel()] if dt == "BYTES" else a.ravel().tolist()
+            getattr(t.contents, TYPED_FIELD[dt]).extend(vals)
+        else:
+            req.raw_input_contents.append(raw_bytes(a))
+    for o in outputs or []:
+        req.outputs.add(name=o)
+    return req
+
+
+def outputs_of(resp):
+    assert len(resp.outputs) == len(resp.raw_output_contents)
+    return {t.name: from_raw(raw, t.datatype, list(t.shape))
+            for t, raw in zip(resp.outputs, resp.raw_output_contents)}
+
+
+def same(out, ref):
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    if ref.dtype == object:
+        assert [bytes(x) for x in out.ravel()] == [bytes(x) for x in ref.ravel()]
+    else:
+        assert out.dtype == ref.dtype
+        np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("dtype", models.DTYPES)
+@pytest.mark.parametrize("typed", [False, True], ids=["raw", "typed"])
+def test_infer_every_dtype(stub, pb, dtype, typed):
+    if typed and dtype == "float16":
+        pytest.skip("FP16 has no typed contents field")
+    rng = np.random.default_rng(7)
+    data = rand(dtype, (3, 5), rng)
+    scalar = rand(dtype, (), rng)
+    resp = stub.ModelInfer(make_request(pb, "id_" + dtype, {"data": data, "scalar": scalar},
+                                        typed=typed, id="req-%s" % dtype))
+    assert resp.model_name == "id_" + dtype and resp.id == "req-%s" % dtype
+    out = outputs_of(resp)
+    same(out["data_out"], data)
+    same(out["scalar_out"], scalar)
+    assert {t.name: t.datatype for t in resp.outputs}["data_out"] == PROTO_OF[dtype]
+
+
+def test_infer_typed_fp16_refused(stub, pb):
+    req = pb.pb.ModelInferRequest(model_name="id_float16")
+    req.inputs.add(name="data", datatype="FP16", shape=[1, 1]).contents.fp32_contents.append(1)
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelInfer(req)
+    assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+    assert "raw_input_contents" in ei.value.details()
+
+
+def test_infer_addmul_requested_output_and_version(stub, pb):
+    rng = np.random.default_rng(1)
+    lhs = rng.standard_normal((4, 4)).astype(np.float32)
+    rhs = rng.standard_normal((4, 4)).astype(np.float32)
+    resp = stub.ModelInfer(make_request(pb, "addmul", {"lhs": lhs, "rhs": rhs}, outputs=["y"]))
+    np.testing.assert_allclose(outputs_of(resp)["y"], models.addmul_ref(lhs, rhs), rtol=1e-6)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    resp = stub.ModelInfer(make_request(pb, "two_out", {"x": x}, outputs=["prod"]))
+    out = outputs_of(resp)
+    assert list(out) == ["prod"]
+    np.testing.assert_allclose(out["prod"], x * x, rtol=1e-6)
+    resp = stub.ModelInfer(make_request(pb, "vmodel", {"lhs": lhs, "rhs": rhs},
+                                        model_version="3"))
+    assert resp.model_version == "3"
+    np.testing.assert_allclose(outputs_of(resp)["y"], models.addmul_ref(lhs, rhs), rtol=1e-6)
+
+
+def test_infer_parameters(stub, pb):
+    x = np.ones((1, 4), np.float32)
+    req = make_request(pb, "echo", {"input": x})
+    req.parameters["priority"].int64_param = 1
+    req.parameters["timeout"].int64_param = 5000000
+    req.parameters["unrelated"].string_param = "ignored"
+    same(outputs_of(stub.ModelInfer(req))["output"], x)
+    req.parameters["priority"].string_param = "high"
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelInfer(req)
+    assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+    assert "parameters.priority" in ei.value.details()
+
+
+def infer_error(stub, req):
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelInfer(req)
+    return code_of(ei), ei.value.details()
+
+
+def test_infer_errors(stub, pb, srv):
+    x = np.ones((2, 4), np.float32)
+    code, msg = infer_error(stub, make_request(pb, "nope", {"x": x}))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert "Request for unknown model: 'nope' is not found" in msg
+    code, msg = infer_error(stub, make_request(pb, "addmul", {"lhs": x.astype(np.float64),
+                                                              "rhs": x.astype(np.float64)}))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "dtype" in msg
+    code, msg = infer_error(stub, make_request(pb, "addmul", {"lhs": np.ones((2, 3), np.float32),
+                                                              "rhs": np.ones((2, 3), np.float32)}))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "shape" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    req.raw_input_contents[1] = b"\0" * 7
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "raw_input_contents[1] holds 7 bytes; expected 32" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    del req.raw_input_contents[1]
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "one per input" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x}, typed=True)
+    req.inputs[0].contents.fp32_contents.append(1.0)
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "holds 9 elements; expected 8" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    req.inputs[0].datatype = "FLOAT"
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "'FLOAT' is not a datatype" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x}, outputs=["nope"])
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "no output 'nope'" in msg
+    code, msg = infer_error(stub, pb.pb.ModelInferRequest(model_name=""))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "model_name" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    req.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+    srv.assert_alive()
+
+
+def test_message_size_limit(stub, pb, srv):
+    big = np.zeros((1 << 18, 4), np.float32)  # 4 MiB: over the 1 MiB limit configured
+    code, _ = infer_error(stub, make_request(pb, "echo", {"input": big}))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    srv.assert_alive()
+
+
+def test_deadline(stub, pb, srv):
+    x = np.ones((1,), np.float32)
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelInfer(make_request(pb, "slow", {"input": x}), timeout=0.3)
+    assert code_of(ei) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time.monotonic() - t0 < 0.9
+    resp = stub.ModelInfer(make_request(pb, "slow", {"input": x}), timeout=10)
+    same(outputs_of(resp)["output"], x)
+
+
+def test_concurrent_calls(stub, pb):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(32)]
+    futs = [stub.ModelInfer.future(make_request(pb, "echo", {"input": x}, id=str(i)))
+            for i, x in enumerate(xs)]
+    for i, (f, x) in enumerate(zip(futs, xs)):
+        r = f.result(timeout=20)
+        assert r.id == str(i)
+        same(outputs_of(r)["output"], x)
+
+
+def slow_successes(stub, pb):
+    st = stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="slow"))
+    return st.model_stats[0].inference_stats.success.count
+
+
+def test_cancelled_call_cancels_its_queued_request(stub, pb):
+    x = np.ones((1,), np.float32)
+    before = slow_successes(stub, pb)
+    running = stub.ModelInfer.future(make_request(pb, "slow", {"input": x}))
+    time.sleep(0.2)
+    queued = stub.ModelInfer.future(make_request(pb, "slow", {"input": x}))
+    time.sleep(0.2)
+    assert queued.cancel()
+    running.result(timeout=10)
+    time.sleep(1.5)  # the queued request would have run by now
+    assert slow_successes(stub, pb) == before + 1
+
+
+# ---------------------------------------------------------------------------
+# streams
+
+def test_stream_answers_matched_by_id(stub, pb):
+    rng = np.random.default_rng(5)
+    xs = {str(i): rng.standard_normal((1, 4)).astype(np.float32) for i in range(20)}
+    reqs = [make_request(pb, "echo", {"input": x}, id=i) for i, x in xs.items()]
+    reqs.insert(5, make_request(pb, "nope", {"input": xs["0"]}, id="bad-model"))
+    bad = make_request(pb, "echo", {"input": xs["0"]}, id="bad-size")
+    bad.raw_input_contents[0] = b"123"
+    reqs.insert(9, bad)
+    got = {}
+    for r in stub.ModelStreamInfer(iter(reqs), timeout=30):
+        got[r.infer_response.id] = r
+    assert set(got) == set(xs) | {"bad-model", "bad-size"}
+    for i, x in xs.items():
+        assert got[i].error_message == ""
+        same(outputs_of(got[i].infer_response)["output"], x)
+    assert "Request for unknown model: 'nope' is not found" in got["bad-model"].error_message
+    assert "holds 3 bytes" in got["bad-size"].error_message
+
+
+def test_stream_empty_and_garbage(stub, pb, srv):
+    assert list(stub.ModelStreamInfer(iter([]), timeout=10)) == []
+    with grpc.insecure_channel(srv.grpc) as ch:
+        call = ch.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        out = [pb.pb.ModelStreamInferResponse.FromString(b)
+               for b in call(iter([b"\xff\xff\xff"]), timeout=10)]
+        assert len(out) == 1 and "not a valid inference.ModelInferRequest" in out[0].error_message
+
+
+def test_stream_cancel(stub, pb, srv):
+    x = np.ones((1,), np.float32)
+    before = slow_successes(stub, pb)
+    stop = threading.Event()
+
+    def gen():
+        for i in range(3):
+            yield make_request(pb, "slow", {"input": x}, id=str(i))
+        stop.wait(10)
+
+    it = stub.ModelStreamInfer(gen(), timeout=30)
+    time.sleep(0.3)
+    it.cancel()
+    stop.set()
+    time.sleep(2.5)  # the two queued requests would have run by now
+    assert slow_successes(stub, pb) == before + 1
+    srv.assert_alive()
+    assert stub.ServerLive(pb.pb.ServerLiveRequest()).live
