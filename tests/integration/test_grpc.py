@@ -162,20 +162,8 @@ def test_garbage_message(srv):
 # ---------------------------------------------------------------------------
 # inference
 
-def rand(dtype, shape, rng):
-    if dtype == "string":
-        words = [b"", b"a", "h\u00e9llo".encode(), b"\x00\xff bin", b"x" * 50]
-        flat = np.empty(int(np.prod(shape)), dtype=object)
-        for i in range(flat.size):
-            flat[i] = words[rng.integers(len(words))] + str(i).encode()
-        return flat.reshape(shape)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    return (rng.standard_normal(size=shape) * 1000).astype(dt)
+rand = models.random_array
+same = models.assert_same
 
 
 def raw_bytes(a):
@@ -216,15 +204,6 @@ def outputs_of(resp):
     assert len(resp.outputs) == len(resp.raw_output_contents)
     return {t.name: from_raw(raw, t.datatype, list(t.shape))
             for t, raw in zip(resp.outputs, resp.raw_output_contents)}
-
-
-def same(out, ref):
-    assert out.shape == ref.shape, (out.shape, ref.shape)
-    if ref.dtype == object:
-        assert [bytes(x) for x in out.ravel()] == [bytes(x) for x in ref.ravel()]
-    else:
-        assert out.dtype == ref.dtype
-        np.testing.assert_array_equal(out, ref)
 
 
 @pytest.mark.parametrize("dtype", models.DTYPES)
@@ -426,3 +405,15 @@ def test_stream_cancel(stub, pb, srv):
     assert slow_successes(stub, pb) == before + 1
     srv.assert_alive()
     assert stub.ServerLive(pb.pb.ServerLiveRequest()).live
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["raw", "typed"])
+def test_infer_binary_bytes(stub, pb, typed):
+    data = np.empty((2, 2), dtype=object)
+    data[:] = [[b"\x00\xff\xfe", b""], [bytes(range(256)), b"\x00" * 5]]
+    scalar = np.array(b"\x80", dtype=object)
+    resp = stub.ModelInfer(make_request(pb, "id_string", {"data": data, "scalar": scalar},
+                                        typed=typed))
+    out = outputs_of(resp)
+    same(out["data_out"], data)
+    same(out["scalar_out"], scalar)
