@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/settings.h"
 #include "core/shm.h"
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
@@ -563,6 +564,147 @@ static void cudashm_unregister(gcall_t *c, const ProtobufCMessage *req) {
   sip__grpc_reply(c, NULL, &r.base);
 }
 
+/* ---- trace and log settings (core/settings.h, shared with HTTP) ------------------------ */
+
+typedef Inference__TraceSettingResponse__SettingsEntry tentry_t;
+typedef Inference__TraceSettingResponse__SettingValue tvalue_t;
+
+/* The settings document as the response's map: every value a list of
+ * strings. */
+static void trace_reply(gcall_t *c, json_t *doc) {
+  size_t n = json_object_size(doc), i = 0, n_str = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach(doc, k, v) n_str += json_is_array(v) ? json_array_size(v) : 1;
+  tentry_t *ents = sip__calloc(n + 1, sizeof *ents), **ep = sip__calloc(n + 1, sizeof *ep);
+  tvalue_t *vals = sip__calloc(n + 1, sizeof *vals);
+  char **strs = sip__calloc(n_str + 1, sizeof *strs), **sp = strs;
+  Inference__TraceSettingResponse r = INFERENCE__TRACE_SETTING_RESPONSE__INIT;
+  int ok = ents && ep && vals && strs;
+  json_object_foreach(doc, k, v) {
+    if (!ok) break;
+    tentry_t ei = INFERENCE__TRACE_SETTING_RESPONSE__SETTINGS_ENTRY__INIT;
+    tvalue_t vi = INFERENCE__TRACE_SETTING_RESPONSE__SETTING_VALUE__INIT;
+    ents[i] = ei, vals[i] = vi;
+    ents[i].key = (char *)k;
+    ents[i].value = &vals[i];
+    vals[i].value = sp;
+    size_t j;
+    json_t *x;
+    if (json_is_array(v)) {
+      json_array_foreach(v, j, x) if (json_is_string(x)) sp[vals[i].n_value++] = (char *)json_string_value(x);
+    } else if (json_is_string(v)) {
+      sp[vals[i].n_value++] = (char *)json_string_value(v);
+    }
+    sp += vals[i].n_value;
+    ep[r.n_settings++] = &ents[i];
+    i++;
+  }
+  r.settings = ep;
+  sip__grpc_reply(c, ok ? NULL : SIP__OOM(), &r.base);
+  sip__free(ents), sip__free(ep), sip__free(vals), sip__free(strs);
+}
+
+static void trace_setting(gcall_t *c, const ProtobufCMessage *req) {
+  const Inference__TraceSettingRequest *q = (const void *)req;
+  const char *model = q->model_name[0] ? q->model_name : NULL;
+  sip_error_t *e = model ? sip__server_model_check(c->g->s, model, NULL) : NULL;
+  json_t *b = json_object(), *doc = NULL;
+  if (!e && !b) e = SIP__OOM();
+  /* One value is a string (trace_level is always a list); none clears a
+   * model's own value. */
+  for (size_t i = 0; !e && i < q->n_settings; i++) {
+    const char *k = q->settings[i]->key;
+    const Inference__TraceSettingRequest__SettingValue *v = q->settings[i]->value;
+    size_t nv = v ? v->n_value : 0;
+    json_t *j;
+    if (nv == 0) {
+      j = json_null();
+    } else if (nv == 1 && strcmp(k, "trace_level")) {
+      j = json_string(v->value[0]);
+    } else {
+      j = json_array();
+      for (size_t x = 0; j && x < nv; x++) json_array_append_new(j, json_string(v->value[x]));
+    }
+    if (!j) e = sip_error_new(SIP_INVALID_ARGUMENT, "setting '%s' is not UTF-8 text", k);
+    else json_object_set_new(b, k, j);
+  }
+  if (!e) {
+    if (q->n_settings) e = sip__trace_apply(sip__server_trace(c->g->s), model, b, &doc);
+    else if (!(doc = sip__trace_get(sip__server_trace(c->g->s), model))) e = SIP__OOM();
+  }
+  json_decref(b);
+  if (e) sip__grpc_reply(c, e, NULL);
+  else trace_reply(c, doc);
+  json_decref(doc);
+}
+
+typedef Inference__LogSettingsResponse__SettingsEntry lentry_t;
+typedef Inference__LogSettingsResponse__SettingValue lvalue_t;
+
+static void log_settings(gcall_t *c, const ProtobufCMessage *req) {
+  const Inference__LogSettingsRequest *q = (const void *)req;
+  json_t *b = json_object();
+  sip_error_t *e = b ? NULL : SIP__OOM();
+  for (size_t i = 0; !e && i < q->n_settings; i++) {
+    const char *k = q->settings[i]->key;
+    const Inference__LogSettingsRequest__SettingValue *v = q->settings[i]->value;
+    json_t *j = NULL;
+    switch (v ? v->parameter_choice_case : 0) {
+    case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+      j = json_boolean(v->bool_param); break;
+    case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+      j = json_integer(v->uint32_param); break;
+    case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+      j = json_string(v->string_param); break;
+    default:
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "log setting '%s' has no value; expected a "
+                        "bool_param, uint32_param or string_param", k);
+      continue;
+    }
+    if (!j) e = sip_error_new(SIP_INVALID_ARGUMENT, "log setting '%s' is not UTF-8 text", k);
+    else json_object_set_new(b, k, j);
+  }
+  if (!e && q->n_settings) e = sip__log_settings_apply(b);
+  json_decref(b);
+  json_t *doc = e ? NULL : sip__log_settings_doc();
+  if (!e && !doc) e = SIP__OOM();
+  size_t n = json_object_size(doc), i = 0;
+  lentry_t *ents = sip__calloc(n + 1, sizeof *ents), **ep = sip__calloc(n + 1, sizeof *ep);
+  lvalue_t *vals = sip__calloc(n + 1, sizeof *vals);
+  if (!e && (!ents || !ep || !vals)) e = SIP__OOM();
+  Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+  const char *k;
+  json_t *v;
+  json_object_foreach(doc, k, v) {
+    if (e) break;
+    lentry_t ei = INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT;
+    lvalue_t vi = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT;
+    ents[i] = ei, vals[i] = vi;
+    ents[i].key = (char *)k;
+    ents[i].value = &vals[i];
+    if (json_is_boolean(v)) {
+      vals[i].parameter_choice_case =
+          INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+      vals[i].bool_param = json_is_true(v);
+    } else if (json_is_integer(v)) {
+      vals[i].parameter_choice_case =
+          INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+      vals[i].uint32_param = (uint32_t)json_integer_value(v);
+    } else {
+      vals[i].parameter_choice_case =
+          INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+      vals[i].string_param = (char *)(json_string_value(v) ? json_string_value(v) : "");
+    }
+    ep[r.n_settings++] = &ents[i];
+    i++;
+  }
+  r.settings = ep;
+  sip__grpc_reply(c, e, &r.base);
+  sip__free(ents), sip__free(ep), sip__free(vals);
+  json_decref(doc);
+}
+
 /* ---- the method table ------------------------------------------------------------------ */
 
 #define UNARY(name, type, fn) {SVC name, &inference__##type##__descriptor, fn, NULL, 0}
@@ -588,6 +730,8 @@ const gmethod_t sip__grpc_methods[] = {
     UNARY("CudaSharedMemoryRegister", cuda_shared_memory_register_request, cudashm_register),
     UNARY("CudaSharedMemoryUnregister", cuda_shared_memory_unregister_request,
           cudashm_unregister),
+    UNARY("TraceSetting", trace_setting_request, trace_setting),
+    UNARY("LogSettings", log_settings_request, log_settings),
     {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
      health_check, NULL, 0},
 };

@@ -51,10 +51,6 @@ struct sip__http {
   pthread_cond_t cv;
   pthread_mutex_t cache_mu;
   meta_t *cache;
-  /* Trace settings (settings.c): stored and reported until tracing exists. */
-  pthread_mutex_t settings_mu;
-  json_t *trace;        /* the global settings */
-  json_t *model_trace;  /* model name -> the settings it overrides */
 };
 
 typedef enum route_kind {
@@ -168,18 +164,10 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
  * the error past that). */
 enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what);
 
-/* ---- settings.c: Triton's log and trace settings ---------------------------- */
-sip_error_t *sip__http_settings_init(sip__http_t *h);
-void sip__http_settings_free(sip__http_t *h);
+/* ---- settings.c: Triton's log and trace settings (core/settings.h) -------- */
 enum MHD_Result sip__http_logging_get(hreq_t *q);
 enum MHD_Result sip__http_trace_get(hreq_t *q);
 extern const http_post_ops_t sip__http_logging_ops;
-/* The checks behind them, on a parsed body object (fuzz_settings): the log
- * level `b` asks for, starting from *level (SIP__LOG_*); the trace changes
- * `b` makes (an owned object of normalized values; null clears a model's
- * own value when for_model). Errors are INVALID_ARGUMENT (or OOM). */
-sip_error_t *sip__http_log_settings(json_t *b, int *level);
-sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out);
 extern const http_post_ops_t sip__http_trace_ops;
 
 /* ---- cudashm.c: Triton's CUDA shared memory extension, without GPUs ---------- */

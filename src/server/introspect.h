@@ -7,6 +7,7 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
+#include "core/settings.h"
 #include "core/shm.h"
 #include "sip/backend.h"
 #include "sip/server.h"
@@ -18,6 +19,9 @@ json_t *sip__server_info(sip_server_t *s, int kind);
 /* The server's system shared memory regions (KServe/Triton's extension),
  * one set shared by the HTTP and gRPC front-ends; lives as long as `s`. */
 sip__shm_set_t *sip__server_shm(sip_server_t *s);
+/* The server's trace settings (Triton's trace extension), shared by the
+ * HTTP and gRPC front-ends; lives as long as `s`. */
+sip__trace_set_t *sip__server_trace(sip_server_t *s);
 
 /* Triton's per-model statistics, typed. */
 typedef struct sip__model_stats {

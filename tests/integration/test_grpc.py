@@ -81,8 +81,11 @@ def srv(sipd_bin, model_dir, tmp_path_factory):
          "backend_options": {"shape": "-1,4"}},
         {"name": "slow", "backend": "builtin", "backend_options": {"delay_ms": 1000}},
     ]
-    with serve(root, pools, server={"grpc": "127.0.0.1:0", "grpc_max_message_bytes": 1 << 20}) as s:
+    server = {"grpc": "127.0.0.1:0", "grpc_max_message_bytes": 1 << 20, "grpc_threads": 2,
+              "http": "127.0.0.1:0"}
+    with serve(root, pools, server=server) as s:
         s.grpc = grpc_address(s)
+        s.http = K.http_base(s)
         yield s
 
 
@@ -417,3 +420,182 @@ def test_infer_binary_bytes(stub, pb, typed):
     out = outputs_of(resp)
     same(out["data_out"], data)
     same(out["scalar_out"], scalar)
+
+
+# ---------------------------------------------------------------------------
+# configuration, statistics, repository, shared memory, settings
+
+def test_model_config(stub, pb):
+    cfg = stub.ModelConfig(pb.pb.ModelConfigRequest(name="addmul")).config
+    assert cfg.name == "addmul" and cfg.platform == "onnxruntime_onnx"
+    assert cfg.backend == "onnxruntime"
+    assert [(i.name, i.data_type, list(i.dims)) for i in cfg.input] == [
+        ("lhs", pb.pb.TYPE_FP32, [-1, 4]), ("rhs", pb.pb.TYPE_FP32, [-1, 4])]
+    assert cfg.output[0].name == "y"
+    assert cfg.instance_group[0].count == 2
+    assert cfg.instance_group[0].kind == pb.pb.ModelInstanceGroup.KIND_CPU
+    assert cfg.parameters["priority"].string_value
+    s = stub.ModelConfig(pb.pb.ModelConfigRequest(name="id_string")).config
+    assert s.input[0].data_type == pb.pb.TYPE_STRING
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelConfig(pb.pb.ModelConfigRequest(name="nope"))
+    assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+
+
+def test_model_statistics(stub, pb):
+    x = np.ones((1, 4), np.float32)
+    before = stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="two_out")).model_stats[0]
+    for _ in range(3):
+        stub.ModelInfer(make_request(pb, "two_out", {"x": x}))
+    st = stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="two_out")).model_stats
+    assert len(st) == 1 and st[0].name == "two_out"
+    assert st[0].inference_stats.success.count == before.inference_stats.success.count + 3
+    assert st[0].inference_count == before.inference_count + 3
+    assert st[0].inference_stats.compute_infer.ns > 0
+    assert st[0].memory_usage[0].type == "CPU"
+    names = {m.name for m in stub.ModelStatistics(pb.pb.ModelStatisticsRequest()).model_stats}
+    assert {"addmul", "two_out", "echo", "vmodel"} <= names
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="nope"))
+    assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+
+
+def test_system_shared_memory(stub, pb, srv, tmp_path):
+    key = "/sip_grpc_test_%d" % time.monotonic_ns()
+    path = Path("/dev/shm" + key)
+    path.write_bytes(bytes(range(64)))
+    try:
+        stub.SystemSharedMemoryRegister(pb.pb.SystemSharedMemoryRegisterRequest(
+            name="r1", key=key, offset=16, byte_size=32))
+        st = stub.SystemSharedMemoryStatus(pb.pb.SystemSharedMemoryStatusRequest())
+        r = st.regions["r1"]
+        assert (r.name, r.key, r.offset, r.byte_size) == ("r1", key, 16, 32)
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.SystemSharedMemoryRegister(pb.pb.SystemSharedMemoryRegisterRequest(
+                name="r1", key=key, offset=0, byte_size=8))
+        assert code_of(ei) == grpc.StatusCode.ALREADY_EXISTS
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.SystemSharedMemoryRegister(pb.pb.SystemSharedMemoryRegisterRequest(
+                name="r2", key=key, offset=0, byte_size=4096))
+        assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.SystemSharedMemoryRegister(pb.pb.SystemSharedMemoryRegisterRequest(
+                name="r3", key="/sip_no_such_object", offset=0, byte_size=8))
+        assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.SystemSharedMemoryStatus(pb.pb.SystemSharedMemoryStatusRequest(name="r9"))
+        assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+        stub.SystemSharedMemoryUnregister(pb.pb.SystemSharedMemoryUnregisterRequest(name="r1"))
+        st = stub.SystemSharedMemoryStatus(pb.pb.SystemSharedMemoryStatusRequest())
+        assert len(st.regions) == 0
+    finally:
+        path.unlink()
+
+
+def test_cuda_shared_memory_without_gpus(stub, pb):
+    assert len(stub.CudaSharedMemoryStatus(pb.pb.CudaSharedMemoryStatusRequest()).regions) == 0
+    stub.CudaSharedMemoryUnregister(pb.pb.CudaSharedMemoryUnregisterRequest())
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.CudaSharedMemoryRegister(pb.pb.CudaSharedMemoryRegisterRequest(
+            name="g", raw_handle=b"x", device_id=0, byte_size=8))
+    assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT and "no GPUs" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.CudaSharedMemoryStatus(pb.pb.CudaSharedMemoryStatusRequest(name="g"))
+    assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+
+
+def settings_of(resp):
+    return {k: list(v.value) for k, v in resp.settings.items()}
+
+
+def test_trace_settings_shared_with_http(stub, pb, srv):
+    req = pb.pb.TraceSettingRequest
+    got = settings_of(stub.TraceSetting(req()))
+    assert got["trace_level"] == ["OFF"] and got["trace_rate"] == ["1000"]
+    r = req()
+    r.settings["trace_rate"].value.append("50")
+    r.settings["trace_level"].value.extend(["TIMESTAMPS", "TENSORS"])
+    got = settings_of(stub.TraceSetting(r))
+    assert got["trace_rate"] == ["50"] and got["trace_level"] == ["TIMESTAMPS", "TENSORS"]
+    assert K.get(srv.http + "/v2/trace/setting").json()["trace_rate"] == "50"
+    m = req(model_name="addmul")
+    m.settings["trace_count"].value.append("7")
+    assert settings_of(stub.TraceSetting(m))["trace_count"] == ["7"]
+    assert K.get(srv.http + "/v2/models/addmul/trace/setting").json()["trace_count"] == "7"
+    clear = req(model_name="addmul")
+    clear.settings["trace_count"].SetInParent()
+    assert settings_of(stub.TraceSetting(clear))["trace_count"] == ["-1"]
+    bad = req()
+    bad.settings["trace_rate"].value.append("often")
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.TraceSetting(bad)
+    assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT and "trace_rate" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.TraceSetting(req(model_name="nope"))
+    assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+    r = req()
+    r.settings["trace_rate"].value.append("1000")
+    r.settings["trace_level"].value.append("OFF")
+    stub.TraceSetting(r)
+
+
+def test_log_settings(stub, pb, srv):
+    def values(resp):
+        out = {}
+        for k, v in resp.settings.items():
+            out[k] = getattr(v, v.WhichOneof("parameter_choice"))
+        return out
+    got = values(stub.LogSettings(pb.pb.LogSettingsRequest()))
+    assert got["log_info"] is True and got["log_error"] is True and got["log_format"] == "default"
+    r = pb.pb.LogSettingsRequest()
+    r.settings["log_verbose_level"].uint32_param = 1
+    assert values(stub.LogSettings(r))["log_verbose_level"] == 1
+    assert K.get(srv.http + "/v2/logging").json()["log_verbose_level"] == 1
+    r.settings["log_verbose_level"].uint32_param = 0
+    assert values(stub.LogSettings(r))["log_verbose_level"] == 0
+    bad = pb.pb.LogSettingsRequest()
+    bad.settings["log_error"].bool_param = False
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.LogSettings(bad)
+    assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT and "log_error" in ei.value.details()
+    bad = pb.pb.LogSettingsRequest()
+    bad.settings["colour"].bool_param = True
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.LogSettings(bad)
+    assert "unknown log setting 'colour'" in ei.value.details()
+
+
+def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
+    import shutil
+    repo = tmp_path / "repo"
+    (repo / "addk" / "1").mkdir(parents=True)
+    shutil.copy(model_dir["addmul"], repo / "addk" / "1" / "model.onnx")
+    srv = start_sipd([], server={"model_repository": str(repo), "model_control": "explicit",
+                                 "grpc": "127.0.0.1:0"})
+    with grpc.insecure_channel(grpc_address(srv)) as ch:
+        stub = pb.svc.GRPCInferenceServiceStub(ch)
+        assert "model_repository" in stub.ServerMetadata(pb.pb.ServerMetadataRequest()).extensions
+        idx = stub.RepositoryIndex(pb.pb.RepositoryIndexRequest())
+        assert [(m.name, m.state) for m in idx.models] == [("addk", "UNAVAILABLE")]
+        assert len(stub.RepositoryIndex(pb.pb.RepositoryIndexRequest(ready=True)).models) == 0
+        stub.RepositoryModelLoad(pb.pb.RepositoryModelLoadRequest(model_name="addk"), timeout=30)
+        idx = stub.RepositoryIndex(pb.pb.RepositoryIndexRequest(ready=True))
+        assert ("addk", "1", "READY") in [(m.name, m.version, m.state) for m in idx.models]
+        x = np.ones((1, 4), np.float32)
+        out = outputs_of(stub.ModelInfer(make_request(pb, "addk", {"lhs": x, "rhs": x})))
+        np.testing.assert_allclose(out["y"], models.addmul_ref(x, x))
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.RepositoryModelLoad(pb.pb.RepositoryModelLoadRequest(model_name="nope"))
+        assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.RepositoryModelLoad(pb.pb.RepositoryModelLoadRequest(model_name="../etc"))
+        assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+        u = pb.pb.RepositoryModelUnloadRequest(model_name="addk")
+        u.parameters["unload_dependents"].bool_param = False
+        stub.RepositoryModelUnload(u, timeout=30)
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(make_request(pb, "addk", {"lhs": x, "rhs": x}))
+        assert code_of(ei) in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE)
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.RepositoryModelUnload(pb.pb.RepositoryModelUnloadRequest(model_name=""))
+        assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
