@@ -48,6 +48,12 @@ sip_error_t *sip__grpc_pack(const ProtobufCMessage *m, uint8_t **out, size_t *le
 
 void sip__grpc_infer_free(sip__grpc_infer_t *k) {
   if (!k) return;
+  for (size_t i = 0; i < k->n_shm_out; i++) {
+    sip__free(k->shm_out[i].name);
+    sip__free(k->shm_out[i].region);
+    sip_buf_unref(k->shm_out[i].owner);
+  }
+  sip__free(k->shm_out);
   sip_request_free(k->req);
   sip__free(k->model);
   sip__free(k->version);
@@ -91,21 +97,45 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
   return NULL;
 }
 
-/* The parameters of an input or output that sip does not have. */
-static sip_error_t *refuse_params(const char *what, const char *name,
-                                  Inference__ModelInferRequest__InferInputTensor__ParametersEntry
-                                      *const *params,
-                                  size_t n) {
+typedef Inference__ModelInferRequest__InferInputTensor__ParametersEntry tparam_t;
+
+/* A tensor's shared-memory parameters (region NULL: none), after refusing
+ * the ones sip does not have. The input and output parameter entries have
+ * the same layout. */
+typedef struct shm_ref {
+  const char *region;
+  uint64_t size, offset;
+} shm_ref_t;
+
+static sip_error_t *tensor_params(const char *what, const char *name, tparam_t *const *params,
+                                  size_t n, shm_ref_t *shm) {
+  memset(shm, 0, sizeof *shm);
+  int has_size = 0;
   for (size_t i = 0; i < n; i++) {
     const char *key = params[i]->key;
-    if (!strncmp(key, "shared_memory_", 14))
-      return sip_error_new(SIP_UNIMPLEMENTED, "%s '%s': parameter '%s': shared-memory tensors are "
-                           "not supported over gRPC; expected the data in the message", what,
-                           name, key);
+    const param_t *p = params[i]->value;
     if (!strcmp(key, "classification"))
       return sip_error_new(SIP_UNIMPLEMENTED, "%s '%s': the classification extension is not "
                            "supported over gRPC; expected the output tensor itself", what, name);
+    if (!p) continue;
+    if (!strcmp(key, "shared_memory_region")) {
+      if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
+          !p->string_param[0])
+        return BAD("%s '%s': shared_memory_region is not a region name (string_param)", what,
+                   name);
+      shm->region = p->string_param;
+    } else if (!strcmp(key, "shared_memory_byte_size")) {
+      if (!param_uint(p, &shm->size))
+        return BAD("%s '%s': shared_memory_byte_size is not an integer >= 0", what, name);
+      has_size = 1;
+    } else if (!strcmp(key, "shared_memory_offset")) {
+      if (!param_uint(p, &shm->offset))
+        return BAD("%s '%s': shared_memory_offset is not an integer >= 0", what, name);
+    }
   }
+  if (shm->region && !has_size)
+    return BAD("%s '%s': shared_memory_region without shared_memory_byte_size; expected both",
+               what, name);
   return NULL;
 }
 
@@ -177,8 +207,9 @@ static sip_error_t *typed_contents(const input_t *in, sip_dtype_t dt, int64_t co
   return NULL;
 }
 
-static sip_error_t *decode_input(const infer_req_t *m, size_t i, sip_buf_t *owner,
-                                 sip_request_t *r) {
+/* Decodes input i; *raw_i counts the raw_input_contents entries used. */
+static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, sip_buf_t *owner,
+                                 sip__shm_set_t *set, sip_request_t *r) {
   const input_t *in = m->inputs[i];
   const char *name = in->name;
   if (!name[0]) return BAD("inputs[%zu] has no name; expected the model's input name", i);
@@ -198,22 +229,44 @@ static sip_error_t *decode_input(const infer_req_t *m, size_t i, sip_buf_t *owne
       return BAD("input '%s': shape is too large", name);
     count *= in->shape[k];
   }
-  sip_error_t *e = refuse_params("input", name, (void *)in->parameters, in->n_parameters);
+  shm_ref_t shm;
+  sip_error_t *e = tensor_params("input", name, (tparam_t *const *)in->parameters,
+                                 in->n_parameters, &shm);
   if (e) return e;
   int has_typed = in->contents != NULL;
+  uint64_t want = (uint64_t)count * sip_dtype_size(dt);
+  char shape[128];
+  sip__shape_str(shape, sizeof shape, (int)in->n_shape, in->shape, ",");
   sip_tensor_t *t = NULL;
-  if (m->n_raw_input_contents) {
+  if (shm.region) {
+    if (has_typed)
+      return BAD("input '%s' has both contents and shared_memory_region; expected one of them",
+                 name);
+    if (!set)
+      return sip_error_new(SIP_UNIMPLEMENTED, "input '%s': shared memory is not available here",
+                           name);
+    if (dt != SIP_DTYPE_STRING && shm.size != want)
+      return BAD("input '%s': shared_memory_byte_size is %" PRIu64 "; expected %" PRIu64
+                 " (shape %s of %s)", name, shm.size, want, shape, in->datatype);
+    char what[300];
+    snprintf(what, sizeof what, "input '%s'", name);
+    sip_buf_t *view = NULL;
+    uint8_t *p = NULL;
+    if ((e = sip__shm_view(set, shm.region, shm.offset, shm.size, what, &view, &p))) return e;
+    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, p, shm.size, view);
+    sip_buf_unref(view);
+  } else if (m->n_raw_input_contents) {
     if (has_typed)
       return BAD("input '%s' has both contents and raw_input_contents; expected one of them",
                  name);
-    const ProtobufCBinaryData *raw = &m->raw_input_contents[i];
-    if (dt != SIP_DTYPE_STRING && raw->len != (uint64_t)count * sip_dtype_size(dt)) {
-      char shape[128];
-      sip__shape_str(shape, sizeof shape, (int)in->n_shape, in->shape, ",");
+    size_t ri = (*raw_i)++;
+    if (ri >= m->n_raw_input_contents)
+      return BAD("raw_input_contents has %zu entries; expected one per input not in shared "
+                 "memory", m->n_raw_input_contents);
+    const ProtobufCBinaryData *raw = &m->raw_input_contents[ri];
+    if (dt != SIP_DTYPE_STRING && raw->len != want)
       return BAD("input '%s': raw_input_contents[%zu] holds %zu bytes; expected %" PRIu64
-                 " (shape %s of %s)", name, i, raw->len, (uint64_t)count * sip_dtype_size(dt),
-                 shape, in->datatype);
-    }
+                 " (shape %s of %s)", name, ri, raw->len, want, shape, in->datatype);
     t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, raw->len ? raw->data : NULL,
                             raw->len, owner);
   } else {
@@ -235,7 +288,29 @@ static sip_error_t *decode_input(const infer_req_t *m, size_t i, sip_buf_t *owne
   return sip_request_add_input(r, t);
 }
 
-sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__grpc_infer_t **out) {
+/* An output asked in shared memory: its region viewed now, written once
+ * the answer is in. */
+static sip_error_t *shm_output(sip__grpc_infer_t *k, const char *name, const shm_ref_t *shm,
+                               sip__shm_set_t *set) {
+  if (!set)
+    return sip_error_new(SIP_UNIMPLEMENTED, "output '%s': shared memory is not available here",
+                         name);
+  sip__grpc_shm_out_t *o = &k->shm_out[k->n_shm_out];
+  char what[300];
+  snprintf(what, sizeof what, "output '%s'", name);
+  sip_error_t *e = sip__shm_view(set, shm->region, shm->offset, shm->size, what, &o->owner,
+                                 &o->data);
+  if (e) return e;
+  k->n_shm_out++;
+  o->size = shm->size;
+  o->offset = shm->offset;
+  o->name = sip__strdup(name);
+  o->region = sip__strdup(shm->region);
+  return o->name && o->region ? NULL : SIP__OOM();
+}
+
+sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_set_t *set,
+                                    sip__grpc_infer_t **out) {
   *out = NULL;
   infer_req_t *m = (infer_req_t *)sip__grpc_unpack(&inference__model_infer_request__descriptor,
                                                    data, len);
@@ -263,18 +338,23 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__grpc_i
   }
   if (k->version && (e = sip_request_set_version(k->req, k->version))) goto done;
   if ((e = decode_params(m, k->req))) goto done;
-  if (m->n_raw_input_contents && m->n_raw_input_contents != m->n_inputs) {
-    e = BAD("raw_input_contents has %zu entries; expected one per input (%zu)",
-            m->n_raw_input_contents, m->n_inputs);
-    goto done;
-  }
-  for (size_t i = 0; i < m->n_inputs && !e; i++) e = decode_input(m, i, owner, k->req);
+  size_t raw_i = 0;
+  for (size_t i = 0; i < m->n_inputs && !e; i++)
+    e = decode_input(m, i, &raw_i, owner, set, k->req);
+  if (!e && raw_i != m->n_raw_input_contents)
+    e = BAD("raw_input_contents has %zu entries; expected one per input not in shared memory "
+            "(%zu)", m->n_raw_input_contents, raw_i);
+  if (!e && m->n_outputs && !(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)))
+    e = SIP__OOM();
   for (size_t i = 0; i < m->n_outputs && !e; i++) {
     const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
+    shm_ref_t shm;
     if (!o->name[0])
       e = BAD("outputs[%zu] has no name; expected the model's output name", i);
-    else if (!(e = refuse_params("output", o->name, (void *)o->parameters, o->n_parameters)))
-      e = sip_request_add_output(k->req, o->name);
+    else if (!(e = tensor_params("output", o->name, (tparam_t *const *)o->parameters,
+                                 o->n_parameters, &shm)) &&
+             !(e = sip_request_add_output(k->req, o->name)) && shm.region)
+      e = shm_output(k, o->name, &shm, set);
   }
 done:
   sip_buf_unref(owner);
@@ -288,6 +368,51 @@ done:
 
 /* ---- encoding ---------------------------------------------------------------- */
 
+typedef Inference__ModelInferResponse__InferOutputTensor otensor_t;
+typedef Inference__ModelInferResponse__InferOutputTensor__ParametersEntry oparam_t;
+
+/* Per output: the tensor message, its shape and, when written to shared
+ * memory, the three parameters that say where. */
+typedef struct out_parts {
+  otensor_t t, *tp;
+  int64_t shape[SIP_MAX_RANK];
+  oparam_t pe[3], *pep[3];
+  param_t pv[3];
+} out_parts_t;
+
+static const sip__grpc_shm_out_t *shm_out_of(const sip__grpc_infer_t *k, const char *name) {
+  for (size_t i = 0; i < k->n_shm_out; i++)
+    if (!strcmp(k->shm_out[i].name, name)) return &k->shm_out[i];
+  return NULL;
+}
+
+/* Copies output `t` into its region and describes it in `p`. */
+static sip_error_t *write_shm(const sip__grpc_shm_out_t *o, const sip_tensor_t *t, out_parts_t *p) {
+  if (t->nbytes > o->size)
+    return BAD("output '%s' holds %zu bytes; its shared_memory_byte_size is %" PRIu64
+               "; expected a region at least that large", t->name, t->nbytes, o->size);
+  if (t->nbytes) memcpy(o->data, t->data, t->nbytes);
+  static const char *const keys[3] = {"shared_memory_region", "shared_memory_byte_size",
+                                      "shared_memory_offset"};
+  for (int j = 0; j < 3; j++) {
+    oparam_t e = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+    param_t v = INFERENCE__INFER_PARAMETER__INIT;
+    p->pe[j] = e, p->pv[j] = v;
+    p->pe[j].key = (char *)keys[j];
+    p->pe[j].value = &p->pv[j];
+    p->pep[j] = &p->pe[j];
+  }
+  p->pv[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+  p->pv[0].string_param = o->region;
+  p->pv[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  p->pv[1].int64_param = (int64_t)t->nbytes;
+  p->pv[2].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  p->pv[2].int64_param = (int64_t)o->offset;
+  p->t.parameters = p->pep;
+  p->t.n_parameters = 3;
+  return NULL;
+}
+
 sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *version,
                                     const sip_tensor_t *const *outputs, size_t n_outputs,
                                     int stream, uint8_t **out, size_t *len) {
@@ -295,30 +420,36 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   r.model_name = k->model;
   r.model_version = (char *)(version ? version : "");
   r.id = k->id ? k->id : "";
-  Inference__ModelInferResponse__InferOutputTensor *ts = sip__calloc(n_outputs + 1, sizeof *ts);
-  Inference__ModelInferResponse__InferOutputTensor **tp = sip__calloc(n_outputs + 1, sizeof *tp);
+  out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
+  otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
   ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);
-  int64_t(*shapes)[SIP_MAX_RANK] = sip__calloc(n_outputs + 1, sizeof *shapes);
   sip_error_t *e = NULL;
-  if (!ts || !tp || !raw || !shapes) {
+  if (!parts || !tp || !raw) {
     e = SIP__OOM();
     goto done;
   }
-  for (size_t i = 0; i < n_outputs; i++) {
+  for (size_t i = 0; i < n_outputs && !e; i++) {
     const sip_tensor_t *t = outputs[i];
-    Inference__ModelInferResponse__InferOutputTensor init =
-        INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
-    ts[i] = init;
-    ts[i].name = t->name;
+    out_parts_t *p = &parts[i];
+    otensor_t init = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
+    p->t = init;
+    p->t.name = t->name;
     const char *dt = sip__dtype_protocol_name(t->dtype);
-    ts[i].datatype = (char *)(dt ? dt : "");
-    memcpy(shapes[i], t->dims, sizeof t->dims[0] * (size_t)(t->rank > 0 ? t->rank : 0));
-    ts[i].n_shape = (size_t)(t->rank > 0 ? t->rank : 0);
-    ts[i].shape = shapes[i];
-    tp[i] = &ts[i];
-    raw[i].data = (uint8_t *)t->data;
-    raw[i].len = t->nbytes;
+    p->t.datatype = (char *)(dt ? dt : "");
+    size_t rank = (size_t)(t->rank > 0 ? t->rank : 0);
+    if (rank) memcpy(p->shape, t->dims, sizeof t->dims[0] * rank);
+    p->t.n_shape = rank;
+    p->t.shape = p->shape;
+    tp[i] = &p->t;
+    const sip__grpc_shm_out_t *o = shm_out_of(k, t->name);
+    if (o) {
+      e = write_shm(o, t, p); /* its raw entry stays empty, keeping the order */
+    } else {
+      raw[i].data = (uint8_t *)t->data;
+      raw[i].len = t->nbytes;
+    }
   }
+  if (e) goto done;
   r.n_outputs = r.n_raw_output_contents = n_outputs;
   r.outputs = tp;
   r.raw_output_contents = raw;
@@ -330,10 +461,9 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
     e = sip__grpc_pack(&r.base, out, len);
   }
 done:
-  sip__free(ts);
+  sip__free(parts);
   sip__free(tp);
   sip__free(raw);
-  sip__free(shapes);
   return e;
 }
 

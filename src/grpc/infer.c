@@ -10,6 +10,7 @@
 
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
+#include "server/introspect.h"
 
 typedef struct ginfer {
   gcall_t *c;
@@ -49,7 +50,7 @@ static void on_done(sip_response_t *resp, void *user) {
  * submitted (*k then holds what was decoded, if anything). */
 static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grpc_infer_t **kp) {
   sip__grpc_infer_t *k = NULL;
-  sip_error_t *e = sip__grpc_decode_infer(data, len, &k);
+  sip_error_t *e = sip__grpc_decode_infer(data, len, sip__server_shm(c->g->s), &k);
   *kp = k;
   if (e) return e;
   int64_t ms = sip__grpc_timeout_ms(c);

@@ -305,8 +305,8 @@ def test_infer_errors(stub, pb, srv):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "no output 'nope'" in msg
     code, msg = infer_error(stub, pb.pb.ModelInferRequest(model_name=""))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "model_name" in msg
-    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
-    req.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x}, outputs=["y"])
+    req.outputs[0].parameters["classification"].int64_param = 2
     code, msg = infer_error(stub, req)
     assert code == grpc.StatusCode.UNIMPLEMENTED
     srv.assert_alive()
@@ -489,6 +489,45 @@ def test_system_shared_memory(stub, pb, srv, tmp_path):
         st = stub.SystemSharedMemoryStatus(pb.pb.SystemSharedMemoryStatusRequest())
         assert len(st.regions) == 0
     finally:
+        path.unlink()
+
+
+def test_infer_through_shared_memory(stub, pb):
+    key = "/sip_grpc_io_%d" % time.monotonic_ns()
+    path = Path("/dev/shm" + key)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    path.write_bytes(x.tobytes() + bytes(96))
+    try:
+        stub.SystemSharedMemoryRegister(pb.pb.SystemSharedMemoryRegisterRequest(
+            name="io", key=key, offset=0, byte_size=128))
+        req = pb.pb.ModelInferRequest(model_name="echo", id="shm")
+        t = req.inputs.add(name="input", datatype="FP32", shape=[2, 4])
+        t.parameters["shared_memory_region"].string_param = "io"
+        t.parameters["shared_memory_byte_size"].int64_param = 32
+        o = req.outputs.add(name="output")
+        o.parameters["shared_memory_region"].string_param = "io"
+        o.parameters["shared_memory_byte_size"].int64_param = 64
+        o.parameters["shared_memory_offset"].int64_param = 64
+        resp = stub.ModelInfer(req)
+        assert resp.raw_output_contents[0] == b""
+        p = resp.outputs[0].parameters
+        assert p["shared_memory_region"].string_param == "io"
+        assert p["shared_memory_byte_size"].int64_param == 32
+        assert list(resp.outputs[0].shape) == [2, 4]
+        out = np.frombuffer(path.read_bytes()[64:96], np.float32).reshape(2, 4)
+        np.testing.assert_array_equal(out, x)
+        # an output that does not fit; a region that is not registered
+        o.parameters["shared_memory_byte_size"].int64_param = 16
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(req)
+        assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shared_memory_byte_size is 16" in ei.value.details()
+        t.parameters["shared_memory_region"].string_param = "gone"
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(req)
+        assert code_of(ei) == grpc.StatusCode.NOT_FOUND
+    finally:
+        stub.SystemSharedMemoryUnregister(pb.pb.SystemSharedMemoryUnregisterRequest(name="io"))
         path.unlink()
 
 

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -29,8 +31,8 @@ typedef struct builder {
   ProtobufCBinaryData raw[4];
   int64_t shape[4][4];
   Inference__ModelInferRequest__InferRequestedOutputTensor out[2], *outp[2];
-  Inference__ModelInferRequest__ParametersEntry pe[2], *pep[2];
-  Inference__InferParameter pv[2];
+  Inference__ModelInferRequest__ParametersEntry pe[8], *pep[8];
+  Inference__InferParameter pv[8];
 } builder_t;
 
 static void b_init(builder_t *b, const char *model) {
@@ -72,17 +74,29 @@ static void b_raw(builder_t *b, const void *data, size_t len) {
   b->raw[b->r.n_raw_input_contents++].len = len;
 }
 
-static void b_param_int(builder_t *b, const char *key, int64_t v) {
+/* A request-level parameter entry, its value for the caller to set. */
+static Inference__InferParameter *b_param(builder_t *b, const char *key) {
   size_t i = b->r.n_parameters++;
   Inference__ModelInferRequest__ParametersEntry e =
       INFERENCE__MODEL_INFER_REQUEST__PARAMETERS_ENTRY__INIT;
   Inference__InferParameter p = INFERENCE__INFER_PARAMETER__INIT;
   b->pe[i] = e, b->pv[i] = p;
-  b->pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-  b->pv[i].int64_param = v;
   b->pe[i].key = (char *)key;
   b->pe[i].value = &b->pv[i];
   b->pep[i] = &b->pe[i];
+  return &b->pv[i];
+}
+
+static void b_param_int(builder_t *b, const char *key, int64_t v) {
+  Inference__InferParameter *p = b_param(b, key);
+  p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  p->int64_param = v;
+}
+
+static void b_param_str(builder_t *b, const char *key, const char *v) {
+  Inference__InferParameter *p = b_param(b, key);
+  p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+  p->string_param = (char *)v;
 }
 
 static void b_output(builder_t *b, const char *name) {
@@ -94,13 +108,17 @@ static void b_output(builder_t *b, const char *name) {
   b->outp[i] = &b->out[i];
 }
 
-static sip_error_t *b_decode(builder_t *b, sip__grpc_infer_t **k) {
+static sip_error_t *b_decode_set(builder_t *b, sip__shm_set_t *set, sip__grpc_infer_t **k) {
   size_t n = protobuf_c_message_get_packed_size(&b->r.base);
   uint8_t *buf = malloc(n + 1);
   protobuf_c_message_pack(&b->r.base, buf);
-  sip_error_t *e = sip__grpc_decode_infer(buf, n, k);
+  sip_error_t *e = sip__grpc_decode_infer(buf, n, set, k);
   free(buf); /* raw inputs must not point into the caller's buffer */
   return e;
+}
+
+static sip_error_t *b_decode(builder_t *b, sip__grpc_infer_t **k) {
+  return b_decode_set(b, NULL, k);
 }
 
 static void expect_error(builder_t *b, sip_code_t code, const char *want) {
@@ -189,7 +207,7 @@ static void test_errors(void **state) {
   (void)state;
   sip__grpc_infer_t *k = NULL;
   const uint8_t junk[] = {0xff, 0xff, 0xff};
-  sip_error_t *e = sip__grpc_decode_infer(junk, sizeof junk, &k);
+  sip_error_t *e = sip__grpc_decode_infer(junk, sizeof junk, NULL, &k);
   assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
   assert_non_null(strstr(sip_error_message(e), "not a valid inference.ModelInferRequest"));
   sip_error_free(e);
@@ -215,7 +233,7 @@ static void test_errors(void **state) {
   b_input(&b, "x", "FP32", 1, (int64_t)4);
   b_input(&b, "y", "FP32", 1, (int64_t)4);
   b_raw(&b, x, 16);
-  expect_error(&b, SIP_INVALID_ARGUMENT, "raw_input_contents has 1 entries; expected one per input (2)");
+  expect_error(&b, SIP_INVALID_ARGUMENT, "raw_input_contents has 1 entries; expected one per input not in shared memory");
 
   b_init(&b, "m");
   b_input(&b, "x", "FP32", 1, (int64_t)4);
@@ -283,7 +301,7 @@ static void test_alloc_failures(void **state) {
   for (long i = 0;; i++) {
     sip__grpc_infer_t *k = NULL;
     sip__alloc_fail_after(i);
-    sip_error_t *e = sip__grpc_decode_infer(buf, n, &k);
+    sip_error_t *e = sip__grpc_decode_infer(buf, n, NULL, &k);
     sip__alloc_fail_after(-1);
     sip__grpc_infer_free(k);
     if (!e) break;
@@ -342,11 +360,96 @@ static void test_encode(void **state) {
   sip_tensor_free(t);
 }
 
+/* Points input or output parameters at the entries the builder filled
+ * from `from` on (the entry types share one layout). */
+static void b_take_params(builder_t *b, size_t from, size_t *n, void ***params) {
+  *n = b->r.n_parameters - from;
+  *params = (void **)&b->pep[from];
+}
+
+/* Inputs read from and outputs written to a region of a set. */
+static void test_shared_memory(void **state) {
+  (void)state;
+  sip__shm_set_t *set = sip__shm_set_new(0);
+  int fd = memfd_create("sip-test", 0);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 64), 0);
+  float x[4] = {1, 2, 3, 4};
+  assert_int_equal(pwrite(fd, x, sizeof x, 8), (ssize_t)sizeof x);
+  assert_null(sip__shm_register_fd(set, "r", fd, "memfd", 0, 64));
+
+  builder_t b;
+  b_init(&b, "m");
+  b_input(&b, "x", "FP32", 1, (int64_t)4);
+  b_param_str(&b, "shared_memory_region", "r");
+  b_param_int(&b, "shared_memory_byte_size", 16);
+  b_param_int(&b, "shared_memory_offset", 8);
+  b_take_params(&b, 0, &b.in[0].n_parameters, (void ***)&b.in[0].parameters);
+  b_output(&b, "y");
+  b_param_str(&b, "shared_memory_region", "r");
+  b_param_int(&b, "shared_memory_byte_size", 16);
+  b_param_int(&b, "shared_memory_offset", 32);
+  b_take_params(&b, 3, &b.out[0].n_parameters, (void ***)&b.out[0].parameters);
+  b.r.n_parameters = 0; /* none for the request itself */
+  sip__grpc_infer_t *k = NULL;
+  sip_error_t *e = b_decode_set(&b, set, &k);
+  if (e) fail_msg("%s", sip_error_message(e));
+  assert_memory_equal(k->req->inputs[0]->data, x, sizeof x);
+  assert_int_equal(k->n_shm_out, 1);
+  float y[4] = {5, 6, 7, 8};
+  int64_t dims[1] = {4};
+  sip_tensor_t *t = sip_tensor_new_copy("y", SIP_DTYPE_FLOAT32, 1, dims, y, sizeof y);
+  const sip_tensor_t *outs[1] = {t};
+  uint8_t *msg = NULL;
+  size_t len = 0;
+  assert_null(sip__grpc_encode_infer(k, NULL, outs, 1, 0, &msg, &len));
+  float got[4];
+  assert_int_equal(pread(fd, got, sizeof got, 32), (ssize_t)sizeof got);
+  assert_memory_equal(got, y, sizeof y);
+  Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, len, msg);
+  assert_int_equal(r->n_raw_output_contents, 1);
+  assert_int_equal(r->raw_output_contents[0].len, 0);
+  assert_int_equal(r->outputs[0]->n_parameters, 3);
+  inference__model_infer_response__free_unpacked(r, NULL);
+  sip__free(msg);
+  sip_tensor_free(t);
+  /* An output larger than its region's byte size. */
+  float big[8] = {0};
+  dims[0] = 8;
+  t = sip_tensor_new_copy("y", SIP_DTYPE_FLOAT32, 1, dims, big, sizeof big);
+  outs[0] = t;
+  e = sip__grpc_encode_infer(k, NULL, outs, 1, 0, &msg, &len);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_non_null(strstr(sip_error_message(e), "shared_memory_byte_size is 16"));
+  sip_error_free(e);
+  sip_tensor_free(t);
+  sip__grpc_infer_free(k);
+
+  /* Unknown region; a size past the region's end; no set at all. */
+  b.in[0].parameters[0]->value->string_param = "nope";
+  e = b_decode_set(&b, set, &k);
+  assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  sip_error_free(e);
+  sip__grpc_infer_free(k);
+  e = b_decode(&b, &k);
+  assert_int_equal(sip_error_code(e), SIP_UNIMPLEMENTED);
+  sip_error_free(e);
+  sip__grpc_infer_free(k);
+  b.in[0].parameters[0]->value->string_param = "r";
+  b.in[0].parameters[2]->value->int64_param = 56;
+  e = b_decode_set(&b, set, &k);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_non_null(strstr(sip_error_message(e), "past the end"));
+  sip_error_free(e);
+  sip__grpc_infer_free(k);
+  sip__shm_set_free(set);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_inputs),     cmocka_unit_test(test_typed_inputs),
       cmocka_unit_test(test_errors),         cmocka_unit_test(test_alloc_failures),
-      cmocka_unit_test(test_encode),
+      cmocka_unit_test(test_encode),         cmocka_unit_test(test_shared_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
