@@ -6,6 +6,9 @@ streams, deadlines, cancellation, errors and their status codes, the
 repository, statistics, shared memory and settings RPCs."""
 
 import importlib
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +19,7 @@ import numpy as np
 import onnx
 import pytest
 
-from harness import serve
+from harness import SIPD, serve, sipd_env, to_yaml
 import kserve as K
 import models
 
@@ -605,7 +608,6 @@ def test_log_settings(stub, pb, srv):
 
 
 def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
-    import shutil
     repo = tmp_path / "repo"
     (repo / "addk" / "1").mkdir(parents=True)
     shutil.copy(model_dir["addmul"], repo / "addk" / "1" / "model.onnx")
@@ -638,3 +640,39 @@ def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
         with pytest.raises(grpc.RpcError) as ei:
             stub.RepositoryModelUnload(pb.pb.RepositoryModelUnloadRequest(model_name=""))
         assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_port_in_use_fails_startup(sipd_bin, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        cfg = tmp_path / "sipd.yaml"
+        cfg.write_text(to_yaml({"server": {"endpoints": ["ipc://%s" % (tmp_path / "s.sock")],
+                                           "grpc": "127.0.0.1:%d" % port},
+                                "session_pools": [{"name": "a", "backend": "builtin"}]}) + "\n")
+        r = subprocess.run([str(SIPD), "--config", str(cfg)], capture_output=True, text=True,
+                           timeout=30, env=sipd_env())
+    assert r.returncode != 0
+    assert "server.grpc 127.0.0.1:%d: cannot listen there" % port in r.stderr, r.stderr
+
+
+def test_sigterm_with_open_stream(start_sipd, pb):
+    """An idle stream left open by its client does not hold shutdown."""
+    srv = start_sipd([{"name": "a", "backend": "builtin"}], server={"grpc": "127.0.0.1:0"})
+    ch = grpc.insecure_channel(grpc_address(srv))
+    stub = pb.svc.GRPCInferenceServiceStub(ch)
+    hold = threading.Event()
+
+    def gen():
+        yield make_request(pb, "a", {"input": np.ones(3, np.float32)}, id="1")
+        hold.wait(30)
+
+    it = stub.ModelStreamInfer(gen())
+    assert next(it).infer_response.id == "1"
+    t0 = time.monotonic()
+    srv.send_signal(signal.SIGTERM)
+    assert srv.wait(20) == 0, srv.log_tail()
+    assert time.monotonic() - t0 < 10
+    hold.set()
+    ch.close()
