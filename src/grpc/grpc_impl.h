@@ -42,6 +42,11 @@ struct sip__grpc {
   pthread_mutex_t mu; /* with cv: stop waits for the server's shutdown */
   pthread_cond_t cv;
   int down;
+  /* The version each model serves by default, for model_version in
+   * answers to requests that named none (infer.c); emptied when the
+   * server's models change (sip_server_generation). Under mu. */
+  struct vcache *vcache;
+  uint64_t vgen;
 };
 
 /* One RPC method. Unary methods get their request unpacked (`req`
@@ -104,6 +109,8 @@ grpc_byte_buffer *sip__grpc_bytes(uint8_t *msg, size_t len);
 /* ---- infer.c ------------------------------------------------------------ */
 
 void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len);
+/* Empties the default-version cache (at stop). */
+void sip__grpc_vcache_clear(sip__grpc_t *g);
 /* One message of a ModelStreamInfer call (NULL data: the client closed its
  * side). */
 void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, int closed);

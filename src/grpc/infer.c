@@ -12,6 +12,75 @@
 #include "grpc/grpc_impl.h"
 #include "server/introspect.h"
 
+/* ---- model_version of answers ------------------------------------------------ */
+
+typedef struct vcache {
+  char *model;
+  char *version; /* NULL: unversioned */
+  struct vcache *next;
+} vcache_t;
+
+static void vcache_free(vcache_t *v) {
+  while (v) {
+    vcache_t *next = v->next;
+    sip__free(v->model);
+    sip__free(v->version);
+    sip__free(v);
+    v = next;
+  }
+}
+
+void sip__grpc_vcache_clear(sip__grpc_t *g) {
+  vcache_free(g->vcache);
+  g->vcache = NULL;
+}
+
+/* The cache entry of `model` for generation `gen` (the cache is emptied
+ * when the generation moved on), or NULL. Caller holds g->mu. */
+static vcache_t *vcache_find(sip__grpc_t *g, const char *model, uint64_t gen) {
+  if (g->vgen != gen) {
+    sip__grpc_vcache_clear(g);
+    g->vgen = gen;
+  }
+  vcache_t *v = g->vcache;
+  while (v && strcmp(v->model, model)) v = v->next;
+  return v;
+}
+
+/* The version that answers a request for `model` naming none, as Triton
+ * reports it in model_version: looked up once per model and set of models. */
+static char *default_version(sip__grpc_t *g, const char *model) {
+  uint64_t gen = sip_server_generation(g->s);
+  char *out = NULL;
+  pthread_mutex_lock(&g->mu);
+  vcache_t *hit = vcache_find(g, model, gen);
+  if (hit && hit->version) out = sip__strdup(hit->version);
+  pthread_mutex_unlock(&g->mu);
+  if (hit) return out;
+  size_t n = 0;
+  sip__model_view_t *views = sip__server_models(g->s, &n);
+  const sip__model_view_t *v = sip__model_views_find(views, n, model, NULL);
+  vcache_t *e = v ? sip__calloc(1, sizeof *e) : NULL;
+  if (e) {
+    e->model = sip__strdup(model);
+    e->version = v->version ? sip__strdup(v->version) : NULL;
+    out = v->version ? sip__strdup(v->version) : NULL;
+  }
+  sip__server_models_free(views, n);
+  if (!e) return NULL;
+  pthread_mutex_lock(&g->mu);
+  if (e->model && g->vgen == gen && !vcache_find(g, model, gen)) {
+    e->next = g->vcache;
+    g->vcache = e;
+    e = NULL;
+  }
+  pthread_mutex_unlock(&g->mu);
+  vcache_free(e);
+  return out;
+}
+
+/* ---- inference ----------------------------------------------------------------- */
+
 typedef struct ginfer {
   gcall_t *c;
   sip__grpc_infer_t *k;
@@ -53,6 +122,7 @@ static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grp
   sip_error_t *e = sip__grpc_decode_infer(data, len, sip__server_shm(c->g->s), &k);
   *kp = k;
   if (e) return e;
+  if (!k->version) k->version = default_version(c->g, k->model); /* only echoed */
   int64_t ms = sip__grpc_timeout_ms(c);
   if (ms < 0)
     return sip_error_new(SIP_DEADLINE_EXCEEDED, "the call's deadline passed before the request "

@@ -352,6 +352,7 @@ static void grpc_stop(void *state) {
   grpc_server_destroy(g->server);
   grpc_completion_queue_destroy(g->cq);
   grpc_shutdown_blocking();
+  sip__grpc_vcache_clear(g);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   sip__free(g->threads);

@@ -252,6 +252,10 @@ def test_infer_addmul_requested_output_and_version(stub, pb):
     resp = stub.ModelInfer(make_request(pb, "vmodel", {"lhs": lhs, "rhs": rhs},
                                         model_version="3"))
     assert resp.model_version == "3"
+    # no version asked: the answer names the one that served, as Triton does
+    resp = stub.ModelInfer(make_request(pb, "vmodel", {"lhs": lhs, "rhs": rhs}))
+    assert resp.model_version == "3"
+    assert stub.ModelInfer(make_request(pb, "two_out", {"x": x})).model_version == ""
     np.testing.assert_allclose(outputs_of(resp)["y"], models.addmul_ref(lhs, rhs), rtol=1e-6)
 
 
