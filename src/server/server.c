@@ -188,9 +188,10 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
   sip__config_t *cfg = NULL;
   sip_error_t *e = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (e) return e;
-  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s", cfg->n_pools,
+  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s%s%s", cfg->n_pools,
                            cfg->n_pipelines, cfg->n_endpoints, cfg->http ? ", http " : "",
-                           cfg->http ? cfg->http : "",
+                           cfg->http ? cfg->http : "", cfg->grpc ? ", grpc " : "",
+                           cfg->grpc ? cfg->grpc : "",
                            cfg->model_repository ? ", model repository " : "",
                            cfg->model_repository ? cfg->model_repository : "");
   sip__config_free(cfg);

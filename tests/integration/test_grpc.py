@@ -646,6 +646,20 @@ def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
         assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_check_config_names_grpc(sipd_bin, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(to_yaml({"server": {"grpc": "127.0.0.1:8001", "grpc_threads": 3},
+                            "session_pools": []}) + "\n")
+    r = subprocess.run([str(SIPD), "--check-config", str(cfg)], capture_output=True, text=True,
+                       timeout=30, env=sipd_env())
+    assert r.returncode == 0, r.stderr
+    assert "grpc 127.0.0.1:8001" in r.stdout
+    cfg.write_text(to_yaml({"server": {"grpc": "8001"}, "session_pools": []}) + "\n")
+    r = subprocess.run([str(SIPD), "--check-config", str(cfg)], capture_output=True, text=True,
+                       timeout=30, env=sipd_env())
+    assert r.returncode == 1 and "server.grpc" in r.stderr and "HOST:PORT" in r.stderr
+
+
 def test_port_in_use_fails_startup(sipd_bin, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
