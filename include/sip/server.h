@@ -53,10 +53,22 @@ sip_error_t *sip_config_check_file(const char *path, char **summary);
  * (INVALID_ARGUMENT with file:line:col), an endpoint that cannot be opened
  * (UNAVAILABLE naming it). Borrows `o`. */
 sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out);
-/* Stops listeners, lets in-flight and queued requests finish, frees all.
- * NULL is a no-op. Must not be called from a completion callback. */
+/* Drains the server and returns once no admitted request is left:
+ * readiness turns false on every front-end at once (sip_server_ready 0,
+ * sip_server_draining 1), new requests and repository loads are refused
+ * with UNAVAILABLE, and the requests already admitted (running or queued)
+ * may finish for `timeout_ms` (negative: the config's
+ * server.drain_timeout_ms); then what is still queued is answered
+ * UNAVAILABLE (executions already running complete). Front-ends stay up, so
+ * every answer is delivered; sip_server_free closes them. A second call
+ * returns at once. Must not be called from a completion callback. */
+void sip_server_drain(sip_server_t *s, int timeout_ms);
+/* Drains (sip_server_drain with server.drain_timeout_ms, unless a drain was
+ * done), stops the front-ends, frees all. NULL is a no-op. Must not be
+ * called from a completion callback. */
 void sip_server_free(sip_server_t *s);
-/* 1 when every pool has finished loading. Thread-safe. */
+/* 1 when every pool has finished loading and no drain has begun.
+ * Thread-safe. */
 int sip_server_ready(sip_server_t *s);
 /* Number of open listeners and their addresses as "unix:///p" / "tcp://h:port"
  * (with the real port when 0 was configured). Borrowed strings. */
@@ -71,8 +83,10 @@ void sip_free(void *p);
  * reload or unload): front-ends compare it to know when what they cached
  * about the models is stale. */
 uint64_t sip_server_generation(sip_server_t *s);
-/* 1 once sip_server_free has begun: the server answers what is in flight
- * and accepts nothing new (health and ready checks should fail). */
+/* 1 once a drain has begun (sip_server_drain or sip_server_free): the
+ * server answers what is in flight and accepts nothing new; every
+ * front-end's readiness check (HTTP /v2/health/ready, gRPC ServerReady and
+ * health, native INFO ready) answers not ready. Thread-safe. */
 int sip_server_draining(sip_server_t *s);
 
 /* Introspection as JSON text (docs/protocol.md, INFO_RESPONSE): kind 1 ready,

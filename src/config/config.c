@@ -93,6 +93,12 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
     sip__free(cfg->model_repository);
     cfg->model_repository = r;
   }
+  if (cfg->state_dir) {
+    char *r = cfg_resolve_path(c->base_dir, cfg->state_dir);
+    if (!r) return cfg_oom(c);
+    sip__free(cfg->state_dir);
+    cfg->state_dir = r;
+  }
   if (cfg_check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
@@ -302,6 +308,7 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->endpoints);
   sip__free(cfg->http);
   sip__free(cfg->model_repository);
+  sip__free(cfg->state_dir);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
   cfg_pipelines_free(cfg);

@@ -149,6 +149,8 @@ typedef struct sip__config {
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */
+  int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
+  char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   sip__pool_config_t *pools;
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */

@@ -81,6 +81,9 @@ int main(int argc, char **argv) {
   int sig = 0;
   sigwait(&set, &sig);
   fprintf(stderr, "sipd: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  /* Readiness turns false at once; admitted requests get
+   * server.drain_timeout_ms, then what is left is answered UNAVAILABLE. */
+  sip_server_drain(srv, -1);
   sip_server_free(srv);
   return 0;
 }

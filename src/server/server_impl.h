@@ -33,8 +33,11 @@ struct sip_server {
     void *state;
   } frontends[SIP__MAX_FRONTENDS];
   size_t n_frontends;
-  /* Set when sip_server_free begins: health/ready answers 503 from then on. */
+  /* Set when a drain begins (sip_server_drain, or sip_server_free): every
+   * front-end's readiness is false and new requests get UNAVAILABLE. */
   _Atomic int draining;
+  _Atomic int drain_called;
+  _Atomic uint64_t drain_deadline_us; /* 0: no drain; then queues are shed */
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
   struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
 };

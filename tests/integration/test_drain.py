@@ -1,0 +1,135 @@
+"""Graceful drain of a real sipd: SIGTERM turns readiness false at once on
+every front-end, refuses new requests with UNAVAILABLE (503 over HTTP), lets
+the requests already admitted finish within server.drain_timeout_ms, answers
+what is still queued after it UNAVAILABLE, and exits 0."""
+
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+
+import kserve as K
+from cann_sip import InferenceRequest, SipError, UnavailableError
+
+F = np.float32
+
+
+def slow_pool(delay_ms, pool_size):
+    return {"name": "slow", "backend": "builtin", "pool_size": pool_size,
+            "backend_options": {"delay_ms": delay_ms, "shape": "-1"}}
+
+
+def http_ready_status(base):
+    return K.get(base + "/v2/health/ready", timeout=5).status
+
+
+def test_sigterm_under_load(start_sipd):
+    srv = start_sipd([slow_pool(100, 2)],
+                     server={"http": "127.0.0.1:0", "drain_timeout_ms": 20000})
+    base = K.http_base(srv)
+    assert http_ready_status(base) == 200
+    clients = [srv.client(timeout_s=30) for _ in range(3)]
+    # Native: every client has requests queued when the signal comes.
+    futs = []
+    for ci, c in enumerate(clients):
+        for k in range(5):
+            v = ci * 100 + k
+            futs.append((v, c.infer_async(InferenceRequest("slow", {"input": np.full(3, v, F)}))))
+    # HTTP: two threads each with one request in flight at the signal.
+    http_results = []
+    started = threading.Barrier(3)
+
+    def http_one(v):
+        started.wait()
+        r = K.infer(base, "slow", {"input": np.full(3, v, F)})
+        http_results.append((v, r))
+
+    threads = [threading.Thread(target=http_one, args=(1000 + i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    started.wait()
+    # Wait until all 17 are admitted: queued, answered, or running (<= 2).
+    deadline = time.monotonic() + 10
+    while True:
+        p = clients[2].status()["pools"][0]
+        if p["queued_requests"] + p["requests"].get("OK", 0) + 2 >= 17:
+            break
+        assert time.monotonic() < deadline, p
+        time.sleep(0.005)
+    t0 = time.monotonic()
+    srv.send_signal(signal.SIGTERM)
+    # Readiness false at once on HTTP and on the native protocol.
+    deadline = t0 + 1.0
+    while http_ready_status(base) != 503:
+        assert time.monotonic() < deadline, "ready still 200 1 s after SIGTERM"
+        time.sleep(0.01)
+    assert not clients[0].ready()
+    # New requests are refused with UNAVAILABLE / 503 while the drain lasts.
+    try:
+        clients[1].infer(InferenceRequest("slow", {"input": np.ones(3, F)}))
+        raise AssertionError("a request after SIGTERM was accepted")
+    except UnavailableError:
+        pass
+    r = K.infer(base, "slow", {"input": np.ones(3, F)})
+    assert r.status == 503, r
+    # Every request admitted before the signal is served.
+    for v, f in futs:
+        np.testing.assert_array_equal(f.result(timeout=30).outputs["output"], np.full(3, v, F))
+    for t in threads:
+        t.join(30)
+    assert len(http_results) == 2
+    for v, r in http_results:
+        assert r.status == 200, r
+        _, outs = K.decode_outputs(r)
+        np.testing.assert_array_equal(outs["output"], np.full(3, v, F))
+    assert srv.wait(20) == 0, srv.log_tail()
+    assert time.monotonic() - t0 < 20
+    assert "answered_unavailable=0" in srv.log(), srv.log_tail()
+
+
+def test_drain_timeout_answers_the_rest_unavailable(start_sipd):
+    srv = start_sipd([slow_pool(200, 1)], server={"drain_timeout_ms": 300})
+    c = srv.client(timeout_s=30)
+    futs = [c.infer_async(InferenceRequest("slow", {"input": np.full(2, i, F)}))
+            for i in range(20)]  # 4 s of work for one session
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    srv.send_signal(signal.SIGTERM)
+    served = refused = 0
+    for i, f in enumerate(futs):
+        try:
+            np.testing.assert_array_equal(f.result(timeout=10).outputs["output"],
+                                          np.full(2, i, F))
+            served += 1
+        except UnavailableError as e:
+            assert "drain_timeout_ms" in str(e), e
+            refused += 1
+        except SipError as e:  # anything else is a lost request
+            raise AssertionError("request %d: %r" % (i, e))
+    assert srv.wait(10) == 0, srv.log_tail()
+    elapsed = time.monotonic() - t0
+    # 300 ms of drain plus the one execution running at the deadline.
+    assert elapsed < 2.0, elapsed
+    assert 1 <= served <= 4, served
+    assert served + refused == 20
+    m = re.search(r"answered_unavailable=(\d+)", srv.log())
+    assert m and int(m.group(1)) == refused, srv.log_tail()
+
+
+def test_drain_timeout_zero_refuses_queued_at_once(start_sipd):
+    srv = start_sipd([slow_pool(300, 1)], server={"drain_timeout_ms": 0})
+    c = srv.client(timeout_s=30)
+    futs = [c.infer_async(InferenceRequest("slow", {"input": np.full(2, i, F)}))
+            for i in range(5)]
+    time.sleep(0.1)  # the first runs, four are queued
+    srv.send_signal(signal.SIGTERM)
+    np.testing.assert_array_equal(futs[0].result(timeout=10).outputs["output"], np.zeros(2, F))
+    for f in futs[1:]:
+        try:
+            f.result(timeout=10)
+            raise AssertionError("a queued request ran with drain_timeout_ms 0")
+        except UnavailableError:
+            pass
+    assert srv.wait(10) == 0, srv.log_tail()
