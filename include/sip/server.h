@@ -125,6 +125,18 @@ sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
  * serving stays). Must not be called from a completion callback. */
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name);
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name);
+/* Reads the config file again (SIGHUP in sipd) and applies its
+ * session_pools without dropping a request: pools whose settings are
+ * unchanged keep running untouched; a changed pool is loaded beside the old
+ * one, swapped in, and the old one drained; a removed pool is drained and
+ * freed; an added pool is loaded. Of the server section, log_level and
+ * drain_timeout_ms apply at once, the rest at the next start. Blocks until
+ * done (on the loader thread, after the loads queued before it). Errors,
+ * with nothing changed: the file does not parse (its message), a pool fails
+ * to load or would not fit a pipeline, pipeline_sessions changed, a pool
+ * takes a repository model's name (FAILED_PRECONDITION), a server started
+ * from a string (FAILED_PRECONDITION), draining (UNAVAILABLE). */
+sip_error_t *sip_server_reload_config(sip_server_t *s);
 /* Load (or reload) with a Triton model configuration (JSON text, borrowed)
  * applied over the model's config.yaml for this load: max_batch_size,
  * dynamic_batching, instance_group counts (the pool size), version_policy,

@@ -157,6 +157,14 @@ typedef struct sip__config {
   size_t n_pipelines;
 } sip__config_t;
 
+/* 1 when two pool configs ask for the same pool: every setting equal (the
+ * `line` where it was written aside). A config reload keeps such a pool
+ * running untouched. */
+int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t *b);
+/* 1 when two configs have the same pipeline_sessions (names, stages and
+ * their wiring, conditions, outputs). */
+int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y);
+
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
  * by the caller (sip__config_free). `name` labels the text in messages.
  * `backends` is the table backend names and capabilities are checked

@@ -199,9 +199,10 @@ static void *loader_main(void *arg) {
     int stopping = R->stop;
     pthread_mutex_unlock(&R->mu);
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
+                     : op->reload ? sip__server_reload(s)
                      : op->unload ? sip__repo_unload_model(s, op->name)
                                   : sip__repo_load_model(s, op->name, op->config);
-    if (!e) checkpoint(s, op);
+    if (!e && !op->reload) checkpoint(s, op);
     op->done(e, op->user);
     op_free(op);
     pthread_mutex_lock(&R->mu);
@@ -314,17 +315,20 @@ sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
 
 /* ---- public API ------------------------------------------------------------ */
 
-static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, const char *config,
+enum { OP_LOAD, OP_UNLOAD, OP_RELOAD };
+
+static sip_error_t *queue_op(sip_server_t *s, const char *name, int kind, const char *config,
                              sip_repo_done_fn done, void *user) {
   if (!name) return sip_error_new(SIP_INVALID_ARGUMENT, "model name is NULL");
   if (!done) return sip_error_new(SIP_INVALID_ARGUMENT, "completion callback is NULL");
-  sip_error_t *e = sip__repo_check_request(s, name);
+  int unload = kind == OP_UNLOAD;
+  sip_error_t *e = kind == OP_RELOAD ? NULL : sip__repo_check_request(s, name);
   if (e) return e;
   if (atomic_load(&s->draining))
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
   /* An unknown model is refused at once (the loader checks again). */
   char *dir = NULL;
-  if (!unload || !sip__registry_has(&s->eng, name)) {
+  if (kind != OP_RELOAD && (!unload || !sip__registry_has(&s->eng, name))) {
     if (!unload || !sip__repo_rec_exists(s->repo, name))
       e = sip__repo_model_dir(s->repo, name, &dir);
   }
@@ -344,6 +348,7 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, cons
     return SIP__OOM();
   }
   op->unload = unload;
+  op->reload = kind == OP_RELOAD;
   op->done = done;
   op->user = user;
   sip__repo_t *R = s->repo;
@@ -361,18 +366,18 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, cons
 
 sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
                                          void *user) {
-  return queue_op(s, name, 0, NULL, done, user);
+  return queue_op(s, name, OP_LOAD, NULL, done, user);
 }
 
 sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
                                                 const char *config, sip_repo_done_fn done,
                                                 void *user) {
-  return queue_op(s, name, 0, config, done, user);
+  return queue_op(s, name, OP_LOAD, config, done, user);
 }
 
 sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
                                            sip_repo_done_fn done, void *user) {
-  return queue_op(s, name, 1, NULL, done, user);
+  return queue_op(s, name, OP_UNLOAD, NULL, done, user);
 }
 
 typedef struct op_wait {
@@ -391,11 +396,11 @@ static void op_done(sip_error_t *e, void *user) {
   pthread_mutex_unlock(&w->mu);
 }
 
-static sip_error_t *run_op(sip_server_t *s, const char *name, int unload, const char *config) {
+static sip_error_t *run_op(sip_server_t *s, const char *name, int kind, const char *config) {
   op_wait_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  sip_error_t *e = queue_op(s, name, unload, config, op_done, &w);
+  sip_error_t *e = queue_op(s, name, kind, config, op_done, &w);
   if (!e) {
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
@@ -408,15 +413,19 @@ static sip_error_t *run_op(sip_server_t *s, const char *name, int unload, const 
 }
 
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name) {
-  return run_op(s, name, 0, NULL);
+  return run_op(s, name, OP_LOAD, NULL);
 }
 
 sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, const char *config) {
-  return run_op(s, name, 0, config);
+  return run_op(s, name, OP_LOAD, config);
 }
 
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name) {
-  return run_op(s, name, 1, NULL);
+  return run_op(s, name, OP_UNLOAD, NULL);
+}
+
+sip_error_t *sip_server_reload_config(sip_server_t *s) {
+  return run_op(s, "", OP_RELOAD, NULL);
 }
 
 /* ---- the index ------------------------------------------------------------- */

@@ -36,6 +36,7 @@ typedef struct model_rec {
 
 typedef struct repo_op {
   int unload;
+  int reload; /* the config file's pools (reload.c), not a model */
   char *name;
   sip__model_override_t *config; /* load with a Triton model config; NULL: none */
   char *config_text;             /* its text, for the state checkpoint */

@@ -150,8 +150,16 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return SIP__OOM();
   }
   s->cfg = cfg;
+  atomic_store(&s->pools_cfg, cfg);
+  atomic_store(&s->drain_timeout_ms, cfg->drain_timeout_ms);
+  if (o->config_file && !(s->config_path = sip__strdup(o->config_file))) {
+    sip__config_free(cfg);
+    sip__free(s);
+    return SIP__OOM();
+  }
   if (!(s->shm = sip__shm_set_new(0))) {
     sip__config_free(cfg);
+    sip__free(s->config_path);
     sip__free(s);
     return SIP__OOM();
   }
@@ -237,7 +245,7 @@ sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_
 void sip_server_drain(sip_server_t *s, int timeout_ms) {
   if (!s || atomic_exchange(&s->drain_called, 1)) return;
   atomic_store(&s->draining, 1); /* readiness false, new requests refused */
-  uint32_t ms = timeout_ms < 0 ? (uint32_t)s->cfg->drain_timeout_ms : (uint32_t)timeout_ms;
+  uint32_t ms = (uint32_t)(timeout_ms < 0 ? atomic_load(&s->drain_timeout_ms) : timeout_ms);
   uint64_t t0 = sip__now_us();
   sip__log(SIP__LOG_INFO, "draining", "timeout_ms=%u", ms);
   /* The housekeeping thread answers what is still queued at the deadline. */
@@ -297,6 +305,9 @@ void sip_server_free(sip_server_t *s) {
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   sip__config_free(s->cfg);
+  for (size_t i = 0; i < s->n_reloaded; i++) sip__config_free(s->reloaded[i]);
+  sip__free(s->reloaded);
+  sip__free(s->config_path);
   sip__free(s);
 }
 

@@ -133,3 +133,126 @@ def test_drain_timeout_zero_refuses_queued_at_once(start_sipd):
         except UnavailableError:
             pass
     assert srv.wait(10) == 0, srv.log_tail()
+
+
+# ---------------------------------------------------------------------------
+# SIGHUP: the config file's pools reloaded while serving
+
+def builtin(name, pool_size=1, delay_ms=0):
+    return {"name": name, "backend": "builtin", "pool_size": pool_size,
+            "backend_options": {"delay_ms": delay_ms, "shape": "-1"}}
+
+
+def sighup(srv, marker):
+    """Sends SIGHUP and waits for the reload's outcome line ("config
+    reloaded" or "config reload refused"); returns that line."""
+    before = srv.log().count(marker)
+    srv.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while srv.log().count(marker) == before:
+        assert time.monotonic() < deadline, srv.log_tail()
+        srv.assert_alive()
+        time.sleep(0.02)
+    return [ln for ln in srv.log().splitlines() if marker in ln][-1]
+
+
+def pool_status(srv, name):
+    for p in srv.client().status()["pools"]:
+        if p["name"] == name:
+            return p
+    return None
+
+
+def pool_size(srv, name):
+    return [p for p in srv.client().pools() if p["name"] == name][0]["pool_size"]
+
+
+def ok_count(srv, name):
+    return pool_status(srv, name)["requests"].get("OK", 0)
+
+
+def infer(c, name, v):
+    r = c.infer(InferenceRequest(name, {"input": np.full(2, v, F)}))
+    np.testing.assert_array_equal(r.outputs["output"], np.full(2, v, F))
+
+
+def test_sighup_applies_changed_pools_only(start_sipd):
+    srv = start_sipd([builtin("a"), builtin("b"), builtin("gone")])
+    c = srv.client()
+    for v in range(3):
+        infer(c, "a", v)
+        infer(c, "b", v)
+    srv.pools = [builtin("a", pool_size=3), builtin("b"), builtin("added")]
+    srv.write_config()
+    line = sighup(srv, "config reloaded")
+    assert ("pools_added=1 pools_changed=1 pools_removed=1 pools_unchanged=1" in line), line
+    # The changed pool is a new one with the new size; the unchanged one is
+    # the same pool (its counters went on), the removed one is gone.
+    assert pool_size(srv, "a") == 3
+    assert len(pool_status(srv, "a")["sessions"]) == 3
+    assert ok_count(srv, "a") == 0
+    assert ok_count(srv, "b") == 3
+    assert pool_status(srv, "gone") is None
+    infer(c, "a", 7)
+    infer(c, "b", 7)
+    infer(c, "added", 7)
+    assert ok_count(srv, "b") == 4
+    try:
+        infer(c, "gone", 1)
+        raise AssertionError("a removed pool still answered")
+    except SipError as e:
+        assert "not found" in str(e), e
+
+
+def test_sighup_broken_config_refused(start_sipd):
+    srv = start_sipd([builtin("a"), builtin("b")])
+    c = srv.client()
+    infer(c, "a", 1)
+    good = srv.config_path.read_text()
+    for broken in ("session_pools: [ {name: a, backend: builtin\n",  # not YAML
+                   good.replace("pool_size: 1", "pool_size: 0", 1),  # out of range
+                   good.replace('"builtin"', '"nosuchbackend"', 1)):  # unknown backend
+        srv.config_path.write_text(broken)
+        line = sighup(srv, "config reload refused")
+        assert "reason=" in line, line
+        srv.assert_alive()
+        infer(c, "a", 2)
+        infer(c, "b", 2)
+    assert ok_count(srv, "a") == 4  # the same pool all along
+    assert c.ready()
+
+
+def test_sighup_under_a_request_stream(start_sipd):
+    srv = start_sipd([builtin("a", delay_ms=2), builtin("b", delay_ms=2)])
+    stop = threading.Event()
+    errors, done = [], [0]
+
+    def stream(name, base):
+        c = srv.client()
+        v = base
+        while not stop.is_set():
+            try:
+                infer(c, name, v)
+                done[0] += 1
+            except Exception as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(repr(e))
+            v += 1
+
+    threads = [threading.Thread(target=stream, args=(n, 1000 * i))
+               for i, n in enumerate(("a", "b", "a"))]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.2)
+        for size in (2, 3, 1):
+            srv.pools = [builtin("a", pool_size=size, delay_ms=2), builtin("b", delay_ms=2)]
+            srv.write_config()
+            sighup(srv, "config reloaded")
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors[:5]
+    assert done[0] > 50
+    assert pool_size(srv, "a") == 1
