@@ -255,6 +255,10 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
   pthread_mutex_unlock(&s->hk_mu);
   /* The loader finishes the load in progress; queued ones are refused. */
   sip__repo_stop(s);
+  /* New requests are refused at the door (infer); pipeline requests in
+   * flight still submit their next stages, so the pools keep admitting
+   * until those are answered (or the timeout passes). */
+  sip__pipelines_wait_runs(s->pipelines, t0 + (uint64_t)ms * 1000);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
   if (s->eng.registry_inited) {

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+import harness
 import kserve as K
 from cann_sip import InferenceRequest, SipError, UnavailableError
 
@@ -133,6 +134,31 @@ def test_drain_timeout_zero_refuses_queued_at_once(start_sipd):
         except UnavailableError:
             pass
     assert srv.wait(10) == 0, srv.log_tail()
+
+
+def test_sigterm_lets_pipeline_requests_in_flight_finish(sipd_bin, tmp_path):
+    """A pipeline request in flight at SIGTERM still reaches its later
+    stages: the pools keep admitting its stages while the drain waits."""
+    pools = [slow_pool(150, 1), dict(slow_pool(150, 1), name="slow2")]
+    srv = harness.SipServer(tmp_path, pools, server={"drain_timeout_ms": 20000})
+    cfg = srv.config()
+    cfg["pipeline_sessions"] = [{"name": "two", "stages": [
+        {"name": "a", "pool": "slow", "input_mapping": {"input": "pipeline.input"}},
+        {"name": "b", "pool": "slow2", "input_mapping": {"input": "a.output"}}]}]
+    srv.config = lambda: cfg
+    srv.start()
+    try:
+        c = srv.client(timeout_s=30)
+        futs = [c.infer_async(InferenceRequest("two", {"input": np.full(2, i, F)}))
+                for i in range(4)]
+        time.sleep(0.05)  # the first is in stage a, the others queued for it
+        srv.send_signal(signal.SIGTERM)
+        for i, f in enumerate(futs):
+            np.testing.assert_array_equal(f.result(timeout=30).outputs["output"],
+                                          np.full(2, i, F))
+        assert srv.wait(20) == 0, srv.log_tail()
+    finally:
+        srv.kill()
 
 
 # ---------------------------------------------------------------------------
