@@ -11,7 +11,9 @@
  * fails to load, a new pool a pipeline could not run on, a change to
  * pipeline_sessions (pipelines are built at start) or a name a repository
  * model uses refuse the reload with the reason, and everything keeps
- * serving as before. Of the server section, log_level and drain_timeout_ms
+ * serving as before (a pool that failed to load at start and is unchanged
+ * is tried again, and stays FAILED without refusing the rest when it fails
+ * again). Of the server section, log_level and drain_timeout_ms
  * apply at once; the other settings are read at start only (a change is
  * logged). */
 #include <malloc.h>
@@ -60,15 +62,21 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
                       "pipeline_sessions changed; pipelines are built at start: restart sipd to "
                       "apply them");
   /* Each pool of the new config: the running one when nothing changed,
-   * else a new one. */
+   * else a new one. An unchanged pool that failed to load is tried again
+   * (its model file may have been fixed); if it fails again it stays as it
+   * was, without refusing the rest. */
   for (size_t i = 0; !e && i < ncfg->n_pools; i++) {
     const sip__pool_config_t *pc = &ncfg->pools[i];
     sip__pool_t *old = NULL;
     for (size_t j = 0; j < n_live && !old; j++)
       if (!live[j]->from_repo && !strcmp(live[j]->cfg->name, pc->name)) old = live[j];
+    int retry = 0;
     if (old && sip__config_pool_same(old->cfg, pc)) {
-      counts[3]++;
-      continue;
+      retry = atomic_load(&old->state) == SIP__POOL_FAILED;
+      if (!retry) {
+        counts[3]++;
+        continue;
+      }
     }
     if (!old && (e = repo_name_taken(s, live, n_live, pc->name))) break;
     sip__pool_t *p = sip__pool_new(&s->eng, pc, NULL, NULL);
@@ -78,11 +86,15 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
     }
     sip__pool_load(p);
     if (atomic_load(&p->state) != SIP__POOL_READY) {
-      e = sip_error_new(p->load_error ? sip_error_code(p->load_error) : SIP_INTERNAL,
-                        "pool '%s' failed to load: %s", pc->name,
-                        p->load_error ? sip_error_message(p->load_error) : "unknown reason");
+      if (!retry)
+        e = sip_error_new(p->load_error ? sip_error_code(p->load_error) : SIP_INTERNAL,
+                          "pool '%s' failed to load: %s", pc->name,
+                          p->load_error ? sip_error_message(p->load_error) : "unknown reason");
+      else
+        counts[3]++; /* still failing: the FAILED pool stays, with its reason */
       sip__pool_destroy(p);
-      break;
+      if (e) break;
+      continue;
     }
     add[n_add++] = p;
     sip__model_io_t io;

@@ -4,6 +4,7 @@ the requests already admitted finish within server.drain_timeout_ms, answers
 what is still queued after it UNAVAILABLE, and exits 0."""
 
 import re
+import shutil
 import signal
 import threading
 import time
@@ -282,3 +283,19 @@ def test_sighup_under_a_request_stream(start_sipd):
     assert not errors, errors[:5]
     assert done[0] > 50
     assert pool_size(srv, "a") == 1
+
+
+def test_sighup_retries_a_failed_unchanged_pool(start_sipd, model_dir, tmp_path):
+    late = tmp_path / "late.onnx"  # missing at start: the pool is FAILED
+    srv = start_sipd([builtin("a"), {"name": "late", "model_path": str(late)}])
+    assert [p for p in srv.client().pools() if p["name"] == "late"][0]["state"] == "FAILED"
+    # Still missing: the retry fails, the pool stays FAILED, the reload goes on.
+    line = sighup(srv, "config reloaded")
+    assert "pools_unchanged=2" in line, line
+    shutil.copy(model_dir["addmul"], late)
+    line = sighup(srv, "config reloaded")
+    assert "pools_changed=1" in line and "pools_unchanged=1" in line, line
+    x = np.arange(8, dtype=F).reshape(2, 4)
+    r = srv.client().infer(InferenceRequest("late", {"lhs": x, "rhs": x}))
+    np.testing.assert_allclose(r.outputs["y"], x * x + x)
+    infer(srv.client(), "a", 1)
