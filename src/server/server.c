@@ -217,7 +217,9 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
   /* The loader (src/server/repository.c) loads the pools, then serves
    * repository loads and unloads. */
-  return sip__repo_start(s, o->wait_for_load);
+  sip_error_t *e = sip__repo_start(s, o->wait_for_load);
+  s->serving = !e;
+  return e;
 }
 
 int sip__server_options_listen(const sip_server_options_t *o) { return o->listen; }
@@ -247,7 +249,9 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
   atomic_store(&s->draining, 1); /* readiness false, new requests refused */
   uint32_t ms = (uint32_t)(timeout_ms < 0 ? atomic_load(&s->drain_timeout_ms) : timeout_ms);
   uint64_t t0 = sip__now_us();
-  sip__log(SIP__LOG_INFO, "draining", "timeout_ms=%u", ms);
+  /* A server that never started serving (a failed start) drains silently. */
+  int serving = s->serving;
+  if (serving) sip__log(SIP__LOG_INFO, "draining", "timeout_ms=%u", ms);
   /* The housekeeping thread answers what is still queued at the deadline. */
   pthread_mutex_lock(&s->hk_mu);
   atomic_store(&s->drain_deadline_us, t0 + (uint64_t)ms * 1000 + (ms ? 0 : 1));
@@ -281,7 +285,8 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
       sip__registry_drain_free(&s->eng, p);
     }
   }
-  sip__log(SIP__LOG_INFO, "drained", "ms=%.1f answered_unavailable=%llu",
+  if (serving)
+    sip__log(SIP__LOG_INFO, "drained", "ms=%.1f answered_unavailable=%llu",
            (double)(sip__now_us() - t0) / 1000.0,
            (unsigned long long)atomic_load(&s->eng.drain_shed));
 }

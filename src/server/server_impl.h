@@ -18,6 +18,7 @@ struct sip_server {
   uint64_t started_us;
 
   _Atomic int loaded; /* all pools finished loading */
+  int serving;        /* sip__server_start succeeded */
 
   /* Housekeeping: expires queued requests at their deadline. */
   pthread_t hk;
