@@ -39,10 +39,10 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
 }
 
 /* Why `name` (a session_pools entry of the new config) cannot be a config
- * pool: a repository model has it. NULL when it can. */
-static sip_error_t *repo_name_taken(sip_server_t *s, sip__pool_t **live, size_t n,
-                                    const char *name) {
-  int taken = sip__repo_rec_exists(s->repo, name);
+ * pool: a loaded repository model has it. NULL when it can (a repository
+ * model of that name that is not loaded is refused from then on). */
+static sip_error_t *repo_name_taken(sip__pool_t **live, size_t n, const char *name) {
+  int taken = 0;
   for (size_t i = 0; i < n && !taken; i++)
     taken = live[i]->from_repo && !strcmp(live[i]->cfg->name, name);
   return taken ? sip_error_new(SIP_FAILED_PRECONDITION,
@@ -78,7 +78,7 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
         continue;
       }
     }
-    if (!old && (e = repo_name_taken(s, live, n_live, pc->name))) break;
+    if (!old && (e = repo_name_taken(live, n_live, pc->name))) break;
     sip__pool_t *p = sip__pool_new(&s->eng, pc, NULL, NULL);
     if (!p) {
       e = SIP__OOM();

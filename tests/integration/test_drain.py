@@ -299,3 +299,24 @@ def test_sighup_retries_a_failed_unchanged_pool(start_sipd, model_dir, tmp_path)
     r = srv.client().infer(InferenceRequest("late", {"lhs": x, "rhs": x}))
     np.testing.assert_allclose(r.outputs["y"], x * x + x)
     infer(srv.client(), "a", 1)
+
+
+def test_sighup_refuses_a_pool_named_like_a_loaded_repository_model(start_sipd, tmp_path):
+    from test_repository import add_version
+    repo = tmp_path / "repo"
+    add_version(repo, "m", 1)
+    srv = start_sipd([builtin("a")], server={"model_repository": str(repo)})
+    srv.pools = [builtin("a"), builtin("m")]
+    srv.write_config()
+    line = sighup(srv, "config reload refused")
+    assert "session_pools entry 'm' has the name of a repository model" in line, line
+    # Nothing changed: the repository model serves (y = x + 1), pool a too.
+    x = np.ones((1, 4), F)
+    np.testing.assert_array_equal(
+        srv.client().infer(InferenceRequest("m", {"x": x})).outputs["y"], x + 1)
+    infer(srv.client(), "a", 3)
+    # Once the model is unloaded the name is free for the config file.
+    srv.client().unload_model("m")
+    line = sighup(srv, "config reloaded")
+    assert "pools_added=1" in line, line
+    infer(srv.client(), "m", 4)
