@@ -53,10 +53,22 @@ sip_error_t *sip_config_check_file(const char *path, char **summary);
  * (INVALID_ARGUMENT with file:line:col), an endpoint that cannot be opened
  * (UNAVAILABLE naming it). Borrows `o`. */
 sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out);
-/* Stops listeners, lets in-flight and queued requests finish, frees all.
- * NULL is a no-op. Must not be called from a completion callback. */
+/* Drains the server and returns once no admitted request is left:
+ * readiness turns false on every front-end at once (sip_server_ready 0,
+ * sip_server_draining 1), new requests and repository loads are refused
+ * with UNAVAILABLE, and the requests already admitted (running or queued)
+ * may finish for `timeout_ms` (negative: the config's
+ * server.drain_timeout_ms); then what is still queued is answered
+ * UNAVAILABLE (executions already running complete). Front-ends stay up, so
+ * every answer is delivered; sip_server_free closes them. A second call
+ * returns at once. Must not be called from a completion callback. */
+void sip_server_drain(sip_server_t *s, int timeout_ms);
+/* Drains (sip_server_drain with server.drain_timeout_ms, unless a drain was
+ * done), stops the front-ends, frees all. NULL is a no-op. Must not be
+ * called from a completion callback. */
 void sip_server_free(sip_server_t *s);
-/* 1 when every pool has finished loading. Thread-safe. */
+/* 1 when every pool has finished loading and no drain has begun.
+ * Thread-safe. */
 int sip_server_ready(sip_server_t *s);
 /* Number of open listeners and their addresses as "unix:///p" / "tcp://h:port"
  * (with the real port when 0 was configured). Borrowed strings. */
@@ -71,8 +83,10 @@ void sip_free(void *p);
  * reload or unload): front-ends compare it to know when what they cached
  * about the models is stale. */
 uint64_t sip_server_generation(sip_server_t *s);
-/* 1 once sip_server_free has begun: the server answers what is in flight
- * and accepts nothing new (health and ready checks should fail). */
+/* 1 once a drain has begun (sip_server_drain or sip_server_free): the
+ * server answers what is in flight and accepts nothing new; every
+ * front-end's readiness check (HTTP /v2/health/ready, gRPC ServerReady and
+ * health, native INFO ready) answers not ready. Thread-safe. */
 int sip_server_draining(sip_server_t *s);
 
 /* Introspection as JSON text (docs/protocol.md, INFO_RESPONSE): kind 1 ready,
@@ -111,6 +125,18 @@ sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
  * serving stays). Must not be called from a completion callback. */
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name);
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name);
+/* Reads the config file again (SIGHUP in sipd) and applies its
+ * session_pools without dropping a request: pools whose settings are
+ * unchanged keep running untouched; a changed pool is loaded beside the old
+ * one, swapped in, and the old one drained; a removed pool is drained and
+ * freed; an added pool is loaded. Of the server section, log_level and
+ * drain_timeout_ms apply at once, the rest at the next start. Blocks until
+ * done (on the loader thread, after the loads queued before it). Errors,
+ * with nothing changed: the file does not parse (its message), a pool fails
+ * to load or would not fit a pipeline, pipeline_sessions changed, a pool
+ * takes a repository model's name (FAILED_PRECONDITION), a server started
+ * from a string (FAILED_PRECONDITION), draining (UNAVAILABLE). */
+sip_error_t *sip_server_reload_config(sip_server_t *s);
 /* Load (or reload) with a Triton model configuration (JSON text, borrowed)
  * applied over the model's config.yaml for this load: max_batch_size,
  * dynamic_batching, instance_group counts (the pool size), version_policy,

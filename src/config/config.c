@@ -93,6 +93,12 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
     sip__free(cfg->model_repository);
     cfg->model_repository = r;
   }
+  if (cfg->state_dir) {
+    char *r = cfg_resolve_path(c->base_dir, cfg->state_dir);
+    if (!r) return cfg_oom(c);
+    sip__free(cfg->state_dir);
+    cfg->state_dir = r;
+  }
   if (cfg_check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
@@ -289,6 +295,80 @@ static void pool_clear(sip__pool_config_t *p) {
   sip__free(p->preprocess);
 }
 
+static int str_same(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
+static int kv_same(const sip_kv_t *a, size_t na, const sip_kv_t *b, size_t nb) {
+  if (na != nb) return 0;
+  for (size_t i = 0; i < na; i++)
+    if (!str_same(a[i].key, b[i].key) || !str_same(a[i].value, b[i].value)) return 0;
+  return 1;
+}
+
+#define SAME(f) (a->f == b->f)
+#define SAME_ARRAY(f) (!memcmp(a->f, b->f, sizeof a->f))
+
+int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t *b) {
+  if (!str_same(a->name, b->name) || !str_same(a->model_path, b->model_path) ||
+      !str_same(a->backend, b->backend) || !str_same(a->preprocess_input, b->preprocess_input))
+    return 0;
+  if (!SAME(pool_size) || !SAME(priority) || !SAME(max_memory_mb) || !SAME(max_compute_percent) ||
+      !SAME(max_batch_size) || !SAME(max_queue_delay_us) || !SAME(n_preferred) ||
+      !SAME_ARRAY(preferred_batch_sizes) || !SAME(padding_strategy) || !SAME(queue_max_size) ||
+      !SAME(default_timeout_ms) || !SAME(timeout_action) || !SAME(ageing_ms) ||
+      !SAME(preprocess_fixed) || !SAME_ARRAY(cpu_mask) || !SAME(n_cpus) ||
+      !SAME(version_policy) || !SAME(version_latest) || !SAME(n_versions) ||
+      !SAME_ARRAY(versions))
+    return 0;
+  for (int i = 0; i < 3; i++)
+    if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||
+        a->batch_levels[i].timeout_ms != b->batch_levels[i].timeout_ms)
+      return 0;
+  if (a->rate_thresholds[0] != b->rate_thresholds[0] ||
+      a->rate_thresholds[1] != b->rate_thresholds[1])
+    return 0;
+  if (!kv_same(a->backend_options, a->n_backend_options, b->backend_options,
+               b->n_backend_options) ||
+      a->n_preprocess != b->n_preprocess)
+    return 0;
+  for (size_t i = 0; i < a->n_preprocess; i++)
+    if (!str_same(a->preprocess[i].op, b->preprocess[i].op) ||
+        !kv_same(a->preprocess[i].options, a->preprocess[i].n_options, b->preprocess[i].options,
+                 b->preprocess[i].n_options))
+      return 0;
+  return 1;
+}
+
+static int strs_same(char *const *a, size_t na, char *const *b, size_t nb) {
+  if (na != nb) return 0;
+  for (size_t i = 0; i < na; i++)
+    if (!str_same(a[i], b[i])) return 0;
+  return 1;
+}
+
+int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y) {
+  if (x->n_pipelines != y->n_pipelines) return 0;
+  for (size_t i = 0; i < x->n_pipelines; i++) {
+    const sip__pipeline_config_t *a = &x->pipelines[i], *b = &y->pipelines[i];
+    if (!str_same(a->name, b->name) || !str_same(a->early_exit_condition, b->early_exit_condition) ||
+        !strs_same(a->outputs, a->n_outputs, b->outputs, b->n_outputs) || !SAME(n_stages))
+      return 0;
+    for (size_t k = 0; k < a->n_stages; k++) {
+      const sip__stage_config_t *u = &a->stages[k], *v = &b->stages[k];
+      if (!str_same(u->name, v->name) || u->is_transform != v->is_transform ||
+          !str_same(u->pool, v->pool) || !str_same(u->operation, v->operation) ||
+          !str_same(u->when, v->when) ||
+          !kv_same(u->options, u->n_options, v->options, v->n_options) ||
+          !kv_same(u->input_mapping, u->n_input_mapping, v->input_mapping, v->n_input_mapping) ||
+          !strs_same(u->output_filter, u->n_output_filter, v->output_filter, v->n_output_filter))
+        return 0;
+    }
+  }
+  return 1;
+}
+
+#undef SAME
+#undef SAME_ARRAY
+
 void sip__config_pool_free(sip__pool_config_t *p) {
   if (!p) return;
   pool_clear(p);
@@ -303,6 +383,7 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->http);
   sip__free(cfg->grpc);
   sip__free(cfg->model_repository);
+  sip__free(cfg->state_dir);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
   cfg_pipelines_free(cfg);

@@ -152,11 +152,21 @@ typedef struct sip__config {
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */
+  int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
+  char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   sip__pool_config_t *pools;
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
   size_t n_pipelines;
 } sip__config_t;
+
+/* 1 when two pool configs ask for the same pool: every setting equal (the
+ * `line` where it was written aside). A config reload keeps such a pool
+ * running untouched. */
+int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t *b);
+/* 1 when two configs have the same pipeline_sessions (names, stages and
+ * their wiring, conditions, outputs). */
+int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y);
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
  * by the caller (sip__config_free). `name` labels the text in messages.

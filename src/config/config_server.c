@@ -22,7 +22,7 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
-       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_COUNT };
+       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -85,6 +85,17 @@ static const field_t server_fields[S_COUNT] = {
                         .offset = offsetof(sip__config_t, grpc_threads),
                         .def = 2, .min = 1, .max = 64,
                         .doc = "gRPC completion-queue threads (they never wait for inference)."},
+    [S_DRAIN] = {.name = "drain_timeout_ms", .type = F_INT,
+                 .offset = offsetof(sip__config_t, drain_timeout_ms), .def = 30000, .min = 0,
+                 .max = 3600000,
+                 .doc = "On SIGTERM, how long requests already admitted may take to finish; "
+                        "what is still queued then is answered UNAVAILABLE."},
+    [S_STATE] = {.name = "state_dir", .type = F_STRING,
+                 .offset = offsetof(sip__config_t, state_dir),
+                 .expect = "a writable directory",
+                 .doc = "Directory of the runtime state checkpoint (state.json): repository "
+                        "loads and unloads survive a restart; relative to the config file; "
+                        "absent = not kept."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

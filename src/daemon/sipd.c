@@ -1,5 +1,6 @@
 /* sipd — the sip daemon: loads a YAML config of session pools and serves
- * them on the configured endpoints until SIGINT/SIGTERM, then drains. */
+ * them on the configured endpoints until SIGINT/SIGTERM, then drains
+ * (server.drain_timeout_ms) and exits 0; SIGHUP reloads the file's pools. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
 
@@ -79,8 +81,18 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   int sig = 0;
-  sigwait(&set, &sig);
+  /* SIGHUP: the config file's pools are reloaded while serving; a config
+   * that cannot be applied is refused (logged) and nothing changes. */
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    fprintf(stderr, "sipd: SIGHUP received, reloading %s\n", config);
+    sip_error_t *re = sip_server_reload_config(srv);
+    if (re) fprintf(stderr, "sipd: reload refused: %s\n", sip_error_message(re));
+    sip_error_free(re);
+  }
   fprintf(stderr, "sipd: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  /* Readiness turns false at once; admitted requests get
+   * server.drain_timeout_ms, then what is left is answered UNAVAILABLE. */
+  sip_server_drain(srv, -1);
   sip_server_free(srv);
   return 0;
 }

@@ -27,6 +27,11 @@ void sip__pipelines_build(sip__pipeline_set_t *ps);
  * queued have run (their answers go out while the transports are still up);
  * later submissions run those stages on the caller's thread. NULL: no-op. */
 void sip__pipelines_quiesce(sip__pipeline_set_t *ps);
+/* Waits until every pipeline request admitted has been answered, or until
+ * `deadline_us` (sip__now_us clock) passes. A drain calls it with new
+ * requests refused, before its pools stop admitting: stages of runs in
+ * flight still reach their pools. NULL: no-op. */
+void sip__pipelines_wait_runs(sip__pipeline_set_t *ps, uint64_t deadline_us);
 void sip__pipelines_free(sip__pipeline_set_t *ps);
 
 /* Whether the pipelines whose stages run on pool `name` can go on with `io`

@@ -102,6 +102,7 @@ struct sip__pipeline_set {
   job_queue_t jobs;
   int busy;   /* jobs being run */
   int closed; /* quiesced: submissions run their stages inline */
+  _Atomic long runs; /* requests admitted and not answered (a drain waits for them) */
   pthread_t workers[N_WORKERS];
   int n_workers;
 };

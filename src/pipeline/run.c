@@ -12,6 +12,7 @@
  * condition is checked; the run answers once nothing is in flight. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "pipeline/pipeline_impl.h"
@@ -95,6 +96,21 @@ void sip__pipelines_quiesce(sip__pipeline_set_t *ps) {
   pthread_mutex_unlock(&ps->mu);
   for (int i = 0; i < ps->n_workers; i++) pthread_join(ps->workers[i], NULL);
   ps->n_workers = 0;
+}
+
+void sip__pipelines_wait_runs(sip__pipeline_set_t *ps, uint64_t deadline_us) {
+  if (!ps) return;
+  pthread_mutex_lock(&ps->mu);
+  for (uint64_t now; atomic_load(&ps->runs) > 0 && (now = sip__now_us()) < deadline_us;) {
+    /* idle_cv runs on the realtime clock: wait the time left from now. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (deadline_us - now) * 1000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&ps->idle_cv, &ps->mu, &ts);
+  }
+  pthread_mutex_unlock(&ps->mu);
 }
 
 /* Queues stage k of r for a worker; 0 when it must run here instead (no
@@ -244,11 +260,17 @@ static void finish(run_t *r) {
   for (size_t k = 0; k < pl->n; k++) stage_tensors_free(r->st[k].outs, r->st[k].n_outs);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
+  sip__pipeline_set_t *ps = pl->ps;
   sip_request_free(r->req);
   sip__expr_free(r->exit);
   pthread_mutex_destroy(&r->mu);
   sip__free(r);
   done(resp, user);
+  if (atomic_fetch_sub(&ps->runs, 1) == 1) { /* the last one: a drain may wait for it */
+    pthread_mutex_lock(&ps->mu);
+    pthread_cond_broadcast(&ps->idle_cv);
+    pthread_mutex_unlock(&ps->mu);
+  }
 }
 
 /* A stage ended (ran, skipped, failed): record it, release its dependents,
@@ -606,6 +628,7 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     if (!pl->st[k].n_deps) ready[n_ready++] = (int)k;
   }
   r->pending = n_ready;
+  atomic_fetch_add(&ps->runs, 1);
   for (int i = 0; i < n_ready; i++)
     if (!pl->st[ready[i]].tf || !hand_off(ps, r, ready[i])) launch(r, ready[i]);
   return NULL;

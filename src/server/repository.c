@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline.h"
 #include "server/repository_impl.h"
+#include "server/state.h"
 
 /* ---- records ------------------------------------------------------------ */
 
@@ -97,6 +98,54 @@ int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const s
 
 /* ---- the loader thread ---------------------------------------------------- */
 
+/* ---- the state checkpoint (server.state_dir) ------------------------------ */
+
+/* 1 when the state file says what to do with `name`. */
+static int restored(sip__repo_t *R, const char *name) {
+  for (size_t i = 0; R->state && i < sip__state_model_count(R->state); i++)
+    if (!strcmp(sip__state_model_at(R->state, i, NULL, NULL), name)) return 1;
+  return 0;
+}
+
+/* Applies the state file's repository section at start: models it records
+ * as loaded are loaded (with the model config their load carried), models
+ * it records as unloaded stay unloaded. */
+static void restore(sip_server_t *s) {
+  sip__repo_t *R = s->repo;
+  size_t n = R->state ? sip__state_model_count(R->state) : 0;
+  for (size_t i = 0; i < n && !atomic_load(&s->draining); i++) {
+    int loaded = 0;
+    const char *config = NULL, *name = sip__state_model_at(R->state, i, &loaded, &config);
+    sip_error_t *e = NULL;
+    if (!loaded) {
+      sip__repo_rec_finish(R, name, REC_UNLOADED, NULL, 0);
+    } else {
+      sip__model_override_t *ov = NULL;
+      if (config) e = sip__model_override_parse(config, strlen(config), name, &ov);
+      if (!e) e = sip__repo_load_model(s, name, ov);
+      sip__model_override_free(ov);
+    }
+    sip__log(e ? SIP__LOG_ERROR : SIP__LOG_INFO, "state restored", "model=%s state=%s%s%s%s",
+             name, loaded ? "loaded" : "unloaded", config ? " config=yes" : "",
+             e ? " reason=\"" : "", e ? sip_error_message(e) : "");
+    sip_error_free(e);
+  }
+}
+
+/* Records a load or unload that succeeded, and writes the file. A write
+ * that fails is logged; serving goes on (the next change writes again). */
+static void checkpoint(sip_server_t *s, const repo_op_t *op) {
+  sip__repo_t *R = s->repo;
+  if (!R->state) return;
+  sip_error_t *e = sip__state_set_model(R->state, op->name, !op->unload, op->config_text);
+  if (!e) e = sip__state_save(s->cfg->state_dir, R->state);
+  if (e) {
+    sip__log(SIP__LOG_ERROR, "state not saved", "model=%s reason=\"%s\"", op->name,
+             sip_error_message(e));
+    sip_error_free(e);
+  }
+}
+
 /* The config file's pools, then every repository model (unless explicit),
  * one at a time: loads compete for the same cores and memory bandwidth. */
 static void initial_load(sip_server_t *s) {
@@ -113,14 +162,16 @@ static void initial_load(sip_server_t *s) {
     names = sip__repo_scan_models(R, &n);
     /* Known and loading from now on (requests hear "loading", not "unknown"). */
     for (size_t i = 0; i < n; i++)
-      if (!sip__repo_config_name_taken(s, names[i]))
+      if (!sip__repo_config_name_taken(s, names[i]) && !restored(R, names[i]))
         sip__repo_rec_set_state(R, names[i], REC_LOADING);
     for (size_t i = 0; i < n && !atomic_load(&s->draining); i++) {
+      if (restored(R, names[i])) continue; /* as the state file says, below */
       sip_error_t *e = sip__repo_load_model(s, names[i], NULL);
       sip_error_free(e); /* logged and recorded */
     }
   }
   sip__repo_free_names(names, n);
+  restore(s);
   /* Pipelines hook (src/pipeline/): built once their pools have loaded. */
   sip__pipelines_build(s->pipelines);
   atomic_store(&s->loaded, 1);
@@ -131,6 +182,7 @@ SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)
 
 static void op_free(repo_op_t *op) {
   sip__model_override_free(op->config);
+  sip__free(op->config_text);
   sip__free(op->name);
   sip__free(op);
 }
@@ -147,8 +199,10 @@ static void *loader_main(void *arg) {
     int stopping = R->stop;
     pthread_mutex_unlock(&R->mu);
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
+                     : op->reload ? sip__server_reload(s)
                      : op->unload ? sip__repo_unload_model(s, op->name)
                                   : sip__repo_load_model(s, op->name, op->config);
+    if (!e && !op->reload) checkpoint(s, op);
     op->done(e, op->user);
     op_free(op);
     pthread_mutex_lock(&R->mu);
@@ -177,6 +231,10 @@ sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
     if (!(R->root = sip__strdup(real))) return SIP__OOM();
     R->root_len = strlen(real);
   }
+  if (s->cfg->state_dir) {
+    sip_error_t *e = sip__state_open(s->cfg->state_dir, &R->state);
+    if (e) return e;
+  }
   if (wait) initial_load(s);
   if (pthread_create(&R->thread, NULL, loader_main, s) != 0)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the loader thread");
@@ -201,10 +259,9 @@ void sip__repo_free(sip_server_t *s) {
   if (!R) return;
   for (repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
     op->done(sip_error_new(SIP_UNAVAILABLE, "server is shutting down"), op->user);
-    sip__model_override_free(op->config);
-    sip__free(op->name);
-    sip__free(op);
+    op_free(op);
   }
+  sip__state_free(R->state);
   while (R->models) {
     model_rec_t *m = R->models;
     R->models = m->next;
@@ -258,17 +315,20 @@ sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
 
 /* ---- public API ------------------------------------------------------------ */
 
-static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, const char *config,
+enum { OP_LOAD, OP_UNLOAD, OP_RELOAD };
+
+static sip_error_t *queue_op(sip_server_t *s, const char *name, int kind, const char *config,
                              sip_repo_done_fn done, void *user) {
   if (!name) return sip_error_new(SIP_INVALID_ARGUMENT, "model name is NULL");
   if (!done) return sip_error_new(SIP_INVALID_ARGUMENT, "completion callback is NULL");
-  sip_error_t *e = sip__repo_check_request(s, name);
+  int unload = kind == OP_UNLOAD;
+  sip_error_t *e = kind == OP_RELOAD ? NULL : sip__repo_check_request(s, name);
   if (e) return e;
   if (atomic_load(&s->draining))
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
   /* An unknown model is refused at once (the loader checks again). */
   char *dir = NULL;
-  if (!unload || !sip__registry_has(&s->eng, name)) {
+  if (kind != OP_RELOAD && (!unload || !sip__registry_has(&s->eng, name))) {
     if (!unload || !sip__repo_rec_exists(s->repo, name))
       e = sip__repo_model_dir(s->repo, name, &dir);
   }
@@ -283,7 +343,12 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, cons
     op_free(op);
     return e;
   }
+  if (config && !(op->config_text = sip__strdup(config))) {
+    op_free(op);
+    return SIP__OOM();
+  }
   op->unload = unload;
+  op->reload = kind == OP_RELOAD;
   op->done = done;
   op->user = user;
   sip__repo_t *R = s->repo;
@@ -301,18 +366,18 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, cons
 
 sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
                                          void *user) {
-  return queue_op(s, name, 0, NULL, done, user);
+  return queue_op(s, name, OP_LOAD, NULL, done, user);
 }
 
 sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
                                                 const char *config, sip_repo_done_fn done,
                                                 void *user) {
-  return queue_op(s, name, 0, config, done, user);
+  return queue_op(s, name, OP_LOAD, config, done, user);
 }
 
 sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
                                            sip_repo_done_fn done, void *user) {
-  return queue_op(s, name, 1, NULL, done, user);
+  return queue_op(s, name, OP_UNLOAD, NULL, done, user);
 }
 
 typedef struct op_wait {
@@ -331,11 +396,11 @@ static void op_done(sip_error_t *e, void *user) {
   pthread_mutex_unlock(&w->mu);
 }
 
-static sip_error_t *run_op(sip_server_t *s, const char *name, int unload, const char *config) {
+static sip_error_t *run_op(sip_server_t *s, const char *name, int kind, const char *config) {
   op_wait_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  sip_error_t *e = queue_op(s, name, unload, config, op_done, &w);
+  sip_error_t *e = queue_op(s, name, kind, config, op_done, &w);
   if (!e) {
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
@@ -348,15 +413,19 @@ static sip_error_t *run_op(sip_server_t *s, const char *name, int unload, const 
 }
 
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name) {
-  return run_op(s, name, 0, NULL);
+  return run_op(s, name, OP_LOAD, NULL);
 }
 
 sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, const char *config) {
-  return run_op(s, name, 0, config);
+  return run_op(s, name, OP_LOAD, config);
 }
 
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name) {
-  return run_op(s, name, 1, NULL);
+  return run_op(s, name, OP_UNLOAD, NULL);
+}
+
+sip_error_t *sip_server_reload_config(sip_server_t *s) {
+  return run_op(s, "", OP_RELOAD, NULL);
 }
 
 /* ---- the index ------------------------------------------------------------- */

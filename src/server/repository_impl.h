@@ -36,8 +36,10 @@ typedef struct model_rec {
 
 typedef struct repo_op {
   int unload;
+  int reload; /* the config file's pools (reload.c), not a model */
   char *name;
   sip__model_override_t *config; /* load with a Triton model config; NULL: none */
+  char *config_text;             /* its text, for the state checkpoint */
   sip_repo_done_fn done;
   void *user;
   SIP__FIFO_LINK(struct repo_op);
@@ -58,6 +60,9 @@ struct sip__repo {
   pthread_t thread;
   int started;
   model_rec_t *models;
+  /* server.state_dir's checkpoint (src/server/state.c); NULL: none. Only
+   * the loader changes it: the loads and unloads asked for are recorded. */
+  struct sip__state *state;
 };
 
 /* ---- records (repository.c) ---- */

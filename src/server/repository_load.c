@@ -61,8 +61,9 @@ static sip__pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
  * "a pipeline (pipeline_sessions)", or NULL. Requests name pools and
  * pipelines alike, so a repository model may share neither name. */
 const char *sip__repo_config_name_taken(sip_server_t *s, const char *name) {
-  for (size_t i = 0; i < s->cfg->n_pools; i++)
-    if (!strcmp(s->cfg->pools[i].name, name)) return "a session_pools entry";
+  const sip__config_t *pools = atomic_load(&s->pools_cfg); /* the last reload's */
+  for (size_t i = 0; i < pools->n_pools; i++)
+    if (!strcmp(pools->pools[i].name, name)) return "a session_pools entry";
   for (size_t i = 0; i < s->cfg->n_pipelines; i++)
     if (!strcmp(s->cfg->pipelines[i].name, name)) return "a pipeline (pipeline_sessions)";
   return NULL;

@@ -99,6 +99,16 @@ static void *hk_main(void *arg) {
       uint64_t d = sip__pool_expire(pools[i], now);
       if (d && d < next) next = d;
     }
+    /* A drain past its timeout answers what is still queued UNAVAILABLE;
+     * it looks again while the drain lasts (a retried pipeline stage, a
+     * delayed request may still arrive in a queue). */
+    uint64_t drain_at = atomic_load(&s->drain_deadline_us);
+    if (drain_at && now >= drain_at) {
+      for (size_t i = 0; i < n; i++) sip__pool_shed(pools[i]);
+      next = now + 50000;
+    } else if (drain_at && drain_at < next) {
+      next = drain_at;
+    }
     sip__registry_release(pools, n);
     pthread_mutex_lock(&s->hk_mu);
     if (atomic_load(&s->hk_next_us) < next) next = atomic_load(&s->hk_next_us);
@@ -140,9 +150,17 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return SIP__OOM();
   }
   s->cfg = cfg;
+  atomic_store(&s->pools_cfg, cfg);
+  atomic_store(&s->drain_timeout_ms, cfg->drain_timeout_ms);
+  if (o->config_file && !(s->config_path = sip__strdup(o->config_file))) {
+    sip__config_free(cfg);
+    sip__free(s);
+    return SIP__OOM();
+  }
   if (!(s->shm = sip__shm_set_new(0)) || !(s->trace = sip__trace_set_new())) {
     sip__shm_set_free(s->shm);
     sip__config_free(cfg);
+    sip__free(s->config_path);
     sip__free(s);
     return SIP__OOM();
   }
@@ -201,7 +219,9 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
   /* The loader (src/server/repository.c) loads the pools, then serves
    * repository loads and unloads. */
-  return sip__repo_start(s, o->wait_for_load);
+  sip_error_t *e = sip__repo_start(s, o->wait_for_load);
+  s->serving = !e;
+  return e;
 }
 
 int sip__server_options_listen(const sip_server_options_t *o) { return o->listen; }
@@ -227,11 +247,25 @@ sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_
   return NULL;
 }
 
-void sip_server_free(sip_server_t *s) {
-  if (!s) return;
-  atomic_store(&s->draining, 1); /* HTTP health/ready turns 503 */
+void sip_server_drain(sip_server_t *s, int timeout_ms) {
+  if (!s || atomic_exchange(&s->drain_called, 1)) return;
+  atomic_store(&s->draining, 1); /* readiness false, new requests refused */
+  uint32_t ms = (uint32_t)(timeout_ms < 0 ? atomic_load(&s->drain_timeout_ms) : timeout_ms);
+  uint64_t t0 = sip__now_us();
+  /* A server that never started serving (a failed start) drains silently. */
+  int serving = s->serving;
+  if (serving) sip__log(SIP__LOG_INFO, "draining", "timeout_ms=%u", ms);
+  /* The housekeeping thread answers what is still queued at the deadline. */
+  pthread_mutex_lock(&s->hk_mu);
+  atomic_store(&s->drain_deadline_us, t0 + (uint64_t)ms * 1000 + (ms ? 0 : 1));
+  pthread_cond_signal(&s->hk_cv);
+  pthread_mutex_unlock(&s->hk_mu);
   /* The loader finishes the load in progress; queued ones are refused. */
   sip__repo_stop(s);
+  /* New requests are refused at the door (infer); pipeline requests in
+   * flight still submit their next stages, so the pools keep admitting
+   * until those are answered (or the timeout passes). */
+  sip__pipelines_wait_runs(s->pipelines, t0 + (uint64_t)ms * 1000);
   /* Drain: sessions finish what is queued; new requests get UNAVAILABLE;
    * transports stay up until then so every answer can be delivered. */
   if (s->eng.registry_inited) {
@@ -254,6 +288,15 @@ void sip_server_free(sip_server_t *s) {
       sip__registry_drain_free(&s->eng, p);
     }
   }
+  if (serving)
+    sip__log(SIP__LOG_INFO, "drained", "ms=%.1f answered_unavailable=%llu",
+           (double)(sip__now_us() - t0) / 1000.0,
+           (unsigned long long)atomic_load(&s->eng.drain_shed));
+}
+
+void sip_server_free(sip_server_t *s) {
+  if (!s) return;
+  sip_server_drain(s, -1);
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
   /* Every request a front-end submitted has completed: close them, last first. */
   while (s->n_frontends) {
@@ -275,10 +318,15 @@ void sip_server_free(sip_server_t *s) {
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   sip__config_free(s->cfg);
+  for (size_t i = 0; i < s->n_reloaded; i++) sip__config_free(s->reloaded[i]);
+  sip__free(s->reloaded);
+  sip__free(s->config_path);
   sip__free(s);
 }
 
-int sip_server_ready(sip_server_t *s) { return atomic_load(&s->loaded); }
+int sip_server_ready(sip_server_t *s) {
+  return atomic_load(&s->loaded) && !atomic_load(&s->draining);
+}
 
 uint64_t sip_server_generation(sip_server_t *s) { return atomic_load(&s->eng.reg_gen); }
 
@@ -476,6 +524,11 @@ static sip__model_t *find_model(sip_server_t *s, sip_request_t *r, sip_error_t *
 static sip_error_t *infer(sip_server_t *s, sip_request_t *r, int batch, int max_batch_size,
                           int padding, sip_infer_done_fn done, void *user) {
   if (!r) return sip_error_new(SIP_INVALID_ARGUMENT, "request is NULL");
+  if (atomic_load(&s->draining)) {
+    sip__log_failure("pool=%s code=UNAVAILABLE reason=draining", r->pool);
+    sip_request_free(r);
+    return sip_error_new(SIP_UNAVAILABLE, "server is shutting down: it accepts no new requests");
+  }
   sip_error_t *e = NULL;
   sip__model_t *m = find_model(s, r, &e);
   if (!m) {

@@ -18,6 +18,7 @@ struct sip_server {
   uint64_t started_us;
 
   _Atomic int loaded; /* all pools finished loading */
+  int serving;        /* sip__server_start succeeded */
 
   /* Housekeeping: expires queued requests at their deadline. */
   pthread_t hk;
@@ -33,10 +34,22 @@ struct sip_server {
     void *state;
   } frontends[SIP__MAX_FRONTENDS];
   size_t n_frontends;
-  /* Set when sip_server_free begins: health/ready answers 503 from then on. */
+  /* Set when a drain begins (sip_server_drain, or sip_server_free): every
+   * front-end's readiness is false and new requests get UNAVAILABLE. */
   _Atomic int draining;
+  _Atomic int drain_called;
+  _Atomic uint64_t drain_deadline_us; /* 0: no drain; then queues are shed */
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
   sip__trace_set_t *trace; /* Triton's trace settings (core/settings.h) */
+  /* Config reloads (src/server/reload.c): the file read again; the config
+   * whose session_pools serve (cfg, then the last reload's); every config
+   * a reload read, kept while pools point into them. cfg keeps the
+   * server settings and the pipelines read at start. */
+  char *config_path; /* NULL: started from a string */
+  _Atomic(sip__config_t *) pools_cfg;
+  sip__config_t **reloaded;
+  size_t n_reloaded;
+  _Atomic int drain_timeout_ms; /* server.drain_timeout_ms, as last read */
   struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
 };
 
@@ -50,6 +63,9 @@ sip_error_t *sip__repo_start(struct sip_server *s, int wait);
  * UNAVAILABLE. Safe when never started. */
 void sip__repo_stop(struct sip_server *s);
 void sip__repo_free(struct sip_server *s);
+/* Reads the config file again and applies its session_pools (reload.c);
+ * on the loader thread. */
+sip_error_t *sip__server_reload(struct sip_server *s);
 /* Why `name` has no pool when the repository knows it (loading, unloaded,
  * failed: UNAVAILABLE with the reason), else NULL. */
 sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);

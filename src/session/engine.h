@@ -215,6 +215,9 @@ sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
 void *sip__session_main(void *session);
 /* Completes queued requests carrying `t` with CANCELLED. */
 void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t);
+/* Completes every queued request with UNAVAILABLE (a drain whose timeout
+ * passed); executions already running finish. Counted in drain_shed. */
+void sip__pool_shed(sip__pool_t *p);
 /* Validates and queues; takes `r` on success only. */
 sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r);
 /* Completes queued requests whose deadline passed; returns the earliest
@@ -280,6 +283,7 @@ typedef struct sip__engine {
   pthread_cond_t reg_cv;
   atomic_int reg_waiters;   /* drains waiting on reg_cv */
   _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
+  _Atomic uint64_t drain_shed; /* requests answered UNAVAILABLE by sip__pool_shed */
   int registry_inited;      /* reg_lock & co exist */
   /* Models served by name besides pools (pipelines), fixed once the server
    * is set up; found before pools. Not reference counted: they live as

@@ -226,13 +226,16 @@ uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now) {
   return next;
 }
 
-void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t) {
+/* Takes the queued requests `match` picks (all when NULL) out of every
+ * queue, and answers each with `answer`. */
+static void take_queued(sip__pool_t *p, const sip_cancel_token_t *match,
+                        void (*answer)(sip__pool_t *, sip_request_t *, uint64_t)) {
   sip__sched_item_t *gone = NULL; /* linked through next, out of the queues */
   pthread_mutex_lock(&p->mu);
   for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
     for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
       nx = it->next;
-      if (REQ(it)->cancel != t) continue;
+      if (match && REQ(it)->cancel != match) continue;
       sip__sched_remove(&p->queue, l, it);
       it->next = gone;
       gone = it;
@@ -244,9 +247,22 @@ void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t) {
     sip__sched_item_t *it = gone;
     gone = it->next;
     it->next = NULL;
-    cancel_request(p, REQ(it), now);
+    answer(p, REQ(it), now);
   }
 }
+
+void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t) {
+  take_queued(p, t, cancel_request);
+}
+
+static void shed_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
+  atomic_fetch_add(&p->eng->drain_shed, 1);
+  fail_request(p, r, SIP_UNAVAILABLE,
+               "server is shutting down: its drain_timeout_ms passed before this request ran",
+               now - r->sched.arrival_us);
+}
+
+void sip__pool_shed(sip__pool_t *p) { take_queued(p, NULL, shed_request); }
 
 /* ---- batching ---- */
 

@@ -974,6 +974,79 @@ static void test_pipeline_duplicate_keys(void **state) {
              "preprocess.resize.size: duplicate key", "expected each option at most once");
 }
 
+/* Pools compared for a config reload: equal settings whatever the line or
+ * the key order; any one setting changed makes them differ. */
+static void test_pool_same(void **state) {
+  (void)state;
+  const char *base =
+      "session_pools:\n  - name: a\n    model_path: a.onnx\n    pool_size: 2\n"
+      "    backend_options: {x: '1'}\n    queue: {max_size: 8}\n";
+  const char *moved =
+      "server: {log_level: warn}\n\nsession_pools:\n  - queue: {max_size: 8}\n"
+      "    backend_options: {x: '1'}\n    pool_size: 2\n    model_path: a.onnx\n    name: a\n";
+  const char *changed[] = {
+      "session_pools:\n  - {name: a, model_path: a.onnx, pool_size: 3, backend_options: {x: '1'}, "
+      "queue: {max_size: 8}}\n",
+      "session_pools:\n  - {name: a, model_path: b.onnx, pool_size: 2, backend_options: {x: '1'}, "
+      "queue: {max_size: 8}}\n",
+      "session_pools:\n  - {name: a, model_path: a.onnx, pool_size: 2, backend_options: {x: '2'}, "
+      "queue: {max_size: 8}}\n",
+      "session_pools:\n  - {name: a, model_path: a.onnx, pool_size: 2, backend_options: {x: '1'}, "
+      "queue: {max_size: 9}}\n",
+      "session_pools:\n  - {name: a, model_path: a.onnx, pool_size: 2, backend_options: {x: '1'}, "
+      "queue: {max_size: 8}, priority: high}\n",
+  };
+  sip__config_t *a = load_ok(base), *b = load_ok(moved);
+  assert_true(sip__config_pool_same(&a->pools[0], &b->pools[0]));
+  assert_true(sip__config_pipelines_same(a, b));
+  sip__config_free(b);
+  for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+    b = load_ok(changed[i]);
+    if (sip__config_pool_same(&a->pools[0], &b->pools[0])) fail_msg("same: %s", changed[i]);
+    sip__config_free(b);
+  }
+  sip__config_free(a);
+}
+
+static void test_pipelines_same(void **state) {
+  (void)state;
+  const char *pools = "session_pools:\n  - {name: p, model_path: p.onnx}\n"
+                      "  - {name: q, model_path: q.onnx}\n";
+  char one[512], two[512], three[512];
+  snprintf(one, sizeof one, "%spipeline_sessions:\n  - name: pl\n    stages:\n"
+           "      - {name: s, pool: p}\n", pools);
+  snprintf(two, sizeof two, "%spipeline_sessions:\n  - name: pl\n    stages:\n"
+           "      - {name: s, pool: q}\n", pools);
+  snprintf(three, sizeof three, "%spipeline_sessions:\n  - name: pl\n    stages:\n"
+           "      - {name: s, pool: p, when: 'sum(pipeline.x) > 0'}\n", pools);
+  sip__config_t *a = load_ok(one), *a2 = load_ok(one), *b = load_ok(two), *c = load_ok(three),
+                *none = load_ok(pools);
+  assert_true(sip__config_pipelines_same(a, a2));
+  assert_false(sip__config_pipelines_same(a, b));
+  assert_false(sip__config_pipelines_same(a, c));
+  assert_false(sip__config_pipelines_same(a, none));
+  sip__config_free(a);
+  sip__config_free(a2);
+  sip__config_free(b);
+  sip__config_free(c);
+  sip__config_free(none);
+}
+
+static void test_drain_and_state_keys(void **state) {
+  (void)state;
+  sip__config_t *cfg = load_ok("session_pools: []\n");
+  assert_int_equal(cfg->drain_timeout_ms, 30000);
+  assert_null(cfg->state_dir);
+  sip__config_free(cfg);
+  cfg = load_ok("server: {drain_timeout_ms: 0, state_dir: st}\nsession_pools: []\n");
+  assert_int_equal(cfg->drain_timeout_ms, 0);
+  assert_string_equal(cfg->state_dir, BASE "/st"); /* relative to the config file */
+  sip__config_free(cfg);
+  EXPECT_ERR("server: {drain_timeout_ms: -1}\nsession_pools: []\n", "drain_timeout_ms");
+  EXPECT_ERR("server: {drain_timeout_ms: 3600001}\nsession_pools: []\n", "drain_timeout_ms");
+  EXPECT_ERR("server: {state_dir: [a]}\nsession_pools: []\n", "state_dir");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
@@ -989,6 +1062,8 @@ int main(void) {
       cmocka_unit_test(test_grpc_keys),
       cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
       cmocka_unit_test(test_cpu_affinity), cmocka_unit_test(test_pipeline_duplicate_keys),
+      cmocka_unit_test(test_pool_same), cmocka_unit_test(test_pipelines_same),
+      cmocka_unit_test(test_drain_and_state_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
