@@ -102,6 +102,9 @@ typedef struct sip__pool_config {
    * places them. */
   uint64_t cpu_mask[SIP__MAX_CPUS / 64];
   int n_cpus;
+  /* idempotency (docs/idempotency.md): requests carrying a key run once. */
+  int idem_enabled;              /* requests with a client id are keyed too */
+  int64_t idem_ttl_s, idem_max_entries, idem_max_bytes;
   int line;                      /* where the pool's entry starts, for messages */
   /* version_policy (repository models' config.yaml only). */
   int version_policy;            /* sip__version_policy_t */

@@ -92,6 +92,11 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       if (!param_uint(p, &u)) return BAD("parameters.timeout is not an integer >= 0 (microseconds)");
       uint64_t ms = (u + 999) / 1000;
       sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
+    } else if (!strcmp(key, "idempotency_key")) {
+      if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        return BAD("parameters.idempotency_key is not a string");
+      sip_error_t *e = sip_request_set_idempotency_key(r, p->string_param);
+      if (e) return e;
     }
   }
   return NULL;
@@ -340,7 +345,8 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
     goto done;
   }
   if (k->version && (e = sip_request_set_version(k->req, k->version))) goto done;
-  if ((e = decode_params(m, k->req))) goto done;
+  if ((e = decode_params(m, k->req)) || (k->id && (e = sip_request_set_client_id(k->req, k->id))))
+    goto done;
   size_t raw_i = 0;
   for (size_t i = 0; i < m->n_inputs && !e; i++)
     e = decode_input(m, i, &raw_i, owner, set, k->req);
@@ -423,6 +429,17 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   r.model_name = k->model;
   r.model_version = (char *)(version ? version : "");
   r.id = k->id ? k->id : "";
+  Inference__ModelInferResponse__ParametersEntry rp =
+      INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT, *rpp = &rp;
+  param_t rv = INFERENCE__INFER_PARAMETER__INIT;
+  if (k->replayed) {
+    rv.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    rv.bool_param = 1;
+    rp.key = (char *)"idempotent_replay";
+    rp.value = &rv;
+    r.parameters = &rpp;
+    r.n_parameters = 1;
+  }
   out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
   otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
   ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);

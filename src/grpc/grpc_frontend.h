@@ -46,6 +46,7 @@ typedef struct sip__grpc_infer {
   char *id;           /* id to echo, NULL when empty */
   sip__grpc_shm_out_t *shm_out; /* outputs asked in shared memory */
   size_t n_shm_out;
+  int replayed; /* the answer is a duplicate's: parameter idempotent_replay */
 } sip__grpc_infer_t;
 
 /* Decodes a serialized inference.ModelInferRequest into an engine request.

@@ -93,7 +93,8 @@ static void on_done(sip_response_t *resp, void *user) {
     else
       sip__encode_infer_response_shm(&w, sip_response_request_id(resp), sip_response_code(resp),
                                      sip_response_message(resp), queue_us, compute_us, total_us,
-                                     outs, refs, n_out);
+                                     outs, refs, n_out,
+                                     sip_response_replayed(resp) ? SIP__RESP_REPLAYED : 0);
     sip_error_free(e);
     sip__free(refs); /* the region names are the pending's */
     if (w.oom) {
@@ -182,15 +183,22 @@ static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
   if (!json_is_object(root)) {
     e = sip_error_new(SIP_INVALID_ARGUMENT,
                       "request parameters are not a JSON object (%s); expected "
-                      "{\"pipeline_config\": {...}}",
+                      "{\"pipeline_config\": {...}, \"idempotency_key\": \"...\"}",
                       root ? "another JSON value" : je.text);
   } else {
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
+      if (!strcmp(key, "idempotency_key")) {
+        e = json_is_string(v) ? sip_request_set_idempotency_key(r, json_string_value(v))
+                              : sip_error_new(SIP_INVALID_ARGUMENT, "request parameter "
+                                              "idempotency_key is not a string; expected one");
+        if (e) break;
+        continue;
+      }
       if (strcmp(key, "pipeline_config")) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "unknown request parameter '%s'; expected pipeline_config", key);
+        e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown request parameter '%s'; expected "
+                          "pipeline_config or idempotency_key", key);
         break;
       }
       char *pc = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);

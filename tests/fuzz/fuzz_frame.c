@@ -120,7 +120,8 @@ static void round_trip_response(const sip__wire_response_t *r, uint64_t id, cons
   sip__wbuf_t w = {0};
   sip__encode_infer_response_shm(&w, id, r->code, r->message, r->queue_us, r->compute_us,
                                  r->total_us, (const sip_tensor_t *const *)r->outputs,
-                                 r->output_shm, r->n_outputs);
+                                 r->output_shm, r->n_outputs,
+                                 r->replayed ? SIP__RESP_REPLAYED : 0);
   /* The message is kept as a C string: an embedded NUL shortens it, and so
    * the frame (alignment is monotone, so it never grows). */
   uint32_t mlen = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
