@@ -170,7 +170,7 @@ void sip_request_set_id(sip_request_t *r, uint64_t id);
  * and sip_response_replayed 1. UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED,
  * RESOURCE_EXHAUSTED and INTERNAL answers are not kept (a retry runs). */
 sip_error_t *sip_request_set_idempotency_key(sip_request_t *r, const char *key);
-/* The client's id for the request (KServe "id"; copied, up to 1024 bytes):
+/* The client's id for the request (KServe "id"; copied, up to 64 KiB):
  * the idempotency key when the pool sets idempotency.enabled and the
  * request has no key of its own. */
 sip_error_t *sip_request_set_client_id(sip_request_t *r, const char *id);

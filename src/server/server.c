@@ -510,11 +510,11 @@ sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, v
 void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }
 
 /* Replaces *slot with a copy of v (NULL or "" clears it). */
-static sip_error_t *set_text(char **slot, const char *v, const char *what) {
+static sip_error_t *set_text(char **slot, const char *v, size_t max, const char *what) {
   char *c = NULL;
-  if (v && strlen(v) > 1024)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "%s of %zu bytes; expected at most 1024", what,
-                         strlen(v));
+  if (v && strlen(v) > max)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s of %zu bytes; expected at most %zu", what,
+                         strlen(v), max);
   if (v && *v && !(c = sip__strdup(v))) return SIP__OOM();
   sip__free(*slot);
   *slot = c;
@@ -522,11 +522,11 @@ static sip_error_t *set_text(char **slot, const char *v, const char *what) {
 }
 
 sip_error_t *sip_request_set_idempotency_key(sip_request_t *r, const char *key) {
-  return set_text(&r->idem_key, key, "idempotency key");
+  return set_text(&r->idem_key, key, 1024, "idempotency key");
 }
 
 sip_error_t *sip_request_set_client_id(sip_request_t *r, const char *id) {
-  return set_text(&r->client_id, id, "request id");
+  return set_text(&r->client_id, id, 65536, "request id");
 }
 
 int sip_response_replayed(const sip_response_t *resp) { return resp->replayed; }
