@@ -130,6 +130,10 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs);
+/* Applies an INFER_REQUEST's parameters (JSON text: pipeline_config,
+ * idempotency_key) to r (handlers.c). Errors: INVALID_ARGUMENT naming the
+ * parameter that is wrong. */
+sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text);
 /* The same with request parameters (JSON text, e.g. {"pipeline_config": {...}}; NULL: none). */
 void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const char *pool,
                                       int priority, uint32_t timeout_ms,

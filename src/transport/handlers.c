@@ -176,7 +176,7 @@ static sip_error_t *view_shm_outputs(conn_t *c, const sip__wire_request_t *wr, p
 
 /* A request's parameters (a JSON object): today only pipeline_config. A
  * bad one is the request's error, not the connection's. */
-static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
+sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
   json_error_t je;
   json_t *root = json_loads(text, 0, &je);
   sip_error_t *e = NULL;
@@ -254,7 +254,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   wr.n_inputs = 0;
   wr.outputs = NULL;
   wr.n_outputs = 0;
-  if (!e && wr.parameters) e = apply_parameters(r, wr.parameters);
+  if (!e && wr.parameters) e = sip__apply_request_parameters(r, wr.parameters);
   /* The backend may write straight into the destinations (no copy then). */
   for (size_t i = 0; !e && !batch && i < pd->n_dst; i++)
     e = sip_request_set_output_buffer(r, pd->dst[i].output, pd->dst[i].data, pd->dst[i].size,
