@@ -287,6 +287,7 @@ static void pool_clear(sip__pool_config_t *p) {
     cfg_kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
   }
   sip__free(p->preprocess);
+  for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(p->seq_control[k]);
 }
 
 void sip__config_pool_free(sip__pool_config_t *p) {

@@ -115,6 +115,11 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     static const char *lv[] = {"low", "medium", "high"};
     json_object_set_new(o, "batch_level", json_string(lv[c.batch_level]));
   }
+  if (c.sequences)
+    json_object_set_new(o, "sequences",
+                        json_pack("{s:I,s:I,s:I}", "active", (json_int_t)c.seq_active, "waiting",
+                                  (json_int_t)c.seq_waiting, "expired",
+                                  (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
   json_object_set_new(
       o, "stats",
