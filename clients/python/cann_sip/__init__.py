@@ -12,7 +12,8 @@ pure encode/decode functions.
 
 from . import protocol
 from .client import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResponse,
-                     InferenceRequest, InferenceResponse, SessionClient, parse_endpoint)
+                     InferenceRequest, InferenceResponse, Sequence, SessionClient,
+                     parse_endpoint)
 from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
@@ -24,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SessionClient", "InferenceRequest", "InferenceResponse", "DEFAULT_ENDPOINT",
-    "BatchInferenceRequest", "BatchInferenceResponse",
+    "BatchInferenceRequest", "BatchInferenceResponse", "Sequence",
     "parse_endpoint", "protocol", "ProtocolError",
     "SipError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError",
