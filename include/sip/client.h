@@ -32,6 +32,13 @@ typedef struct sip_client_request {
   size_t n_outputs;
   /* For pipelines: JSON {"stage_timeout_ms": [...], "early_exit_condition": "..."}; NULL: none. */
   const char *pipeline_config;
+  /* For pools with sequence_batching (docs/sequences.md): the sequence this
+   * request belongs to, a number >= 1 or (when non-NULL, instead) a string;
+   * 0 and NULL: none. sequence_start marks its first request, sequence_end
+   * its last. */
+  uint64_t sequence_id;
+  const char *sequence_id_str;
+  int sequence_start, sequence_end;
 } sip_client_request_t;
 
 /* A successful answer. Owned by the caller: sip_client_response_free. */
