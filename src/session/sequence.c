@@ -114,17 +114,19 @@ sip_error_t *sip__seq_setup(sip__pool_t *p) {
   if (!c->sequence_batching) return NULL;
   sip__seq_t *q = p->seq = sip__calloc(1, sizeof *q);
   if (!q) return SIP__OOM();
-  q->n_slots = c->seq_max_sequences ? c->seq_max_sequences : c->pool_size;
-  q->slots = sip__calloc((size_t)q->n_slots, sizeof *q->slots);
+  int n = c->seq_max_sequences ? c->seq_max_sequences : c->pool_size;
+  q->slots = sip__calloc((size_t)n, sizeof *q->slots);
   q->load = sip__calloc((size_t)c->pool_size, sizeof *q->load);
-  if (!q->slots || !q->load) return SIP__OOM();
   wq_init(&q->backlog);
-  for (int k = 0; k < SIP__SEQ_CONTROLS; k++) {
-    if (!c->seq_control[k]) continue;
-    sip_error_t *e = take_control(p, k, c->seq_control[k]);
-    if (e) return e;
+  sip_error_t *e = q->slots && q->load ? NULL : SIP__OOM();
+  q->n_slots = e ? 0 : n;
+  for (int k = 0; k < SIP__SEQ_CONTROLS && !e; k++)
+    if (c->seq_control[k]) e = take_control(p, k, c->seq_control[k]);
+  if (e) { /* a FAILED pool has no sequences */
+    sip__seq_free(q);
+    p->seq = NULL;
   }
-  return NULL;
+  return e;
 }
 
 void sip__seq_free(sip__seq_t *q) {
