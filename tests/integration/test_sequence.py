@@ -230,3 +230,25 @@ def test_bad_parameters_native(srv):
     meta = K.get(srv.http + "/v2/models/seq").json()
     assert [i["name"] for i in meta["inputs"]] == ["x"]
     srv.assert_alive()
+
+
+def test_cli_sequence(srv):
+    """sip infer --sequence ID --repeat N: one sequence of N requests."""
+    import subprocess
+    from harness import BUILD_DIR
+
+    def cli(*args):
+        r = subprocess.run([str(BUILD_DIR / "sip"), "-e", srv.endpoint, "infer", "seq",
+                            "-i", "x:float32:1=5", "-o", "out", *args],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    before = session_inferences(srv, "seq")
+    out = cli("--sequence", "900", "--repeat", "3")
+    assert "115" in out, out  # the last request: END + READY + 5
+    assert sorted(n - m for n, m in zip(session_inferences(srv, "seq"), before)) == [0, 3]
+    assert "1115" in cli("--sequence", "900"), out  # START and END at once
+    r = subprocess.run([str(BUILD_DIR / "sip"), "-e", srv.endpoint, "infer", "seq",
+                        "-i", "x:float32:1=5"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "needs a sequence id" in r.stderr, r
