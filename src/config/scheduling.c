@@ -108,7 +108,7 @@ static const field_t sequence_fields[S_COUNT] = {
                        "requests of it fail."},
     [S_MAX] = {.name = "max_sequences", .type = F_INT,
                .offset = offsetof(sip__pool_config_t, seq_max_sequences), .def = 0, .min = 1,
-               .max = 65536,
+               .max = 4096,
                .doc = "Sequences bound to sessions at once (spread over the sessions); absent = "
                       "pool_size."},
     [S_BACKLOG] = {.name = "max_backlog", .type = F_INT64,

@@ -18,24 +18,28 @@
 SIP__FIFO_DEFINE(rq, sip__sched_fifo_t, sip__sched_item_t)
 #define REQ(it) ((sip_request_t *)((char *)(it) - offsetof(sip_request_t, sched)))
 
+/* A sequence, bound to a slot or waiting in the backlog. */
+typedef struct seq {
+  struct seq *hnext; /* the id index's chain; only while not ending */
+  uint64_t id;
+  char *sid;  /* string id (owned), or NULL for a numeric one */
+  int ending; /* its END request is queued: nothing joins any more */
+  int waiting; /* in the backlog (a waiter_t), else a slot_t */
+  sip__sched_fifo_t pending; /* its requests, in arrival order */
+} seq_t;
+
 typedef struct slot {
+  seq_t q;     /* first */
   int active;  /* bound to a sequence */
-  int ending;  /* its END request is queued: nothing joins any more */
   int running; /* one of its requests is executing */
   int session; /* the session it runs on */
-  uint64_t id;
-  char *sid;        /* string id (owned), or NULL for a numeric one */
   uint64_t last_us; /* last admission or completion: the idle clock */
-  sip__sched_fifo_t pending;
 } slot_t;
 
 /* A new sequence waiting for a slot. */
 typedef struct waiter {
+  seq_t q; /* first */
   SIP__FIFO_LINK(struct waiter);
-  uint64_t id;
-  char *sid;
-  int ending;
-  sip__sched_fifo_t pending;
 } waiter_t;
 
 typedef struct waiter_fifo {
@@ -48,9 +52,71 @@ struct sip__seq {
   int n_slots;
   int *load; /* sequences bound per session */
   waiter_fifo_t backlog;
+  /* Active sequences that take more requests (not ending) by id: chained
+   * buckets, a power of two of them, grown with the count. */
+  seq_t **index;
+  size_t n_buckets, n_indexed;
   sip_io_desc_t ctl[SIP__SEQ_CONTROLS]; /* name NULL: not used */
   uint64_t expired;
 };
+
+/* ---- the id index ---- */
+
+static uint64_t hash_id(uint64_t id, const char *sid) {
+  if (sid) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *c = (const unsigned char *)sid; *c; c++)
+      h = (h ^ *c) * 1099511628211ULL;
+    return h;
+  }
+  id += 0x9e3779b97f4a7c15ULL; /* splitmix64's finaliser */
+  id = (id ^ (id >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  id = (id ^ (id >> 27)) * 0x94d049bb133111ebULL;
+  return id ^ (id >> 31);
+}
+
+static seq_t **bucket(sip__seq_t *q, uint64_t id, const char *sid) {
+  return &q->index[hash_id(id, sid) & (q->n_buckets - 1)];
+}
+
+/* Doubles the buckets when they are fewer than the entries; stays as it is
+ * when out of memory (chains grow longer). */
+static void index_grow(sip__seq_t *q) {
+  if (q->n_indexed < q->n_buckets) return;
+  size_t nb = q->n_buckets * 2;
+  seq_t **v = sip__calloc(nb, sizeof *v);
+  if (!v) return;
+  seq_t **old = q->index;
+  size_t on = q->n_buckets;
+  q->index = v;
+  q->n_buckets = nb;
+  for (size_t i = 0; i < on; i++)
+    for (seq_t *e = old[i], *nx; e; e = nx) {
+      nx = e->hnext;
+      seq_t **b = bucket(q, e->id, e->sid);
+      e->hnext = *b;
+      *b = e;
+    }
+  sip__free(old);
+}
+
+static void index_add(sip__seq_t *q, seq_t *e) {
+  seq_t **b = bucket(q, e->id, e->sid);
+  e->hnext = *b;
+  *b = e;
+  q->n_indexed++;
+  index_grow(q);
+}
+
+static void index_del(sip__seq_t *q, seq_t *e) {
+  for (seq_t **b = bucket(q, e->id, e->sid); *b; b = &(*b)->hnext)
+    if (*b == e) {
+      *b = e->hnext;
+      e->hnext = NULL;
+      q->n_indexed--;
+      return;
+    }
+}
 
 static const char *const control_key[SIP__SEQ_CONTROLS] = {"start", "end", "ready", "corrid"};
 
@@ -117,8 +183,11 @@ sip_error_t *sip__seq_setup(sip__pool_t *p) {
   int n = c->seq_max_sequences ? c->seq_max_sequences : c->pool_size;
   q->slots = sip__calloc((size_t)n, sizeof *q->slots);
   q->load = sip__calloc((size_t)c->pool_size, sizeof *q->load);
+  q->n_buckets = 64;
+  while (q->n_buckets < (size_t)n) q->n_buckets *= 2;
+  q->index = sip__calloc(q->n_buckets, sizeof *q->index);
   wq_init(&q->backlog);
-  sip_error_t *e = q->slots && q->load ? NULL : SIP__OOM();
+  sip_error_t *e = q->slots && q->load && q->index ? NULL : SIP__OOM();
   q->n_slots = e ? 0 : n;
   for (int k = 0; k < SIP__SEQ_CONTROLS && !e; k++)
     if (c->seq_control[k]) e = take_control(p, k, c->seq_control[k]);
@@ -131,12 +200,13 @@ sip_error_t *sip__seq_setup(sip__pool_t *p) {
 
 void sip__seq_free(sip__seq_t *q) {
   if (!q) return;
-  for (int i = 0; q->slots && i < q->n_slots; i++) sip__free(q->slots[i].sid);
+  for (int i = 0; i < q->n_slots; i++) sip__free(q->slots[i].q.sid);
   for (waiter_t *w; (w = wq_pop(&q->backlog));) {
-    sip__free(w->sid);
+    sip__free(w->q.sid);
     sip__free(w);
   }
   for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(q->ctl[k].name);
+  sip__free(q->index);
   sip__free(q->slots);
   sip__free(q->load);
   sip__free(q);
@@ -144,8 +214,12 @@ void sip__seq_free(sip__seq_t *q) {
 
 /* ---- admission ---- */
 
-static int same_seq(const sip_request_t *r, uint64_t id, const char *sid) {
-  return r->seq_sid ? sid && !strcmp(sid, r->seq_sid) : !sid && id == r->seq_id;
+/* The active sequence of r's id that still takes requests, or NULL. */
+static seq_t *find(sip__seq_t *q, const sip_request_t *r) {
+  for (seq_t *e = *bucket(q, r->seq_id, r->seq_sid); e; e = e->hnext)
+    if (r->seq_sid ? e->sid && !strcmp(e->sid, r->seq_sid) : !e->sid && e->id == r->seq_id)
+      return e;
+  return NULL;
 }
 
 static const char *id_text(char *buf, size_t n, const sip_request_t *r) {
@@ -203,29 +277,20 @@ static int least_loaded(const sip__pool_t *p) {
   return best;
 }
 
-static void bind(sip__pool_t *p, slot_t *s, uint64_t id, char *sid, uint64_t now) {
+/* Binds the sequence (id, sid: taken) to free slot s, on the session with
+ * the fewest sequences; indexed unless `ending`. */
+static void bind(sip__pool_t *p, slot_t *s, uint64_t id, char *sid, int ending, uint64_t now) {
   s->active = 1;
-  s->ending = 0;
   s->running = 0;
-  s->id = id;
-  s->sid = sid;
+  s->q.id = id;
+  s->q.sid = sid;
+  s->q.ending = ending;
+  s->q.waiting = 0;
+  rq_init(&s->q.pending);
   s->session = least_loaded(p);
   s->last_us = now;
   p->seq->load[s->session]++;
-}
-
-static slot_t *find_slot(sip__seq_t *q, const sip_request_t *r) {
-  for (int i = 0; i < q->n_slots; i++) {
-    slot_t *s = &q->slots[i];
-    if (s->active && !s->ending && same_seq(r, s->id, s->sid)) return s;
-  }
-  return NULL;
-}
-
-static waiter_t *find_waiter(sip__seq_t *q, const sip_request_t *r) {
-  for (waiter_t *w = q->backlog.head; w; w = w->next)
-    if (!w->ending && same_seq(r, w->id, w->sid)) return w;
-  return NULL;
+  if (!ending) index_add(p->seq, &s->q);
 }
 
 static slot_t *free_slot(sip__seq_t *q) {
@@ -238,12 +303,11 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now) {
   sip__seq_t *q = p->seq;
   int start = r->seq_flags & SIP__SEQF_START, end = r->seq_flags & SIP__SEQF_END;
   char idb[256];
-  slot_t *s = find_slot(q, r);
-  waiter_t *w = s ? NULL : find_waiter(q, r);
-  if (start && (s || w)) /* as Triton: the sequence before ends early */
+  seq_t *e = find(q, r);
+  if (start && e) /* as Triton: the sequence before ends early */
     sip__log(SIP__LOG_WARN, "sequence restarted before it ended", "pool=%s sequence=%s",
              p->cfg->name, id_text(idb, sizeof idb, r));
-  if (!s && !w) {
+  if (!e) {
     if (!start)
       return sip_error_new(SIP_FAILED_PRECONDITION,
                            "pool '%s': sequence %s is not active (it ended, expired after the "
@@ -253,14 +317,20 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now) {
                            (long long)p->cfg->seq_idle_timeout_us);
     char *sid = NULL;
     if (r->seq_sid && !(sid = sip__strdup(r->seq_sid))) return SIP__OOM();
+    slot_t *s;
+    waiter_t *w = NULL;
     if ((s = free_slot(q))) {
-      bind(p, s, r->seq_id, sid, now);
+      bind(p, s, r->seq_id, sid, 0, now);
+      e = &s->q;
     } else if ((int64_t)q->backlog.count < p->cfg->seq_max_backlog &&
                (w = sip__calloc(1, sizeof *w))) {
-      w->id = r->seq_id;
-      w->sid = sid;
-      rq_init(&w->pending);
+      w->q.id = r->seq_id;
+      w->q.sid = sid;
+      w->q.waiting = 1;
+      rq_init(&w->q.pending);
       wq_push(&q->backlog, w);
+      index_add(q, &w->q);
+      e = &w->q;
     } else {
       sip__free(sid);
       if ((int64_t)q->backlog.count < p->cfg->seq_max_backlog) return SIP__OOM();
@@ -271,13 +341,11 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now) {
                            p->cfg->name, q->n_slots, q->backlog.count);
     }
   }
-  if (s) {
-    rq_push(&s->pending, &r->sched);
-    s->last_us = now;
-    if (end) s->ending = 1;
-  } else {
-    rq_push(&w->pending, &r->sched);
-    if (end) w->ending = 1;
+  rq_push(&e->pending, &r->sched);
+  if (!e->waiting) ((slot_t *)e)->last_us = now;
+  if (end) { /* later requests of this id are another sequence's */
+    e->ending = 1;
+    index_del(q, e);
   }
   return NULL;
 }
@@ -289,13 +357,13 @@ sip_request_t *sip__seq_pop(sip__pool_t *p, int session, int *slot) {
   slot_t *best = NULL;
   for (int i = 0; i < q->n_slots; i++) {
     slot_t *s = &q->slots[i];
-    if (!s->active || s->session != session || s->running || !s->pending.head) continue;
-    if (!best || s->pending.head->arrival_us < best->pending.head->arrival_us) best = s;
+    if (!s->active || s->session != session || s->running || !s->q.pending.head) continue;
+    if (!best || s->q.pending.head->arrival_us < best->q.pending.head->arrival_us) best = s;
   }
   if (!best) return NULL;
   best->running = 1;
   *slot = (int)(best - q->slots);
-  return REQ(rq_pop(&best->pending));
+  return REQ(rq_pop(&best->q.pending));
 }
 
 /* A control input's one element. */
@@ -360,14 +428,15 @@ sip_error_t *sip__seq_fill(sip__pool_t *p, sip_request_t *r) {
 static void release(sip__pool_t *p, slot_t *s, uint64_t now) {
   sip__seq_t *q = p->seq;
   q->load[s->session]--;
-  sip__free(s->sid);
-  s->sid = NULL;
+  if (!s->q.ending) index_del(q, &s->q);
+  sip__free(s->q.sid);
+  s->q.sid = NULL;
   s->active = 0;
   waiter_t *w = wq_pop(&q->backlog);
   if (!w) return;
-  bind(p, s, w->id, w->sid, now);
-  s->ending = w->ending;
-  for (sip__sched_item_t *it; (it = rq_pop(&w->pending));) rq_push(&s->pending, it);
+  if (!w->q.ending) index_del(q, &w->q);
+  bind(p, s, w->q.id, w->q.sid, w->q.ending, now);
+  for (sip__sched_item_t *it; (it = rq_pop(&w->q.pending));) rq_push(&s->q.pending, it);
   sip__free(w);
   /* Its session may be another one, waiting on the pool's cv. */
   pthread_cond_broadcast(&p->cv);
@@ -377,8 +446,8 @@ uint64_t sip__seq_done(sip__pool_t *p, int i, uint64_t now) {
   slot_t *s = &p->seq->slots[i];
   s->running = 0;
   s->last_us = now;
-  if (s->pending.head) return 0;
-  if (s->ending) {
+  if (s->q.pending.head) return 0;
+  if (s->q.ending) {
     release(p, s, now);
     return 0;
   }
@@ -392,11 +461,11 @@ uint64_t sip__seq_expire(sip__pool_t *p, uint64_t now) {
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < q->n_slots; i++) {
     slot_t *s = &q->slots[i];
-    if (!s->active || s->running || s->pending.head) continue;
+    if (!s->active || s->running || s->q.pending.head) continue;
     if (s->last_us + idle <= now) {
       char idb[256];
-      if (s->sid) snprintf(idb, sizeof idb, "'%.200s'", s->sid);
-      else snprintf(idb, sizeof idb, "%" PRIu64, s->id);
+      if (s->q.sid) snprintf(idb, sizeof idb, "'%.200s'", s->q.sid);
+      else snprintf(idb, sizeof idb, "%" PRIu64, s->q.id);
       sip__log(SIP__LOG_INFO, "sequence expired", "pool=%s sequence=%s idle_timeout_us=%lld",
                p->cfg->name, idb, (long long)idle);
       q->expired++;
@@ -416,10 +485,11 @@ void sip__seq_drain(sip__pool_t *p, void (*fail)(sip__pool_t *, sip_request_t *)
   rq_init(&gone);
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < q->n_slots; i++)
-    for (sip__sched_item_t *it; (it = rq_pop(&q->slots[i].pending));) rq_push(&gone, it);
+    for (sip__sched_item_t *it; (it = rq_pop(&q->slots[i].q.pending));) rq_push(&gone, it);
   for (waiter_t *w; (w = wq_pop(&q->backlog));) {
-    for (sip__sched_item_t *it; (it = rq_pop(&w->pending));) rq_push(&gone, it);
-    sip__free(w->sid);
+    if (!w->q.ending) index_del(q, &w->q);
+    for (sip__sched_item_t *it; (it = rq_pop(&w->q.pending));) rq_push(&gone, it);
+    sip__free(w->q.sid);
     sip__free(w);
   }
   pthread_mutex_unlock(&p->mu);

@@ -137,6 +137,20 @@ static json_int_t session_inferences(sip_server_t *s, int i) {
   return n;
 }
 
+/* Waits (2 s at most) until /metrics has the line `want`: a slot frees just
+ * after its END request was answered. */
+static void expect_metric(sip_server_t *s, const char *want) {
+  for (int i = 0; i < 200; i++) {
+    char *m = sip__prometheus_text(s);
+    assert_non_null(m);
+    int found = strstr(m, want) != NULL;
+    sip__free(m);
+    if (found) return;
+    usleep(10000);
+  }
+  fail_msg("no \"%s\" in /metrics", want);
+}
+
 static void test_control_inputs(void **state) {
   (void)state;
   NEED_MODELS();
@@ -232,11 +246,8 @@ static void test_backlog(void **state) {
   expect_code(s, seq_req(300, 1, true, false), SIP_RESOURCE_EXHAUSTED, "max_backlog");
   usleep(50000);
   assert_int_equal(rec_count(&rec), 0);
-  char *m = sip__prometheus_text(s);
-  assert_non_null(m);
-  assert_non_null(strstr(m, "sip_sequences_active{pool=\"s\",version=\"\"} 1\n"));
-  assert_non_null(strstr(m, "sip_sequences_waiting{pool=\"s\",version=\"\"} 1\n"));
-  sip__free(m);
+  expect_metric(s, "sip_sequences_active{pool=\"s\",version=\"\"} 1\n");
+  expect_metric(s, "sip_sequences_waiting{pool=\"s\",version=\"\"} 1\n");
   /* END of sequence 100 frees the slot: 200 starts, in order. */
   expect_out(s, 100, 4, false, true, 114, 100);
   assert_int_equal(rec_wait(&rec, 2, 5000), 2);
@@ -259,10 +270,7 @@ static void test_idle_expiry_and_restart(void **state) {
               "expired after the idle timeout of 50000 us");
   /* The slot was released: a new sequence gets it at once. */
   expect_out(s, 6, 1, true, false, 1011, 6);
-  char *m = sip__prometheus_text(s);
-  assert_non_null(m);
-  assert_non_null(strstr(m, "sip_sequences_expired_total{pool=\"s\",version=\"\"} 1\n"));
-  sip__free(m);
+  expect_metric(s, "sip_sequences_expired_total{pool=\"s\",version=\"\"} 1\n");
   sip_server_free(s);
 }
 
@@ -328,6 +336,50 @@ static void test_config(void **state) {
   sip__config_free(cfg);
 }
 
+/* Many sequences, numeric and string ids, on a builtin pool (no control
+ * inputs): the id index grows past its first size and every sequence is
+ * still found, ended and released; the backlog drains as slots free. */
+static void test_many_sequences(void **state) {
+  (void)state;
+  sip_server_t *s = new_server_ex(
+      "", "  - {name: b, backend: builtin, pool_size: 2, backend_options: {shape: '-1'},\n"
+          "     sequence_batching: {max_sequences: 300}}\n"
+          "  - {name: q, backend: builtin, pool_size: 1, backend_options: {shape: '-1'},\n"
+          "     sequence_batching: {max_sequences: 4, max_backlog: 500}}\n");
+  enum { N = 150 };
+  for (int step = 0; step < 3; step++)
+    for (int i = 0; i < N; i++) {
+      sip_request_t *r = make_req("b", (uint64_t)i, 0, 0);
+      char sid[32];
+      snprintf(sid, sizeof sid, "seq-%d", i);
+      sip_error_t *e = i % 2 ? sip_request_set_sequence_str(r, sid, step == 0, step == 2)
+                             : sip_request_set_sequence(r, (uint64_t)i + 1, step == 0, step == 2);
+      assert_null(e);
+      sip_response_t *resp = NULL;
+      assert_null(sip_server_infer(s, r, &resp));
+      if (sip_response_code(resp) != SIP_OK)
+        fail_msg("step %d sequence %d: %s", step, i, sip_response_message(resp));
+      sip_response_free(resp);
+    }
+  expect_metric(s, "sip_sequences_active{pool=\"b\",version=\"\"} 0\n");
+  sip_request_t *r = make_req("b", 1, 0, 0);
+  assert_null(sip_request_set_sequence_str(r, "seq-3", false, false));
+  expect_code(s, r, SIP_FAILED_PRECONDITION, "sequence 'seq-3' is not active");
+
+  /* 4 slots, 100 one-request sequences at once: 96 wait, all run. */
+  rec_t rec;
+  rec_init(&rec);
+  for (int i = 0; i < 100; i++) {
+    r = make_req("q", (uint64_t)i, 0, 0);
+    assert_null(sip_request_set_sequence(r, (uint64_t)i + 1, true, true));
+    submit(s, r, &rec);
+  }
+  assert_int_equal(rec_wait(&rec, 100, 10000), 100);
+  for (int i = 0; i < MAXR; i++) assert_int_equal(rec.e[i].code, SIP_OK);
+  rec_destroy(&rec);
+  sip_server_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_control_inputs),
@@ -336,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_backlog),
       cmocka_unit_test(test_idle_expiry_and_restart),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_many_sequences),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
