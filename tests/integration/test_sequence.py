@@ -261,3 +261,16 @@ def test_cli_sequence(srv):
     r = subprocess.run([str(BUILD_DIR / "sip"), "-e", srv.endpoint, "infer", "seq",
                         "-i", "x:float32:1=5"], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "needs a sequence id" in r.stderr, r
+
+
+def test_client_sequence_parameters():
+    """cann_sip checks sequence parameters before sending (no server needed)."""
+    from cann_sip.client import sequence_parameters
+    assert sequence_parameters(None) == {}
+    assert sequence_parameters(5, True) == {"sequence_id": 5, "sequence_start": True,
+                                            "sequence_end": False}
+    assert sequence_parameters("a", end=True)["sequence_id"] == "a"
+    for bad in [(None, True), (0,), (True,), (2 ** 63,), ("",), ("x" * 257,), (1.5,),
+                (3, 1), (3, False, "yes")]:
+        with pytest.raises(InvalidArgumentError):
+            sequence_parameters(*bad)
