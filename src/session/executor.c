@@ -130,8 +130,9 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   }
   if (p->seq) { /* behind its sequence, on the session the sequence is bound to */
-    e = sip__seq_admit(p, r, r->sched.arrival_us);
-    if (!e) pthread_cond_broadcast(&p->cv);
+    int wake = 0;
+    e = sip__seq_admit(p, r, r->sched.arrival_us, &wake);
+    if (!e && wake) pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     if (!e && deadline) sip__engine_note_deadline(srv, deadline);
     return e;

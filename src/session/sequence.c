@@ -299,7 +299,7 @@ static slot_t *free_slot(sip__seq_t *q) {
   return NULL;
 }
 
-sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now) {
+sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now, int *wake) {
   sip__seq_t *q = p->seq;
   int start = r->seq_flags & SIP__SEQF_START, end = r->seq_flags & SIP__SEQF_END;
   char idb[256];
@@ -341,6 +341,8 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now) {
                            p->cfg->name, q->n_slots, q->backlog.count);
     }
   }
+  /* Its session needs waking only when this request can run now. */
+  *wake = !e->waiting && !((slot_t *)e)->running && !e->pending.head;
   rq_push(&e->pending, &r->sched);
   if (!e->waiting) ((slot_t *)e)->last_us = now;
   if (end) { /* later requests of this id are another sequence's */
@@ -461,8 +463,17 @@ uint64_t sip__seq_expire(sip__pool_t *p, uint64_t now) {
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < q->n_slots; i++) {
     slot_t *s = &q->slots[i];
-    if (!s->active || s->running || s->q.pending.head) continue;
-    if (s->last_us + idle <= now) {
+    if (!s->active) continue;
+    uint64_t due = s->last_us + idle;
+    if (s->running || s->q.pending.head) {
+      /* Busy: it cannot expire before `due` either. Counting it keeps a
+       * deadline in housekeeping's view, so that the completions of busy
+       * sequences (each noting its idle deadline) do not wake it each time. */
+      if (due <= now) due = now + idle;
+      if (!next || due < next) next = due;
+      continue;
+    }
+    if (due <= now) {
       char idb[256];
       if (s->q.sid) snprintf(idb, sizeof idb, "'%.200s'", s->q.sid);
       else snprintf(idb, sizeof idb, "%" PRIu64, s->q.id);
@@ -470,8 +481,9 @@ uint64_t sip__seq_expire(sip__pool_t *p, uint64_t now) {
                p->cfg->name, idb, (long long)idle);
       q->expired++;
       release(p, s, now); /* a backlogged sequence may take it, with requests to run */
-    } else if (!next || s->last_us + idle < next) {
-      next = s->last_us + idle;
+      if (s->active && (!next || now + idle < next)) next = now + idle;
+    } else if (!next || due < next) {
+      next = due;
     }
   }
   pthread_mutex_unlock(&p->mu);

@@ -35,8 +35,9 @@ void sip__seq_free(sip__seq_t *q);
 sip_error_t *sip__seq_check(sip__pool_t *p, const sip_request_t *r);
 /* Admission of `r` to a sequence pool, p->mu held: queues it behind its
  * sequence (binding a slot on START, or joining the backlog) or returns the
- * request's error (nothing taken). */
-sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now);
+ * request's error (nothing taken). *wake: the sessions must be woken (the
+ * request can run at once). */
+sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now, int *wake);
 /* The next request session `session` should run, p->mu held: the oldest
  * head among its sequences with no request executing; NULL when none.
  * *slot identifies the sequence for sip__seq_done. */
