@@ -235,9 +235,19 @@ def test_bad_parameters_native(srv):
     with pytest.raises(InvalidArgumentError, match="control input"):
         srv.c.infer(InferenceRequest("seq", dict(x(1), START=np.array([1], np.int32)),
                                      sequence_id=5, sequence_start=True))
-    # Clients do not see the control inputs in the model's metadata.
+    # Clients do not see the control inputs in the model's metadata; the
+    # model config shows them as Triton does.
     meta = K.get(srv.http + "/v2/models/seq").json()
     assert [i["name"] for i in meta["inputs"]] == ["x"]
+    cfg = K.get(srv.http + "/v2/models/seq/config").json()
+    assert cfg["sequence_batching"]["max_sequence_idle_microseconds"] == LONG_IDLE_US
+    assert cfg["sequence_batching"]["control_input"][0] == {
+        "name": "START", "control": [{"kind": "CONTROL_SEQUENCE_START"}]}
+    assert [c["name"] for c in cfg["sequence_batching"]["control_input"]] == [
+        "START", "END", "READY", "CORRID"]
+    pools = {p["name"]: p for p in srv.c.pools()}
+    assert pools["seq_one"]["sequence_batching"]["max_backlog"] == 1
+    assert pools["seq"]["sequence_batching"]["control_inputs"]["corrid"] == "CORRID"
     srv.assert_alive()
 
 
