@@ -349,6 +349,24 @@ static void test_config(void **state) {
   assert_int_equal(cfg->pools[0].seq_max_sequences, 3);
   assert_int_equal(cfg->pools[0].seq_idle_timeout_us, 1000000);
   sip__config_free(cfg);
+  /* A repository model's config.yaml takes the same section. */
+  char path[] = "/tmp/sip_seq_cfg_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  const char *y = "pool_size: 2\nsequence_batching: {max_backlog: 3, control_inputs: {ready: R}}\n";
+  assert_int_equal(write(fd, y, strlen(y)), (ssize_t)strlen(y));
+  close(fd);
+  sip__pool_config_t *pc = NULL;
+  e = sip__config_load_model(path, "m", "/models/m/1/model.onnx", sip__backend_catalog(), &pc);
+  unlink(path);
+  if (e) fail_msg("%s", sip_error_message(e));
+  assert_int_equal(pc->sequence_batching, 1);
+  assert_int_equal(pc->seq_max_sequences, 2);
+  assert_int_equal(pc->seq_max_backlog, 3);
+  assert_int_equal(pc->seq_idle_timeout_us, 1000000);
+  assert_string_equal(pc->seq_control[SIP__SEQ_READY], "R");
+  assert_null(pc->seq_control[SIP__SEQ_START]);
+  sip__config_pool_free(pc);
 }
 
 /* Many sequences, numeric and string ids, on a builtin pool (no control
