@@ -25,27 +25,31 @@ sip_error_t *sip__seq_params_read(const json_t *params, sip__seq_params_t *out) 
       (e = flag(params, "sequence_end", &out->end)))
     return e;
   json_t *v = json_object_get(params, "sequence_id");
-  if (!v) {
-    if (json_object_get(params, "sequence_start") || json_object_get(params, "sequence_end"))
-      return sip_error_new(SIP_INVALID_ARGUMENT,
-                           "parameters.%s without parameters.sequence_id; expected the id of "
-                           "the sequence too",
-                           json_object_get(params, "sequence_start") ? "sequence_start"
-                                                                      : "sequence_end");
-    return NULL;
-  }
-  if (json_is_integer(v) && json_integer_value(v) >= 1) {
+  if (v && json_is_integer(v) && json_integer_value(v) >= 1) {
     out->id = (uint64_t)json_integer_value(v);
-  } else if (json_is_string(v) && json_string_length(v) >= 1 && json_string_length(v) <= 256 &&
-             strlen(json_string_value(v)) == json_string_length(v)) {
+  } else if (v && json_is_string(v) && json_string_length(v) >= 1) {
+    if (json_string_length(v) > 256 || strlen(json_string_value(v)) != json_string_length(v))
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "parameters.sequence_id is a string of %zu bytes%s; expected 1..256 "
+                           "bytes without NUL",
+                           json_string_length(v),
+                           strlen(json_string_value(v)) != json_string_length(v) ? " with a NUL"
+                                                                               : "");
     out->sid = json_string_value(v);
-  } else {
+  } else if (v && !(json_is_integer(v) && json_integer_value(v) == 0) &&
+             !(json_is_string(v) && json_string_length(v) == 0)) {
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "parameters.sequence_id is %s; expected an integer >= 1 or a string of "
-                         "1..256 bytes",
-                         json_is_integer(v)  ? "an integer below 1"
-                         : json_is_string(v) ? "an empty, too long or NUL-holding string"
-                                             : "neither an integer nor a string");
+                         "1..256 bytes (0 and \"\": no sequence)",
+                         json_is_integer(v) ? "a negative integer"
+                                            : "neither an integer nor a string");
+  } else { /* absent, 0 or "": not part of a sequence, as in Triton */
+    if (out->start || out->end)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "parameters.%s is true without a sequence; expected a "
+                           "parameters.sequence_id other than 0 or \"\" too",
+                           out->start ? "sequence_start" : "sequence_end");
+    return NULL;
   }
   out->present = 1;
   return NULL;

@@ -19,9 +19,9 @@ typedef struct sip__seq_params {
 /* 1 when `key` is one of the three. */
 int sip__seq_param_key(const char *key);
 /* Reads them from `params` (a JSON object; other keys are ignored):
- * sequence_id an integer >= 1 or a string of 1..256 bytes, the others
- * booleans that need a sequence_id. INVALID_ARGUMENT naming the parameter
- * and the type expected. */
+ * sequence_id an integer >= 1 or a string of 1..256 bytes (0 and "", as in
+ * Triton, mean no sequence), the others booleans, true only with a
+ * sequence. INVALID_ARGUMENT naming the parameter and the type expected. */
 sip_error_t *sip__seq_params_read(const json_t *params, sip__seq_params_t *out);
 
 #endif

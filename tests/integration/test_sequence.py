@@ -57,7 +57,15 @@ def srv(tmp_path_factory):
     u64, s = root / "seq_u64.onnx", root / "seq_str.onnx"
     onnx.save(seq_model(T.UINT64), str(u64))
     onnx.save(seq_model(T.STRING), str(s))
-    pools = [pool("seq", u64, sessions=2), pool("seq_str", s),
+    plain = root / "plain.onnx"
+    V = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["out"])], "plain",
+                          [V("x", T.FLOAT, [1])], [V("out", T.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(plain))
+    pools = [{"name": "plain", "model_path": str(plain)},
+             pool("seq", u64, sessions=2), pool("seq_str", s),
              pool("seq_idle", u64, idle_timeout_us=SHORT_IDLE_US),
              pool("seq_one", u64, max_backlog=1)]
     with serve(root, pools, server={"http": "127.0.0.1:0", "http_threads": 2}) as server:
@@ -213,11 +221,13 @@ def test_end_frees_the_slot_for_the_backlog(srv):
 
 @pytest.mark.parametrize("params,text", [
     ({"sequence_id": 1.5}, "parameters.sequence_id is neither an integer nor a string"),
-    ({"sequence_id": 0}, "parameters.sequence_id is an integer below 1"),
-    ({"sequence_id": ""}, "expected an integer >= 1 or a string of 1..256 bytes"),
+    ({"sequence_id": -3}, "parameters.sequence_id is a negative integer"),
+    ({"sequence_id": "x" * 257}, "parameters.sequence_id is a string of 257 bytes"),
+    ({"sequence_id": 0}, "every request needs a sequence id"),  # 0: no sequence, as in Triton
+    ({"sequence_id": "", "sequence_end": True}, "sequence_end is true without a sequence"),
     ({"sequence_id": 3, "sequence_start": "yes"}, "parameters.sequence_start is not a boolean"),
     ({"sequence_id": 3, "sequence_end": 1}, "parameters.sequence_end is not a boolean"),
-    ({"sequence_start": True}, "sequence_start without parameters.sequence_id"),
+    ({"sequence_start": True}, "sequence_start is true without a sequence"),
     ({}, "every request needs a sequence id"),
     ({"sequence_id": "abc", "sequence_start": True}, "expected a numeric sequence_id"),
 ])
@@ -225,6 +235,14 @@ def test_bad_parameters_http(srv, params, text):
     r = http_infer(srv, "seq", 1, **params)
     assert r.status == 400, r
     assert text in r.json()["error"], r.json()
+
+
+def test_triton_conventions_http(srv):
+    # sequence_id 0 means no sequence: fine on a pool without sequence_batching.
+    r = K.infer(srv.http, "plain", x(1), params={"sequence_id": 0, "sequence_start": False})
+    assert r.status == 200, r
+    ext = K.get(srv.http + "/v2").json()["extensions"]
+    assert "sequence" in ext and "sequence(string_id)" in ext
 
 
 def test_bad_parameters_native(srv):
