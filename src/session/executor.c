@@ -544,11 +544,9 @@ static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
   }
   pthread_mutex_lock(&p->mu);
   uint64_t idle = sip__seq_done(p, slot, sip__now_us());
-  if (!idle) return;
-  /* Housekeeping releases the sequence if nothing comes before then. */
-  pthread_mutex_unlock(&p->mu);
-  sip__engine_note_deadline(p->eng, idle);
-  pthread_mutex_lock(&p->mu);
+  /* Housekeeping releases the sequence if nothing comes before then (its
+   * lock is a leaf, taken under p->mu). */
+  if (idle) sip__engine_note_deadline(p->eng, idle);
 }
 
 void *sip__session_main(void *arg) {

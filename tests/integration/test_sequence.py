@@ -302,3 +302,25 @@ def test_client_sequence_parameters():
                 (3, 1), (3, False, "yes")]:
         with pytest.raises(InvalidArgumentError):
             sequence_parameters(*bad)
+
+
+def test_bench_sequences(srv):
+    """sip bench --sequence-length: closed-loop chains of sequences, no errors."""
+    import json
+    import subprocess
+    from harness import BUILD_DIR
+    before = sum(session_inferences(srv, "seq"))
+    r = subprocess.run([str(BUILD_DIR / "sip"), "-e", srv.endpoint, "--json", "bench", "seq",
+                        "-i", "x:float32:1=1", "--concurrency", "2", "--sequence-length", "5",
+                        "--window-ms", "100", "--max-windows", "3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["errors"] == 0 and out["requests"] > 0, out
+    assert sum(session_inferences(srv, "seq")) - before >= out["requests"]
+    # Chains finish their sequence before the bench stops: no slot stays taken.
+    wait_metric(srv, "sip_sequences_active", "seq", 0)
+    bad = subprocess.run([str(BUILD_DIR / "sip"), "-e", srv.endpoint, "bench", "seq",
+                          "-i", "x:float32:1=1", "--rate", "10", "--sequence-length", "5"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--sequence-length needs" in bad.stderr
