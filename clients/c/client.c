@@ -1,6 +1,7 @@
 /* sip — libsipclient: native-protocol client. A writer lock serialises
  * frames; a reader thread demultiplexes answers by request id. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -9,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -27,8 +29,18 @@ typedef struct pending {
   void *user;
 } pending_t;
 
+struct sip_client_shm {
+  sip_client_shm_t *next;
+  char *name;
+  void *data;
+  size_t size;
+  sip_buf_t *map; /* the mapping (and memfd), released with its last reference */
+};
+
 struct sip_client {
   int fd;
+  pthread_mutex_t rmu;        /* regions */
+  sip_client_shm_t *regions;
   pthread_t reader;
   pthread_mutex_t wmu; /* frame writes */
   pthread_mutex_t pmu; /* pending list */
@@ -139,6 +151,30 @@ static void fail_all(sip_client_t *c, sip_code_t code, const char *msg) {
 
 static void release_payload(void *p) { sip__free(p); }
 
+/* Points the outputs the server wrote to shared memory at the regions'
+ * bytes (each tensor holding a reference on its mapping). */
+static sip_error_t *resolve_shm_outputs(sip_client_t *c, sip__wire_response_t *wr) {
+  sip_error_t *e = NULL;
+  pthread_mutex_lock(&c->rmu);
+  for (size_t i = 0; wr->output_shm && i < wr->n_outputs && !e; i++) {
+    const sip__wire_shm_ref_t *ref = &wr->output_shm[i];
+    if (!ref->region) continue;
+    sip_client_shm_t *r = c->regions;
+    while (r && strcmp(r->name, ref->region)) r = r->next;
+    if (!r || ref->offset > r->size || ref->size > r->size - ref->offset)
+      e = sip_error_new(SIP_INTERNAL, "the server wrote output '%s' to %s shared memory region "
+                        "'%s' (offset %llu, %llu bytes)", wr->outputs[i]->name,
+                        r ? "outside" : "unknown", ref->region, (unsigned long long)ref->offset,
+                        (unsigned long long)ref->size);
+    else {
+      wr->outputs[i]->data = (uint8_t *)r->data + ref->offset;
+      wr->outputs[i]->owner = sip_buf_ref(r->map);
+    }
+  }
+  pthread_mutex_unlock(&c->rmu);
+  return e;
+}
+
 /* A failed INFO_RESPONSE carries {"error": "message"}: its message, or the
  * text as is when it is not that. */
 static sip_error_t *error_from_text(sip_code_t code, const char *txt, size_t n) {
@@ -199,6 +235,7 @@ static void *reader_main(void *arg) {
       sip__wire_response_t wr;
       e = sip__decode_infer_response(mem, h.length, buf, &wr);
       if (!e && wr.code) e = sip_error_new((sip_code_t)wr.code, "%s", wr.message);
+      if (!e) e = resolve_shm_outputs(c, &wr);
       if (e) {
         if (!sip_error_code(e)) wr.code = 0;
         sip__wire_response_clear(&wr);
@@ -216,6 +253,8 @@ static void *reader_main(void *arg) {
           r->compute_us = wr.compute_us;
           r->total_us = wr.total_us;
           r->latency_ms = (double)(sip__now_ns() - p->start_ns) / 1e6;
+          sip__wire_shm_refs_free(wr.output_shm, wr.n_outputs);
+          wr.output_shm = NULL;
           wr.outputs = NULL;
           wr.n_outputs = 0;
           sip__wire_response_clear(&wr);
@@ -248,6 +287,7 @@ sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out) {
   atomic_init(&c->next_id, 1);
   pthread_mutex_init(&c->wmu, NULL);
   pthread_mutex_init(&c->pmu, NULL);
+  pthread_mutex_init(&c->rmu, NULL);
   if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
     close(fd);
     sip__free(c);
@@ -262,13 +302,22 @@ void sip_client_free(sip_client_t *c) {
   shutdown(c->fd, SHUT_RDWR); /* wakes the reader, which fails what is pending */
   pthread_join(c->reader, NULL);
   close(c->fd);
+  while (c->regions) { /* the server dropped them with the connection */
+    sip_client_shm_t *r = c->regions;
+    c->regions = r->next;
+    sip_buf_unref(r->map);
+    sip__free(r->name);
+    sip__free(r);
+  }
   pthread_mutex_destroy(&c->wmu);
   pthread_mutex_destroy(&c->pmu);
+  pthread_mutex_destroy(&c->rmu);
   sip__free(c);
 }
 
-/* Registers p, then writes the frame. */
-static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w) {
+/* Registers p, then writes the frame; `fd` (>= 0) goes with its first
+ * bytes as SCM_RIGHTS. */
+static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, int fd) {
   if (w->oom) {
     sip__wbuf_free(w);
     sip__free(p);
@@ -289,7 +338,23 @@ static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w) {
   size_t off = 0;
   int err = 0;
   while (off < w->len) {
-    ssize_t n = send(c->fd, w->data + off, w->len - off, MSG_NOSIGNAL);
+    struct iovec iov = {.iov_base = w->data + off, .iov_len = w->len - off};
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0 && off == 0) {
+      memset(&ctl, 0, sizeof ctl);
+      msg.msg_control = ctl.buf;
+      msg.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       err = errno;
@@ -352,6 +417,12 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
   if (padding < 0 || padding > 2)
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "padding %d; expected 0 (none), 1 (replicate_last) or 2 (zero)", padding);
+  if (batch >= 0 && (req->input_shm || req->output_shm))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "shared memory inputs and outputs are for "
+                         "sip_client_infer and sip_client_infer_async, not batches");
+  for (size_t i = 0; req->output_shm && i < req->n_outputs; i++)
+    if (req->output_shm[i].region && !req->outputs[i])
+      return sip_error_new(SIP_INVALID_ARGUMENT, "output %zu has a destination but no name", i);
   pending_t *p = sip__calloc(1, sizeof *p);
   if (!p) return SIP__OOM();
   p->id = req->request_id ? req->request_id : atomic_fetch_add(&c->next_id, 1);
@@ -365,16 +436,30 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
     sip__free(p);
     return pe;
   }
+  /* The public refs borrow their names, as the wire refs do when encoding. */
+  sip__wire_shm_ref_t *in_ref = req->input_shm ? sip__calloc(req->n_inputs + 1, sizeof *in_ref)
+                                               : NULL;
+  sip__wire_shm_ref_t *out_ref =
+      req->output_shm ? sip__calloc(req->n_outputs + 1, sizeof *out_ref) : NULL;
+  for (size_t i = 0; in_ref && i < req->n_inputs; i++)
+    in_ref[i] = (sip__wire_shm_ref_t){(char *)req->input_shm[i].region, req->input_shm[i].offset,
+                                      req->input_shm[i].byte_size};
+  for (size_t i = 0; out_ref && i < req->n_outputs; i++)
+    out_ref[i] = (sip__wire_shm_ref_t){(char *)req->output_shm[i].region,
+                                       req->output_shm[i].offset, req->output_shm[i].byte_size};
+  if ((req->input_shm && !in_ref) || (req->output_shm && !out_ref)) w.oom = 1;
   if (batch < 0)
-    sip__encode_infer_request_params(&w, p->id, req->pool, req->priority, req->timeout_ms,
-                                     req->outputs, req->n_outputs, req->inputs, req->n_inputs,
-                                     params);
+    sip__encode_infer_request_shm(&w, p->id, req->pool, req->priority, req->timeout_ms,
+                                  req->outputs, out_ref, req->n_outputs, req->inputs, in_ref,
+                                  req->n_inputs, params);
   else
     sip__encode_batch_infer_request(&w, p->id, (uint32_t)batch, (uint8_t)padding, req->pool,
                                     req->priority, req->timeout_ms, req->outputs, req->n_outputs,
                                     req->inputs, req->n_inputs);
   sip__free(params);
-  return send_frame(c, p, &w);
+  sip__free(in_ref);
+  sip__free(out_ref);
+  return send_frame(c, p, &w, -1);
 }
 
 sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
@@ -454,9 +539,19 @@ static void sync_info_done(char *json, sip_error_t *e, void *user) {
   signal_done(w);
 }
 
-/* Sends an INFO_REQUEST (kind > 0) or a REPO_REQUEST (`repo` JSON) and
- * waits for its INFO_RESPONSE. */
-static sip_error_t *info_call(sip_client_t *c, int kind, const char *repo, char **json) {
+/* A message answered by INFO_RESPONSE: INFO_REQUEST (kind > 0), a
+ * REPO_REQUEST (`repo` JSON) or a shared memory message (shm_type). */
+typedef struct info_msg {
+  int kind;
+  const char *repo;
+  uint16_t shm_type;
+  const char *name;
+  uint64_t byte_size;
+  int fd; /* SHM_REGISTER's memfd */
+} info_msg_t;
+
+/* Sends it and waits for its INFO_RESPONSE. */
+static sip_error_t *info_call(sip_client_t *c, const info_msg_t *m, char **json) {
   pending_t *p = sip__calloc(1, sizeof *p);
   if (!p) return SIP__OOM();
   waiter_t w = {.done = 0};
@@ -467,11 +562,15 @@ static sip_error_t *info_call(sip_client_t *c, int kind, const char *repo, char 
   p->info_done = sync_info_done;
   p->user = &w;
   sip__wbuf_t wb = {0};
-  if (repo)
-    sip__encode_repo_request(&wb, p->id, repo, strlen(repo));
+  if (m->shm_type == SIP__MSG_SHM_REGISTER)
+    sip__encode_shm_register(&wb, p->id, m->name, 0, m->byte_size);
+  else if (m->shm_type)
+    sip__encode_shm_name(&wb, m->shm_type, p->id, m->name);
+  else if (m->repo)
+    sip__encode_repo_request(&wb, p->id, m->repo, strlen(m->repo));
   else
-    sip__encode_info_request(&wb, p->id, (uint8_t)kind);
-  sip_error_t *e = send_frame(c, p, &wb);
+    sip__encode_info_request(&wb, p->id, (uint8_t)m->kind);
+  sip_error_t *e = send_frame(c, p, &wb, m->shm_type == SIP__MSG_SHM_REGISTER ? m->fd : -1);
   if (e) {
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
@@ -486,13 +585,13 @@ sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json) {
   *json = NULL;
   if (kind < 1 || kind > 3)
     return sip_error_new(SIP_INVALID_ARGUMENT, "info kind %d; expected 1..3", kind);
-  return info_call(c, kind, NULL, json);
+  return info_call(c, &(info_msg_t){.kind = kind}, json);
 }
 
 sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json) {
   *json = NULL;
   if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "repository request is NULL");
-  return info_call(c, 0, request, json);
+  return info_call(c, &(info_msg_t){.repo = request}, json);
 }
 
 void sip_client_free_string(char *s) { sip__free(s); }
@@ -504,6 +603,116 @@ void sip_client_response_free(sip_client_response_t *r) {
   sip__free(r);
 }
 
+
+/* ---- shared memory ---- */
+
+typedef struct shm_mapping {
+  void *base;
+  size_t len;
+  int fd;
+} shm_mapping_t;
+
+static void shm_mapping_release(void *ctx) {
+  shm_mapping_t *m = ctx;
+  munmap(m->base, m->len);
+  close(m->fd);
+  sip__free(m);
+}
+
+sip_error_t *sip_client_shm_create(sip_client_t *c, const char *name, size_t byte_size,
+                                   sip_client_shm_t **out) {
+  *out = NULL;
+  if (!name || !*name || strlen(name) > 255)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "a shared memory region needs a name of 1 to 255 "
+                         "bytes");
+  if (!byte_size || byte_size > (size_t)INT64_MAX)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "shared memory region '%s': byte size %zu; "
+                         "expected 1..2^63-1", name, byte_size);
+  pthread_mutex_lock(&c->rmu);
+  sip_client_shm_t *dup = c->regions;
+  while (dup && strcmp(dup->name, name)) dup = dup->next;
+  pthread_mutex_unlock(&c->rmu);
+  if (dup)
+    return sip_error_new(SIP_ALREADY_EXISTS, "shared memory region '%s' already exists on this "
+                         "connection", name);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void *base = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)byte_size) == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+    base = mmap(NULL, byte_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "shared memory region '%s' of %zu bytes: %s",
+                         name, byte_size, strerror(err));
+  }
+  shm_mapping_t *m = sip__malloc(sizeof *m);
+  sip_client_shm_t *r = sip__calloc(1, sizeof *r);
+  if (m) *m = (shm_mapping_t){base, byte_size, fd};
+  if (r) {
+    r->data = base;
+    r->size = byte_size;
+    r->name = sip__strdup(name);
+  }
+  if (r && m) r->map = sip_buf_wrap(base, byte_size, shm_mapping_release, m);
+  else if (m) shm_mapping_release(m);
+  else {
+    munmap(base, byte_size);
+    close(fd);
+  }
+  if (!r || !r->name || !r->map) {
+    if (r) {
+      sip_buf_unref(r->map);
+      sip__free(r->name);
+      sip__free(r);
+    }
+    return SIP__OOM();
+  }
+  char *json = NULL;
+  sip_error_t *e = info_call(
+      c, &(info_msg_t){.shm_type = SIP__MSG_SHM_REGISTER, .name = name, .byte_size = byte_size,
+                       .fd = fd},
+      &json);
+  sip__free(json);
+  if (e) {
+    sip_buf_unref(r->map);
+    sip__free(r->name);
+    sip__free(r);
+    return e;
+  }
+  pthread_mutex_lock(&c->rmu);
+  r->next = c->regions;
+  c->regions = r;
+  pthread_mutex_unlock(&c->rmu);
+  *out = r;
+  return NULL;
+}
+
+void *sip_client_shm_data(const sip_client_shm_t *r) { return r->data; }
+size_t sip_client_shm_size(const sip_client_shm_t *r) { return r->size; }
+
+sip_error_t *sip_client_shm_destroy(sip_client_t *c, sip_client_shm_t *r) {
+  if (!r) return NULL;
+  pthread_mutex_lock(&c->rmu);
+  sip_client_shm_t **pp = &c->regions;
+  while (*pp && *pp != r) pp = &(*pp)->next;
+  if (*pp) *pp = r->next;
+  pthread_mutex_unlock(&c->rmu);
+  char *json = NULL;
+  sip_error_t *e =
+      info_call(c, &(info_msg_t){.shm_type = SIP__MSG_SHM_UNREGISTER, .name = r->name}, &json);
+  sip__free(json);
+  sip_buf_unref(r->map);
+  sip__free(r->name);
+  sip__free(r);
+  return e;
+}
+
+sip_error_t *sip_client_shm_status(sip_client_t *c, const char *name, char **json) {
+  *json = NULL;
+  return info_call(c, &(info_msg_t){.shm_type = SIP__MSG_SHM_STATUS, .name = name ? name : ""},
+                   json);
+}
 
 const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name) {
   for (size_t i = 0; r && i < r->n_outputs; i++)

@@ -37,6 +37,15 @@ typedef struct sip_kv {
   const char *value;
 } sip_kv_t;
 
+/* Memory a request offers for one output (sip_request_set_output_buffer):
+ * a backend that can write the output there directly returns a tensor that
+ * views `data` and holds a reference to `owner`. */
+typedef struct sip_out_dest {
+  void *data; /* NULL: no destination for this output */
+  size_t size;
+  sip_buf_t *owner; /* keeps `data` alive; may be NULL */
+} sip_out_dest_t;
+
 /* Engine-wide settings every backend may honour. */
 typedef struct sip_engine_settings {
   int intra_op_threads;  /* 0: number of cores */
@@ -90,6 +99,15 @@ typedef struct sip_backend_vtable {
    * execution (dynamic batching), or NULL when they can. NULL hook: they
    * can whenever dim 0 of every input and output is the batch dim. */
   const char *(*batch_problem)(void *model);
+  /* Optional: execute, where dests[i] is memory the request offers for
+   * output i (dests[i].data NULL: none). An output the backend can write
+   * there directly (its shape known before running, its bytes fitting)
+   * is returned as a tensor viewing dests[i].data with a reference to
+   * dests[i].owner; the others as execute returns them. The engine calls it
+   * for a request that runs alone and offers destinations. */
+  sip_error_t *(*execute_into)(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
+                               const char *const *out_names, size_t n_outputs,
+                               const sip_out_dest_t *dests, sip_tensor_t **outputs);
 } sip_backend_vtable_t;
 
 /* Makes `vt` (which must outlive every server) available to configs as

@@ -20,6 +20,14 @@ extern "C" {
 
 typedef struct sip_client sip_client_t;
 
+/* Where a tensor's bytes are in (or go to) one of the connection's shared
+ * memory regions (sip_client_shm_create). */
+typedef struct sip_client_shm_ref {
+  const char *region; /* NULL: inline (on the socket) */
+  uint64_t offset;
+  uint64_t byte_size; /* outputs: the room at offset; inputs: ignored (the tensor's nbytes) */
+} sip_client_shm_ref_t;
+
 /* What to run. Everything is borrowed for the duration of the call only. */
 typedef struct sip_client_request {
   const char *pool;
@@ -32,6 +40,14 @@ typedef struct sip_client_request {
   size_t n_outputs;
   /* For pipelines: JSON {"stage_timeout_ms": [...], "early_exit_condition": "..."}; NULL: none. */
   const char *pipeline_config;
+  /* Shared memory (sip_client_infer / sip_client_infer_async only): NULL,
+   * or one entry per input: an input whose entry names a region is sent as
+   * a reference to its bytes there (its `data` is not read), not copied. */
+  const sip_client_shm_ref_t *input_shm;
+  /* NULL, or one entry per requested output: the server writes an output
+   * whose entry names a region there, and the response's tensor views the
+   * region (no copy). */
+  const sip_client_shm_ref_t *output_shm;
   /* For pools with sequence_batching (docs/sequences.md): the sequence this
    * request belongs to, a number >= 1 or (when non-NULL, instead) a string;
    * 0 and NULL: none. sequence_start marks its first request, sequence_end
@@ -94,6 +110,31 @@ sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **
 void sip_client_free_string(char *s);
 
 void sip_client_response_free(sip_client_response_t *r);
+
+/* ---- shared memory (unix socket connections only) ---- */
+
+/* A region: a memfd of the client's, sealed against resizing, mapped here
+ * and registered with the server on this connection only (no other process
+ * can name it). */
+typedef struct sip_client_shm sip_client_shm_t;
+
+/* Creates a region of `byte_size` bytes and registers it as `name`.
+ * Errors: INVALID_ARGUMENT (bad name or size), ALREADY_EXISTS (the name is
+ * in use on this connection), FAILED_PRECONDITION (a TCP connection),
+ * RESOURCE_EXHAUSTED (too many regions; memfd_create or mmap failed). */
+sip_error_t *sip_client_shm_create(sip_client_t *c, const char *name, size_t byte_size,
+                                   sip_client_shm_t **out);
+/* The region's first byte (write inputs there, read outputs there) and size. */
+void *sip_client_shm_data(const sip_client_shm_t *r);
+size_t sip_client_shm_size(const sip_client_shm_t *r);
+/* Unregisters the region and drops the client's hold on it; response
+ * tensors that view it keep the mapping until they are freed. NULL is a
+ * no-op. Returns the server's error, if any (the region is released
+ * anyway). */
+sip_error_t *sip_client_shm_destroy(sip_client_t *c, sip_client_shm_t *r);
+/* The connection's regions as JSON {"regions": [{"name", "offset",
+ * "byte_size"}]} (`name` NULL: all); *json owned (sip_client_free_string). */
+sip_error_t *sip_client_shm_status(sip_client_t *c, const char *name, char **json);
 /* Output by name (borrowed), NULL when absent. */
 const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name);
 

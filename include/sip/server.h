@@ -112,6 +112,17 @@ sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
  * serving stays). Must not be called from a completion callback. */
 sip_error_t *sip_server_load_model(sip_server_t *s, const char *name);
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name);
+/* Load (or reload) with a Triton model configuration (JSON text, borrowed)
+ * applied over the model's config.yaml for this load: max_batch_size,
+ * dynamic_batching, instance_group counts (the pool size), version_policy,
+ * priority and resource_quota; inputs and outputs it declares are checked
+ * against the model (docs/http.md). A later load without one goes back to
+ * config.yaml. Errors as for a load, plus INVALID_ARGUMENT naming a field
+ * that is wrong or that this server does not support. */
+sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
+                                                const char *config, sip_repo_done_fn done,
+                                                void *user);
+sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, const char *config);
 /* The repository index as JSON: {"models": [{"name", "version" (absent for a
  * model as a whole), "state" (READY | LOADING | UNLOADING | UNAVAILABLE),
  * "reason", "source" ("repository" | "config"), "default" (served
@@ -141,6 +152,17 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
  * Checked when the request is submitted to a pipeline (INVALID_ARGUMENT
  * naming the problem); ignored by pools. */
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json);
+/* Offers [data, data + size) for output `name` (a client's shared memory
+ * region, say), kept alive by a reference to `owner` (may be NULL when the
+ * caller keeps the memory alive until the response is freed). When the
+ * backend can write the output there directly (the request runs alone, the
+ * output's shape is known before running, its bytes fit) the response's
+ * tensor views that memory and nothing is copied; otherwise the output is
+ * elsewhere as usual: compare the tensor's data pointer with `data`.
+ * Errors: INVALID_ARGUMENT (NULL name or data, a second buffer for one
+ * output). */
+sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, void *data,
+                                           size_t size, sip_buf_t *owner);
 /* Makes the request part of a sequence, for pools with sequence_batching
  * (docs/sequences.md): `id` (>= 1, or a string of 1..256 bytes, copied)
  * names the sequence; `start` marks its first request (binding it to a

@@ -362,9 +362,16 @@ static void free_descs(sip_io_desc_t *d, size_t n) {
   sip__free(d);
 }
 
+static void free_syms(dim_syms_t *v, size_t n) {
+  if (!v) return;
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < SIP_MAX_RANK; k++) sip__free(v[i].name[k]);
+  sip__free(v);
+}
+
 /* Fills one input or output description from the session's metadata. */
 static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_input, size_t index,
-                                 const char *path, sip_io_desc_t *d) {
+                                 const char *path, sip_io_desc_t *d, dim_syms_t *syms) {
   const char *kind = is_input ? "input" : "output";
   char *ort_name = NULL;
   OrtStatus *st = is_input ? sip__ort->SessionGetInputName(sess, index, alloc, &ort_name)
@@ -431,6 +438,11 @@ static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_i
    * negative is normalised so callers test only for -1. */
   for (size_t i = 0; !st && i < rank; i++)
     if (d->dims[i] < 0) d->dims[i] = -1;
+  const char *sym[SIP_MAX_RANK] = {0};
+  if (!st && rank) st = sip__ort->GetSymbolicDimensions(tinfo, sym, rank);
+  for (size_t i = 0; !st && i < rank; i++)
+    if (d->dims[i] < 0 && sym[i] && *sym[i] && !(syms->name[i] = sip__strdup(sym[i])))
+      err = SIP__OOM();
 
 out:
   if (st)
@@ -448,13 +460,16 @@ static sip_error_t *describe_all(model_t *m, const char *path) {
   /* Zeroed, so that a failure half way leaves only NULL names to free. */
   m->inputs = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *m->inputs);
   m->outputs = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *m->outputs);
-  if (!m->inputs || !m->outputs) return SIP__OOM();
+  m->in_syms = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *m->in_syms);
+  m->out_syms = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *m->out_syms);
+  if (!m->inputs || !m->outputs || !m->in_syms || !m->out_syms) return SIP__OOM();
   for (size_t i = 0; i < m->n_inputs; i++) {
-    sip_error_t *err = describe_one(m->session, alloc, 1, i, path, &m->inputs[i]);
+    sip_error_t *err = describe_one(m->session, alloc, 1, i, path, &m->inputs[i], &m->in_syms[i]);
     if (err) return err;
   }
   for (size_t i = 0; i < m->n_outputs; i++) {
-    sip_error_t *err = describe_one(m->session, alloc, 0, i, path, &m->outputs[i]);
+    sip_error_t *err =
+        describe_one(m->session, alloc, 0, i, path, &m->outputs[i], &m->out_syms[i]);
     if (err) return err;
   }
   return NULL;
@@ -526,6 +541,8 @@ void sip__ort_model_unref(model_t *m) {
   if (m->session) sip__ort->ReleaseSession(m->session);
   free_descs(m->inputs, m->n_inputs);
   free_descs(m->outputs, m->n_outputs);
+  free_syms(m->in_syms, m->n_inputs);
+  free_syms(m->out_syms, m->n_outputs);
   backend_unref(m->backend);
   sip__free(m);
 }
@@ -546,6 +563,7 @@ static void ort_session_free(void *session) {
   sip__free(s->in_names);
   sip__free(s->in_values);
   sip__free(s->out_values);
+  sip__free(s->out_bound);
   if (s->model) sip__ort_model_unref(s->model);
   sip__free(s);
 }
@@ -560,7 +578,8 @@ static sip_error_t *ort_session_new(void *model, void **session) {
   s->in_names = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *s->in_names);
   s->in_values = sip__calloc(m->n_inputs ? m->n_inputs : 1, sizeof *s->in_values);
   s->out_values = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *s->out_values);
-  if (!s->in_names || !s->in_values || !s->out_values) {
+  s->out_bound = sip__calloc(m->n_outputs ? m->n_outputs : 1, sizeof *s->out_bound);
+  if (!s->in_names || !s->in_values || !s->out_values || !s->out_bound) {
     ort_session_free(s);
     return SIP__OOM();
   }
@@ -585,6 +604,7 @@ const sip_backend_vtable_t sip__backend_onnxruntime = {
     .describe = ort_describe,
     .session_new = ort_session_new,
     .execute = sip__ort_execute,
+    .execute_into = sip__ort_execute_into,
     .session_free = ort_session_free,
     .model_free = ort_model_free,
 };

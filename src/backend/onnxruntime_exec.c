@@ -297,10 +297,93 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
 
 /* ---- execute ----------------------------------------------------------- */
 
-sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
+/* Output `name`'s shape before running, from the model's fixed dims and
+ * its symbolic dims named like a dim of a given input; 0 when some dim
+ * cannot be known. */
+static int known_shape(const model_t *m, const char *name, const sip_tensor_t *const *inputs,
+                       size_t n_inputs, sip_dtype_t *dt, int *rank, int64_t *dims) {
+  size_t o = 0;
+  while (o < m->n_outputs && strcmp(m->outputs[o].name, name)) o++;
+  if (o == m->n_outputs || m->outputs[o].rank < 0) return 0;
+  const sip_io_desc_t *d = &m->outputs[o];
+  for (int k = 0; k < d->rank; k++) {
+    dims[k] = d->dims[k];
+    const char *sym = m->out_syms[o].name[k];
+    for (size_t i = 0; dims[k] < 0 && sym && i < n_inputs; i++) {
+      const sip_tensor_t *t = inputs[i];
+      size_t mi = 0;
+      while (mi < m->n_inputs && !(t->name ? !strcmp(m->inputs[mi].name, t->name) : mi == i)) mi++;
+      for (int kk = 0; mi < m->n_inputs && kk < t->rank && kk < m->inputs[mi].rank; kk++) {
+        const char *isym = m->in_syms[mi].name[kk];
+        if (isym && !strcmp(isym, sym)) {
+          dims[k] = t->dims[kk];
+          break;
+        }
+      }
+    }
+    if (dims[k] < 0) return 0;
+  }
+  *dt = d->dtype;
+  *rank = d->rank;
+  return 1;
+}
+
+/* Pre-allocated outputs over the request's destinations, where an
+ * output's shape is known and its bytes fit (s->out_values / out_bound). */
+static void bind_destinations(session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
                               const char *const *out_names, size_t n_outputs,
-                              sip_tensor_t **outputs) {
-  session_t *s = session;
+                              const sip_out_dest_t *dests) {
+  for (size_t j = 0; dests && j < n_outputs; j++) {
+    sip_dtype_t dt;
+    int rank;
+    int64_t dims[SIP_MAX_RANK];
+    if (!dests[j].data ||
+        !known_shape(s->model, out_names[j], inputs, n_inputs, &dt, &rank, dims))
+      continue;
+    size_t es = elem_size(dt);
+    int64_t count = shape_count(dims, (size_t)rank);
+    if (dt == SIP_DTYPE_STRING || !es || count <= 0 || (uint64_t)count > SIZE_MAX / es ||
+        (size_t)count * es > dests[j].size || (uintptr_t)dests[j].data % es)
+      continue;
+    OrtValue *v = NULL;
+    OrtStatus *st = sip__ort->CreateTensorWithDataAsOrtValue(
+        s->mem_info, dests[j].data, (size_t)count * es, dims, (size_t)rank,
+        (ONNXTensorElementDataType)dt, &v);
+    if (st) {
+      sip__ort->ReleaseStatus(st); /* written elsewhere and copied, as without one */
+      continue;
+    }
+    s->out_values[j] = s->out_bound[j] = v;
+  }
+}
+
+static void unbind_destinations(session_t *s, size_t n_outputs) {
+  for (size_t j = 0; j < n_outputs; j++) {
+    if (!s->out_bound[j]) continue;
+    if (s->out_values[j] == s->out_bound[j]) s->out_values[j] = NULL;
+    sip__ort->ReleaseValue(s->out_bound[j]);
+    s->out_bound[j] = NULL;
+  }
+}
+
+/* Output j written into its destination: a tensor viewing it. */
+static sip_error_t *bound_output(session_t *s, size_t j, const char *name,
+                                 const sip_out_dest_t *dest, sip_tensor_t **out) {
+  ONNXTensorElementDataType et;
+  const int64_t *shape = NULL;
+  size_t rank = 0;
+  OrtStatus *st =
+      sip__ort->GetTensorElementTypeAndShapeDataReference(s->out_bound[j], &et, &shape, &rank);
+  if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: output '%s'", name);
+  sip_dtype_t dt = sip__ort_dtype(et);
+  size_t nbytes = (size_t)shape_count(shape, rank) * elem_size(dt);
+  *out = sip_tensor_new_view(name, dt, (int)rank, shape, dest->data, nbytes, dest->owner);
+  return *out ? NULL : SIP__OOM();
+}
+
+static sip_error_t *run(session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
+                        const char *const *out_names, size_t n_outputs,
+                        const sip_out_dest_t *dests, sip_tensor_t **outputs) {
   model_t *m = s->model;
   for (size_t j = 0; j < n_outputs; j++) outputs[j] = NULL;
   if (n_inputs > m->n_inputs)
@@ -315,7 +398,7 @@ sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, 
   size_t built = 0, done = 0;
   /* Run fills only NULL slots with fresh values; the cleanup below relies on
    * every slot being NULL or ours. */
-  for (size_t j = 0; j < n_outputs; j++) s->out_values[j] = NULL;
+  for (size_t j = 0; j < n_outputs; j++) s->out_values[j] = s->out_bound[j] = NULL;
   for (; built < n_inputs; built++) {
     const sip_tensor_t *t = inputs[built];
     /* Inputs are matched by name, so their order is free; an unnamed one
@@ -326,9 +409,26 @@ sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, 
     if (err) goto out;
   }
 
+  bind_destinations(s, inputs, n_inputs, out_names, n_outputs, dests);
   OrtStatus *st =
       sip__ort->Run(m->session, s->run_options, s->in_names, (const OrtValue *const *)s->in_values,
                n_inputs, out_names, n_outputs, s->out_values);
+  int bound = 0;
+  for (size_t j = 0; j < n_outputs; j++) bound |= s->out_bound[j] != NULL;
+  if (st && bound) {
+    /* A destination's shape guessed wrong (a model whose output does not
+     * follow the named dim): run again with outputs of ORT's own. */
+    sip__ort->ReleaseStatus(st);
+    for (size_t j = 0; j < n_outputs; j++)
+      if (s->out_values[j] != s->out_bound[j] && s->out_values[j]) {
+        sip__ort->ReleaseValue(s->out_values[j]);
+        s->out_values[j] = NULL;
+      }
+    unbind_destinations(s, n_outputs);
+    st = sip__ort->Run(m->session, s->run_options, s->in_names,
+                       (const OrtValue *const *)s->in_values, n_inputs, out_names, n_outputs,
+                       s->out_values);
+  }
   if (st) {
     err = sip__ort_status_error(st, run_code(st), "onnxruntime: run failed");
     goto out;
@@ -341,7 +441,10 @@ sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, 
           sip_error_new(SIP_INTERNAL, "onnxruntime: output '%s' was not produced", out_names[done]);
       goto out;
     }
-    err = make_output(m, v, out_names[done], inputs, n_inputs, &outputs[done]);
+    if (v == s->out_bound[done]) /* released with the bindings below */
+      err = bound_output(s, done, out_names[done], &dests[done], &outputs[done]);
+    else
+      err = make_output(m, v, out_names[done], inputs, n_inputs, &outputs[done]);
     if (err) goto out;
   }
 
@@ -354,7 +457,8 @@ out:
     /* Run may have produced values we never converted; and per the
      * contract no outputs stay allocated on failure. */
     for (size_t j = done; j < n_outputs; j++) {
-      if (s->out_values[j]) sip__ort->ReleaseValue(s->out_values[j]);
+      if (s->out_values[j] && s->out_values[j] != s->out_bound[j])
+        sip__ort->ReleaseValue(s->out_values[j]);
       s->out_values[j] = NULL;
     }
     for (size_t j = 0; j < n_outputs; j++) {
@@ -362,5 +466,19 @@ out:
       outputs[j] = NULL;
     }
   }
+  unbind_destinations(s, n_outputs);
   return err;
+}
+
+sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
+                              const char *const *out_names, size_t n_outputs,
+                              sip_tensor_t **outputs) {
+  return run(session, inputs, n_inputs, out_names, n_outputs, NULL, outputs);
+}
+
+sip_error_t *sip__ort_execute_into(void *session, const sip_tensor_t *const *inputs,
+                                   size_t n_inputs, const char *const *out_names,
+                                   size_t n_outputs, const sip_out_dest_t *dests,
+                                   sip_tensor_t **outputs) {
+  return run(session, inputs, n_inputs, out_names, n_outputs, dests, outputs);
 }

@@ -30,6 +30,13 @@ typedef struct backend {
   atomic_long refs;
 } backend_t;
 
+/* The symbolic names of one tensor's dims ("batch", "N"; NULL for fixed
+ * and unnamed dims): an output dim named like an input dim takes that
+ * input's size, so an output's shape can be known before running. */
+typedef struct dim_syms {
+  char *name[SIP_MAX_RANK];
+} dim_syms_t;
+
 typedef struct model {
   OrtSession *session;
   backend_t *backend;
@@ -38,6 +45,7 @@ typedef struct model {
   size_t n_inputs;
   sip_io_desc_t *outputs;
   size_t n_outputs;
+  dim_syms_t *in_syms, *out_syms; /* one per input / output */
 } model_t;
 
 /* What a zero-copy output buffer owns. */
@@ -56,6 +64,9 @@ typedef struct session {
   const char **in_names;
   OrtValue **in_values;
   OrtValue **out_values;
+  /* Per output: the request's destination memory Run writes into (an
+   * OrtValue over it, given to Run pre-allocated), or NULL. */
+  OrtValue **out_bound;
 } session_t;
 
 /* Turns an OrtStatus into a sip error with `code`, prefixing ORT's message
@@ -74,5 +85,10 @@ void sip__ort_model_unref(model_t *m);
 sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                               const char *const *out_names, size_t n_outputs,
                               sip_tensor_t **outputs);
+/* execute with destinations for outputs (sip_backend_vtable_t.execute_into). */
+sip_error_t *sip__ort_execute_into(void *session, const sip_tensor_t *const *inputs,
+                                   size_t n_inputs, const char *const *out_names,
+                                   size_t n_outputs, const sip_out_dest_t *dests,
+                                   sip_tensor_t **outputs);
 
 #endif

@@ -194,6 +194,27 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
 /* Frees a pool config from sip__config_load_model; NULL is a no-op. */
 void sip__config_pool_free(sip__pool_config_t *p);
 
+/* A Triton model config (JSON) given with a repository load, mapped onto
+ * the model's pool settings (src/config/model_override.c; docs/http.md). */
+typedef struct sip__model_override sip__model_override_t;
+/* Parses `text` for model `model`. INVALID_ARGUMENT naming the field that is
+ * wrong or unsupported and what was expected. */
+sip_error_t *sip__model_override_parse(const char *text, size_t len, const char *model,
+                                       sip__model_override_t **out);
+void sip__model_override_free(sip__model_override_t *o);
+/* The config in canonical form ("" for NULL): part of a version's identity. */
+const char *sip__model_override_text(const sip__model_override_t *o);
+/* Applies the version_policy only (to choose versions before loading). */
+void sip__model_override_versions(const sip__model_override_t *o, sip__pool_config_t *pc);
+/* Applies every setting to `pc` and checks the result (batch sizes against
+ * max_batch_size...). NULL `o`: nothing. */
+sip_error_t *sip__model_override_apply(const sip__model_override_t *o, sip__pool_config_t *pc);
+/* Checks declared inputs (io[0]) and outputs (io[1]) against the loaded
+ * model's; `batched`: the pool batches (dims may leave out dim 0). */
+sip_error_t *sip__model_override_check_io(const sip__model_override_t *o,
+                                          const sip_io_desc_t *const io[2], const size_t n[2],
+                                          int batched);
+
 /* Writes the configuration reference (docs/config.md) as Markdown, from
  * the parser's tables. 0, or -1 when writing failed. */
 int sip__config_doc_markdown(FILE *out);

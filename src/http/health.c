@@ -43,9 +43,10 @@ enum MHD_Result sip__http_ready(hreq_t *q) {
 }
 
 enum MHD_Result sip__http_server_meta(hreq_t *q) {
-  json_t *v = json_pack("{s:s,s:s,s:[s,s,s,s,s,s]}", "name", "sip", "version", sip_version(),
+  json_t *v = json_pack("{s:s,s:s,s:[s,s,s,s,s,s,s]}", "name", "sip", "version", sip_version(),
                         "extensions", "binary_tensor_data", "classification",
-                        "model_configuration", "statistics", "logging", "trace");
+                        "model_configuration", "statistics", "logging", "trace",
+                        "system_shared_memory");
   if (v && q->h->cfg->model_repository)
     json_array_append_new(json_object_get(v, "extensions"), json_string("model_repository"));
   /* Triton's sequence extension, string ids too (docs/sequences.md). */

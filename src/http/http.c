@@ -2,7 +2,11 @@
  * lifecycle, the front-end vtable, MHD's callbacks (one request's phases,
  * handed to the route table's handlers, routes.c) and the send helpers.
  *
- * MHD runs its own event-loop threads (server.http_threads, epoll). An infer
+ * MHD runs its own event-loop threads (server.http_threads, epoll), one
+ * daemon each; with more than one, sip accepts the connections on its own
+ * thread and deals them out round-robin (MHD_add_connection), since a thread
+ * pool sharing the listening socket lets one thread accept a whole burst of
+ * connections and leaves the others idle. An infer
  * request is decoded on that thread, then the connection is *suspended* and
  * the request submitted with sip_server_infer_async; the completion callback
  * (an engine thread) stores the response and resumes the connection, and MHD
@@ -14,10 +18,12 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -249,13 +255,61 @@ enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, cons
   return MHD_YES;
 }
 
+json_t *sip__http_body_object(hreq_t *q, const char *expect) {
+  json_error_t je;
+  je.text[0] = '\0';
+  json_t *b = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
+                     : json_object();
+  if (b && json_is_object(b)) return b;
+  json_decref(b);
+  sip__http_send_error(q->conn, sip_error_new(SIP_INVALID_ARGUMENT,
+                                              "the body is not a JSON object%s%s%s; expected %s",
+                                              je.text[0] ? " (" : "", je.text,
+                                              je.text[0] ? ")" : "",
+                                              expect));
+  return NULL;
+}
+
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   sip__http_settings_free(h);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
+  sip__free(h->d);
   sip__free(h);
+}
+
+/* The accept thread (http_threads > 1): each new connection goes to the
+ * next daemon in turn, so a burst of connections spreads over all the
+ * event-loop threads. Past the connection limit a new one is closed at
+ * once, as MHD does. */
+static void *accept_loop(void *arg) {
+  sip__http_t *h = arg;
+  struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN}, {.fd = h->wake[0], .events = POLLIN}};
+  for (;;) {
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(h->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      /* Out of descriptors or memory: back off rather than spin. */
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        poll(NULL, 0, 10);
+      continue;
+    }
+    if (atomic_load(&h->conns) >= CONN_LIMIT) {
+      close(fd);
+      continue;
+    }
+    unsigned i = atomic_fetch_add(&h->next_d, 1) % (unsigned)h->n_d;
+    MHD_add_connection(h->d[i], fd, (struct sockaddr *)&ss, sl); /* closes fd on failure */
+  }
+  return NULL;
 }
 
 static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_) {
@@ -267,6 +321,7 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   sip_error_t *e0;
   h->s = s;
   h->cfg = cfg;
+  h->listen_fd = h->wake[0] = h->wake[1] = -1;
   pthread_mutex_init(&h->cache_mu, NULL);
   pthread_mutex_init(&h->mu, NULL);
   if ((e0 = sip__http_settings_init(h))) {
@@ -278,28 +333,53 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&h->cv, &ca);
   pthread_condattr_destroy(&ca);
+  /* The classic JSON tensor decoder, for comparison (bench/json.py). */
+  const char *classic = getenv("SIP_HTTP_JSON_CLASSIC");
+  sip__ks_json_classic(classic && *classic && strcmp(classic, "0"));
   int fd = -1;
   sip_error_t *e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
   if (e) {
     free_http(h);
     return e;
   }
+  h->n_d = cfg->http_threads > 1 ? cfg->http_threads : 1;
+  if (!(h->d = sip__calloc((size_t)h->n_d, sizeof *h->d))) {
+    close(fd);
+    free_http(h);
+    return SIP__OOM();
+  }
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (h->n_d > 1) flags |= MHD_USE_NO_LISTEN_SOCKET;
   struct MHD_OptionItem opts[] = {
-      {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
+      {h->n_d > 1 ? MHD_OPTION_END : MHD_OPTION_LISTEN_SOCKET, fd, NULL},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       {MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT, NULL},
       {MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, NULL},
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
       {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
-      {cfg->http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-       cfg->http_threads, NULL},
       {MHD_OPTION_END, 0, NULL},
   };
-  h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
-                          MHD_OPTION_END);
-  if (!h->d) {
+  /* An END first ends the array: the listening socket goes last. */
+  struct MHD_OptionItem *o = opts[0].option == MHD_OPTION_END ? opts + 1 : opts;
+  int ok = 1;
+  for (int i = 0; i < h->n_d && ok; i++)
+    ok = (h->d[i] = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o,
+                                     MHD_OPTION_END)) != NULL;
+  if (ok && h->n_d > 1) {
+    h->listen_fd = fd;
+    ok = pipe2(h->wake, O_CLOEXEC) == 0;
+    if (ok && pthread_create(&h->acceptor, NULL, accept_loop, h)) {
+      close(h->wake[0]);
+      close(h->wake[1]);
+      ok = 0;
+    } else if (ok) {
+      pthread_setname_np(h->acceptor, "sip-http-accept");
+    }
+  }
+  if (!ok) {
+    for (int i = 0; i < h->n_d; i++)
+      if (h->d[i]) MHD_stop_daemon(h->d[i]);
     close(fd);
     free_http(h);
     return sip_error_new(SIP_UNAVAILABLE, "server.http %s: libmicrohttpd failed to start",
@@ -316,14 +396,24 @@ static void http_stop(void *state) {
   if (!h) return;
   /* Stop accepting, then let answers already queued reach their clients
    * (bounded: a client that stopped reading must not hold shutdown). */
-  MHD_socket lfd = MHD_quiesce_daemon(h->d);
+  MHD_socket lfd = MHD_INVALID_SOCKET;
+  if (h->n_d > 1) {
+    ssize_t w = write(h->wake[1], "x", 1);
+    (void)w;
+    pthread_join(h->acceptor, NULL);
+    close(h->wake[0]);
+    close(h->wake[1]);
+    close(h->listen_fd);
+  } else {
+    lfd = MHD_quiesce_daemon(h->d[0]);
+  }
   uint64_t until = sip__now_us() + STOP_GRACE_US;
   struct timespec ts = {(time_t)(until / 1000000), (long)(until % 1000000) * 1000};
   pthread_mutex_lock(&h->mu);
   while (atomic_load(&h->inflight) > 0)
     if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) == ETIMEDOUT) break;
   pthread_mutex_unlock(&h->mu);
-  MHD_stop_daemon(h->d);
+  for (int i = 0; i < h->n_d; i++) MHD_stop_daemon(h->d[i]);
   if (lfd != MHD_INVALID_SOCKET) close(lfd);
   free_http(h);
 }

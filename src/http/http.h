@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "core/shm.h"
 #include "sip/backend.h"
 #include "sip/frontend.h"
 #include "sip/server.h"
@@ -41,6 +42,13 @@ typedef struct sip__ks_output {
   char *name;
   int binary;              /* parameters.binary_data: 1 / 0, or -1 when not given */
   uint32_t classification; /* parameters.classification: top-N, 0 = off */
+  /* parameters.shared_memory_region: the output is written there, not sent
+   * (NULL: not asked). The view is taken when the request is decoded, so a
+   * region unregistered meanwhile is still written. */
+  char *shm_region;
+  uint64_t shm_offset, shm_size; /* shared_memory_offset, shared_memory_byte_size */
+  sip_buf_t *shm_owner;          /* a reference on the region's mapping */
+  uint8_t *shm_data;             /* its byte at shm_offset */
 } sip__ks_output_t;
 
 /* A decoded KServe inference request. */
@@ -72,12 +80,27 @@ typedef struct sip__ks_request {
  * `body` alive; a reference is taken per tensor) is given and the data is
  * 8-byte aligned; otherwise they are copied. Errors: INVALID_ARGUMENT with a
  * message naming the field, UNIMPLEMENTED for extensions sip does not have
- * (shared memory, BF16), RESOURCE_EXHAUSTED when out of memory. On success
- * *out is owned by the caller (sip__ks_request_free). */
+ * (BF16; shared memory without a set of regions), RESOURCE_EXHAUSTED when
+ * out of memory. On success *out is owned by the caller
+ * (sip__ks_request_free). */
 sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
                             size_t len, int64_t header_len, sip_buf_t *owner,
                             const sip_io_desc_t *model_inputs, size_t n_model_inputs,
                             sip__ks_request_t **out);
+/* The same with the system shared memory extension over `shm` (the
+ * server's regions): an input with parameters.shared_memory_region (and
+ * shared_memory_byte_size, optional shared_memory_offset) views the region
+ * in place (copied when not 8-byte aligned, and BYTES); an output with them is written
+ * into the region by sip__ks_encode. Unknown regions and ranges outside
+ * them are INVALID_ARGUMENT naming the input or output. */
+sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const char *version,
+                                const uint8_t *body, size_t len, int64_t header_len,
+                                sip_buf_t *owner, const sip_io_desc_t *model_inputs,
+                                size_t n_model_inputs, sip__ks_request_t **out);
+/* on: JSON tensor data is read through jansson only (the classic decoder),
+ * not the fast path; for comparison (SIP_HTTP_JSON_CLASSIC=1 in sipd's
+ * environment) and tests. */
+void sip__ks_json_classic(int on);
 /* Frees a decoded request (and its engine request if still owned). NULL is a
  * no-op. */
 void sip__ks_request_free(sip__ks_request_t *k);
@@ -104,8 +127,12 @@ typedef struct sip__ks_body {
 /* Encodes the outputs of a successful inference as a KServe response for
  * request `k`: JSON "data" or binary sections as asked, classification
  * applied, the request id echoed. `version` (may be NULL) becomes
- * "model_version". Errors: INVALID_ARGUMENT (classification of a non-numeric
- * output; a BYTES element that is not UTF-8 asked as JSON), RESOURCE_EXHAUSTED.
+ * "model_version". An output asked into shared memory is copied there and
+ * listed without data, with parameters shared_memory_region,
+ * shared_memory_byte_size (the bytes written) and shared_memory_offset.
+ * Errors: INVALID_ARGUMENT (classification of a non-numeric output; a BYTES
+ * element that is not UTF-8 asked as JSON; an output larger than its shared
+ * memory region's byte size, naming the size needed), RESOURCE_EXHAUSTED.
  * On success the caller owns *out's contents (sip__ks_body_clear). */
 sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const char *version,
                             const sip_tensor_t *const *outputs, size_t n_outputs,

@@ -9,6 +9,10 @@
  *   models.c      model metadata, config, readiness and statistics
  *   infer.c       inference, and the model metadata cache it reads
  *   repository.c  the model repository extension (index, load, unload)
+ *   settings.c    Triton's log and trace settings
+ *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
+ *   shm.c         system shared memory: the routes (and the codec's part,
+ *                 kserve_impl.h)
  */
 #ifndef SIP_HTTP_IMPL_H
 #define SIP_HTTP_IMPL_H
@@ -43,7 +47,15 @@ typedef struct meta {
 struct sip__http {
   sip_server_t *s;
   const sip__config_t *cfg;
-  struct MHD_Daemon *d;
+  /* One daemon per event-loop thread. With more than one, an accept thread
+   * (http.c) hands each new connection to the next daemon in turn, so
+   * connections spread over the threads. */
+  struct MHD_Daemon **d;
+  int n_d;
+  int listen_fd;          /* with n_d > 1: the acceptor's socket */
+  int wake[2];            /* with n_d > 1: a write stops the acceptor */
+  pthread_t acceptor;
+  atomic_uint next_d;     /* the daemon the next connection goes to */
   char address[300];
   atomic_long conns;    /* open connections */
   atomic_long inflight; /* requests begun and not yet fully answered */
@@ -75,6 +87,7 @@ typedef enum route_kind {
   R_LOGGING,     /* GET/POST /v2/logging */
   R_TRACE,       /* GET/POST /v2/trace/setting, /v2/models/{m}/trace/setting */
   R_CUDA_SHM,    /* /v2/cudasharedmemory/... (a server without GPUs) */
+  R_SYS_SHM,     /* /v2/systemsharedmemory/... */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -97,8 +110,9 @@ typedef struct http_post_ops {
 } http_post_ops_t;
 
 /* One entry of the route table (routes.c). A pattern is matched literally
- * but for its placeholders: {model} and {version} take one non-empty path
- * segment of name characters (a model name at most 128 bytes); {path} takes
+ * but for its placeholders: {model}, {version} and {region} take one
+ * non-empty path segment of name characters (a model name at most 128
+ * bytes, a region name at most SIP__SHM_MAX_NAME); {path} takes
  * the rest of the path up to its last '/' (non-empty, any characters: the
  * engine checks repository names and says why one is refused). */
 typedef struct http_route {
@@ -167,6 +181,9 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
 /* Collects a small JSON body (at most 64 KiB; `what` names the request in
  * the error past that). */
 enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what);
+/* The small body as a JSON object (owned; an empty body is {}), or NULL
+ * after answering 400 saying why, with `expect` naming what was expected. */
+json_t *sip__http_body_object(hreq_t *q, const char *expect);
 
 /* ---- settings.c: Triton's log and trace settings ---------------------------- */
 sip_error_t *sip__http_settings_init(sip__http_t *h);
@@ -186,6 +203,17 @@ extern const http_post_ops_t sip__http_trace_ops;
 enum MHD_Result sip__http_cudashm_status(hreq_t *q);
 extern const http_post_ops_t sip__http_cudashm_unregister_ops;
 extern const http_post_ops_t sip__http_cudashm_register_ops;
+
+/* ---- shm.c: system shared memory (the server's regions, core/shm.h) --------- */
+enum MHD_Result sip__http_shm_status(hreq_t *q);
+extern const http_post_ops_t sip__http_shm_unregister_ops;
+extern const http_post_ops_t sip__http_shm_register_ops;
+/* The check behind register, on a parsed body object (fuzz_http): "key" a
+ * string (required), "offset" an integer >= 0 (default 0), "byte_size" an
+ * integer >= 0 (required); no other fields. *key points into `b`. The range
+ * itself is checked by sip__shm_register. INVALID_ARGUMENT saying why. */
+sip_error_t *sip__http_shm_register_args(const json_t *b, const char **key, uint64_t *offset,
+                                         uint64_t *byte_size);
 
 /* ---- models.c ------------------------------------------------------------ */
 

@@ -332,8 +332,9 @@ static enum MHD_Result infer_start(hreq_t *q) {
       return sip__http_send_error(q->conn, e ? e : SIP__OOM());
     }
   }
-  sip_error_t *e = sip__ks_decode(q->model, q->version, (const uint8_t *)base + q->pad, q->len,
-                                  q->header_len, body, ins, n_ins, &q->ks);
+  sip_error_t *e = sip__ks_decode_shm(sip__server_shm(q->h->s), q->model, q->version,
+                                      (const uint8_t *)base + q->pad, q->len, q->header_len, body,
+                                      ins, n_ins, &q->ks);
   sip_buf_unref(body);
   if (e) return sip__http_send_error(q->conn, e);
   sip_request_t *r = q->ks->req;

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,11 @@ void sip__ks_request_free(sip__ks_request_t *k) {
   if (!k) return;
   sip_request_free(k->req);
   sip__free(k->id);
-  for (size_t i = 0; i < k->n_outputs; i++) sip__free(k->outputs[i].name);
+  for (size_t i = 0; i < k->n_outputs; i++) {
+    sip__free(k->outputs[i].name);
+    sip__free(k->outputs[i].shm_region);
+    sip_buf_unref(k->outputs[i].shm_owner);
+  }
   sip__free(k->outputs);
   sip__free(k);
 }
@@ -164,26 +169,10 @@ static int put(fill_t *f, const json_t *v) {
   /* Integers: exact JSON integers within the type's range. */
   if (!json_is_integer(v)) goto bad;
   iv = json_integer_value(v);
-  switch (f->dt) {
-#define INT_CASE(DT, T, LO, HI)                          \
-  case DT: {                                             \
-    if (iv < (json_int_t)(LO) || iv > (json_int_t)(HI)) goto range; \
-    T y = (T)iv;                                         \
-    memcpy(f->dst + sizeof(T) * (size_t)i, &y, sizeof y); \
-    return 0;                                            \
-  }
-    INT_CASE(SIP_DTYPE_INT8, int8_t, INT8_MIN, INT8_MAX)
-    INT_CASE(SIP_DTYPE_INT16, int16_t, INT16_MIN, INT16_MAX)
-    INT_CASE(SIP_DTYPE_INT32, int32_t, INT32_MIN, INT32_MAX)
-    INT_CASE(SIP_DTYPE_INT64, int64_t, INT64_MIN, INT64_MAX)
-    INT_CASE(SIP_DTYPE_UINT8, uint8_t, 0, UINT8_MAX)
-    INT_CASE(SIP_DTYPE_UINT16, uint16_t, 0, UINT16_MAX)
-    INT_CASE(SIP_DTYPE_UINT32, uint32_t, 0, UINT32_MAX)
-    /* jansson parses integers into int64: larger UINT64 values need binary. */
-    INT_CASE(SIP_DTYPE_UINT64, uint64_t, 0, INT64_MAX)
-#undef INT_CASE
-  default:
-    break;
+  switch (sip__ks_store_int(f->dt, f->dst, i, iv)) {
+  case 1: return 0;
+  case 0: goto range;
+  default: break;
   }
 bad:
   f->err = BAD("input '%s': data element %lld is %s; expected %s", f->input, (long long)i,
@@ -366,7 +355,24 @@ typedef struct model_inputs {
   const char *model;
   const sip_io_desc_t *d;
   size_t n;
+  sip__ks_cut_t *cut; /* the fast path's number arrays, NULL: classic */
 } model_inputs_t;
+
+/* The tensor of a data array the fast path cut out (kserve_numbers.c), NULL
+ * when it gives up: the caller then decodes the request the classic way. */
+static sip_tensor_t *cut_tensor(sip__ks_cut_t *c, int span, const char *name, sip_dtype_t dt,
+                                int rank, const int64_t *dims, int64_t count) {
+  size_t es = sip_dtype_size(dt);
+  sip_buf_t *b = es && dt != SIP_DTYPE_STRING ? sip_buf_new((size_t)count * es) : NULL;
+  if (!b) return NULL;
+  const sip__ks_span_t *sp = &c->spans[span];
+  sip_tensor_t *t = NULL;
+  if (!sip__ks_fill((const char *)c->text + sp->off, sp->len, dt, sip_buf_data(b), count))
+    t = sip_tensor_new_view(name, dt, rank, dims, sip_buf_data(b), (size_t)count * es, b);
+  sip_buf_unref(b);
+  c->used += t != NULL;
+  return t;
+}
 
 static sip_error_t *check_datatype(const model_inputs_t *mi, const char *name, sip_dtype_t dt) {
   for (size_t i = 0; i < mi->n; i++) {
@@ -382,7 +388,7 @@ static sip_error_t *check_datatype(const model_inputs_t *mi, const char *name, s
 static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
                                  const uint8_t *bin, size_t bin_len, size_t *bin_off,
                                  sip_buf_t *owner, const model_inputs_t *mi,
-                                 sip__ks_request_t *k) {
+                                 sip__shm_set_t *shm, sip__ks_request_t *k) {
   if (!json_is_object(in)) return BAD("inputs[%zu] is not an object", idx);
   const char *name;
   sip_error_t *e = get_name(in, "inputs", idx, &name);
@@ -422,11 +428,11 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
   json_t *bds = NULL;
   if (params) {
     if (!json_is_object(params)) return BAD("input '%s': parameters is not an object", name);
-    if (json_object_get(params, "shared_memory_region"))
-      return sip_error_new(SIP_UNIMPLEMENTED,
-                           "input '%s': the shared memory extension is not supported over HTTP; "
-                           "send the data in JSON or as binary",
-                           name);
+    if (json_object_get(params, "shared_memory_region")) { /* shm.c */
+      sip_tensor_t *t;
+      e = sip__ks_shm_input(shm, in, params, name, dt, (int)rank, dims, count, &t);
+      return e ? e : sip_request_add_input(k->req, t);
+    }
     bds = json_object_get(params, "binary_data_size");
   }
   json_t *data = json_object_get(in, "data");
@@ -460,13 +466,20 @@ static sip_error_t *decode_input(const json_t *in, size_t idx, size_t json_len,
     if ((uint64_t)count > json_len)
       return BAD("input '%s': shape needs %lld elements, more than the request's data holds",
                  name, (long long)count);
-    e = json_tensor(name, dt, (int)rank, dims, count, data, &t);
-    if (e) return e;
+    int span = json_is_string(data) ? sip__ks_cut_index(mi->cut, json_string_value(data),
+                                                         json_string_length(data)) : -1;
+    if (span >= 0) {
+      if (!(t = cut_tensor(mi->cut, span, name, dt, (int)rank, dims, count)))
+        return BAD("input '%s': data left to the classic decoder", name);
+    } else if ((e = json_tensor(name, dt, (int)rank, dims, count, data, &t))) {
+      return e;
+    }
   }
   return sip_request_add_input(k->req, t); /* checks BYTES packing and duplicates */
 }
 
-static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
+static sip_error_t *decode_outputs(const json_t *outs, sip__shm_set_t *shm,
+                                   sip__ks_request_t *k) {
   if (!outs) return NULL;
   if (!json_is_array(outs)) return BAD("outputs is not an array");
   size_t n = json_array_size(outs);
@@ -489,11 +502,12 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
     json_t *params = json_object_get(o, "parameters");
     if (params) {
       if (!json_is_object(params)) return BAD("output '%s': parameters is not an object", name);
-      if (json_object_get(params, "shared_memory_region"))
-        return sip_error_new(SIP_UNIMPLEMENTED,
-                             "output '%s': the shared memory extension is not supported over "
-                             "HTTP",
-                             name);
+      if ((e = sip__ks_shm_output(shm, params, ko))) return e; /* shm.c */
+      /* The backend may write straight into the region (no copy then). */
+      if (ko->shm_region && ko->shm_size &&
+          (e = sip_request_set_output_buffer(k->req, name, ko->shm_data, ko->shm_size,
+                                             ko->shm_owner)))
+        return e;
       json_t *v = json_object_get(params, "binary_data");
       if (v) {
         if (!json_is_boolean(v)) return BAD("output '%s': binary_data is not a boolean", name);
@@ -511,11 +525,14 @@ static sip_error_t *decode_outputs(const json_t *outs, sip__ks_request_t *k) {
   return NULL;
 }
 
-sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
-                            size_t len, int64_t header_len, sip_buf_t *owner,
-                            const sip_io_desc_t *model_inputs, size_t n_model_inputs,
-                            sip__ks_request_t **out) {
-  const model_inputs_t mi = {model, model_inputs, model_inputs ? n_model_inputs : 0};
+/* Decodes with the JSON text `jtext` standing for body[0..header_len) (the
+ * body itself, or its cut, mi->cut). */
+static sip_error_t *decode(sip__shm_set_t *shm, const char *model, const char *version,
+                           const uint8_t *body, size_t len, int64_t header_len, sip_buf_t *owner,
+                           const sip_io_desc_t *model_inputs, size_t n_model_inputs,
+                           const char *jtext, size_t jlen, sip__ks_cut_t *cut,
+                           sip__ks_request_t **out) {
+  const model_inputs_t mi = {model, model_inputs, model_inputs ? n_model_inputs : 0, cut};
   *out = NULL;
   sip__ks_request_t *k = sip__calloc(1, sizeof *k);
   if (!k) return SIP__OOM();
@@ -536,12 +553,12 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
             (long long)header_len, len);
     goto done;
   }
-  if (!sip__ks_depth_ok(body, hlen, SIP__KS_MAX_DEPTH)) {
+  if (!cut && !sip__ks_depth_ok(body, hlen, SIP__KS_MAX_DEPTH)) {
     e = BAD("request JSON nests deeper than %d levels", SIP__KS_MAX_DEPTH);
     goto done;
   }
   json_error_t jerr;
-  root = json_loadb((const char *)body, hlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+  root = json_loadb(jtext, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!root) {
     e = BAD("request JSON is malformed: %s (line %d, column %d)", jerr.text, jerr.line,
             jerr.column);
@@ -573,14 +590,15 @@ sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_
   const uint8_t *bin = header_len > 0 ? body + hlen : NULL;
   size_t bin_len = header_len > 0 ? len - hlen : 0, bin_off = 0;
   for (size_t i = 0; i < json_array_size(inputs); i++)
-    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, &mi, k)))
+    if ((e = decode_input(json_array_get(inputs, i), i, hlen, bin, bin_len, &bin_off, owner, &mi,
+                          shm, k)))
       goto done;
   if (bin_off != bin_len) {
     e = BAD("%zu bytes of binary data follow the last binary input; expected none",
             bin_len - bin_off);
     goto done;
   }
-  e = decode_outputs(json_object_get(root, "outputs"), k);
+  e = decode_outputs(json_object_get(root, "outputs"), shm, k);
 done:
   json_decref(root);
   if (e) {
@@ -589,4 +607,38 @@ done:
   }
   *out = k;
   return NULL;
+}
+
+static atomic_int classic_only;
+
+void sip__ks_json_classic(int on) { atomic_store(&classic_only, on); }
+
+sip_error_t *sip__ks_decode(const char *model, const char *version, const uint8_t *body,
+                            size_t len, int64_t header_len, sip_buf_t *owner,
+                            const sip_io_desc_t *model_inputs, size_t n_model_inputs,
+                            sip__ks_request_t **out) {
+  return sip__ks_decode_shm(NULL, model, version, body, len, header_len, owner, model_inputs,
+                            n_model_inputs, out);
+}
+
+sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const char *version,
+                                const uint8_t *body, size_t len, int64_t header_len,
+                                sip_buf_t *owner, const sip_io_desc_t *model_inputs,
+                                size_t n_model_inputs, sip__ks_request_t **out) {
+  size_t hlen = header_len < 0 ? len : (size_t)header_len;
+  sip__ks_cut_t cut;
+  /* The fast path first; where it gives up or fails, the classic decoder
+   * decides (and words the error). */
+  if (header_len && hlen <= len && !atomic_load(&classic_only) &&
+      sip__ks_cut(body, hlen, SIP__KS_MAX_DEPTH, &cut) > 0) {
+    sip_error_t *e = decode(shm, model, version, body, len, header_len, owner, model_inputs,
+                            n_model_inputs, cut.json, cut.json_len, &cut, out);
+    int all = cut.used == cut.n_spans;
+    sip__ks_cut_free(&cut);
+    if (!e && all) return NULL;
+    if (!e) sip__ks_request_free(*out);
+    sip_error_free(e);
+  }
+  return decode(shm, model, version, body, len, header_len, owner, model_inputs, n_model_inputs,
+                (const char *)body, hlen, NULL, out);
 }

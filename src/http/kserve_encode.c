@@ -133,13 +133,20 @@ static int jw_str(jw_t *w, const char *s, size_t len, int strict) {
   return 0;
 }
 
+/* A number of a data array (kserve_numbers.c writes it, as printf would). */
 static void jw_double(jw_t *w, double v, int digits) {
+  char num[32];
   if (isnan(v))
     jw_lit(w, "NaN");
   else if (isinf(v))
     jw_lit(w, v > 0 ? "Infinity" : "-Infinity");
   else
-    jw_fmt(w, "%.*g", digits, v);
+    jw_raw(w, num, sip__ks_format_double(v, digits, num));
+}
+
+static void jw_int(jw_t *w, int64_t v, uint64_t u, int is_signed) {
+  char num[32];
+  jw_raw(w, num, sip__ks_format_int(v, u, is_signed, num));
 }
 
 char *sip__ks_error_json(const char *msg, size_t *len) {
@@ -190,14 +197,14 @@ static sip_error_t *write_data(jw_t *w, const sip_tensor_t *t, int64_t count) {
       if (i) jw_raw(w, ",", 1);
       switch (t->dtype) {
       case SIP_DTYPE_BOOL: jw_lit(w, LOAD(uint8_t, d, i) ? "true" : "false"); break;
-      case SIP_DTYPE_INT8: jw_fmt(w, "%d", LOAD(int8_t, d, i)); break;
-      case SIP_DTYPE_INT16: jw_fmt(w, "%d", LOAD(int16_t, d, i)); break;
-      case SIP_DTYPE_INT32: jw_fmt(w, "%" PRId32, LOAD(int32_t, d, i)); break;
-      case SIP_DTYPE_INT64: jw_fmt(w, "%" PRId64, LOAD(int64_t, d, i)); break;
-      case SIP_DTYPE_UINT8: jw_fmt(w, "%u", LOAD(uint8_t, d, i)); break;
-      case SIP_DTYPE_UINT16: jw_fmt(w, "%u", LOAD(uint16_t, d, i)); break;
-      case SIP_DTYPE_UINT32: jw_fmt(w, "%" PRIu32, LOAD(uint32_t, d, i)); break;
-      case SIP_DTYPE_UINT64: jw_fmt(w, "%" PRIu64, LOAD(uint64_t, d, i)); break;
+      case SIP_DTYPE_INT8: jw_int(w, LOAD(int8_t, d, i), 0, 1); break;
+      case SIP_DTYPE_INT16: jw_int(w, LOAD(int16_t, d, i), 0, 1); break;
+      case SIP_DTYPE_INT32: jw_int(w, LOAD(int32_t, d, i), 0, 1); break;
+      case SIP_DTYPE_INT64: jw_int(w, LOAD(int64_t, d, i), 0, 1); break;
+      case SIP_DTYPE_UINT8: jw_int(w, 0, LOAD(uint8_t, d, i), 0); break;
+      case SIP_DTYPE_UINT16: jw_int(w, 0, LOAD(uint16_t, d, i), 0); break;
+      case SIP_DTYPE_UINT32: jw_int(w, 0, LOAD(uint32_t, d, i), 0); break;
+      case SIP_DTYPE_UINT64: jw_int(w, 0, LOAD(uint64_t, d, i), 0); break;
       /* 9 and 17 significant digits read back to the same float / double. */
       case SIP_DTYPE_FLOAT16: jw_double(w, sip__f16_to_f64(LOAD(uint16_t, d, i)), 9); break;
       case SIP_DTYPE_FLOAT32: jw_double(w, LOAD(float, d, i), 9); break;
@@ -372,7 +379,14 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
     jw_fmt(&w, ",\"datatype\":\"%s\",\"shape\":[", dtn);
     for (int d = 0; d < t->rank; d++) jw_fmt(&w, "%s%" PRId64, d ? "," : "", t->dims[d]);
     jw_lit(&w, "]");
-    if (binary) {
+    if (ko && ko->shm_region) { /* written into the region, listed without data */
+      if (!(e = sip__ks_shm_write(ko, t))) {
+        jw_lit(&w, ",\"parameters\":{\"shared_memory_region\":");
+        jw_str(&w, ko->shm_region, strlen(ko->shm_region), 0);
+        jw_fmt(&w, ",\"shared_memory_byte_size\":%zu,\"shared_memory_offset\":%" PRIu64 "}}",
+               t->nbytes, ko->shm_offset);
+      }
+    } else if (binary) {
       jw_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
       out->binary = 1;
       if (t->nbytes && (push_seg(out, t->data, t->nbytes) || (cls && push_keep(out, cls->owner))))

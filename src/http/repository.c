@@ -47,6 +47,7 @@ static enum MHD_Result repo_start(hreq_t *q) {
   }
   json_t *params = json_object_get(body, "parameters");
   sip_error_t *pe = NULL;
+  char *config = NULL;
   if (params && !json_is_object(params)) {
     pe = sip_error_new(SIP_INVALID_ARGUMENT, "\"parameters\" is not a JSON object; expected "
                        "an object of request parameters");
@@ -65,18 +66,39 @@ static enum MHD_Result repo_start(hreq_t *q) {
                            "true or false");
       if (pe) break;
     }
-  } else if (json_object_size(params) > 0) {
-    pe = sip_error_new(SIP_UNIMPLEMENTED, "load parameters (a config override, model files) are "
-                       "not supported; the model loads from the repository as it is");
+  } else {
+    /* Triton's load parameters: "config" (a model config as JSON text) and
+     * "file:<path>" (model files sent with the request). */
+    const char *k;
+    json_t *v;
+    json_object_foreach(params, k, v) {
+      if (!strncmp(k, "file:", 5))
+        pe = sip_error_new(SIP_INVALID_ARGUMENT, "model files in a load request ('%s') are not "
+                           "supported; the model loads from the server's repository", k);
+      else if (strcmp(k, "config"))
+        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unknown load parameter '%s'; expected config "
+                           "(a Triton model config as a JSON string)", k);
+      else if (!json_is_string(v))
+        pe = sip_error_new(SIP_INVALID_ARGUMENT, "load parameter config is not a string; expected "
+                           "a Triton model config as JSON text");
+      else if (!(config = sip__strdup(json_string_value(v))))
+        pe = SIP__OOM();
+      if (pe) break;
+    }
   }
   json_decref(body);
-  if (pe) return sip__http_send_error(c, pe);
+  if (pe) {
+    sip__free(config);
+    return sip__http_send_error(c, pe);
+  }
   q->started = 1;
   /* Suspend before queuing, so the completion can resume at once. */
   MHD_suspend_connection(c);
-  sip_error_t *e = q->kind == R_REPO_LOAD
-                       ? sip_server_load_model_async(q->h->s, q->model, on_repo_done, q)
-                       : sip_server_unload_model_async(q->h->s, q->model, on_repo_done, q);
+  sip_error_t *e =
+      q->kind == R_REPO_LOAD
+          ? sip_server_load_model_config_async(q->h->s, q->model, config, on_repo_done, q)
+          : sip_server_unload_model_async(q->h->s, q->model, on_repo_done, q);
+  sip__free(config);
   if (e) {
     q->err = e;
     MHD_resume_connection(c);

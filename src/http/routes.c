@@ -31,6 +31,13 @@ static const http_route_t routes[] = {
      &sip__http_cudashm_unregister_ops},
     {"/v2/cudasharedmemory/region/{model}/register", R_CUDA_SHM, NULL,
      &sip__http_cudashm_register_ops},
+    {"/v2/systemsharedmemory/status", R_SYS_SHM, sip__http_shm_status, NULL},
+    {"/v2/systemsharedmemory/region/{region}/status", R_SYS_SHM, sip__http_shm_status, NULL},
+    {"/v2/systemsharedmemory/unregister", R_SYS_SHM, NULL, &sip__http_shm_unregister_ops},
+    {"/v2/systemsharedmemory/region/{region}/unregister", R_SYS_SHM, NULL,
+     &sip__http_shm_unregister_ops},
+    {"/v2/systemsharedmemory/region/{region}/register", R_SYS_SHM, NULL,
+     &sip__http_shm_register_ops},
     {"/v2/models/{model}/trace/setting", R_TRACE, sip__http_trace_get, &sip__http_trace_ops},
     {"/v2/repository/index", R_REPO_INDEX, NULL, &sip__http_repo_ops},
     {"/v2/repository/models/{path}/load", R_REPO_LOAD, NULL, &sip__http_repo_ops},
@@ -59,9 +66,9 @@ static int is_placeholder(const char *pat, size_t n, const char *name) {
 }
 
 /* 1 when `url` matches `pat`; *model and *version are the placeholders'
- * text ({path} fills *model). Names as the config allows them (pool names;
- * version directory names likewise): anything else cannot exist, and must
- * not reach the logs. */
+ * text ({path} and {region} fill *model). Names as the config allows them
+ * (pool names; version directory names and region names likewise):
+ * anything else cannot exist, and must not reach the logs. */
 static int match(const char *pat, const char *url, span_t *model, span_t *version) {
   while (*pat) {
     if (*pat != '{') {
@@ -85,8 +92,9 @@ static int match(const char *pat, const char *url, span_t *model, span_t *versio
     if (!len) return 0;
     for (size_t i = 0; i < len; i++)
       if (!sip__name_char(url[i])) return 0;
-    if (is_placeholder(name, name_n, "model")) {
-      if (len > MODEL_NAME_MAX) return 0;
+    if (is_placeholder(name, name_n, "model") || is_placeholder(name, name_n, "region")) {
+      if (len > (is_placeholder(name, name_n, "model") ? MODEL_NAME_MAX : SIP__SHM_MAX_NAME))
+        return 0;
       *model = (span_t){url, len};
     } else {
       *version = (span_t){url, len};

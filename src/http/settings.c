@@ -27,18 +27,6 @@ enum MHD_Result sip__http_logging_get(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, logging_doc());
 }
 
-/* The body as a JSON object (owned), or an error answered. */
-static json_t *body_object(hreq_t *q, const char *expect) {
-  json_error_t je;
-  json_t *b = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
-                     : json_object();
-  if (b && json_is_object(b)) return b;
-  json_decref(b);
-  sip__http_send_error(q->conn, sip_error_new(SIP_INVALID_ARGUMENT,
-                                              "the body is not a JSON object; expected %s", expect));
-  return NULL;
-}
-
 #define LOG_KEYS "log_info, log_warning, log_error, log_verbose_level, log_file, log_format"
 
 static sip_error_t *want_bool(json_t *v, const char *key) {
@@ -86,7 +74,7 @@ sip_error_t *sip__http_log_settings(json_t *b, int *level) {
 }
 
 static enum MHD_Result logging_start(hreq_t *q) {
-  json_t *b = body_object(q, "{" LOG_KEYS "}");
+  json_t *b = sip__http_body_object(q, "{" LOG_KEYS "}");
   if (!b) return MHD_YES;
   int level = sip__log_enabled(SIP__LOG_DEBUG)  ? SIP__LOG_DEBUG
               : sip__log_enabled(SIP__LOG_INFO) ? SIP__LOG_INFO
@@ -235,7 +223,7 @@ sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out) {
 static enum MHD_Result trace_start(hreq_t *q) {
   sip_error_t *e = trace_model_check(q);
   if (e) return sip__http_send_error(q->conn, e);
-  json_t *b = body_object(q, "{" TRACE_KEYS "}");
+  json_t *b = sip__http_body_object(q, "{" TRACE_KEYS "}");
   if (!b) return MHD_YES;
   json_t *set = NULL;
   e = sip__http_trace_settings(b, q->model != NULL, &set);

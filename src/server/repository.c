@@ -116,7 +116,7 @@ static void initial_load(sip_server_t *s) {
       if (!sip__repo_config_name_taken(s, names[i]))
         sip__repo_rec_set_state(R, names[i], REC_LOADING);
     for (size_t i = 0; i < n && !atomic_load(&s->draining); i++) {
-      sip_error_t *e = sip__repo_load_model(s, names[i]);
+      sip_error_t *e = sip__repo_load_model(s, names[i], NULL);
       sip_error_free(e); /* logged and recorded */
     }
   }
@@ -128,6 +128,12 @@ static void initial_load(sip_server_t *s) {
 }
 
 SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)
+
+static void op_free(repo_op_t *op) {
+  sip__model_override_free(op->config);
+  sip__free(op->name);
+  sip__free(op);
+}
 
 static void *loader_main(void *arg) {
   sip_server_t *s = arg;
@@ -142,10 +148,9 @@ static void *loader_main(void *arg) {
     pthread_mutex_unlock(&R->mu);
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
                      : op->unload ? sip__repo_unload_model(s, op->name)
-                                  : sip__repo_load_model(s, op->name);
+                                  : sip__repo_load_model(s, op->name, op->config);
     op->done(e, op->user);
-    sip__free(op->name);
-    sip__free(op);
+    op_free(op);
     pthread_mutex_lock(&R->mu);
   }
   pthread_mutex_unlock(&R->mu);
@@ -196,6 +201,7 @@ void sip__repo_free(sip_server_t *s) {
   if (!R) return;
   for (repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
     op->done(sip_error_new(SIP_UNAVAILABLE, "server is shutting down"), op->user);
+    sip__model_override_free(op->config);
     sip__free(op->name);
     sip__free(op);
   }
@@ -252,8 +258,8 @@ sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
 
 /* ---- public API ------------------------------------------------------------ */
 
-static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_repo_done_fn done,
-                             void *user) {
+static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, const char *config,
+                             sip_repo_done_fn done, void *user) {
   if (!name) return sip_error_new(SIP_INVALID_ARGUMENT, "model name is NULL");
   if (!done) return sip_error_new(SIP_INVALID_ARGUMENT, "completion callback is NULL");
   sip_error_t *e = sip__repo_check_request(s, name);
@@ -273,6 +279,10 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
     sip__free(op);
     return SIP__OOM();
   }
+  if (config && (e = sip__model_override_parse(config, strlen(config), name, &op->config))) {
+    op_free(op);
+    return e;
+  }
   op->unload = unload;
   op->done = done;
   op->user = user;
@@ -280,8 +290,7 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
   pthread_mutex_lock(&R->mu);
   if (R->stop) { /* the loader is gone: nobody would answer this one */
     pthread_mutex_unlock(&R->mu);
-    sip__free(op->name);
-    sip__free(op);
+    op_free(op);
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
   }
   ops_push(&R->ops, op);
@@ -292,12 +301,18 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int unload, sip_
 
 sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
                                          void *user) {
-  return queue_op(s, name, 0, done, user);
+  return queue_op(s, name, 0, NULL, done, user);
+}
+
+sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
+                                                const char *config, sip_repo_done_fn done,
+                                                void *user) {
+  return queue_op(s, name, 0, config, done, user);
 }
 
 sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
                                            sip_repo_done_fn done, void *user) {
-  return queue_op(s, name, 1, done, user);
+  return queue_op(s, name, 1, NULL, done, user);
 }
 
 typedef struct op_wait {
@@ -316,11 +331,11 @@ static void op_done(sip_error_t *e, void *user) {
   pthread_mutex_unlock(&w->mu);
 }
 
-static sip_error_t *run_op(sip_server_t *s, const char *name, int unload) {
+static sip_error_t *run_op(sip_server_t *s, const char *name, int unload, const char *config) {
   op_wait_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  sip_error_t *e = queue_op(s, name, unload, op_done, &w);
+  sip_error_t *e = queue_op(s, name, unload, config, op_done, &w);
   if (!e) {
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
@@ -332,10 +347,16 @@ static sip_error_t *run_op(sip_server_t *s, const char *name, int unload) {
   return e;
 }
 
-sip_error_t *sip_server_load_model(sip_server_t *s, const char *name) { return run_op(s, name, 0); }
+sip_error_t *sip_server_load_model(sip_server_t *s, const char *name) {
+  return run_op(s, name, 0, NULL);
+}
+
+sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, const char *config) {
+  return run_op(s, name, 0, config);
+}
 
 sip_error_t *sip_server_unload_model(sip_server_t *s, const char *name) {
-  return run_op(s, name, 1);
+  return run_op(s, name, 1, NULL);
 }
 
 /* ---- the index ------------------------------------------------------------- */

@@ -37,6 +37,7 @@ typedef struct model_rec {
 typedef struct repo_op {
   int unload;
   char *name;
+  sip__model_override_t *config; /* load with a Triton model config; NULL: none */
   sip_repo_done_fn done;
   void *user;
   SIP__FIFO_LINK(struct repo_op);
@@ -100,8 +101,10 @@ void sip__repo_free_names(char **v, size_t n);
 const char *sip__repo_config_name_taken(sip_server_t *s, const char *name);
 /* Checks a request's model name against the repository (not its files). */
 sip_error_t *sip__repo_check_request(sip_server_t *s, const char *name);
-/* Loads or reloads one model; on the loader thread. */
-sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name);
+/* Loads or reloads one model (with `config` applied over its config.yaml
+ * when not NULL); on the loader thread. */
+sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
+                                  const sip__model_override_t *config);
 /* Unloads one model; on the loader thread. */
 sip_error_t *sip__repo_unload_model(sip_server_t *s, const char *name);
 

@@ -20,15 +20,27 @@
 
 /* Identity of the files a version was loaded from: a reload with nothing
  * changed keeps the running pool. */
-static char *fingerprint(const char *model_file, const char *config_file) {
+static char *fingerprint(const char *model_file, const char *config_file,
+                         const sip__model_override_t *config) {
   struct stat a, b;
   int ha = stat(model_file, &a) == 0, hb = config_file && stat(config_file, &b) == 0;
-  return sip__asprintf("%ju:%ju:%jd:%jd.%09ld|%ju:%ju:%jd:%jd.%09ld",
+  return sip__asprintf("%ju:%ju:%jd:%jd.%09ld|%ju:%ju:%jd:%jd.%09ld|%s",
                        ha ? (uintmax_t)a.st_dev : 0, ha ? (uintmax_t)a.st_ino : 0,
                        ha ? (intmax_t)a.st_size : 0, ha ? (intmax_t)a.st_mtim.tv_sec : 0,
                        ha ? a.st_mtim.tv_nsec : 0L, hb ? (uintmax_t)b.st_dev : 0,
                        hb ? (uintmax_t)b.st_ino : 0, hb ? (intmax_t)b.st_size : 0,
-                       hb ? (intmax_t)b.st_mtim.tv_sec : 0, hb ? b.st_mtim.tv_nsec : 0L);
+                       hb ? (intmax_t)b.st_mtim.tv_sec : 0, hb ? b.st_mtim.tv_nsec : 0L,
+                       sip__model_override_text(config));
+}
+
+/* The inputs and outputs a load's model config declares, against the
+ * loaded version's. */
+static sip_error_t *check_io(sip__pool_t *p, const sip__model_override_t *config) {
+  sip__model_io_t io;
+  if (!config || !p->base.vt->describe_io(&p->base, &io)) return NULL;
+  const sip_io_desc_t *const d[2] = {io.inputs, io.outputs};
+  const size_t n[2] = {io.n_inputs, io.n_outputs};
+  return sip__model_override_check_io(config, d, n, p->cfg->max_batch_size > 0);
 }
 
 /* Live repository pools of `name`, each with a reference. */
@@ -81,7 +93,8 @@ sip_error_t *sip__repo_check_request(sip_server_t *s, const char *name) {
  * to READY, swapped in, and the versions they replace drained and freed.
  * When anything fails, what was serving stays (only versions that loaded
  * replace their old selves) and the failure is recorded for the index. */
-sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
+sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
+                                  const sip__model_override_t *config) {
   sip__repo_t *R = s->repo;
   sip_error_t *e = sip__repo_check_request(s, name);
   if (e) return e;
@@ -110,6 +123,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     sip__free(path);
   }
   if (!e) e = sip__config_load_model(cfg_file, name, NULL, sip__backend_catalog(), &tmpl);
+  if (!e) e = sip__model_override_apply(config, tmpl); /* refused before anything loads */
   if (!e) e = sip__repo_scan_versions(R, name, dir, &v, &nv, &f, &nf);
   /* Version directories that cannot be used (a link leaving the
    * repository...) are reported in the index but fail nothing by
@@ -153,7 +167,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     const sip__version_dir_t *ver = NULL;
     for (size_t k = 0; k < nv && !ver; k++)
       if (v[k].num == sel[i]) ver = &v[k];
-    char *fp = fingerprint(ver->file, cfg_file);
+    char *fp = fingerprint(ver->file, cfg_file, config);
     if (!fp) {
       e = SIP__OOM();
       break;
@@ -169,6 +183,8 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     }
     sip__pool_config_t *pc = NULL;
     sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, sip__backend_catalog(), &pc);
+    if (!le) le = sip__model_override_apply(config, pc);
+    if (le) sip__config_pool_free(pc);
     sip__pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
     if (!le && !p) le = SIP__OOM();
     if (le) {
@@ -180,10 +196,13 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name) {
     p->pinned = ver->num == current;
     p->fingerprint = fp;
     sip__pool_load(p);
-    if (atomic_load(&p->state) == SIP__POOL_READY) {
+    sip_error_t *ie = atomic_load(&p->state) == SIP__POOL_READY ? check_io(p, config) : NULL;
+    if (atomic_load(&p->state) == SIP__POOL_READY && !ie) {
       add[n_add++] = p;
     } else {
-      if (sip__repo_add_failure(&f, &nf, ver->name, p->load_error)) e = SIP__OOM();
+      if (sip__repo_add_failure(&f, &nf, ver->name, ie ? ie : p->load_error)) e = SIP__OOM();
+      sip_error_free(ie);
+      if (atomic_load(&p->state) == SIP__POOL_READY) sip__pool_shutdown(p);
       sip__pool_destroy(p);
     }
   }

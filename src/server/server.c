@@ -324,7 +324,34 @@ void sip_request_free(sip_request_t *r) {
   sip__free(r->inputs);
   for (size_t i = 0; i < r->n_outputs; i++) sip__free(r->outputs[i]);
   sip__free(r->outputs);
+  for (size_t i = 0; i < r->n_dests; i++) {
+    sip__free(r->dest_names[i]);
+    sip_buf_unref(r->dests[i].owner);
+  }
+  sip__free(r->dest_names);
+  sip__free(r->dests);
   sip__free(r);
+}
+
+sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, void *data,
+                                           size_t size, sip_buf_t *owner) {
+  if (!name || !data)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "output buffer: %s is NULL",
+                         name ? "the memory" : "the output name");
+  for (size_t i = 0; i < r->n_dests; i++)
+    if (!strcmp(r->dest_names[i], name))
+      return sip_error_new(SIP_INVALID_ARGUMENT, "output '%s' already has a buffer", name);
+  char **names = sip__realloc(r->dest_names, (r->n_dests + 1) * sizeof *names);
+  if (!names) return SIP__OOM();
+  r->dest_names = names;
+  sip_out_dest_t *d = sip__realloc(r->dests, (r->n_dests + 1) * sizeof *d);
+  if (!d) return SIP__OOM();
+  r->dests = d;
+  if (!(names[r->n_dests] = sip__strdup(name))) return SIP__OOM();
+  d[r->n_dests] = (sip_out_dest_t){.data = data, .size = size,
+                                   .owner = owner ? sip_buf_ref(owner) : NULL};
+  r->n_dests++;
+  return NULL;
 }
 
 void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }

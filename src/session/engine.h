@@ -29,6 +29,10 @@ struct sip_request {
   int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
   sip_cancel_token_t *cancel;       /* one reference, or NULL */
   char *pipeline_config;            /* JSON {"stage_timeout_ms": [...], "early_exit_condition": ".."} */
+  /* Memory offered for outputs (sip_request_set_output_buffer), by name. */
+  char **dest_names;
+  sip_out_dest_t *dests;
+  size_t n_dests;
   /* Sequence batching (src/session/sequence.c): SIP__SEQF_* flags, the id
    * (a number, or seq_sid when a string). */
   int seq_flags;

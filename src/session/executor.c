@@ -399,6 +399,22 @@ static void preprocess_batch(sip__pool_t *p, batch_t *b, uint64_t start) {
   b->n = n;
 }
 
+/* The memory request `r` offers for each of `names` (data NULL: none);
+ * 0 when it offers none for them. */
+static int output_dests(const sip_request_t *r, const char *const *names, size_t n,
+                        sip_out_dest_t *dests) {
+  int any = 0;
+  for (size_t j = 0; j < n; j++) {
+    dests[j] = (sip_out_dest_t){0};
+    for (size_t i = 0; i < r->n_dests; i++)
+      if (!strcmp(r->dest_names[i], names[j])) {
+        dests[j] = r->dests[i];
+        any = 1;
+      }
+  }
+  return any;
+}
+
 /* Runs the batch (one request or many) and answers every request in it. */
 static void run_batch(sip__session_t *s, batch_t *b) {
   sip__pool_t *p = s->pool;
@@ -468,7 +484,12 @@ static void run_batch(sip__session_t *s, batch_t *b) {
   if (!e) {
     sip__session_set_state(s, SIP__SESSION_RUNNING);
     t_run = sip__now_ns();
-    e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
+    sip_out_dest_t dests[64];
+    if (direct && r0->n_dests && p->backend->execute_into &&
+        output_dests(r0, names, n_out, dests))
+      e = p->backend->execute_into(s->ctx, inputs, n_in, names, n_out, dests, outs);
+    else
+      e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
     t_done = sip__now_ns();
     sip__session_set_state(s, SIP__SESSION_READY);
     /* With more work queued this session stays in line for the slot. */

@@ -62,6 +62,10 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
   epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   sip_buf_unref(c->payload);
   c->payload = NULL;
+  sip__conn_close_fds(c);
+  /* The connection's regions go; requests in flight keep their views. */
+  sip__shm_set_free(c->shm);
+  c->shm = NULL;
   atomic_fetch_sub(&ls->open_conns[c->is_tcp], 1);
   sip__conn_unref(c); /* the descriptor closes when the last writer lets go */
 }
@@ -140,6 +144,12 @@ void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w) {
   queue_locked(ls, c, w->data, w->len);
   pthread_mutex_unlock(&c->wmu);
   memset(w, 0, sizeof *w);
+}
+
+void sip__conn_close_fds(conn_t *c) {
+  for (int i = 0; i < c->n_fds; i++) close(c->fds[i]);
+  c->n_fds = 0;
+  c->fds_dropped = 0;
 }
 
 /* Protocol violation: answer with an ERROR frame, then close. */

@@ -8,7 +8,8 @@
 
 static const char *type_names[] = {"?",           "INFER_REQUEST", "INFER_RESPONSE",
                                    "INFO_REQUEST", "INFO_RESPONSE", "ERROR",
-                                   "BATCH_INFER_REQUEST", "REPO_REQUEST"};
+                                   "BATCH_INFER_REQUEST", "REPO_REQUEST", "SHM_REGISTER",
+                                   "SHM_UNREGISTER", "SHM_STATUS"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h) {
@@ -28,8 +29,9 @@ sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                          h->version, SIP__FRAME_VERSION);
   if (h->flags != 0)
     return sip_error_new(SIP_INVALID_ARGUMENT, "frame flags 0x%x set; expected 0", h->flags);
-  if (h->type < SIP__MSG_INFER_REQUEST || h->type > SIP__MSG_REPO_REQUEST)
-    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..7", h->type);
+  if (h->type < SIP__MSG_INFER_REQUEST || h->type > SIP__MSG_MAX)
+    return sip_error_new(SIP_UNIMPLEMENTED, "unknown message type %u; expected 1..%d", h->type,
+                         SIP__MSG_MAX);
   if (h->length > max_payload)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED,
                          "%s frame of %u bytes exceeds the limit of %zu bytes (max_frame_bytes)",
@@ -101,12 +103,25 @@ void sip__wbuf_str16(sip__wbuf_t *w, const char *s) {
   sip__wbuf_put(w, s, n);
 }
 
-void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t) {
+/* A tensor's name, dtype, rank, reserved bits and dims. */
+static void tensor_head(sip__wbuf_t *w, const sip_tensor_t *t, uint16_t reserved) {
   sip__wbuf_str16(w, t->name);
   sip__wbuf_u8(w, (uint8_t)t->dtype);
   sip__wbuf_u8(w, (uint8_t)t->rank);
-  sip__wbuf_u16(w, 0);
+  sip__wbuf_u16(w, reserved);
   for (int i = 0; i < t->rank; i++) sip__wbuf_u64(w, (uint64_t)t->dims[i]);
+}
+
+void sip__wbuf_tensor_shm(sip__wbuf_t *w, const sip_tensor_t *t, const char *region,
+                          uint64_t offset) {
+  tensor_head(w, t, SIP__TENSOR_SHM);
+  sip__wbuf_str16(w, region);
+  sip__wbuf_u64(w, offset);
+  sip__wbuf_u64(w, t->nbytes);
+}
+
+void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t) {
+  tensor_head(w, t, 0);
   sip__wbuf_u64(w, t->nbytes);
   static const uint8_t zeros[8];
   size_t pad = (8 - (w->len - payload_start) % 8) % 8;
@@ -134,18 +149,31 @@ static void finish(sip__wbuf_t *w, size_t at, uint16_t type, uint64_t request_id
 }
 
 static void infer_body(sip__wbuf_t *w, size_t ps, const char *pool, int priority,
-                       uint32_t timeout_ms, const char *const *outputs, size_t n_outputs,
-                       const sip_tensor_t *const *inputs, size_t n_inputs,
-                       const char *parameters) {
+                       uint32_t timeout_ms, const char *const *outputs,
+                       const sip__wire_shm_ref_t *output_shm, size_t n_outputs,
+                       const sip_tensor_t *const *inputs, const sip__wire_shm_ref_t *input_shm,
+                       size_t n_inputs, const char *parameters) {
   sip__wbuf_str16(w, pool);
   sip__wbuf_u8(w, (uint8_t)priority);
-  sip__wbuf_u8(w, parameters ? SIP__REQ_HAS_PARAMETERS : 0);
+  sip__wbuf_u8(w, (uint8_t)((parameters ? SIP__REQ_HAS_PARAMETERS : 0) |
+                            (output_shm ? SIP__REQ_OUTPUT_SHM : 0)));
   sip__wbuf_put(w, "\0\0", 2);
   sip__wbuf_u32(w, timeout_ms);
   sip__wbuf_u16(w, (uint16_t)n_outputs);
   sip__wbuf_u16(w, (uint16_t)n_inputs);
-  for (size_t i = 0; i < n_outputs; i++) sip__wbuf_str16(w, outputs[i]);
-  for (size_t i = 0; i < n_inputs; i++) sip__wbuf_tensor(w, ps, inputs[i]);
+  for (size_t i = 0; i < n_outputs; i++) {
+    sip__wbuf_str16(w, outputs[i]);
+    if (!output_shm) continue;
+    sip__wbuf_str16(w, output_shm[i].region);
+    sip__wbuf_u64(w, output_shm[i].region ? output_shm[i].offset : 0);
+    sip__wbuf_u64(w, output_shm[i].region ? output_shm[i].size : 0);
+  }
+  for (size_t i = 0; i < n_inputs; i++) {
+    if (input_shm && input_shm[i].region)
+      sip__wbuf_tensor_shm(w, inputs[i], input_shm[i].region, input_shm[i].offset);
+    else
+      sip__wbuf_tensor(w, ps, inputs[i]);
+  }
   if (parameters) {
     size_t n = strlen(parameters);
     sip__wbuf_u32(w, (uint32_t)n);
@@ -165,9 +193,19 @@ void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const
                                       const char *const *outputs, size_t n_outputs,
                                       const sip_tensor_t *const *inputs, size_t n_inputs,
                                       const char *parameters) {
+  sip__encode_infer_request_shm(w, request_id, pool, priority, timeout_ms, outputs, NULL,
+                                n_outputs, inputs, NULL, n_inputs, parameters);
+}
+
+void sip__encode_infer_request_shm(sip__wbuf_t *w, uint64_t request_id, const char *pool,
+                                   int priority, uint32_t timeout_ms, const char *const *outputs,
+                                   const sip__wire_shm_ref_t *output_shm, size_t n_outputs,
+                                   const sip_tensor_t *const *inputs,
+                                   const sip__wire_shm_ref_t *input_shm, size_t n_inputs,
+                                   const char *parameters) {
   size_t at = begin(w);
-  infer_body(w, at + SIP__FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, n_outputs, inputs,
-             n_inputs, parameters);
+  infer_body(w, at + SIP__FRAME_HEADER_SIZE, pool, priority, timeout_ms, outputs, output_shm,
+             n_outputs, inputs, input_shm, n_inputs, parameters);
   finish(w, at, SIP__MSG_INFER_REQUEST, request_id);
 }
 
@@ -182,7 +220,7 @@ void sip__encode_batch_infer_request(sip__wbuf_t *w, uint64_t request_id, uint32
   sip__wbuf_put(w, "\0\0\0", 3);
   /* The 8-byte prefix keeps tensor data 8-aligned for the embedded request. */
   infer_body(w, at + SIP__FRAME_HEADER_SIZE + SIP__BATCH_PREFIX_SIZE, pool, priority, timeout_ms,
-             outputs, n_outputs, inputs, n_inputs, NULL);
+             outputs, NULL, n_outputs, inputs, NULL, n_inputs, NULL);
   finish(w, at, SIP__MSG_BATCH_INFER_REQUEST, request_id);
 }
 
@@ -191,6 +229,14 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs) {
+  sip__encode_infer_response_shm(w, request_id, code, message, queue_us, compute_us, total_us,
+                                 outputs, NULL, n_outputs);
+}
+
+void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
+                                    const char *message, uint64_t queue_us, uint64_t compute_us,
+                                    uint64_t total_us, const sip_tensor_t *const *outputs,
+                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs) {
   size_t at = begin(w);
   size_t ps = at + SIP__FRAME_HEADER_SIZE;
   size_t mlen = message ? strlen(message) : 0;
@@ -203,8 +249,28 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
   sip__wbuf_u16(w, (uint16_t)n_outputs);
   sip__wbuf_u16(w, 0);
   sip__wbuf_u32(w, 0);
-  for (size_t i = 0; i < n_outputs; i++) sip__wbuf_tensor(w, ps, outputs[i]);
+  for (size_t i = 0; i < n_outputs; i++) {
+    if (output_shm && output_shm[i].region)
+      sip__wbuf_tensor_shm(w, outputs[i], output_shm[i].region, output_shm[i].offset);
+    else
+      sip__wbuf_tensor(w, ps, outputs[i]);
+  }
   finish(w, at, SIP__MSG_INFER_RESPONSE, request_id);
+}
+
+void sip__encode_shm_register(sip__wbuf_t *w, uint64_t request_id, const char *name,
+                              uint64_t offset, uint64_t byte_size) {
+  size_t at = begin(w);
+  sip__wbuf_str16(w, name);
+  sip__wbuf_u64(w, offset);
+  sip__wbuf_u64(w, byte_size);
+  finish(w, at, SIP__MSG_SHM_REGISTER, request_id);
+}
+
+void sip__encode_shm_name(sip__wbuf_t *w, uint16_t type, uint64_t request_id, const char *name) {
+  size_t at = begin(w);
+  sip__wbuf_str16(w, name);
+  finish(w, at, type, request_id);
 }
 
 void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind) {
@@ -276,8 +342,11 @@ static sip_error_t *get_str16(reader_t *r, const char *field, char **out) {
   return NULL;
 }
 
-static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out) {
-  char *name = NULL;
+/* A tensor. With `ref` (messages that may reference shared memory), a
+ * tensor flagged SIP__TENSOR_SHM fills it and gets data NULL. */
+static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip__wire_shm_ref_t *ref,
+                               sip_tensor_t **out) {
+  char *name = NULL, *region = NULL;
   sip_error_t *e = get_str16(r, "tensor name", &name);
   if (e) return e;
   uint64_t dtype, rank, reserved, nbytes;
@@ -295,9 +364,10 @@ static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out
                       r->what, name, (unsigned long long)rank, SIP_MAX_RANK);
     goto fail;
   }
-  if (reserved) {
-    e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' reserved field is %llu; expected 0",
-                      r->what, name, (unsigned long long)reserved);
+  if (reserved & ~(uint64_t)(ref ? SIP__TENSOR_SHM : 0)) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' reserved field is %llu; expected "
+                      "%s", r->what, name, (unsigned long long)reserved,
+                      ref ? "0 or 1 (data in shared memory)" : "0");
     goto fail;
   }
   for (uint64_t i = 0; i < rank; i++) {
@@ -309,6 +379,39 @@ static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out
       goto fail;
     }
     dims[i] = (int64_t)d;
+  }
+  if (reserved & SIP__TENSOR_SHM) {
+    uint64_t offset;
+    if ((e = get_str16(r, "tensor shared memory region", &region)) ||
+        (e = get_int(r, "tensor shared memory offset", 8, &offset)) ||
+        (e = get_int(r, "tensor nbytes", 8, &nbytes)))
+      goto fail;
+    if (!*region) {
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' is flagged as in shared memory "
+                        "but names no region", r->what, name);
+      goto fail;
+    }
+    if (nbytes > SIZE_MAX / 2) {
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "%s: tensor '%s' of %llu bytes in shared memory "
+                        "is larger than this machine can address", r->what, name,
+                        (unsigned long long)nbytes);
+      goto fail;
+    }
+    sip_tensor_t *t = sip_tensor_new_view(name, (sip_dtype_t)dtype, (int)rank, dims, NULL,
+                                          (size_t)nbytes, NULL);
+    if (!t) {
+      e = SIP__OOM();
+      goto fail;
+    }
+    /* STRING elements are checked once the region's bytes are in hand. */
+    if (dtype != SIP_DTYPE_STRING && (e = sip_tensor_validate(t))) {
+      sip_tensor_free(t);
+      goto fail;
+    }
+    sip__free(name);
+    *ref = (sip__wire_shm_ref_t){.region = region, .offset = offset, .size = nbytes};
+    *out = t;
+    return NULL;
   }
   if ((e = get_int(r, "tensor nbytes", 8, &nbytes))) goto fail;
   size_t pad = (8 - r->off % 8) % 8;
@@ -337,28 +440,51 @@ static sip_error_t *get_tensor(reader_t *r, sip_buf_t *owner, sip_tensor_t **out
   return NULL;
 fail:
   sip__free(name);
+  sip__free(region);
   return e;
 }
 
-static sip_error_t *get_tensors(reader_t *r, sip_buf_t *owner, size_t n, sip_tensor_t ***out) {
+void sip__wire_shm_refs_free(sip__wire_shm_ref_t *v, size_t n) {
+  if (!v) return;
+  for (size_t i = 0; i < n; i++) sip__free(v[i].region);
+  sip__free(v);
+}
+
+/* n tensors. With `refs`, tensors may be in shared memory: *refs gets n
+ * entries when one is (NULL when none is). */
+static sip_error_t *get_tensors(reader_t *r, sip_buf_t *owner, size_t n, sip_tensor_t ***out,
+                                sip__wire_shm_ref_t **refs) {
   *out = NULL;
+  if (refs) *refs = NULL;
   if (!n) return NULL;
   /* Each tensor takes at least 24 bytes on the wire: a cheap sanity bound
    * before allocating n slots for a hostile count. */
   if (n > (r->len - r->off) / 16 + 1) return short_read(r, "tensors", n * 16);
   sip_tensor_t **ts = sip__calloc(n, sizeof *ts);
-  if (!ts) return SIP__OOM();
+  sip__wire_shm_ref_t *rs = refs ? sip__calloc(n, sizeof *rs) : NULL;
+  if (!ts || (refs && !rs)) {
+    sip__free(ts);
+    sip__free(rs);
+    return SIP__OOM();
+  }
+  int any = 0;
   for (size_t i = 0; i < n; i++) {
     /* Duplicate names are well-formed framing; the engine rejects them as a
      * request error, keeping the connection. */
-    sip_error_t *e = get_tensor(r, owner, &ts[i]);
+    sip_error_t *e = get_tensor(r, owner, rs ? &rs[i] : NULL, &ts[i]);
     if (e) {
       for (size_t j = 0; j <= i; j++) sip_tensor_free(ts[j]);
       sip__free(ts);
+      sip__wire_shm_refs_free(rs, n);
       return e;
     }
+    any |= rs && rs[i].region;
   }
   *out = ts;
+  if (any)
+    *refs = rs;
+  else
+    sip__free(rs);
   return NULL;
 }
 
@@ -376,6 +502,8 @@ void sip__wire_request_clear(sip__wire_request_t *r) {
   sip__free(r->outputs);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
+  sip__wire_shm_refs_free(r->input_shm, r->n_inputs);
+  sip__wire_shm_refs_free(r->output_shm, r->n_outputs);
   memset(r, 0, sizeof *r);
 }
 
@@ -383,7 +511,33 @@ void sip__wire_response_clear(sip__wire_response_t *r) {
   sip__free(r->message);
   for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
   sip__free(r->outputs);
+  sip__wire_shm_refs_free(r->output_shm, r->n_outputs);
   memset(r, 0, sizeof *r);
+}
+
+/* A requested output's destination (flag SIP__REQ_OUTPUT_SHM): str16
+ * region ("": inline, offset and size 0), u64 offset, u64 byte_size. */
+static sip_error_t *get_output_destination(reader_t *r, const char *output,
+                                           sip__wire_shm_ref_t *d) {
+  char *region = NULL;
+  uint64_t offset, size;
+  sip_error_t *e;
+  if ((e = get_str16(r, "output destination region", &region)) ||
+      (e = get_int(r, "output destination offset", 8, &offset)) ||
+      (e = get_int(r, "output destination byte_size", 8, &size))) {
+    sip__free(region);
+    return e;
+  }
+  if (!*region) {
+    sip__free(region);
+    if (offset || size)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "%s: output '%s' has no destination region but "
+                           "offset %llu and byte size %llu; expected 0 and 0 (inline)", r->what,
+                           output, (unsigned long long)offset, (unsigned long long)size);
+    return NULL;
+  }
+  *d = (sip__wire_shm_ref_t){.region = region, .offset = offset, .size = size};
+  return NULL;
 }
 
 sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *owner,
@@ -405,11 +559,11 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
     goto fail;
   }
   /* The first reserved byte carries flags; the rest must be zero. */
-  if (res & ~(uint64_t)SIP__REQ_HAS_PARAMETERS) {
+  if (res & ~(uint64_t)(SIP__REQ_HAS_PARAMETERS | SIP__REQ_OUTPUT_SHM)) {
     e = sip_error_new(SIP_INVALID_ARGUMENT,
                       "INFER_REQUEST reserved bytes are not zero (flags 0x%llx; expected only "
-                      "0x%x, parameters)",
-                      (unsigned long long)res, SIP__REQ_HAS_PARAMETERS);
+                      "0x%x, parameters, and 0x%x, output destinations)",
+                      (unsigned long long)res, SIP__REQ_HAS_PARAMETERS, SIP__REQ_OUTPUT_SHM);
     goto fail;
   }
   out->priority = (int)prio;
@@ -420,16 +574,20 @@ sip_error_t *sip__decode_infer_request(const uint8_t *p, size_t len, sip_buf_t *
       goto fail;
     }
     out->outputs = sip__calloc(n_out, sizeof *out->outputs);
-    if (!out->outputs) {
+    if (res & SIP__REQ_OUTPUT_SHM) out->output_shm = sip__calloc(n_out, sizeof *out->output_shm);
+    if (!out->outputs || ((res & SIP__REQ_OUTPUT_SHM) && !out->output_shm)) {
       e = SIP__OOM();
       goto fail;
     }
     for (size_t i = 0; i < n_out; i++) {
       if ((e = get_str16(&r, "requested output name", &out->outputs[i]))) goto fail;
       out->n_outputs = i + 1;
+      if (out->output_shm && (e = get_output_destination(&r, out->outputs[i],
+                                                          &out->output_shm[i])))
+        goto fail;
     }
   }
-  if ((e = get_tensors(&r, owner, n_in, &out->inputs))) goto fail;
+  if ((e = get_tensors(&r, owner, n_in, &out->inputs, &out->input_shm))) goto fail;
   out->n_inputs = n_in;
   if (res & SIP__REQ_HAS_PARAMETERS) {
     uint64_t n;
@@ -483,12 +641,38 @@ sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t 
     e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_RESPONSE reserved bytes are not zero");
     goto fail;
   }
-  if ((e = get_tensors(&r, owner, n_out, &out->outputs))) goto fail;
+  if ((e = get_tensors(&r, owner, n_out, &out->outputs, &out->output_shm))) goto fail;
   out->n_outputs = n_out;
   if ((e = trailing(&r))) goto fail;
   return NULL;
 fail:
   sip__wire_response_clear(out);
+  return e;
+}
+
+sip_error_t *sip__decode_shm_register(const uint8_t *p, size_t len, char **name,
+                                      uint64_t *offset, uint64_t *byte_size) {
+  reader_t r = {p, len, 0, "SHM_REGISTER"};
+  *name = NULL;
+  sip_error_t *e;
+  if ((e = get_str16(&r, "region name", name)) ||
+      (e = get_int(&r, "offset", 8, offset)) || (e = get_int(&r, "byte_size", 8, byte_size)) ||
+      (e = trailing(&r))) {
+    sip__free(*name);
+    *name = NULL;
+  }
+  return e;
+}
+
+sip_error_t *sip__decode_shm_name(const uint8_t *p, size_t len, uint16_t type, char **name) {
+  reader_t r = {p, len, 0, type == SIP__MSG_SHM_STATUS ? "SHM_STATUS" : "SHM_UNREGISTER"};
+  *name = NULL;
+  sip_error_t *e = get_str16(&r, "region name", name);
+  if (!e) e = trailing(&r);
+  if (e) {
+    sip__free(*name);
+    *name = NULL;
+  }
   return e;
 }
 

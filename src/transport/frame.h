@@ -23,11 +23,28 @@ enum {
   SIP__MSG_ERROR = 5,
   SIP__MSG_BATCH_INFER_REQUEST = 6,
   SIP__MSG_REPO_REQUEST = 7, /* JSON {"action": "index"|"load"|"unload", "model": NAME} */
+  /* Shared memory (unix sockets only), each answered by INFO_RESPONSE: */
+  SIP__MSG_SHM_REGISTER = 8,   /* str16 name, u64 offset, u64 byte_size; one fd (SCM_RIGHTS) */
+  SIP__MSG_SHM_UNREGISTER = 9, /* str16 name ("": every region of the connection) */
+  SIP__MSG_SHM_STATUS = 10,    /* str16 name ("": every region of the connection) */
 };
+#define SIP__MSG_MAX SIP__MSG_SHM_STATUS
 #define SIP__BATCH_PREFIX_SIZE 8
 /* INFER_REQUEST flag (first reserved byte): a u32-length JSON object of
  * request parameters follows the inputs. */
 #define SIP__REQ_HAS_PARAMETERS 0x01
+/* INFER_REQUEST flag: each requested output is followed by its destination
+ * (str16 region, u64 offset, u64 byte_size; an empty region: inline). */
+#define SIP__REQ_OUTPUT_SHM 0x02
+/* Tensor `reserved` bit: the data is in a shared memory region (str16
+ * region, u64 offset, u64 nbytes follow the dims; no padding, no data). */
+#define SIP__TENSOR_SHM 0x0001
+
+/* Where a tensor's bytes are (or go) in a shared memory region. */
+typedef struct sip__wire_shm_ref {
+  char *region; /* NULL: inline */
+  uint64_t offset, size;
+} sip__wire_shm_ref_t;
 
 typedef struct sip__frame_header {
   uint16_t version;
@@ -59,6 +76,10 @@ void sip__wbuf_u64(sip__wbuf_t *w, uint64_t v);
 void sip__wbuf_str16(sip__wbuf_t *w, const char *s);
 /* Appends a tensor; padding is computed relative to `payload_start`. */
 void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t);
+/* Appends a tensor whose t->nbytes bytes are at `offset` of shared memory
+ * region `region` (t->data is not read). */
+void sip__wbuf_tensor_shm(sip__wbuf_t *w, const sip_tensor_t *t, const char *region,
+                          uint64_t offset);
 
 /* A decoded INFER_REQUEST. Tensors view the payload and hold a reference to
  * `owner` (the received frame), so no tensor data is copied. */
@@ -71,6 +92,12 @@ typedef struct sip__wire_request {
   sip_tensor_t **inputs;
   size_t n_inputs;
   char *parameters; /* JSON text after the inputs (flag SIP__REQ_HAS_PARAMETERS), or NULL */
+  /* n_inputs entries when an input is in shared memory, else NULL. Such an
+   * input's tensor has data NULL and no owner until the region is viewed;
+   * a STRING one is validated only then. */
+  sip__wire_shm_ref_t *input_shm;
+  /* n_outputs destinations with flag SIP__REQ_OUTPUT_SHM, else NULL. */
+  sip__wire_shm_ref_t *output_shm;
 } sip__wire_request_t;
 
 typedef struct sip__wire_response {
@@ -79,6 +106,9 @@ typedef struct sip__wire_response {
   uint64_t queue_us, compute_us, total_us;
   sip_tensor_t **outputs;
   size_t n_outputs;
+  /* n_outputs entries when an output was written to shared memory (its
+   * tensor has data NULL), else NULL. */
+  sip__wire_shm_ref_t *output_shm;
 } sip__wire_response_t;
 
 /* Decode payloads (without the header). On error nothing is left allocated
@@ -105,6 +135,33 @@ void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const
                                       const char *const *outputs, size_t n_outputs,
                                       const sip_tensor_t *const *inputs, size_t n_inputs,
                                       const char *parameters);
+/* The same with shared memory: `input_shm` (n_inputs entries, region NULL:
+ * inline; NULL: all inline) and `output_shm` (n_outputs destinations;
+ * NULL: all inline). */
+void sip__encode_infer_request_shm(sip__wbuf_t *w, uint64_t request_id, const char *pool,
+                                   int priority, uint32_t timeout_ms, const char *const *outputs,
+                                   const sip__wire_shm_ref_t *output_shm, size_t n_outputs,
+                                   const sip_tensor_t *const *inputs,
+                                   const sip__wire_shm_ref_t *input_shm, size_t n_inputs,
+                                   const char *parameters);
+/* An INFER_RESPONSE whose outputs with output_shm[i].region set were
+ * written to that region (NULL: all inline). */
+void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
+                                    const char *message, uint64_t queue_us, uint64_t compute_us,
+                                    uint64_t total_us, const sip_tensor_t *const *outputs,
+                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs);
+void sip__wire_shm_refs_free(sip__wire_shm_ref_t *v, size_t n);
+
+/* Shared memory messages. SHM_REGISTER's fd travels as SCM_RIGHTS with the
+ * frame; the codec handles the bytes only. */
+void sip__encode_shm_register(sip__wbuf_t *w, uint64_t request_id, const char *name,
+                              uint64_t offset, uint64_t byte_size);
+sip_error_t *sip__decode_shm_register(const uint8_t *p, size_t len, char **name,
+                                      uint64_t *offset, uint64_t *byte_size);
+/* SHM_UNREGISTER and SHM_STATUS: a str16 name, the whole payload. */
+void sip__encode_shm_name(sip__wbuf_t *w, uint16_t type, uint64_t request_id, const char *name);
+sip_error_t *sip__decode_shm_name(const uint8_t *p, size_t len, uint16_t type, char **name);
+
 /* BATCH_INFER_REQUEST: an 8-byte prefix (u32 max_batch_size, u8 padding,
  * 3 reserved) followed by an INFER_REQUEST payload whose dim 0 stacks the
  * items. */

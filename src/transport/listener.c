@@ -31,6 +31,37 @@
 
 static void release_payload(void *p) { sip__free(p); }
 
+/* recv that also takes the descriptors a peer passed (SCM_RIGHTS) with
+ * these bytes into c->fds (close-on-exec; any beyond what c->fds holds, or
+ * cut off by the kernel, are closed and the frame marked). */
+static ssize_t recv_fds(conn_t *c, uint8_t *dst, size_t want) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(SIP__CONN_MAX_FDS * sizeof(int))];
+  } ctl;
+  struct iovec iov = {.iov_base = dst, .iov_len = want};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                       .msg_controllen = sizeof ctl.buf};
+  ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  if (msg.msg_flags & MSG_CTRUNC) c->fds_dropped = 1;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      if (c->n_fds < SIP__CONN_MAX_FDS) {
+        c->fds[c->n_fds++] = fd;
+      } else {
+        close(fd);
+        c->fds_dropped = 1;
+      }
+    }
+  }
+  return n;
+}
+
 /* Reads everything available. Returns -1 when the connection was closed. */
 static int conn_read(sip__listener_set_t *ls, conn_t *c) {
   for (;;) {
@@ -44,7 +75,7 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
       dst = (uint8_t *)sip_buf_data(c->payload) + c->got;
       want = c->h.length - c->got;
     }
-    ssize_t n = want ? recv(c->fd, dst, want, 0) : 0;
+    ssize_t n = want ? recv_fds(c, dst, want) : 0;
     if (want && n == 0) { /* peer closed; a partial frame is simply dropped */
       sip__conn_close(ls, c);
       return -1;
@@ -83,6 +114,7 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
       sip_buf_unref(c->payload); /* tensors of queued requests keep their own references */
       c->payload = NULL;
       c->hdr_got = 0;
+      sip__conn_close_fds(c); /* whatever the handler did not take */
       if (sip__conn_flush(ls, c) < 0) return -1;
     }
   }

@@ -23,9 +23,15 @@
 
 #include "core/core.h"
 #include "core/queue.h"
+#include "core/shm.h"
 #include "transport/frame.h"
 
 #define MAX_LISTENERS 16
+/* Shared memory regions one connection may hold registered at once. */
+#define SIP__CONN_MAX_REGIONS 64
+/* File descriptors kept from one frame's SCM_RIGHTS (more are closed and
+ * the frame refused). */
+#define SIP__CONN_MAX_FDS 4
 enum { TAG_LISTENER = 1, TAG_CONN = 2, TAG_WAKE = 3 };
 #define TAG(kind, v) (((uint64_t)(kind) << 56) | (uint64_t)(v))
 
@@ -57,6 +63,14 @@ typedef struct conn {
   chunk_fifo_t out; /* zeroed: empty */
   int epollout;
   atomic_int closing; /* close once the output is flushed; read nothing more */
+  /* Descriptors that arrived (SCM_RIGHTS) with the frame being read: only
+   * SHM_REGISTER takes one; the loop closes what is left after each frame. */
+  int fds[SIP__CONN_MAX_FDS];
+  int n_fds;
+  int fds_dropped; /* more arrived than fds[] holds, or the control data was cut */
+  /* Regions this connection registered (loop only; created on the first
+   * SHM_REGISTER, freed when the connection closes). */
+  sip__shm_set_t *shm;
 } conn_t;
 
 typedef struct listener {
@@ -83,10 +97,21 @@ struct sip__listener_set {
   atomic_long open_conns[2]; /* [0] unix, [1] tcp */
 };
 
+/* A requested output's destination in one of the connection's regions,
+ * viewed when the request arrived (the view keeps the mapping alive). */
+typedef struct out_dst {
+  char *output, *region;
+  uint64_t offset, size;
+  sip_buf_t *owner;
+  uint8_t *data;
+} out_dst_t;
+
 /* An infer request in flight: where its answer goes. */
 typedef struct pending {
   sip__listener_set_t *ls;
   uint64_t conn_id;
+  out_dst_t *dst; /* outputs going to shared memory */
+  size_t n_dst;
 } pending_t;
 
 
@@ -138,6 +163,8 @@ int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c);
 int sip__conn_flush(sip__listener_set_t *ls, conn_t *c);
 /* Loop only: queues an encoded frame (taken); sip__conn_flush sends it. */
 void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w);
+/* Loop only: closes the descriptors that came with the last frame. */
+void sip__conn_close_fds(conn_t *c);
 /* Protocol violation: answer with an ERROR frame, then close. */
 void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e);
 /* Any thread: writes an answer (taken) to the connection `id` if it is

@@ -7,12 +7,14 @@
  * one of error and result, errors carry the documented codes, decoded
  * tensors lie 8-byte aligned inside the payload and validate, and decoded
  * requests and responses survive encode → decode unchanged (abort on any
- * mismatch).
+ * mismatch), shared memory references included; the shared memory
+ * messages (SHM_REGISTER, SHM_UNREGISTER, SHM_STATUS) too.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "transport/frame.h"
 
 #define MAX_PAYLOAD ((size_t)1 << 20)
@@ -24,11 +26,23 @@
 
 static void release(void *ctx) { free(ctx); }
 
-static void check_tensor(const sip_tensor_t *t, const uint8_t *p, size_t len) {
+/* `refs` (may be NULL) holds the shared memory references of the tensors. */
+static void check_tensor_at(const sip_tensor_t *t, const uint8_t *p, size_t len,
+                            const sip__wire_shm_ref_t *refs, size_t i) {
   CHECK(t && t->name && strlen(t->name) <= SIP__MAX_NAME);
   CHECK(t->dtype >= SIP_DTYPE_FLOAT32 && t->dtype <= SIP_DTYPE_UINT64);
   CHECK(t->rank >= 0 && t->rank <= SIP_MAX_RANK);
-  for (int i = 0; i < t->rank; i++) CHECK(t->dims[i] >= 0);
+  for (int k = 0; k < t->rank; k++) CHECK(t->dims[k] >= 0);
+  if (refs && refs[i].region) {
+    /* In shared memory: no bytes in the payload, the size checked. */
+    CHECK(refs[i].region[0] && strlen(refs[i].region) <= SIP__MAX_NAME);
+    CHECK(!t->data && !t->owner && t->nbytes == refs[i].size);
+    if (t->dtype != SIP_DTYPE_STRING) {
+      sip_error_t *e = sip_tensor_validate(t);
+      CHECK(!e);
+    }
+    return;
+  }
   const uint8_t *d = t->data;
   CHECK(d >= p && (size_t)(d - p) <= len && t->nbytes <= len - (size_t)(d - p));
   CHECK((size_t)(d - p) % 8 == 0);
@@ -40,7 +54,19 @@ static void check_same_tensor(const sip_tensor_t *a, const sip_tensor_t *b) {
   CHECK(strcmp(a->name, b->name) == 0);
   CHECK(a->dtype == b->dtype && a->rank == b->rank && a->nbytes == b->nbytes);
   for (int i = 0; i < a->rank; i++) CHECK(a->dims[i] == b->dims[i]);
-  CHECK(!a->nbytes || memcmp(a->data, b->data, a->nbytes) == 0);
+  CHECK(!a->nbytes || !a->data || memcmp(a->data, b->data, a->nbytes) == 0);
+}
+
+/* Two sets of references (n entries, or NULL) say the same. */
+static void check_same_refs(const sip__wire_shm_ref_t *a, const sip__wire_shm_ref_t *b,
+                            size_t n) {
+  CHECK(!a == !b);
+  for (size_t i = 0; a && i < n; i++) {
+    CHECK(!a[i].region == !b[i].region);
+    if (!a[i].region) continue;
+    CHECK(strcmp(a[i].region, b[i].region) == 0);
+    CHECK(a[i].offset == b[i].offset && a[i].size == b[i].size);
+  }
 }
 
 /* Decodes the single frame in w (header + payload); returns its payload. */
@@ -61,10 +87,10 @@ static const uint8_t *reframe(const sip__wbuf_t *w, uint16_t type, uint64_t id, 
 static void round_trip_request(const sip__wire_request_t *r, uint64_t id, size_t len) {
   sip__wbuf_t w = {0};
   /* Parameters (flag bit 0) travel too: without them the frame is shorter. */
-  sip__encode_infer_request_params(&w, id, r->pool, r->priority, r->timeout_ms,
-                                   (const char *const *)r->outputs, r->n_outputs,
-                                   (const sip_tensor_t *const *)r->inputs, r->n_inputs,
-                                   r->parameters);
+  sip__encode_infer_request_shm(&w, id, r->pool, r->priority, r->timeout_ms,
+                                (const char *const *)r->outputs, r->output_shm, r->n_outputs,
+                                (const sip_tensor_t *const *)r->inputs, r->input_shm,
+                                r->n_inputs, r->parameters);
   size_t len2;
   const uint8_t *p2 = reframe(&w, SIP__MSG_INFER_REQUEST, id, len, &len2);
   sip__wire_request_t r2;
@@ -76,8 +102,13 @@ static void round_trip_request(const sip__wire_request_t *r, uint64_t id, size_t
   CHECK(!r->parameters == !r2.parameters &&
         (!r->parameters || strcmp(r->parameters, r2.parameters) == 0));
   for (size_t i = 0; i < r->n_outputs; i++) CHECK(strcmp(r->outputs[i], r2.outputs[i]) == 0);
+  /* A request that flags output destinations but has no outputs loses
+   * the flag (nothing to say), so compare the destinations only when
+   * there are outputs. */
+  if (r->n_outputs) check_same_refs(r->output_shm, r2.output_shm, r->n_outputs);
+  check_same_refs(r->input_shm, r2.input_shm, r->n_inputs);
   for (size_t i = 0; i < r->n_inputs; i++) {
-    check_tensor(r2.inputs[i], p2, len2);
+    check_tensor_at(r2.inputs[i], p2, len2, r2.input_shm, i);
     check_same_tensor(r->inputs[i], r2.inputs[i]);
   }
   sip__wire_request_clear(&r2);
@@ -87,8 +118,9 @@ static void round_trip_request(const sip__wire_request_t *r, uint64_t id, size_t
 static void round_trip_response(const sip__wire_response_t *r, uint64_t id, const uint8_t *p,
                                 size_t len) {
   sip__wbuf_t w = {0};
-  sip__encode_infer_response(&w, id, r->code, r->message, r->queue_us, r->compute_us,
-                             r->total_us, (const sip_tensor_t *const *)r->outputs, r->n_outputs);
+  sip__encode_infer_response_shm(&w, id, r->code, r->message, r->queue_us, r->compute_us,
+                                 r->total_us, (const sip_tensor_t *const *)r->outputs,
+                                 r->output_shm, r->n_outputs);
   /* The message is kept as a C string: an embedded NUL shortens it, and so
    * the frame (alignment is monotone, so it never grows). */
   uint32_t mlen = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
@@ -112,8 +144,9 @@ static void round_trip_response(const sip__wire_response_t *r, uint64_t id, cons
   CHECK(r->queue_us == r2.queue_us && r->compute_us == r2.compute_us &&
         r->total_us == r2.total_us);
   CHECK(r->n_outputs == r2.n_outputs);
+  check_same_refs(r->output_shm, r2.output_shm, r->n_outputs);
   for (size_t i = 0; i < r->n_outputs; i++) {
-    check_tensor(r2.outputs[i], p2, len2);
+    check_tensor_at(r2.outputs[i], p2, len2, r2.output_shm, i);
     check_same_tensor(r->outputs[i], r2.outputs[i]);
   }
   sip__wire_response_clear(&r2);
@@ -121,7 +154,34 @@ static void round_trip_response(const sip__wire_response_t *r, uint64_t id, cons
 }
 
 static int is_request_zeroed(const sip__wire_request_t *r) {
-  return !r->pool && !r->outputs && !r->n_outputs && !r->inputs && !r->n_inputs;
+  return !r->pool && !r->outputs && !r->n_outputs && !r->inputs && !r->n_inputs &&
+         !r->input_shm && !r->output_shm && !r->parameters;
+}
+
+/* SHM_REGISTER, SHM_UNREGISTER, SHM_STATUS: decode, then encode → the
+ * same bytes. */
+static sip_error_t *shm_message(const sip__frame_header_t *h, const uint8_t *p, size_t len) {
+  char *name = NULL;
+  uint64_t offset = 0, size = 0;
+  sip_error_t *e = h->type == SIP__MSG_SHM_REGISTER
+                       ? sip__decode_shm_register(p, len, &name, &offset, &size)
+                       : sip__decode_shm_name(p, len, h->type, &name);
+  if (e) {
+    CHECK(!name);
+    return e;
+  }
+  CHECK(name && strlen(name) <= SIP__MAX_NAME);
+  sip__wbuf_t w = {0};
+  if (h->type == SIP__MSG_SHM_REGISTER)
+    sip__encode_shm_register(&w, h->request_id, name, offset, size);
+  else
+    sip__encode_shm_name(&w, h->type, h->request_id, name);
+  size_t l2;
+  const uint8_t *p2 = reframe(&w, h->type, h->request_id, len, &l2);
+  CHECK(memcmp(p2, p, len) == 0);
+  sip__wbuf_free(&w);
+  sip__free(name);
+  return NULL;
 }
 
 /* Returns 0 to stop the stream (the server closes the connection). */
@@ -149,11 +209,14 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
       CHECK(!r.n_outputs || r.outputs);
       CHECK(!r.n_inputs || r.inputs);
       for (size_t i = 0; i < r.n_outputs; i++) CHECK(r.outputs[i]);
+      CHECK(!r.output_shm || r.n_outputs);
       for (size_t i = 0; i < r.n_inputs; i++) {
-        check_tensor(r.inputs[i], p, len);
-        CHECK(r.inputs[i]->owner == owner);
+        check_tensor_at(r.inputs[i], p, len, r.input_shm, i);
+        CHECK(r.inputs[i]->owner == (r.input_shm && r.input_shm[i].region ? NULL : owner));
       }
-      round_trip_request(&r, h->request_id, len);
+      /* Only a flag without outputs changes the length on a round trip. */
+      if (!(p[2 + strlen(r.pool) + 1] & SIP__REQ_OUTPUT_SHM) || r.n_outputs)
+        round_trip_request(&r, h->request_id, len);
       sip__wire_request_clear(&r);
       break;
     }
@@ -170,7 +233,7 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
         CHECK(is_request_zeroed(&r));
         break;
       }
-      for (size_t i = 0; i < r.n_inputs; i++) check_tensor(r.inputs[i], p, len);
+      for (size_t i = 0; i < r.n_inputs; i++) check_tensor_at(r.inputs[i], p, len, r.input_shm, i);
       sip__wire_request_clear(&r);
       break;
     }
@@ -183,7 +246,8 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
       }
       CHECK(r.message);
       CHECK(!r.n_outputs || r.outputs);
-      for (size_t i = 0; i < r.n_outputs; i++) check_tensor(r.outputs[i], p, len);
+      for (size_t i = 0; i < r.n_outputs; i++)
+        check_tensor_at(r.outputs[i], p, len, r.output_shm, i);
       round_trip_response(&r, h->request_id, p, len);
       sip__wire_response_clear(&r);
       break;
@@ -194,6 +258,11 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
       break;
     case SIP__MSG_REPO_REQUEST:
       /* JSON text, parsed by the engine's repository code (jansson). */
+      break;
+    case SIP__MSG_SHM_REGISTER:
+    case SIP__MSG_SHM_UNREGISTER:
+    case SIP__MSG_SHM_STATUS:
+      e = shm_message(h, p, len);
       break;
     case SIP__MSG_INFO_RESPONSE:
     case SIP__MSG_ERROR: {
@@ -255,7 +324,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     CHECK(h.version == SIP__FRAME_VERSION && h.flags == 0 && h.length <= MAX_PAYLOAD);
-    CHECK(h.type >= SIP__MSG_INFER_REQUEST && h.type <= SIP__MSG_REPO_REQUEST);
+    CHECK(h.type >= SIP__MSG_INFER_REQUEST && h.type <= SIP__MSG_MAX);
     off += SIP__FRAME_HEADER_SIZE;
     if (size - off < h.length) break; /* the connection would wait for more */
     int go_on = one_frame(&h, data + off);

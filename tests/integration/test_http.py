@@ -363,8 +363,8 @@ def test_error_statuses_and_bodies(base):
                    ).encode()), 400)
     assert "unknown" in error_of(post({"inputs": [dict(x, datatype="FLOAT")]}), 400)
     assert "BF16" in error_of(post({"inputs": [dict(x, datatype="BF16")]}), 501)
-    assert "shared memory" in error_of(post({"inputs": [dict(
-        x, parameters={"shared_memory_region": "r"})]}), 501)
+    assert "both shared_memory_region and data" in error_of(post({"inputs": [dict(
+        x, parameters={"shared_memory_region": "r"})]}), 400)
     assert "listed twice" in error_of(post({"inputs": [x], "outputs": [{"name": "sum"},
                                                                        {"name": "sum"}]}), 400)
     assert "given twice" in error_of(post({"inputs": [x, x]}), 400)

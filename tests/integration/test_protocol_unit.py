@@ -375,7 +375,7 @@ def test_handmade_tensor_is_valid():
     ({"nbytes": 12}, "expected 8"),
     ({"dtype": 99}, "dtype"),
     ({"dtype": 0}, "dtype"),
-    ({"reserved": 1}, "reserved"),
+    ({"reserved": 2}, "reserved"),  # bit 0 is TENSOR_SHM
     ({"pad": b"\x01"}, "padding"),
     ({"dtype": 8, "dims": (1,), "nbytes": 6, "data": struct.pack("<I", 5) + b"ab"}, "runs past"),
     ({"dtype": 8, "dims": (2,), "nbytes": 5, "data": struct.pack("<I", 1) + b"a"}, "runs past"),
@@ -394,7 +394,7 @@ def test_bad_request_header_fields():
     with pytest.raises(P.ProtocolError, match="priority"):
         P.decode_infer_request(bytes(bad_prio))
     bad_res = bytearray(good)
-    bad_res[4] = 2  # bit 0 is the parameters flag
+    bad_res[4] = 4  # bits 0 and 1 are the parameters and output destination flags
     with pytest.raises(P.ProtocolError, match="reserved"):
         P.decode_infer_request(bytes(bad_res))
 

@@ -596,3 +596,111 @@ def test_pipeline_follows_or_refuses_a_reload(sipd_bin, tmp_path):
         assert r.returncode != 0 and "pipeline 'twice'" in r.stderr
     finally:
         assert srv.stop() == 0, srv.log_tail()
+
+
+# ---------------------------------------------------------------------------
+# load with a Triton model config (tritonclient's load_model(config=...))
+
+def model_config(base, name):
+    r = K.get(base + "/v2/models/%s/config" % name)
+    assert r.status == 200, r
+    return r.json()
+
+
+def load_with(base, name, config):
+    text = config if isinstance(config, str) else json.dumps(config)
+    return post(base, "/v2/repository/models/%s/load" % name,
+                json.dumps({"parameters": {"config": text}}).encode())
+
+
+def test_load_with_a_triton_config(start_sipd, tmp_path):
+    repo = tmp_path / "repo"
+    add_version(repo, "addk", 1)
+    srv = start(start_sipd, repo)
+    base = K.http_base(srv)
+    c = srv.client()
+    cfg = model_config(base, "addk")
+    assert cfg["instance_group"][0]["count"] == 1 and cfg["max_batch_size"] == 0
+    assert cfg["platform"] == "onnxruntime_onnx"
+
+    # What Triton's client sends: instance count, batching, declared I/O.
+    triton = {"name": "addk", "platform": "onnxruntime_onnx", "max_batch_size": 8,
+              "dynamic_batching": {"preferred_batch_size": [2, 4],
+                                   "max_queue_delay_microseconds": "500"},
+              "instance_group": [{"count": 2, "kind": "KIND_CPU"},
+                                 {"count": 1, "kind": "KIND_AUTO"}],
+              "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}],
+              "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
+              "optimization": {}, "parameters": {}, "model_warmup": []}
+    r = load_with(base, "addk", triton)
+    assert r.status == 200, r.body
+    cfg = model_config(base, "addk")
+    assert cfg["instance_group"][0]["count"] == 3
+    assert cfg["max_batch_size"] == 8
+    assert cfg["dynamic_batching"]["preferred_batch_size"] == [2, 4]
+    assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 500
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+
+    # The config the server reports loads back as it is (a round trip).
+    assert load_with(base, "addk", model_config(base, "addk")).status == 200
+    assert model_config(base, "addk")["instance_group"][0]["count"] == 3
+
+    # Refused with a clear 400, and what serves stays.
+    cases = [
+        ({"name": "other"}, "name is not the model's"),
+        ({"platform": "tensorrt_plan"}, "platform is not onnxruntime_onnx"),
+        ({"instance_group": [{"count": 1, "kind": "KIND_GPU"}]}, "KIND_GPU cannot be served"),
+        ({"instance_group": [{"count": 0}]}, "instance_group count 0 is out of range"),
+        ({"max_batch_size": -1}, "max_batch_size -1 is out of range"),
+        ({"max_batch_size": 0, "dynamic_batching": {}}, "dynamic_batching needs max_batch_size"),
+        ({"max_batch_size": 2, "dynamic_batching": {"preferred_batch_size": [4]}},
+         "preferred_batch_size 4 is larger than max_batch_size 2"),
+        ({"sequence_batching": {"max_sequence_idle_microseconds": 5}},
+         "field 'sequence_batching' is not supported"),
+        ({"colour": "blue"}, "unknown field 'colour'"),
+        ({"backend_options": {"custom_op_library": "/tmp/x.so"}},
+         "backend_options cannot be changed"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a JSON object"),
+    ]
+    for body, want in cases:
+        err = error_of(load_with(base, "addk", body), 400)
+        assert want in err and err.startswith("model config: "), (body, err)
+    r = post(base, "/v2/repository/models/addk/load",
+             json.dumps({"parameters": {"config": {"max_batch_size": 1}}}).encode())
+    assert "config is not a string" in error_of(r, 400)
+    r = post(base, "/v2/repository/models/addk/load",
+             json.dumps({"parameters": {"file:1/model.onnx": "AAAA"}}).encode())
+    assert "model files in a load request" in error_of(r, 400)
+    assert model_config(base, "addk")["instance_group"][0]["count"] == 3
+
+    # Declared I/O that does not fit the model: the load fails, 1 stays.
+    for io, want in [({"input": [{"name": "z", "data_type": "TYPE_FP32"}]},
+                      "input 'z' is not an input of the model"),
+                     ({"input": [{"name": "x", "data_type": "TYPE_INT64"}]},
+                      "data_type is TYPE_INT64, but the model's is TYPE_FP32"),
+                     ({"output": [{"name": "y", "dims": [5]}]}, "dims [5] do not fit")]:
+        r = load_with(base, "addk", io)
+        assert r.status == 400 and want in json.loads(r.body)["error"], (io, r.body)
+        np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+        assert model_config(base, "addk")["instance_group"][0]["count"] == 3
+
+    # The native client takes a dict; a later load without one goes back to
+    # the repository's own settings.
+    c.load_model("addk", config={"instance_group": [{"count": 2}], "max_batch_size": 4})
+    cfg = model_config(base, "addk")
+    assert cfg["instance_group"][0]["count"] == 2 and cfg["max_batch_size"] == 4
+    with pytest.raises(InvalidArgumentError, match="unknown field 'colour'"):
+        c.load_model("addk", config='{"colour": 1}')
+    c.load_model("addk")
+    cfg = model_config(base, "addk")
+    assert cfg["instance_group"][0]["count"] == 1 and cfg["max_batch_size"] == 0
+    np.testing.assert_array_equal(infer(c, "addk"), X + 1)
+
+    # version_policy: serve every version.
+    add_version(repo, "addk", 2)
+    assert load_with(base, "addk", {"version_policy": {"all": {}}}).status == 200
+    assert set(served(c.repository_index(), "addk")) == {"1", "2"}
+    assert load_with(base, "addk", {"version_policy": {"specific": {"versions": ["1"]}}}
+                     ).status == 200
+    assert set(served(c.repository_index(), "addk")) == {"1"}

@@ -19,8 +19,12 @@ Future callbacks (``add_done_callback``) run on the reader thread; keep them
 short.
 """
 
+import array
+import fcntl
 import itertools
 import json
+import mmap
+import os
 import select
 import socket
 import threading
@@ -35,8 +39,8 @@ from .errors import (CancelledError, DeadlineExceededError, InternalError,
                      InvalidArgumentError, NotFoundError, SipError, UnavailableError,
                      sip_error_from_code)
 
-__all__ = ["SessionClient", "InferenceRequest", "InferenceResponse", "parse_endpoint",
-           "DEFAULT_ENDPOINT"]
+__all__ = ["SessionClient", "InferenceRequest", "InferenceResponse", "SharedMemoryRegion",
+           "parse_endpoint", "DEFAULT_ENDPOINT"]
 
 DEFAULT_ENDPOINT = "ipc:///tmp/sip_service.sock"
 
@@ -54,7 +58,13 @@ class InferenceRequest:
     timeout_ms: server-side queueing deadline (None or 0: none).
     priority: None/0 (pool default), 1/2/3 or "high"/"medium"/"low".
     request_id: wire request id (auto-assigned when None).
-    outputs: names of the outputs wanted (None: all).
+    outputs: names of the outputs wanted (None: all), or a dict name ->
+        destination (``region.output(...)``, an OutputDestination; None:
+        inline) to have the server write those outputs into a shared memory
+        region; the response then holds numpy views of the region.
+    Inputs may be arrays that live in one of the client's shared memory
+    regions (``region.ndarray(...)``) or ``region.tensor(...)`` references:
+    they are sent by reference, not copied onto the socket.
     sequence_id, sequence_start, sequence_end: for pools with
         sequence_batching (docs/sequences.md): the sequence (an int >= 1 or a
         str), and whether this is its first / last request. Sequence (from
@@ -235,6 +245,132 @@ class BatchInferenceResponse(InferenceResponse):
             start += n
 
 
+class SharedMemoryRegion:
+    """A memfd shared with the server over this client's unix socket
+    connection (``SessionClient.create_shared_memory``). No other process can
+    name it. Arrays made by :meth:`ndarray` live in the region: fill them in
+    place and pass them as inputs, and they travel by reference; outputs
+    directed to :meth:`output` destinations come back as numpy views of the
+    region (valid until the region is closed; later requests writing to the
+    same bytes overwrite them).
+    """
+
+    def __init__(self, client, name, byte_size):
+        if not isinstance(name, str) or not name or len(name.encode("utf-8")) > 255:
+            raise InvalidArgumentError("a shared memory region needs a name of 1 to 255 bytes, "
+                                       "not %r" % (name,))
+        byte_size = int(byte_size)
+        if byte_size <= 0:
+            raise InvalidArgumentError("shared memory region %r: byte_size must be > 0, not %d"
+                                       % (name, byte_size))
+        self.client = client
+        self.name = name
+        self.byte_size = byte_size
+        self.fd = os.memfd_create("sip:" + name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, byte_size)
+            # The server requires the size to be fixed: it maps the region and
+            # must not fault on a truncation.
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self.mm = mmap.mmap(self.fd, byte_size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.buffer = np.frombuffer(self.mm, dtype=np.uint8)
+        self._addr = self.buffer.__array_interface__["data"][0]
+        self.closed = False
+        self.registered_on = None  # the _Connection it is registered on
+
+    def _check_range(self, offset, nbytes, what):
+        if self.closed:
+            raise InvalidArgumentError("shared memory region %r is closed" % self.name)
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.byte_size:
+            raise InvalidArgumentError("%s: offset %d + %d bytes is past the end of shared memory "
+                                       "region %r (%d bytes)" % (what, offset, nbytes, self.name,
+                                                                 self.byte_size))
+
+    def ndarray(self, shape, dtype=np.float32, offset=0):
+        """A numpy array of ``shape`` and ``dtype`` living at ``offset`` of the
+        region (no copy: writes go straight to the shared memory)."""
+        dt = np.dtype(dtype)
+        shape = tuple(shape) if np.iterable(shape) else (int(shape),)
+        count = int(np.prod(shape, dtype=np.int64))
+        self._check_range(offset, count * dt.itemsize, "ndarray")
+        return np.ndarray(shape, dt, buffer=self.mm, offset=offset)
+
+    def tensor(self, shape, dtype=np.float32, offset=0):
+        """An input by reference: ``shape`` x ``dtype`` at ``offset``."""
+        dt = np.dtype(dtype)
+        count = int(np.prod(tuple(shape), dtype=np.int64))
+        self._check_range(offset, count * dt.itemsize, "tensor")
+        return P.SharedTensor(self.name, int(offset), tuple(shape), dt)
+
+    def output(self, offset=0, byte_size=None):
+        """A destination for an output: ``byte_size`` bytes (default: the rest
+        of the region) at ``offset``."""
+        if byte_size is None:
+            byte_size = self.byte_size - offset
+        self._check_range(offset, byte_size, "output destination")
+        return P.OutputDestination(self.name, int(offset), int(byte_size))
+
+    def reference(self, arr):
+        """The SharedTensor for an array that lives in this region (C-contiguous),
+        or None when it does not."""
+        if self.closed or not isinstance(arr, np.ndarray) or arr.dtype.kind in "OUS":
+            return None
+        addr = arr.__array_interface__["data"][0]
+        if not (self._addr <= addr and addr + arr.nbytes <= self._addr + self.byte_size):
+            return None
+        if not arr.flags.c_contiguous:
+            raise InvalidArgumentError("an input living in shared memory region %r must be "
+                                       "C-contiguous" % self.name)
+        return P.SharedTensor(self.name, addr - self._addr, arr.shape, arr.dtype)
+
+    def view(self, out):
+        """A numpy view of a P.SharedOutput the server wrote into this region."""
+        self._check_range(out.offset, out.nbytes, "output")
+        if out.dtype == P.DTYPE_STRING:
+            raw = bytes(self.mm[out.offset:out.offset + out.nbytes])
+            count = int(np.prod(out.shape, dtype=np.int64))
+            return P._unpack_strings(raw, 0, len(raw), count, out.shape, "output")
+        dt = P.numpy_dtype(out.dtype)
+        return np.ndarray(out.shape, dt, buffer=self.mm, offset=out.offset)
+
+    def unregister(self):
+        """Unregisters the region on the server (it stays mapped here)."""
+        self.client.unregister_shared_memory(self.name)
+
+    def close(self):
+        """Unregisters the region and unmaps it. Views made earlier must not be
+        used afterwards."""
+        if self.closed:
+            return
+        try:
+            self.client._forget_region(self)
+        finally:
+            self._release()
+
+    def _release(self):
+        self.closed = True
+        self.buffer = None
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # arrays still view it: the mapping goes with the last of them
+        os.close(self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "SharedMemoryRegion(%r, byte_size=%d)" % (self.name, self.byte_size)
+
+
 def parse_endpoint(endpoint):
     """``ipc:///path`` | ``unix:///path`` -> (AF_UNIX, path);
     ``tcp://host:port`` (``[v6]:port`` too) -> ("tcp", (host, port))."""
@@ -269,12 +405,15 @@ def _copy_error(err):
     return sip_error_from_code(err.code_value, err.message)
 
 
-def _sendall_parts(sock, parts):
-    """sendall over several buffers without joining them."""
+def _sendall_parts(sock, parts, fds=()):
+    """sendall over several buffers without joining them; ``fds`` go as
+    SCM_RIGHTS with the first bytes."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
     while views:
         # IOV_MAX is 1024 on Linux.
-        sent = sock.sendmsg(views[:512])
+        sent = sock.sendmsg(views[:512], anc)
+        anc = []
         while sent:
             n = len(views[0])
             if sent >= n:
@@ -286,14 +425,15 @@ def _sendall_parts(sock, parts):
 
 
 class _Pending:
-    __slots__ = ("future", "kind", "t0", "deadline", "pool")
+    __slots__ = ("future", "kind", "t0", "deadline", "pool", "regions")
 
-    def __init__(self, future, kind, t0, deadline, pool):
+    def __init__(self, future, kind, t0, deadline, pool, regions=None):
         self.future = future
         self.kind = kind
         self.t0 = t0
         self.deadline = deadline
         self.pool = pool
+        self.regions = regions  # {name: SharedMemoryRegion} its outputs may be written to
 
 
 class _ConnectionGone(Exception):
@@ -313,6 +453,7 @@ class _Connection:
         self.dead = False
         self.dead_error = None
         self.postprocess = None  # the client's {pool: (fn, config)}, shared
+        self.regions = {}  # the client's {name: SharedMemoryRegion}, shared
         self._last_sweep = time.monotonic()
         self.reader = threading.Thread(target=self._read_loop, name="cann_sip-reader",
                                        daemon=True)
@@ -342,12 +483,12 @@ class _Connection:
         return cls(sock, endpoint, timeout_s)
 
     # -- requests -----------------------------------------------------------
-    def submit(self, request_id, kind, msg_type, parts, pool):
+    def submit(self, request_id, kind, msg_type, parts, pool, fds=(), regions=None):
         """Registers and sends one request; returns its Future."""
         fut = Future()
         fut.set_running_or_notify_cancel()  # not cancellable once created
         t0 = time.monotonic()
-        entry = _Pending(fut, kind, t0, t0 + self.timeout_s, pool)
+        entry = _Pending(fut, kind, t0, t0 + self.timeout_s, pool, regions)
         length = sum(len(p) for p in parts)
         if length > P.MAX_U32:
             raise InvalidArgumentError("request payload of %d bytes exceeds the protocol's "
@@ -362,7 +503,7 @@ class _Connection:
             self.pending[request_id] = entry
         try:
             with self.wlock:
-                _sendall_parts(self.sock, [header] + list(parts))
+                _sendall_parts(self.sock, [header] + list(parts), fds)
         except OSError as e:
             self._after_send_failure(e)
         return fut
@@ -509,6 +650,15 @@ class _Connection:
                     e.request_id = h.request_id
                     fut.set_exception(e)
                     return
+                for name, v in m.outputs.items():
+                    if isinstance(v, P.SharedOutput):
+                        # The region the request named, even if unregistered since.
+                        region = (entry.regions or {}).get(v.region) or self.regions.get(v.region)
+                        if region is None or region.closed:
+                            raise P.ProtocolError("output %r was written to shared memory region "
+                                                  "%r, which this client does not hold"
+                                                  % (name, v.region))
+                        m.outputs[name] = region.view(v)
                 timings = {"queue_us": m.queue_us, "compute_us": m.compute_us,
                            "total_us": m.total_us}
                 resp = InferenceResponse(m.outputs, latency_ms, h.request_id, timings,
@@ -565,6 +715,7 @@ class SessionClient:
         self._ids = itertools.count(1)
         self._ranks = {}  # pool -> {input: rank}, for batch_infer
         self._postprocess = {}  # pool -> (fn, config), see register_postprocess
+        self._regions = {}  # name -> SharedMemoryRegion, registered on every connection
 
     # -- plumbing -----------------------------------------------------------
     def _connection(self):
@@ -575,18 +726,22 @@ class SessionClient:
             if c is None or c.dead:
                 c = self._conn = _Connection.open(self.endpoint, self.timeout_s)
                 c.postprocess = self._postprocess
+                c.regions = self._regions
+                # Regions belong to a connection: a new one gets them again.
+                for region in list(self._regions.values()):
+                    self._register_on(c, region)
             return c
 
     def _next_id(self):
         return next(self._ids) & P.MAX_U64
 
-    def _submit(self, request_id, kind, msg_type, parts, pool):
+    def _submit(self, request_id, kind, msg_type, parts, pool, regions=None):
         # A connection that died before the request was registered has sent
         # nothing for it, so one retry on a fresh connection is safe.
         for attempt in (0, 1):
             conn = self._connection()
             try:
-                return conn.submit(request_id, kind, msg_type, parts, pool)
+                return conn.submit(request_id, kind, msg_type, parts, pool, regions=regions)
             except _ConnectionGone:
                 if attempt:
                     raise _copy_error(conn.dead_error or UnavailableError(
@@ -617,8 +772,11 @@ class SessionClient:
                                   request.sequence_end)
         if seq:
             params = dict(params or {}, **seq)
+        inputs = request.inputs
+        if self._regions and inputs:
+            inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
         try:
-            parts = P.encode_infer_request_parts(request.session_pool, request.inputs,
+            parts = P.encode_infer_request_parts(request.session_pool, inputs,
                                                  priority=request.priority,
                                                  timeout_ms=request.timeout_ms,
                                                  outputs=request.outputs, parameters=params)
@@ -630,7 +788,12 @@ class SessionClient:
         elif isinstance(rid, bool) or not isinstance(rid, int) or not 0 <= rid <= P.MAX_U64:
             raise InvalidArgumentError("request_id must be an integer in 0..2**64-1, not %r"
                                        % (rid,))
-        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool)
+        regions = None
+        if isinstance(request.outputs, dict):
+            with self._lock:
+                regions = {d.region: self._regions[d.region] for d in request.outputs.values()
+                           if d is not None and d.region in self._regions}
+        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool, regions)
 
     def infer(self, request):
         """Runs one request and returns its InferenceResponse (raises SipError)."""
@@ -641,6 +804,78 @@ class SessionClient:
         sequence_batching; request_options (timeout_ms, priority, outputs)
         apply to each of its requests."""
         return Sequence(self, session_pool, sequence_id, **request_options)
+
+    # -- shared memory ------------------------------------------------------
+    def _by_reference(self, value):
+        """An input array living in one of the regions becomes a reference."""
+        if isinstance(value, np.ndarray):
+            with self._lock:
+                regions = list(self._regions.values())
+            for region in regions:
+                ref = region.reference(value)
+                if ref is not None:
+                    return ref
+        return value
+
+    def _register_on(self, conn, region):
+        fut = conn.submit(self._next_id(), "info", P.SHM_REGISTER,
+                          [P.encode_shm_register(region.name, 0, region.byte_size)], None,
+                          fds=[region.fd])
+        self._wait(fut)
+        region.registered_on = conn
+
+    def create_shared_memory(self, name, byte_size):
+        """A new SharedMemoryRegion of ``byte_size`` bytes (a sealed memfd,
+        mapped here) registered with the server as ``name`` on this client's
+        connection (unix sockets only; registered again if the connection is
+        reopened). Raises InvalidArgumentError for a name already in use."""
+        with self._lock:
+            if name in self._regions:
+                raise InvalidArgumentError("shared memory region %r already exists on this client"
+                                           % (name,))
+        region = SharedMemoryRegion(self, name, byte_size)
+        try:
+            conn = self._connection()
+            self._register_on(conn, region)
+        except BaseException:
+            region._release()
+            raise
+        with self._lock:
+            self._regions[name] = region
+        return region
+
+    def _forget_region(self, region):
+        with self._lock:
+            if self._regions.get(region.name) is region:
+                del self._regions[region.name]
+            conn = self._conn
+        if conn is not None and not conn.dead and region.registered_on is conn:
+            try:
+                self._wait(conn.submit(self._next_id(), "info", P.SHM_UNREGISTER,
+                                       [P.encode_shm_name(region.name)], None))
+            except (UnavailableError, _ConnectionGone):
+                pass  # the connection went, and its regions with it
+        region.registered_on = None
+
+    def unregister_shared_memory(self, name=None):
+        """Unregisters region ``name`` (None: every region) on the server.
+        The regions stay mapped here; requests in flight that use them are
+        unaffected."""
+        with self._lock:
+            regions = [r for n, r in self._regions.items() if name is None or n == name]
+        if name is not None and not regions:
+            # Not one of ours: the server's answer (unknown names are fine).
+            self._wait(self._submit(self._next_id(), "info", P.SHM_UNREGISTER,
+                                    [P.encode_shm_name(name)], None))
+        for r in regions:
+            self._forget_region(r)
+
+    def shared_memory_status(self, name=None):
+        """The regions registered on this connection: a list of {"name",
+        "offset", "byte_size"} (NotFoundError for an unknown ``name``)."""
+        obj = self._wait(self._submit(self._next_id(), "info", P.SHM_STATUS,
+                                      [P.encode_shm_name(name or "")], None)) or {}
+        return obj.get("regions", [])
 
     def register_postprocess(self, pool, fn, config=None):
         """Seed 003's post-process hook: every response of `pool` (a pool or a
@@ -787,12 +1022,21 @@ class SessionClient:
         obj = self._repo("index", ready=bool(ready)) or {}
         return obj.get("models", [])
 
-    def load_model(self, name):
+    def load_model(self, name, config=None):
         """Loads (or reloads) repository model ``name``; returns when its new
-        versions serve and the replaced ones are freed. Raises SipError: the
-        load's failure (what was serving stays), NotFoundError,
-        InvalidArgumentError (a name with '/', '..', ...)."""
-        return self._repo("load", name)
+        versions serve and the replaced ones are freed. ``config``: a Triton
+        model config (a dict or its JSON text) applied over the model's
+        config.yaml for this load (max_batch_size, dynamic_batching,
+        instance_group counts, version_policy). Raises SipError: the load's
+        failure (what was serving stays), NotFoundError, InvalidArgumentError
+        (a name with '/', '..', ...; a config field that is wrong or not
+        supported)."""
+        if config is None:
+            return self._repo("load", name)
+        if not isinstance(config, (str, dict)):
+            raise InvalidArgumentError("config must be a dict or JSON text, not %s"
+                                       % type(config).__name__)
+        return self._repo("load", name, config=config)
 
     def unload_model(self, name):
         """Unloads repository model ``name`` (requests in flight finish first)."""
@@ -800,13 +1044,17 @@ class SessionClient:
 
     # -- lifetime -----------------------------------------------------------
     def close(self):
-        """Closes the connection; calls still waiting fail with CancelledError.
+        """Closes the connection (the server drops its regions) and unmaps the
+        shared memory regions; calls still waiting fail with CancelledError.
         Later calls raise UnavailableError. Idempotent."""
         with self._lock:
             self._closed = True
             c, self._conn = self._conn, None
+            regions, self._regions = list(self._regions.values()), {}
         if c is not None:
             c.close()
+        for r in regions:
+            r.close()
 
     def __enter__(self):
         return self

@@ -11,7 +11,9 @@ Layout reminders:
             u32 flags, u64 request_id) + payload, all little-endian;
   tensor  = str16 name, u8 dtype, u8 rank, u16 reserved, rank x i64 dims,
             u64 nbytes, zero padding to the next multiple of 8 counted from
-            the payload start, data.
+            the payload start, data;
+            or, with reserved bit 0 (TENSOR_SHM), after the dims: str16 region,
+            u64 offset, u64 nbytes (the data is in a shared memory region).
 """
 
 import json
@@ -36,6 +38,8 @@ __all__ = [
     "encode_infer_response", "decode_infer_response",
     "encode_info_request", "decode_info_request", "encode_info_response",
     "decode_info_response", "encode_error", "decode_error",
+    "SHM_REGISTER", "SHM_UNREGISTER", "SHM_STATUS", "SharedTensor", "OutputDestination", "SharedOutput",
+    "encode_shm_register", "encode_shm_name",
 ]
 
 MAGIC = b"SIPF"
@@ -53,6 +57,11 @@ INFO_RESPONSE = 4
 ERROR = 5
 BATCH_INFER_REQUEST = 6
 REPO_REQUEST = 7  # JSON {"action": "index" | "load" | "unload", "model": name} -> INFO_RESPONSE
+# Shared memory (unix sockets), each answered by INFO_RESPONSE:
+SHM_REGISTER = 8    # str16 name, u64 offset, u64 byte_size; one memfd as SCM_RIGHTS
+SHM_UNREGISTER = 9  # str16 name ("" = every region of the connection)
+SHM_STATUS = 10     # str16 name ("" = every region of the connection)
+TENSOR_SHM = 0x1    # tensor reserved bit: the data is in a shared memory region
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
 _BATCH_PREFIX = struct.Struct("<IB3x")  # max_batch_size, padding; keeps data 8-aligned
@@ -127,6 +136,16 @@ class ProtocolError(ValueError):
 
 
 FrameHeader = namedtuple("FrameHeader", "magic version type length flags request_id")
+# A tensor whose bytes are at ``offset`` of the connection's shared memory
+# region ``region`` (an input sent by reference, or an output the server wrote
+# there); ``shape`` a tuple, ``dtype`` a numpy dtype or wire code.
+SharedTensor = namedtuple("SharedTensor", "region offset shape dtype")
+# Where the server writes a requested output: ``byte_size`` bytes at
+# ``offset`` of region ``region``.
+OutputDestination = namedtuple("OutputDestination", "region offset byte_size")
+# A decoded tensor that the server wrote into a shared memory region (the
+# client turns it into a view of its mapping): ``dtype`` is the wire code.
+SharedOutput = namedtuple("SharedOutput", "region offset shape dtype nbytes")
 InferRequestMessage = namedtuple("InferRequestMessage",
                                  "pool priority timeout_ms outputs inputs")
 InferResponseMessage = namedtuple("InferResponseMessage",
@@ -376,7 +395,31 @@ def encode_frame(msg_type, request_id, payload, **header_overrides):
 # ---------------------------------------------------------------------------
 # tensors
 
+def _write_shared_tensor(w, name, t):
+    code = t.dtype if isinstance(t.dtype, int) else dtype_code(t.dtype)
+    if code == DTYPE_STRING:
+        raise ValueError("tensor %r: STRING tensors cannot be passed in shared memory by "
+                         "reference from this client" % name)
+    shape = tuple(int(d) for d in t.shape)
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+        raise ValueError("tensor %r: shape %s; expected at most %d dims >= 0"
+                         % (name, list(shape), MAX_RANK))
+    count = 1
+    for d in shape:
+        count *= d
+    w.str16(name, "tensor name")
+    w.put(_TENSOR_META.pack(code, len(shape), TENSOR_SHM))
+    if shape:
+        w.put(struct.pack("<%dq" % len(shape), *shape))
+    w.str16(t.region, "shared memory region name")
+    w.u64(int(t.offset))
+    w.u64(count * _NP_BY_CODE[code].itemsize)
+
+
 def _write_tensor(w, name, value):
+    if isinstance(value, SharedTensor):
+        _write_shared_tensor(w, name, value)
+        return
     code, arr = as_tensor_array(value)
     if arr.ndim > MAX_RANK:
         raise ValueError("tensor %r has rank %d; the protocol allows at most %d"
@@ -413,8 +456,8 @@ def _read_tensor(r, copy):
         raise ProtocolError("tensor %r: unknown dtype %d" % (name, code))
     if rank > MAX_RANK:
         raise ProtocolError("tensor %r: rank %d exceeds %d" % (name, rank, MAX_RANK))
-    if reserved != 0:
-        raise ProtocolError("tensor %r: reserved field is %d, expected 0" % (name, reserved))
+    if reserved & ~TENSOR_SHM:
+        raise ProtocolError("tensor %r: reserved field is %d, expected 0 or 1" % (name, reserved))
     dims = r.unpack(struct.Struct("<%dq" % rank), "tensor %r dims" % name) if rank else ()
     for i, d in enumerate(dims):
         if d < 0:
@@ -422,6 +465,15 @@ def _read_tensor(r, copy):
     count = 1
     for d in dims:
         count *= d
+    if reserved & TENSOR_SHM:
+        region = r.str16("tensor %r region" % name)
+        offset = r.u64("tensor %r offset" % name)
+        nbytes = r.u64("tensor %r nbytes" % name)
+        if code != DTYPE_STRING and nbytes != count * _NP_BY_CODE[code].itemsize:
+            raise ProtocolError("tensor %r: %d bytes in shared memory, expected %d (%s x %s)"
+                                % (name, nbytes, count * _NP_BY_CODE[code].itemsize,
+                                   dtype_name(code), list(dims)))
+        return name, SharedOutput(region, offset, tuple(dims), code, nbytes)
     nbytes = r.u64("tensor %r nbytes" % name)
     r.pad8("tensor %r" % name)
     r.need(nbytes, "tensor %r data (%d bytes)" % (name, nbytes))
@@ -483,6 +535,7 @@ def _items(tensors):
 
 
 REQ_HAS_PARAMETERS = 0x01  # first reserved byte: a JSON parameters object follows the inputs
+REQ_OUTPUT_SHM = 0x02      # each requested output is followed by its destination
 
 
 def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, outputs=(),
@@ -496,16 +549,26 @@ def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, output
     timeout_ms = int(-(-timeout_ms // 1))  # round fractions up
     if not 0 <= timeout_ms <= MAX_U32:
         raise ValueError("timeout_ms must be within 0..%d, not %r" % (MAX_U32, timeout_ms))
-    outs = list(outputs or ())
+    # outputs: names, or a dict name -> OutputDestination (None: inline).
+    if isinstance(outputs, dict):
+        outs = list(outputs.items())
+    else:
+        outs = [(o, None) for o in (outputs or ())]
+    to_shm = any(d is not None for _, d in outs)
     ins = _items(inputs)
     if len(outs) > 0xFFFF or len(ins) > 0xFFFF:
         raise ValueError("too many inputs or outputs (at most 65535 each)")
     w = _Writer()
     w.str16(pool, "pool name")
-    flags = bytes([REQ_HAS_PARAMETERS if parameters is not None else 0, 0, 0])
+    flags = bytes([(REQ_HAS_PARAMETERS if parameters is not None else 0) |
+                   (REQ_OUTPUT_SHM if to_shm else 0), 0, 0])
     w.put(_REQUEST_HEAD.pack(prio, flags, timeout_ms, len(outs), len(ins)))
-    for o in outs:
+    for o, d in outs:
         w.str16(o, "output name")
+        if to_shm:
+            w.str16(d.region if d is not None else "", "output destination region")
+            w.u64(int(d.offset) if d is not None else 0)
+            w.u64(int(d.byte_size) if d is not None else 0)
     for name, value in ins:
         _write_tensor(w, name, value)
     if parameters is not None:
@@ -541,9 +604,16 @@ def decode_infer_request(payload, copy=False):
     prio, reserved, timeout_ms, n_out, n_in = r.unpack(_REQUEST_HEAD, "request header")
     if prio > 3:
         raise ProtocolError("priority %d, expected 0..3" % prio)
-    if reserved[1:] != b"\0\0" or reserved[0] & ~REQ_HAS_PARAMETERS:
+    if reserved[1:] != b"\0\0" or reserved[0] & ~(REQ_HAS_PARAMETERS | REQ_OUTPUT_SHM):
         raise ProtocolError("reserved request bytes are not zero")
-    outs = [r.str16("output name %d" % i) for i in range(n_out)]
+    outs = []
+    for i in range(n_out):
+        outs.append(r.str16("output name %d" % i))
+        if reserved[0] & REQ_OUTPUT_SHM:
+            region = r.str16("output %d destination region" % i)
+            offset, size = r.u64("output %d offset" % i), r.u64("output %d byte_size" % i)
+            if region:
+                outs[-1] = (outs[-1], OutputDestination(region, offset, size))
     ins = {}
     for _ in range(n_in):
         name, arr = _read_tensor(r, copy)
@@ -596,6 +666,22 @@ def decode_infer_response(payload, copy=False):
 
 def encode_info_request(kind):
     return _U8.pack(kind)
+
+
+def encode_shm_register(name, offset, byte_size):
+    """SHM_REGISTER payload (the memfd travels as SCM_RIGHTS with the frame)."""
+    w = _Writer()
+    w.str16(name, "region name")
+    w.u64(int(offset))
+    w.u64(int(byte_size))
+    return b"".join(bytes(p) for p in w.finish())
+
+
+def encode_shm_name(name):
+    """SHM_UNREGISTER / SHM_STATUS payload: the region's name ("" = all)."""
+    w = _Writer()
+    w.str16(name or "", "region name")
+    return b"".join(bytes(p) for p in w.finish())
 
 
 def decode_info_request(payload):

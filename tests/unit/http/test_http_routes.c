@@ -223,6 +223,49 @@ static void test_404_and_405(void **state) {
   assert_int_equal(strlen(msg), strlen("no such endpoint: GET ") + 200);
 }
 
+static void test_shm_routes(void **state) {
+  (void)state;
+  static const route_case_t cases[] = {
+      {"/v2/systemsharedmemory/status", R_SYS_SHM, NULL, NULL},
+      {"/v2/systemsharedmemory/unregister", R_SYS_SHM, NULL, NULL},
+      {"/v2/systemsharedmemory/region/in_0.a-b/status", R_SYS_SHM, "in_0.a-b", NULL},
+      {"/v2/systemsharedmemory/region/r/register", R_SYS_SHM, "r", NULL},
+      {"/v2/systemsharedmemory/region/r/unregister", R_SYS_SHM, "r", NULL},
+      /* A region named like a route's last segment is a region. */
+      {"/v2/systemsharedmemory/region/status/status", R_SYS_SHM, "status", NULL},
+  };
+  expect_routes(cases, sizeof cases / sizeof *cases);
+  /* Region names: 1 to SIP__SHM_MAX_NAME name characters. */
+  char url[400], name[SIP__SHM_MAX_NAME + 2];
+  memset(name, 'n', sizeof name - 1);
+  name[SIP__SHM_MAX_NAME] = '\0';
+  snprintf(url, sizeof url, "/v2/systemsharedmemory/region/%s/register", name);
+  expect_route(url, R_SYS_SHM, name, NULL);
+  name[SIP__SHM_MAX_NAME] = 'n';
+  name[SIP__SHM_MAX_NAME + 1] = '\0';
+  snprintf(url, sizeof url, "/v2/systemsharedmemory/region/%s/register", name);
+  expect_none(url);
+  static const char *const none[] = {
+      "/v2/systemsharedmemory",
+      "/v2/systemsharedmemory/register",
+      "/v2/systemsharedmemory/region//register",
+      "/v2/systemsharedmemory/region/a b/register",
+      "/v2/systemsharedmemory/region/a/b/register",
+      "/v2/systemsharedmemory/region/r",
+      "/v2/systemsharedmemory/region/r/delete",
+  };
+  for (size_t i = 0; i < sizeof none / sizeof *none; i++) expect_none(none[i]);
+  char msg[300];
+  const char *allow;
+  assert_int_equal(refusal("/v2/systemsharedmemory/status", "GET", msg, sizeof msg, &allow), 0);
+  assert_int_equal(refusal("/v2/systemsharedmemory/region/r/register", "GET", msg, sizeof msg,
+                           &allow), 405);
+  assert_string_equal(allow, "POST");
+  assert_int_equal(refusal("/v2/systemsharedmemory/region/r/status", "POST", msg, sizeof msg,
+                           &allow), 405);
+  assert_string_equal(allow, "GET, HEAD");
+}
+
 /* Every route's handlers are set for the methods it takes. */
 static void test_handlers(void **state) {
   (void)state;
@@ -258,6 +301,7 @@ static void test_handlers(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shm_routes),
       cmocka_unit_test(test_fixed_routes),      cmocka_unit_test(test_model_routes),
       cmocka_unit_test(test_versions_in_paths), cmocka_unit_test(test_repository_routes),
       cmocka_unit_test(test_odd_paths),         cmocka_unit_test(test_404_and_405),

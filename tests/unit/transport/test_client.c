@@ -322,6 +322,70 @@ static void test_sequence(void **state) {
   sip_client_free(c);
 }
 
+/* Shared memory: the input read from a region by reference, the output
+ * written into the same region and viewed there; the response outlives
+ * the region's destruction. */
+static void test_shared_memory(void **state) {
+  sip_server_t *srv = *state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_client_shm_t *r = NULL;
+  assert_null(sip_client_shm_create(c, "buf", 4096, &r));
+  assert_int_equal(sip_client_shm_size(r), 4096);
+  float *base = sip_client_shm_data(r);
+  for (int i = 0; i < 12; i++) base[i] = 0.5f + (float)i;
+  sip_error_t *e = sip_client_shm_create(c, "buf", 64, &(sip_client_shm_t *){NULL});
+  assert_int_equal(sip_error_code(e), SIP_ALREADY_EXISTS);
+  sip_error_free(e);
+
+  int64_t dims[2] = {4, 3};
+  sip_tensor_t *in = sip_tensor_new_view("input", SIP_DTYPE_FLOAT32, 2, dims, NULL, 48, NULL);
+  const sip_tensor_t *ins[] = {in};
+  const char *outs[] = {"output"};
+  sip_client_shm_ref_t in_ref[] = {{"buf", 0, 48}}, out_ref[] = {{"buf", 1024, 1024}};
+  sip_client_request_t req = {.pool = "echo", .inputs = ins, .n_inputs = 1, .outputs = outs,
+                              .n_outputs = 1, .input_shm = in_ref, .output_shm = out_ref};
+  sip_client_response_t *resp = NULL;
+  assert_null(sip_client_infer(c, &req, &resp));
+  check_echo(resp, 0.5f, 4);
+  const sip_tensor_t *o = sip_client_response_output(resp, "output");
+  assert_ptr_equal(o->data, (uint8_t *)base + 1024); /* a view of the region */
+
+  char *json = NULL;
+  assert_null(sip_client_shm_status(c, NULL, &json));
+  assert_non_null(strstr(json, "\"name\":\"buf\""));
+  assert_non_null(strstr(json, "\"byte_size\":4096"));
+  sip_client_free_string(json);
+  assert_null(sip_client_shm_destroy(c, r));
+  check_echo(resp, 0.5f, 4); /* the response keeps the mapping */
+  sip_client_response_free(resp);
+  assert_null(sip_client_shm_status(c, NULL, &json));
+  assert_string_equal(json, "{\"regions\":[]}");
+  sip_client_free_string(json);
+
+  /* The region is gone on the server: NOT_FOUND, and the connection stays. */
+  e = sip_client_infer(c, &req, &resp);
+  assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  assert_non_null(strstr(sip_error_message(e), "no shared memory region named 'buf'"));
+  sip_error_free(e);
+  /* Batches do not take shared memory. */
+  e = sip_client_batch_infer(c, &req, 0, 0, &resp);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  sip_tensor_free(in);
+  /* A region left registered is released with the client. */
+  assert_null(sip_client_shm_create(c, "left", 8192, &r));
+  sip_client_free(c);
+
+  /* Over TCP no descriptor can travel. */
+  assert_null(sip_client_connect(sip_server_endpoint(srv, 1), &c));
+  e = sip_client_shm_create(c, "t", 4096, &r);
+  assert_int_equal(sip_error_code(e), SIP_FAILED_PRECONDITION);
+  assert_non_null(strstr(sip_error_message(e), "unix socket"));
+  sip_error_free(e);
+  sip_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
@@ -329,6 +393,7 @@ int main(void) {
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
       cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
       cmocka_unit_test(test_sequence),
+      cmocka_unit_test(test_shared_memory),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
