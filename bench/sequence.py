@@ -12,7 +12,7 @@ clients do. Baselines measured in the same run, rounds interleaved:
 """
 from common import Sipd, ensure_tiny, sip_bench
 
-CONC, LENGTH, ROUNDS = 8, 20, 3
+CONC, LENGTH, ROUNDS = 8, 20, 5
 INP = ["x:float32:1,4=1,2,3,4"]
 POOLS = ("plain1", "seq1", "plain2", "seq2")
 

@@ -166,7 +166,7 @@ sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, v
 /* Makes the request part of a sequence, for pools with sequence_batching
  * (docs/sequences.md): `id` (>= 1, or a string of 1..256 bytes, copied)
  * names the sequence; `start` marks its first request (binding it to a
- * session), `end` its last (freeing the slot once it ran). Every request
+ * session), `end` its last (freeing the slot as it starts). Every request
  * of a sequence runs on the same session, in the order submitted. Such a
  * pool refuses requests without a sequence (INVALID_ARGUMENT), a request of
  * a sequence that is not active without start (FAILED_PRECONDITION) and new

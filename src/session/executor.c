@@ -494,7 +494,8 @@ static void run_batch(sip__session_t *s, batch_t *b) {
     sip__session_set_state(s, SIP__SESSION_READY);
     /* With more work queued this session stays in line for the slot. */
     sip__arbiter_release(arb, &s->ticket, t_done - t_run,
-                         atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0);
+                         atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0 ||
+                             sip__seq_queued(p) > 0);
     sip__stat_add(&p->st_compute_infer, t_done - t_run);
     atomic_fetch_add(&p->execution_count, 1);
     count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));

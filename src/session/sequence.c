@@ -58,6 +58,7 @@ struct sip__seq {
   size_t n_buckets, n_indexed;
   sip_io_desc_t ctl[SIP__SEQ_CONTROLS]; /* name NULL: not used */
   uint64_t expired;
+  atomic_long queued; /* requests behind their sequences (slots and backlog) */
 };
 
 /* ---- the id index ---- */
@@ -344,6 +345,7 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now, int 
   /* Its session needs waking only when this request can run now. */
   *wake = !e->waiting && !((slot_t *)e)->running && !e->pending.head;
   rq_push(&e->pending, &r->sched);
+  atomic_fetch_add_explicit(&q->queued, 1, memory_order_relaxed);
   if (!e->waiting) ((slot_t *)e)->last_us = now;
   if (end) { /* later requests of this id are another sequence's */
     e->ending = 1;
@@ -353,6 +355,8 @@ sip_error_t *sip__seq_admit(sip__pool_t *p, sip_request_t *r, uint64_t now, int 
 }
 
 /* ---- running ---- */
+
+static void release(sip__pool_t *p, slot_t *s, uint64_t now);
 
 sip_request_t *sip__seq_pop(sip__pool_t *p, int session, int *slot) {
   sip__seq_t *q = p->seq;
@@ -365,7 +369,16 @@ sip_request_t *sip__seq_pop(sip__pool_t *p, int session, int *slot) {
   if (!best) return NULL;
   best->running = 1;
   *slot = (int)(best - q->slots);
-  return REQ(rq_pop(&best->q.pending));
+  sip_request_t *r = REQ(rq_pop(&best->q.pending));
+  atomic_fetch_sub_explicit(&q->queued, 1, memory_order_relaxed);
+  /* The END request, its sequence's last: nothing can join the sequence
+   * any more, so its slot is free for the next one (a backlogged sequence
+   * may take it) while this request runs. */
+  if (best->q.ending && !best->q.pending.head) {
+    release(p, best, sip__now_us());
+    *slot = -1;
+  }
+  return r;
 }
 
 /* A control input's one element. */
@@ -434,6 +447,7 @@ static void release(sip__pool_t *p, slot_t *s, uint64_t now) {
   sip__free(s->q.sid);
   s->q.sid = NULL;
   s->active = 0;
+  s->running = 0;
   waiter_t *w = wq_pop(&q->backlog);
   if (!w) return;
   if (!w->q.ending) index_del(q, &w->q);
@@ -445,6 +459,7 @@ static void release(sip__pool_t *p, slot_t *s, uint64_t now) {
 }
 
 uint64_t sip__seq_done(sip__pool_t *p, int i, uint64_t now) {
+  if (i < 0) return 0; /* an END request: its slot was released when it started */
   slot_t *s = &p->seq->slots[i];
   s->running = 0;
   s->last_us = now;
@@ -504,8 +519,13 @@ void sip__seq_drain(sip__pool_t *p, void (*fail)(sip__pool_t *, sip_request_t *)
     sip__free(w->q.sid);
     sip__free(w);
   }
+  atomic_store(&q->queued, 0);
   pthread_mutex_unlock(&p->mu);
   for (sip__sched_item_t *it; (it = rq_pop(&gone));) fail(p, REQ(it));
+}
+
+long sip__seq_queued(const sip__pool_t *p) {
+  return p->seq ? atomic_load_explicit(&p->seq->queued, memory_order_relaxed) : 0;
 }
 
 void sip__seq_counts(sip__pool_t *p, uint64_t *active, uint64_t *waiting, uint64_t *expired) {
