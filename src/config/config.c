@@ -302,6 +302,7 @@ void sip__config_free(sip__config_t *cfg) {
   for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);
   sip__free(cfg->endpoints);
   sip__free(cfg->http);
+  sip__free(cfg->grpc);
   sip__free(cfg->model_repository);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);

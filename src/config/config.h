@@ -163,6 +163,9 @@ typedef struct sip__config {
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */
   int http_threads;           /* server.http_threads, 1..64, default 2 */
+  char *grpc;                 /* server.grpc "host:port" (KServe v2 gRPC front-end); NULL: off */
+  size_t grpc_max_message_bytes; /* server.grpc_max_message_bytes, default 64 MiB */
+  int grpc_threads;           /* server.grpc_threads, 1..64, default 2 */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */

@@ -1,5 +1,5 @@
 /* sip — the config's server section: process-wide settings, the endpoints
- * the server listens on and the HTTP front-end's address. */
+ * the server listens on and the HTTP and gRPC front-ends' addresses. */
 #include "config/parse.h"
 
 #include <stdio.h>
@@ -22,7 +22,7 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
-       S_SLOTS, S_REPO, S_CONTROL, S_COUNT };
+       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -71,6 +71,20 @@ static const field_t server_fields[S_COUNT] = {
                    .def = SIP__MODEL_CONTROL_STARTUP,
                    .doc = "startup: load every repository model at start; explicit: only on "
                           "request. Load/unload work in both."},
+    /* KServe v2 gRPC front-end (src/grpc/). */
+    [S_GRPC] = {.name = "grpc", .type = F_STRING, .offset = offsetof(sip__config_t, grpc),
+                .valid = valid_http_address, .expect = HTTP_EXPECT,
+                .doc = "Address of the KServe v2 gRPC front-end (and grpc.health.v1); absent = "
+                       "off."},
+    [S_GRPC_MSG] = {.name = "grpc_max_message_bytes", .type = F_SIZE,
+                    .offset = offsetof(sip__config_t, grpc_max_message_bytes),
+                    .def = (int64_t)64 << 20, .min = 1024, .max = ((int64_t)2 << 30) - 1,
+                    .doc = "Largest gRPC message received or sent; larger ones get "
+                           "RESOURCE_EXHAUSTED."},
+    [S_GRPC_THREADS] = {.name = "grpc_threads", .type = F_INT,
+                        .offset = offsetof(sip__config_t, grpc_threads),
+                        .def = 2, .min = 1, .max = 64,
+                        .doc = "gRPC completion-queue threads (they never wait for inference)."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

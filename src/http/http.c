@@ -272,7 +272,6 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
-  sip__http_settings_free(h);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
@@ -318,16 +317,11 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   *out = NULL;
   sip__http_t *h = sip__calloc(1, sizeof *h);
   if (!h) return SIP__OOM();
-  sip_error_t *e0;
   h->s = s;
   h->cfg = cfg;
   h->listen_fd = h->wake[0] = h->wake[1] = -1;
   pthread_mutex_init(&h->cache_mu, NULL);
   pthread_mutex_init(&h->mu, NULL);
-  if ((e0 = sip__http_settings_init(h))) {
-    free_http(h);
-    return e0;
-  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -63,10 +63,6 @@ struct sip__http {
   pthread_cond_t cv;
   pthread_mutex_t cache_mu;
   meta_t *cache;
-  /* Trace settings (settings.c): stored and reported until tracing exists. */
-  pthread_mutex_t settings_mu;
-  json_t *trace;        /* the global settings */
-  json_t *model_trace;  /* model name -> the settings it overrides */
 };
 
 typedef enum route_kind {
@@ -185,18 +181,10 @@ enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, cons
  * after answering 400 saying why, with `expect` naming what was expected. */
 json_t *sip__http_body_object(hreq_t *q, const char *expect);
 
-/* ---- settings.c: Triton's log and trace settings ---------------------------- */
-sip_error_t *sip__http_settings_init(sip__http_t *h);
-void sip__http_settings_free(sip__http_t *h);
+/* ---- settings.c: Triton's log and trace settings (core/settings.h) -------- */
 enum MHD_Result sip__http_logging_get(hreq_t *q);
 enum MHD_Result sip__http_trace_get(hreq_t *q);
 extern const http_post_ops_t sip__http_logging_ops;
-/* The checks behind them, on a parsed body object (fuzz_settings): the log
- * level `b` asks for, starting from *level (SIP__LOG_*); the trace changes
- * `b` makes (an owned object of normalized values; null clears a model's
- * own value when for_model). Errors are INVALID_ARGUMENT (or OOM). */
-sip_error_t *sip__http_log_settings(json_t *b, int *level);
-sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out);
 extern const http_post_ops_t sip__http_trace_ops;
 
 /* ---- cudashm.c: Triton's CUDA shared memory extension, without GPUs ---------- */
@@ -216,14 +204,6 @@ sip_error_t *sip__http_shm_register_args(const json_t *b, const char **key, uint
                                          uint64_t *byte_size);
 
 /* ---- models.c ------------------------------------------------------------ */
-
-/* The view serving `model` (`version`; NULL: the default one) among `v`
- * (sip__server_models) in *out, or the engine's NOT_FOUND. */
-sip_error_t *sip__http_find_model(sip_server_t *s, const sip__model_view_t *v, size_t n,
-                                  const char *model, const char *version,
-                                  const sip__model_view_t **out);
-/* UNAVAILABLE unless the model is loaded (READY or STOPPED). */
-sip_error_t *sip__http_need_loaded(const sip__model_view_t *m);
 
 enum MHD_Result sip__http_model_meta(hreq_t *q);
 enum MHD_Result sip__http_model_config(hreq_t *q);

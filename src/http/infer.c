@@ -324,8 +324,8 @@ static enum MHD_Result infer_start(hreq_t *q) {
       size_t n = 0;
       sip__model_view_t *views = sip__server_models(q->h->s, &n);
       const sip__model_view_t *v = NULL;
-      sip_error_t *e = sip__http_find_model(q->h->s, views, n, q->model, q->version, &v);
-      if (!e) e = sip__http_need_loaded(v);
+      sip_error_t *e = sip__model_views_lookup(q->h->s, views, n, q->model, q->version, &v);
+      if (!e) e = sip__model_view_need_loaded(v);
       sip__server_models_free(views, n);
       if (!e && sip_server_draining(q->h->s))
         e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");

@@ -1,7 +1,6 @@
 /* sip — KServe model endpoints: metadata, configuration (Triton's field
  * names), readiness and statistics (Triton's statistics extension), read
- * from the server's typed model views (server/introspect.h); and the model
- * lookup that infer.c shares.
+ * from the server's typed model views (server/introspect.h).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -11,29 +10,6 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
-
-/* ---- lookups ------------------------------------------------------------- */
-
-sip_error_t *sip__http_find_model(sip_server_t *s, const sip__model_view_t *v, size_t n,
-                                  const char *model, const char *version,
-                                  const sip__model_view_t **out) {
-  *out = sip__model_views_find(v, n, model, version);
-  if (*out) return NULL;
-  /* The engine's one not-found wording. */
-  sip_error_t *e = sip__server_model_check(s, model, version);
-  return e ? e
-           : sip_error_new(SIP_UNAVAILABLE, "model '%s' was loaded or unloaded while answering; "
-                           "expected a retry to see it settled", model);
-}
-
-/* Model metadata and config need a loaded model. */
-sip_error_t *sip__http_need_loaded(const sip__model_view_t *m) {
-  if (m->loaded) return NULL;
-  if (!strcmp(m->state, "FAILED"))
-    return sip_error_new(SIP_UNAVAILABLE, "model '%s' failed to load: %s", m->name,
-                         m->error ? m->error : "unknown reason");
-  return sip_error_new(SIP_UNAVAILABLE, "model '%s' is still loading", m->name);
-}
 
 /* ---- endpoints ----------------------------------------------------------- */
 
@@ -135,8 +111,8 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
   size_t n = 0;
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   const sip__model_view_t *m = NULL;
-  sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
-  if (!e) e = sip__http_need_loaded(m);
+  sip_error_t *e = sip__model_views_lookup(q->h->s, v, n, q->model, q->version, &m);
+  if (!e) e = sip__model_view_need_loaded(m);
   if (e) {
     sip__server_models_free(v, n);
     return sip__http_send_error(q->conn, e);
@@ -161,7 +137,7 @@ enum MHD_Result sip__http_model_ready(hreq_t *q) {
   size_t n = 0;
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   const sip__model_view_t *m = NULL;
-  sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
+  sip_error_t *e = sip__model_views_lookup(q->h->s, v, n, q->model, q->version, &m);
   if (!e && strcmp(m->state, "READY"))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
                       m->state, m->error ? ": " : "", m->error ? m->error : "");
@@ -182,7 +158,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   if (!all) {
     const sip__model_view_t *m = NULL;
-    sip_error_t *e = sip__http_find_model(q->h->s, v, n, q->model, q->version, &m);
+    sip_error_t *e = sip__model_views_lookup(q->h->s, v, n, q->model, q->version, &m);
     if (e) {
       sip__server_models_free(v, n);
       return sip__http_send_error(q->conn, e);

@@ -1,92 +1,32 @@
-/* sip — Triton's log and trace settings extensions.
+/* sip — Triton's log and trace settings extensions over HTTP.
  *
  * GET/POST /v2/logging reads and changes sipd's log level live (logs go to
  * stderr in logfmt; errors are always logged). GET/POST /v2/trace/setting
- * and /v2/models/{m}/trace/setting store trace settings and report them,
- * as Triton does, until sipd traces requests; a model's setting set to
- * null falls back to the global one.
+ * and /v2/models/{m}/trace/setting read and change the server's trace
+ * settings, which the gRPC front-end shares (core/settings.h).
  */
 #include <jansson.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "core/settings.h"
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
 
 /* ---- logging ------------------------------------------------------------- */
 
-static json_t *logging_doc(void) {
-  return json_pack("{s:s,s:b,s:b,s:b,s:i,s:s}", "log_file", "", "log_info",
-                   sip__log_enabled(SIP__LOG_INFO), "log_warning", sip__log_enabled(SIP__LOG_WARN),
-                   "log_error", 1, "log_verbose_level", sip__log_enabled(SIP__LOG_DEBUG),
-                   "log_format", "default");
-}
-
 enum MHD_Result sip__http_logging_get(hreq_t *q) {
-  return sip__http_send_json(q->conn, 200, logging_doc());
-}
-
-#define LOG_KEYS "log_info, log_warning, log_error, log_verbose_level, log_file, log_format"
-
-static sip_error_t *want_bool(json_t *v, const char *key) {
-  return json_is_boolean(v) ? NULL
-                            : sip_error_new(SIP_INVALID_ARGUMENT, "%s is not a boolean; expected "
-                                            "true or false", key);
-}
-
-sip_error_t *sip__http_log_settings(json_t *b, int *level) {
-  /* The level the settings ask for: the most verbose enabled. */
-  int info = *level <= SIP__LOG_INFO, warn = *level <= SIP__LOG_WARN;
-  int verbose = *level <= SIP__LOG_DEBUG;
-  sip_error_t *e = NULL;
-  const char *k;
-  json_t *v;
-  json_object_foreach(b, k, v) {
-    if (!strcmp(k, "log_info")) {
-      if (!(e = want_bool(v, k))) info = json_is_true(v);
-    } else if (!strcmp(k, "log_warning")) {
-      if (!(e = want_bool(v, k))) warn = json_is_true(v);
-    } else if (!strcmp(k, "log_error")) {
-      if (!(e = want_bool(v, k)) && !json_is_true(v))
-        e = sip_error_new(SIP_INVALID_ARGUMENT, "log_error: sipd always logs errors; expected true");
-    } else if (!strcmp(k, "log_verbose_level")) {
-      if (!json_is_integer(v) || json_integer_value(v) < 0)
-        e = sip_error_new(SIP_INVALID_ARGUMENT, "log_verbose_level is not an integer >= 0; "
-                          "expected 0 (off) or more (debug lines)");
-      else
-        verbose = json_integer_value(v) > 0;
-    } else if (!strcmp(k, "log_file")) {
-      if (!json_is_string(v) || json_string_length(v))
-        e = sip_error_new(SIP_INVALID_ARGUMENT, "log_file: sipd logs to stderr; expected \"\"");
-    } else if (!strcmp(k, "log_format")) {
-      if (!json_is_string(v) || strcmp(json_string_value(v), "default"))
-        e = sip_error_new(SIP_INVALID_ARGUMENT, "log_format: sipd writes logfmt lines; expected "
-                          "\"default\"");
-    } else {
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown log setting '%s'; expected one of " LOG_KEYS,
-                        k);
-    }
-    if (e) return e;
-  }
-  *level = verbose ? SIP__LOG_DEBUG : info ? SIP__LOG_INFO : warn ? SIP__LOG_WARN : SIP__LOG_ERROR;
-  return NULL;
+  return sip__http_send_json(q->conn, 200, sip__log_settings_doc());
 }
 
 static enum MHD_Result logging_start(hreq_t *q) {
-  json_t *b = sip__http_body_object(q, "{" LOG_KEYS "}");
+  json_t *b = sip__http_body_object(q, "{" SIP__LOG_SETTING_KEYS "}");
   if (!b) return MHD_YES;
-  int level = sip__log_enabled(SIP__LOG_DEBUG)  ? SIP__LOG_DEBUG
-              : sip__log_enabled(SIP__LOG_INFO) ? SIP__LOG_INFO
-              : sip__log_enabled(SIP__LOG_WARN) ? SIP__LOG_WARN
-                                                : SIP__LOG_ERROR;
-  sip_error_t *e = sip__http_log_settings(b, &level);
+  sip_error_t *e = sip__log_settings_apply(b);
   json_decref(b);
   if (e) return sip__http_send_error(q->conn, e);
-  sip__log_set_level(level);
-  sip__log(SIP__LOG_WARN, "log level changed", "to=%s",
-           (const char *[]){"debug", "info", "warn", "error"}[level]);
-  return sip__http_send_json(q->conn, 200, logging_doc());
+  return sip__http_send_json(q->conn, 200, sip__log_settings_doc());
 }
 
 static enum MHD_Result small_body(hreq_t *q, const char *data, size_t n) {
@@ -97,33 +37,6 @@ const http_post_ops_t sip__http_logging_ops = {.body = small_body, .start = logg
 
 /* ---- trace settings ------------------------------------------------------ */
 
-#define TRACE_KEYS "trace_file, trace_level, trace_rate, trace_count, log_frequency, trace_mode"
-
-sip_error_t *sip__http_settings_init(sip__http_t *h) {
-  pthread_mutex_init(&h->settings_mu, NULL);
-  h->trace = json_pack("{s:s,s:[s],s:s,s:s,s:s,s:s}", "trace_file", "", "trace_level", "OFF",
-                       "trace_rate", "1000", "trace_count", "-1", "log_frequency", "0",
-                       "trace_mode", "triton");
-  h->model_trace = json_object();
-  return h->trace && h->model_trace ? NULL : SIP__OOM();
-}
-
-void sip__http_settings_free(sip__http_t *h) {
-  json_decref(h->trace);
-  json_decref(h->model_trace);
-  h->trace = h->model_trace = NULL;
-  pthread_mutex_destroy(&h->settings_mu);
-}
-
-/* The settings `model` sees (NULL: the global ones). Caller holds
- * settings_mu. */
-static json_t *trace_doc_locked(sip__http_t *h, const char *model) {
-  json_t *d = json_deep_copy(h->trace);
-  json_t *own = model ? json_object_get(h->model_trace, model) : NULL;
-  if (d && own) json_object_update(d, own);
-  return d;
-}
-
 /* A model's settings need the model (the engine's not-found answer). */
 static sip_error_t *trace_model_check(hreq_t *q) {
   if (!q->model) return NULL;
@@ -133,122 +46,19 @@ static sip_error_t *trace_model_check(hreq_t *q) {
 enum MHD_Result sip__http_trace_get(hreq_t *q) {
   sip_error_t *e = trace_model_check(q);
   if (e) return sip__http_send_error(q->conn, e);
-  pthread_mutex_lock(&q->h->settings_mu);
-  json_t *d = trace_doc_locked(q->h, q->model);
-  pthread_mutex_unlock(&q->h->settings_mu);
-  return sip__http_send_json(q->conn, 200, d);
-}
-
-/* A trace value as Triton takes it: trace_level a list of OFF, TIMESTAMPS,
- * TENSORS; the counts decimal strings (numbers are taken too); trace_file a
- * string; trace_mode triton or opentelemetry. NULL when `v` is valid, with
- * *norm the value to store (owned). */
-static sip_error_t *trace_value(const char *k, json_t *v, json_t **norm) {
-  *norm = NULL;
-  if (!strcmp(k, "trace_level")) {
-    size_t i;
-    json_t *x;
-    if (!json_is_array(v) || !json_array_size(v))
-      return sip_error_new(SIP_INVALID_ARGUMENT, "trace_level is not a non-empty list; expected "
-                           "a list of OFF, TIMESTAMPS, TENSORS");
-    json_array_foreach(v, i, x) {
-      const char *s = json_string_value(x);
-      if (!s || (strcmp(s, "OFF") && strcmp(s, "TIMESTAMPS") && strcmp(s, "TENSORS")))
-        return sip_error_new(SIP_INVALID_ARGUMENT, "trace_level[%zu] is not a trace level; "
-                             "expected OFF, TIMESTAMPS or TENSORS", i);
-    }
-    *norm = json_incref(v);
-  } else if (!strcmp(k, "trace_rate") || !strcmp(k, "trace_count") ||
-             !strcmp(k, "log_frequency")) {
-    char num[32];
-    const char *s = json_string_value(v);
-    if (json_is_integer(v))
-      snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v)), s = num;
-    char *end = NULL;
-    long long n = s && *s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || n < (strcmp(k, "trace_count") ? 0 : -1))
-      return sip_error_new(SIP_INVALID_ARGUMENT, "%s is not a whole number%s; expected e.g. "
-                           "\"1000\"", k, strcmp(k, "trace_count") ? " >= 0" : " >= -1");
-    *norm = json_string(s);
-  } else if (!strcmp(k, "trace_file")) {
-    if (!json_is_string(v))
-      return sip_error_new(SIP_INVALID_ARGUMENT, "trace_file is not a string; expected a path");
-    *norm = json_incref(v);
-  } else if (!strcmp(k, "trace_mode")) {
-    const char *s = json_string_value(v);
-    if (!s || (strcmp(s, "triton") && strcmp(s, "opentelemetry")))
-      return sip_error_new(SIP_INVALID_ARGUMENT, "trace_mode is not a trace mode; expected "
-                           "triton or opentelemetry");
-    *norm = json_incref(v);
-  } else {
-    return sip_error_new(SIP_INVALID_ARGUMENT, "unknown trace setting '%s'; expected one of "
-                         TRACE_KEYS, k);
-  }
-  return *norm ? NULL : SIP__OOM();
-}
-
-static int is_trace_key(const char *k) {
-  static const char *const keys[] = {"trace_file",  "trace_level",   "trace_rate",
-                                     "trace_count", "log_frequency", "trace_mode"};
-  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-    if (!strcmp(k, keys[i])) return 1;
-  return 0;
-}
-
-sip_error_t *sip__http_trace_settings(json_t *b, int for_model, json_t **out) {
-  /* Checked whole before anything changes. */
-  *out = NULL;
-  json_t *set = json_object();
-  if (!set) return SIP__OOM();
-  sip_error_t *e = NULL;
-  const char *k;
-  json_t *v;
-  json_object_foreach(b, k, v) {
-    json_t *norm = NULL;
-    if (json_is_null(v) && for_model && is_trace_key(k)) {
-      norm = json_null(); /* back to the global setting */
-    } else if ((e = trace_value(k, v, &norm))) {
-      break;
-    }
-    json_object_set_new(set, k, norm);
-  }
-  if (e) {
-    json_decref(set);
-    return e;
-  }
-  *out = set;
-  return NULL;
+  return sip__http_send_json(q->conn, 200, sip__trace_get(sip__server_trace(q->h->s), q->model));
 }
 
 static enum MHD_Result trace_start(hreq_t *q) {
   sip_error_t *e = trace_model_check(q);
   if (e) return sip__http_send_error(q->conn, e);
-  json_t *b = sip__http_body_object(q, "{" TRACE_KEYS "}");
+  json_t *b = sip__http_body_object(q, "{" SIP__TRACE_SETTING_KEYS "}");
   if (!b) return MHD_YES;
-  json_t *set = NULL;
-  e = sip__http_trace_settings(b, q->model != NULL, &set);
+  json_t *doc = NULL;
+  e = sip__trace_apply(sip__server_trace(q->h->s), q->model, b, &doc);
   json_decref(b);
   if (e) return sip__http_send_error(q->conn, e);
-  const char *k;
-  json_t *v;
-  sip__http_t *h = q->h;
-  pthread_mutex_lock(&h->settings_mu);
-  json_t *target = h->trace;
-  if (q->model) {
-    target = json_object_get(h->model_trace, q->model);
-    if (!target) {
-      target = json_object();
-      json_object_set_new(h->model_trace, q->model, target);
-    }
-  }
-  json_object_foreach(set, k, v) {
-    if (json_is_null(v)) json_object_del(target, k);
-    else json_object_set(target, k, v);
-  }
-  json_t *d = trace_doc_locked(h, q->model);
-  pthread_mutex_unlock(&h->settings_mu);
-  json_decref(set);
-  return sip__http_send_json(q->conn, 200, d);
+  return sip__http_send_json(q->conn, 200, doc);
 }
 
 const http_post_ops_t sip__http_trace_ops = {.body = small_body, .start = trace_start};

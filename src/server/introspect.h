@@ -7,6 +7,7 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
+#include "core/settings.h"
 #include "core/shm.h"
 #include "sip/backend.h"
 #include "sip/server.h"
@@ -18,6 +19,9 @@ json_t *sip__server_info(sip_server_t *s, int kind);
 /* The server's system shared memory regions (KServe/Triton's extension),
  * one set shared by the HTTP and gRPC front-ends; lives as long as `s`. */
 sip__shm_set_t *sip__server_shm(sip_server_t *s);
+/* The server's trace settings (Triton's trace extension), shared by the
+ * HTTP and gRPC front-ends; lives as long as `s`. */
+sip__trace_set_t *sip__server_trace(sip_server_t *s);
 
 /* Triton's per-model statistics, typed. */
 typedef struct sip__model_stats {
@@ -56,6 +60,17 @@ void sip__server_models_free(sip__model_view_t *v, size_t n);
  * pipeline only without a version), or NULL. */
 const sip__model_view_t *sip__model_views_find(const sip__model_view_t *v, size_t n,
                                                const char *name, const char *version);
+
+/* The view serving `model` (`version`; NULL: the default one) among `v`
+ * (sip__server_models) in *out, or the engine's NOT_FOUND (UNAVAILABLE
+ * when the model changed between the snapshot and the check). For every
+ * front-end. */
+sip_error_t *sip__model_views_lookup(sip_server_t *s, const sip__model_view_t *v, size_t n,
+                                     const char *model, const char *version,
+                                     const sip__model_view_t **out);
+/* UNAVAILABLE unless the model is loaded (READY or STOPPED): what model
+ * metadata and config need. */
+sip_error_t *sip__model_view_need_loaded(const sip__model_view_t *m);
 
 /* NULL when `name` (`version`; NULL: the default) is served, else the
  * NOT_FOUND every front-end answers with (the engine's one wording). */

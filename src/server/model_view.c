@@ -110,3 +110,23 @@ const sip__model_view_t *sip__model_views_find(const sip__model_view_t *v, size_
   }
   return first;
 }
+
+sip_error_t *sip__model_views_lookup(sip_server_t *s, const sip__model_view_t *v, size_t n,
+                                     const char *model, const char *version,
+                                     const sip__model_view_t **out) {
+  *out = sip__model_views_find(v, n, model, version);
+  if (*out) return NULL;
+  /* The engine's one not-found wording. */
+  sip_error_t *e = sip__server_model_check(s, model, version);
+  return e ? e
+           : sip_error_new(SIP_UNAVAILABLE, "model '%s' was loaded or unloaded while answering; "
+                           "expected a retry to see it settled", model);
+}
+
+sip_error_t *sip__model_view_need_loaded(const sip__model_view_t *m) {
+  if (m->loaded) return NULL;
+  if (!strcmp(m->state, "FAILED"))
+    return sip_error_new(SIP_UNAVAILABLE, "model '%s' failed to load: %s", m->name,
+                         m->error ? m->error : "unknown reason");
+  return sip_error_new(SIP_UNAVAILABLE, "model '%s' is still loading", m->name);
+}

@@ -140,7 +140,8 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return SIP__OOM();
   }
   s->cfg = cfg;
-  if (!(s->shm = sip__shm_set_new(0))) {
+  if (!(s->shm = sip__shm_set_new(0)) || !(s->trace = sip__trace_set_new())) {
+    sip__shm_set_free(s->shm);
     sip__config_free(cfg);
     sip__free(s);
     return SIP__OOM();
@@ -187,9 +188,10 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
   sip__config_t *cfg = NULL;
   sip_error_t *e = sip__config_load_file(path, sip__backend_catalog(), &cfg);
   if (e) return e;
-  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s", cfg->n_pools,
+  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s%s%s", cfg->n_pools,
                            cfg->n_pipelines, cfg->n_endpoints, cfg->http ? ", http " : "",
-                           cfg->http ? cfg->http : "",
+                           cfg->http ? cfg->http : "", cfg->grpc ? ", grpc " : "",
+                           cfg->grpc ? cfg->grpc : "",
                            cfg->model_repository ? ", model repository " : "",
                            cfg->model_repository ? cfg->model_repository : "");
   sip__config_free(cfg);
@@ -207,6 +209,7 @@ int sip__server_options_listen(const sip_server_options_t *o) { return o->listen
 const sip__config_t *sip__server_config(const sip_server_t *s) { return s->cfg; }
 
 sip__shm_set_t *sip__server_shm(sip_server_t *s) { return s->shm; }
+sip__trace_set_t *sip__server_trace(sip_server_t *s) { return s->trace; }
 
 sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
                                      const void *options) {
@@ -267,6 +270,7 @@ void sip_server_free(sip_server_t *s) {
   }
   sip__repo_free(s);
   sip__shm_set_free(s->shm); /* no front-end is left to view a region */
+  sip__trace_set_free(s->trace);
   sip__engine_destroy(&s->eng);
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);

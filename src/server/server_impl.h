@@ -36,6 +36,7 @@ struct sip_server {
   /* Set when sip_server_free begins: health/ready answers 503 from then on. */
   _Atomic int draining;
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
+  sip__trace_set_t *trace; /* Triton's trace settings (core/settings.h) */
   struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
 };
 

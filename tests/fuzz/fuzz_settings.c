@@ -1,5 +1,5 @@
 /* libFuzzer target for the checks behind Triton's log and trace settings
- * (src/http/settings.c: sip__http_log_settings, sip__http_trace_settings).
+ * (src/core/settings.c: sip__log_settings_check, sip__trace_settings_check).
  *
  * Input: byte 0 picks the body's kind (log settings, global trace settings,
  * a model's trace settings) and the starting log level; the rest is the
@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http_impl.h"
+#include "core/core.h"
+#include "core/settings.h"
 
 #define CHECK(cond)       \
   do {                    \
@@ -41,11 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sip_error_t *e;
   if (kind == 0) {
     int lv = level;
-    e = sip__http_log_settings(b, &lv);
+    e = sip__log_settings_check(b, &lv);
     if (!e) CHECK(lv >= SIP__LOG_DEBUG && lv <= SIP__LOG_ERROR);
   } else {
     json_t *set = NULL;
-    e = sip__http_trace_settings(b, kind == 2, &set);
+    e = sip__trace_settings_check(b, kind == 2, &set);
     CHECK(!e == !!set);
     if (set) {
       const char *k;

@@ -19,16 +19,21 @@ DATATYPE = {
 NUMPY = {v: k for k, v in DATATYPE.items()}
 
 
-def http_base(srv, timeout=10.0):
-    """The http://host:port sipd printed ("sipd: listening on http://...")."""
+def printed_address(srv, scheme, timeout=10.0):
+    """The SCHEME://host:port sipd printed ("sipd: listening on http://...")."""
     deadline = time.monotonic() + timeout
     while True:
-        m = re.search(r"listening on (http://[^\s]+)", srv.log())
+        m = re.search(r"listening on (%s://[^\s]+)" % scheme, srv.log())
         if m:
             return m.group(1)
         if time.monotonic() > deadline:
-            raise AssertionError("sipd printed no http address:\n" + srv.log_tail())
+            raise AssertionError("sipd printed no %s address:\n%s" % (scheme, srv.log_tail()))
         time.sleep(0.02)
+
+
+def http_base(srv, timeout=10.0):
+    """The http://host:port sipd printed."""
+    return printed_address(srv, "http", timeout)
 
 
 class Reply:

@@ -114,3 +114,30 @@ def write_corrupt(path, n=4096, seed=1234):
     rng = np.random.default_rng(seed)
     path.write_bytes(rng.integers(0, 256, size=n, dtype=np.uint8).tobytes())
     return path
+
+
+def random_array(dtype, shape, rng):
+    """Random values of a numpy dtype name ("string": UTF-8 bytes objects)."""
+    if dtype == "string":
+        words = ["", "a", "héllo", "中文字", "x" * 50, "tab\tnew\nline \"q\" \\"]
+        flat = np.empty(int(np.prod(shape)), dtype=object)
+        for i in range(flat.size):
+            flat[i] = (words[rng.integers(len(words))] + str(i)).encode("utf-8")
+        return flat.reshape(shape)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    return (rng.standard_normal(size=shape) * 1000).astype(dt)
+
+
+def assert_same(out, ref):
+    """Equal shape, dtype and elements (bytes for object arrays)."""
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    if ref.dtype == object:
+        assert [bytes(x) for x in out.ravel()] == [bytes(x) for x in ref.ravel()]
+    else:
+        assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+        assert out.tobytes() == ref.tobytes()  # bit for bit, float16 included

@@ -56,29 +56,9 @@ def base(srv):
     return srv.http
 
 
-def rand(dtype, shape, rng):
-    if dtype == "string":
-        words = ["", "a", "héllo", "中文字", "x" * 50, "tab\tnew\nline \"q\" \\"]
-        flat = np.empty(int(np.prod(shape)), dtype=object)
-        for i in range(flat.size):
-            flat[i] = (words[rng.integers(len(words))] + str(i)).encode("utf-8")
-        return flat.reshape(shape)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    return (rng.standard_normal(size=shape) * 1000).astype(dt)
+rand = models.random_array
+same = models.assert_same
 
-
-def same(out, ref):
-    assert out.shape == ref.shape, (out.shape, ref.shape)
-    if ref.dtype == object:
-        assert [bytes(x) for x in out.ravel()] == [bytes(x) for x in ref.ravel()]
-    else:
-        assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
-        assert out.tobytes() == ref.tobytes()  # bit for bit, float16 included
 
 
 def error_of(reply, status):

@@ -611,6 +611,31 @@ static void test_http_keys(void **state) {
              "out of range");
 }
 
+/* server.grpc, grpc_max_message_bytes, grpc_threads (the gRPC front-end):
+ * the address takes the HTTP address's grammar. */
+static void test_grpc_keys(void **state) {
+  (void)state;
+  sip__config_t *cfg = load_ok("session_pools: []\n");
+  assert_null(cfg->grpc);
+  assert_int_equal(cfg->grpc_max_message_bytes, (size_t)64 << 20);
+  assert_int_equal(cfg->grpc_threads, 2);
+  sip__config_free(cfg);
+  cfg = load_ok("server: {grpc: \"[::1]:0\", grpc_max_message_bytes: 1MiB, grpc_threads: 4}\n"
+                "session_pools: []\n");
+  assert_string_equal(cfg->grpc, "[::1]:0");
+  assert_int_equal(cfg->grpc_max_message_bytes, (size_t)1 << 20);
+  assert_int_equal(cfg->grpc_threads, 4);
+  sip__config_free(cfg);
+  EXPECT_ERR("server: {grpc: \"localhost\"}\nsession_pools: []\n",
+             NAME ":1:16: server.grpc: \"localhost\" is not valid", "expected HOST:PORT");
+  EXPECT_ERR("server: {grpc: \"grpc://h:1\"}\nsession_pools: []\n", "server.grpc",
+             "is not valid");
+  EXPECT_ERR("server: {grpc_max_message_bytes: 2GiB}\nsession_pools: []\n",
+             "server.grpc_max_message_bytes", "out of range");
+  EXPECT_ERR("server: {grpc_threads: 0}\nsession_pools: []\n",
+             "server.grpc_threads: 0 is out of range; expected an integer 1..64");
+}
+
 static void test_misc(void **state) {
   (void)state;
   sip__config_free(NULL);
@@ -961,6 +986,7 @@ int main(void) {
       cmocka_unit_test(test_aliases),        cmocka_unit_test(test_base_dir),
       cmocka_unit_test(test_load_file),      cmocka_unit_test(test_alloc_failures),
       cmocka_unit_test(test_misc),           cmocka_unit_test(test_http_keys),
+      cmocka_unit_test(test_grpc_keys),
       cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
       cmocka_unit_test(test_cpu_affinity), cmocka_unit_test(test_pipeline_duplicate_keys),
   };

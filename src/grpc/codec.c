@@ -1,0 +1,485 @@
+/* sip — the gRPC inference codec: ModelInferRequest messages (protobuf-c)
+ * to engine requests, engine outputs to ModelInferResponse messages.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "grpc/grpc_frontend.h"
+#include "grpc/grpc_impl.h"
+#include "grpc_service.pb-c.h"
+
+#define BAD(...) sip_error_new(SIP_INVALID_ARGUMENT, __VA_ARGS__)
+
+typedef Inference__ModelInferRequest infer_req_t;
+typedef Inference__ModelInferRequest__InferInputTensor input_t;
+typedef Inference__InferParameter param_t;
+
+/* ---- allocation ------------------------------------------------------------ */
+
+static void *pb_alloc(void *data, size_t n) {
+  (void)data;
+  return sip__malloc(n ? n : 1);
+}
+static void pb_free(void *data, void *p) {
+  (void)data;
+  sip__free(p);
+}
+ProtobufCAllocator sip__grpc_pb_allocator = {pb_alloc, pb_free, NULL};
+
+ProtobufCMessage *sip__grpc_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *data,
+                                   size_t len) {
+  return protobuf_c_message_unpack(d, &sip__grpc_pb_allocator, len, data);
+}
+
+void sip__grpc_msg_free(ProtobufCMessage *m) {
+  if (m) protobuf_c_message_free_unpacked(m, &sip__grpc_pb_allocator);
+}
+
+sip_error_t *sip__grpc_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  *out = sip__malloc(n ? n : 1);
+  if (!*out) return SIP__OOM();
+  *len = protobuf_c_message_pack(m, *out);
+  return NULL;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+void sip__grpc_infer_free(sip__grpc_infer_t *k) {
+  if (!k) return;
+  for (size_t i = 0; i < k->n_shm_out; i++) {
+    sip__free(k->shm_out[i].name);
+    sip__free(k->shm_out[i].region);
+    sip_buf_unref(k->shm_out[i].owner);
+  }
+  sip__free(k->shm_out);
+  sip_request_free(k->req);
+  sip__free(k->model);
+  sip__free(k->version);
+  sip__free(k->id);
+  sip__free(k);
+}
+
+static void release_msg(void *m) { sip__grpc_msg_free(m); }
+
+/* An integer parameter (int64 or uint64 >= 0): 1 with *v set, 0 when the
+ * parameter holds another type. */
+static int param_uint(const param_t *p, uint64_t *v) {
+  if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+      p->int64_param >= 0) {
+    *v = (uint64_t)p->int64_param;
+    return 1;
+  }
+  if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM) {
+    *v = p->uint64_param;
+    return 1;
+  }
+  return 0;
+}
+
+static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
+  for (size_t i = 0; i < m->n_parameters; i++) {
+    const char *key = m->parameters[i]->key;
+    const param_t *p = m->parameters[i]->value;
+    uint64_t u = 0;
+    if (!p) continue;
+    if (!strcmp(key, "priority")) {
+      if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer >= 0");
+      sip_error_t *e = sip_request_set_priority(r, u > 3 ? 3 : (int)u);
+      if (e) return e;
+    } else if (!strcmp(key, "timeout")) {
+      if (!param_uint(p, &u)) return BAD("parameters.timeout is not an integer >= 0 (microseconds)");
+      uint64_t ms = (u + 999) / 1000;
+      sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
+    }
+  }
+  return NULL;
+}
+
+typedef Inference__ModelInferRequest__InferInputTensor__ParametersEntry tparam_t;
+
+/* A tensor's shared-memory parameters (region NULL: none), after refusing
+ * the ones sip does not have. The input and output parameter entries have
+ * the same layout. */
+typedef struct shm_ref {
+  const char *region;
+  uint64_t size, offset;
+} shm_ref_t;
+
+static sip_error_t *tensor_params(const char *what, const char *name, tparam_t *const *params,
+                                  size_t n, shm_ref_t *shm) {
+  memset(shm, 0, sizeof *shm);
+  int has_size = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *key = params[i]->key;
+    const param_t *p = params[i]->value;
+    if (!strcmp(key, "classification"))
+      return sip_error_new(SIP_UNIMPLEMENTED, "%s '%s': the classification extension is not "
+                           "supported over gRPC; expected the output tensor itself", what, name);
+    if (!p) continue;
+    if (!strcmp(key, "shared_memory_region")) {
+      if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
+          !p->string_param[0])
+        return BAD("%s '%s': shared_memory_region is not a region name (string_param)", what,
+                   name);
+      shm->region = p->string_param;
+    } else if (!strcmp(key, "shared_memory_byte_size")) {
+      if (!param_uint(p, &shm->size))
+        return BAD("%s '%s': shared_memory_byte_size is not an integer >= 0", what, name);
+      has_size = 1;
+    } else if (!strcmp(key, "shared_memory_offset")) {
+      if (!param_uint(p, &shm->offset))
+        return BAD("%s '%s': shared_memory_offset is not an integer >= 0", what, name);
+    }
+  }
+  if (shm->region && !has_size)
+    return BAD("%s '%s': shared_memory_region without shared_memory_byte_size; expected both",
+               what, name);
+  return NULL;
+}
+
+/* Typed contents of `in` as raw bytes (owned, in *buf) for `dt` and
+ * `count` elements. */
+static sip_error_t *typed_contents(const input_t *in, sip_dtype_t dt, int64_t count,
+                                   uint8_t **buf, size_t *nbytes) {
+  const Inference__InferTensorContents *c = in->contents;
+  const char *field = NULL;
+  size_t have = 0;
+  switch (dt) {
+  case SIP_DTYPE_BOOL: field = "bool_contents", have = c->n_bool_contents; break;
+  case SIP_DTYPE_INT8: case SIP_DTYPE_INT16: case SIP_DTYPE_INT32:
+    field = "int_contents", have = c->n_int_contents; break;
+  case SIP_DTYPE_INT64: field = "int64_contents", have = c->n_int64_contents; break;
+  case SIP_DTYPE_UINT8: case SIP_DTYPE_UINT16: case SIP_DTYPE_UINT32:
+    field = "uint_contents", have = c->n_uint_contents; break;
+  case SIP_DTYPE_UINT64: field = "uint64_contents", have = c->n_uint64_contents; break;
+  case SIP_DTYPE_FLOAT32: field = "fp32_contents", have = c->n_fp32_contents; break;
+  case SIP_DTYPE_FLOAT64: field = "fp64_contents", have = c->n_fp64_contents; break;
+  case SIP_DTYPE_STRING: field = "bytes_contents", have = c->n_bytes_contents; break;
+  default:
+    return BAD("input '%s': %s has no typed contents field; expected its data in "
+               "raw_input_contents", in->name, in->datatype);
+  }
+  if ((int64_t)have != count) {
+    char shape[128];
+    sip__shape_str(shape, sizeof shape, (int)in->n_shape, in->shape, ",");
+    return BAD("input '%s': contents.%s holds %zu elements; expected %" PRId64 " (shape %s)",
+               in->name, field, have, count, shape);
+  }
+  size_t n = 0;
+  if (dt == SIP_DTYPE_STRING) {
+    for (size_t i = 0; i < have; i++) {
+      if (c->bytes_contents[i].len > UINT32_MAX)
+        return BAD("input '%s': element %zu is longer than 4 GiB", in->name, i);
+      n += 4 + c->bytes_contents[i].len;
+    }
+  } else {
+    n = have * sip_dtype_size(dt);
+  }
+  uint8_t *b = sip__malloc(n ? n : 1), *p = b;
+  if (!b) return SIP__OOM();
+  for (size_t i = 0; i < have; i++) {
+    switch (dt) {
+    case SIP_DTYPE_BOOL: *p++ = c->bool_contents[i] ? 1 : 0; break;
+    case SIP_DTYPE_INT8: { int8_t v = (int8_t)c->int_contents[i]; memcpy(p, &v, 1), p += 1; break; }
+    case SIP_DTYPE_INT16: { int16_t v = (int16_t)c->int_contents[i]; memcpy(p, &v, 2), p += 2; break; }
+    case SIP_DTYPE_INT32: memcpy(p, &c->int_contents[i], 4), p += 4; break;
+    case SIP_DTYPE_INT64: memcpy(p, &c->int64_contents[i], 8), p += 8; break;
+    case SIP_DTYPE_UINT8: *p++ = (uint8_t)c->uint_contents[i]; break;
+    case SIP_DTYPE_UINT16: { uint16_t v = (uint16_t)c->uint_contents[i]; memcpy(p, &v, 2), p += 2; break; }
+    case SIP_DTYPE_UINT32: memcpy(p, &c->uint_contents[i], 4), p += 4; break;
+    case SIP_DTYPE_UINT64: memcpy(p, &c->uint64_contents[i], 8), p += 8; break;
+    case SIP_DTYPE_FLOAT32: memcpy(p, &c->fp32_contents[i], 4), p += 4; break;
+    case SIP_DTYPE_FLOAT64: memcpy(p, &c->fp64_contents[i], 8), p += 8; break;
+    case SIP_DTYPE_STRING: {
+      uint32_t l = (uint32_t)c->bytes_contents[i].len;
+      memcpy(p, &l, 4);
+      if (l) memcpy(p + 4, c->bytes_contents[i].data, l);
+      p += 4 + l;
+      break;
+    }
+    default: break;
+    }
+  }
+  *buf = b;
+  *nbytes = n;
+  return NULL;
+}
+
+/* Decodes input i; *raw_i counts the raw_input_contents entries used. */
+static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, sip_buf_t *owner,
+                                 sip__shm_set_t *set, sip_request_t *r) {
+  const input_t *in = m->inputs[i];
+  const char *name = in->name;
+  if (!name[0]) return BAD("inputs[%zu] has no name; expected the model's input name", i);
+  sip_dtype_t dt = sip__dtype_from_protocol(in->datatype);
+  if (dt == SIP_DTYPE_INVALID)
+    return BAD("input '%s': datatype '%.40s' is not a datatype; expected one of "
+               SIP__PROTOCOL_DTYPE_LIST, name, in->datatype);
+  if (in->n_shape > SIP_MAX_RANK)
+    return BAD("input '%s': shape has %zu dims; at most %d are supported", name, in->n_shape,
+               SIP_MAX_RANK);
+  int64_t count = 1;
+  for (size_t k = 0; k < in->n_shape; k++) {
+    if (in->shape[k] < 0)
+      return BAD("input '%s': shape[%zu] is %" PRId64 "; expected a size >= 0", name, k,
+                 in->shape[k]);
+    if (in->shape[k] && count > INT64_MAX / 16 / in->shape[k])
+      return BAD("input '%s': shape is too large", name);
+    count *= in->shape[k];
+  }
+  shm_ref_t shm;
+  sip_error_t *e = tensor_params("input", name, (tparam_t *const *)in->parameters,
+                                 in->n_parameters, &shm);
+  if (e) return e;
+  int has_typed = in->contents != NULL;
+  uint64_t want = (uint64_t)count * sip_dtype_size(dt);
+  char shape[128];
+  sip__shape_str(shape, sizeof shape, (int)in->n_shape, in->shape, ",");
+  sip_tensor_t *t = NULL;
+  if (shm.region) {
+    if (has_typed)
+      return BAD("input '%s' has both contents and shared_memory_region; expected one of them",
+                 name);
+    if (!set)
+      return sip_error_new(SIP_UNIMPLEMENTED, "input '%s': shared memory is not available here",
+                           name);
+    if (dt != SIP_DTYPE_STRING && shm.size != want)
+      return BAD("input '%s': shared_memory_byte_size is %" PRIu64 "; expected %" PRIu64
+                 " (shape %s of %s)", name, shm.size, want, shape, in->datatype);
+    char what[300];
+    snprintf(what, sizeof what, "input '%s'", name);
+    sip_buf_t *view = NULL;
+    uint8_t *p = NULL;
+    if ((e = sip__shm_view(set, shm.region, shm.offset, shm.size, what, &view, &p))) return e;
+    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, p, shm.size, view);
+    sip_buf_unref(view);
+  } else if (m->n_raw_input_contents) {
+    if (has_typed)
+      return BAD("input '%s' has both contents and raw_input_contents; expected one of them",
+                 name);
+    size_t ri = (*raw_i)++;
+    if (ri >= m->n_raw_input_contents)
+      return BAD("raw_input_contents has %zu entries; expected one per input not in shared "
+                 "memory", m->n_raw_input_contents);
+    const ProtobufCBinaryData *raw = &m->raw_input_contents[ri];
+    if (dt != SIP_DTYPE_STRING && raw->len != want)
+      return BAD("input '%s': raw_input_contents[%zu] holds %zu bytes; expected %" PRIu64
+                 " (shape %s of %s)", name, ri, raw->len, want, shape, in->datatype);
+    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, raw->len ? raw->data : NULL,
+                            raw->len, owner);
+  } else {
+    if (!has_typed)
+      return BAD("input '%s' has no data; expected contents or raw_input_contents", name);
+    uint8_t *b = NULL;
+    size_t nb = 0;
+    if ((e = typed_contents(in, dt, count, &b, &nb))) return e;
+    sip_buf_t *bb = sip_buf_wrap(b, nb, sip__free, b);
+    if (!bb) return SIP__OOM();
+    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, b, nb, bb);
+    sip_buf_unref(bb);
+  }
+  if (!t) return SIP__OOM();
+  if (dt == SIP_DTYPE_STRING && (e = sip_tensor_validate(t))) {
+    sip_tensor_free(t);
+    return e;
+  }
+  return sip_request_add_input(r, t);
+}
+
+/* An output asked in shared memory: its region viewed now, written once
+ * the answer is in. */
+static sip_error_t *shm_output(sip__grpc_infer_t *k, const char *name, const shm_ref_t *shm,
+                               sip__shm_set_t *set) {
+  if (!set)
+    return sip_error_new(SIP_UNIMPLEMENTED, "output '%s': shared memory is not available here",
+                         name);
+  sip__grpc_shm_out_t *o = &k->shm_out[k->n_shm_out];
+  char what[300];
+  snprintf(what, sizeof what, "output '%s'", name);
+  sip_error_t *e = sip__shm_view(set, shm->region, shm->offset, shm->size, what, &o->owner,
+                                 &o->data);
+  if (e) return e;
+  k->n_shm_out++;
+  o->size = shm->size;
+  o->offset = shm->offset;
+  o->name = sip__strdup(name);
+  o->region = sip__strdup(shm->region);
+  if (!o->name || !o->region) return SIP__OOM();
+  /* The backend may write straight into the region (no copy then). */
+  return o->size ? sip_request_set_output_buffer(k->req, name, o->data, o->size, o->owner)
+                 : NULL;
+}
+
+sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_set_t *set,
+                                    sip__grpc_infer_t **out) {
+  *out = NULL;
+  infer_req_t *m = (infer_req_t *)sip__grpc_unpack(&inference__model_infer_request__descriptor,
+                                                   data, len);
+  if (!m) return BAD("the message is not a valid inference.ModelInferRequest");
+  /* The message backs the raw inputs: it lives as long as they do. */
+  sip_buf_t *owner = sip_buf_wrap(m, len, release_msg, m);
+  if (!owner) return SIP__OOM();
+  sip_error_t *e = NULL;
+  sip__grpc_infer_t *k = sip__calloc(1, sizeof *k);
+  if (!k) {
+    e = SIP__OOM();
+    goto done;
+  }
+  if (!m->model_name[0]) {
+    e = BAD("model_name is empty; expected the name of a model");
+    goto done;
+  }
+  k->model = sip__strdup(m->model_name);
+  k->version = m->model_version[0] ? sip__strdup(m->model_version) : NULL;
+  k->id = m->id[0] ? sip__strdup(m->id) : NULL;
+  k->req = sip_request_new(m->model_name);
+  if (!k->model || (m->model_version[0] && !k->version) || (m->id[0] && !k->id) || !k->req) {
+    e = SIP__OOM();
+    goto done;
+  }
+  if (k->version && (e = sip_request_set_version(k->req, k->version))) goto done;
+  if ((e = decode_params(m, k->req))) goto done;
+  size_t raw_i = 0;
+  for (size_t i = 0; i < m->n_inputs && !e; i++)
+    e = decode_input(m, i, &raw_i, owner, set, k->req);
+  if (!e && raw_i != m->n_raw_input_contents)
+    e = BAD("raw_input_contents has %zu entries; expected one per input not in shared memory "
+            "(%zu)", m->n_raw_input_contents, raw_i);
+  if (!e && m->n_outputs && !(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)))
+    e = SIP__OOM();
+  for (size_t i = 0; i < m->n_outputs && !e; i++) {
+    const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
+    shm_ref_t shm;
+    if (!o->name[0])
+      e = BAD("outputs[%zu] has no name; expected the model's output name", i);
+    else if (!(e = tensor_params("output", o->name, (tparam_t *const *)o->parameters,
+                                 o->n_parameters, &shm)) &&
+             !(e = sip_request_add_output(k->req, o->name)) && shm.region)
+      e = shm_output(k, o->name, &shm, set);
+  }
+done:
+  sip_buf_unref(owner);
+  if (e && k) { /* the model and id stay, for a stream's error answer */
+    sip_request_free(k->req);
+    k->req = NULL;
+  }
+  *out = k;
+  return e;
+}
+
+/* ---- encoding ---------------------------------------------------------------- */
+
+typedef Inference__ModelInferResponse__InferOutputTensor otensor_t;
+typedef Inference__ModelInferResponse__InferOutputTensor__ParametersEntry oparam_t;
+
+/* Per output: the tensor message, its shape and, when written to shared
+ * memory, the three parameters that say where. */
+typedef struct out_parts {
+  otensor_t t, *tp;
+  int64_t shape[SIP_MAX_RANK];
+  oparam_t pe[3], *pep[3];
+  param_t pv[3];
+} out_parts_t;
+
+static const sip__grpc_shm_out_t *shm_out_of(const sip__grpc_infer_t *k, const char *name) {
+  for (size_t i = 0; i < k->n_shm_out; i++)
+    if (!strcmp(k->shm_out[i].name, name)) return &k->shm_out[i];
+  return NULL;
+}
+
+/* Copies output `t` into its region and describes it in `p`. */
+static sip_error_t *write_shm(const sip__grpc_shm_out_t *o, const sip_tensor_t *t, out_parts_t *p) {
+  if (t->nbytes > o->size)
+    return BAD("output '%s' holds %zu bytes; its shared_memory_byte_size is %" PRIu64
+               "; expected a region at least that large", t->name, t->nbytes, o->size);
+  if (t->nbytes && t->data != o->data) memmove(o->data, t->data, t->nbytes);
+  static const char *const keys[3] = {"shared_memory_region", "shared_memory_byte_size",
+                                      "shared_memory_offset"};
+  for (int j = 0; j < 3; j++) {
+    oparam_t e = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+    param_t v = INFERENCE__INFER_PARAMETER__INIT;
+    p->pe[j] = e, p->pv[j] = v;
+    p->pe[j].key = (char *)keys[j];
+    p->pe[j].value = &p->pv[j];
+    p->pep[j] = &p->pe[j];
+  }
+  p->pv[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+  p->pv[0].string_param = o->region;
+  p->pv[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  p->pv[1].int64_param = (int64_t)t->nbytes;
+  p->pv[2].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  p->pv[2].int64_param = (int64_t)o->offset;
+  p->t.parameters = p->pep;
+  p->t.n_parameters = 3;
+  return NULL;
+}
+
+sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *version,
+                                    const sip_tensor_t *const *outputs, size_t n_outputs,
+                                    int stream, uint8_t **out, size_t *len) {
+  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  r.model_name = k->model;
+  r.model_version = (char *)(version ? version : "");
+  r.id = k->id ? k->id : "";
+  out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
+  otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
+  ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);
+  sip_error_t *e = NULL;
+  if (!parts || !tp || !raw) {
+    e = SIP__OOM();
+    goto done;
+  }
+  for (size_t i = 0; i < n_outputs && !e; i++) {
+    const sip_tensor_t *t = outputs[i];
+    out_parts_t *p = &parts[i];
+    otensor_t init = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
+    p->t = init;
+    p->t.name = t->name;
+    const char *dt = sip__dtype_protocol_name(t->dtype);
+    p->t.datatype = (char *)(dt ? dt : "");
+    size_t rank = (size_t)(t->rank > 0 ? t->rank : 0);
+    if (rank) memcpy(p->shape, t->dims, sizeof t->dims[0] * rank);
+    p->t.n_shape = rank;
+    p->t.shape = p->shape;
+    tp[i] = &p->t;
+    const sip__grpc_shm_out_t *o = shm_out_of(k, t->name);
+    if (o) {
+      e = write_shm(o, t, p); /* its raw entry stays empty, keeping the order */
+    } else {
+      raw[i].data = (uint8_t *)t->data;
+      raw[i].len = t->nbytes;
+    }
+  }
+  if (e) goto done;
+  r.n_outputs = r.n_raw_output_contents = n_outputs;
+  r.outputs = tp;
+  r.raw_output_contents = raw;
+  if (stream) {
+    Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    s.infer_response = &r;
+    e = sip__grpc_pack(&s.base, out, len);
+  } else {
+    e = sip__grpc_pack(&r.base, out, len);
+  }
+done:
+  sip__free(parts);
+  sip__free(tp);
+  sip__free(raw);
+  return e;
+}
+
+sip_error_t *sip__grpc_encode_stream_error(const sip__grpc_infer_t *k, const char *msg,
+                                           uint8_t **out, size_t *len) {
+  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+  s.error_message = (char *)msg;
+  if (k) {
+    r.model_name = k->model;
+    r.model_version = k->version ? k->version : "";
+    r.id = k->id ? k->id : "";
+    s.infer_response = &r;
+  }
+  return sip__grpc_pack(&s.base, out, len);
+}

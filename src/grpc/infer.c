@@ -1,0 +1,276 @@
+/* sip — ModelInfer and ModelStreamInfer. A request is decoded (codec.c) and
+ * submitted on the completion-queue thread; the engine thread that
+ * completes it encodes the answer and starts sending it. A call's deadline
+ * becomes the request's timeout, and a cancelled call cancels its requests
+ * (server.c's close operation). A stream sends its answers one at a time in
+ * completion order, each carrying its request's id; errors travel in the
+ * stream as error_message, as Triton does, and the stream goes on.
+ */
+#include <string.h>
+
+#include "grpc/grpc_frontend.h"
+#include "grpc/grpc_impl.h"
+#include "server/introspect.h"
+
+/* ---- model_version of answers ------------------------------------------------ */
+
+typedef struct vcache {
+  char *model;
+  char *version; /* NULL: unversioned */
+  struct vcache *next;
+} vcache_t;
+
+static void vcache_free(vcache_t *v) {
+  while (v) {
+    vcache_t *next = v->next;
+    sip__free(v->model);
+    sip__free(v->version);
+    sip__free(v);
+    v = next;
+  }
+}
+
+void sip__grpc_vcache_clear(sip__grpc_t *g) {
+  vcache_free(g->vcache);
+  g->vcache = NULL;
+}
+
+/* The cache entry of `model` for generation `gen` (the cache is emptied
+ * when the generation moved on), or NULL. Caller holds g->mu. */
+static vcache_t *vcache_find(sip__grpc_t *g, const char *model, uint64_t gen) {
+  if (g->vgen != gen) {
+    sip__grpc_vcache_clear(g);
+    g->vgen = gen;
+  }
+  vcache_t *v = g->vcache;
+  while (v && strcmp(v->model, model)) v = v->next;
+  return v;
+}
+
+/* The version that answers a request for `model` naming none, as Triton
+ * reports it in model_version: looked up once per model and set of models. */
+static char *default_version(sip__grpc_t *g, const char *model) {
+  uint64_t gen = sip_server_generation(g->s);
+  char *out = NULL;
+  pthread_mutex_lock(&g->mu);
+  vcache_t *hit = vcache_find(g, model, gen);
+  if (hit && hit->version) out = sip__strdup(hit->version);
+  pthread_mutex_unlock(&g->mu);
+  if (hit) return out;
+  size_t n = 0;
+  sip__model_view_t *views = sip__server_models(g->s, &n);
+  const sip__model_view_t *v = sip__model_views_find(views, n, model, NULL);
+  vcache_t *e = v ? sip__calloc(1, sizeof *e) : NULL;
+  if (e) {
+    e->model = sip__strdup(model);
+    e->version = v->version ? sip__strdup(v->version) : NULL;
+    out = v->version ? sip__strdup(v->version) : NULL;
+  }
+  sip__server_models_free(views, n);
+  if (!e) return NULL;
+  pthread_mutex_lock(&g->mu);
+  if (e->model && g->vgen == gen && !vcache_find(g, model, gen)) {
+    e->next = g->vcache;
+    g->vcache = e;
+    e = NULL;
+  }
+  pthread_mutex_unlock(&g->mu);
+  vcache_free(e);
+  return out;
+}
+
+/* ---- inference ----------------------------------------------------------------- */
+
+typedef struct ginfer {
+  gcall_t *c;
+  sip__grpc_infer_t *k;
+} ginfer_t;
+
+static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
+                          size_t len);
+
+static void on_done(sip_response_t *resp, void *user) {
+  ginfer_t *q = user;
+  gcall_t *c = q->c;
+  int stream = c->method->stream;
+  uint8_t *msg = NULL;
+  size_t len = 0;
+  sip_error_t *e = NULL;
+  if (!resp) {
+    e = SIP__OOM();
+  } else if (sip_response_code(resp) != SIP_OK) {
+    e = sip_error_new(sip_response_code(resp), "%s", sip_response_message(resp));
+  } else {
+    size_t n = 0;
+    const sip_tensor_t *const *outs = sip_response_outputs(resp, &n);
+    e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
+  }
+  sip_response_free(resp);
+  if (stream)
+    stream_answer(c, q->k, e, msg, len);
+  else
+    sip__grpc_reply_bytes(c, e, msg, len);
+  sip__grpc_infer_free(q->k);
+  sip__free(q);
+  sip__grpc_call_unref(c);
+}
+
+/* Decodes and submits one request; an error is returned when nothing was
+ * submitted (*k then holds what was decoded, if anything). */
+static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grpc_infer_t **kp) {
+  sip__grpc_infer_t *k = NULL;
+  sip_error_t *e = sip__grpc_decode_infer(data, len, sip__server_shm(c->g->s), &k);
+  *kp = k;
+  if (e) return e;
+  if (!k->version) k->version = default_version(c->g, k->model); /* only echoed */
+  int64_t ms = sip__grpc_timeout_ms(c);
+  if (ms < 0)
+    return sip_error_new(SIP_DEADLINE_EXCEEDED, "the call's deadline passed before the request "
+                         "was submitted");
+  if (ms > 0) sip_request_set_timeout_ms(k->req, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
+  pthread_mutex_lock(&c->mu);
+  if (!c->cancel) c->cancel = sip_cancel_token_new();
+  sip_cancel_token_t *tok = c->cancel;
+  int cancelled = c->closed && c->cancelled;
+  pthread_mutex_unlock(&c->mu);
+  if (!tok) return SIP__OOM();
+  if (cancelled) return sip_error_new(SIP_CANCELLED, "the call was cancelled");
+  sip_request_set_cancel_token(k->req, tok);
+  ginfer_t *q = sip__calloc(1, sizeof *q);
+  if (!q) return SIP__OOM();
+  q->c = c;
+  q->k = k;
+  sip__grpc_call_ref(c);
+  if (c->method->stream) {
+    pthread_mutex_lock(&c->mu);
+    c->inflight++;
+    pthread_mutex_unlock(&c->mu);
+  }
+  sip_request_t *r = k->req;
+  k->req = NULL; /* the engine owns it from here, even on error */
+  e = sip_server_infer_async(c->g->s, r, on_done, q);
+  if (e) {
+    if (c->method->stream) {
+      pthread_mutex_lock(&c->mu);
+      c->inflight--;
+      pthread_mutex_unlock(&c->mu);
+    }
+    sip__free(q);
+    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    return e;
+  }
+  *kp = NULL; /* on_done frees it */
+  return NULL;
+}
+
+void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len) {
+  sip__grpc_infer_t *k = NULL;
+  sip_error_t *e = submit(c, data, len, &k);
+  sip__grpc_infer_free(k);
+  if (e) sip__grpc_reply(c, e, NULL);
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+/* Sends the next queued answer, or the final status once the client has
+ * closed its side and every request was answered. Caller holds c->mu. */
+static void send_next_locked(gcall_t *c) {
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (c->sending || c->status_sent) return;
+  if (c->failed) { /* the client is gone: drop what is queued */
+    while (c->out_head) {
+      gout_t *o = c->out_head;
+      c->out_head = o->next;
+      grpc_byte_buffer_destroy(o->bb);
+      sip__free(o);
+    }
+    c->out_tail = NULL;
+    return;
+  }
+  if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  gout_t *o = c->out_head;
+  if (o) {
+    c->out_head = o->next;
+    if (!c->out_head) c->out_tail = NULL;
+    c->sent = o->bb;
+    sip__free(o);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->sent;
+  } else if (c->half_closed && c->inflight == 0) {
+    c->status_sent = 1;
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n++].data.send_status_from_server.status = GRPC_STATUS_OK;
+  } else {
+    return;
+  }
+  c->md_sent = 1;
+  c->sending = 1;
+  sip__grpc_call_ref(c);
+  if (grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL) != GRPC_CALL_OK) {
+    sip__log(SIP__LOG_ERROR, "grpc stream send refused", NULL);
+    c->sending = 0;
+    c->failed = 1;
+    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+  }
+}
+
+void sip__grpc_stream_sent(gcall_t *c, int ok) {
+  pthread_mutex_lock(&c->mu);
+  if (c->sent) grpc_byte_buffer_destroy(c->sent);
+  c->sent = NULL;
+  c->sending = 0;
+  if (!ok) c->failed = 1;
+  send_next_locked(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
+                          size_t len) {
+  if (e) {
+    msg = NULL;
+    sip_error_t *e2 = sip__grpc_encode_stream_error(k, sip_error_message(e), &msg, &len);
+    sip_error_free(e);
+    if (e2) {
+      sip_error_free(e2);
+      msg = NULL, len = 0;
+    }
+  }
+  gout_t *o = msg ? sip__calloc(1, sizeof *o) : NULL;
+  if (o && !(o->bb = sip__grpc_bytes(msg, len))) {
+    sip__free(o);
+    o = NULL;
+  } else if (!o) {
+    sip__free(msg);
+  }
+  pthread_mutex_lock(&c->mu);
+  if (!o) c->failed = 1; /* an answer lost: the stream cannot go on */
+  if (o) {
+    if (c->out_tail) c->out_tail->next = o;
+    else c->out_head = o;
+    c->out_tail = o;
+  }
+  c->inflight--;
+  send_next_locked(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, int closed) {
+  if (closed) {
+    pthread_mutex_lock(&c->mu);
+    c->half_closed = 1;
+    send_next_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  sip__grpc_infer_t *k = NULL;
+  sip_error_t *e = submit(c, data, len, &k);
+  if (e) {
+    pthread_mutex_lock(&c->mu);
+    c->inflight++; /* stream_answer counts it out */
+    pthread_mutex_unlock(&c->mu);
+    stream_answer(c, k, e, NULL, 0);
+  }
+  sip__grpc_infer_free(k);
+}
