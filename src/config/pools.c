@@ -93,6 +93,10 @@ const field_t cfg_pool_fields[P_COUNT] = {
                 .expect = CPUS_EXPECT,
                 .doc = "Logical CPUs the pool's session threads and own intra-op threads run "
                        "on (docs/scheduling.md); absent = any."},
+    [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
+                    .section = &cfg_sequence_section,
+                    .doc = "Stateful models: each sequence id runs in order on one session, with "
+                           "control inputs filled by the server (docs/sequences.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS,
