@@ -78,13 +78,41 @@ static int param_uint(const param_t *p, uint64_t *v) {
   return 0;
 }
 
+/* sequence_start / sequence_end: booleans. */
+static sip_error_t *param_flag(const param_t *p, const char *key, int *out) {
+  if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+    return BAD("parameters.%s is not a bool_param; expected true or false", key);
+  *out = p->bool_param != 0;
+  return NULL;
+}
+
 static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
+  /* Sequence batching (docs/sequences.md): sequence_id an integer (int64 or
+   * uint64 param) or a string; 0 and "" mean no sequence, as in Triton. */
+  uint64_t seq_id = 0;
+  const char *seq_sid = NULL;
+  int seq_start = 0, seq_end = 0, has_seq_flag = 0;
   for (size_t i = 0; i < m->n_parameters; i++) {
     const char *key = m->parameters[i]->key;
     const param_t *p = m->parameters[i]->value;
     uint64_t u = 0;
     if (!p) continue;
-    if (!strcmp(key, "priority")) {
+    if (!strcmp(key, "sequence_id")) {
+      if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        seq_sid = p->string_param && *p->string_param ? p->string_param : NULL;
+      else if (param_uint(p, &u))
+        seq_id = u;
+      else
+        return BAD("parameters.sequence_id is not an integer >= 0 or a string; expected "
+                   "int64_param, uint64_param or string_param");
+      if (seq_sid && strlen(seq_sid) > 256)
+        return BAD("parameters.sequence_id is a string of %zu bytes; expected 1..256",
+                   strlen(seq_sid));
+    } else if (!strcmp(key, "sequence_start") || !strcmp(key, "sequence_end")) {
+      sip_error_t *e = param_flag(p, key, key[9] == 's' ? &seq_start : &seq_end);
+      if (e) return e;
+      has_seq_flag = 1;
+    } else if (!strcmp(key, "priority")) {
       if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer >= 0");
       sip_error_t *e = sip_request_set_priority(r, u > 3 ? 3 : (int)u);
       if (e) return e;
@@ -94,6 +122,11 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
     }
   }
+  if (seq_sid) return sip_request_set_sequence_str(r, seq_sid, seq_start, seq_end);
+  if (seq_id) return sip_request_set_sequence(r, seq_id, seq_start, seq_end);
+  if (has_seq_flag && (seq_start || seq_end))
+    return BAD("parameters.sequence_start/sequence_end need a sequence_id (an integer >= 1 or a "
+               "non-empty string)");
   return NULL;
 }
 

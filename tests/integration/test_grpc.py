@@ -629,6 +629,23 @@ def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
         x = np.ones((1, 4), np.float32)
         out = outputs_of(stub.ModelInfer(make_request(pb, "addk", {"lhs": x, "rhs": x})))
         np.testing.assert_allclose(out["y"], models.addmul_ref(x, x))
+        # Triton's config parameter (a JSON model config): instance count -> pool size.
+        lq = pb.pb.RepositoryModelLoadRequest(model_name="addk")
+        lq.parameters["config"].string_param = '{"instance_group": [{"count": 2}]}'
+        stub.RepositoryModelLoad(lq, timeout=30)
+        cfg = stub.ModelConfig(pb.pb.ModelConfigRequest(name="addk")).config
+        assert cfg.instance_group[0].count == 2
+        for key, setter, want in [
+                ("config", lambda p: setattr(p, "string_param", '{"colour": 1}'),
+                 "unknown field 'colour'"),
+                ("config", lambda p: setattr(p, "bool_param", True), "not a string_param"),
+                ("file:1/model.onnx", lambda p: setattr(p, "bytes_param", b"x"),
+                 "model files in a load request")]:
+            lq = pb.pb.RepositoryModelLoadRequest(model_name="addk")
+            setter(lq.parameters[key])
+            with pytest.raises(grpc.RpcError) as ei:
+                stub.RepositoryModelLoad(lq, timeout=30)
+            assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT and want in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
             stub.RepositoryModelLoad(pb.pb.RepositoryModelLoadRequest(model_name="nope"))
         assert code_of(ei) == grpc.StatusCode.NOT_FOUND

@@ -15,6 +15,7 @@ import kserve as K
 from cann_sip import FailedPreconditionError, InferenceRequest, ResourceExhaustedError
 from cann_sip.errors import InvalidArgumentError
 from harness import serve
+from test_grpc import pb  # noqa: F401  (the generated gRPC stubs, a fixture)
 
 LONG_IDLE_US = 10_000_000  # long enough never to expire during a test
 SHORT_IDLE_US = 100_000
@@ -68,8 +69,10 @@ def srv(tmp_path_factory):
              pool("seq", u64, sessions=2), pool("seq_str", s),
              pool("seq_idle", u64, idle_timeout_us=SHORT_IDLE_US),
              pool("seq_one", u64, max_backlog=1)]
-    with serve(root, pools, server={"http": "127.0.0.1:0", "http_threads": 2}) as server:
+    with serve(root, pools, server={"http": "127.0.0.1:0", "http_threads": 2,
+                                    "grpc": "127.0.0.1:0"}) as server:
         server.http = K.http_base(server)
+        server.grpc = K.printed_address(server, "grpc")[len("grpc://"):]
         with server.client() as c:
             server.c = c
             yield server
@@ -324,3 +327,73 @@ def test_bench_sequences(srv):
                           "-i", "x:float32:1=1", "--rate", "10", "--sequence-length", "5"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--sequence-length needs" in bad.stderr
+
+
+# ---------------------------------------------------------------------------
+# gRPC: the same parameters (int64, uint64 or string sequence_id; bool
+# start/end) on ModelInfer and on a ModelStreamInfer stream.
+
+def grpc_seq_request(pb, model, v, sid=None, start=None, end=None, id=""):
+    req = pb.pb.ModelInferRequest(model_name=model, id=id)
+    t = req.inputs.add(name="x", datatype="FP32", shape=[1])
+    req.raw_input_contents.append(np.array([v], np.float32).tobytes())
+    if isinstance(sid, str):
+        req.parameters["sequence_id"].string_param = sid
+    elif sid is not None:
+        req.parameters["sequence_id"].uint64_param = sid
+    if start is not None:
+        req.parameters["sequence_start"].bool_param = start
+    if end is not None:
+        req.parameters["sequence_end"].bool_param = end
+    del t
+    return req
+
+
+def grpc_value(resp):
+    outs = {t.name: (t, raw) for t, raw in zip(resp.outputs, resp.raw_output_contents)}
+    out = float(np.frombuffer(outs["out"][1], np.float32)[0])
+    t, raw = outs["corr"]
+    corr = (raw[4:].decode() if t.datatype == "BYTES"
+            else int(np.frombuffer(raw, np.uint64)[0]))
+    return out, corr
+
+
+def test_sequences_over_grpc(srv, pb):
+    grpc = pytest.importorskip("grpc")
+    with grpc.insecure_channel(srv.grpc) as ch:
+        stub = pb.svc.GRPCInferenceServiceStub(ch)
+        # ModelInfer: START, a middle request, END; the server fills the controls.
+        r = stub.ModelInfer(grpc_seq_request(pb, "seq", 1, sid=4242, start=True), timeout=10)
+        assert grpc_value(r) == (1011.0, 4242)
+        r = stub.ModelInfer(grpc_seq_request(pb, "seq", 2, sid=4242), timeout=10)
+        assert grpc_value(r) == (12.0, 4242)
+        r = stub.ModelInfer(grpc_seq_request(pb, "seq", 3, sid=4242, end=True), timeout=10)
+        assert grpc_value(r) == (113.0, 4242)
+        wait_metric(srv, "sip_sequences_active", "seq", 0)
+        # Ended: a later request without START is refused with the reason.
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(grpc_seq_request(pb, "seq", 4, sid=4242), timeout=10)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "sequence 4242 is not active" in ei.value.details()
+        # String ids.
+        r = stub.ModelInfer(grpc_seq_request(pb, "seq_str", 5, sid="user-7", start=True,
+                                             end=True), timeout=10)
+        assert grpc_value(r) == (1115.0, "user-7")
+        # Wrong types name the parameter.
+        bad = grpc_seq_request(pb, "seq", 1, sid=9, start=True)
+        bad.parameters["sequence_start"].string_param = "yes"
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(bad, timeout=10)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "sequence_start is not a bool_param" in ei.value.details()
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(grpc_seq_request(pb, "seq", 1, start=True), timeout=10)
+        assert "need a sequence_id" in ei.value.details()
+        # A stream carrying one sequence: answers in order with the controls.
+        reqs = [grpc_seq_request(pb, "seq", i, sid=77, start=i == 0, end=i == 4, id=str(i))
+                for i in range(5)]
+        got = [r for r in stub.ModelStreamInfer(iter(reqs), timeout=30)]
+        assert [g.error_message for g in got] == [""] * 5
+        vals = {g.infer_response.id: grpc_value(g.infer_response) for g in got}
+        assert vals == {"0": (1010.0, 77), "1": (11.0, 77), "2": (12.0, 77), "3": (13.0, 77),
+                        "4": (114.0, 77)}
