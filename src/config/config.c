@@ -293,6 +293,7 @@ static void pool_clear(sip__pool_config_t *p) {
     cfg_kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
   }
   sip__free(p->preprocess);
+  for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(p->seq_control[k]);
 }
 
 static int str_same(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }

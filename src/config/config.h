@@ -53,6 +53,15 @@ typedef enum sip__model_control {
   SIP__MODEL_CONTROL_EXPLICIT = 1, /* repository models load only when asked */
 } sip__model_control_t;
 
+/* The control inputs of sequence batching, in config order. */
+typedef enum sip__seq_control {
+  SIP__SEQ_START = 0, /* 1 on a sequence's first request */
+  SIP__SEQ_END,       /* 1 on its last */
+  SIP__SEQ_READY,     /* 1 on every request */
+  SIP__SEQ_CORRID,    /* the sequence id */
+  SIP__SEQ_CONTROLS
+} sip__seq_control_t;
+
 /* One traffic level of elastic batching (seed 001). */
 typedef struct sip__batch_level {
   int max_batch;      /* 0: level not configured */
@@ -111,6 +120,14 @@ typedef struct sip__pool_config {
   int version_latest;            /* latest: N, 1..1024 */
   int64_t versions[SIP__MAX_SPECIFIC_VERSIONS]; /* specific: [...], increasing */
   size_t n_versions;
+  /* sequence_batching (docs/sequences.md): requests of one sequence id run
+   * in order on the session the sequence is bound to. */
+  int sequence_batching;         /* the section is present */
+  int64_t seq_idle_timeout_us;   /* a sequence with no request for this long is released */
+  int seq_max_sequences;         /* sequences bound at once; 0: pool_size */
+  int64_t seq_max_backlog;       /* new sequences waiting for a free slot at most */
+  char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
+                                           corrid); NULL: none */
 } sip__pool_config_t;
 
 /* One stage of a pipeline (pipeline_sessions[].stages[]). */

@@ -114,6 +114,10 @@ const field_t cfg_pool_fields[P_COUNT] = {
                 .expect = CPUS_EXPECT,
                 .doc = "Logical CPUs the pool's session threads and own intra-op threads run "
                        "on (docs/scheduling.md); absent = any."},
+    [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
+                    .section = &cfg_sequence_section,
+                    .doc = "Stateful models: each sequence id runs in order on one session, with "
+                           "control inputs filled by the server (docs/sequences.md)."},
     [P_IDEM] = {.name = "idempotency", .type = F_SECTION, .section = &idem_section,
                 .doc = "Requests with an idempotency key run at most once while their entry "
                        "lives; duplicates join or get the kept answer (docs/idempotency.md)."},

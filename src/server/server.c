@@ -470,6 +470,7 @@ void sip_request_free(sip_request_t *r) {
   sip__free(r->pool);
   sip__free(r->version);
   sip__free(r->pipeline_config);
+  sip__free(r->seq_sid);
   sip__free(r->idem_key);
   sip__free(r->client_id);
   sip_cancel_token_free(r->cancel);

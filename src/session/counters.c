@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "session/counters.h"
+#include "session/sequence.h"
 
 void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   memset(c, 0, sizeof *c);
@@ -39,6 +40,8 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->load_ms = p->load_ms;
   c->model_bytes = p->model_bytes;
   c->memory_bytes = p->memory_bytes;
+  c->sequences = p->seq != NULL;
+  sip__seq_counts(p, &c->seq_active, &c->seq_waiting, &c->seq_expired);
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {

@@ -21,6 +21,8 @@ typedef struct sip__pool_counters {
   sip__stat_read_t success, fail, queue_stat, compute_input, compute_infer, compute_output;
   double load_ms;
   uint64_t model_bytes, memory_bytes;
+  int sequences;                       /* sequence_batching is on: the next three mean something */
+  uint64_t seq_active, seq_waiting, seq_expired; /* bound, in the backlog, released idle */
 } sip__pool_counters_t;
 
 /* One session of a pool, read at one instant. */
