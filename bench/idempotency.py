@@ -4,12 +4,15 @@ replay saves. One sipd with a builtin pool (identity, 1 KiB input); the
 Python client sends N requests one at a time: without a key (baseline), each
 with a new key (an execution plus a cache entry), and the same key again
 (answered from the kept answer, never executed). Prints each rate and its
-ratio to the baseline measured in this run."""
+ratio to the baseline measured in this run; then the same in process
+(bench_idempotency), without the client's and the socket's share."""
+import os
+import subprocess
 import time
 
 import numpy as np
 
-from common import Sipd
+from common import BUILD, Sipd
 from cann_sip import InferenceRequest, SessionClient
 
 N = 2000
@@ -41,3 +44,4 @@ print("  no key (baseline)  : %8.0f" % plain)
 print("  new key each       : %8.0f   ratio %.3f" % (fresh, fresh / plain))
 print("  same key (replays) : %8.0f   ratio %.3f" % (replay, replay / plain))
 print("executions: %d (expected %d: the replays never ran)" % (executed, ROUNDS * (2 * N + 2)))
+subprocess.run([os.path.join(BUILD, "bench_idempotency")], check=True)
