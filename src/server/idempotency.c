@@ -195,7 +195,13 @@ static void entry_done(sip_response_t *resp, void *user) {
   if (!kept) entry_free(e);
   while (w) {
     waiter_t *n = w->next;
-    if (resp) answer(resp, w->done, w->user, w->id);
+    if (resp && resp->code == SIP_CANCELLED) /* the first one's caller went, not theirs */
+      w->done(sip__response_new(SIP_UNAVAILABLE,
+                                sip__strdup("the request this one joined (same idempotency key) "
+                                            "was cancelled; send it again"),
+                                w->id, NULL, 0, 0, 0, 0),
+              w->user);
+    else if (resp) answer(resp, w->done, w->user, w->id);
     else w->done(NULL, w->user);
     sip__free(w);
     w = n;

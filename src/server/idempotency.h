@@ -4,7 +4,9 @@
  * answer with its own request id); one that arrives after it finished gets
  * the kept answer. Answers of UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED,
  * RESOURCE_EXHAUSTED and INTERNAL are not kept (a retry may run again);
- * every other answer is, the request's own errors included. Finished
+ * every other answer is, the request's own errors included. Duplicates
+ * that joined a request that was cancelled (its client went away) get
+ * UNAVAILABLE, so that they send it again. Finished
  * entries expire ttl after they finished and are evicted least recently
  * used first to keep the entry count and the bytes kept within bounds.
  * Thread-safe. */

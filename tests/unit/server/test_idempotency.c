@@ -134,6 +134,27 @@ static void test_transient_not_kept(void **unused) {
   sip__idem_free(c);
 }
 
+/* The first one's client went away: its duplicates hear UNAVAILABLE (they
+ * may send it again), not CANCELLED, and nothing is kept. */
+static void test_joined_first_cancelled(void **unused) {
+  (void)unused;
+  fake_now = 1;
+  sip__idem_t *c = sip__idem_new(clock_fn);
+  seen_t a = {0}, b = {0}, d = {0};
+  sip_request_t *first = req(1, &a);
+  sip__idem_entry_t *e;
+  sip_response_t *rep;
+  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, first, &e, &rep), SIP__IDEM_RUN);
+  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, req(2, &b), &e, &rep), SIP__IDEM_JOINED);
+  first->done(answer(SIP_CANCELLED, 1, 0), first->user);
+  sip_request_free(first);
+  assert_int_equal(a.code, SIP_CANCELLED);
+  assert_int_equal(b.code, SIP_UNAVAILABLE);
+  assert_int_equal(b.id, 2);
+  assert_int_equal(run(c, &LIM, "k", 3, &d, SIP_OK, 5.0f), SIP__IDEM_RUN);
+  sip__idem_free(c);
+}
+
 static void test_ttl(void **unused) {
   (void)unused;
   fake_now = 1000;
@@ -213,7 +234,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_join_then_replay),   cmocka_unit_test(test_transient_not_kept),
       cmocka_unit_test(test_ttl),                cmocka_unit_test(test_lru_and_bounds),
-      cmocka_unit_test(test_running_fill_and_abort),
+      cmocka_unit_test(test_running_fill_and_abort), cmocka_unit_test(test_joined_first_cancelled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
