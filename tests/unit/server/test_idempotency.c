@@ -76,19 +76,26 @@ static sip__idem_outcome_t run(sip__idem_t *c, const sip__idem_limits_t *lim, co
   return o;
 }
 
+/* Request 1 (seen by a) runs keyed "k"; request 2 (seen by b) joins it.
+ * Returns the first request, still to be answered. */
+static sip_request_t *run_and_join(sip__idem_t *c, seen_t *a, seen_t *b) {
+  sip_request_t *first = req(1, a);
+  sip__idem_entry_t *e;
+  sip_response_t *rep;
+  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, first, &e, &rep), SIP__IDEM_RUN);
+  assert_non_null(e);
+  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, req(2, b), &e, &rep), SIP__IDEM_JOINED);
+  assert_int_equal(b->calls, 0);
+  return first;
+}
+
 static void test_join_then_replay(void **unused) {
   (void)unused;
   fake_now = 1;
   sip__idem_t *c = sip__idem_new(clock_fn);
   seen_t a = {0}, b = {0}, d = {0};
-  sip_request_t *first = req(1, &a);
-  sip__idem_entry_t *e;
-  sip_response_t *rep;
-  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, first, &e, &rep), SIP__IDEM_RUN);
-  assert_non_null(e);
   /* A duplicate while the first runs joins it. */
-  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, req(2, &b), &e, &rep), SIP__IDEM_JOINED);
-  assert_int_equal(b.calls, 0);
+  sip_request_t *first = run_and_join(c, &a, &b);
   first->done(answer(SIP_OK, 1, 7.0f), first->user);
   sip_request_free(first);
   assert_int_equal(a.calls, 1);
@@ -141,11 +148,7 @@ static void test_joined_first_cancelled(void **unused) {
   fake_now = 1;
   sip__idem_t *c = sip__idem_new(clock_fn);
   seen_t a = {0}, b = {0}, d = {0};
-  sip_request_t *first = req(1, &a);
-  sip__idem_entry_t *e;
-  sip_response_t *rep;
-  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, first, &e, &rep), SIP__IDEM_RUN);
-  assert_int_equal(sip__idem_begin(c, &LIM, "k", 1, req(2, &b), &e, &rep), SIP__IDEM_JOINED);
+  sip_request_t *first = run_and_join(c, &a, &b);
   first->done(answer(SIP_CANCELLED, 1, 0), first->user);
   sip_request_free(first);
   assert_int_equal(a.code, SIP_CANCELLED);
