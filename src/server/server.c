@@ -168,11 +168,31 @@ static void note_deadline(void *ctx, uint64_t deadline_us) {
   pthread_mutex_unlock(&s->hk_mu);
 }
 
+/* With hk_mu held: sleeps until `next` (UINT64_MAX: until signalled). */
+static void hk_wait(sip_server_t *s, uint64_t next) {
+  if (next == UINT64_MAX) {
+    pthread_cond_wait(&s->hk_cv, &s->hk_mu);
+  } else if (next > sip__now_us()) {
+    struct timespec ts = {(time_t)(next / 1000000), (long)(next % 1000000) * 1000};
+    pthread_cond_timedwait(&s->hk_cv, &s->hk_mu, &ts);
+  }
+}
+
 static void *hk_main(void *arg) {
   sip_server_t *s = arg;
   pthread_mutex_lock(&s->hk_mu);
   while (!s->hk_stop) {
-    deliver_replays(s);
+    if (s->replays) {
+      deliver_replays(s);
+      /* Woken for kept answers only: while no deadline is due and no drain
+       * runs, the queues need no scan (it walks them under their locks). */
+      uint64_t due = atomic_load(&s->hk_next_us);
+      if (!s->hk_stop && !s->replays && !atomic_load(&s->drain_deadline_us) &&
+          due > sip__now_us()) {
+        hk_wait(s, due);
+        continue;
+      }
+    }
     /* Reset before scanning so a deadline noted during the scan lowers it. */
     atomic_store(&s->hk_next_us, UINT64_MAX);
     pthread_mutex_unlock(&s->hk_mu);
@@ -201,12 +221,7 @@ static void *hk_main(void *arg) {
     atomic_store(&s->hk_next_us, next);
     if (s->hk_stop) break;
     if (s->replays) continue;
-    if (next == UINT64_MAX) {
-      pthread_cond_wait(&s->hk_cv, &s->hk_mu);
-    } else if (next > sip__now_us()) {
-      struct timespec ts = {(time_t)(next / 1000000), (long)(next % 1000000) * 1000};
-      pthread_cond_timedwait(&s->hk_cv, &s->hk_mu, &ts);
-    }
+    hk_wait(s, next);
   }
   pthread_mutex_unlock(&s->hk_mu);
   return NULL;

@@ -18,7 +18,7 @@ import pytest
 
 import harness
 import kserve as K
-from cann_sip import InferenceRequest, InternalError, SessionClient
+from cann_sip import DeadlineExceededError, InferenceRequest, InternalError, SessionClient
 
 F = np.float32
 REPO = Path(__file__).resolve().parents[2]
@@ -224,3 +224,22 @@ def test_sigkill_restart_under_load_loses_nothing(start_sipd, tmp_path):
     finally:
         client.close()
         assert srv2.stop() == 0
+
+
+def test_deadlines_expire_while_replays_flow(srv):
+    """Kept answers are delivered by the housekeeping thread, which also
+    expires queued requests at their deadline: a stream of replays must not
+    hold an expiry back (the queued request would run instead)."""
+    c = srv.client()
+    c.infer(keyed("count", 1, "flow"))
+    busy = [c.infer_async(InferenceRequest("slow", {"input": np.full(3, v, F)})) for v in (1, 2)]
+    time.sleep(0.05)  # both sessions are busy for 300 ms
+    queued = c.infer_async(InferenceRequest("slow", {"input": np.full(3, 3, F)}, timeout_ms=100))
+    stop = time.monotonic() + 0.4
+    while time.monotonic() < stop:
+        assert c.infer(keyed("count", 2, "flow")).replayed
+    with pytest.raises(DeadlineExceededError):
+        queued.result(timeout=10)
+    for f in busy:
+        f.result(timeout=10)
+    assert executions(srv.http, "slow") == 2
