@@ -688,7 +688,7 @@ static void test_scheduling_keys(void **state) {
   assert_true(p->rate_thresholds[0] == 20.0 && p->rate_thresholds[1] == 100.5);
   sip__config_free(cfg);
 
-  /* Defaults: no batching, unbounded queue without deadlines, reject,
+  /* Defaults: no batching, a queue of 10000 without deadlines, reject,
    * ageing 2 s, no elastic levels, one execution slot per core. */
   cfg = load_ok(POOL(""));
   p = &cfg->pools[0];
@@ -697,7 +697,7 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
   assert_int_equal(p->padding_strategy, SIP__PAD_NONE);
-  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->queue_max_size, 10000);
   assert_int_equal(p->default_timeout_ms, 0);
   assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
@@ -712,7 +712,7 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
   assert_int_equal(p->padding_strategy, SIP__PAD_ZERO);
-  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->queue_max_size, 10000);
   assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
   sip__config_free(cfg);
