@@ -125,17 +125,21 @@ def test_client_that_does_not_read_is_not_read_from(start_sipd):
 
 # ---- out of file descriptors ----
 
-def test_out_of_descriptors_backs_off(srv):
+def flood_out_of_descriptors(srv, connect, headroom, log_line):
+    """Lowers sipd's descriptor limit to what it has open plus `headroom`,
+    opens 40 connections with connect() and holds them: sipd must stay
+    nearly idle and log `log_line` once or a few times, not per attempt.
+    The limit is restored and the connections closed afterwards."""
     pid = srv.proc.pid
-    n_open = len(os.listdir("/proc/%d/fd" % pid))
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (n_open + 4, hard))
-    log_before = srv.log().count("accept failed")
+    resource.prlimit(pid, resource.RLIMIT_NOFILE,
+                     (len(os.listdir("/proc/%d/fd" % pid)) + headroom, hard))
+    log_before = srv.log().count(log_line)
     held = []
     try:
         for _ in range(40):  # more than sipd can take: the rest stay pending or are shed
             try:
-                held.append(raw_connect(srv.unix_endpoint, timeout=2))
+                held.append(connect())
             except OSError:
                 break
         time.sleep(0.3)
@@ -143,13 +147,33 @@ def test_out_of_descriptors_backs_off(srv):
         time.sleep(1.0)
         used = cpu_seconds(pid) - cpu0
         assert used < 0.3, "sipd used %.2f s of CPU in 1 s while out of descriptors" % used
-        lines = srv.log().count("accept failed") - log_before
-        assert 1 <= lines <= 5, "%d 'accept failed' lines in ~1.3 s" % lines
-        assert "suppressed=" in srv.log()
+        lines = srv.log().count(log_line) - log_before
+        assert 1 <= lines <= 5, "%d '%s' lines in ~1.3 s" % (lines, log_line)
     finally:
         for h in held:
             h.close()
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
     time.sleep(0.2)
+
+
+def test_out_of_descriptors_backs_off(srv):
+    flood_out_of_descriptors(srv, lambda: raw_connect(srv.unix_endpoint, timeout=2), 4,
+                             'msg="accept failed"')
+    assert "suppressed=" in srv.log()
     check_echo(srv.client())
     assert srv.alive()
+
+
+def test_http_out_of_descriptors_backs_off(start_sipd):
+    """The HTTP front-end with one thread, out of descriptors before its
+    first connection (libmicrohttpd's own accept busy-waited there)."""
+    import urllib.request
+    from harness import free_port
+    port = free_port()
+    srv = start_sipd(POOLS, server={"http": "127.0.0.1:%d" % port, "http_threads": 1})
+    flood_out_of_descriptors(
+        srv, lambda: socket.create_connection(("127.0.0.1", port), timeout=2), 0,
+        'msg="http accept failed"')
+    with urllib.request.urlopen("http://127.0.0.1:%d/v2/health/ready" % port, timeout=5) as r:
+        assert r.status == 200
+    check_echo(srv.client())
