@@ -125,12 +125,6 @@ int sip__conn_flush(sip__listener_set_t *ls, conn_t *c) {
   pthread_mutex_lock(&c->wmu);
   int rc = sip__conn_send_queued(ls, c);
   int done = !c->out.head;
-  /* Backpressure: a client that does not read its answers is not read
-   * from either, so what it sends cannot grow the queue without bound. */
-  if (rc == 0 && c->unsent > ls->max_unsent && !atomic_load(&c->read_paused)) {
-    atomic_store(&c->read_paused, 1);
-    update_events(ls, c);
-  }
   pthread_mutex_unlock(&c->wmu);
   if (rc < 0 || (done && atomic_load(&c->closing))) {
     sip__conn_close(ls, c);
@@ -154,6 +148,13 @@ static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size
   k->len = len;
   c->unsent += len + sizeof *k;
   chunks_push(&c->out, k);
+  /* Backpressure: a client that does not read its answers is not read
+   * from either, so what it sends cannot grow the queue without bound
+   * (sending clears it again, maybe_resume). */
+  if (c->unsent > ls->max_unsent && !atomic_load(&c->read_paused)) {
+    atomic_store(&c->read_paused, 1);
+    update_events(ls, c);
+  }
 }
 
 /* Loop only: queues an encoded frame; conn_flush sends it. */

@@ -68,6 +68,22 @@ def test_batch_chunk_larger_than_the_pool_is_refused(srv):
     check_echo(c)
 
 
+def test_batch_chunk_larger_than_a_fixed_batch_dim_is_refused(start_sipd):
+    """A model whose dim 0 is fixed at 4: larger chunks are refused; the
+    default chunk (0) is the fixed dim, not the larger max_batch_size."""
+    srv = start_sipd([{"name": "fixed", "backend": "builtin",
+                       "backend_options": {"shape": "4,%d" % ROW},
+                       "dynamic_batching": {"max_batch_size": 8}}])
+    c = srv.client()
+    items = [np.full(ROW, i, F) for i in range(6)]
+    with pytest.raises(InvalidArgumentError, match=r"max_batch_size 8 .*fixed batch dim 4"):
+        c.batch_infer(BatchInferenceRequest("fixed", items, batch_config={
+            "max_batch_size": 8, "padding_strategy": "zero"}))
+    r = c.batch_infer(BatchInferenceRequest("fixed", items, batch_config={
+        "padding_strategy": "replicate_last"}))
+    np.testing.assert_array_equal(r.outputs["output"], np.stack(items))
+
+
 def test_batch_padding_is_bounded_by_the_request(srv):
     """A pool without a batch limit: one row asked to be padded to 100000
     rows (100 MB) runs as one row; sipd's memory stays where it was."""
