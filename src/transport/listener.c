@@ -237,6 +237,7 @@ static void *loop_main(void *arg) {
       if (now >= ls->listeners_paused_until_us) {
         ls->listeners_paused_until_us = 0;
         set_listeners_armed(ls, 1);
+        if (ls->reserve_fd < 0) ls->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
       } else {
         timeout_ms = (int)((ls->listeners_paused_until_us - now + 999) / 1000);
       }
