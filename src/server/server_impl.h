@@ -51,7 +51,11 @@ struct sip_server {
   size_t n_reloaded;
   _Atomic int drain_timeout_ms; /* server.drain_timeout_ms, as last read */
   struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
+  struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
 };
+
+/* Ends every event stream (src/server/events.c); before the engine goes. */
+void sip__event_streams_stop(sip_server_t *s);
 
 /* ---- model repository (src/server/repository.c) ---- */
 /* Starts the loader thread: it loads the config file's pools, then the

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Event stream cost (issue 12): 10,000 inferences on one pool with a
+subscriber that never reads its event stream, against the same 10,000 with
+no subscriber, in the same run. The pool is the builtin identity backend
+(no compute), so the events' share of each request is as large as it gets.
+Rounds alternate (none, subscriber, none, ...) and the median of each is
+compared. Target: with / without >= 0.95."""
+import socket
+import statistics
+import time
+
+import numpy as np
+
+from common import Sipd
+from cann_sip import InferenceRequest, SessionClient, protocol as P
+from cann_sip.client import parse_endpoint
+
+N = 10000
+WINDOW = 64  # requests in flight
+ROUNDS = 5
+
+
+def run(endpoint):
+    x = np.ones((1, 4), np.float32)
+    with SessionClient(endpoint, timeout_s=60) as c:
+        c.infer(InferenceRequest("echo", {"input": x}))  # connected, warm
+        t0 = time.perf_counter()
+        futs = []
+        for i in range(N):
+            futs.append(c.infer_async(InferenceRequest("echo", {"input": x})))
+            if len(futs) >= WINDOW:
+                futs.pop(0).result()
+        for f in futs:
+            f.result()
+        return N / (time.perf_counter() - t0)
+
+
+def deaf_subscriber(endpoint):
+    """SUBSCRIBE, read the acceptance, then never read again."""
+    _, addr = parse_endpoint(endpoint)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(addr)
+    s.sendall(P.encode_frame(P.SUBSCRIBE, 1, P.encode_subscribe("echo", 0)))
+    hdr = s.recv(P.HEADER_SIZE, socket.MSG_WAITALL)
+    s.recv(P.decode_header(hdr).length, socket.MSG_WAITALL)
+    return s
+
+
+with Sipd([{"name": "echo", "backend": "builtin", "pool_size": 1,
+            "backend_options": {"shape": "-1,4"}}]) as srv:
+    without, with_sub = [], []
+    for _ in range(ROUNDS):
+        without.append(run(srv.endpoint))
+        sub = deaf_subscriber(srv.endpoint)
+        with_sub.append(run(srv.endpoint))
+        sub.close()
+    load = open("/proc/loadavg").read().split()[:3]
+a, b = statistics.median(without), statistics.median(with_sub)
+print("machine load (1/5/15 min): %s" % " ".join(load))
+print("no subscriber          : %8.0f inferences/s  (rounds: %s)" %
+      (a, " ".join("%.0f" % v for v in without)))
+print("never-reading subscriber: %8.0f inferences/s  (rounds: %s)" %
+      (b, " ".join("%.0f" % v for v in with_sub)))
+r = b / a
+print("with / without = %.3f   target >= 0.95: %s" % (r, "PASS" if r >= 0.95 else "FAIL"))
