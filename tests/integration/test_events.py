@@ -217,3 +217,91 @@ def test_bad_subscribe_is_refused(srv):
     with pytest.raises(InvalidArgumentError):
         srv.client().register_callbacks("echo", object())
     srv.assert_alive()
+
+
+class SSEReader:
+    """Server-Sent Events from a raw HTTP/1.1 socket: checks the status and
+    Content-Type, undoes the chunked transfer-encoding, and returns events
+    as (event name, data dict)."""
+
+    def __init__(self, sock):
+        self.f = sock.makefile("rb")
+        status = self.f.readline()
+        assert b" 200 " in status, status
+        self.headers = {}
+        while True:
+            line = self.f.readline().strip()
+            if not line:
+                break
+            k, _, v = line.decode().partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+        assert self.headers["content-type"] == "text/event-stream"
+        assert self.headers["cache-control"] == "no-cache"
+        self.text = b""
+
+    def read(self, n):
+        out = []
+        while len(out) < n:
+            while b"\n\n" in self.text and len(out) < n:
+                msg, self.text = self.text.split(b"\n\n", 1)
+                fields = dict(l.split(": ", 1) for l in msg.decode().split("\n"))
+                out.append((fields["event"], json.loads(fields["data"])))
+            if len(out) == n:
+                break
+            size = int(self.f.readline().strip(), 16)  # chunk size line
+            assert size > 0, "stream ended"
+            self.text += self.f.read(size)
+            self.f.readline()
+        return out
+
+
+def test_http_server_sent_events(start_sipd):
+    import kserve as K
+    srv = start_sipd([{"name": "echo", "backend": "builtin", "pool_size": 1},
+                      {"name": "other", "backend": "builtin", "pool_size": 1}],
+                     server={"http": "127.0.0.1:0"})
+    host, port = K.http_base(srv).split("//")[1].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"GET /v2/events?pool=echo HTTP/1.1\r\nHost: x\r\n\r\n")
+    r = SSEReader(s)  # headers come at once, before any event
+    c = srv.client()
+    c.infer(InferenceRequest("other", {"input": np.ones(1, F)}))  # filtered out
+    echo(c, 21)
+    evs = r.read(3)
+    assert [e[0] for e in evs] == ["STATE_CHANGE", "STATE_CHANGE", "INFERENCE_COMPLETE"]
+    assert evs[0][1]["new_state"] == "RUNNING" and evs[1][1]["new_state"] == "READY"
+    assert evs[2][1]["request_id"] == 21 and evs[2][1]["pool"] == "echo"
+    # Quiet, then more: the suspended stream wakes up.
+    time.sleep(0.3)
+    echo(c, 22)
+    evs = r.read(3)
+    assert evs[2][1]["request_id"] == 22 and evs[2][1]["dropped"] == 0
+    s.close()
+    srv.assert_alive()
+
+
+def test_shutdown_with_open_streams(start_sipd):
+    """A server with a quiet (suspended) SSE stream and a native
+    subscription stops cleanly and ends both streams."""
+    import kserve as K
+    srv = start_sipd([{"name": "echo", "backend": "builtin", "pool_size": 1}],
+                     server={"http": "127.0.0.1:0"})
+    host, port = K.http_base(srv).split("//")[1].rsplit(":", 1)
+    h = socket.create_connection((host, int(port)), timeout=10)
+    h.sendall(b"GET /v2/events HTTP/1.1\r\nHost: x\r\n\r\n")
+    SSEReader(h)
+    n = subscribe(srv.endpoint, "")
+    time.sleep(0.3)
+    assert srv.stop() == 0, srv.log_tail()
+    # Both streams end (EOF, not a timeout); what came before were events.
+    n.settimeout(5)
+    while True:
+        got = read_frame_any(n)
+        if got is None:
+            break
+        assert got[0].type == P.EVENT
+    h.settimeout(5)
+    while h.recv(1 << 16):
+        pass
+    h.close()
+    n.close()
