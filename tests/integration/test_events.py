@@ -305,3 +305,29 @@ def test_shutdown_with_open_streams(start_sipd):
         pass
     h.close()
     n.close()
+
+
+def test_pool_events_on_reload(start_sipd):
+    """A pool a reload adds reports its sessions' INIT -> READY and
+    POOL_LOADED; one it removes reports its sessions DESTROYED."""
+    import signal
+    pools = [{"name": "echo", "backend": "builtin", "pool_size": 1},
+             {"name": "gone", "backend": "builtin", "pool_size": 2}]
+    srv = start_sipd(pools)
+    added = subscribe(srv.endpoint, "added")
+    gone = subscribe(srv.endpoint, "gone")
+    srv.pools = [pools[0], {"name": "added", "backend": "builtin", "pool_size": 2}]
+    srv.write_config()
+    srv.send_signal(signal.SIGHUP)
+    evs = [read_event(added) for _ in range(3)]
+    ready = sorted(e["session"] for e in evs if e["event"] == "STATE_CHANGE")
+    assert ready == ["added/0", "added/1"]
+    assert all((e["old_state"], e["new_state"], e["reason"]) == ("INIT", "READY", "loaded")
+               for e in evs if e["event"] == "STATE_CHANGE")
+    assert evs[-1]["event"] == "POOL_LOADED" and evs[-1]["pool"] == "added"
+    evs = [read_event(gone) for _ in range(2)]
+    assert sorted(e["session"] for e in evs) == ["gone/0", "gone/1"]
+    assert all((e["event"], e["new_state"]) == ("STATE_CHANGE", "DESTROYED") for e in evs)
+    added.close()
+    gone.close()
+    srv.assert_alive()
