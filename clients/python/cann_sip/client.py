@@ -1057,8 +1057,9 @@ class SessionClient:
         close. Callbacks of one pool share one subscription connection.
         buffer: events the server keeps for this subscriber while it is
         behind (0: the server's default, 1024); more are dropped and counted
-        in the next event's context["dropped"]. Raises UnavailableError when
-        the server cannot be reached."""
+        in the next event's context["dropped"]. Returns the subscription
+        (its ``dropped`` counts the events lost so far). Raises
+        UnavailableError when the server cannot be reached."""
         if not callable(getattr(callback, "on_event", None)):
             raise InvalidArgumentError("callback must have an on_event(session_id, event, "
                                        "context) method (subclass SessionCallback)")
