@@ -556,9 +556,17 @@ static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
     e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "SUBSCRIBE: cannot take over the connection "
                       "(out of file descriptors)");
   sip__wbuf_t w = {0};
+  json_t *ok = e ? NULL : json_pack("{s:s,s:i}", "subscribed", pool, "buffer",
+                                    buffer ? (int)buffer : 1024);
+  if (!e && !ok) {
+    close(fd);
+    json_t *name = json_string(pool); /* NULL: not UTF-8 (else out of memory) */
+    e = name ? SIP__OOM()
+             : sip_error_new(SIP_INVALID_ARGUMENT, "SUBSCRIBE: the pool name is not valid "
+                             "UTF-8; expected a pool's name or \"\" for all");
+    json_decref(name);
+  }
   if (!e) {
-    json_t *ok = json_pack("{s:s,s:i}", "subscribed", pool, "buffer",
-                           buffer ? (int)buffer : 1024);
     encode_repo_answer(&w, rid, NULL, ok);
     e = sip_server_stream_events(ls->srv, fd, pool, buffer, w.data, w.len, encode_event_frame,
                                  NULL);

@@ -331,3 +331,15 @@ def test_pool_events_on_reload(start_sipd):
     added.close()
     gone.close()
     srv.assert_alive()
+
+
+def test_subscribe_pool_name_not_utf8(srv):
+    s = raw_connect(srv.endpoint)
+    s.sendall(P.encode_frame(P.SUBSCRIBE, 4, struct.pack("<H", 2) + b"\xff\xfe" +
+                             struct.pack("<I", 0)))
+    h, payload = read_frame(s)
+    assert h.type == P.INFO_RESPONSE and h.request_id == 4
+    code, body = P.decode_info_response(payload)
+    assert code != 0 and "UTF-8" in body["error"], body
+    s.close()
+    srv.assert_alive()
