@@ -6,8 +6,9 @@
  * events of one pool or of all of them.
  *
  * A subscriber's callback runs on the thread that emitted the event (an
- * executor, the loader, housekeeping) with the bus lock held: it must be
- * short, must not block and must not subscribe or unsubscribe. Anything
+ * executor, the loader, housekeeping) with the bus lock held (shared:
+ * several threads may call it at once): it must be thread-safe and short,
+ * must not block and must not subscribe or unsubscribe. Anything
  * slower goes through a sip_event_ring_t, which a reader of its own drains:
  * the ring is bounded, and when it is full the newest event is dropped and
  * counted (inference never waits for a reader). */

@@ -2,9 +2,9 @@
  * (include/sip/events.h, src/session/events.h, docs/events.md).
  *
  * Subscribers are few and change rarely; events are many. Emitting takes
- * the bus mutex only when someone listens (an atomic count says so), and a
- * subscriber's callback is expected to be a ring push: one short lock and a
- * copy. Readers of a ring never hold the bus. */
+ * the bus lock (shared) only when someone listens (an atomic count says
+ * so), and a subscriber's callback is expected to be a ring push: one short
+ * lock and a copy. Readers of a ring never hold the bus. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -71,7 +71,9 @@ struct sip_event_sub {
 };
 
 struct sip__event_bus {
-  pthread_mutex_t mu;
+  /* Emitters read-lock (executors of different sessions emit at once);
+   * subscribing and unsubscribing write-lock. */
+  pthread_rwlock_t mu;
   atomic_int n; /* subscribers, read without the lock */
   sip_event_sub_t **subs;
   size_t cap;
@@ -79,7 +81,7 @@ struct sip__event_bus {
 
 sip__event_bus_t *sip__event_bus_new(void) {
   sip__event_bus_t *b = sip__calloc(1, sizeof *b);
-  if (b) pthread_mutex_init(&b->mu, NULL);
+  if (b) pthread_rwlock_init(&b->mu, NULL);
   return b;
 }
 
@@ -90,7 +92,7 @@ void sip__event_bus_free(sip__event_bus_t *b) {
     sip__free(b->subs[i]);
   }
   sip__free(b->subs);
-  pthread_mutex_destroy(&b->mu);
+  pthread_rwlock_destroy(&b->mu);
   sip__free(b);
 }
 
@@ -106,13 +108,13 @@ sip_error_t *sip__event_subscribe(sip__event_bus_t *b, const char *pool, sip_eve
   }
   s->fn = fn;
   s->user = user;
-  pthread_mutex_lock(&b->mu);
+  pthread_rwlock_wrlock(&b->mu);
   size_t n = (size_t)atomic_load(&b->n);
   if (n == b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 8;
     sip_event_sub_t **v = sip__realloc(b->subs, cap * sizeof *v);
     if (!v) {
-      pthread_mutex_unlock(&b->mu);
+      pthread_rwlock_unlock(&b->mu);
       sip__free(s->pool);
       sip__free(s);
       return SIP__OOM();
@@ -122,14 +124,14 @@ sip_error_t *sip__event_subscribe(sip__event_bus_t *b, const char *pool, sip_eve
   }
   b->subs[n] = s;
   atomic_store(&b->n, (int)n + 1);
-  pthread_mutex_unlock(&b->mu);
+  pthread_rwlock_unlock(&b->mu);
   *out = s;
   return NULL;
 }
 
 void sip__event_unsubscribe(sip__event_bus_t *b, sip_event_sub_t *sub) {
   if (!b || !sub) return;
-  pthread_mutex_lock(&b->mu);
+  pthread_rwlock_wrlock(&b->mu);
   int n = atomic_load(&b->n);
   for (int i = 0; i < n; i++) {
     if (b->subs[i] != sub) continue;
@@ -137,14 +139,14 @@ void sip__event_unsubscribe(sip__event_bus_t *b, sip_event_sub_t *sub) {
     atomic_store(&b->n, n - 1);
     break;
   }
-  pthread_mutex_unlock(&b->mu);
+  pthread_rwlock_unlock(&b->mu);
   sip__free(sub->pool);
   sip__free(sub);
 }
 
 void sip__event_emit(sip__event_bus_t *b, sip_event_t *ev) {
   if (!b || !atomic_load_explicit(&b->n, memory_order_relaxed)) return;
-  pthread_mutex_lock(&b->mu);
+  pthread_rwlock_rdlock(&b->mu);
   int n = atomic_load(&b->n);
   ev->time_us = 0;
   for (int i = 0; i < n; i++) {
@@ -153,7 +155,7 @@ void sip__event_emit(sip__event_bus_t *b, sip_event_t *ev) {
     if (!ev->time_us) ev->time_us = sip__wall_us(); /* only for events someone takes */
     s->fn(ev, s->user);
   }
-  pthread_mutex_unlock(&b->mu);
+  pthread_rwlock_unlock(&b->mu);
 }
 
 /* ---- emission points ---- */
