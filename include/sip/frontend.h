@@ -18,6 +18,7 @@
 
 #include "sip/error.h"
 #include "sip/server.h"
+#include "sip/events.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +45,24 @@ typedef struct sip_frontend_vtable {
  * server). Errors: what `start` returned; RESOURCE_EXHAUSTED when full. */
 sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
                                      const void *options);
+
+/* Encodes one event for the wire: owned bytes (free with sip_free) and
+ * their length, or NULL when out of memory (the stream then ends).
+ * `dropped`: events lost before it because the reader was slow. */
+typedef void *(*sip_event_encode_fn)(const sip_event_t *ev, uint64_t dropped, size_t *len,
+                                     void *user);
+/* Streams the events of `pool` (NULL or "": every pool) to socket `fd`
+ * (taken: closed when the stream ends, also on error) from a thread of the
+ * server's: first the `first_len` bytes at `first` (copied), then each
+ * event as `enc` encodes it. Events wait in a ring of `capacity` events
+ * (0: 1024); when the reader is slower than the engine the newest are
+ * dropped and counted, and the next event sent carries the count, so
+ * inference never waits for a reader. The stream ends when the peer closes
+ * or a write fails, and at sip_server_free. At most 64 streams at once.
+ * Errors: RESOURCE_EXHAUSTED. */
+sip_error_t *sip_server_stream_events(sip_server_t *s, int fd, const char *pool,
+                                      size_t capacity, const void *first, size_t first_len,
+                                      sip_event_encode_fn enc, void *user);
 
 #ifdef __cplusplus
 }

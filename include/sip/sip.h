@@ -5,4 +5,5 @@
 #include "sip/tensor.h"
 #include "sip/backend.h"
 #include "sip/server.h"
+#include "sip/events.h"
 #endif

@@ -274,6 +274,7 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   pthread_mutex_destroy(&h->cache_mu);
+  pthread_mutex_destroy(&h->sse_mu);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   sip__free(h->d);
@@ -348,6 +349,7 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   h->cfg = cfg;
   h->listen_fd = h->wake[0] = h->wake[1] = -1;
   pthread_mutex_init(&h->cache_mu, NULL);
+  pthread_mutex_init(&h->sse_mu, NULL);
   pthread_mutex_init(&h->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -420,6 +422,7 @@ static void http_stop(void *state) {
   close(h->wake[0]);
   close(h->wake[1]);
   close(h->listen_fd);
+  sip__http_sse_stop(h);
   uint64_t until = sip__now_us() + STOP_GRACE_US;
   struct timespec ts = {(time_t)(until / 1000000), (long)(until % 1000000) * 1000};
   pthread_mutex_lock(&h->mu);

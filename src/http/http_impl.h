@@ -63,6 +63,8 @@ struct sip__http {
   pthread_cond_t cv;
   pthread_mutex_t cache_mu;
   meta_t *cache;
+  pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
+  struct sip__http_sse *sse;
 };
 
 typedef enum route_kind {
@@ -84,6 +86,7 @@ typedef enum route_kind {
   R_TRACE,       /* GET/POST /v2/trace/setting, /v2/models/{m}/trace/setting */
   R_CUDA_SHM,    /* /v2/cudasharedmemory/... (a server without GPUs) */
   R_SYS_SHM,     /* /v2/systemsharedmemory/... */
+  R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -142,6 +145,12 @@ struct hreq {
   int resp_oom;
   sip_error_t *err;
 };
+
+/* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
+typedef struct sip__http_sse sip__http_sse_t;
+enum MHD_Result sip__http_events(hreq_t *q);
+/* Ends every event stream (before the daemons stop: none stays suspended). */
+void sip__http_sse_stop(sip__http_t *h);
 
 /* ---- routes.c ------------------------------------------------------------ */
 

@@ -410,6 +410,7 @@ void sip_server_free(sip_server_t *s) {
     s->n_frontends--;
     s->frontends[s->n_frontends].vt->stop(s->frontends[s->n_frontends].state);
   }
+  sip__event_streams_stop(s);
   sip__pipelines_free(s->pipelines); /* no run is left once pools drained and workers quiesced */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);

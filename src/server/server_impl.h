@@ -60,7 +60,11 @@ struct sip_server {
   struct sip__replay *replays;
   size_t replaying;
   pthread_cond_t idem_cv;
+  struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
 };
+
+/* Ends every event stream (src/server/events.c); before the engine goes. */
+void sip__event_streams_stop(sip_server_t *s);
 
 /* ---- model repository (src/server/repository.c) ---- */
 /* Starts the loader thread: it loads the config file's pools, then the

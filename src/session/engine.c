@@ -2,6 +2,7 @@
  * execution-slot arbiter (src/session/engine.h). */
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/events.h"
 
 void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, int slots,
                       void (*note_deadline)(void *, uint64_t), void *note_ctx) {
@@ -12,6 +13,7 @@ void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, i
   pthread_mutex_init(&e->backend_mu, NULL);
   sip__registry_init(e);
   e->registry_inited = 1;
+  e->events = sip__event_bus_new();
 }
 
 void sip__engine_destroy(sip__engine_t *e) {
@@ -23,6 +25,8 @@ void sip__engine_destroy(sip__engine_t *e) {
   pthread_mutex_destroy(&e->backend_mu);
   sip__arbiter_destroy(&e->arbiter);
   e->registry_inited = 0;
+  sip__event_bus_free(e->events);
+  e->events = NULL;
 }
 
 sip_error_t *sip__engine_backend_state(sip__engine_t *e, const sip_backend_vtable_t *vt,

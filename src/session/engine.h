@@ -317,6 +317,7 @@ typedef struct sip__engine {
   /* Told when a queued request has a deadline (housekeeping expires it). */
   void (*note_deadline)(void *ctx, uint64_t deadline_us);
   void *note_ctx;
+  struct sip__event_bus *events; /* subscribers of engine events (src/session/events.h) */
 } sip__engine_t;
 
 /* Sets up the engine (registry, backends table, arbiter with `slots`). */

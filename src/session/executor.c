@@ -19,6 +19,7 @@
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
+#include "session/events.h"
 #include "session/sequence.h"
 
 #define MAX_BATCH_REQUESTS 1024
@@ -176,6 +177,7 @@ static void finish(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char
   if (code != SIP_OK)
     sip__log_failure("pool=%s code=%s reason=\"%s\"", p->cfg->name,
              sip_code_name(code), msg);
+  sip__events_request(p, r, code, msg, queue_us, total_us);
   sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
 }
 
@@ -467,6 +469,7 @@ static void run_batch(sip__session_t *s, batch_t *b) {
   sip_request_t *r0 = b->reqs[0];
   b->rows = 0;
   for (size_t i = 0; i < n; i++) b->rows += b->reqs[i]->rows;
+  sip__events_executing(s, (int64_t)n);
 
   uint64_t t_in = sip__now_ns();
   const char *names[64];
@@ -555,6 +558,7 @@ static void run_batch(sip__session_t *s, batch_t *b) {
     if (k == n - 1) sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
     finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
   }
+  sip__events_executing(NULL, 0);
   sip_error_free(e);
   for (size_t j = 0; j < n_out; j++) sip_tensor_free(outs[j]);
 }

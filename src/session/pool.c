@@ -18,6 +18,7 @@
 #include "ops/transforms.h"
 #include "backend/backends.h"
 #include "session/engine.h"
+#include "session/events.h"
 #include "session/sequence.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
@@ -253,6 +254,7 @@ static void pool_fail(sip__pool_t *p, sip_error_t *e) {
            sip_code_name(sip_error_code(e)), sip_error_message(e));
   p->load_error = e;
   atomic_store(&p->state, SIP__POOL_FAILED);
+  sip__events_pool(p, SIP_EVENT_POOL_FAILED, sip_error_message(e));
 }
 
 void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final) {
@@ -433,6 +435,7 @@ static void load(sip__pool_t *p) {
   }
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
   atomic_store(&p->state, SIP__POOL_READY);
+  sip__events_pool(p, SIP_EVENT_POOL_LOADED, NULL);
   sip__log(SIP__LOG_INFO, "pool loaded",
            "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu "
            "memory_bytes=%llu",

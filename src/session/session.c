@@ -3,6 +3,7 @@
  * so an illegal move is refused instead of silently corrupting state. */
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/events.h"
 
 static const char *state_names[SIP__SESSION_STATES_] = {"INIT",      "READY",  "RUNNING",
                                                        "SUSPENDED", "FAILED", "DESTROYED"};
@@ -40,5 +41,6 @@ int sip__session_set_state(sip__session_t *s, sip__session_state_t to) {
     }
   } while (!atomic_compare_exchange_weak(&s->state, &from, (int)to));
   atomic_store(&s->since_us, sip__wall_us());
+  sip__events_state(s, from, (int)to);
   return 1;
 }

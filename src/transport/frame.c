@@ -6,10 +6,11 @@
 
 #include "core/core.h"
 
-static const char *type_names[] = {"?",           "INFER_REQUEST", "INFER_RESPONSE",
-                                   "INFO_REQUEST", "INFO_RESPONSE", "ERROR",
-                                   "BATCH_INFER_REQUEST", "REPO_REQUEST", "SHM_REGISTER",
-                                   "SHM_UNREGISTER", "SHM_STATUS"};
+static const char *type_names[SIP__MSG_MAX + 1] = {
+    "?",           "INFER_REQUEST",       "INFER_RESPONSE", "INFO_REQUEST",
+    "INFO_RESPONSE", "ERROR",             "BATCH_INFER_REQUEST", "REPO_REQUEST",
+    "SHM_REGISTER", "SHM_UNREGISTER",     "SHM_STATUS",     "SUBSCRIBE",
+    "EVENT"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h) {
@@ -677,6 +678,40 @@ sip_error_t *sip__decode_shm_name(const uint8_t *p, size_t len, uint16_t type, c
     *name = NULL;
   }
   return e;
+}
+
+void sip__encode_subscribe(sip__wbuf_t *w, uint64_t request_id, const char *pool,
+                           uint32_t buffer) {
+  size_t at = begin(w);
+  sip__wbuf_str16(w, pool);
+  sip__wbuf_u32(w, buffer);
+  finish(w, at, SIP__MSG_SUBSCRIBE, request_id);
+}
+
+sip_error_t *sip__decode_subscribe(const uint8_t *p, size_t len, char **pool, uint32_t *buffer) {
+  reader_t r = {p, len, 0, "SUBSCRIBE"};
+  uint64_t b = 0;
+  *pool = NULL;
+  sip_error_t *e = get_str16(&r, "pool name", pool);
+  if (!e) e = get_int(&r, "buffer", 4, &b);
+  if (!e) e = trailing(&r);
+  if (!e && b > SIP__MAX_EVENT_BUFFER)
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "SUBSCRIBE: buffer of %llu events is too large; "
+                      "expected 0 (the default, 1024) to %d", (unsigned long long)b,
+                      SIP__MAX_EVENT_BUFFER);
+  if (e) {
+    sip__free(*pool);
+    *pool = NULL;
+    return e;
+  }
+  *buffer = (uint32_t)b;
+  return NULL;
+}
+
+void sip__encode_event(sip__wbuf_t *w, const char *json, size_t json_len) {
+  size_t at = begin(w);
+  sip__wbuf_put(w, json, json_len);
+  finish(w, at, SIP__MSG_EVENT, 0);
 }
 
 sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, uint32_t *code,

@@ -27,8 +27,15 @@ enum {
   SIP__MSG_SHM_REGISTER = 8,   /* str16 name, u64 offset, u64 byte_size; one fd (SCM_RIGHTS) */
   SIP__MSG_SHM_UNREGISTER = 9, /* str16 name ("": every region of the connection) */
   SIP__MSG_SHM_STATUS = 10,    /* str16 name ("": every region of the connection) */
+  /* Events (docs/events.md): str16 pool ("": every pool), u32 buffer (events
+   * kept for a slow reader; 0: 1024). Answered by INFO_RESPONSE, then the
+   * connection carries only EVENT frames. */
+  SIP__MSG_SUBSCRIBE = 11,
+  SIP__MSG_EVENT = 12, /* server to client: a JSON object (sip_event_json) */
 };
-#define SIP__MSG_MAX SIP__MSG_SHM_STATUS
+#define SIP__MSG_MAX SIP__MSG_EVENT
+/* The largest event buffer a subscriber may ask for. */
+#define SIP__MAX_EVENT_BUFFER 65536
 #define SIP__BATCH_PREFIX_SIZE 8
 /* INFER_REQUEST flag (first reserved byte): a u32-length JSON object of
  * request parameters follows the inputs. */
@@ -188,6 +195,13 @@ void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *j
 void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);
 void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);
+
+/* SUBSCRIBE: pool (owned; "" for every pool) and buffer (<= SIP__MAX_EVENT_BUFFER). */
+void sip__encode_subscribe(sip__wbuf_t *w, uint64_t request_id, const char *pool,
+                           uint32_t buffer);
+sip_error_t *sip__decode_subscribe(const uint8_t *p, size_t len, char **pool, uint32_t *buffer);
+/* EVENT: the JSON text is the whole payload. */
+void sip__encode_event(sip__wbuf_t *w, const char *json, size_t json_len);
 
 /* Decodes an ERROR or INFO_RESPONSE payload's code and text (borrowed). */
 sip_error_t *sip__decode_code_text(const uint8_t *p, size_t len, int is_error, uint32_t *code,

@@ -16,6 +16,7 @@
 
 #include "core/core.h"
 #include "core/seqparam.h"
+#include "sip/frontend.h"
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
 
@@ -520,6 +521,74 @@ static void handle_shm_name(sip__listener_set_t *ls, conn_t *c) {
   sip__conn_queue_wbuf(ls, c, &w);
 }
 
+/* ---- SUBSCRIBE: the connection becomes an event stream ---- */
+
+/* An EVENT frame for the stream's thread (sip_event_encode_fn). */
+static void *encode_event_frame(const sip_event_t *ev, uint64_t dropped, size_t *len,
+                                void *user) {
+  (void)user;
+  char *json = sip_event_json(ev, dropped);
+  if (!json) return NULL;
+  sip__wbuf_t w = {0};
+  sip__encode_event(&w, json, strlen(json));
+  sip_free(json);
+  if (w.oom) {
+    sip__wbuf_free(&w);
+    return NULL;
+  }
+  *len = w.len;
+  return w.data;
+}
+
+/* The server's stream thread takes over the socket (a duplicate of it):
+ * it writes the INFO_RESPONSE that accepts the subscription, then the
+ * events. The loop lets the connection go, reading nothing more from it,
+ * so no other answer can interleave with the stream. */
+static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
+  char *pool;
+  uint32_t buffer;
+  uint64_t rid = c->h.request_id;
+  sip_error_t *e = sip__decode_subscribe(sip_buf_data(c->payload), c->h.length, &pool, &buffer);
+  if (e) {
+    sip__conn_error(ls, c, rid, e);
+    return;
+  }
+  pthread_mutex_lock(&c->wmu);
+  int busy = c->out.head != NULL;
+  pthread_mutex_unlock(&c->wmu);
+  int fd = -1;
+  if (busy)
+    e = sip_error_new(SIP_FAILED_PRECONDITION, "SUBSCRIBE: answers are still being sent on "
+                      "this connection; subscribe on a connection of its own");
+  else if ((fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+    e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "SUBSCRIBE: cannot take over the connection "
+                      "(out of file descriptors)");
+  sip__wbuf_t w = {0};
+  json_t *ok = e ? NULL : json_pack("{s:s,s:i}", "subscribed", pool, "buffer",
+                                    buffer ? (int)buffer : 1024);
+  if (!e && !ok) {
+    close(fd);
+    json_t *name = json_string(pool); /* NULL: not UTF-8 (else out of memory) */
+    e = name ? SIP__OOM()
+             : sip_error_new(SIP_INVALID_ARGUMENT, "SUBSCRIBE: the pool name is not valid "
+                             "UTF-8; expected a pool's name or \"\" for all");
+    json_decref(name);
+  }
+  if (!e) {
+    encode_repo_answer(&w, rid, NULL, ok);
+    e = sip_server_stream_events(ls->srv, fd, pool, buffer, w.data, w.len, encode_event_frame,
+                                 NULL);
+    sip__wbuf_free(&w);
+    if (!e) atomic_store(&c->closing, 1); /* handed over: the loop closes its descriptor */
+  }
+  if (e) {
+    encode_repo_answer(&w, rid, e, NULL);
+    sip__conn_queue_wbuf(ls, c, &w);
+  }
+  sip_error_free(e);
+  sip__free(pool);
+}
+
 void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   if ((c->n_fds || c->fds_dropped) && c->h.type != SIP__MSG_SHM_REGISTER) {
     sip__conn_error(ls, c, c->h.request_id,
@@ -546,12 +615,15 @@ void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   case SIP__MSG_REPO_REQUEST:
     handle_repo(ls, c);
     break;
+  case SIP__MSG_SUBSCRIBE:
+    handle_subscribe(ls, c);
+    break;
   default:
     sip__conn_error(ls, c, c->h.request_id,
                     sip_error_new(SIP_INVALID_ARGUMENT,
                                   "message type %u is sent by servers, not clients; expected "
                                   "INFER_REQUEST (1), INFO_REQUEST (3), BATCH_INFER_REQUEST (6), "
-                                  "REPO_REQUEST (7) or SHM_REGISTER/UNREGISTER/STATUS (8-10)",
+                                  "REPO_REQUEST (7), SHM_REGISTER/UNREGISTER/STATUS (8-10) or SUBSCRIBE (11)",
                                   c->h.type));
   }
 }

@@ -8,11 +8,15 @@
  * tensors lie 8-byte aligned inside the payload and validate, and decoded
  * requests and responses survive encode → decode unchanged (abort on any
  * mismatch), shared memory references included; the shared memory
- * messages (SHM_REGISTER, SHM_UNREGISTER, SHM_STATUS) too.
+ * messages (SHM_REGISTER, SHM_UNREGISTER, SHM_STATUS) too, and SUBSCRIBE
+ * (decode, then encode → the same bytes) and EVENT (a JSON object, as
+ * clients read it).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "core/core.h"
 #include "transport/frame.h"
@@ -193,6 +197,43 @@ static sip_error_t *shm_message(const sip__frame_header_t *h, const uint8_t *p, 
   return NULL;
 }
 
+/* SUBSCRIBE: decode, then encode → the same bytes. */
+static sip_error_t *subscribe_message(const sip__frame_header_t *h, const uint8_t *p,
+                                      size_t len) {
+  char *pool = NULL;
+  uint32_t buffer = 0;
+  sip_error_t *e = sip__decode_subscribe(p, len, &pool, &buffer);
+  if (e) {
+    CHECK(!pool);
+    CHECK(sip_error_code(e) == SIP_INVALID_ARGUMENT);
+    return e;
+  }
+  CHECK(pool && strlen(pool) <= SIP__MAX_NAME && buffer <= SIP__MAX_EVENT_BUFFER);
+  sip__wbuf_t w = {0};
+  sip__encode_subscribe(&w, h->request_id, pool, buffer);
+  size_t l2;
+  const uint8_t *p2 = reframe(&w, h->type, h->request_id, len, &l2);
+  CHECK(memcmp(p2, p, len) == 0);
+  sip__wbuf_free(&w);
+  sip__free(pool);
+  return NULL;
+}
+
+/* EVENT: a JSON object; re-encoded frames carry the same bytes. */
+static void event_message(const uint8_t *p, size_t len) {
+  json_error_t je;
+  json_t *o = json_loadb((const char *)p, len, 0, &je);
+  if (json_is_object(o)) {
+    sip__wbuf_t w = {0};
+    sip__encode_event(&w, (const char *)p, len);
+    size_t l2;
+    const uint8_t *p2 = reframe(&w, SIP__MSG_EVENT, 0, len, &l2);
+    CHECK(l2 == len && memcmp(p2, p, len) == 0);
+    sip__wbuf_free(&w);
+  }
+  json_decref(o);
+}
+
 /* Returns 0 to stop the stream (the server closes the connection). */
 static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
   size_t len = h->length;
@@ -272,6 +313,12 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
     case SIP__MSG_SHM_UNREGISTER:
     case SIP__MSG_SHM_STATUS:
       e = shm_message(h, p, len);
+      break;
+    case SIP__MSG_SUBSCRIBE:
+      e = subscribe_message(h, p, len);
+      break;
+    case SIP__MSG_EVENT:
+      event_message(p, len);
       break;
     case SIP__MSG_INFO_RESPONSE:
     case SIP__MSG_ERROR: {

@@ -107,14 +107,14 @@ def test_nonzero_flags(srv, bystander):
     assert "flag" in msg.lower(), msg
 
 
-@pytest.mark.parametrize("msg_type", [0, 11, 99, 0xFFFF])
+@pytest.mark.parametrize("msg_type", [0, 13, 99, 0xFFFF])
 def test_unknown_type(srv, bystander, msg_type):
     _, msg, _ = expect_error_frame(srv, bystander, frame(b"\0" * 8, msg_type=msg_type),
                                    {"UNIMPLEMENTED"})
     assert str(msg_type) in msg, msg
 
 
-@pytest.mark.parametrize("msg_type", [P.INFER_RESPONSE, P.INFO_RESPONSE, P.ERROR])
+@pytest.mark.parametrize("msg_type", [P.INFER_RESPONSE, P.INFO_RESPONSE, P.ERROR, P.EVENT])
 def test_server_bound_types_rejected(srv, bystander, msg_type):
     expect_error_frame(srv, bystander, frame(P.encode_error(1, "x"), msg_type=msg_type),
                        {"INVALID_ARGUMENT", "UNIMPLEMENTED"})

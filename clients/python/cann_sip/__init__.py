@@ -19,6 +19,7 @@ from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
                      UnimplementedError, sip_error_from_code)
+from .events import SessionCallback, SessionEvent
 from .metrics import MetricsCollector, MetricsSnapshot, PoolMetrics, SessionMetrics
 from .protocol import ProtocolError
 
@@ -33,4 +34,5 @@ __all__ = [
     "UnimplementedError", "FailedPreconditionError", "PermissionDeniedError", "InternalError",
     "sip_error_from_code", "__version__",
     "MetricsCollector", "MetricsSnapshot", "PoolMetrics", "SessionMetrics",
+    "SessionCallback", "SessionEvent",
 ]

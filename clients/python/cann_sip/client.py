@@ -43,6 +43,7 @@ import numpy as np
 from concurrent.futures import TimeoutError as _FutureTimeout
 
 from . import protocol as P
+from .events import Subscription
 from .errors import (CancelledError, DeadlineExceededError, InternalError,
                      InvalidArgumentError, NotFoundError, SipError, UnavailableError,
                      sip_error_from_code)
@@ -414,6 +415,28 @@ def parse_endpoint(endpoint):
                                "tcp://host:port" % endpoint)
 
 
+def _open_socket(endpoint, timeout_s):
+    family, addr = parse_endpoint(endpoint)
+    try:
+        if family == "tcp":
+            sock = socket.create_connection(addr, timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout_s)
+                sock.connect(addr)
+            except BaseException:
+                sock.close()
+                raise
+    except OSError as e:
+        raise UnavailableError("cannot connect to %s: %s" % (endpoint, e)) from None
+    # The timeout bounds sends (a server that stops reading); the reader
+    # only calls recv after poll() says data is there.
+    sock.settimeout(timeout_s)
+    return sock
+
+
 def _copy_error(err):
     """A fresh exception of the same class and text (one per future, so that
     threads raising them don't share tracebacks)."""
@@ -479,25 +502,7 @@ class _Connection:
     # -- open ---------------------------------------------------------------
     @classmethod
     def open(cls, endpoint, timeout_s):
-        family, addr = parse_endpoint(endpoint)
-        try:
-            if family == "tcp":
-                sock = socket.create_connection(addr, timeout=timeout_s)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            else:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    sock.settimeout(timeout_s)
-                    sock.connect(addr)
-                except BaseException:
-                    sock.close()
-                    raise
-        except OSError as e:
-            raise UnavailableError("cannot connect to %s: %s" % (endpoint, e)) from None
-        # The timeout bounds sends (a server that stops reading); the reader
-        # only calls recv after poll() says data is there.
-        sock.settimeout(timeout_s)
-        return cls(sock, endpoint, timeout_s)
+        return cls(_open_socket(endpoint, timeout_s), endpoint, timeout_s)
 
     # -- requests -----------------------------------------------------------
     def submit(self, request_id, kind, msg_type, parts, pool, fds=(), regions=None):
@@ -750,6 +755,7 @@ class SessionClient:
         self._ranks = {}  # pool -> {input: rank}, for batch_infer
         self._postprocess = {}  # pool -> (fn, config), see register_postprocess
         self._regions = {}  # name -> SharedMemoryRegion, registered on every connection
+        self._subs = {}  # pool ("" = every pool) -> events.Subscription
 
     # -- plumbing -----------------------------------------------------------
     def _connection(self, wait_until=None):
@@ -1157,18 +1163,62 @@ class SessionClient:
         return self._repo("unload", name)
 
     # -- lifetime -----------------------------------------------------------
+    # -- events (docs/events.md) -------------------------------------------
+    def register_callbacks(self, pool, callback, buffer=0):
+        """Calls ``callback.on_event(session_id, event, context)`` (a
+        SessionCallback) for every event of ``pool`` (None: every pool), on
+        a thread of this client, from now until unregister_callbacks or
+        close. Callbacks of one pool share one subscription connection.
+        buffer: events the server keeps for this subscriber while it is
+        behind (0: the server's default, 1024); more are dropped and counted
+        in the next event's context["dropped"]. Returns the subscription
+        (its ``dropped`` counts the events lost so far). Raises
+        UnavailableError when the server cannot be reached."""
+        if not callable(getattr(callback, "on_event", None)):
+            raise InvalidArgumentError("callback must have an on_event(session_id, event, "
+                                       "context) method (subclass SessionCallback)")
+        key = pool or ""
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("client is closed")
+            sub = self._subs.get(key)
+            if sub is not None and not sub.thread.is_alive():
+                sub = None
+            if sub is None:
+                sub = Subscription(_open_socket(self.endpoint, self.timeout_s), key, buffer,
+                                   self.timeout_s)
+                self._subs[key] = sub
+            sub.add(callback)
+        return sub
+
+    def unregister_callbacks(self, pool, callback=None):
+        """Stops calling ``callback`` (None: every callback of ``pool``);
+        the subscription closes with its last callback. Returns once no
+        callback of it runs any more (unless called from one)."""
+        key = pool or ""
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is None or sub.remove(callback):
+                return
+            del self._subs[key]
+        sub.close()
+
     def close(self):
         """Closes the connection (the server drops its regions) and unmaps the
         shared memory regions; calls still waiting fail with CancelledError.
-        Later calls raise UnavailableError. Idempotent."""
+        Event subscriptions end. Later calls raise UnavailableError.
+        Idempotent."""
         with self._lock:
             self._closed = True
             c, self._conn = self._conn, None
             regions, self._regions = list(self._regions.values()), {}
+            subs, self._subs = list(self._subs.values()), {}
         if c is not None:
             c.close()
         for r in regions:
             r.close()
+        for s in subs:
+            s.close()
 
     def __enter__(self):
         return self

@@ -40,6 +40,7 @@ __all__ = [
     "decode_info_response", "encode_error", "decode_error",
     "SHM_REGISTER", "SHM_UNREGISTER", "SHM_STATUS", "SharedTensor", "OutputDestination", "SharedOutput",
     "encode_shm_register", "encode_shm_name",
+    "SUBSCRIBE", "EVENT", "encode_subscribe", "decode_event",
 ]
 
 MAGIC = b"SIPF"
@@ -61,6 +62,9 @@ REPO_REQUEST = 7  # JSON {"action": "index" | "load" | "unload", "model": name} 
 SHM_REGISTER = 8    # str16 name, u64 offset, u64 byte_size; one memfd as SCM_RIGHTS
 SHM_UNREGISTER = 9  # str16 name ("" = every region of the connection)
 SHM_STATUS = 10     # str16 name ("" = every region of the connection)
+SUBSCRIBE = 11      # str16 pool ("" = every pool), u32 buffer -> INFO_RESPONSE, then EVENT frames
+EVENT = 12          # server to client: one event as a JSON object
+MAX_EVENT_BUFFER = 65536
 TENSOR_SHM = 0x1    # tensor reserved bit: the data is in a shared memory region
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
@@ -685,6 +689,29 @@ def encode_shm_name(name):
     w = _Writer()
     w.str16(name or "", "region name")
     return b"".join(bytes(p) for p in w.finish())
+
+
+def encode_subscribe(pool=None, buffer=0):
+    """SUBSCRIBE payload: str16 pool ("" or None = every pool), u32 buffer
+    (events the server keeps for a slow reader; 0 = its default, 1024)."""
+    if not isinstance(buffer, int) or not 0 <= buffer <= MAX_EVENT_BUFFER:
+        raise ProtocolError("event buffer must be an int in 0..%d, not %r"
+                            % (MAX_EVENT_BUFFER, buffer))
+    w = _Writer()
+    w.str16(pool or "", "pool name")
+    w.u32(buffer)
+    return b"".join(bytes(p) for p in w.finish())
+
+
+def decode_event(payload):
+    """EVENT payload -> dict (keys: event, pool, session, dropped, ...)."""
+    try:
+        obj = json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError("EVENT payload is not JSON: %s" % e) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        raise ProtocolError("EVENT payload is not a JSON object with an \"event\" name")
+    return obj
 
 
 def decode_info_request(payload):

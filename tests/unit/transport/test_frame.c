@@ -227,6 +227,41 @@ static void test_header_round_trip(void **state) {
   assert_int_equal(h.length, 0);
 }
 
+/* SUBSCRIBE round trip, its limits, and EVENT's bytes. */
+static void test_subscribe_and_event(void **state) {
+  (void)state;
+  sip__wbuf_t w = {0};
+  sip__encode_subscribe(&w, 9, "image_classification", 16);
+  sip__frame_header_t h;
+  assert_null(sip__frame_header_decode(w.data, 1 << 20, &h));
+  assert_int_equal(h.type, SIP__MSG_SUBSCRIBE);
+  assert_int_equal(h.request_id, 9);
+  char *pool = NULL;
+  uint32_t buffer = 0;
+  assert_null(sip__decode_subscribe(w.data + HDR, h.length, &pool, &buffer));
+  assert_string_equal(pool, "image_classification");
+  assert_int_equal(buffer, 16);
+  sip__free(pool);
+  /* Truncated anywhere, or with a byte too many: refused, nothing kept. */
+  for (size_t n = 0; n < h.length; n++) {
+    CHECK_ERR(sip__decode_subscribe(w.data + HDR, n, &pool, &buffer), SIP_INVALID_ARGUMENT,
+              "SUBSCRIBE");
+    assert_null(pool);
+  }
+  sip__wbuf_free(&w);
+  sip__encode_subscribe(&w, 1, "", SIP__MAX_EVENT_BUFFER + 1);
+  CHECK_ERR(sip__decode_subscribe(w.data + HDR, w.len - HDR, &pool, &buffer),
+            SIP_INVALID_ARGUMENT, "buffer of 65537 events is too large", "0 (the default, 1024) to 65536");
+  assert_null(pool);
+  sip__wbuf_free(&w);
+  sip__encode_event(&w, "{\"event\":\"ERROR\"}", 17);
+  assert_null(sip__frame_header_decode(w.data, 1 << 20, &h));
+  assert_int_equal(h.type, SIP__MSG_EVENT);
+  assert_int_equal(h.length, 17);
+  assert_memory_equal(w.data + HDR, "{\"event\":\"ERROR\"}", 17);
+  sip__wbuf_free(&w);
+}
+
 static void test_header_malformed(void **state) {
   (void)state;
   uint8_t b[HDR], c[HDR];
@@ -261,14 +296,14 @@ static void test_header_malformed(void **state) {
               "expected 0");
   }
 
-  static const uint16_t bad_types[] = {0, 11, 12, 0x100, 0xffff};
+  static const uint16_t bad_types[] = {0, 13, 14, 0x100, 0xffff};
   for (size_t i = 0; i < sizeof bad_types / sizeof bad_types[0]; i++) {
     memcpy(c, b, HDR);
     c[6] = (uint8_t)bad_types[i];
     c[7] = (uint8_t)(bad_types[i] >> 8);
     char want[64];
     snprintf(want, sizeof want, "unknown message type %u", bad_types[i]);
-    CHECK_ERR(sip__frame_header_decode(c, 1 << 20, &h), SIP_UNIMPLEMENTED, want, "expected 1..10");
+    CHECK_ERR(sip__frame_header_decode(c, 1 << 20, &h), SIP_UNIMPLEMENTED, want, "expected 1..12");
   }
 
   sip__frame_header_encode(c, SIP__MSG_INFER_RESPONSE, 1025, 1);
@@ -1388,6 +1423,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_round_trip),
       cmocka_unit_test(test_header_malformed),
+      cmocka_unit_test(test_subscribe_and_event),
       cmocka_unit_test(test_request_round_trip_all_dtypes),
       cmocka_unit_test(test_request_minimal),
       cmocka_unit_test(test_request_wire_layout),
