@@ -84,9 +84,11 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
   /* Stages refer to pools and add their own: pipelines come after every
    * session_pools entry, in whichever order the keys are written. */
   if (c->pipelines && cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
-  if (!vals[T_POOLS] && !cfg->model_repository)
+  /* Pipelines whose stages name a model_path bring their own pools. */
+  if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pools)
     return cfg_fail(c, root->start_mark, "session_pools",
-                    "missing; expected %s, or a server.model_repository", POOLS_EXPECT);
+                    "missing; expected %s, a server.model_repository, or pipeline_sessions whose "
+                    "stages name a model_path", POOLS_EXPECT);
   if (cfg->model_repository) {
     char *r = cfg_resolve_path(c->base_dir, cfg->model_repository);
     if (!r) return cfg_oom(c);
