@@ -84,8 +84,9 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
   /* Stages refer to pools and add their own: pipelines come after every
    * session_pools entry, in whichever order the keys are written. */
   if (c->pipelines && cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
-  /* Pipelines whose stages name a model_path bring their own pools. */
-  if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pools)
+  /* Pipelines bring their own pools (stages naming a model_path); a stage
+   * naming a pool that no entry makes is cfg_check_pipelines' error. */
+  if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pipelines)
     return cfg_fail(c, root->start_mark, "session_pools",
                     "missing; expected %s, a server.model_repository, or pipeline_sessions whose "
                     "stages name a model_path", POOLS_EXPECT);

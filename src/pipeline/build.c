@@ -135,6 +135,14 @@ static int fits(const sip_io_desc_t *got, const sip_io_desc_t *want) {
   return got->dtype == want->dtype && (got->rank < 0 || want->rank < 0 || got->rank == want->rank);
 }
 
+/* The conversion default wiring applies between an image as one side
+ * gives it and as the other takes it. */
+static int wire_conv(const sip_io_desc_t *got, const sip_io_desc_t *want) {
+  if (is_nchw_f32(got) && is_hwc_u8(want)) return CONV_NCHW_F32_TO_HWC_U8;
+  if (is_hwc_u8(got) && is_nchw_f32(want)) return CONV_HWC_U8_TO_NCHW_F32;
+  return CONV_NONE;
+}
+
 static int wire_to(wire_t *w, int src, const char *out) {
   w->src = src;
   return (w->out = sip__strdup(out)) != NULL ? 1 : -1;
@@ -142,7 +150,7 @@ static int wire_to(wire_t *w, int src, const char *out) {
 
 /* Default wiring of stage `k`'s input `name` (no input_mapping): the
  * previous stage's output of that name; else its output at the same
- * position when its type fits; else the nearest earlier stage's output of
+ * position when its type fits or converts; else the nearest earlier stage's output of
  * that name; else the pipeline input of that name; else, for an image
  * input, the pipeline's image (the first pipeline input an earlier stage
  * reads as an image); else the previous stage's positional output
@@ -152,7 +160,9 @@ static int wire_default(pipeline_t *pl, size_t k, size_t i, const char *name, wi
   stage_t *prev = &pl->st[k - 1];
   if (keeps(prev, name)) return wire_to(w, (int)k - 1, name);
   int positional = i < prev->n_outs && keeps(prev, prev->outs[i]);
-  if (positional && fits(desc_of(prev->out_desc, prev->n_out_desc, prev->outs[i]), want))
+  const sip_io_desc_t *got = positional ? desc_of(prev->out_desc, prev->n_out_desc, prev->outs[i])
+                                        : NULL;
+  if (positional && (fits(got, want) || wire_conv(got, want)))
     return wire_to(w, (int)k - 1, prev->outs[i]);
   for (size_t j = k - 1; j-- > 0;)
     if (keeps(&pl->st[j], name)) return wire_to(w, (int)j, name);
@@ -163,14 +173,6 @@ static int wire_default(pipeline_t *pl, size_t k, size_t i, const char *name, wi
       if (is_image(wire_desc(pl, k, &probe))) return wire_to(w, -1, pl->inputs[p]);
     }
   return positional ? wire_to(w, (int)k - 1, prev->outs[i]) : 0;
-}
-
-/* The conversion default wiring applies between an image as one side
- * gives it and as the other takes it. */
-static int wire_conv(const sip_io_desc_t *got, const sip_io_desc_t *want) {
-  if (is_nchw_f32(got) && is_hwc_u8(want)) return CONV_NCHW_F32_TO_HWC_U8;
-  if (is_hwc_u8(got) && is_nchw_f32(want)) return CONV_HWC_U8_TO_NCHW_F32;
-  return CONV_NONE;
 }
 
 static char *build_one(pipeline_t *pl, sip__engine_t *eng) {

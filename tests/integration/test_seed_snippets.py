@@ -214,3 +214,113 @@ def test_code_6_as_written(tmp_path, models, capsys):
     np.testing.assert_allclose(batch_response.outputs["output_0"], ref, rtol=1e-4)
     assert "output_0" in batch_response.outputs and list(batch_response.outputs.keys()) == ["output_0"]
     client.close()
+
+
+# ---- the behaviours the snippets rely on, one by one ----
+
+def nchw_model(path, hw):
+    """input_0 f32 [1,3,h,w] -> output_0 = 2 * input_0."""
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["input_0", "two"], ["output_0"])], "m",
+        [helper.make_tensor_value_info("input_0", TensorProto.FLOAT, [1, 3, hw, hw])],
+        [helper.make_tensor_value_info("output_0", TensorProto.FLOAT, [1, 3, hw, hw])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def test_hwc_uint8_converted_for_a_model(tmp_path):
+    """resize (uint8 HWC, target_size) -> a model taking float32 NCHW, no
+    input_mapping: the image is transposed and cast on the way."""
+    nchw_model(tmp_path / "m.onnx", 8)
+    srv = start(tmp_path, """\
+pipeline_sessions:
+  - name: p
+    stages:
+      - {name: small, type: transform, operation: resize, target_size: [8, 8]}
+      - {name: model, model_path: m.onnx}
+""".replace("m.onnx", str(tmp_path / "m.onnx")))
+    c = SessionClient(endpoint=srv.endpoint)
+    img = np.random.default_rng(3).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    r = c.infer(InferenceRequest("p", {"image": img}))
+    small = r.stage_outputs["small"].output
+    assert small.shape == (8, 8, 3) and small.dtype == np.uint8
+    np.testing.assert_array_equal(r.outputs["output_0"],
+                                  2 * small.transpose(2, 0, 1)[np.newaxis].astype(F))
+    # The pipeline describes its input as the first stage takes it.
+    p = [x for x in c.info(2)["pipelines"] if x["name"] == "p"][0]
+    assert p["inputs"][0]["name"] == "image" and p["inputs"][0]["dtype"] == "uint8"
+    c.close()
+
+
+def test_crop_takes_the_pipeline_image_and_nearest_boxes(tmp_path, models):
+    """The crop's image comes from the pipeline (float32 NCHW, converted to
+    uint8 HWC: values rounded and saturated), its boxes from the nearest
+    earlier stage that has them, across a stage that has none."""
+    srv = start(tmp_path, """\
+pipeline_sessions:
+  - name: p
+    stages:
+      - {name: det, model_path: %s/yolov5.onnx}
+      - {name: best, type: transform, operation: topk, k: 1, input_mapping: {input: det.scores}}
+      - {name: crop, type: transform, operation: crop_and_resize, target_size: [4, 4]}
+""" % models)
+    c = SessionClient(endpoint=srv.endpoint)
+    f = frame()
+    f[0, 0, 4:28, 4:28] = 300.4  # saturates to 255
+    f[0, 1, 4:28, 4:28] = 49.6   # rounds to 50
+    r = c.infer(InferenceRequest("p", {"input_0": f}))
+    crops = r.stage_outputs["crop"].output
+    assert crops.shape == (2, 3, 4, 4)
+    np.testing.assert_array_equal(crops[0].mean(axis=(1, 2)), [255, 50, 10])
+    np.testing.assert_array_equal(crops[1].mean(axis=(1, 2)), COLOURS[1])
+    # A frame of two images cannot be one crop source: the error names the stage.
+    with pytest.raises(InvalidArgumentError, match="input_0"):
+        c.infer(InferenceRequest("p", {"input_0": np.concatenate([f, f])}))
+    c.close()
+
+
+def check_config(tmp_path, text):
+    import subprocess
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return subprocess.run([str(harness.BUILD_DIR / "sipd"), "--check-config", str(path)],
+                          capture_output=True, text=True, env=harness.sipd_env(), timeout=60)
+
+
+def test_pipelines_only_config_errors(tmp_path, models):
+    ok = check_config(tmp_path, SCENARIO_2_CONFIG.format(models=models))
+    assert ok.returncode == 0, ok.stderr
+    # Neither pools nor pipelines that bring them.
+    r = check_config(tmp_path, "server: {log_level: info}\n")
+    assert r.returncode != 0
+    assert "session_pools" in r.stderr and "pipeline_sessions whose stages name a model_path" in r.stderr
+    # A pipeline naming a pool that no config entry makes.
+    r = check_config(tmp_path, "pipeline_sessions:\n  - name: p\n    stages:\n"
+                               "      - {name: a, pool: nowhere}\n")
+    assert r.returncode != 0
+    assert "stages[0].pool: 'nowhere' is not a pool of this config" in r.stderr
+
+
+def test_stage_timeout_list_checked(tmp_path, models):
+    srv = start(tmp_path, SCENARIO_2_CONFIG.format(models=models))
+    c = SessionClient(endpoint=srv.endpoint)
+    with pytest.raises(InvalidArgumentError, match="at most 3"):
+        c.infer(InferenceRequest("video_analysis_pipeline", {"input_0": frame()},
+                                 pipeline_config={"stage_timeout_ms": [50, 20, 30, 40]}))
+    # 0 = no limit for that stage; the list may be shorter than the stages.
+    r = c.infer(InferenceRequest("video_analysis_pipeline", {"input_0": frame()},
+                                 pipeline_config={"stage_timeout_ms": [0, 5000]}))
+    assert r.outputs["output_0"].shape == (2, 4)
+    c.close()
+
+
+def test_predictions_from_labels_or_topk():
+    from cann_sip.client import StageOutputs
+    s = StageOutputs(labels=np.array([b"cat", b"dog"], object), scores=np.array([0.9, 0.1], F))
+    assert s.predictions == [[("cat", pytest.approx(0.9)), ("dog", pytest.approx(0.1))]]
+    t = StageOutputs(indices=np.array([[2, 0]]), values=np.array([[0.7, 0.2]], F))
+    assert t.predictions == [[(2, pytest.approx(0.7)), (0, pytest.approx(0.2))]]
+    with pytest.raises(AttributeError, match="no predictions"):
+        StageOutputs(boxes=np.zeros((2, 4, 2), F)).predictions

@@ -192,8 +192,9 @@ class StageOutputs(dict):
     """One pipeline stage's outputs: a dict name -> array that also reads
     them as attributes (``stage_outputs["det"].boxes``). ``predictions`` is a
     classification stage's top-k as a list per row of (label, score) pairs:
-    from its ``labels``/``scores`` outputs (a topk stage with a labels file),
-    else the argmax-sorted scores of its only 2-D float output."""
+    from its ``labels``/``scores`` outputs, else a topk stage's
+    ``indices``/``values``, else the 5 best of its only [N, classes] float
+    output as (class index, score)."""
 
     __slots__ = ()
     TOP_K = 5
@@ -208,8 +209,10 @@ class StageOutputs(dict):
                                  % (name, ", ".join(sorted(self)) or "none")) from None
 
     def _predictions(self):
-        if "labels" in self and "scores" in self:
-            labels, scores = np.asarray(self["labels"]), np.asarray(self["scores"], np.float64)
+        pair = (("labels", "scores") if "labels" in self and "scores" in self else
+                ("indices", "values") if "indices" in self and "values" in self else None)
+        if pair:
+            labels, scores = np.asarray(self[pair[0]]), np.asarray(self[pair[1]], np.float64)
             labels = labels.reshape(scores.shape)
             if scores.ndim == 1:
                 labels, scores = labels[np.newaxis], scores[np.newaxis]
