@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import harness
-from cann_sip import (BatchInferenceRequest, InferenceRequest, InvalidArgumentError,
-                      SessionClient)
+from cann_sip import (BatchInferenceRequest, DeadlineExceededError, InferenceRequest,
+                      InvalidArgumentError, SessionClient)
 
 F = np.float32
 H = W = 64
@@ -114,11 +114,7 @@ def frame():
     return f
 
 
-def test_scenario_2_as_written(tmp_path, models, capsys):
-    srv = start(tmp_path, SCENARIO_2_CONFIG.format(models=models))
-    client = SessionClient(endpoint=srv.endpoint)
-    video_frame = frame()
-
+def scenario_2(client, video_frame):
     # ---- seed 000, scenario 2, client code as written ----
     request = InferenceRequest(session_pool="video_analysis_pipeline",
                                inputs={"input_0": video_frame},
@@ -130,6 +126,24 @@ def test_scenario_2_as_written(tmp_path, models, capsys):
     print(f"检测到{len(response.stage_outputs['detection'].boxes)}个目标")
     print(f"分类结果:{response.stage_outputs['classification'].predictions}")
     # ---- end of the seed's code ----
+    return response
+
+
+def test_scenario_2_as_written(tmp_path, models, capsys):
+    srv = start(tmp_path, SCENARIO_2_CONFIG.format(models=models))
+    client = SessionClient(endpoint=srv.endpoint)
+    video_frame = frame()
+    # The seed's stage timeouts (50, 20, 30 ms) are wall-clock limits: on a
+    # loaded shared machine a stage may be descheduled past one, which the
+    # server rightly answers with DEADLINE_EXCEEDED. Up to three tries.
+    for attempt in range(3):
+        try:
+            response = scenario_2(client, video_frame)
+            break
+        except DeadlineExceededError as e:
+            assert "stage_timeout_ms" in str(e)
+            if attempt == 2:
+                raise
 
     out = capsys.readouterr().out
     assert "检测到2个目标" in out
