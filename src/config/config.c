@@ -354,7 +354,11 @@ int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y) {
   for (size_t i = 0; i < x->n_pipelines; i++) {
     const sip__pipeline_config_t *a = &x->pipelines[i], *b = &y->pipelines[i];
     if (!str_same(a->name, b->name) || !str_same(a->early_exit_condition, b->early_exit_condition) ||
-        !strs_same(a->outputs, a->n_outputs, b->outputs, b->n_outputs) || !SAME(n_stages))
+        !strs_same(a->outputs, a->n_outputs, b->outputs, b->n_outputs) || !SAME(n_stages) ||
+        !SAME(n_stage_timeout_ms) ||
+        (a->n_stage_timeout_ms &&
+         memcmp(a->stage_timeout_ms, b->stage_timeout_ms,
+                a->n_stage_timeout_ms * sizeof *a->stage_timeout_ms)))
       return 0;
     for (size_t k = 0; k < a->n_stages; k++) {
       const sip__stage_config_t *u = &a->stages[k], *v = &b->stages[k];

@@ -570,6 +570,7 @@ static sip_error_t *read_config(run_t *r, const char *text) {
                           r->pl->n);
         break;
       }
+      memset(r->stage_timeout_ms, 0, sizeof r->stage_timeout_ms); /* replaces the config's */
       for (size_t i = 0; i < json_array_size(v) && !e; i++) {
         json_t *x = json_array_get(v, i);
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 86400000)
@@ -667,6 +668,8 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     r->done = done;
     r->user = user;
     pthread_mutex_init(&r->mu, NULL);
+    for (size_t i = 0; i < pl->cfg->n_stage_timeout_ms; i++)
+      r->stage_timeout_ms[i] = pl->cfg->stage_timeout_ms[i];
     if (req->pipeline_config) e = read_config(r, req->pipeline_config);
     if (e) {
       sip__expr_free(r->exit);

@@ -346,3 +346,40 @@ def test_predictions_from_labels_or_topk():
     assert t.predictions == [[(2, pytest.approx(0.7)), (0, pytest.approx(0.2))]]
     with pytest.raises(AttributeError, match="no predictions"):
         StageOutputs(boxes=np.zeros((2, 4, 2), F)).predictions
+
+
+SLOW_PIPELINE = """\
+session_pools:
+  - {name: slow, backend: builtin, backend_options: {shape: "-1,4", delay_ms: 300}}
+pipeline_sessions:
+  - name: p
+    stage_timeout_ms: %s
+    stages:
+      - {name: first, pool: slow}
+      - {name: soft, type: transform, operation: softmax}
+"""
+
+
+def test_stage_timeout_list_in_the_config(tmp_path):
+    """A pipeline's stage_timeout_ms (stage order) applies to every request;
+    a request's pipeline_config.stage_timeout_ms replaces the whole list."""
+    from cann_sip import DeadlineExceededError as Late
+    srv = start(tmp_path, SLOW_PIPELINE % "[100, 0]")
+    c = SessionClient(endpoint=srv.endpoint)
+    x = {"input": np.ones((1, 4), F)}
+    with pytest.raises(Late, match="stage 'first'.*stage_timeout_ms of 100"):
+        c.infer(InferenceRequest("p", x))
+    r = c.infer(InferenceRequest("p", x, pipeline_config={"stage_timeout_ms": [0, 50]}))
+    np.testing.assert_allclose(r.outputs["output"], np.full((1, 4), 0.25), rtol=1e-6)
+    c.close()
+
+
+@pytest.mark.parametrize("value,message", [
+    ("[10, 20, 30]", "3 values for 2 stages"),
+    ("[10, -1]", "a list of integers 0..86400000"),
+    ("50", "a list of integers 0..86400000"),
+])
+def test_stage_timeout_list_config_errors(tmp_path, value, message):
+    r = check_config(tmp_path, SLOW_PIPELINE % value)
+    assert r.returncode != 0
+    assert "pipeline_sessions[0].stage_timeout_ms" in r.stderr and message in r.stderr, r.stderr
