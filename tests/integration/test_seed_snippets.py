@@ -383,3 +383,24 @@ def test_stage_timeout_list_config_errors(tmp_path, value, message):
     r = check_config(tmp_path, SLOW_PIPELINE % value)
     assert r.returncode != 0
     assert "pipeline_sessions[0].stage_timeout_ms" in r.stderr and message in r.stderr, r.stderr
+
+
+def test_predictions_with_labels(tmp_path, models):
+    """A topk stage with a labels_file (relative to the config) after the
+    classifier: .predictions names the classes."""
+    cfg = SCENARIO_2_CONFIG.format(models=models) + """\
+      - {name: top, type: transform, operation: topk, k: 2, labels_file: classes.txt}
+"""
+    (tmp_path / "sipd").mkdir()  # the config's directory
+    (tmp_path / "sipd" / "classes.txt").write_text("red\ngreen\nyellow\nblue\n")
+    srv = start(tmp_path, cfg)
+    c = SessionClient(endpoint=srv.endpoint)
+    r = c.infer(InferenceRequest("video_analysis_pipeline", {"input_0": frame()}))
+    logits = COLOURS @ CLS_W
+    names = np.array(["red", "green", "yellow", "blue"])
+    order = np.argsort(-logits, axis=1)[:, :2]
+    preds = r.stage_outputs["top"].predictions
+    assert [[n for n, _ in row] for row in preds] == names[order].tolist()
+    np.testing.assert_allclose([[s for _, s in row] for row in preds],
+                               np.take_along_axis(logits, order, 1), rtol=1e-4)
+    c.close()

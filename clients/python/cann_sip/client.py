@@ -192,8 +192,8 @@ class StageOutputs(dict):
     """One pipeline stage's outputs: a dict name -> array that also reads
     them as attributes (``stage_outputs["det"].boxes``). ``predictions`` is a
     classification stage's top-k as a list per row of (label, score) pairs:
-    from its ``labels``/``scores`` outputs, else a topk stage's
-    ``indices``/``values``, else the 5 best of its only [N, classes] float
+    from its ``labels``/``scores`` outputs, else a topk stage's ``labels``
+    (with ``labels_file``) or ``indices``, with its ``values``, else the 5 best of its only [N, classes] float
     output as (class index, score)."""
 
     __slots__ = ()
@@ -209,8 +209,8 @@ class StageOutputs(dict):
                                  % (name, ", ".join(sorted(self)) or "none")) from None
 
     def _predictions(self):
-        pair = (("labels", "scores") if "labels" in self and "scores" in self else
-                ("indices", "values") if "indices" in self and "values" in self else None)
+        pair = next((p for p in (("labels", "scores"), ("labels", "values"), ("indices", "values"))
+                     if p[0] in self and p[1] in self), None)
         if pair:
             labels, scores = np.asarray(self[pair[0]]), np.asarray(self[pair[1]], np.float64)
             labels = labels.reshape(scores.shape)
