@@ -1,5 +1,7 @@
 /* sip — libsipclient: native-protocol client. A writer lock serialises
- * frames; a reader thread demultiplexes answers by request id. */
+ * frames; a reader thread demultiplexes answers by request id and, when the
+ * connection drops, reconnects with backoff and resends the keyed requests
+ * still in their window. Lock order: pmu, then wmu, then rmu. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -13,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -27,7 +30,16 @@ typedef struct pending {
   sip_client_done_fn done;        /* infer */
   void (*info_done)(char *, sip_error_t *, void *); /* info */
   void *user;
+  /* A request with an idempotency key: a copy of its frame, resent after a
+   * reconnection until resend_until_ns. frame.data NULL otherwise. */
+  sip__wbuf_t frame;
+  uint64_t resend_until_ns;
 } pending_t;
+
+static void pending_free(pending_t *p) {
+  sip__wbuf_free(&p->frame);
+  sip__free(p);
+}
 
 struct sip_client_shm {
   sip_client_shm_t *next;
@@ -35,6 +47,7 @@ struct sip_client_shm {
   void *data;
   size_t size;
   sip_buf_t *map; /* the mapping (and memfd), released with its last reference */
+  int fd;         /* the memfd (owned by map), registered again on a new connection */
 };
 
 struct sip_client {
@@ -46,7 +59,14 @@ struct sip_client {
   pthread_mutex_t pmu; /* pending list */
   pending_t *pending;
   atomic_uint_fast64_t next_id;
-  int closed; /* under pmu: no new requests are accepted */
+  int closed; /* under pmu: no connection (new requests are refused, keyed ones wait) */
+  /* Reconnection (under pmu): the endpoint, sip_client_free's flag and
+   * wake-up, the backoff and resend window. */
+  char *endpoint;
+  int user_closed;
+  pthread_cond_t rcv;
+  uint32_t backoff_ms, max_backoff_ms, resend_ms;
+  atomic_uint_fast64_t reconnects;
 };
 
 static sip_error_t *dial(const char *ep, int *out) {
@@ -132,15 +152,27 @@ static void complete_err(pending_t *p, sip_error_t *e) {
     p->info_done(NULL, e, p->user);
   else
     p->done(NULL, e, p->user);
-  sip__free(p);
+  pending_free(p);
 }
 
-/* Fails everything pending (connection lost or an ERROR frame). */
+/* The connection is gone (lost, an ERROR frame, or closed by the user):
+ * fails what is pending, but for keyed requests still in their resend
+ * window while the client is not closed by its user. */
 static void fail_all(sip_client_t *c, sip_code_t code, const char *msg) {
+  uint64_t now = sip__now_ns();
+  pending_t *p = NULL;
   pthread_mutex_lock(&c->pmu);
-  pending_t *p = c->pending;
-  c->pending = NULL;
   c->closed = 1;
+  for (pending_t **pp = &c->pending; *pp;) {
+    pending_t *q = *pp;
+    if (!c->user_closed && q->frame.data && q->resend_until_ns > now) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    q->next = p;
+    p = q;
+  }
   pthread_mutex_unlock(&c->pmu);
   while (p) {
     pending_t *nx = p->next;
@@ -185,21 +217,22 @@ static sip_error_t *error_from_text(sip_code_t code, const char *txt, size_t n) 
   return e;
 }
 
-static void *reader_main(void *arg) {
-  sip_client_t *c = arg;
+/* Reads answers from `fd` until the connection ends, then fails what is
+ * pending on it (fail_all). */
+static void read_answers(sip_client_t *c, int fd) {
   for (;;) {
     uint8_t hdr[SIP__FRAME_HEADER_SIZE];
-    if (read_full(c->fd, hdr, sizeof hdr) != 0) break;
+    if (read_full(fd, hdr, sizeof hdr) != 0) break;
     sip__frame_header_t h;
     sip_error_t *e = sip__frame_header_decode(hdr, UINT32_MAX, &h);
     if (e) {
       fail_all(c, SIP_INTERNAL, sip_error_message(e));
       sip_error_free(e);
-      return NULL;
+      return;
     }
     void *mem = sip__malloc(h.length ? h.length : 1);
     sip_buf_t *buf = mem ? sip_buf_wrap(mem, h.length, release_payload, mem) : NULL;
-    if (!buf || read_full(c->fd, mem, h.length) != 0) {
+    if (!buf || read_full(fd, mem, h.length) != 0) {
       sip_buf_unref(buf);
       break;
     }
@@ -214,7 +247,7 @@ static void *reader_main(void *arg) {
       sip__free(msg);
       sip_error_free(e);
       sip_buf_unref(buf);
-      return NULL;
+      return;
     }
     pending_t *p = take_pending(c, h.request_id);
     if (!p) { /* an answer nobody waits for: ignore */
@@ -230,7 +263,7 @@ static void *reader_main(void *arg) {
       char *json = e ? NULL : sip__strndup(txt, n);
       if (!e && !json) e = SIP__OOM();
       p->info_done(json, e, p->user);
-      sip__free(p);
+      pending_free(p);
     } else if (h.type == SIP__MSG_INFER_RESPONSE && !p->is_info) {
       sip__wire_response_t wr;
       e = sip__decode_infer_response(mem, h.length, buf, &wr);
@@ -253,6 +286,7 @@ static void *reader_main(void *arg) {
           r->compute_us = wr.compute_us;
           r->total_us = wr.total_us;
           r->latency_ms = (double)(sip__now_ns() - p->start_ns) / 1e6;
+          r->replayed = wr.replayed;
           sip__wire_shm_refs_free(wr.output_shm, wr.n_outputs);
           wr.output_shm = NULL;
           wr.outputs = NULL;
@@ -261,7 +295,7 @@ static void *reader_main(void *arg) {
           p->done(r, NULL, p->user);
         }
       }
-      sip__free(p);
+      pending_free(p);
     } else {
       complete_err(p, sip_error_new(SIP_INTERNAL, "server answered with message type %u",
                                     h.type));
@@ -269,74 +303,18 @@ static void *reader_main(void *arg) {
     sip_buf_unref(buf);
   }
   fail_all(c, SIP_UNAVAILABLE, "connection to the server closed");
-  return NULL;
 }
 
-sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out) {
-  *out = NULL;
-  if (!endpoint) return sip_error_new(SIP_INVALID_ARGUMENT, "endpoint is NULL");
-  int fd;
-  sip_error_t *e = dial(endpoint, &fd);
-  if (e) return e;
-  sip_client_t *c = sip__calloc(1, sizeof *c);
-  if (!c) {
-    close(fd);
-    return SIP__OOM();
-  }
-  c->fd = fd;
-  atomic_init(&c->next_id, 1);
-  pthread_mutex_init(&c->wmu, NULL);
-  pthread_mutex_init(&c->pmu, NULL);
-  pthread_mutex_init(&c->rmu, NULL);
-  if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
-    close(fd);
-    sip__free(c);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the reader thread");
-  }
-  *out = c;
-  return NULL;
+static void ignore_info(char *json, sip_error_t *e, void *user) {
+  (void)user;
+  sip__free(json);
+  sip_error_free(e);
 }
 
-void sip_client_free(sip_client_t *c) {
-  if (!c) return;
-  shutdown(c->fd, SHUT_RDWR); /* wakes the reader, which fails what is pending */
-  pthread_join(c->reader, NULL);
-  close(c->fd);
-  while (c->regions) { /* the server dropped them with the connection */
-    sip_client_shm_t *r = c->regions;
-    c->regions = r->next;
-    sip_buf_unref(r->map);
-    sip__free(r->name);
-    sip__free(r);
-  }
-  pthread_mutex_destroy(&c->wmu);
-  pthread_mutex_destroy(&c->pmu);
-  pthread_mutex_destroy(&c->rmu);
-  sip__free(c);
-}
-
-/* Registers p, then writes the frame; `fd` (>= 0) goes with its first
- * bytes as SCM_RIGHTS. */
-static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, int fd) {
-  if (w->oom) {
-    sip__wbuf_free(w);
-    sip__free(p);
-    return SIP__OOM();
-  }
-  pthread_mutex_lock(&c->pmu);
-  if (c->closed) {
-    pthread_mutex_unlock(&c->pmu);
-    sip__wbuf_free(w);
-    sip__free(p);
-    return sip_error_new(SIP_UNAVAILABLE, "connection to the server is closed");
-  }
-  p->next = c->pending;
-  c->pending = p;
-  pthread_mutex_unlock(&c->pmu);
-  uint64_t id = p->id; /* p may complete and be freed as soon as the frame is out */
-  pthread_mutex_lock(&c->wmu);
+/* Writes a whole frame to c->fd (wmu held); `fd` >= 0 goes with its first
+ * bytes as SCM_RIGHTS. Returns 0 or errno. */
+static int write_frame(sip_client_t *c, const sip__wbuf_t *w, int fd) {
   size_t off = 0;
-  int err = 0;
   while (off < w->len) {
     struct iovec iov = {.iov_base = w->data + off, .iov_len = w->len - off};
     union {
@@ -357,17 +335,200 @@ static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, in
     ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      err = errno;
-      break;
+      return errno;
     }
     off += (size_t)n;
   }
+  return 0;
+}
+
+/* Waits `ms` (woken early by sip_client_free); pmu held. 0 once the user
+ * closed the client. */
+static int backoff_wait(sip_client_t *c, uint32_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
+  ts.tv_sec += (time_t)(ns / 1000000000u);
+  ts.tv_nsec = (long)(ns % 1000000000u);
+  while (!c->user_closed && pthread_cond_timedwait(&c->rcv, &c->pmu, &ts) == 0) {
+  }
+  return !c->user_closed;
+}
+
+/* Dials until a connection opens (spaced by the backoff) and swaps it in:
+ * the regions are registered again, then the keyed requests still in their
+ * window are resent, then new requests are accepted. Returns the new fd,
+ * or -1 once the user closed the client. */
+static int reconnect(sip_client_t *c) {
+  uint32_t delay = 0;
+  unsigned seed = (unsigned)sip__now_ns();
+  for (;;) {
+    pthread_mutex_lock(&c->pmu);
+    uint32_t first = c->backoff_ms, cap = c->max_backoff_ms;
+    delay = delay ? (delay > cap / 2 ? cap : delay * 2) : first;
+    uint32_t jittered = delay / 2 + (delay > 1 ? (uint32_t)rand_r(&seed) % (delay / 2 + 1) : 0);
+    int open = backoff_wait(c, jittered);
+    pthread_mutex_unlock(&c->pmu);
+    fail_all(c, SIP_UNAVAILABLE, "connection to the server lost; the resend window is over");
+    if (!open) return -1;
+    int fd;
+    sip_error_t *e = dial(c->endpoint, &fd);
+    if (e) {
+      sip_error_free(e);
+      continue;
+    }
+    pthread_mutex_lock(&c->pmu);
+    if (c->user_closed) {
+      pthread_mutex_unlock(&c->pmu);
+      close(fd);
+      return -1;
+    }
+    pthread_mutex_lock(&c->wmu);
+    int old = c->fd;
+    c->fd = fd;
+    pthread_mutex_lock(&c->rmu);
+    for (sip_client_shm_t *r = c->regions; r; r = r->next) {
+      pending_t *p = sip__calloc(1, sizeof *p);
+      sip__wbuf_t w = {0};
+      if (!p) continue;
+      p->id = atomic_fetch_add(&c->next_id, 1);
+      p->is_info = 1;
+      p->info_done = ignore_info;
+      sip__encode_shm_register(&w, p->id, r->name, 0, r->size);
+      if (w.oom || write_frame(c, &w, r->fd)) {
+        pending_free(p);
+      } else {
+        p->next = c->pending;
+        c->pending = p;
+      }
+      sip__wbuf_free(&w);
+    }
+    pthread_mutex_unlock(&c->rmu);
+    for (pending_t *p = c->pending; p; p = p->next)
+      if (p->frame.data) write_frame(c, &p->frame, -1); /* a failure: the reader sees it */
+    pthread_mutex_unlock(&c->wmu);
+    c->closed = 0;
+    atomic_fetch_add(&c->reconnects, 1);
+    pthread_mutex_unlock(&c->pmu);
+    close(old);
+    return fd;
+  }
+}
+
+static void *reader_main(void *arg) {
+  sip_client_t *c = arg;
+  int fd = c->fd;
+  do read_answers(c, fd);
+  while ((fd = reconnect(c)) >= 0);
+  return NULL;
+}
+
+void sip_client_set_reconnect(sip_client_t *c, uint32_t backoff_ms, uint32_t max_backoff_ms,
+                              uint32_t resend_window_ms) {
+  pthread_mutex_lock(&c->pmu);
+  c->backoff_ms = backoff_ms ? backoff_ms : 1;
+  c->max_backoff_ms = max_backoff_ms > c->backoff_ms ? max_backoff_ms : c->backoff_ms;
+  c->resend_ms = resend_window_ms;
+  pthread_mutex_unlock(&c->pmu);
+}
+
+uint64_t sip_client_reconnects(sip_client_t *c) { return atomic_load(&c->reconnects); }
+
+sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out) {
+  *out = NULL;
+  if (!endpoint) return sip_error_new(SIP_INVALID_ARGUMENT, "endpoint is NULL");
+  int fd;
+  sip_error_t *e = dial(endpoint, &fd);
+  if (e) return e;
+  sip_client_t *c = sip__calloc(1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return SIP__OOM();
+  }
+  c->fd = fd;
+  atomic_init(&c->next_id, 1);
+  atomic_init(&c->reconnects, 0);
+  c->backoff_ms = 50;
+  c->max_backoff_ms = 2000;
+  c->resend_ms = 30000;
+  pthread_mutex_init(&c->wmu, NULL);
+  pthread_mutex_init(&c->pmu, NULL);
+  pthread_mutex_init(&c->rmu, NULL);
+  pthread_cond_init(&c->rcv, NULL);
+  if (!(c->endpoint = sip__strdup(endpoint)) ||
+      pthread_create(&c->reader, NULL, reader_main, c) != 0) {
+    close(fd);
+    int oom = !c->endpoint;
+    sip__free(c->endpoint);
+    sip__free(c);
+    if (oom) return SIP__OOM();
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the reader thread");
+  }
+  *out = c;
+  return NULL;
+}
+
+void sip_client_free(sip_client_t *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->pmu);
+  c->user_closed = 1; /* no reconnection from here on */
+  pthread_cond_broadcast(&c->rcv);
+  pthread_mutex_lock(&c->wmu);
+  shutdown(c->fd, SHUT_RDWR); /* wakes the reader, which fails what is pending */
+  pthread_mutex_unlock(&c->wmu);
+  pthread_mutex_unlock(&c->pmu);
+  pthread_join(c->reader, NULL);
+  close(c->fd);
+  while (c->regions) { /* the server dropped them with the connection */
+    sip_client_shm_t *r = c->regions;
+    c->regions = r->next;
+    sip_buf_unref(r->map);
+    sip__free(r->name);
+    sip__free(r);
+  }
+  pthread_mutex_destroy(&c->wmu);
+  pthread_mutex_destroy(&c->pmu);
+  pthread_mutex_destroy(&c->rmu);
+  pthread_cond_destroy(&c->rcv);
+  sip__free(c->endpoint);
+  sip__free(c);
+}
+
+/* Registers p, then writes the frame; `fd` (>= 0) goes with its first
+ * bytes as SCM_RIGHTS. */
+static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, int fd) {
+  if (w->oom) {
+    sip__wbuf_free(w);
+    pending_free(p);
+    return SIP__OOM();
+  }
+  pthread_mutex_lock(&c->pmu);
+  if (c->closed && (!p->frame.data || c->user_closed)) {
+    pthread_mutex_unlock(&c->pmu);
+    sip__wbuf_free(w);
+    pending_free(p);
+    return sip_error_new(SIP_UNAVAILABLE, c->user_closed
+                                              ? "the client is closed"
+                                              : "connection to the server lost; reconnecting");
+  }
+  int queued = c->closed; /* a keyed request waits for the next connection */
+  int keyed = p->frame.data != NULL;
+  p->next = c->pending;
+  c->pending = p;
+  pthread_mutex_unlock(&c->pmu);
+  if (queued) {
+    sip__wbuf_free(w);
+    return NULL;
+  }
+  uint64_t id = p->id; /* p may complete and be freed as soon as the frame is out */
+  pthread_mutex_lock(&c->wmu);
+  int err = write_frame(c, w, fd);
   pthread_mutex_unlock(&c->wmu);
   sip__wbuf_free(w);
-  if (err) {
+  if (err && !keyed) { /* a keyed request is resent after the reconnection */
     pending_t *mine = take_pending(c, id);
     if (mine) { /* not yet failed by the reader: the caller gets the error */
-      sip__free(mine);
+      pending_free(mine);
       return sip_error_new(SIP_UNAVAILABLE, "cannot send to the server: %s", strerror(err));
     }
   }
@@ -383,14 +544,27 @@ static sip_error_t *request_params(const sip_client_request_t *req, char **out) 
   if (!seq && (req->sequence_start || req->sequence_end))
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "sequence_start/sequence_end need a sequence_id or sequence_id_str");
-  if (!seq && !req->pipeline_config) return NULL;
+  const char *key = req->idempotency_key;
+  if (key && (!*key || strlen(key) > 1024))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "idempotency key of %zu bytes; expected 1..1024 "
+                         "bytes of UTF-8", strlen(key));
+  if (!seq && !req->pipeline_config && !key) return NULL;
+  char *kj = NULL;
+  if (key) {
+    json_t *j = json_string(key);
+    kj = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!kj) return sip_error_new(SIP_INVALID_ARGUMENT, "idempotency key is not valid UTF-8");
+  }
   char *id = NULL;
   if (req->sequence_id_str) {
     json_t *j = json_string(req->sequence_id_str);
     id = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     json_decref(j);
-    if (!id)
+    if (!id) {
+      free(kj);
       return sip_error_new(SIP_INVALID_ARGUMENT, "sequence_id_str is not valid UTF-8");
+    }
   }
   char num[24];
   snprintf(num, sizeof num, "%llu", (unsigned long long)req->sequence_id);
@@ -402,9 +576,11 @@ static sip_error_t *request_params(const sip_client_request_t *req, char **out) 
   free(id);
   const char *pc = req->pipeline_config;
   *out = (seq && !seq_txt) ? NULL
-         : sip__asprintf("{%s%s%s%s}", pc ? "\"pipeline_config\": " : "", pc ? pc : "",
-                         pc && seq ? ", " : "", seq ? seq_txt : "");
+         : sip__asprintf("{%s%s%s%s%s%s%s}", pc ? "\"pipeline_config\": " : "", pc ? pc : "",
+                         pc && seq ? ", " : "", seq ? seq_txt : "", (pc || seq) && kj ? ", " : "",
+                         kj ? "\"idempotency_key\": " : "", kj ? kj : "");
   sip__free(seq_txt);
+  free(kj); /* jansson's */
   return *out ? NULL : SIP__OOM();
 }
 
@@ -459,6 +635,18 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
   sip__free(params);
   sip__free(in_ref);
   sip__free(out_ref);
+  if (req->idempotency_key && !w.oom) { /* kept for a resend after a reconnection */
+    p->frame.data = sip__malloc(w.len);
+    if (!p->frame.data) w.oom = 1;
+    else memcpy(p->frame.data, w.data, p->frame.len = w.len);
+    uint32_t ms = req->timeout_ms;
+    if (!ms) {
+      pthread_mutex_lock(&c->pmu);
+      ms = c->resend_ms;
+      pthread_mutex_unlock(&c->pmu);
+    }
+    p->resend_until_ns = p->start_ns + (uint64_t)ms * 1000000u;
+  }
   return send_frame(c, p, &w, -1);
 }
 
@@ -652,6 +840,7 @@ sip_error_t *sip_client_shm_create(sip_client_t *c, const char *name, size_t byt
   if (r) {
     r->data = base;
     r->size = byte_size;
+    r->fd = fd;
     r->name = sip__strdup(name);
   }
   if (r && m) r->map = sip_buf_wrap(base, byte_size, shm_mapping_release, m);

@@ -1,9 +1,19 @@
 /* sip — libsipclient: a client of the native protocol (docs/protocol.md).
  *
- * One sip_client_t is one connection. It is thread-safe: many threads may
- * issue requests on it at once; requests are pipelined and answered out of
- * order, matched by id. Asynchronous callbacks run on the client's reader
- * thread and must not block for long or call sip_client_free.
+ * One sip_client_t is one connection at a time. It is thread-safe: many
+ * threads may issue requests on it at once; requests are pipelined and
+ * answered out of order, matched by id. Asynchronous callbacks run on the
+ * client's reader thread and must not block for long or call
+ * sip_client_free.
+ *
+ * When the connection drops, the requests waiting on it complete with
+ * UNAVAILABLE, except those with an idempotency key whose resend window is
+ * not over: they are sent again on the next connection (the server runs
+ * them at most once, docs/idempotency.md). The reader thread reconnects
+ * with an exponential backoff with jitter (sip_client_set_reconnect) and
+ * registers the shared memory regions again; meanwhile new requests get
+ * UNAVAILABLE at once (keyed ones wait for the connection). A client is
+ * never rebuilt by its user; sip_client_free stops it for good.
  */
 #ifndef SIP_CLIENT_H
 #define SIP_CLIENT_H
@@ -55,6 +65,11 @@ typedef struct sip_client_request {
   uint64_t sequence_id;
   const char *sequence_id_str;
   int sequence_start, sequence_end;
+  /* NULL, or a key (1..1024 bytes) under which the server runs the request
+   * at most once while it keeps the key (docs/idempotency.md); the client
+   * then keeps a copy of the frame and resends it after a reconnection,
+   * until timeout_ms (or the resend window when 0) after it was sent. */
+  const char *idempotency_key;
 } sip_client_request_t;
 
 /* A successful answer. Owned by the caller: sip_client_response_free. */
@@ -64,14 +79,23 @@ typedef struct sip_client_response {
   size_t n_outputs;
   uint64_t queue_us, compute_us, total_us; /* server-side */
   double latency_ms;                       /* client-side round trip */
+  int replayed; /* 1: the answer of an earlier request with the same idempotency key */
 } sip_client_response_t;
 
 /* Connects to "ipc:///path", "unix:///path" or "tcp://host:port".
  * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
 sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
-/* Closes the connection; pending requests complete with UNAVAILABLE.
- * NULL is a no-op. */
+/* Closes the connection for good; pending requests complete with
+ * UNAVAILABLE. NULL is a no-op. */
 void sip_client_free(sip_client_t *c);
+/* Reconnection: the first delay between attempts (default 50 ms), doubled
+ * after each failure up to max_backoff_ms (default 2000; each delay is
+ * jittered down to half), and how long keyed requests without a timeout_ms
+ * are resent (default 30000 ms). Thread-safe. */
+void sip_client_set_reconnect(sip_client_t *c, uint32_t backoff_ms, uint32_t max_backoff_ms,
+                              uint32_t resend_window_ms);
+/* How many times the client reconnected. */
+uint64_t sip_client_reconnects(sip_client_t *c);
 
 /* Synchronous inference. On success *out is owned by the caller; otherwise
  * the returned error carries the server's code and message. */

@@ -163,6 +163,18 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only);
 sip_request_t *sip_request_new(const char *pool);
 void sip_request_free(sip_request_t *r);
 void sip_request_set_id(sip_request_t *r, uint64_t id);
+/* Idempotency (docs/idempotency.md): a request carrying a key (copied; up
+ * to 1024 bytes; NULL or "" clears it) runs at most once per model while
+ * its entry lives (the pool's idempotency.ttl_s after it finished): a
+ * duplicate submitted while it runs gets the same answer when it finishes,
+ * one submitted later gets the kept answer, each with its own request id
+ * and sip_response_replayed 1. UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED,
+ * RESOURCE_EXHAUSTED and INTERNAL answers are not kept (a retry runs). */
+sip_error_t *sip_request_set_idempotency_key(sip_request_t *r, const char *key);
+/* The client's id for the request (KServe "id"; copied, up to 64 KiB):
+ * the idempotency key when the pool sets idempotency.enabled and the
+ * request has no key of its own. */
+sip_error_t *sip_request_set_client_id(sip_request_t *r, const char *id);
 /* Asks for one version of the model (copied); NULL: the default version.
  * A version the pool does not serve is NOT_FOUND at submission. */
 sip_error_t *sip_request_set_version(sip_request_t *r, const char *version);
@@ -272,6 +284,9 @@ void sip_response_timings(const sip_response_t *resp, uint64_t *queue_us, uint64
 /* Takes the outputs out of the response (caller owns the array and tensors). */
 sip_tensor_t **sip_response_take_outputs(sip_response_t *resp, size_t *n);
 void sip_response_free(sip_response_t *resp);
+/* 1 when the answer is another request's with the same idempotency key
+ * (joined while it ran, or kept after), not an execution of this one. */
+int sip_response_replayed(const sip_response_t *resp);
 
 #ifdef __cplusplus
 }

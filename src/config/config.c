@@ -321,7 +321,8 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(default_timeout_ms) || !SAME(timeout_action) || !SAME(ageing_ms) ||
       !SAME(preprocess_fixed) || !SAME_ARRAY(cpu_mask) || !SAME(n_cpus) ||
       !SAME(version_policy) || !SAME(version_latest) || !SAME(n_versions) ||
-      !SAME_ARRAY(versions))
+      !SAME_ARRAY(versions) || !SAME(idem_enabled) || !SAME(idem_ttl_s) ||
+      !SAME(idem_max_entries) || !SAME(idem_max_bytes))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||

@@ -90,7 +90,7 @@ typedef struct sip__pool_config {
   size_t n_preferred;
   int padding_strategy;            /* sip__padding_t */
   /* queue */
-  int64_t queue_max_size;          /* 0: unbounded */
+  int64_t queue_max_size;          /* default 10000; 0: unbounded */
   int64_t default_timeout_ms;      /* for requests without one; 0: none */
   int timeout_action;              /* sip__timeout_action_t */
   int64_t ageing_ms;               /* a waiting request rises one level per ageing_ms; 0: off */
@@ -111,6 +111,9 @@ typedef struct sip__pool_config {
    * places them. */
   uint64_t cpu_mask[SIP__MAX_CPUS / 64];
   int n_cpus;
+  /* idempotency (docs/idempotency.md): requests carrying a key run once. */
+  int idem_enabled;              /* requests with a client id are keyed too */
+  int64_t idem_ttl_s, idem_max_entries, idem_max_bytes;
   int line;                      /* where the pool's entry starts, for messages */
   /* version_policy (repository models' config.yaml only). */
   int version_policy;            /* sip__version_policy_t */
@@ -161,6 +164,7 @@ typedef struct sip__config {
   size_t n_endpoints;         /* default: one, ipc:///tmp/sip_service.sock */
   sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
   size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
+  size_t max_unsent_bytes;    /* server.max_unsent_bytes, default 16 MiB, 4 KiB..4 GiB */
   sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */

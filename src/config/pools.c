@@ -46,6 +46,27 @@ static const field_t quota_fields[Q_COUNT] = {
 };
 static const section_t quota_section = {quota_fields, Q_COUNT};
 
+enum { I_ENABLED, I_TTL, I_ENTRIES, I_BYTES, I_COUNT };
+static const field_t idem_fields[I_COUNT] = {
+    [I_ENABLED] = {.name = "enabled", .type = F_BOOL,
+                   .offset = offsetof(sip__pool_config_t, idem_enabled), .def = 0,
+                   .doc = "Key every request that carries a request id (HTTP/gRPC \"id\"); "
+                          "otherwise only requests with an idempotency_key parameter are keyed."},
+    [I_TTL] = {.name = "ttl_s", .type = F_INT64, .offset = offsetof(sip__pool_config_t, idem_ttl_s),
+               .def = 300, .min = 1, .max = 604800,
+               .doc = "Seconds a finished request's answer is kept for its duplicates."},
+    [I_ENTRIES] = {.name = "max_entries", .type = F_INT64,
+                   .offset = offsetof(sip__pool_config_t, idem_max_entries),
+                   .def = 10000, .min = 1, .max = 10000000,
+                   .doc = "Keys remembered at most (running and finished); least recently used "
+                          "finished ones go first."},
+    [I_BYTES] = {.name = "max_bytes", .type = F_INT64,
+                 .offset = offsetof(sip__pool_config_t, idem_max_bytes),
+                 .def = 67108864, .min = 1024, .max = INT64_C(1) << 40,
+                 .doc = "Bytes of kept answers (outputs and messages) at most."},
+};
+static const section_t idem_section = {idem_fields, I_COUNT};
+
 const field_t cfg_pool_fields[P_COUNT] = {
     /* A repository model's name and files come from its directory. */
     [P_NAME] = {.name = "name", .type = F_STRING, .offset = offsetof(sip__pool_config_t, name),
@@ -97,6 +118,9 @@ const field_t cfg_pool_fields[P_COUNT] = {
                     .section = &cfg_sequence_section,
                     .doc = "Stateful models: each sequence id runs in order on one session, with "
                            "control inputs filled by the server (docs/sequences.md)."},
+    [P_IDEM] = {.name = "idempotency", .type = F_SECTION, .section = &idem_section,
+                .doc = "Requests with an idempotency key run at most once while their entry "
+                       "lives; duplicates join or get the kept answer (docs/idempotency.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS,

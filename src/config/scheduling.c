@@ -38,8 +38,10 @@ const section_t cfg_batching_section = {batching_fields, B_COUNT};
 enum { QU_MAX, QU_TIMEOUT, QU_ACTION, QU_AGEING, QU_COUNT };
 static const field_t queue_fields[QU_COUNT] = {
     [QU_MAX] = {.name = "max_size", .type = F_INT64,
-                .offset = offsetof(sip__pool_config_t, queue_max_size), .def = 0, .min = 0,
-                .max = 100000000, .doc = "Most queued requests; 0 = unbounded."},
+                .offset = offsetof(sip__pool_config_t, queue_max_size), .def = 10000,
+                .min = 0, .max = 100000000,
+                .doc = "Most queued requests (more get RESOURCE_EXHAUSTED at once); 0 = "
+                       "unbounded."},
     [QU_TIMEOUT] = {.name = "default_timeout_ms", .type = F_INT64,
                     .offset = offsetof(sip__pool_config_t, default_timeout_ms), .def = 0,
                     .min = 0, .max = 86400000,

@@ -53,6 +53,9 @@ void sip__grpc_infer_free(sip__grpc_infer_t *k) {
     sip__free(k->shm_out[i].region);
     sip_buf_unref(k->shm_out[i].owner);
   }
+  for (size_t i = 0; i < k->n_cls; i++) sip__free(k->cls_name[i]);
+  sip__free(k->cls_name);
+  sip__free(k->cls_topn);
   sip__free(k->shm_out);
   sip_request_free(k->req);
   sip__free(k->model);
@@ -120,6 +123,11 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       if (!param_uint(p, &u)) return BAD("parameters.timeout is not an integer >= 0 (microseconds)");
       uint64_t ms = (u + 999) / 1000;
       sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
+    } else if (!strcmp(key, "idempotency_key")) {
+      if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        return BAD("parameters.idempotency_key is not a string");
+      sip_error_t *e = sip_request_set_idempotency_key(r, p->string_param);
+      if (e) return e;
     }
   }
   if (seq_sid) return sip_request_set_sequence_str(r, seq_sid, seq_start, seq_end);
@@ -140,17 +148,26 @@ typedef struct shm_ref {
   uint64_t size, offset;
 } shm_ref_t;
 
+/* `topn`: where an output's classification count goes (NULL for inputs,
+ * where it is refused); 0 when not asked. */
 static sip_error_t *tensor_params(const char *what, const char *name, tparam_t *const *params,
-                                  size_t n, shm_ref_t *shm) {
+                                  size_t n, shm_ref_t *shm, uint32_t *topn) {
   memset(shm, 0, sizeof *shm);
+  if (topn) *topn = 0;
   int has_size = 0;
   for (size_t i = 0; i < n; i++) {
     const char *key = params[i]->key;
     const param_t *p = params[i]->value;
-    if (!strcmp(key, "classification"))
-      return sip_error_new(SIP_UNIMPLEMENTED, "%s '%s': the classification extension is not "
-                           "supported over gRPC; expected the output tensor itself", what, name);
     if (!p) continue;
+    if (!strcmp(key, "classification")) {
+      uint64_t u = 0;
+      if (!topn) return BAD("%s '%s': classification is for outputs", what, name);
+      if (!param_uint(p, &u) || u < 1 || u > UINT32_MAX)
+        return BAD("%s '%s': classification is not an integer >= 1 (the number of classes)",
+                   what, name);
+      *topn = (uint32_t)u;
+      continue;
+    }
     if (!strcmp(key, "shared_memory_region")) {
       if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
           !p->string_param[0])
@@ -264,7 +281,7 @@ static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, 
   }
   shm_ref_t shm;
   sip_error_t *e = tensor_params("input", name, (tparam_t *const *)in->parameters,
-                                 in->n_parameters, &shm);
+                                 in->n_parameters, &shm, NULL);
   if (e) return e;
   int has_typed = in->contents != NULL;
   uint64_t want = (uint64_t)count * sip_dtype_size(dt);
@@ -373,24 +390,36 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
     goto done;
   }
   if (k->version && (e = sip_request_set_version(k->req, k->version))) goto done;
-  if ((e = decode_params(m, k->req))) goto done;
+  if ((e = decode_params(m, k->req)) || (k->id && (e = sip_request_set_client_id(k->req, k->id))))
+    goto done;
   size_t raw_i = 0;
   for (size_t i = 0; i < m->n_inputs && !e; i++)
     e = decode_input(m, i, &raw_i, owner, set, k->req);
   if (!e && raw_i != m->n_raw_input_contents)
     e = BAD("raw_input_contents has %zu entries; expected one per input not in shared memory "
             "(%zu)", m->n_raw_input_contents, raw_i);
-  if (!e && m->n_outputs && !(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)))
+  if (!e && m->n_outputs &&
+      (!(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)) ||
+       !(k->cls_name = sip__calloc(m->n_outputs, sizeof *k->cls_name)) ||
+       !(k->cls_topn = sip__calloc(m->n_outputs, sizeof *k->cls_topn))))
     e = SIP__OOM();
   for (size_t i = 0; i < m->n_outputs && !e; i++) {
     const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
     shm_ref_t shm;
+    uint32_t topn = 0;
     if (!o->name[0])
       e = BAD("outputs[%zu] has no name; expected the model's output name", i);
     else if (!(e = tensor_params("output", o->name, (tparam_t *const *)o->parameters,
-                                 o->n_parameters, &shm)) &&
+                                 o->n_parameters, &shm, &topn)) &&
              !(e = sip_request_add_output(k->req, o->name)) && shm.region)
       e = shm_output(k, o->name, &shm, set);
+    if (!e && topn && shm.region)
+      e = BAD("output '%s' asks for both classification and shared memory; expected one",
+              o->name);
+    if (!e && topn) {
+      if (!(k->cls_name[k->n_cls] = sip__strdup(o->name))) e = SIP__OOM();
+      else k->cls_topn[k->n_cls++] = topn;
+    }
   }
 done:
   sip_buf_unref(owner);
@@ -456,16 +485,34 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   r.model_name = k->model;
   r.model_version = (char *)(version ? version : "");
   r.id = k->id ? k->id : "";
+  Inference__ModelInferResponse__ParametersEntry rp =
+      INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT, *rpp = &rp;
+  param_t rv = INFERENCE__INFER_PARAMETER__INIT;
+  if (k->replayed) {
+    rv.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    rv.bool_param = 1;
+    rp.key = (char *)"idempotent_replay";
+    rp.value = &rv;
+    r.parameters = &rpp;
+    r.n_parameters = 1;
+  }
   out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
   otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
   ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);
+  sip_tensor_t **cls = sip__calloc(n_outputs + 1, sizeof *cls); /* classifications made */
   sip_error_t *e = NULL;
-  if (!parts || !tp || !raw) {
+  if (!parts || !tp || !raw || !cls) {
     e = SIP__OOM();
     goto done;
   }
   for (size_t i = 0; i < n_outputs && !e; i++) {
     const sip_tensor_t *t = outputs[i];
+    for (size_t c = 0; c < k->n_cls; c++)
+      if (!strcmp(k->cls_name[c], t->name)) {
+        if ((e = sip__classify(t, k->cls_topn[c], &cls[i]))) break;
+        t = cls[i];
+      }
+    if (e) break;
     out_parts_t *p = &parts[i];
     otensor_t init = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
     p->t = init;
@@ -497,6 +544,8 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
     e = sip__grpc_pack(&r.base, out, len);
   }
 done:
+  for (size_t i = 0; cls && i < n_outputs; i++) sip_tensor_free(cls[i]);
+  sip__free(cls);
   sip__free(parts);
   sip__free(tp);
   sip__free(raw);

@@ -103,6 +103,7 @@ static void on_done(sip_response_t *resp, void *user) {
   } else {
     size_t n = 0;
     const sip_tensor_t *const *outs = sip_response_outputs(resp, &n);
+    q->k->replayed = sip_response_replayed(resp);
     e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
   }
   sip_response_free(resp);

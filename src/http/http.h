@@ -57,6 +57,7 @@ typedef struct sip__ks_request {
   char *id;                    /* the request's "id" to echo, or NULL */
   size_t id_len;               /* (ids may hold NUL: echoed byte for byte) */
   int binary_output;           /* default for outputs without binary_data */
+  int replayed;                /* the answer is a duplicate's: "idempotent_replay": true */
   sip__ks_output_t *outputs;   /* as listed in "outputs" (none: all, default kind) */
   size_t n_outputs;
 } sip__ks_request_t;

@@ -414,6 +414,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   for (size_t i = 0; i < n && i < 64; i++) outs[i] = sip_response_output(resp, i);
   const char *version = q->version ? q->version : q->meta ? q->meta->version : NULL;
   sent_t *s = sip__calloc(1, sizeof *s);
+  q->ks->replayed = sip_response_replayed(resp);
   sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
                      : SIP__OOM();
   if (e) {

@@ -338,6 +338,11 @@ static sip_error_t *decode_params(const json_t *params, sip__ks_request_t *k) {
     uint64_t ms = u / 1000 + (u % 1000 != 0); /* round up: never earlier than asked */
     sip_request_set_timeout_ms(k->req, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
   }
+  if ((v = json_object_get(params, "idempotency_key"))) {
+    if (!json_is_string(v)) return BAD("parameters.idempotency_key is not a string");
+    sip_error_t *e = sip_request_set_idempotency_key(k->req, json_string_value(v));
+    if (e) return e;
+  }
   if ((v = json_object_get(params, "binary_data_output"))) {
     if (!json_is_boolean(v)) return BAD("parameters.binary_data_output is not a boolean");
     k->binary_output = json_is_true(v);
@@ -580,6 +585,7 @@ static sip_error_t *decode(sip__shm_set_t *shm, const char *model, const char *v
       goto done;
     }
     memcpy(k->id, json_string_value(id), k->id_len + 1);
+    if ((e = sip_request_set_client_id(k->req, k->id))) goto done;
   }
   if ((e = decode_params(json_object_get(root, "parameters"), k))) goto done;
   json_t *inputs = json_object_get(root, "inputs");

@@ -299,6 +299,44 @@ static void emit_connection(void *ctx, const char *kind, long open) {
 }
 
 /* Per session: the session id names its pool and index ("pool/0"). */
+/* Idempotency caches (idempotency.c): one family at a time. */
+typedef struct idem_ctx {
+  sb_t *b;
+  const char *name;
+  size_t field; /* offset into sip__idem_stats_t */
+} idem_ctx_t;
+
+static void emit_idem(void *ctx, const char *model, const sip__idem_stats_t *st) {
+  idem_ctx_t *x = ctx;
+  char buf[512];
+  sb_add(x->b, "%s{pool=\"%s\"} %llu\n", x->name, esc(buf, sizeof buf, model),
+         (unsigned long long)*(const uint64_t *)((const char *)st + x->field));
+}
+
+static void idem_metrics(sb_t *b, sip_server_t *s) {
+  static const struct {
+    const char *name, *type, *help;
+    size_t field;
+  } fams[] = {
+      {"sip_idempotency_hits_total", "counter", "Duplicates answered from a kept answer.",
+       offsetof(sip__idem_stats_t, hits)},
+      {"sip_idempotency_joins_total", "counter", "Duplicates that joined a running request.",
+       offsetof(sip__idem_stats_t, joins)},
+      {"sip_idempotency_evictions_total", "counter",
+       "Kept answers dropped by TTL or to stay within max_entries and max_bytes.",
+       offsetof(sip__idem_stats_t, evictions)},
+      {"sip_idempotency_entries", "gauge", "Idempotency keys remembered (running and finished).",
+       offsetof(sip__idem_stats_t, entries)},
+      {"sip_idempotency_bytes", "gauge", "Bytes of kept answers.",
+       offsetof(sip__idem_stats_t, bytes)},
+  };
+  for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+    family(b, fams[i].name, fams[i].type, fams[i].help);
+    idem_ctx_t x = {b, fams[i].name, fams[i].field};
+    sip__server_idem_stats(s, emit_idem, &x);
+  }
+}
+
 static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
   sip__session_counters_t sc;
   char e[400];
@@ -424,6 +462,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   gauge_per_pool(&b, pl, n, "sip_active_sessions", "Sessions READY or RUNNING.", g_active);
   sequence_metrics(&b, pl, n);
   session_metrics(&b, pl, n);
+  idem_metrics(&b, s);
 
   /* Pipelines are listed once built (before, the set is still LOADING). */
   pipeline_metrics(&b, atomic_load(&s->loaded) ? s->pipelines : NULL);

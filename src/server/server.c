@@ -11,6 +11,7 @@
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
+#include "server/idempotency.h"
 #include "backend/backends.h"
 
 #define SIP__VERSION_STRING "0.1.0"
@@ -71,6 +72,90 @@ void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
   o->wait_for_load = wait;
 }
 
+/* ---- idempotency caches and the answers they replay ---- */
+
+struct sip__idem_slot {
+  char *name; /* the model's */
+  sip__idem_t *cache;
+  struct sip__idem_slot *next;
+};
+
+struct sip__replay {
+  sip_infer_done_fn done;
+  void *user;
+  sip_response_t *resp;
+  struct sip__replay *next;
+};
+
+/* The cache of model `name`, made on first use; NULL when out of memory. */
+static sip__idem_t *idem_cache(sip_server_t *s, const char *name) {
+  pthread_mutex_lock(&s->hk_mu);
+  struct sip__idem_slot *sl = s->idem;
+  while (sl && strcmp(sl->name, name)) sl = sl->next;
+  if (!sl && (sl = sip__calloc(1, sizeof *sl))) {
+    sl->name = sip__strdup(name);
+    sl->cache = sl->name ? sip__idem_new(NULL) : NULL;
+    if (!sl->cache) {
+      sip__free(sl->name);
+      sip__free(sl);
+      sl = NULL;
+    } else {
+      sl->next = s->idem;
+      s->idem = sl;
+    }
+  }
+  pthread_mutex_unlock(&s->hk_mu);
+  return sl ? sl->cache : NULL;
+}
+
+void sip__server_idem_stats(sip_server_t *s, void (*fn)(void *ctx, const char *model,
+                                                        const sip__idem_stats_t *st),
+                            void *ctx) {
+  pthread_mutex_lock(&s->hk_mu);
+  for (struct sip__idem_slot *sl = s->idem; sl; sl = sl->next) {
+    sip__idem_stats_t st;
+    sip__idem_stats(sl->cache, &st);
+    fn(ctx, sl->name, &st);
+  }
+  pthread_mutex_unlock(&s->hk_mu);
+}
+
+/* Queues a kept answer for the housekeeping thread to deliver. */
+static void queue_replay(sip_server_t *s, sip_infer_done_fn done, void *user,
+                         sip_response_t *resp) {
+  struct sip__replay *rp = sip__malloc(sizeof *rp);
+  if (!rp) { /* out of memory: answer here rather than never */
+    done(resp, user);
+    return;
+  }
+  *rp = (struct sip__replay){done, user, resp, NULL};
+  pthread_mutex_lock(&s->hk_mu);
+  struct sip__replay **tail = &s->replays;
+  while (*tail) tail = &(*tail)->next;
+  *tail = rp;
+  s->replaying++;
+  pthread_cond_signal(&s->hk_cv);
+  pthread_mutex_unlock(&s->hk_mu);
+}
+
+/* With hk_mu held: delivers what is queued (unlocking meanwhile). */
+static void deliver_replays(sip_server_t *s) {
+  while (s->replays) {
+    struct sip__replay *rp = s->replays;
+    s->replays = NULL;
+    pthread_mutex_unlock(&s->hk_mu);
+    size_t n = 0;
+    for (struct sip__replay *next; rp; rp = next, n++) {
+      next = rp->next;
+      rp->done(rp->resp, rp->user);
+      sip__free(rp);
+    }
+    pthread_mutex_lock(&s->hk_mu);
+    s->replaying -= n;
+    pthread_cond_broadcast(&s->idem_cv);
+  }
+}
+
 /* ---- housekeeping: deadlines of queued requests ---- */
 
 static void note_deadline(void *ctx, uint64_t deadline_us) {
@@ -83,10 +168,31 @@ static void note_deadline(void *ctx, uint64_t deadline_us) {
   pthread_mutex_unlock(&s->hk_mu);
 }
 
+/* With hk_mu held: sleeps until `next` (UINT64_MAX: until signalled). */
+static void hk_wait(sip_server_t *s, uint64_t next) {
+  if (next == UINT64_MAX) {
+    pthread_cond_wait(&s->hk_cv, &s->hk_mu);
+  } else if (next > sip__now_us()) {
+    struct timespec ts = {(time_t)(next / 1000000), (long)(next % 1000000) * 1000};
+    pthread_cond_timedwait(&s->hk_cv, &s->hk_mu, &ts);
+  }
+}
+
 static void *hk_main(void *arg) {
   sip_server_t *s = arg;
   pthread_mutex_lock(&s->hk_mu);
   while (!s->hk_stop) {
+    if (s->replays) {
+      deliver_replays(s);
+      /* Woken for kept answers only: while no deadline is due and no drain
+       * runs, the queues need no scan (it walks them under their locks). */
+      uint64_t due = atomic_load(&s->hk_next_us);
+      if (!s->hk_stop && !s->replays && !atomic_load(&s->drain_deadline_us) &&
+          due > sip__now_us()) {
+        hk_wait(s, due);
+        continue;
+      }
+    }
     /* Reset before scanning so a deadline noted during the scan lowers it. */
     atomic_store(&s->hk_next_us, UINT64_MAX);
     pthread_mutex_unlock(&s->hk_mu);
@@ -114,12 +220,8 @@ static void *hk_main(void *arg) {
     if (atomic_load(&s->hk_next_us) < next) next = atomic_load(&s->hk_next_us);
     atomic_store(&s->hk_next_us, next);
     if (s->hk_stop) break;
-    if (next == UINT64_MAX) {
-      pthread_cond_wait(&s->hk_cv, &s->hk_mu);
-    } else if (next > sip__now_us()) {
-      struct timespec ts = {(time_t)(next / 1000000), (long)(next % 1000000) * 1000};
-      pthread_cond_timedwait(&s->hk_cv, &s->hk_mu, &ts);
-    }
+    if (s->replays) continue;
+    hk_wait(s, next);
   }
   pthread_mutex_unlock(&s->hk_mu);
   return NULL;
@@ -174,6 +276,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->hk_cv, &ca);
+  pthread_cond_init(&s->idem_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_store(&s->hk_next_us, UINT64_MAX);
   /* The config file's pools are listed (LOADING) from the start, so their
@@ -288,6 +391,10 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
       sip__registry_drain_free(&s->eng, p);
     }
   }
+  /* Kept answers already queued are delivered while front-ends are up. */
+  pthread_mutex_lock(&s->hk_mu);
+  while (s->replaying && s->hk_started) pthread_cond_wait(&s->idem_cv, &s->hk_mu);
+  pthread_mutex_unlock(&s->hk_mu);
   if (serving)
     sip__log(SIP__LOG_INFO, "drained", "ms=%.1f answered_unavailable=%llu",
            (double)(sip__now_us() - t0) / 1000.0,
@@ -317,6 +424,14 @@ void sip_server_free(sip_server_t *s) {
   sip__engine_destroy(&s->eng);
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
+  pthread_cond_destroy(&s->idem_cv);
+  while (s->idem) {
+    struct sip__idem_slot *sl = s->idem;
+    s->idem = sl->next;
+    sip__idem_free(sl->cache);
+    sip__free(sl->name);
+    sip__free(sl);
+  }
   sip__config_free(s->cfg);
   for (size_t i = 0; i < s->n_reloaded; i++) sip__config_free(s->reloaded[i]);
   sip__free(s->reloaded);
@@ -371,6 +486,8 @@ void sip_request_free(sip_request_t *r) {
   sip__free(r->version);
   sip__free(r->pipeline_config);
   sip__free(r->seq_sid);
+  sip__free(r->idem_key);
+  sip__free(r->client_id);
   sip_cancel_token_free(r->cancel);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
@@ -407,6 +524,28 @@ sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, v
 }
 
 void sip_request_set_id(sip_request_t *r, uint64_t id) { r->id = id; }
+
+/* Replaces *slot with a copy of v (NULL or "" clears it). */
+static sip_error_t *set_text(char **slot, const char *v, size_t max, const char *what) {
+  char *c = NULL;
+  if (v && strlen(v) > max)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s of %zu bytes; expected at most %zu", what,
+                         strlen(v), max);
+  if (v && *v && !(c = sip__strdup(v))) return SIP__OOM();
+  sip__free(*slot);
+  *slot = c;
+  return NULL;
+}
+
+sip_error_t *sip_request_set_idempotency_key(sip_request_t *r, const char *key) {
+  return set_text(&r->idem_key, key, 1024, "idempotency key");
+}
+
+sip_error_t *sip_request_set_client_id(sip_request_t *r, const char *id) {
+  return set_text(&r->client_id, id, 65536, "request id");
+}
+
+int sip_response_replayed(const sip_response_t *resp) { return resp->replayed; }
 
 sip_error_t *sip_request_set_version(sip_request_t *r, const char *version) {
   char *v = NULL;
@@ -541,8 +680,33 @@ static sip_error_t *infer(sip_server_t *s, sip_request_t *r, int batch, int max_
   }
   r->done = done;
   r->user = user;
-  if (batch && m->vt->submit_batch) return m->vt->submit_batch(m, r, max_batch_size, padding);
-  return m->vt->submit(m, r);
+  /* A keyed request runs at most once per model (docs/idempotency.md). */
+  const sip__pool_config_t *pc = m->vt == &sip__pool_model_vt ? ((sip__pool_t *)m)->cfg : NULL;
+  const char *key = r->idem_key ? r->idem_key : pc && pc->idem_enabled ? r->client_id : NULL;
+  sip__idem_t *cache = key ? idem_cache(s, r->pool) : NULL;
+  char *k = cache ? sip__asprintf("%s\n%s", r->version ? r->version : "", key) : NULL;
+  sip__idem_entry_t *entry = NULL;
+  if (k) {
+    sip__idem_limits_t lim = {300 * UINT64_C(1000000), 10000, 64u << 20};
+    if (pc)
+      lim = (sip__idem_limits_t){(uint64_t)pc->idem_ttl_s * 1000000, (size_t)pc->idem_max_entries,
+                                 (size_t)pc->idem_max_bytes};
+    sip_response_t *replay = NULL;
+    sip__idem_outcome_t o = sip__idem_begin(cache, &lim, k, r->n_dests == 0, r, &entry, &replay);
+    sip__free(k);
+    if (o != SIP__IDEM_RUN) {
+      if (o == SIP__IDEM_REPLAY) {
+        queue_replay(s, r->done, r->user, replay);
+        sip_request_free(r);
+      }
+      m->vt->unref(m);
+      return NULL;
+    }
+  }
+  sip_error_t *err = batch && m->vt->submit_batch ? m->vt->submit_batch(m, r, max_batch_size, padding)
+                                                  : m->vt->submit(m, r);
+  if (err && entry) sip__idem_abort(cache, entry, sip_error_code(err), sip_error_message(err));
+  return err;
 }
 
 sip_error_t *sip_server_infer_async(sip_server_t *s, sip_request_t *r, sip_infer_done_fn done,

@@ -5,6 +5,7 @@
 #define SIP_SERVER_SERVER_IMPL_H
 
 #include "server/introspect.h"
+#include "server/idempotency.h"
 #include "session/engine.h"
 
 #define SIP__MAX_FRONTENDS 8
@@ -51,6 +52,14 @@ struct sip_server {
   size_t n_reloaded;
   _Atomic int drain_timeout_ms; /* server.drain_timeout_ms, as last read */
   struct sip__pipeline_set *pipelines; /* built after the pools load (src/pipeline/) */
+  /* Idempotency caches by model name (idempotency.c), under hk_mu; kept
+   * answers wait in `replays` for the housekeeping thread to deliver them
+   * (never inside the submitting call); `replaying` counts those queued or
+   * being delivered, and a drain waits for it to reach 0 (idem_cv). */
+  struct sip__idem_slot *idem;
+  struct sip__replay *replays;
+  size_t replaying;
+  pthread_cond_t idem_cv;
 };
 
 /* ---- model repository (src/server/repository.c) ---- */
@@ -70,5 +79,9 @@ sip_error_t *sip__server_reload(struct sip_server *s);
  * failed: UNAVAILABLE with the reason), else NULL. */
 sip_error_t *sip__repo_unavailable(struct sip_server *s, const char *name);
 
+/* Calls fn for each model's idempotency cache (prometheus.c), under hk_mu. */
+void sip__server_idem_stats(struct sip_server *s,
+                            void (*fn)(void *ctx, const char *model, const sip__idem_stats_t *st),
+                            void *ctx);
 
 #endif

@@ -30,6 +30,8 @@ struct sip_request {
   int64_t rows;                     /* dim 0 shared by every input (batchable), or -1 */
   sip_cancel_token_t *cancel;       /* one reference, or NULL */
   char *pipeline_config;            /* JSON {"stage_timeout_ms": [...], "early_exit_condition": ".."} */
+  char *idem_key;  /* idempotency key (src/server/idempotency.c), or NULL */
+  char *client_id; /* the client's request id (KServe "id"), keyed when the pool enables it */
   /* Memory offered for outputs (sip_request_set_output_buffer), by name. */
   char **dest_names;
   sip_out_dest_t *dests;
@@ -53,6 +55,7 @@ struct sip_response {
   sip_tensor_t **outputs;
   size_t n_outputs;
   uint64_t queue_us, compute_us, total_us;
+  int replayed; /* answered from the idempotency cache (a duplicate's answer) */
 };
 
 /* Session states (the seeds' state machine). */

@@ -230,13 +230,14 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs) {
   sip__encode_infer_response_shm(w, request_id, code, message, queue_us, compute_us, total_us,
-                                 outputs, NULL, n_outputs);
+                                 outputs, NULL, n_outputs, 0);
 }
 
 void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                     const char *message, uint64_t queue_us, uint64_t compute_us,
                                     uint64_t total_us, const sip_tensor_t *const *outputs,
-                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs) {
+                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs,
+                                    uint16_t flags) {
   size_t at = begin(w);
   size_t ps = at + SIP__FRAME_HEADER_SIZE;
   size_t mlen = message ? strlen(message) : 0;
@@ -247,7 +248,7 @@ void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_
   sip__wbuf_u64(w, compute_us);
   sip__wbuf_u64(w, total_us);
   sip__wbuf_u16(w, (uint16_t)n_outputs);
-  sip__wbuf_u16(w, 0);
+  sip__wbuf_u16(w, flags);
   sip__wbuf_u32(w, 0);
   for (size_t i = 0; i < n_outputs; i++) {
     if (output_shm && output_shm[i].region)
@@ -637,8 +638,10 @@ sip_error_t *sip__decode_infer_response(const uint8_t *p, size_t len, sip_buf_t 
       (e = get_int(&r, "total_us", 8, &out->total_us)) ||
       (e = get_int(&r, "n_outputs", 2, &n_out)) || (e = get_int(&r, "reserved", 6, &res)))
     goto fail;
-  if (res) {
-    e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_RESPONSE reserved bytes are not zero");
+  out->replayed = (int)(res & SIP__RESP_REPLAYED);
+  if (res & ~(uint64_t)SIP__RESP_REPLAYED) {
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "INFER_RESPONSE flags and reserved bytes are not "
+                      "zero apart from bit 0 (REPLAYED)");
     goto fail;
   }
   if ((e = get_tensors(&r, owner, n_out, &out->outputs, &out->output_shm))) goto fail;

@@ -109,6 +109,7 @@ typedef struct sip__wire_response {
   /* n_outputs entries when an output was written to shared memory (its
    * tensor has data NULL), else NULL. */
   sip__wire_shm_ref_t *output_shm;
+  int replayed; /* flag SIP__RESP_REPLAYED */
 } sip__wire_response_t;
 
 /* Decode payloads (without the header). On error nothing is left allocated
@@ -129,6 +130,10 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
                                 const char *message, uint64_t queue_us, uint64_t compute_us,
                                 uint64_t total_us, const sip_tensor_t *const *outputs,
                                 size_t n_outputs);
+/* Applies an INFER_REQUEST's parameters (JSON text: pipeline_config,
+ * idempotency_key) to r (handlers.c). Errors: INVALID_ARGUMENT naming the
+ * parameter that is wrong. */
+sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text);
 /* The same with request parameters (JSON text, e.g. {"pipeline_config": {...}}; NULL: none). */
 void sip__encode_infer_request_params(sip__wbuf_t *w, uint64_t request_id, const char *pool,
                                       int priority, uint32_t timeout_ms,
@@ -149,7 +154,11 @@ void sip__encode_infer_request_shm(sip__wbuf_t *w, uint64_t request_id, const ch
 void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                     const char *message, uint64_t queue_us, uint64_t compute_us,
                                     uint64_t total_us, const sip_tensor_t *const *outputs,
-                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs);
+                                    const sip__wire_shm_ref_t *output_shm, size_t n_outputs,
+                                    uint16_t flags);
+/* INFER_RESPONSE flags (the first reserved u16): the answer is another
+ * request's with the same idempotency key (docs/idempotency.md). */
+#define SIP__RESP_REPLAYED 0x1
 void sip__wire_shm_refs_free(sip__wire_shm_ref_t *v, size_t n);
 
 /* Shared memory messages. SHM_REGISTER's fd travels as SCM_RIGHTS with the

@@ -94,7 +94,8 @@ static void on_done(sip_response_t *resp, void *user) {
     else
       sip__encode_infer_response_shm(&w, sip_response_request_id(resp), sip_response_code(resp),
                                      sip_response_message(resp), queue_us, compute_us, total_us,
-                                     outs, refs, n_out);
+                                     outs, refs, n_out,
+                                     sip_response_replayed(resp) ? SIP__RESP_REPLAYED : 0);
     sip_error_free(e);
     sip__free(refs); /* the region names are the pending's */
     if (w.oom) {
@@ -174,17 +175,17 @@ static sip_error_t *view_shm_outputs(conn_t *c, const sip__wire_request_t *wr, p
   return NULL;
 }
 
-/* A request's parameters (a JSON object): pipeline_config and the sequence
- * keys (core/seqparam.h). A bad one is the request's error, not the
- * connection's. */
-static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
+/* A request's parameters (a JSON object): pipeline_config, the sequence
+ * keys (core/seqparam.h) and idempotency_key. A bad one is the request's
+ * error, not the connection's. */
+sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
   json_error_t je;
   json_t *root = json_loads(text, 0, &je);
   sip_error_t *e = NULL;
   if (!json_is_object(root)) {
     e = sip_error_new(SIP_INVALID_ARGUMENT,
                       "request parameters are not a JSON object (%s); expected "
-                      "{\"pipeline_config\": {...}, \"sequence_id\": ...}",
+                      "{\"pipeline_config\": {...}, \"sequence_id\": ..., \"idempotency_key\": \"...\"}",
                       root ? "another JSON value" : je.text);
   } else {
     const char *key;
@@ -206,10 +207,18 @@ static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
           sip_request_set_batch_wait_ms(r, (uint32_t)json_integer_value(v));
         continue;
       }
+      if (!strcmp(key, "idempotency_key")) {
+        e = json_is_string(v) ? sip_request_set_idempotency_key(r, json_string_value(v))
+                              : sip_error_new(SIP_INVALID_ARGUMENT, "request parameter "
+                                              "idempotency_key is not a string; expected one");
+        if (e) break;
+        continue;
+      }
       if (strcmp(key, "pipeline_config")) {
         e = sip_error_new(SIP_INVALID_ARGUMENT,
                           "unknown request parameter '%s'; expected pipeline_config, "
-                          "batch_timeout_ms, sequence_id, sequence_start or sequence_end",
+                          "batch_timeout_ms, sequence_id, sequence_start, sequence_end or "
+                          "idempotency_key",
                           key);
         break;
       }
@@ -266,7 +275,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   wr.n_inputs = 0;
   wr.outputs = NULL;
   wr.n_outputs = 0;
-  if (!e && wr.parameters) e = apply_parameters(r, wr.parameters);
+  if (!e && wr.parameters) e = sip__apply_request_parameters(r, wr.parameters);
   /* The backend may write straight into the destinations (no copy then). */
   for (size_t i = 0; !e && !batch && i < pd->n_dst; i++)
     e = sip_request_set_output_buffer(r, pd->dst[i].output, pd->dst[i].data, pd->dst[i].size,

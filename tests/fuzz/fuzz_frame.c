@@ -101,6 +101,14 @@ static void round_trip_request(const sip__wire_request_t *r, uint64_t id, size_t
   CHECK(r->n_outputs == r2.n_outputs && r->n_inputs == r2.n_inputs);
   CHECK(!r->parameters == !r2.parameters &&
         (!r->parameters || strcmp(r->parameters, r2.parameters) == 0));
+  if (r->parameters) { /* what the server does with them (handlers.c) */
+    sip_request_t *req = sip_request_new("p");
+    sip_error_t *pe = req ? sip__apply_request_parameters(req, r->parameters) : NULL;
+    CHECK(!pe || sip_error_code(pe) == SIP_INVALID_ARGUMENT ||
+          sip_error_code(pe) == SIP_RESOURCE_EXHAUSTED);
+    sip_error_free(pe);
+    sip_request_free(req);
+  }
   for (size_t i = 0; i < r->n_outputs; i++) CHECK(strcmp(r->outputs[i], r2.outputs[i]) == 0);
   /* A request that flags output destinations but has no outputs loses
    * the flag (nothing to say), so compare the destinations only when
@@ -120,7 +128,8 @@ static void round_trip_response(const sip__wire_response_t *r, uint64_t id, cons
   sip__wbuf_t w = {0};
   sip__encode_infer_response_shm(&w, id, r->code, r->message, r->queue_us, r->compute_us,
                                  r->total_us, (const sip_tensor_t *const *)r->outputs,
-                                 r->output_shm, r->n_outputs);
+                                 r->output_shm, r->n_outputs,
+                                 r->replayed ? SIP__RESP_REPLAYED : 0);
   /* The message is kept as a C string: an embedded NUL shortens it, and so
    * the frame (alignment is monotone, so it never grows). */
   uint32_t mlen = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |

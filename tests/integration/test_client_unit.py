@@ -25,22 +25,24 @@ class FakeServer:
     silent: never answers;
     error_frame: sends an ERROR frame (RESOURCE_EXHAUSTED) and closes;
     drop: closes the connection without answering;
+    flaky: closes the connection the first time, then echoes;
     fail: answers INFER_RESPONSE with NOT_FOUND;
     garbage: answers with a bad magic."""
 
-    def __init__(self, tcp=False):
-        self.dir = short_tmpdir()
+    def __init__(self, tcp=False, path=None):
+        self.dir = short_tmpdir() if path is None else os.path.dirname(path)
         if tcp:
             self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.lsock.bind(("127.0.0.1", 0))
             self.endpoint = "tcp://127.0.0.1:%d" % self.lsock.getsockname()[1]
         else:
-            path = os.path.join(self.dir, "fake.sock")
+            path = path or os.path.join(self.dir, "fake.sock")
             self.lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.lsock.bind(path)
             self.endpoint = "ipc://" + path
         self.lsock.listen(64)
         self.connections = 0
+        self.flaky_drops = 1
         self.requests = []
         self.lock = threading.Lock()
         self.stopping = False
@@ -127,6 +129,12 @@ class FakeServer:
                     return
                 elif req.pool == "drop":
                     return
+                elif req.pool == "flaky":
+                    with self.lock:
+                        drop, self.flaky_drops = self.flaky_drops > 0, self.flaky_drops - 1
+                    if drop:
+                        return
+                    self._send(c, wlock, P.INFER_RESPONSE, hdr.request_id, ok)
                 elif req.pool == "fail":
                     self._send(c, wlock, P.INFER_RESPONSE, hdr.request_id,
                                P.encode_infer_response(2, "unknown pool 'fail'"))
@@ -339,3 +347,74 @@ def test_large_tensor(client):
     x = np.random.default_rng(1).standard_normal((4, 1024, 1024)).astype(np.float32)  # 16 MiB
     r = echo(client, x)
     np.testing.assert_array_equal(r.outputs["out_x"], x)
+
+
+def flaky_requests(fake):
+    with fake.lock:
+        return sum(1 for _, r in fake.requests if r.pool == "flaky")
+
+
+def test_keyed_request_resent_after_drop(client, fake):
+    """The connection drops under a keyed request: the client reconnects and
+    sends it again (the server, not the client, makes that run once)."""
+    r = client.infer(InferenceRequest("flaky", {"x": 4}, idempotency_key="k-1"))
+    assert r.outputs["out_x"] == 4
+    assert fake.connections == 2
+    assert flaky_requests(fake) == 2
+
+
+def test_unkeyed_request_fails_on_drop(client, fake):
+    with pytest.raises(UnavailableError):
+        client.infer(InferenceRequest("flaky", {"x": 4}))
+    assert flaky_requests(fake) == 1
+    assert client.infer(InferenceRequest("flaky", {"x": 5})).outputs["out_x"] == 5
+
+
+def test_keyed_resend_stops_at_timeout(fake):
+    fake.flaky_drops = 10 ** 6  # always drops
+    c = SessionClient(fake.endpoint, timeout_s=1, backoff_s=0.01, max_backoff_s=0.05)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError):
+            c.infer(InferenceRequest("flaky", {"x": 1}, idempotency_key="k-2"))
+        assert 0.9 < time.monotonic() - t0 < 4
+        # Resent with backoff: more than once, far fewer than without one.
+        assert 3 <= flaky_requests(fake) <= 120
+    finally:
+        c.close()
+
+
+def test_call_waits_for_the_server(tmp_path):
+    """With reconnect_timeout_s a call waits (retrying with backoff) for a
+    server that is not there yet; a closed client never reconnects."""
+    d = short_tmpdir()
+    path = os.path.join(d, "late.sock")
+    c = SessionClient("ipc://" + path, timeout_s=5, reconnect_timeout_s=5, backoff_s=0.02)
+    servers = []
+    timer = threading.Timer(0.3, lambda: servers.append(FakeServer(path=path)))
+    try:
+        t0 = time.monotonic()
+        timer.start()
+        assert echo(c, 7).outputs["out_x"] == 7
+        assert time.monotonic() - t0 >= 0.25
+        c.close()
+        with pytest.raises(UnavailableError, match="closed"):
+            echo(c, 8)
+        assert servers[0].connections == 1
+    finally:
+        timer.cancel()
+        c.close()
+        for s in servers:
+            s.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_reconnect_arguments_checked():
+    with pytest.raises(InvalidArgumentError):
+        SessionClient("ipc:///tmp/x.sock", backoff_s=0)
+    with pytest.raises(InvalidArgumentError):
+        SessionClient("ipc:///tmp/x.sock", backoff_s=1, max_backoff_s=0.5)
+    c = SessionClient("ipc:///tmp/x.sock")
+    with pytest.raises(InvalidArgumentError, match="idempotency_key"):
+        c.infer_async(InferenceRequest("echo", {"x": 1}, idempotency_key=""))
+    c.close()

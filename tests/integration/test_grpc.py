@@ -313,10 +313,37 @@ def test_infer_errors(stub, pb, srv):
     code, msg = infer_error(stub, pb.pb.ModelInferRequest(model_name=""))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "model_name" in msg
     req = make_request(pb, "addmul", {"lhs": x, "rhs": x}, outputs=["y"])
-    req.outputs[0].parameters["classification"].int64_param = 2
+    req.outputs[0].parameters["classification"].int64_param = 0
     code, msg = infer_error(stub, req)
-    assert code == grpc.StatusCode.UNIMPLEMENTED
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "classification is not an integer >= 1" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    req.inputs[0].parameters["classification"].int64_param = 2
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "classification is for outputs" in msg
     srv.assert_alive()
+
+
+def test_classification(stub, pb):
+    """Triton's classification extension: the top N of the last dim as BYTES
+    "value:index", the same strings as over HTTP."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    req = make_request(pb, "two_out", {"x": x}, outputs=["sum", "prod"])
+    req.outputs[0].parameters["classification"].int64_param = 2
+    resp = stub.ModelInfer(req)
+    assert [(t.name, t.datatype, list(t.shape)) for t in resp.outputs] == [
+        ("sum", "BYTES", [3, 2]), ("prod", "FP32", [3, 4])]
+    got = from_raw(resp.raw_output_contents[0], "BYTES", [3, 2])
+    s = x + x
+    for row in range(3):
+        order = np.argsort(-s[row], kind="stable")[:2]
+        assert list(got[row]) == [("%f:%d" % (s[row][i], i)).encode() for i in order]
+    np.testing.assert_array_equal(from_raw(resp.raw_output_contents[1], "FP32", [3, 4]), x * x)
+    req = make_request(pb, "id_string", {"data": np.array([[b"a"]], object),
+                                         "scalar": np.array(b"b", object)}, outputs=["data_out"])
+    req.outputs[0].parameters["classification"].uint64_param = 1
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "numeric" in msg
 
 
 def test_message_size_limit(stub, pb, srv):

@@ -11,7 +11,14 @@ that get no answer within ``timeout_s`` fail with DeadlineExceededError (the
 reader sweeps them), so no call can hang forever.
 
 When the connection drops, every call still waiting on it fails with
-UnavailableError, and the next call opens a new connection. An ERROR frame
+UnavailableError, and the next call opens a new connection: attempts to
+connect are spaced by an exponential backoff with jitter (``backoff_s`` up to
+``max_backoff_s``), and a call waits for one for up to ``reconnect_timeout_s``
+(0: it fails at once while the server cannot be reached). A request with an
+``idempotency_key`` is sent again instead (on a new connection, after a
+backoff) when its connection drops or the server answers UNAVAILABLE, until
+``timeout_s`` after it was first sent: the server runs it at most once
+(docs/idempotency.md). A client closed by its user never reconnects. An ERROR frame
 from the server fails every waiting call with the error it names (the server
 closes the connection after it).
 
@@ -25,6 +32,7 @@ import itertools
 import json
 import mmap
 import os
+import random
 import select
 import socket
 import threading
@@ -69,17 +77,22 @@ class InferenceRequest:
         sequence_batching (docs/sequences.md): the sequence (an int >= 1 or a
         str), and whether this is its first / last request. Sequence (from
         SessionClient.sequence) sets them for you.
+    idempotency_key: a string naming the request for the server: it runs at
+        most once while the server keeps the key (docs/idempotency.md), so the
+        client sends it again after a dropped connection.
     """
 
     __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs",
-                 "pipeline_config", "sequence_id", "sequence_start", "sequence_end")
+                 "pipeline_config", "sequence_id", "sequence_start", "sequence_end",
+                 "idempotency_key")
 
     def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
                  outputs=None, pipeline_config=None, sequence_id=None, sequence_start=False,
-                 sequence_end=False):
+                 sequence_end=False, idempotency_key=None):
         self.sequence_id = sequence_id
         self.sequence_start = sequence_start
         self.sequence_end = sequence_end
+        self.idempotency_key = idempotency_key
         self.session_pool = session_pool
         self.inputs = inputs
         self.timeout_ms = timeout_ms
@@ -235,12 +248,16 @@ class InferenceResponse:
     latency_ms: client-measured round trip (send to answer), float.
     request_id: the wire request id.
     timings: {"queue_us", "compute_us", "total_us"} as reported by the server.
+    replayed: True when the server answered with the answer of an earlier
+        request with the same idempotency key (this one did not run).
     """
 
     __slots__ = ("outputs", "latency_ms", "request_id", "timings", "session_pool",
-                 "stage_outputs", "stages", "early_exit")
+                 "stage_outputs", "stages", "early_exit", "replayed")
 
-    def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None, message=""):
+    def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None, message="",
+                 replayed=False):
+        self.replayed = replayed
         # A pipeline answers with "<stage>/<output>" tensors and a JSON story of
         # its stages in the message: split them out (seed 000's stage_outputs).
         self.outputs = {k: v for k, v in outputs.items() if "/" not in k}
@@ -733,7 +750,7 @@ class _Connection:
                 timings = {"queue_us": m.queue_us, "compute_us": m.compute_us,
                            "total_us": m.total_us}
                 resp = InferenceResponse(m.outputs, latency_ms, h.request_id, timings,
-                                         entry.pool, m.message)
+                                         entry.pool, m.message, m.replayed)
                 post = self.postprocess.get(entry.pool) if self.postprocess else None
                 if post is not None:
                     fn, config = post
@@ -772,12 +789,29 @@ class SessionClient:
         a blocked send) before it fails with DeadlineExceededError /
         UnavailableError.
     The connection opens on the first call and reopens after it drops.
+    reconnect_timeout_s: how long a call waits for the connection to reopen
+        (attempts spaced by the backoff) while the server cannot be reached;
+        0: it fails at once with UnavailableError.
+    backoff_s, max_backoff_s: the first delay between connection attempts,
+        doubled after each failure up to the cap (each delay is jittered down
+        to half of it); reset by a connection that opens.
     """
 
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=30):
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=30, reconnect_timeout_s=0.0,
+                 backoff_s=0.05, max_backoff_s=2.0):
         parse_endpoint(endpoint)  # fail early on a malformed endpoint
         if not timeout_s or timeout_s <= 0:
             raise InvalidArgumentError("timeout_s must be > 0, not %r" % (timeout_s,))
+        if reconnect_timeout_s < 0 or backoff_s <= 0 or max_backoff_s < backoff_s:
+            raise InvalidArgumentError("expected reconnect_timeout_s >= 0 and 0 < backoff_s <= "
+                                       "max_backoff_s, not %r, %r, %r"
+                                       % (reconnect_timeout_s, backoff_s, max_backoff_s))
+        self.reconnect_timeout_s = float(reconnect_timeout_s)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self._backoff = 0.0  # the last delay between attempts (0: the last one worked)
+        self._next_attempt = 0.0  # monotonic time before which no attempt is made
+        self._connect_error = None
         self.endpoint = endpoint
         self.timeout_s = float(timeout_s)
         self._lock = threading.Lock()
@@ -789,28 +823,61 @@ class SessionClient:
         self._regions = {}  # name -> SharedMemoryRegion, registered on every connection
 
     # -- plumbing -----------------------------------------------------------
-    def _connection(self):
-        with self._lock:
-            if self._closed:
-                raise UnavailableError("client is closed")
-            c = self._conn
-            if c is None or c.dead:
-                c = self._conn = _Connection.open(self.endpoint, self.timeout_s)
-                c.postprocess = self._postprocess
-                c.regions = self._regions
-                # Regions belong to a connection: a new one gets them again.
-                for region in list(self._regions.values()):
-                    self._register_on(c, region)
-            return c
+    def _connection(self, wait_until=None):
+        """The live connection, opened if needed. While the server cannot be
+        reached, attempts are spaced by the backoff; the call waits for one
+        until ``wait_until`` (monotonic; None: now + reconnect_timeout_s)."""
+        if wait_until is None:
+            wait_until = time.monotonic() + self.reconnect_timeout_s
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise UnavailableError("client is closed")
+                c = self._conn
+                if c is not None and not c.dead:
+                    return c
+                now = time.monotonic()
+                if now >= self._next_attempt:
+                    try:
+                        c = self._open_locked()
+                        self._backoff = 0.0
+                        return c
+                    except UnavailableError as e:
+                        self._connect_error = e
+                        self._backoff = min(max(self._backoff * 2, self.backoff_s),
+                                            self.max_backoff_s)
+                        self._next_attempt = now + self._backoff * random.uniform(0.5, 1.0)
+                err = self._connect_error
+                delay = self._next_attempt - time.monotonic()
+            if time.monotonic() + max(delay, 0.0) > wait_until:
+                raise UnavailableError("%s (next attempt in %.2f s)"
+                                       % (err.message if err else "cannot connect",
+                                          max(delay, 0.0))) from None
+            time.sleep(max(delay, 0.001))
+
+    def _open_locked(self):
+        c = _Connection.open(self.endpoint, self.timeout_s)
+        try:
+            c.postprocess = self._postprocess
+            c.regions = self._regions
+            # Regions belong to a connection: a new one gets them again.
+            for region in list(self._regions.values()):
+                self._register_on(c, region)
+        except SipError as e:
+            c.close(e)
+            raise UnavailableError("cannot connect to %s: registering shared memory failed: %s"
+                                   % (self.endpoint, e)) from None
+        self._conn = c
+        return c
 
     def _next_id(self):
         return next(self._ids) & P.MAX_U64
 
-    def _submit(self, request_id, kind, msg_type, parts, pool, regions=None):
+    def _submit(self, request_id, kind, msg_type, parts, pool, regions=None, wait_until=None):
         # A connection that died before the request was registered has sent
         # nothing for it, so one retry on a fresh connection is safe.
         for attempt in (0, 1):
-            conn = self._connection()
+            conn = self._connection(wait_until)
             try:
                 return conn.submit(request_id, kind, msg_type, parts, pool, regions=regions)
             except _ConnectionGone:
@@ -843,6 +910,12 @@ class SessionClient:
                                   request.sequence_end)
         if seq:
             params = dict(params or {}, **seq)
+        key = request.idempotency_key
+        if key is not None:
+            if not isinstance(key, str) or not key or len(key.encode("utf-8")) > 1024:
+                raise InvalidArgumentError("idempotency_key must be a string of 1 to 1024 bytes, "
+                                           "not %r" % (key,))
+            params = dict(params or {}, idempotency_key=key)
         inputs = request.inputs
         if self._regions and inputs:
             inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
@@ -864,7 +937,48 @@ class SessionClient:
             with self._lock:
                 regions = {d.region: self._regions[d.region] for d in request.outputs.values()
                            if d is not None and d.region in self._regions}
-        return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool, regions)
+        if key is None:
+            return self._submit(rid, "infer", P.INFER_REQUEST, parts, request.session_pool,
+                                regions)
+        return self._submit_keyed(rid, parts, request.session_pool, regions)
+
+    def _submit_keyed(self, rid, parts, pool, regions):
+        """Sends a request with an idempotency key, and again (after a
+        backoff, on a new connection) when its connection drops or the server
+        answers UNAVAILABLE, until timeout_s after the first send."""
+        deadline = time.monotonic() + self.timeout_s
+        outer = Future()
+        outer.set_running_or_notify_cancel()
+        state = {"backoff": 0.0}
+
+        def finish(f):
+            e = f.exception()
+            if e is None:
+                outer.set_result(f.result())
+                return
+            if (isinstance(e, UnavailableError) and not self._closed
+                    and time.monotonic() < deadline):
+                state["backoff"] = min(max(state["backoff"] * 2, self.backoff_s),
+                                       self.max_backoff_s)
+                threading.Thread(target=attempt, name="cann_sip-resend", daemon=True,
+                                 args=(state["backoff"] * random.uniform(0.5, 1.0),)).start()
+                return
+            outer.set_exception(e)
+
+        def attempt(delay):
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+            try:
+                inner = self._submit(rid, "infer", P.INFER_REQUEST, parts, pool, regions,
+                                     wait_until=deadline)
+            except SipError as e:
+                inner = Future()
+                inner.set_exception(e)
+            inner.add_done_callback(finish)
+
+        inner = self._submit(rid, "infer", P.INFER_REQUEST, parts, pool, regions,
+                             wait_until=deadline)
+        inner.add_done_callback(finish)
+        return outer
 
     def infer(self, request):
         """Runs one request and returns its InferenceResponse (raises SipError)."""

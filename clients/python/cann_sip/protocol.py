@@ -149,7 +149,9 @@ SharedOutput = namedtuple("SharedOutput", "region offset shape dtype nbytes")
 InferRequestMessage = namedtuple("InferRequestMessage",
                                  "pool priority timeout_ms outputs inputs")
 InferResponseMessage = namedtuple("InferResponseMessage",
-                                  "code message queue_us compute_us total_us outputs")
+                                  "code message queue_us compute_us total_us outputs replayed",
+                                  defaults=(False,))
+RESP_REPLAYED = 0x1  # INFER_RESPONSE flags: another request's answer (same idempotency key)
 
 
 # ---------------------------------------------------------------------------
@@ -651,14 +653,15 @@ def decode_infer_response(payload, copy=False):
     n = r.u32("message length")
     msg = r.raw(n, "message").decode("utf-8", "replace")
     queue_us, compute_us, total_us, n_out, res16, res32 = r.unpack(_TIMES_TAIL, "response times")
-    if res16 or res32:
-        raise ProtocolError("reserved response fields are not zero")
+    if (res16 & ~RESP_REPLAYED) or res32:
+        raise ProtocolError("reserved response fields are not zero (apart from flag bit 0)")
     outs = {}
     for _ in range(n_out):
         name, arr = _read_tensor(r, copy)
         outs[name] = arr
     r.done("response")
-    return InferResponseMessage(code, msg, queue_us, compute_us, total_us, outs)
+    return InferResponseMessage(code, msg, queue_us, compute_us, total_us, outs,
+                                bool(res16 & RESP_REPLAYED))
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,19 @@
 static char sock_path[64];
 static char unix_ep[96];
 
+/* An in-process server of `yaml`, its pools loaded. */
+static sip_server_t *start_yaml(const char *yaml) {
+  sip_server_options_t *o = sip_server_options_new();
+  assert_null(sip_server_options_set_config_string(o, yaml, "."));
+  sip_server_options_set_wait_for_load(o, 1);
+  sip_server_t *srv = NULL;
+  sip_error_t *e = sip_server_new(o, &srv);
+  sip_server_options_free(o);
+  if (e) fprintf(stderr, "%s\n", sip_error_message(e));
+  assert_null(e);
+  return srv;
+}
+
 static int setup(void **state) {
   snprintf(sock_path, sizeof sock_path, "/tmp/sip_test_client_%d.sock", (int)getpid());
   snprintf(unix_ep, sizeof unix_ep, "ipc://%s", sock_path);
@@ -32,14 +45,7 @@ static int setup(void **state) {
            "  - {name: seq, backend: builtin, backend_options: {shape: '-1,3'},\n"
            "     sequence_batching: {}}\n",
            unix_ep);
-  sip_server_options_t *o = sip_server_options_new();
-  assert_null(sip_server_options_set_config_string(o, yaml, "."));
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_server_t *srv = NULL;
-  sip_error_t *e = sip_server_new(o, &srv);
-  sip_server_options_free(o);
-  if (e) fprintf(stderr, "%s\n", sip_error_message(e));
-  assert_null(e);
+  sip_server_t *srv = start_yaml(yaml);
   assert_int_equal(sip_server_endpoint_count(srv), 2);
   *state = srv;
   return 0;
@@ -386,6 +392,115 @@ static void test_shared_memory(void **state) {
   sip_client_free(c);
 }
 
+/* A server of its own on `ep` (the echo pool, keyed requests kept). */
+static sip_server_t *start_on(const char *ep) {
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: ['%s'], log_level: error}\n"
+           "session_pools:\n"
+           "  - {name: echo, backend: builtin, backend_options: {shape: '-1,3'}}\n", ep);
+  return start_yaml(yaml);
+}
+
+typedef struct answer {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  sip_client_response_t *resp;
+  sip_error_t *err;
+} answer_t;
+
+static void on_answer(sip_client_response_t *r, sip_error_t *e, void *user) {
+  answer_t *a = user;
+  pthread_mutex_lock(&a->mu);
+  a->resp = r;
+  a->err = e;
+  a->done = 1;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* The server goes away and comes back on the same socket: plain requests
+ * get UNAVAILABLE meanwhile, a keyed one waits and is answered once the
+ * client reconnected by itself, the shared memory region is registered
+ * again, and the key runs once (the second send is a replay). */
+static void test_reconnect(void **state) {
+  (void)state;
+  char path[64], ep[96];
+  snprintf(path, sizeof path, "/tmp/sip_test_reconnect_%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  sip_server_t *srv = start_on(ep);
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(ep, &c));
+  sip_client_set_reconnect(c, 5, 50, 20000);
+  sip_client_shm_t *region = NULL;
+  assert_null(sip_client_shm_create(c, "r", 4096, &region));
+  float *base = sip_client_shm_data(region);
+  for (int i = 0; i < 6; i++) base[i] = 2.5f + (float)i;
+  sip_tensor_t *t = vec3(1.0f, 2);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t plain = {.pool = "echo", .inputs = in, .n_inputs = 1};
+  sip_client_response_t *r = NULL;
+  assert_null(sip_client_infer(c, &plain, &r));
+  sip_client_response_free(r);
+
+  sip_server_free(srv); /* the connection closes */
+  sip_error_t *e = NULL;
+  for (int i = 0; i < 200; i++) { /* until the client noticed */
+    e = sip_client_infer(c, &plain, &r);
+    if (e) break;
+    sip_client_response_free(r);
+    usleep(5000);
+  }
+  assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
+  sip_error_free(e);
+  answer_t a = {.done = 0};
+  pthread_mutex_init(&a.mu, NULL);
+  pthread_cond_init(&a.cv, NULL);
+  sip_client_request_t keyed = plain;
+  keyed.idempotency_key = "reconnect-1";
+  assert_null(sip_client_infer_async(c, &keyed, on_answer, &a));
+  usleep(50000);
+  srv = start_on(ep);
+  pthread_mutex_lock(&a.mu);
+  while (!a.done) pthread_cond_wait(&a.cv, &a.mu);
+  pthread_mutex_unlock(&a.mu);
+  if (a.err) fail_msg("keyed request failed: %s", sip_error_message(a.err));
+  check_echo(a.resp, 1.0f, 2);
+  assert_int_equal(a.resp->replayed, 0);
+  sip_client_response_free(a.resp);
+  assert_true(sip_client_reconnects(c) >= 1);
+  /* Sent again: the kept answer. */
+  assert_null(sip_client_infer(c, &keyed, &r));
+  assert_int_equal(r->replayed, 1);
+  check_echo(r, 1.0f, 2);
+  sip_client_response_free(r);
+  /* The region was registered on the new connection. */
+  int64_t dims[2] = {2, 3};
+  sip_tensor_t *sh = sip_tensor_new_view("input", SIP_DTYPE_FLOAT32, 2, dims, NULL, 24, NULL);
+  const sip_tensor_t *shin[] = {sh};
+  sip_client_shm_ref_t ref[] = {{"r", 0, 24}};
+  sip_client_request_t shreq = {.pool = "echo", .inputs = shin, .n_inputs = 1, .input_shm = ref};
+  assert_null(sip_client_infer(c, &shreq, &r));
+  check_echo(r, 2.5f, 2);
+  sip_client_response_free(r);
+  sip_tensor_free(sh);
+  /* A key longer than 1024 bytes is refused before sending. */
+  char big[1100];
+  memset(big, 'k', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  keyed.idempotency_key = big;
+  e = sip_client_infer(c, &keyed, &r);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+  sip_tensor_free(t);
+  pthread_mutex_destroy(&a.mu);
+  pthread_cond_destroy(&a.cv);
+  assert_null(sip_client_shm_destroy(c, region));
+  sip_client_free(c); /* closed by its user: no reconnection, the thread ends */
+  sip_server_free(srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
@@ -393,7 +508,7 @@ int main(void) {
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
       cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
       cmocka_unit_test(test_sequence),
-      cmocka_unit_test(test_shared_memory),
+      cmocka_unit_test(test_shared_memory),  cmocka_unit_test(test_reconnect),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

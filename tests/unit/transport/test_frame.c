@@ -691,9 +691,19 @@ static void test_response_nonzero_reserved(void **state) {
     assert_true(len == 40);
     memcpy(pl, w.data + HDR, len);
     sip__wbuf_free(&w); /* before a failing check longjmps out */
-    pl[4 + 4 + 24 + 2 + (size_t)byte] = 1;
+    /* Bit 0 of the first is the REPLAYED flag (docs/idempotency.md). */
+    pl[4 + 4 + 24 + 2 + (size_t)byte] = byte ? 1 : 2;
     expect_resp_err(pl, len, SIP_INVALID_ARGUMENT, "INFER_RESPONSE", "reserved", NULL);
   }
+  sip__wbuf_t w = {0};
+  const sip_tensor_t *none[1] = {NULL};
+  sip__encode_infer_response_shm(&w, 1, 0, "", 0, 0, 0, none, NULL, 0, SIP__RESP_REPLAYED);
+  sip__wire_response_t wr;
+  sip_error_t *e = sip__decode_infer_response(w.data + HDR, w.len - HDR, NULL, &wr);
+  sip__wbuf_free(&w);
+  assert_null(e);
+  assert_int_equal(wr.replayed, 1);
+  sip__wire_response_clear(&wr);
 }
 
 static void test_request_bad_header_fields(void **state) {
@@ -1194,7 +1204,7 @@ static void test_shm_response_round_trip(void **state) {
                         sip_tensor_new_view("shm", SIP_DTYPE_INT32, 2, d, v, 16, NULL)};
   sip__wire_shm_ref_t refs[2] = {{NULL, 0, 0}, {(char *)"out", 128, 16}};
   sip__wbuf_t w = {0};
-  sip__encode_infer_response_shm(&w, 9, 0, "", 1, 2, 3, (const sip_tensor_t *const *)o, refs, 2);
+  sip__encode_infer_response_shm(&w, 9, 0, "", 1, 2, 3, (const sip_tensor_t *const *)o, refs, 2, 0);
   sip_tensor_free(o[0]);
   sip_tensor_free(o[1]);
   size_t len;
