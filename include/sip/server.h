@@ -182,6 +182,10 @@ sip_error_t *sip_request_set_version(sip_request_t *r, const char *version);
 sip_error_t *sip_request_set_priority(sip_request_t *r, int priority);
 /* 0 = no deadline. Counted from sip_server_infer*. */
 void sip_request_set_timeout_ms(sip_request_t *r, uint32_t timeout_ms);
+/* The longest the request waits in its pool's dynamic batcher for others
+ * to fill a batch (a BatchInferenceRequest's batch_config.timeout_ms), in
+ * place of the pool's max_queue_delay; 0 = the pool's. Not a deadline. */
+void sip_request_set_batch_wait_ms(sip_request_t *r, uint32_t ms);
 /* Adds an input; takes ownership of `t` (freed on error too). Errors:
  * a duplicate name or bytes that do not match dtype × shape. */
 sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);

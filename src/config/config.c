@@ -84,9 +84,12 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
   /* Stages refer to pools and add their own: pipelines come after every
    * session_pools entry, in whichever order the keys are written. */
   if (c->pipelines && cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
-  if (!vals[T_POOLS] && !cfg->model_repository)
+  /* Pipelines bring their own pools (stages naming a model_path); a stage
+   * naming a pool that no entry makes is cfg_check_pipelines' error. */
+  if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pipelines)
     return cfg_fail(c, root->start_mark, "session_pools",
-                    "missing; expected %s, or a server.model_repository", POOLS_EXPECT);
+                    "missing; expected %s, a server.model_repository, or pipeline_sessions whose "
+                    "stages name a model_path", POOLS_EXPECT);
   if (cfg->model_repository) {
     char *r = cfg_resolve_path(c->base_dir, cfg->model_repository);
     if (!r) return cfg_oom(c);
@@ -352,7 +355,11 @@ int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y) {
   for (size_t i = 0; i < x->n_pipelines; i++) {
     const sip__pipeline_config_t *a = &x->pipelines[i], *b = &y->pipelines[i];
     if (!str_same(a->name, b->name) || !str_same(a->early_exit_condition, b->early_exit_condition) ||
-        !strs_same(a->outputs, a->n_outputs, b->outputs, b->n_outputs) || !SAME(n_stages))
+        !strs_same(a->outputs, a->n_outputs, b->outputs, b->n_outputs) || !SAME(n_stages) ||
+        !SAME(n_stage_timeout_ms) ||
+        (a->n_stage_timeout_ms &&
+         memcmp(a->stage_timeout_ms, b->stage_timeout_ms,
+                a->n_stage_timeout_ms * sizeof *a->stage_timeout_ms)))
       return 0;
     for (size_t k = 0; k < a->n_stages; k++) {
       const sip__stage_config_t *u = &a->stages[k], *v = &b->stages[k];

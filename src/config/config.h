@@ -153,6 +153,8 @@ typedef struct sip__pipeline_config {
   char *early_exit_condition; /* NULL: none */
   char **outputs;             /* "stage.output" the pipeline returns; none: every sink's outputs */
   size_t n_outputs;
+  uint32_t *stage_timeout_ms; /* per stage in stage order (0: none); a request's pipeline_config overrides */
+  size_t n_stage_timeout_ms;
   int line;
 } sip__pipeline_config_t;
 

@@ -159,7 +159,8 @@ int sip__config_doc_markdown(FILE *out) {
         out);
 
   fputs("\n## The config file\n", out);
-  fputs("\n`session_pools` is required unless `server.model_repository` is set.\n", out);
+  fputs("\n`session_pools` is required unless `server.model_repository` is set or\n"
+        "`pipeline_sessions` stages bring their own pools (`model_path`).\n", out);
   section(out, &cfg_top_section, "", 0, NULL);
 
   fputs("\n## Session pools\n\nEach entry of `session_pools` is a map:\n", out);

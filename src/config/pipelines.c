@@ -29,7 +29,7 @@
 
 #define STAGE_KEYS \
   "name, type, pool, model_path, pool_size, operation, input_mapping, output_filter, when"
-#define PIPELINE_KEYS "name, stages, early_exit_condition, outputs"
+#define PIPELINE_KEYS "name, stages, early_exit_condition, outputs, stage_timeout_ms"
 
 /* The keys above, for docs/config.md; tests/unit/config/test_config_doc.c checks
  * that they are the keys the parsers below accept. */
@@ -42,6 +42,9 @@ const cfg_key_doc_t cfg_pipeline_keys[] = {
      "Checked after every stage: when true, no further stage starts and the answer has what ran."},
     {"outputs", "a list of \"<stage>.<output>\"", "every sink's outputs",
      "The outputs the pipeline returns."},
+    {"stage_timeout_ms", "a list of integers 0..86400000, at most one per stage", "none",
+     "Each stage's time limit in stage order (0: none); a request's pipeline_config.stage_timeout_ms "
+     "replaces the list."},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -87,6 +90,26 @@ static void pipeline_clear(sip__pipeline_config_t *pl) {
   sip__free(pl->early_exit_condition);
   for (size_t i = 0; i < pl->n_outputs; i++) sip__free(pl->outputs[i]);
   sip__free(pl->outputs);
+  sip__free(pl->stage_timeout_ms);
+}
+
+#define TIMEOUTS_EXPECT "a list of integers 0..86400000 (milliseconds per stage in stage order; 0: none)"
+
+static int timeout_list(ctx_t *c, yaml_node_t *v, const char *key, sip__pipeline_config_t *pl) {
+  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, TIMEOUTS_EXPECT);
+  size_t n = seq_len(v);
+  pl->stage_timeout_ms = sip__calloc(n ? n : 1, sizeof *pl->stage_timeout_ms);
+  if (!pl->stage_timeout_ms) return cfg_oom(c);
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, TIMEOUTS_EXPECT);
+    int64_t ms;
+    if (!e) return -1;
+    if (cfg_parse_int(text(e), e->data.scalar.length, &ms) || ms < 0 || ms > 86400000)
+      return cfg_fail_kind(c, e, key, TIMEOUTS_EXPECT);
+    pl->stage_timeout_ms[i] = (uint32_t)ms;
+    pl->n_stage_timeout_ms = i + 1;
+  }
+  return 0;
 }
 
 static int string_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char ***out,
@@ -348,7 +371,7 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
     if (!m) return cfg_oom(c);
     if (m->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, m, ik, "a map with keys: " PIPELINE_KEYS);
     pl->line = (int)m->start_mark.line + 1;
-    yaml_node_t *outputs = NULL;
+    yaml_node_t *outputs = NULL, *timeouts = NULL;
     for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
       yaml_node_t *kn, *vn;
       if (cfg_pair(c, pr, &kn, &vn)) return -1;
@@ -372,6 +395,9 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
         if (string_list(c, vn, k, "a list of \"<stage>.<output>\"", &pl->outputs, &pl->n_outputs))
           return -1;
         outputs = vn;
+      } else if (!strcmp(text(kn), "stage_timeout_ms")) {
+        if (timeout_list(c, vn, k, pl)) return -1;
+        timeouts = vn;
       } else {
         return cfg_fail(c, kn->start_mark, k, "unknown key; expected one of: " PIPELINE_KEYS);
       }
@@ -411,6 +437,11 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
         return rc;
       }
     sip__expr_free(e);
+    if (pl->n_stage_timeout_ms > pl->n_stages) {
+      cfg_key_join(k, ik, "stage_timeout_ms", 16);
+      return cfg_fail(c, timeouts->start_mark, k, "%zu values for %zu stages; expected at most one "
+                      "per stage, in stage order", pl->n_stage_timeout_ms, pl->n_stages);
+    }
     for (size_t o = 0; o < pl->n_outputs; o++)
       if (ref_stage(pl, pl->n_stages, pl->outputs[o]) < 0) {
         cfg_key_join(k, ik, "outputs", 7);

@@ -161,7 +161,7 @@ static sip_error_t *resize_region(const sip__tf_img_t *src, const sip__tf_img_t 
 /* ---- resize ---- */
 
 static const char *const resize_opts[] = {"size", "limit_side_len", "multiple_of", "layout",
-                                          "dtype", NULL};
+                                          "dtype", "target_size", NULL};
 
 static sip_error_t *need_size(const sip__tf_opts_t *o, const sip__transform_t *t) {
   if (t->size_h) return NULL;
@@ -177,6 +177,14 @@ static sip_error_t *resize_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
       (e = sip__tf_opt_int(o, "limit_side_len", 1, TF_MAX_SIDE, &t->limit_side)) ||
       (e = sip__tf_opt_int(o, "multiple_of", 1, TF_MAX_SIDE, &t->multiple)))
     return e;
+  /* target_size: crop_and_resize's name for the same thing. */
+  if (sip__tf_opt(o, "target_size")) {
+    if (t->size_h)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "transform resize: give size or target_size (the same \"H,W\"), not "
+                           "both");
+    if ((e = sip__tf_opt_hw(o, "target_size", &t->size_h, &t->size_w))) return e;
+  }
   /* Either a fixed size, or a size that follows each image (PP-OCR). */
   if (t->size_h && (t->limit_side || t->multiple))
     return sip_error_new(SIP_INVALID_ARGUMENT,

@@ -191,7 +191,79 @@ static sip_error_t *softmax_run(const sip__transform_t *t, const sip_tensor_t *c
 
 const sip__tf_op_t sip__tf_softmax = {"softmax", softmax_opts, softmax_setup, softmax_run, TF_ITEMS_OFF_AXIS};
 
-static const char *const topk_opts[] = {"k", "axis", NULL};
+/* Labels files are small (PP-OCR's is 26 KB); this bounds a mistaken path
+ * pointing at something huge. */
+#define LABELS_MAX_BYTES (64u << 20)
+
+static sip_error_t *load_labels(sip__transform_t *t, const char *op, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return sip_error_new(SIP_NOT_FOUND,
+                         "transform %s: option labels_file: cannot open '%s': %s; "
+                         "expected a text file with one label per line",
+                         op, path, strerror(errno));
+  size_t cap = 0, len = 0;
+  char *buf = NULL;
+  sip_error_t *e = NULL;
+  for (;;) {
+    if (len == cap) {
+      if (cap >= LABELS_MAX_BYTES) {
+        e = sip_error_new(SIP_INVALID_ARGUMENT,
+                          "transform %s: labels_file '%s' is over %u bytes", op, path,
+                          LABELS_MAX_BYTES);
+        break;
+      }
+      cap = cap ? cap * 2 : 65536;
+      char *nb = sip__realloc(buf, cap + 1);
+      if (!nb) {
+        e = SIP__OOM();
+        break;
+      }
+      buf = nb;
+    }
+    size_t r = fread(buf + len, 1, cap - len, f);
+    len += r;
+    if (r == 0) {
+      if (ferror(f))
+        e = sip_error_new(SIP_NOT_FOUND, "transform %s: cannot read '%s'", op, path);
+      break;
+    }
+  }
+  fclose(f);
+  if (e) {
+    sip__free(buf);
+    return e;
+  }
+  /* One label per line (PP-OCR strips only the line end, so a line holding
+   * a space is the label " "); a last line without '\n' counts too. */
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
+  if (len && buf[len - 1] != '\n') n++;
+  if (!n) {
+    sip__free(buf);
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "transform %s: labels_file '%s' is empty; expected one "
+                         "label per line",
+                         op, path);
+  }
+  t->label_blob = buf;
+  t->label_off = sip__calloc(n, sizeof *t->label_off);
+  t->label_len = sip__calloc(n, sizeof *t->label_len);
+  if (!t->label_off || !t->label_len) return SIP__OOM();
+  size_t start = 0, k = 0;
+  for (size_t i = 0; i <= len && k < n; i++) {
+    if (i < len && buf[i] != '\n') continue;
+    size_t end = i;
+    if (end > start && buf[end - 1] == '\r') end--;
+    t->label_off[k] = start;
+    t->label_len[k++] = end - start;
+    start = i + 1;
+  }
+  t->n_labels = n;
+  return NULL;
+}
+
+static const char *const topk_opts[] = {"k", "axis", "labels_file", NULL};
 
 static sip_error_t *topk_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   t->axis = -1;
@@ -205,7 +277,38 @@ static sip_error_t *topk_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip__tf_io(&t->in[0], "input", SIP_DTYPE_FLOAT32, -1);
   sip__tf_io(&t->out[0], "values", SIP_DTYPE_FLOAT32, -1);
   sip__tf_io(&t->out[1], "indices", SIP_DTYPE_INT64, -1);
+  /* labels_file: line i names class i; the top classes' names as `labels`. */
+  const char *path = sip__tf_opt(o, "labels_file");
+  if (path) {
+    if ((e = load_labels(t, "topk", path))) return e;
+    t->n_out = 3;
+    sip__tf_io(&t->out[2], "labels", SIP_DTYPE_STRING, -1);
+  }
   return NULL;
+}
+
+/* out[2] of topk: the label of each index in `io` (n of them). */
+static sip_error_t *topk_labels(const sip__transform_t *t, const int64_t *io, size_t n, int rank,
+                                const int64_t *dims, sip_tensor_t **out) {
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (io[i] >= (int64_t)t->n_labels)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "transform topk: class %lld has no label; labels_file has %zu lines "
+                           "(line i names class i)",
+                           (long long)io[i], t->n_labels);
+    len += 4 + t->label_len[io[i]];
+  }
+  unsigned char *o;
+  sip_error_t *e = sip__tf_alloc_bytes(t->out[2].name, SIP_DTYPE_STRING, rank, dims, len, out,
+                                       (void **)&o);
+  for (size_t i = 0; !e && i < n; i++) {
+    uint32_t ll = (uint32_t)t->label_len[io[i]];
+    for (int b = 0; b < 4; b++) *o++ = (unsigned char)(ll >> (8 * b));
+    memcpy(o, t->label_blob + t->label_off[io[i]], ll);
+    o += ll;
+  }
+  return e;
 }
 
 typedef struct scored {
@@ -243,7 +346,8 @@ static sip_error_t *topk_run(const sip__transform_t *t, const sip_tensor_t *cons
   if ((e = sip__tf_alloc(t->out[0].name, SIP_DTYPE_FLOAT32, x->rank, dims, &out[0], (void **)&vo)) ||
       (e = sip__tf_alloc(t->out[1].name, SIP_DTYPE_INT64, x->rank, dims, &out[1], (void **)&io)))
     return e;
-  if (!sip__tf_count(x)) return NULL; /* no element: skip loops over huge dims */
+  if (!sip__tf_count(x))
+    return t->n_labels ? topk_labels(t, io, 0, x->rank, dims, &out[2]) : NULL;
   scored_t *s = sip__calloc((size_t)len, sizeof *s);
   if (!s) return SIP__OOM();
   const float *v = x->data;
@@ -257,7 +361,8 @@ static sip_error_t *topk_run(const sip__transform_t *t, const sip_tensor_t *cons
       }
     }
   sip__free(s);
-  return NULL;
+  return t->n_labels ? topk_labels(t, io, (size_t)(outer * t->k * inner), x->rank, dims, &out[2])
+                     : NULL;
 }
 
 const sip__tf_op_t sip__tf_topk = {"topk", topk_opts, topk_setup, topk_run, TF_ITEMS_OFF_AXIS};
@@ -361,78 +466,6 @@ const sip__tf_op_t sip__tf_nms = {"nms", nms_opts, nms_setup, nms_run, TF_NOT_IT
 
 static const char *const ctc_opts[] = {"labels_file", "use_space_char", NULL};
 
-/* Labels files are small (PP-OCR's is 26 KB); this bounds a mistaken path
- * pointing at something huge. */
-#define LABELS_MAX_BYTES (64u << 20)
-
-static sip_error_t *load_labels(sip__transform_t *t, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return sip_error_new(SIP_NOT_FOUND,
-                         "transform ctc_greedy_decode: option labels_file: cannot open '%s': %s; "
-                         "expected a text file with one label per line",
-                         path, strerror(errno));
-  size_t cap = 0, len = 0;
-  char *buf = NULL;
-  sip_error_t *e = NULL;
-  for (;;) {
-    if (len == cap) {
-      if (cap >= LABELS_MAX_BYTES) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "transform ctc_greedy_decode: labels_file '%s' is over %u bytes", path,
-                          LABELS_MAX_BYTES);
-        break;
-      }
-      cap = cap ? cap * 2 : 65536;
-      char *nb = sip__realloc(buf, cap + 1);
-      if (!nb) {
-        e = SIP__OOM();
-        break;
-      }
-      buf = nb;
-    }
-    size_t r = fread(buf + len, 1, cap - len, f);
-    len += r;
-    if (r == 0) {
-      if (ferror(f))
-        e = sip_error_new(SIP_NOT_FOUND, "transform ctc_greedy_decode: cannot read '%s'", path);
-      break;
-    }
-  }
-  fclose(f);
-  if (e) {
-    sip__free(buf);
-    return e;
-  }
-  /* One label per line (PP-OCR strips only the line end, so a line holding
-   * a space is the label " "); a last line without '\n' counts too. */
-  size_t n = 0;
-  for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
-  if (len && buf[len - 1] != '\n') n++;
-  if (!n) {
-    sip__free(buf);
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "transform ctc_greedy_decode: labels_file '%s' is empty; expected one "
-                         "label per line",
-                         path);
-  }
-  t->label_blob = buf;
-  t->label_off = sip__calloc(n, sizeof *t->label_off);
-  t->label_len = sip__calloc(n, sizeof *t->label_len);
-  if (!t->label_off || !t->label_len) return SIP__OOM();
-  size_t start = 0, k = 0;
-  for (size_t i = 0; i <= len && k < n; i++) {
-    if (i < len && buf[i] != '\n') continue;
-    size_t end = i;
-    if (end > start && buf[end - 1] == '\r') end--;
-    t->label_off[k] = start;
-    t->label_len[k++] = end - start;
-    start = i + 1;
-  }
-  t->n_labels = n;
-  return NULL;
-}
-
 static sip_error_t *ctc_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
   sip_error_t *e;
   t->use_space = 1;
@@ -443,7 +476,7 @@ static sip_error_t *ctc_setup(sip__transform_t *t, const sip__tf_opts_t *o) {
                          "transform ctc_greedy_decode: option labels_file is required; expected "
                          "a text file with one label per line (class i+1 is line i; class 0 is "
                          "the CTC blank)");
-  if ((e = load_labels(t, path))) return e;
+  if ((e = load_labels(t, "ctc_greedy_decode", path))) return e;
   t->n_in = 1;
   t->n_out = 2;
   sip__tf_io(&t->in[0], "probs", SIP_DTYPE_FLOAT32, 3);

@@ -39,7 +39,8 @@
  *                                                                                      input `widths`, valid width per image)
  * cast               input (any shape)           output                                to (required), from (float32)
  * softmax            input f32 (rank >= 1)       output f32                            axis (-1)
- * topk               input f32 (rank >= 1)       values f32, indices i64               k (1), axis (-1)
+ * topk               input f32 (rank >= 1)       values f32, indices i64               k (1), axis (-1),
+ *                                                [, labels string]                   labels_file
  * nms                boxes f32[N,4], scores f32[N] indices i64[K], boxes f32[K,4],     iou_threshold (0.5), score_threshold
  *                                                scores f32[K]                         (none), max_output (0: all)
  * crop_and_resize    image img (one image),      output f32 [N,C,H,W], widths i64[N]   target_size "H,W" | height (+ max_width

@@ -103,6 +103,78 @@ static char *describe(pipeline_t *pl) {
   return NULL;
 }
 
+/* The descriptor of `name` among `d` (NULL when none). */
+static const sip_io_desc_t *desc_of(const sip_io_desc_t *d, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(d[i].name, name)) return &d[i];
+  return NULL;
+}
+
+/* What wire `w` delivers, as its source describes it (NULL: unknown). */
+static const sip_io_desc_t *wire_desc(const pipeline_t *pl, size_t before, const wire_t *w) {
+  if (w->src >= 0) return desc_of(pl->st[w->src].out_desc, pl->st[w->src].n_out_desc, w->out);
+  for (size_t k = 0; k < before; k++)
+    for (size_t i = 0; i < pl->st[k].n_in; i++)
+      if (pl->st[k].in[i].src == -1 && pl->st[k].in[i].out && !strcmp(pl->st[k].in[i].out, w->out))
+        return desc_of(pl->st[k].in_desc, pl->st[k].n_in_desc, pl->st[k].in[i].name);
+  return NULL;
+}
+
+static int is_nchw_f32(const sip_io_desc_t *d) {
+  return d && d->dtype == SIP_DTYPE_FLOAT32 && d->rank == 4;
+}
+static int is_hwc_u8(const sip_io_desc_t *d) {
+  return d && d->dtype == SIP_DTYPE_UINT8 && d->rank == 3;
+}
+static int is_image(const sip_io_desc_t *d) { return is_nchw_f32(d) || is_hwc_u8(d); }
+
+/* Whether `got` can feed `want` as it is (unknown descriptors: assumed so). */
+static int fits(const sip_io_desc_t *got, const sip_io_desc_t *want) {
+  if (!got || !want || got->dtype == SIP_DTYPE_INVALID || want->dtype == SIP_DTYPE_INVALID)
+    return 1;
+  return got->dtype == want->dtype && (got->rank < 0 || want->rank < 0 || got->rank == want->rank);
+}
+
+/* The conversion default wiring applies between an image as one side
+ * gives it and as the other takes it. */
+static int wire_conv(const sip_io_desc_t *got, const sip_io_desc_t *want) {
+  if (is_nchw_f32(got) && is_hwc_u8(want)) return CONV_NCHW_F32_TO_HWC_U8;
+  if (is_hwc_u8(got) && is_nchw_f32(want)) return CONV_HWC_U8_TO_NCHW_F32;
+  return CONV_NONE;
+}
+
+static int wire_to(wire_t *w, int src, const char *out) {
+  w->src = src;
+  return (w->out = sip__strdup(out)) != NULL ? 1 : -1;
+}
+
+/* Default wiring of stage `k`'s input `name` (no input_mapping): the
+ * previous stage's output of that name; else its output at the same
+ * position when its type fits or converts; else the nearest earlier stage's output of
+ * that name; else the pipeline input of that name; else, for an image
+ * input, the pipeline's image (the first pipeline input an earlier stage
+ * reads as an image); else the previous stage's positional output
+ * regardless. 1: wired, 0: nothing fits, -1: out of memory. */
+static int wire_default(pipeline_t *pl, size_t k, size_t i, const char *name, wire_t *w) {
+  const sip_io_desc_t *want = desc_of(pl->st[k].in_desc, pl->st[k].n_in_desc, name);
+  stage_t *prev = &pl->st[k - 1];
+  if (keeps(prev, name)) return wire_to(w, (int)k - 1, name);
+  int positional = i < prev->n_outs && keeps(prev, prev->outs[i]);
+  const sip_io_desc_t *got = positional ? desc_of(prev->out_desc, prev->n_out_desc, prev->outs[i])
+                                        : NULL;
+  if (positional && (fits(got, want) || wire_conv(got, want)))
+    return wire_to(w, (int)k - 1, prev->outs[i]);
+  for (size_t j = k - 1; j-- > 0;)
+    if (keeps(&pl->st[j], name)) return wire_to(w, (int)j, name);
+  if (find_str(pl->inputs, pl->n_inputs, name) >= 0) return wire_to(w, -1, name);
+  if (is_image(want))
+    for (size_t p = 0; p < pl->n_inputs; p++) {
+      wire_t probe = {.src = -1, .out = pl->inputs[p]};
+      if (is_image(wire_desc(pl, k, &probe))) return wire_to(w, -1, pl->inputs[p]);
+    }
+  return positional ? wire_to(w, (int)k - 1, prev->outs[i]) : 0;
+}
+
 static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
   const sip__pipeline_config_t *c = pl->cfg;
   if (c->n_stages > MAX_STAGES)
@@ -202,16 +274,17 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
         w->out = sip__strdup(in_names[i]);
         add_input(pl, in_names[i]);
       } else {
-        stage_t *prev = &pl->st[k - 1];
-        w->src = (int)k - 1;
-        if (keeps(prev, in_names[i]))
-          w->out = sip__strdup(in_names[i]);
-        else if (i < prev->n_outs && keeps(prev, prev->outs[i]))
-          w->out = sip__strdup(prev->outs[i]);
+        int got = wire_default(pl, k, i, in_names[i], w);
+        if (got <= 0)
+          err = got < 0 ? sip__strdup("out of memory")
+                        : sip__asprintf("stage '%s' input '%s': no earlier stage has an output of "
+                                        "that name, the pipeline has no such input, and the "
+                                        "previous stage '%s' has no output of that name or "
+                                        "position; add an input_mapping",
+                                        s->cfg->name, in_names[i], pl->st[k - 1].cfg->name);
         else
-          err = sip__asprintf("stage '%s' input '%s': the previous stage '%s' has no output of "
-                              "that name or position; add an input_mapping",
-                              s->cfg->name, in_names[i], prev->cfg->name);
+          w->conv = wire_conv(wire_desc(pl, k, w),
+                            desc_of(s->in_desc, s->n_in_desc, in_names[i]));
       }
       if (!err && w->src >= 0) add_dep(s, w->src);
     }

@@ -22,10 +22,20 @@
 #define MAX_STAGES 64
 #define MAX_STAGE_INPUTS 64
 
+/* How a wire's tensor is converted for its consumer (default wiring only):
+ * an image as a model takes it (float32 NCHW, one image) and as image
+ * transforms take it (uint8 HWC). */
+typedef enum wire_conv {
+  CONV_NONE = 0,
+  CONV_NCHW_F32_TO_HWC_U8, /* rounded, saturated to 0..255 */
+  CONV_HWC_U8_TO_NCHW_F32, /* [H,W,C] -> [1,C,H,W], values kept */
+} wire_conv_t;
+
 typedef struct wire {
   char *name; /* the stage's input */
   int src;    /* -1: a pipeline input; else a stage index */
   char *out;  /* the source's output (or pipeline input) name */
+  int conv;   /* wire_conv_t */
 } wire_t;
 
 typedef struct stage {

@@ -372,6 +372,53 @@ static const sip_tensor_t *source(run_t *r, const wire_t *w) {
   return w->src < 0 ? req_input(r, w->out) : stage_output(r, w->src, w->out);
 }
 
+/* `t` converted per `conv` (wire_conv_t) into a tensor named `name`: NULL
+ * with *err set (owned) when it is not the image the wiring expected. */
+static sip_tensor_t *convert(const char *name, int conv, const sip_tensor_t *t, char **err) {
+  int64_t n = 1, c, h, w;
+  if (conv == CONV_NCHW_F32_TO_HWC_U8) {
+    if (t->dtype != SIP_DTYPE_FLOAT32 || t->rank != 4 || t->dims[0] != 1) {
+      *err = sip__asprintf("input '%s': expected one float32 NCHW image [1,C,H,W] to convert to "
+                           "uint8 HWC, got %s of rank %d", name, sip_dtype_name(t->dtype), t->rank);
+      return NULL;
+    }
+    c = t->dims[1], h = t->dims[2], w = t->dims[3];
+  } else {
+    if (t->dtype != SIP_DTYPE_UINT8 || t->rank != 3) {
+      *err = sip__asprintf("input '%s': expected a uint8 HWC image [H,W,C] to convert to float32 "
+                           "NCHW, got %s of rank %d", name, sip_dtype_name(t->dtype), t->rank);
+      return NULL;
+    }
+    h = t->dims[0], w = t->dims[1], c = t->dims[2];
+  }
+  size_t px = (size_t)(h * w * c);
+  sip_buf_t *b = sip_buf_new(px * (conv == CONV_NCHW_F32_TO_HWC_U8 ? 1 : sizeof(float)));
+  if (!b) {
+    *err = sip__strdup("out of memory");
+    return NULL;
+  }
+  void *out = sip_buf_data(b);
+  for (int64_t y = 0; y < h; y++)
+    for (int64_t x = 0; x < w; x++)
+      for (int64_t ch = 0; ch < c; ch++) {
+        size_t hwc = (size_t)((y * w + x) * c + ch), chw = (size_t)((ch * h + y) * w + x);
+        if (conv == CONV_NCHW_F32_TO_HWC_U8) {
+          float v = ((const float *)t->data)[chw];
+          ((uint8_t *)out)[hwc] = v >= 255.f ? 255 : v > 0.f ? (uint8_t)(v + 0.5f) : 0;
+        } else {
+          ((float *)out)[chw] = ((const uint8_t *)t->data)[hwc];
+        }
+      }
+  int64_t hwc_dims[3] = {h, w, c}, nchw_dims[4] = {n, c, h, w};
+  sip_tensor_t *r = conv == CONV_NCHW_F32_TO_HWC_U8
+                        ? sip_tensor_new_view(name, SIP_DTYPE_UINT8, 3, hwc_dims, out, px, b)
+                        : sip_tensor_new_view(name, SIP_DTYPE_FLOAT32, 4, nchw_dims, out,
+                                              px * sizeof(float), b);
+  sip_buf_unref(b);
+  if (!r) *err = sip__strdup("out of memory");
+  return r;
+}
+
 static void launch(run_t *r, int k) {
   pipeline_t *pl = r->pl;
   stage_t *s = &pl->st[k];
@@ -417,8 +464,18 @@ static void launch(run_t *r, int k) {
                           s->in[i].out);
       break;
     }
-    ins[n_in] = sip_tensor_new_view(s->in[i].name, t->dtype, t->rank, t->dims, t->data, t->nbytes,
-                                    t->owner);
+    if (s->in[i].conv) {
+      char *why = NULL;
+      ins[n_in] = convert(s->in[i].name, s->in[i].conv, t, &why);
+      if (why) {
+        err = sip__asprintf("stage '%s': %s", s->cfg->name, why);
+        sip__free(why);
+        break;
+      }
+    } else {
+      ins[n_in] = sip_tensor_new_view(s->in[i].name, t->dtype, t->rank, t->dims, t->data,
+                                      t->nbytes, t->owner);
+    }
     if (!ins[n_in]) err = sip__strdup("out of memory");
     else n_in++;
   }
@@ -513,6 +570,7 @@ static sip_error_t *read_config(run_t *r, const char *text) {
                           r->pl->n);
         break;
       }
+      memset(r->stage_timeout_ms, 0, sizeof r->stage_timeout_ms); /* replaces the config's */
       for (size_t i = 0; i < json_array_size(v) && !e; i++) {
         json_t *x = json_array_get(v, i);
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 86400000)
@@ -610,6 +668,8 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     r->done = done;
     r->user = user;
     pthread_mutex_init(&r->mu, NULL);
+    for (size_t i = 0; i < pl->cfg->n_stage_timeout_ms; i++)
+      r->stage_timeout_ms[i] = pl->cfg->stage_timeout_ms[i];
     if (req->pipeline_config) e = read_config(r, req->pipeline_config);
     if (e) {
       sip__expr_free(r->exit);

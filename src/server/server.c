@@ -556,6 +556,7 @@ sip_error_t *sip_request_set_version(sip_request_t *r, const char *version) {
   return NULL;
 }
 void sip_request_set_timeout_ms(sip_request_t *r, uint32_t ms) { r->timeout_ms = ms; }
+void sip_request_set_batch_wait_ms(sip_request_t *r, uint32_t ms) { r->batch_wait_ms = ms; }
 
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json) {
   char *v = NULL;

@@ -19,6 +19,7 @@ struct sip_request {
   uint64_t id;
   int priority; /* 0 default, 1 high, 2 medium, 3 low */
   uint32_t timeout_ms;
+  uint32_t batch_wait_ms; /* 0: the pool's max_queue_delay (sip_request_set_batch_wait_ms) */
   sip_tensor_t **inputs;
   size_t n_inputs;
   char **outputs;

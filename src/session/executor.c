@@ -350,6 +350,7 @@ static void form_batch(sip__pool_t *p, sip__session_t *s, batch_t *b) {
     max_rows = lv->max_batch;
     delay_us = (uint64_t)lv->timeout_ms * 1000;
   }
+  if (b->reqs[0]->batch_wait_ms) delay_us = (uint64_t)b->reqs[0]->batch_wait_ms * 1000;
   if (p->fixed_batch && p->fixed_batch < max_rows) max_rows = p->fixed_batch;
   if (b->reqs[0]->rows < 0 || max_rows <= 1) return;
   for (;;) {

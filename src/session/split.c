@@ -116,6 +116,7 @@ static sip_error_t *make_chunk(const sip_request_t *r, int64_t row0, int64_t row
   if (!e) {
     c->priority = r->priority;
     c->timeout_ms = r->timeout_ms;
+    c->batch_wait_ms = r->batch_wait_ms;
     c->id = r->id;
     sip_request_set_cancel_token(c, r->cancel);
     if (r->version) e = sip_request_set_version(c, r->version);

@@ -198,6 +198,16 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
     json_object_foreach(root, key, v) {
       if (e) break;
       if (sip__seq_param_key(key)) continue;
+      if (!strcmp(key, "batch_timeout_ms")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > 86400000)
+          e = sip_error_new(SIP_INVALID_ARGUMENT,
+                            "request parameter batch_timeout_ms: expected an integer 0..86400000 "
+                            "(milliseconds a request may wait for its batch to fill)");
+        else
+          sip_request_set_batch_wait_ms(r, (uint32_t)json_integer_value(v));
+        continue;
+      }
       if (!strcmp(key, "idempotency_key")) {
         e = json_is_string(v) ? sip_request_set_idempotency_key(r, json_string_value(v))
                               : sip_error_new(SIP_INVALID_ARGUMENT, "request parameter "
@@ -208,7 +218,8 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
       if (strcmp(key, "pipeline_config")) {
         e = sip_error_new(SIP_INVALID_ARGUMENT,
                           "unknown request parameter '%s'; expected pipeline_config, "
-                          "sequence_id, sequence_start, sequence_end or idempotency_key",
+                          "batch_timeout_ms, sequence_id, sequence_start, sequence_end or "
+                          "idempotency_key",
                           key);
         break;
       }

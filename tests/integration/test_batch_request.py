@@ -1,6 +1,8 @@
 """BatchInferenceRequest (seed 000): the server splits a client-side batch into
 hardware-sized chunks, pads the last one, and answers in input order."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,54 @@ def test_batch_errors(srv):
                                             batch_config={"max_batch_size": 2}))
     # The server keeps serving.
     assert c.infer(InferenceRequest("echo", {"input": np.ones((1, 3), F)})).outputs["output"].shape == (1, 3)
+
+
+def test_outputs_one_result_per_item(srv):
+    """len(outputs) is the number of items; outputs[i] is item i's dict and
+    outputs["name"] every item's rows in order."""
+    c = srv.client()
+    items = [np.full((3,), i, F) for i in range(7)]
+    r = c.batch_infer(BatchInferenceRequest("echo", items, batch_config={"max_batch_size": 3}))
+    assert len(r.outputs) == 7
+    for i in range(7):
+        np.testing.assert_array_equal(r.outputs[i]["output"], items[i][np.newaxis])
+    np.testing.assert_array_equal(r["output"], np.stack(items))
+    assert list(r.outputs.keys()) == ["output"] and "output" in r.outputs
+    assert [k for k, _ in r.outputs.items()] == ["output"]
+
+
+@pytest.fixture
+def slow_srv(start_sipd):
+    return start_sipd([
+        # Each execution takes 200 ms; a batch waits up to 3 s to fill.
+        {"name": "slow", "backend": "builtin",
+         "backend_options": {"shape": "-1,3", "delay_ms": 200},
+         "dynamic_batching": {"max_batch_size": 4, "max_queue_delay_us": 3000000}},
+    ])
+
+
+def test_timeout_ms_is_the_wait_to_fill_a_batch(slow_srv):
+    """batch_config.timeout_ms bounds the batcher's wait (instead of the
+    pool's 3 s max_queue_delay) and is no deadline: chunks that compute for
+    longer than it still answer."""
+    c = slow_srv.client()
+    t0 = time.monotonic()
+    r = c.batch_infer(BatchInferenceRequest("slow", [np.ones(3, F)] * 6, batch_config={
+        "max_batch_size": 2, "timeout_ms": 50}))
+    took = time.monotonic() - t0
+    assert len(r.outputs) == 6
+    assert took < 2.0, took  # three chunks of 2 rows, none waiting 3 s
+    # Without it the pool's wait applies: one row waits for the batch to fill.
+    t0 = time.monotonic()
+    c.batch_infer(BatchInferenceRequest("slow", [np.ones(3, F)], batch_config={"max_batch_size": 1}))
+    assert time.monotonic() - t0 >= 2.5
+
+
+def test_batch_timeout_checked(slow_srv):
+    c = slow_srv.client()
+    with pytest.raises(InvalidArgumentError, match="batch_timeout_ms"):
+        c.batch_infer(BatchInferenceRequest("slow", [np.ones(3, F)],
+                                            batch_config={"timeout_ms": -5}))
+    with pytest.raises(InvalidArgumentError, match="batch_timeout_ms"):
+        c.batch_infer(BatchInferenceRequest("slow", [np.ones(3, F)],
+                                            batch_config={"timeout_ms": "soon"}))

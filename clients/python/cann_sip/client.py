@@ -179,8 +179,10 @@ class BatchInferenceRequest:
     batch_inputs: a list of items; each item is a dict name -> array, or a
         bare array for a single-input pool. An item with the model's rank
         contributes its dim 0 rows; one with rank - 1 is one row.
-    batch_config: {"max_batch_size": N (0: the pool's), "timeout_ms": T,
-        "padding_strategy": "none" | "replicate_last" | "zero"}.
+    batch_config: {"max_batch_size": N (0: the pool's), "timeout_ms": T (the
+        longest a chunk waits in the pool's batcher for other requests to
+        fill its batch, instead of the pool's max_queue_delay; not a
+        deadline), "padding_strategy": "none" | "replicate_last" | "zero"}.
     """
 
     __slots__ = ("session_pool", "batch_inputs", "batch_config", "priority", "request_id",
@@ -198,6 +200,46 @@ class BatchInferenceRequest:
     def __repr__(self):
         return "BatchInferenceRequest(session_pool=%r, items=%d, batch_config=%r)" % (
             self.session_pool, len(self.batch_inputs), self.batch_config)
+
+
+class StageOutputs(dict):
+    """One pipeline stage's outputs: a dict name -> array that also reads
+    them as attributes (``stage_outputs["det"].boxes``). ``predictions`` is a
+    classification stage's top-k as a list per row of (label, score) pairs:
+    from its ``labels``/``scores`` outputs, else a topk stage's ``labels``
+    (with ``labels_file``) or ``indices``, with its ``values``, else the 5 best of its only [N, classes] float
+    output as (class index, score)."""
+
+    __slots__ = ()
+    TOP_K = 5
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            if name == "predictions":
+                return self._predictions()
+            raise AttributeError("stage has no output %r (it has: %s)"
+                                 % (name, ", ".join(sorted(self)) or "none")) from None
+
+    def _predictions(self):
+        pair = next((p for p in (("labels", "scores"), ("labels", "values"), ("indices", "values"))
+                     if p[0] in self and p[1] in self), None)
+        if pair:
+            labels, scores = np.asarray(self[pair[0]]), np.asarray(self[pair[1]], np.float64)
+            labels = labels.reshape(scores.shape)
+            if scores.ndim == 1:
+                labels, scores = labels[np.newaxis], scores[np.newaxis]
+            return [[(lab.decode() if isinstance(lab, bytes) else lab.item(), float(sc))
+                     for lab, sc in zip(lr, sr)] for lr, sr in zip(labels, scores)]
+        probs = [v for v in self.values()
+                 if isinstance(v, np.ndarray) and v.ndim == 2 and v.dtype.kind == "f"]
+        if len(probs) != 1:
+            raise AttributeError("stage has no predictions: expected labels and scores outputs "
+                                 "or one [N, classes] float output (it has: %s)"
+                                 % ", ".join(sorted(self)))
+        top = np.argsort(-probs[0], axis=1, kind="stable")[:, :self.TOP_K]
+        return [[(int(i), float(row[i])) for i in idx] for row, idx in zip(probs[0], top)]
 
 
 class InferenceResponse:
@@ -224,7 +266,7 @@ class InferenceResponse:
         for k, v in outputs.items():
             if "/" in k:
                 stage, out = k.split("/", 1)
-                self.stage_outputs.setdefault(stage, {})[out] = v
+                self.stage_outputs.setdefault(stage, StageOutputs())[out] = v
         self.stages, self.early_exit = {}, None
         if message:
             try:
@@ -247,9 +289,37 @@ class InferenceResponse:
             self.request_id, shapes, self.latency_ms)
 
 
+class BatchOutputs(list):
+    """A batch's results: one dict name -> array per input item, in input
+    order (``len()`` is the number of items); indexed by an output name it
+    is that output with every item's rows stacked in order."""
+
+    __slots__ = ("by_name",)
+
+    def __init__(self, items, by_name):
+        super().__init__(items)
+        self.by_name = by_name
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.by_name[key]
+        return list.__getitem__(self, key)
+
+    def __contains__(self, key):
+        return key in self.by_name if isinstance(key, str) else list.__contains__(self, key)
+
+    def keys(self):
+        return self.by_name.keys()
+
+    def items(self):
+        return self.by_name.items()
+
+
 class BatchInferenceResponse(InferenceResponse):
-    """The answer to a BatchInferenceRequest: ``outputs`` holds every item's
-    rows in input order; ``batch_outputs[i]`` is item i's own dict."""
+    """The answer to a BatchInferenceRequest: ``outputs[i]`` is item i's
+    dict name -> array (``len(outputs)`` items), ``outputs["name"]`` every
+    item's rows of that output in input order; ``batch_outputs`` is the list
+    of items' dicts."""
 
     __slots__ = ("batch_outputs",)
 
@@ -261,6 +331,7 @@ class BatchInferenceResponse(InferenceResponse):
         for n in rows:
             self.batch_outputs.append({k: v[start:start + n] for k, v in inner.outputs.items()})
             start += n
+        self.outputs = BatchOutputs(self.batch_outputs, inner.outputs)
 
 
 class SharedMemoryRegion:
@@ -1079,8 +1150,8 @@ class SessionClient:
             parts = P.encode_batch_infer_request_parts(
                 request.session_pool, stacked, max_batch_size=cfg.get("max_batch_size", 0) or 0,
                 padding=cfg.get("padding_strategy", "none") or "none",
-                priority=request.priority, timeout_ms=cfg.get("timeout_ms"),
-                outputs=request.outputs)
+                priority=request.priority, outputs=request.outputs,
+                parameters={"batch_timeout_ms": cfg["timeout_ms"]} if cfg.get("timeout_ms") else None)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(str(e)) from None
         rid = request.request_id if request.request_id is not None else self._next_id()

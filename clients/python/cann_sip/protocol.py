@@ -585,7 +585,7 @@ def encode_infer_request_parts(pool, inputs, *, priority=0, timeout_ms=0, output
 
 
 def encode_batch_infer_request_parts(pool, inputs, *, max_batch_size=0, padding="none",
-                                     priority=0, timeout_ms=0, outputs=()):
+                                     priority=0, timeout_ms=0, outputs=(), parameters=None):
     """BATCH_INFER_REQUEST payload: an 8-byte prefix (u32 max_batch_size, u8
     padding) and an INFER_REQUEST payload whose dim 0 stacks the items."""
     if padding not in PADDING:
@@ -594,7 +594,7 @@ def encode_batch_infer_request_parts(pool, inputs, *, max_batch_size=0, padding=
         raise ValueError("max_batch_size must be within 0..%d" % MAX_U32)
     return [_BATCH_PREFIX.pack(int(max_batch_size), PADDING[padding])] + \
         encode_infer_request_parts(pool, inputs, priority=priority, timeout_ms=timeout_ms,
-                                   outputs=outputs)
+                                   outputs=outputs, parameters=parameters)
 
 
 def encode_infer_request(pool, inputs, *, priority=0, timeout_ms=0, outputs=()):

@@ -368,6 +368,13 @@ static void test_resize_limit_multiple(void **state) {
   sip_kv_t both[] = {KV("size", "32,32"), KV("multiple_of", "32")};
   sip__transform_t *t = NULL;
   expect_error(sip__transform_new("resize", both, 2, &t), SIP_INVALID_ARGUMENT, "not both");
+  /* target_size, as crop_and_resize names it, is size. */
+  sip_kv_t target[] = {KV("target_size", "24,40")};
+  resized(target, 1, 300, 50, &oh, &ow);
+  assert_true(oh == 24 && ow == 40);
+  sip_kv_t two_sizes[] = {KV("size", "32,32"), KV("target_size", "32,32")};
+  expect_error(sip__transform_new("resize", two_sizes, 2, &t), SIP_INVALID_ARGUMENT,
+               "size or target_size");
   sip_kv_t mult[] = {KV("multiple_of", "16384")};
   t = make("resize", mult, 1);
   int64_t dims[3] = {1, 16384 * 2, 1}; /* 32768 wide: would be resized past 16384 */

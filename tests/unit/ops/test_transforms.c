@@ -466,14 +466,19 @@ static void test_db_box(void **state) {
   sip__transform_free(t);
 }
 
-static void test_ctc_labels_file(void **state) {
-  (void)state;
-  char path[] = "/tmp/sip_labelsXXXXXX";
+/* Writes `text` to a new temporary file named into `path` (at least 22 bytes). */
+static void labels_file(char *path, const char *text) {
+  strcpy(path, "/tmp/sip_labelsXXXXXX");
   int fd = mkstemp(path);
   assert_true(fd >= 0);
-  const char *text = "x\r\ny\n \nzz"; /* CRLF, a space label, no final newline */
   assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
   close(fd);
+}
+
+static void test_ctc_labels_file(void **state) {
+  (void)state;
+  char path[32];
+  labels_file(path, "x\r\ny\n \nzz"); /* CRLF, a space label, no final newline */
   sip_kv_t k[] = {KV("labels_file", path)};
   sip__transform_t *t = make("ctc_greedy_decode", k, 1);
   /* classes: blank, x, y, " ", zz, space */
@@ -495,6 +500,47 @@ static void test_ctc_labels_file(void **state) {
   sip_tensor_free(x);
   sip__transform_free(t);
   unlink(path);
+}
+
+/* topk with labels_file: line i names class i; `labels` holds the top
+ * classes' names in the shape of `values`; a class past the file fails. */
+static void test_topk_labels_file(void **state) {
+  (void)state;
+  char path[32];
+  labels_file(path, "cat\ndog\r\nbird\n");
+  sip_kv_t k[] = {KV("labels_file", path), KV("k", "2")};
+  sip__transform_t *t = make("topk", k, 2);
+  float v[6] = {0.1f, 0.7f, 0.2f, 0.5f, 0.1f, 0.4f};
+  int64_t d[2] = {2, 3};
+  sip_tensor_t *x = tensor("input", SIP_DTYPE_FLOAT32, 2, d, v);
+  sip_tensor_t **outs;
+  size_t n;
+  assert_null(run1(t, x, &outs, &n));
+  assert_int_equal(n, 3);
+  assert_string_equal(outs[2]->name, "labels");
+  assert_int_equal(outs[2]->rank, 2);
+  assert_int_equal(outs[2]->dims[1], 2);
+  assert_null(sip_tensor_validate(outs[2]));
+  /* dog, bird | cat, bird as u32-length-prefixed strings */
+  static const unsigned char want[] = {3, 0, 0, 0, 'd', 'o', 'g', 4, 0, 0, 0, 'b', 'i', 'r', 'd',
+                                       3, 0, 0, 0, 'c', 'a', 't', 4, 0, 0, 0, 'b', 'i', 'r', 'd'};
+  assert_int_equal(outs[2]->nbytes, sizeof want);
+  assert_memory_equal(outs[2]->data, want, sizeof want);
+  sip__transform_outputs_free(outs, n);
+  sip_tensor_free(x);
+  sip__transform_free(t);
+  /* Four classes, three labels: the fourth's top-1 has no name. */
+  sip_kv_t k1[] = {KV("labels_file", path)};
+  t = make("topk", k1, 1);
+  float w[4] = {0, 0, 0, 1};
+  int64_t d1[2] = {1, 4};
+  x = tensor("input", SIP_DTYPE_FLOAT32, 2, d1, w);
+  expect_error(run1(t, x, &outs, &n), SIP_INVALID_ARGUMENT, "class 3 has no label");
+  sip_tensor_free(x);
+  sip__transform_free(t);
+  unlink(path);
+  sip_kv_t k2[] = {KV("labels_file", "/nonexistent/l.txt")};
+  expect_new_error("topk", k2, 1, SIP_NOT_FOUND, "transform topk: option labels_file", NULL);
 }
 
 /* ---- allocation failures -------------------------------------------------- */
@@ -721,6 +767,7 @@ int main(void) {
       cmocka_unit_test(test_input_matching),  cmocka_unit_test(test_hostile_shapes),
       cmocka_unit_test(test_cast_edges),      cmocka_unit_test(test_homography),
       cmocka_unit_test(test_db_box),          cmocka_unit_test(test_ctc_labels_file),
+      cmocka_unit_test(test_topk_labels_file),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_concurrent_runs),
       cmocka_unit_test(test_random_inputs),
   };

@@ -327,14 +327,16 @@ static void test_filtered_output(void **state) {
 }
 
 /* Default wiring: the previous stage keeps no output of the input's name
- * nor at its position. */
+ * nor at its position, no earlier stage has one and the pipeline has no
+ * input of that name (a pipeline input of that name would be taken). */
 static void test_default_wiring_no_output(void **state) {
   (void)state;
   static const char *const frags[] = {"stage 'e' input 'input'", "the previous stage 'k'",
                                       "no output of that name or position", "add an input_mapping", NULL};
   build_failed(parse_ok(GOOD "  - name: bad\n"
                              "    stages:\n"
-                             "      - {name: k, type: transform, operation: topk, output_filter: [indices]}\n"
+                             "      - {name: k, type: transform, operation: topk, output_filter: [indices], "
+                             "input_mapping: {input: pipeline.x}}\n"
                              "      - {name: e, pool: echo}\n"), frags);
 }
 
