@@ -39,6 +39,9 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->load_ms = p->load_ms;
   c->model_bytes = p->model_bytes;
   c->memory_bytes = p->memory_bytes;
+  c->retries = atomic_load(&p->n_retries);
+  c->fallbacks = atomic_load(&p->n_fallbacks);
+  c->session_failures = atomic_load(&p->n_session_failures);
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {
@@ -53,4 +56,6 @@ void sip__pool_session_read(const sip__pool_t *p, int i, sip__session_counters_t
   out->since_us = atomic_load(&s->since_us);
   out->inferences = atomic_load(&s->inferences);
   out->errors = atomic_load(&s->errors);
+  out->failures = atomic_load(&s->failures);
+  out->drained = atomic_load(&s->drain);
 }

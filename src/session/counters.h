@@ -21,6 +21,7 @@ typedef struct sip__pool_counters {
   sip__stat_read_t success, fail, queue_stat, compute_input, compute_infer, compute_output;
   double load_ms;
   uint64_t model_bytes, memory_bytes;
+  uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
 } sip__pool_counters_t;
 
 /* One session of a pool, read at one instant. */
@@ -28,6 +29,8 @@ typedef struct sip__session_counters {
   const char *id; /* "pool/0"; valid while the pool is referenced */
   int state;      /* sip__session_state_t */
   uint64_t since_us, inferences, errors;
+  uint64_t failures; /* times it failed and was replaced */
+  int drained;       /* taken out of service (sip session drain) */
 } sip__session_counters_t;
 
 /* Reads `p`'s counters (takes the pool's and the arbiter's locks briefly). */

@@ -27,8 +27,11 @@ enum {
   SIP__MSG_SHM_REGISTER = 8,   /* str16 name, u64 offset, u64 byte_size; one fd (SCM_RIGHTS) */
   SIP__MSG_SHM_UNREGISTER = 9, /* str16 name ("": every region of the connection) */
   SIP__MSG_SHM_STATUS = 10,    /* str16 name ("": every region of the connection) */
+  /* JSON {"action": "fault"|"drain"|"resume", "pool": P, ...} (sip_server_admin),
+   * answered by INFO_RESPONSE. */
+  SIP__MSG_ADMIN_REQUEST = 11,
 };
-#define SIP__MSG_MAX SIP__MSG_SHM_STATUS
+#define SIP__MSG_MAX SIP__MSG_ADMIN_REQUEST
 #define SIP__BATCH_PREFIX_SIZE 8
 /* INFER_REQUEST flag (first reserved byte): a u32-length JSON object of
  * request parameters follows the inputs. */
@@ -176,6 +179,9 @@ void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind)
 /* REPO_REQUEST: the JSON text is the whole payload; answered by INFO_RESPONSE. */
 void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *json,
                               size_t json_len);
+/* A message whose payload is JSON text (REPO_REQUEST, ADMIN_REQUEST). */
+void sip__encode_json_request(sip__wbuf_t *w, uint16_t type, uint64_t request_id,
+                              const char *json, size_t json_len);
 void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);
 void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);

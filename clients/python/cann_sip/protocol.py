@@ -61,6 +61,7 @@ REPO_REQUEST = 7  # JSON {"action": "index" | "load" | "unload", "model": name} 
 SHM_REGISTER = 8    # str16 name, u64 offset, u64 byte_size; one memfd as SCM_RIGHTS
 SHM_UNREGISTER = 9  # str16 name ("" = every region of the connection)
 SHM_STATUS = 10     # str16 name ("" = every region of the connection)
+ADMIN_REQUEST = 11  # JSON {"action": "fault" | "drain" | "resume", "pool": P, ...} -> INFO_RESPONSE
 TENSOR_SHM = 0x1    # tensor reserved bit: the data is in a shared memory region
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
