@@ -631,8 +631,11 @@ void *sip__session_main(void *arg) {
     /* A drained session takes nothing (SUSPENDED while it waits). */
     while ((atomic_load(&s->drain) || p->forming || !(r = q_pop(p, sip__now_us()))) &&
            !p->stopping) {
-      if (atomic_load(&s->drain) && atomic_load(&s->state) == SIP__SESSION_READY)
+      int drain = atomic_load(&s->drain), st = atomic_load(&s->state);
+      if (drain && st == SIP__SESSION_READY)
         sip__session_set_state(s, SIP__SESSION_SUSPENDED);
+      else if (!drain && st == SIP__SESSION_SUSPENDED) /* resumed while idle */
+        sip__session_set_state(s, SIP__SESSION_READY);
       /* Idle: a place kept in line for the compute slot goes to others. */
       if (s->ticket.state) sip__arbiter_cancel(&p->eng->arbiter, &s->ticket);
       pthread_cond_wait(&p->cv, &p->mu);
