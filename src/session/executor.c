@@ -530,18 +530,23 @@ static int run_batch(sip__session_t *s, batch_t *b) {
     t_run = sip__now_ns();
     int64_t delay_ms = 0;
     sip__fault_kind_t fault = sip__fault_take(p, s, &delay_ms);
+    /* The context this execution runs on (read before the watchdog can
+     * abandon it: the session's is then another one). */
+    void *ctx = s->ctx;
     sip__exec_t *x = watched ? sip__exec_begin(s, b->reqs, n) : NULL;
     if (fault == SIP__FAULT_SLOW || fault == SIP__FAULT_HANG) fault_wait(p, x, fault, delay_ms);
     sip_out_dest_t dests[64];
-    if (fault == SIP__FAULT_ERROR)
+    if (sip__exec_abandoned(x))
+      e = sip_error_new(SIP_UNAVAILABLE, "abandoned");
+    else if (fault == SIP__FAULT_ERROR)
       e = sip_error_new(SIP_INTERNAL, "injected error");
     else if ((crashed = fault == SIP__FAULT_CRASH))
       e = sip_error_new(SIP_UNAVAILABLE, "session %s failed: injected crash", s->id);
     else if (!watched && direct && r0->n_dests && p->backend->execute_into &&
              output_dests(r0, names, n_out, dests))
-      e = p->backend->execute_into(s->ctx, inputs, n_in, names, n_out, dests, outs);
+      e = p->backend->execute_into(ctx, inputs, n_in, names, n_out, dests, outs);
     else
-      e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
+      e = p->backend->execute(ctx, inputs, n_in, names, n_out, outs);
     t_done = sip__now_ns();
     if (!sip__exec_end(s, x)) { /* abandoned by the watchdog: its requests are answered */
       for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);

@@ -257,3 +257,24 @@ def test_fallback_pool_with_other_inputs_fails_the_pool(start_sipd):
         c.infer(req("p"))
     assert c.infer(InferenceRequest("b", {"input": np.arange(3, dtype=np.int32)}))[
         "output"].tolist() == [0, 1, 2]
+
+
+def test_backend_hang_abandoned_thread_ends_safely(start_sipd):
+    # The backend itself blocks (1.5 s per execution): the watchdog abandons
+    # each execution, the retry hangs too, and the request is answered after
+    # two timeouts; the server then stops cleanly while both abandoned
+    # threads are still inside the backend.
+    srv = start_sipd([pool("p", 2, hang_timeout_ms=250,
+                           backend_options={"shape": "-1", "delay_ms": 1500},
+                           failover={"strategy": "immediate_retry", "max_retries": 1})])
+    c = srv.client()
+    t0 = time.monotonic()
+    with pytest.raises(UnavailableError, match="hung for"):
+        c.infer(req("p"))
+    took = time.monotonic() - t0
+    assert 0.5 <= took <= 0.75, took
+    st = status_of(c, "p")
+    assert st["failover"] == {"retries": 1, "fallbacks": 0, "session_failures": 2}
+    assert st["active_sessions"] == 2
+    assert srv.stop() == 0
+    assert "hung executions still running" not in srv.log()
