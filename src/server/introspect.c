@@ -103,9 +103,11 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                 sip__hist_read_json(&c.total)));
   json_object_set_new(o, "sessions", sessions);
   json_object_set_new(o, "failover",
-                      json_pack("{s:I,s:I,s:I}", "retries", (json_int_t)c.retries, "fallbacks",
-                                (json_int_t)c.fallbacks, "session_failures",
-                                (json_int_t)c.session_failures));
+                      json_pack("{s:I,s:I,s:I,s:i,s:I,s:I}", "retries", (json_int_t)c.retries,
+                                "fallbacks", (json_int_t)c.fallbacks, "session_failures",
+                                (json_int_t)c.session_failures, "standby_sessions",
+                                c.standby_sessions, "promotions", (json_int_t)c.promotions,
+                                "last_promotion_us", (json_int_t)c.last_promotion_us));
   json_t *bh = json_array();
   for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",

@@ -113,6 +113,7 @@ int sip__avail_wait_abandoned(sip__pool_t *p) {
 
 static void note_failure(sip__session_t *s, const char *why) {
   sip__pool_t *p = s->pool;
+  s->failed_at_us = sip__now_us();
   atomic_fetch_add(&s->failures, 1);
   atomic_fetch_add(&p->n_session_failures, 1);
   sip__session_set_state(s, SIP__SESSION_FAILED);
@@ -122,11 +123,21 @@ static void note_failure(sip__session_t *s, const char *why) {
   sip__log(SIP__LOG_WARN, "session failed", "session=%s reason=\"%s\"", s->id, why);
 }
 
-/* FAILED → INIT → READY on a new context; 0 when none could be made (the
- * session stays FAILED). */
+/* FAILED → INIT → READY on a new context (a warm standby when the pool
+ * has one); 0 when none could be made (the session stays FAILED). */
 static int new_context(sip__session_t *s) {
   sip__pool_t *p = s->pool;
   sip__session_set_state(s, SIP__SESSION_INIT);
+  pthread_mutex_lock(&p->mu);
+  s->ctx = p->n_standby ? p->standby[--p->n_standby] : NULL;
+  if (s->ctx) pthread_cond_broadcast(&p->wd_cv); /* the watchdog makes a new one */
+  pthread_mutex_unlock(&p->mu);
+  if (s->ctx) {
+    atomic_fetch_add(&p->n_promotions, 1);
+    sip__session_set_state(s, SIP__SESSION_READY);
+    return 1;
+  }
+  s->failed_at_us = 0; /* promotion time is measured for standbys only */
   sip_error_t *e = p->backend->session_new(p->model, &s->ctx);
   if (e) {
     s->ctx = NULL;
@@ -170,6 +181,65 @@ static void handle_hung(sip__pool_t *p, sip__session_t *s, pthread_t old, sip_re
     sip__pool_fail_over(p, reqs[i], SIP_UNAVAILABLE, why, start_us - reqs[i]->sched.arrival_us);
 }
 
+void sip__session_first_answer(sip__session_t *s) {
+  uint64_t us = sip__now_us() - s->failed_at_us;
+  s->failed_at_us = 0;
+  atomic_store(&s->pool->last_promotion_us, us);
+  sip__log(SIP__LOG_INFO, "standby promoted", "session=%s failure_to_first_answer_us=%llu",
+           s->id, (unsigned long long)us);
+}
+
+/* ---- hot standby ---- */
+
+/* A new backend context, warmed by one execution on zeros of the model's
+ * own input shapes (dynamic dims 1); NULL after logging why not. */
+static void *warm_context(sip__pool_t *p) {
+  void *ctx = NULL;
+  sip_error_t *e = p->backend->session_new(p->model, &ctx);
+  const sip_io_desc_t *ins, *outs;
+  size_t n_in = 0, n_out = 0;
+  p->backend->describe(p->model, &ins, &n_in, &outs, &n_out);
+  sip_tensor_t *in[64] = {0}, *out[64] = {0};
+  const char *names[64];
+  if (!e && (n_in > 64 || n_out > 64))
+    e = sip_error_new(SIP_UNIMPLEMENTED, "more than 64 inputs or outputs");
+  for (size_t i = 0; !e && i < n_in; i++) {
+    int64_t dims[SIP_MAX_RANK];
+    int rank = ins[i].rank < 0 ? 1 : ins[i].rank;
+    size_t count = 1;
+    for (int k = 0; k < rank; k++) count *= (size_t)(dims[k] = ins[i].rank < 0 || ins[i].dims[k] < 0 ? 1 : ins[i].dims[k]);
+    size_t bytes = count * sip_dtype_size(ins[i].dtype);
+    void *zeros = sip__calloc(1, bytes ? bytes : 1);
+    if (ins[i].dtype == SIP_DTYPE_STRING || !zeros)
+      e = zeros ? sip_error_new(SIP_UNIMPLEMENTED, "input '%s' is STRING", ins[i].name)
+                : SIP__OOM();
+    else if (!(in[i] = sip_tensor_new_copy(ins[i].name, ins[i].dtype, rank, dims, zeros, bytes)))
+      e = SIP__OOM();
+    sip__free(zeros);
+  }
+  for (size_t j = 0; j < n_out; j++) names[j] = outs[j].name;
+  if (!e) e = p->backend->execute(ctx, (const sip_tensor_t *const *)in, n_in, names, n_out, out);
+  for (size_t i = 0; i < 64; i++) sip_tensor_free(in[i]), sip_tensor_free(out[i]);
+  if (!e) return ctx;
+  sip__log(SIP__LOG_ERROR, "standby session not made", "pool=%s reason=\"%s\"", p->cfg->name,
+           sip_error_message(e));
+  sip_error_free(e);
+  if (ctx) p->backend->session_free(ctx);
+  return NULL;
+}
+
+/* Tops the standbys up (caller holds mu; released while a context is made). */
+static void refill_standby(sip__pool_t *p) {
+  int want = p->cfg->standby_enabled ? p->cfg->standby_count : 0;
+  while (!p->stopping && !p->standby_broken && p->n_standby < want) {
+    pthread_mutex_unlock(&p->mu);
+    void *ctx = warm_context(p);
+    pthread_mutex_lock(&p->mu);
+    if (!ctx) p->standby_broken = 1;
+    else p->standby[p->n_standby++] = ctx;
+  }
+}
+
 static void *watchdog_main(void *arg) {
   sip__pool_t *p = arg;
   pthread_setname_np(pthread_self(), "sip-watchdog");
@@ -180,14 +250,17 @@ static void *watchdog_main(void *arg) {
    * (at most 25 ms) of the timeout. */
   if (hang_us && (!period_us || period_us > hang_us / 20)) period_us = hang_us / 20;
   if (period_us > 25000 && hang_us) period_us = 25000;
+  if (!period_us) period_us = 1000000; /* only standbys to keep: woken when one is taken */
   if (period_us < 1000) period_us = 1000;
   pthread_mutex_lock(&p->mu);
+  refill_standby(p);
   while (!p->stopping) {
     struct timespec ts;
     uint64_t until = sip__now_us() + period_us;
     ts.tv_sec = (time_t)(until / 1000000);
     ts.tv_nsec = (long)(until % 1000000) * 1000;
     pthread_cond_timedwait(&p->wd_cv, &p->mu, &ts);
+    refill_standby(p);
     if (p->stopping || !hang_us) continue;
     uint64_t now = sip__now_us();
     for (int i = 0; i < p->n_sessions && !p->stopping; i++) {
@@ -217,7 +290,9 @@ static void *watchdog_main(void *arg) {
 }
 
 void sip__avail_start(sip__pool_t *p) {
-  if (!p->cfg->hang_timeout_ms && !p->cfg->health_check_interval_ms) return;
+  int standby = p->cfg->standby_enabled ? p->cfg->standby_count : 0;
+  if (standby && !(p->standby = sip__calloc((size_t)standby, sizeof *p->standby))) return;
+  if (!p->cfg->hang_timeout_ms && !p->cfg->health_check_interval_ms && !standby) return;
   if (pthread_create(&p->watchdog, NULL, watchdog_main, p) == 0)
     p->watchdog_started = 1;
   else
@@ -225,12 +300,17 @@ void sip__avail_start(sip__pool_t *p) {
 }
 
 void sip__avail_stop(sip__pool_t *p) {
-  if (!p->watchdog_started) return;
-  pthread_mutex_lock(&p->mu);
-  pthread_cond_broadcast(&p->wd_cv);
-  pthread_mutex_unlock(&p->mu);
-  pthread_join(p->watchdog, NULL);
-  p->watchdog_started = 0;
+  if (p->watchdog_started) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->wd_cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->watchdog, NULL);
+    p->watchdog_started = 0;
+  }
+  for (int i = 0; i < p->n_standby; i++) p->backend->session_free(p->standby[i]);
+  p->n_standby = 0;
+  sip__free(p->standby);
+  p->standby = NULL;
 }
 
 /* ---- failover ---- */

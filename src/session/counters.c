@@ -11,6 +11,7 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
     c->queued[l] = p->queue.q[l].count;
     c->queued_total += p->queue.q[l].count;
   }
+  c->standby_sessions = p->n_standby;
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < sip__pool_session_count(p); i++) {
     int ss = atomic_load(&p->sessions[i].state);
@@ -42,6 +43,8 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->retries = atomic_load(&p->n_retries);
   c->fallbacks = atomic_load(&p->n_fallbacks);
   c->session_failures = atomic_load(&p->n_session_failures);
+  c->promotions = atomic_load(&p->n_promotions);
+  c->last_promotion_us = atomic_load(&p->last_promotion_us);
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {

@@ -608,6 +608,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
     if (k == n - 1) sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
     r->served_by = s->id;
     finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
+    if (s->failed_at_us) sip__session_first_answer(s);
   }
   sip_error_free(e);
   for (size_t j = 0; j < n_out; j++) sip_tensor_free(outs[j]);

@@ -35,6 +35,10 @@ def status_of(c, name):
     return next(p for p in c.status()["pools"] if p["name"] == name)
 
 
+def counts(st):
+    return {k: st["failover"][k] for k in ("retries", "fallbacks", "session_failures")}
+
+
 def sip_cli(srv, *args):
     return subprocess.run([str(harness.require_sipd().parent / "sip"), "-e", srv.endpoint]
                           + list(args), capture_output=True, text=True, timeout=30)
@@ -117,7 +121,7 @@ def test_fallback_pool_after_retries_native_and_http(start_sipd):
     assert r["output"].tolist() == [7.0] * 3
     assert (r.retries, r.served_by) == (3, "b/0")
     st = status_of(c, "p")
-    assert st["failover"] == {"retries": 2, "fallbacks": 1, "session_failures": 3}
+    assert counts(st) == {"retries": 2, "fallbacks": 1, "session_failures": 3}
     assert status_of(c, "b")["requests"] == {"OK": 1}
     base = K.http_base(srv)
     c.admin("fault", "p", kind="crash", count=3)
@@ -149,8 +153,8 @@ def test_bad_input_and_execution_errors_are_not_retried(start_sipd):
     with pytest.raises(InternalError):
         c.infer(req("flaky"))
     for name in ("p", "flaky"):
-        assert status_of(c, name)["failover"] == {"retries": 0, "fallbacks": 0,
-                                                  "session_failures": 0}
+        assert counts(status_of(c, name)) == {"retries": 0, "fallbacks": 0,
+                                              "session_failures": 0}
     assert status_of(c, "b")["requests"] == {}
 
 
@@ -274,7 +278,39 @@ def test_backend_hang_abandoned_thread_ends_safely(start_sipd):
     took = time.monotonic() - t0
     assert 0.5 <= took <= 0.75, took
     st = status_of(c, "p")
-    assert st["failover"] == {"retries": 1, "fallbacks": 0, "session_failures": 2}
+    assert counts(st) == {"retries": 1, "fallbacks": 0, "session_failures": 2}
     assert st["active_sessions"] == 2
     assert srv.stop() == 0
     assert "hung executions still running" not in srv.log()
+
+
+def test_hot_standby_promoted_on_failure(start_sipd, model_dir):
+    # An ONNX pool with one warm standby: a crashed session takes it over
+    # (no new context on the failure path) and a new standby is made.
+    srv = start_sipd([{"name": "m", "model_path": str(model_dir["addmul"]), "pool_size": 2,
+                       "hot_standby": {"enabled": True, "standby_count": 1},
+                       "failover": {"strategy": "immediate_retry", "max_retries": 2}}],
+                     server=FAULTS)
+    c = srv.client()
+
+    def standby_ready():
+        deadline = time.monotonic() + 10
+        while status_of(c, "m")["failover"]["standby_sessions"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    standby_ready()
+    a = np.arange(4, dtype=F).reshape(1, 4)
+    b = np.full((1, 4), 2.0, F)
+    inputs = {"lhs": a, "rhs": b}
+    ref = c.infer(InferenceRequest("m", inputs))
+    c.admin("drain", "m", session=1)  # the retry runs on the promoted session 0
+    c.admin("fault", "m", kind="crash", count=1)
+    r = c.infer(InferenceRequest("m", inputs))
+    assert (r.retries, r.served_by) == (1, "m/0")
+    for k in ref.outputs:
+        np.testing.assert_array_equal(r[k], ref[k])
+    st = status_of(c, "m")
+    assert st["failover"]["promotions"] == 1
+    assert 0 < st["failover"]["last_promotion_us"] < 1000000
+    standby_ready()  # made again in the background
