@@ -107,7 +107,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                 "fallbacks", (json_int_t)c.fallbacks, "session_failures",
                                 (json_int_t)c.session_failures, "standby_sessions",
                                 c.standby_sessions, "promotions", (json_int_t)c.promotions,
-                                "last_promotion_us", (json_int_t)c.last_promotion_us));
+                                "last_recovery_us", (json_int_t)c.last_recovery_us));
   json_t *bh = json_array();
   for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",

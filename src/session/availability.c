@@ -137,7 +137,6 @@ static int new_context(sip__session_t *s) {
     sip__session_set_state(s, SIP__SESSION_READY);
     return 1;
   }
-  s->failed_at_us = 0; /* promotion time is measured for standbys only */
   sip_error_t *e = p->backend->session_new(p->model, &s->ctx);
   if (e) {
     s->ctx = NULL;
@@ -184,8 +183,8 @@ static void handle_hung(sip__pool_t *p, sip__session_t *s, pthread_t old, sip_re
 void sip__session_first_answer(sip__session_t *s) {
   uint64_t us = sip__now_us() - s->failed_at_us;
   s->failed_at_us = 0;
-  atomic_store(&s->pool->last_promotion_us, us);
-  sip__log(SIP__LOG_INFO, "standby promoted", "session=%s failure_to_first_answer_us=%llu",
+  atomic_store(&s->pool->last_recovery_us, us);
+  sip__log(SIP__LOG_INFO, "session recovered", "session=%s failure_to_first_answer_us=%llu",
            s->id, (unsigned long long)us);
 }
 

@@ -44,7 +44,7 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->fallbacks = atomic_load(&p->n_fallbacks);
   c->session_failures = atomic_load(&p->n_session_failures);
   c->promotions = atomic_load(&p->n_promotions);
-  c->last_promotion_us = atomic_load(&p->last_promotion_us);
+  c->last_recovery_us = atomic_load(&p->last_recovery_us);
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {

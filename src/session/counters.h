@@ -23,7 +23,7 @@ typedef struct sip__pool_counters {
   uint64_t model_bytes, memory_bytes;
   uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
   int standby_sessions;                          /* hot_standby contexts ready */
-  uint64_t promotions, last_promotion_us;
+  uint64_t promotions, last_recovery_us;
 } sip__pool_counters_t;
 
 /* One session of a pool, read at one instant. */

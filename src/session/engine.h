@@ -133,7 +133,7 @@ typedef struct sip__session {
   _Atomic int drain;      /* taken out of service (sip session drain): SUSPENDED when idle */
   atomic_uint_fast64_t failures; /* times the session failed and was replaced */
   char last_failure[256];        /* why it last failed ("" never), under the pool's mu */
-  uint64_t failed_at_us;         /* a promoted standby's session: when the failure was seen */
+  uint64_t failed_at_us;         /* a replaced session: when the failure was seen, until its first answer */
 } sip__session_t;
 
 /* An injected fault (sip fault; server.allow_fault_injection). */
@@ -246,7 +246,7 @@ struct sip__pool {
   int n_standby;
   int standby_broken;                 /* a warm-up failed: no more refills */
   atomic_uint_fast64_t n_promotions;
-  atomic_uint_fast64_t last_promotion_us; /* failure seen → first answer of the promoted one */
+  atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
 };
 
 /* ---- availability (src/session/availability.c) ---- */
@@ -289,8 +289,8 @@ int sip__exec_end(sip__session_t *s, sip__exec_t *x);
 void sip__exec_abandoned_exit(sip__exec_t *x);
 /* For an injected hang: 1 once the watchdog abandoned the execution. */
 int sip__exec_abandoned(const sip__exec_t *x);
-/* A session whose context was a promoted standby answered: records the
- * time from its failure to this first answer. */
+/* A replaced session answered: records the time from its failure to this
+ * first answer. */
 void sip__session_first_answer(sip__session_t *s);
 /* The failure path of a finished request (executor.c's). */
 void sip__pool_finish_failed(sip__pool_t *p, sip_request_t *r, sip_code_t code,

@@ -312,5 +312,5 @@ def test_hot_standby_promoted_on_failure(start_sipd, model_dir):
         np.testing.assert_array_equal(r[k], ref[k])
     st = status_of(c, "m")
     assert st["failover"]["promotions"] == 1
-    assert 0 < st["failover"]["last_promotion_us"] < 1000000
+    assert 0 < st["failover"]["last_recovery_us"] < 1000000
     standby_ready()  # made again in the background
