@@ -62,6 +62,7 @@ static const field_t failover_fields[F_FCOUNT] = {
     [F_FALLBACK] = {.name = "fallback_pool", .type = F_STRING,
                     .offset = offsetof(sip__pool_config_t, fallback_pool),
                     .valid = cfg_valid_pool_name, .expect = "the name of another pool",
+                    .only = IN_POOL, /* checked against the file's pools */
                     .doc = "Pool tried when the retries are spent; it must exist and take the "
                            "same inputs and give the same outputs."},
 };

@@ -306,10 +306,15 @@ void sip__avail_stop(sip__pool_t *p) {
     pthread_join(p->watchdog, NULL);
     p->watchdog_started = 0;
   }
-  for (int i = 0; i < p->n_standby; i++) p->backend->session_free(p->standby[i]);
-  p->n_standby = 0;
-  sip__free(p->standby);
+  /* Sessions still draining the queue may look for a standby meanwhile. */
+  pthread_mutex_lock(&p->mu);
+  void **standby = p->standby;
+  int n = p->n_standby;
   p->standby = NULL;
+  p->n_standby = 0;
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < n; i++) p->backend->session_free(standby[i]);
+  sip__free(standby);
 }
 
 /* ---- failover ---- */
