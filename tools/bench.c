@@ -55,12 +55,33 @@ typedef struct bench {
   uint64_t next_ns; /* rate modes: the next intended send time */
   uint64_t period_end_ns;
   double period_rate;
+  /* --sequence-length L: each closed-loop chain sends sequences of L
+   * requests (START on the first, END on the last), each a new id. */
+  int seq_len;
+  uint64_t next_seq;
 } bench_t;
 
 typedef struct inflight {
   bench_t *b;
   uint64_t intended_ns;
+  uint64_t seq_id; /* the chain's current sequence */
+  int seq_pos;     /* its next request's place in it */
 } inflight_t;
+
+static void on_done(sip_client_response_t *r, sip_error_t *e, void *user);
+
+/* Sends the chain's next request (its place in a sequence, if any). */
+static sip_error_t *send_req(bench_t *b, inflight_t *f) {
+  sip_client_request_t req = b->req;
+  if (b->seq_len) {
+    if (f->seq_pos == 0) f->seq_id = __atomic_add_fetch(&b->next_seq, 1, __ATOMIC_RELAXED);
+    req.sequence_id = f->seq_id;
+    req.sequence_start = f->seq_pos == 0;
+    req.sequence_end = f->seq_pos == b->seq_len - 1;
+    f->seq_pos = (f->seq_pos + 1) % b->seq_len;
+  }
+  return sip_client_infer_async(b->client, &req, on_done, f);
+}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -100,7 +121,9 @@ static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
     unsigned c = (unsigned)sip_error_code(e);
     b->cur.errors_by_code[c < SIP_CODE_COUNT_ ? c : SIP_INTERNAL]++;
   }
-  int again = b->concurrency && !b->stop;
+  /* A chain stopping mid-sequence finishes it first: an open sequence would
+   * hold its slot on the server until the idle timeout. */
+  int again = b->concurrency && (!b->stop || (b->seq_len && f->seq_pos != 0));
   if (again) b->sent++; /* the slot passes straight to the next request */
   else b->outstanding--;
   pthread_cond_signal(&b->cv);
@@ -111,7 +134,7 @@ static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
    * thread, so the generator adds as little as it can to each round trip. */
   if (again) {
     f->intended_ns = now_ns();
-    sip_error_t *e2 = sip_client_infer_async(b->client, &b->req, on_done, f);
+    sip_error_t *e2 = send_req(b, f);
     if (!e2) return;
     sip_error_free(e2);
     pthread_mutex_lock(&b->mu);
@@ -125,11 +148,11 @@ static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
 /* Sends one request meant to leave at intended_ns. Returns -1 when the
  * connection is gone. */
 static int send_one(bench_t *b, uint64_t intended_ns) {
-  inflight_t *f = malloc(sizeof *f);
+  inflight_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
   f->b = b;
   f->intended_ns = intended_ns;
-  sip_error_t *e = sip_client_infer_async(b->client, &b->req, on_done, f);
+  sip_error_t *e = send_req(b, f);
   if (e) {
     fprintf(stderr, "sip bench: %s\n", sip_error_message(e));
     sip_error_free(e);
@@ -441,6 +464,9 @@ static void usage_bench(FILE *f) {
           "  --max-windows N            give up on stability after N windows (default 10)\n"
           "  --max-outstanding N        cap in rate modes (default 1024)\n"
           "  --timeout-ms N --priority high|medium|low  -o OUTPUT   as for infer\n"
+          "  --sequence-length L        with --concurrency on a native endpoint: each\n"
+          "                             outstanding chain sends sequences of L requests\n"
+          "                             (a sequence_batching pool; docs/sequences.md)\n"
           "  --json                     machine-readable result on stdout\n");
 }
 
@@ -507,6 +533,8 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
       window_ms = atol(v);
     } else if (!strcmp(a, "--max-windows")) {
       max_windows = atol(v);
+    } else if (!strcmp(a, "--sequence-length")) {
+      b.seq_len = atoi(v);
     } else if (!strcmp(a, "--max-outstanding")) {
       b.max_outstanding = atol(v);
     } else if (!strcmp(a, "--timeout-ms")) {
@@ -529,6 +557,12 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   }
   if (!b.spike && b.rate <= 0 && b.concurrency <= 0) b.concurrency = 1;
   if (b.spike || b.rate > 0) b.concurrency = 0;
+  if (b.seq_len < 0 || (b.seq_len && (!b.concurrency || !strncmp(endpoint, "http", 4)))) {
+    fprintf(stderr, "sip bench: --sequence-length needs a length >= 1, --concurrency and a "
+                    "native endpoint\n");
+    rc = 2;
+    goto done;
+  }
   if (window_ms < 100 || max_windows < 3 || b.max_outstanding < 1) {
     fprintf(stderr, "sip bench: --window-ms >= 100, --max-windows >= 3, --max-outstanding >= 1\n");
     rc = 2;

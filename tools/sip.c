@@ -31,6 +31,9 @@ static void usage(FILE *f) {
           "                                 input of an image pipeline (e.g. ocr), and print\n"
           "                                 each text line with its box and score\n"
           "     --timeout-ms N  --priority high|medium|low  --repeat N\n"
+          "     --sequence ID               the requests (one, or --repeat N) are one sequence\n"
+          "                                 of a sequence_batching pool: START on the first,\n"
+          "                                 END on the last (ID: a number or a string)\n"
           "  fault POOL --kind crash|hang|slow|error|none (--count N | --rate R)\n"
           "        [--session N] [--delay-ms D]\n"
           "                         inject a fault into the pool's next executions (needs\n"
@@ -628,6 +631,11 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
       inputs[n_in++] = t;
     } else if (strcmp(a, "--timeout-ms") == 0) {
       req.timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+    } else if (strcmp(a, "--sequence") == 0) {
+      char *end;
+      unsigned long long id = strtoull(v, &end, 10);
+      req.sequence_id = *end || v[0] == '-' ? 0 : id;
+      req.sequence_id_str = req.sequence_id ? NULL : v;
     } else if (strcmp(a, "--repeat") == 0) {
       repeat = atoi(v) > 0 ? atoi(v) : 1;
     } else if (strcmp(a, "--priority") == 0) {
@@ -647,6 +655,9 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
   req.n_outputs = n_out;
   for (int r = 0; r < repeat; r++) {
     sip_client_response_t *resp = NULL;
+    req.sequence_start = r == 0;
+    req.sequence_end = r == repeat - 1;
+    if (!req.sequence_id && !req.sequence_id_str) req.sequence_start = req.sequence_end = 0;
     sip_error_t *e = sip_client_infer(c, &req, &resp);
     if (e) {
       rc = fail(e);

@@ -375,6 +375,39 @@ static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, in
 }
 
 /* batch < 0: a plain INFER_REQUEST; else a BATCH_INFER_REQUEST. */
+/* The request's parameters object as JSON text (owned), or NULL when it
+ * has none: pipeline_config as given, the sequence keys. */
+static sip_error_t *request_params(const sip_client_request_t *req, char **out) {
+  *out = NULL;
+  int seq = req->sequence_id || req->sequence_id_str;
+  if (!seq && (req->sequence_start || req->sequence_end))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "sequence_start/sequence_end need a sequence_id or sequence_id_str");
+  if (!seq && !req->pipeline_config) return NULL;
+  char *id = NULL;
+  if (req->sequence_id_str) {
+    json_t *j = json_string(req->sequence_id_str);
+    id = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!id)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "sequence_id_str is not valid UTF-8");
+  }
+  char num[24];
+  snprintf(num, sizeof num, "%llu", (unsigned long long)req->sequence_id);
+  char *seq_txt = seq ? sip__asprintf("\"sequence_id\": %s, \"sequence_start\": %s, "
+                                      "\"sequence_end\": %s",
+                                      id ? id : num, req->sequence_start ? "true" : "false",
+                                      req->sequence_end ? "true" : "false")
+                      : NULL;
+  free(id);
+  const char *pc = req->pipeline_config;
+  *out = (seq && !seq_txt) ? NULL
+         : sip__asprintf("{%s%s%s%s}", pc ? "\"pipeline_config\": " : "", pc ? pc : "",
+                         pc && seq ? ", " : "", seq ? seq_txt : "");
+  sip__free(seq_txt);
+  return *out ? NULL : SIP__OOM();
+}
+
 static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req, int64_t batch,
                                 int padding, sip_client_done_fn done, void *user) {
   if (!req || !req->pool || !done)
@@ -397,12 +430,11 @@ static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req
   p->user = user;
   p->start_ns = sip__now_ns();
   sip__wbuf_t w = {0};
-  char *params = req->pipeline_config
-                     ? sip__asprintf("{\"pipeline_config\": %s}", req->pipeline_config)
-                     : NULL;
-  if (req->pipeline_config && !params) {
+  char *params = NULL;
+  sip_error_t *pe = request_params(req, &params);
+  if (pe) {
     sip__free(p);
-    return SIP__OOM();
+    return pe;
   }
   /* The public refs borrow their names, as the wire refs do when encoding. */
   sip__wire_shm_ref_t *in_ref = req->input_shm ? sip__calloc(req->n_inputs + 1, sizeof *in_ref)

@@ -48,6 +48,13 @@ typedef struct sip_client_request {
    * whose entry names a region there, and the response's tensor views the
    * region (no copy). */
   const sip_client_shm_ref_t *output_shm;
+  /* For pools with sequence_batching (docs/sequences.md): the sequence this
+   * request belongs to, a number >= 1 or (when non-NULL, instead) a string;
+   * 0 and NULL: none. sequence_start marks its first request, sequence_end
+   * its last. */
+  uint64_t sequence_id;
+  const char *sequence_id_str;
+  int sequence_start, sequence_end;
 } sip_client_request_t;
 
 /* A successful answer. Owned by the caller: sip_client_response_free. */

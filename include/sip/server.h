@@ -8,6 +8,7 @@
 #ifndef SIP_SERVER_H
 #define SIP_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -196,6 +197,19 @@ sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json)
  * output). */
 sip_error_t *sip_request_set_output_buffer(sip_request_t *r, const char *name, void *data,
                                            size_t size, sip_buf_t *owner);
+/* Makes the request part of a sequence, for pools with sequence_batching
+ * (docs/sequences.md): `id` (>= 1, or a string of 1..256 bytes, copied)
+ * names the sequence; `start` marks its first request (binding it to a
+ * session), `end` its last (freeing the slot as it starts). Every request
+ * of a sequence runs on the same session, in the order submitted. Such a
+ * pool refuses requests without a sequence (INVALID_ARGUMENT), a request of
+ * a sequence that is not active without start (FAILED_PRECONDITION) and new
+ * sequences when its slots and backlog are full (RESOURCE_EXHAUSTED); other
+ * pools ignore the sequence. Errors here: INVALID_ARGUMENT for id 0 or an
+ * empty or too long string. */
+sip_error_t *sip_request_set_sequence(sip_request_t *r, uint64_t id, bool start, bool end);
+sip_error_t *sip_request_set_sequence_str(sip_request_t *r, const char *id, bool start,
+                                          bool end);
 /* Asks for one output by name (default: all of them, in model order). */
 sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
 /* Bulk forms for front-ends whose decoder already checked what it decoded

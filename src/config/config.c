@@ -294,6 +294,7 @@ static void pool_clear(sip__pool_config_t *p) {
   }
   sip__free(p->preprocess);
   sip__free(p->fallback_pool);
+  for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(p->seq_control[k]);
 }
 
 static int str_same(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }

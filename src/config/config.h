@@ -53,6 +53,15 @@ typedef enum sip__model_control {
   SIP__MODEL_CONTROL_EXPLICIT = 1, /* repository models load only when asked */
 } sip__model_control_t;
 
+/* The control inputs of sequence batching, in config order. */
+typedef enum sip__seq_control {
+  SIP__SEQ_START = 0, /* 1 on a sequence's first request */
+  SIP__SEQ_END,       /* 1 on its last */
+  SIP__SEQ_READY,     /* 1 on every request */
+  SIP__SEQ_CORRID,    /* the sequence id */
+  SIP__SEQ_CONTROLS
+} sip__seq_control_t;
+
 /* One traffic level of elastic batching (seed 001). */
 typedef struct sip__batch_level {
   int max_batch;      /* 0: level not configured */
@@ -81,7 +90,7 @@ typedef struct sip__pool_config {
   size_t n_preferred;
   int padding_strategy;            /* sip__padding_t */
   /* queue */
-  int64_t queue_max_size;          /* 0: unbounded */
+  int64_t queue_max_size;          /* default 10000; 0: unbounded */
   int64_t default_timeout_ms;      /* for requests without one; 0: none */
   int timeout_action;              /* sip__timeout_action_t */
   int64_t ageing_ms;               /* a waiting request rises one level per ageing_ms; 0: off */
@@ -117,6 +126,14 @@ typedef struct sip__pool_config {
   int standby_enabled;              /* hot_standby.enabled */
   int standby_count;                /* hot_standby.standby_count, 0..16 */
   int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
+  /* sequence_batching (docs/sequences.md): requests of one sequence id run
+   * in order on the session the sequence is bound to. */
+  int sequence_batching;         /* the section is present */
+  int64_t seq_idle_timeout_us;   /* a sequence with no request for this long is released */
+  int seq_max_sequences;         /* sequences bound at once; 0: pool_size */
+  int64_t seq_max_backlog;       /* new sequences waiting for a free slot at most */
+  char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
+                                           corrid); NULL: none */
 } sip__pool_config_t;
 
 typedef enum sip__failover { SIP__FAILOVER_NONE = 0, SIP__FAILOVER_RETRY, SIP__FAILOVER_FALLBACK } sip__failover_t;
@@ -153,6 +170,7 @@ typedef struct sip__config {
   size_t n_endpoints;         /* default: one, ipc:///tmp/sip_service.sock */
   sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
   size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
+  size_t max_unsent_bytes;    /* server.max_unsent_bytes, default 16 MiB, 4 KiB..4 GiB */
   sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */

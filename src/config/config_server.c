@@ -22,7 +22,8 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
-       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE, S_FAULTS, S_COUNT };
+       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
+       S_UNSENT, S_FAULTS, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -42,6 +43,12 @@ static const field_t server_fields[S_COUNT] = {
                  .offset = offsetof(sip__config_t, max_frame_bytes),
                  .def = (int64_t)256 << 20, .min = 1024, .max = (int64_t)4 << 30,
                  .doc = "Largest request or response frame."},
+    [S_UNSENT] = {.name = "max_unsent_bytes", .type = F_SIZE,
+                  .offset = offsetof(sip__config_t, max_unsent_bytes),
+                  .def = (int64_t)16 << 20, .min = 4096, .max = (int64_t)4 << 30,
+                  .doc = "Native protocol backpressure: a connection whose answers not yet "
+                         "sent pass this many bytes is not read from until the client has "
+                         "taken half of them."},
     [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip__config_t, log_level),
                .names = log_level_names, .def = SIP__LOG_INFO, .doc = "Least severe level logged."},
     /* KServe v2 HTTP/REST front-end (src/http/). */

@@ -124,14 +124,15 @@ typedef struct cfg_key_doc {
 /* ---- the schema (each table lives with the code that reads it) --------- */
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
-       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_HANG, P_HEALTH, P_FAILOVER,
-       P_STANDBY, P_COUNT };
+       P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_HANG, P_HEALTH,
+       P_FAILOVER, P_STANDBY, P_COUNT };
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
+extern const section_t cfg_sequence_section;       /* scheduling.c: sequence_batching */
 extern const section_t cfg_top_section;            /* config.c: the document */
 extern const char *const cfg_priority_names[];     /* pools.c */
 extern const cfg_key_doc_t cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */

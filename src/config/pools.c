@@ -144,6 +144,10 @@ const field_t cfg_pool_fields[P_COUNT] = {
                     .doc = "Where requests go when their session fails (docs/availability.md)."},
     [P_STANDBY] = {.name = "hot_standby", .type = F_SECTION, .section = &standby_section,
                    .doc = "Warm sessions that take no traffic and replace a failed one."},
+    [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
+                    .section = &cfg_sequence_section,
+                    .doc = "Stateful models: each sequence id runs in order on one session, with "
+                           "control inputs filled by the server (docs/sequences.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS &&

@@ -38,8 +38,10 @@ const section_t cfg_batching_section = {batching_fields, B_COUNT};
 enum { QU_MAX, QU_TIMEOUT, QU_ACTION, QU_AGEING, QU_COUNT };
 static const field_t queue_fields[QU_COUNT] = {
     [QU_MAX] = {.name = "max_size", .type = F_INT64,
-                .offset = offsetof(sip__pool_config_t, queue_max_size), .def = 0, .min = 0,
-                .max = 100000000, .doc = "Most queued requests; 0 = unbounded."},
+                .offset = offsetof(sip__pool_config_t, queue_max_size), .def = 10000,
+                .min = 0, .max = 100000000,
+                .doc = "Most queued requests (more get RESOURCE_EXHAUSTED at once); 0 = "
+                       "unbounded."},
     [QU_TIMEOUT] = {.name = "default_timeout_ms", .type = F_INT64,
                     .offset = offsetof(sip__pool_config_t, default_timeout_ms), .def = 0,
                     .min = 0, .max = 86400000,
@@ -79,6 +81,47 @@ static const field_t elastic_fields[E_COUNT] = {
                   .doc = "Arrival rates (req/s) separating low|medium|high; default [50, 200]."},
 };
 const section_t cfg_elastic_section = {elastic_fields, E_COUNT};
+
+#define CONTROL_FIELD(k, key, what)                                                       \
+  [k] = {.name = key, .type = F_STRING, .offset = offsetof(sip__pool_config_t, seq_control[k]), \
+         .expect = "the name of a model input", .doc = what}
+static const field_t control_fields[SIP__SEQ_CONTROLS] = {
+    CONTROL_FIELD(SIP__SEQ_START, "start",
+                  "Input set to 1 on a sequence's first request, else 0 (int32, fp32 or bool; "
+                  "one element)."),
+    CONTROL_FIELD(SIP__SEQ_END, "end",
+                  "Input set to 1 on a sequence's last request, else 0 (int32, fp32 or bool; "
+                  "one element)."),
+    CONTROL_FIELD(SIP__SEQ_READY, "ready",
+                  "Input set to 1 on every request of a sequence (int32, fp32 or bool; one "
+                  "element)."),
+    CONTROL_FIELD(SIP__SEQ_CORRID, "corrid",
+                  "Input set to the sequence id (uint64, int64, uint32, int32 or string; one "
+                  "element)."),
+};
+static const section_t control_section = {control_fields, SIP__SEQ_CONTROLS};
+
+enum { S_IDLE, S_MAX, S_BACKLOG, S_CONTROL, S_COUNT };
+static const field_t sequence_fields[S_COUNT] = {
+    [S_IDLE] = {.name = "idle_timeout_us", .type = F_INT64,
+                .offset = offsetof(sip__pool_config_t, seq_idle_timeout_us), .def = 1000000,
+                .min = 1000, .max = 86400000000LL,
+                .doc = "A sequence that gets no request for this long is released; later "
+                       "requests of it fail."},
+    [S_MAX] = {.name = "max_sequences", .type = F_INT,
+               .offset = offsetof(sip__pool_config_t, seq_max_sequences), .def = 0, .min = 1,
+               .max = 4096,
+               .doc = "Sequences bound to sessions at once (spread over the sessions); absent = "
+                      "pool_size."},
+    [S_BACKLOG] = {.name = "max_backlog", .type = F_INT64,
+                   .offset = offsetof(sip__pool_config_t, seq_max_backlog), .def = 1024,
+                   .min = 0, .max = 1000000,
+                   .doc = "New sequences waiting for a free slot at most; more: "
+                          "RESOURCE_EXHAUSTED."},
+    [S_CONTROL] = {.name = "control_inputs", .type = F_SECTION, .section = &control_section,
+                   .doc = "Model inputs the server fills for each request of a sequence."},
+};
+const section_t cfg_sequence_section = {sequence_fields, S_COUNT};
 
 /* A list of up to `max` numbers; ints when `ints`. */
 static int parse_number_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp,
@@ -155,6 +198,28 @@ int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals,
                       "%d is larger than max_batch_size %d; expected sizes 1..%d",
                       pool->preferred_batch_sizes[i], pool->max_batch_size, pool->max_batch_size);
     }
+  }
+  if (vals[P_SEQUENCE]) {
+    pool->sequence_batching = 1;
+    if (!pool->seq_max_sequences) pool->seq_max_sequences = pool->pool_size;
+    if (vals[P_BATCHING] || vals[P_ELASTIC]) {
+      cfg_key_join(k, key, "sequence_batching", strlen("sequence_batching"));
+      return cfg_fail(c, vals[P_SEQUENCE]->start_mark, k,
+                      "cannot be combined with %s; expected one of sequence_batching (requests "
+                      "of a sequence run one at a time on its session) or dynamic batching",
+                      vals[P_BATCHING] ? "dynamic_batching" : "batch_strategies");
+    }
+    for (int i = 0; i < SIP__SEQ_CONTROLS; i++)
+      for (int j = 0; j < i; j++) {
+        if (!pool->seq_control[i] || !pool->seq_control[j] ||
+            strcmp(pool->seq_control[i], pool->seq_control[j]))
+          continue;
+        cfg_key_join(k, key, "sequence_batching.control_inputs",
+                     strlen("sequence_batching.control_inputs"));
+        return cfg_fail(c, vals[P_SEQUENCE]->start_mark, k,
+                        "%s and %s both name input '%s'; expected a different input for each",
+                        control_fields[j].name, control_fields[i].name, pool->seq_control[i]);
+      }
   }
   if (vals[P_ELASTIC]) {
     if (!pool->rate_thresholds[0]) {

@@ -61,6 +61,13 @@ static inline int sip__name_char(char ch) {
 const char *sip__dtype_protocol_name(sip_dtype_t dt);
 sip_dtype_t sip__dtype_from_protocol(const char *name);
 
+/* Triton's classification extension: the top `topn` classes of the last
+ * dim of `t` (numeric), per row of the leading dims, as a STRING tensor of
+ * "value:index" (values as C's %f, Triton's std::to_string; ties in index
+ * order, NaN last) in a new buffer (src/core/classify.c). INVALID_ARGUMENT
+ * for a non-numeric output. */
+sip_error_t *sip__classify(const sip_tensor_t *t, uint32_t topn, sip_tensor_t **out);
+
 /* A shape as text for messages: "[2,3,-1]" with sep "," or "[2, 3, -1]" with
  * sep ", "; rank 0 (or less) gives "[]". A shape that does not fit in size
  * bytes keeps the dims that do and ends in "...]" ("[1, 2, ...]"). Always

@@ -53,6 +53,9 @@ void sip__grpc_infer_free(sip__grpc_infer_t *k) {
     sip__free(k->shm_out[i].region);
     sip_buf_unref(k->shm_out[i].owner);
   }
+  for (size_t i = 0; i < k->n_cls; i++) sip__free(k->cls_name[i]);
+  sip__free(k->cls_name);
+  sip__free(k->cls_topn);
   sip__free(k->shm_out);
   sip_request_free(k->req);
   sip__free(k->model);
@@ -78,13 +81,41 @@ static int param_uint(const param_t *p, uint64_t *v) {
   return 0;
 }
 
+/* sequence_start / sequence_end: booleans. */
+static sip_error_t *param_flag(const param_t *p, const char *key, int *out) {
+  if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+    return BAD("parameters.%s is not a bool_param; expected true or false", key);
+  *out = p->bool_param != 0;
+  return NULL;
+}
+
 static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
+  /* Sequence batching (docs/sequences.md): sequence_id an integer (int64 or
+   * uint64 param) or a string; 0 and "" mean no sequence, as in Triton. */
+  uint64_t seq_id = 0;
+  const char *seq_sid = NULL;
+  int seq_start = 0, seq_end = 0, has_seq_flag = 0;
   for (size_t i = 0; i < m->n_parameters; i++) {
     const char *key = m->parameters[i]->key;
     const param_t *p = m->parameters[i]->value;
     uint64_t u = 0;
     if (!p) continue;
-    if (!strcmp(key, "priority")) {
+    if (!strcmp(key, "sequence_id")) {
+      if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        seq_sid = p->string_param && *p->string_param ? p->string_param : NULL;
+      else if (param_uint(p, &u))
+        seq_id = u;
+      else
+        return BAD("parameters.sequence_id is not an integer >= 0 or a string; expected "
+                   "int64_param, uint64_param or string_param");
+      if (seq_sid && strlen(seq_sid) > 256)
+        return BAD("parameters.sequence_id is a string of %zu bytes; expected 1..256",
+                   strlen(seq_sid));
+    } else if (!strcmp(key, "sequence_start") || !strcmp(key, "sequence_end")) {
+      sip_error_t *e = param_flag(p, key, key[9] == 's' ? &seq_start : &seq_end);
+      if (e) return e;
+      has_seq_flag = 1;
+    } else if (!strcmp(key, "priority")) {
       if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer >= 0");
       sip_error_t *e = sip_request_set_priority(r, u > 3 ? 3 : (int)u);
       if (e) return e;
@@ -94,6 +125,11 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
     }
   }
+  if (seq_sid) return sip_request_set_sequence_str(r, seq_sid, seq_start, seq_end);
+  if (seq_id) return sip_request_set_sequence(r, seq_id, seq_start, seq_end);
+  if (has_seq_flag && (seq_start || seq_end))
+    return BAD("parameters.sequence_start/sequence_end need a sequence_id (an integer >= 1 or a "
+               "non-empty string)");
   return NULL;
 }
 
@@ -107,17 +143,26 @@ typedef struct shm_ref {
   uint64_t size, offset;
 } shm_ref_t;
 
+/* `topn`: where an output's classification count goes (NULL for inputs,
+ * where it is refused); 0 when not asked. */
 static sip_error_t *tensor_params(const char *what, const char *name, tparam_t *const *params,
-                                  size_t n, shm_ref_t *shm) {
+                                  size_t n, shm_ref_t *shm, uint32_t *topn) {
   memset(shm, 0, sizeof *shm);
+  if (topn) *topn = 0;
   int has_size = 0;
   for (size_t i = 0; i < n; i++) {
     const char *key = params[i]->key;
     const param_t *p = params[i]->value;
-    if (!strcmp(key, "classification"))
-      return sip_error_new(SIP_UNIMPLEMENTED, "%s '%s': the classification extension is not "
-                           "supported over gRPC; expected the output tensor itself", what, name);
     if (!p) continue;
+    if (!strcmp(key, "classification")) {
+      uint64_t u = 0;
+      if (!topn) return BAD("%s '%s': classification is for outputs", what, name);
+      if (!param_uint(p, &u) || u < 1 || u > UINT32_MAX)
+        return BAD("%s '%s': classification is not an integer >= 1 (the number of classes)",
+                   what, name);
+      *topn = (uint32_t)u;
+      continue;
+    }
     if (!strcmp(key, "shared_memory_region")) {
       if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
           !p->string_param[0])
@@ -231,7 +276,7 @@ static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, 
   }
   shm_ref_t shm;
   sip_error_t *e = tensor_params("input", name, (tparam_t *const *)in->parameters,
-                                 in->n_parameters, &shm);
+                                 in->n_parameters, &shm, NULL);
   if (e) return e;
   int has_typed = in->contents != NULL;
   uint64_t want = (uint64_t)count * sip_dtype_size(dt);
@@ -347,17 +392,28 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
   if (!e && raw_i != m->n_raw_input_contents)
     e = BAD("raw_input_contents has %zu entries; expected one per input not in shared memory "
             "(%zu)", m->n_raw_input_contents, raw_i);
-  if (!e && m->n_outputs && !(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)))
+  if (!e && m->n_outputs &&
+      (!(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)) ||
+       !(k->cls_name = sip__calloc(m->n_outputs, sizeof *k->cls_name)) ||
+       !(k->cls_topn = sip__calloc(m->n_outputs, sizeof *k->cls_topn))))
     e = SIP__OOM();
   for (size_t i = 0; i < m->n_outputs && !e; i++) {
     const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
     shm_ref_t shm;
+    uint32_t topn = 0;
     if (!o->name[0])
       e = BAD("outputs[%zu] has no name; expected the model's output name", i);
     else if (!(e = tensor_params("output", o->name, (tparam_t *const *)o->parameters,
-                                 o->n_parameters, &shm)) &&
+                                 o->n_parameters, &shm, &topn)) &&
              !(e = sip_request_add_output(k->req, o->name)) && shm.region)
       e = shm_output(k, o->name, &shm, set);
+    if (!e && topn && shm.region)
+      e = BAD("output '%s' asks for both classification and shared memory; expected one",
+              o->name);
+    if (!e && topn) {
+      if (!(k->cls_name[k->n_cls] = sip__strdup(o->name))) e = SIP__OOM();
+      else k->cls_topn[k->n_cls++] = topn;
+    }
   }
 done:
   sip_buf_unref(owner);
@@ -426,13 +482,20 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
   otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
   ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);
+  sip_tensor_t **cls = sip__calloc(n_outputs + 1, sizeof *cls); /* classifications made */
   sip_error_t *e = NULL;
-  if (!parts || !tp || !raw) {
+  if (!parts || !tp || !raw || !cls) {
     e = SIP__OOM();
     goto done;
   }
   for (size_t i = 0; i < n_outputs && !e; i++) {
     const sip_tensor_t *t = outputs[i];
+    for (size_t c = 0; c < k->n_cls; c++)
+      if (!strcmp(k->cls_name[c], t->name)) {
+        if ((e = sip__classify(t, k->cls_topn[c], &cls[i]))) break;
+        t = cls[i];
+      }
+    if (e) break;
     out_parts_t *p = &parts[i];
     otensor_t init = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
     p->t = init;
@@ -464,6 +527,8 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
     e = sip__grpc_pack(&r.base, out, len);
   }
 done:
+  for (size_t i = 0; cls && i < n_outputs; i++) sip_tensor_free(cls[i]);
+  sip__free(cls);
   sip__free(parts);
   sip__free(tp);
   sip__free(raw);

@@ -46,6 +46,11 @@ typedef struct sip__grpc_infer {
   char *id;           /* id to echo, NULL when empty */
   sip__grpc_shm_out_t *shm_out; /* outputs asked in shared memory */
   size_t n_shm_out;
+  /* Outputs asked as Triton classifications (parameter classification:
+   * the top N): names and N, n_cls of them. */
+  char **cls_name;
+  uint32_t *cls_topn;
+  size_t n_cls;
 } sip__grpc_infer_t;
 
 /* Decodes a serialized inference.ModelInferRequest into an engine request.

@@ -437,15 +437,17 @@ static void on_repo_done(sip_error_t *e, void *user) {
   sip__grpc_call_unref(c);
 }
 
-static void repo_action(gcall_t *c, const char *model, int load) {
+/* `config`: a load's Triton model config (JSON text), or NULL. */
+static void repo_action(gcall_t *c, const char *model, int load, const char *config) {
   if (!model[0]) {
     sip__grpc_reply(c, sip_error_new(SIP_INVALID_ARGUMENT, "model_name is empty; expected the "
                                      "name of a repository model"), NULL);
     return;
   }
   sip__grpc_call_ref(c);
-  sip_error_t *e = load ? sip_server_load_model_async(c->g->s, model, on_repo_done, c)
-                        : sip_server_unload_model_async(c->g->s, model, on_repo_done, c);
+  sip_error_t *e =
+      load ? sip_server_load_model_config_async(c->g->s, model, config, on_repo_done, c)
+           : sip_server_unload_model_async(c->g->s, model, on_repo_done, c);
   if (e) {
     sip__grpc_reply(c, e, NULL);
     atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
@@ -454,13 +456,31 @@ static void repo_action(gcall_t *c, const char *model, int load) {
 
 static void repository_load(gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryModelLoadRequest *q = (const void *)req;
-  if (q->n_parameters) {
-    sip__grpc_reply(c, sip_error_new(SIP_UNIMPLEMENTED, "load parameters (a config override, "
-                                     "model files) are not supported; the model loads from the "
-                                     "repository as it is"), NULL);
-    return;
+  /* Triton's load parameters: "config" (a model config as JSON text) and
+   * "file:<path>" (model files sent with the request). */
+  const char *config = NULL;
+  for (size_t i = 0; i < q->n_parameters; i++) {
+    const Inference__ModelRepositoryParameter *p = q->parameters[i]->value;
+    const char *k = q->parameters[i]->key;
+    sip_error_t *e = NULL;
+    if (!strncmp(k, "file:", 5))
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "model files in a load request ('%s') are not "
+                        "supported; the model loads from the server's repository", k);
+    else if (strcmp(k, "config"))
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown load parameter '%s'; expected config (a "
+                        "Triton model config as a JSON string_param)", k);
+    else if (!p || p->parameter_choice_case !=
+                       INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "load parameter config is not a string_param; "
+                        "expected a Triton model config as JSON text");
+    else
+      config = p->string_param;
+    if (e) {
+      sip__grpc_reply(c, e, NULL);
+      return;
+    }
   }
-  repo_action(c, q->model_name, 1);
+  repo_action(c, q->model_name, 1, config);
 }
 
 static void repository_unload(gcall_t *c, const ProtobufCMessage *req) {
@@ -483,7 +503,7 @@ static void repository_unload(gcall_t *c, const ProtobufCMessage *req) {
       return;
     }
   }
-  repo_action(c, q->model_name, 0);
+  repo_action(c, q->model_name, 0, NULL);
 }
 
 /* ---- shared memory -------------------------------------------------------------------- */

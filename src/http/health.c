@@ -49,6 +49,11 @@ enum MHD_Result sip__http_server_meta(hreq_t *q) {
                         "system_shared_memory");
   if (v && q->h->cfg->model_repository)
     json_array_append_new(json_object_get(v, "extensions"), json_string("model_repository"));
+  /* Triton's sequence extension, string ids too (docs/sequences.md). */
+  if (v) {
+    json_array_append_new(json_object_get(v, "extensions"), json_string("sequence"));
+    json_array_append_new(json_object_get(v, "extensions"), json_string("sequence(string_id)"));
+  }
   return sip__http_send_json(q->conn, 200, v);
 }
 

@@ -3,10 +3,11 @@
  * handed to the route table's handlers, routes.c) and the send helpers.
  *
  * MHD runs its own event-loop threads (server.http_threads, epoll), one
- * daemon each; with more than one, sip accepts the connections on its own
- * thread and deals them out round-robin (MHD_add_connection), since a thread
- * pool sharing the listening socket lets one thread accept a whole burst of
- * connections and leaves the others idle. An infer
+ * daemon each; sip accepts the connections on its own thread and deals them
+ * out round-robin (MHD_add_connection), since a thread pool sharing the
+ * listening socket lets one thread accept a whole burst of connections and
+ * leaves the others idle, and MHD's own accept busy-waits when it runs out
+ * of file descriptors before its first connection. An infer
  * request is decoded on that thread, then the connection is *suspended* and
  * the request submitted with sip_server_infer_async; the completion callback
  * (an engine thread) stores the response and resumes the connection, and MHD
@@ -279,13 +280,18 @@ static void free_http(sip__http_t *h) {
   sip__free(h);
 }
 
-/* The accept thread (http_threads > 1): each new connection goes to the
- * next daemon in turn, so a burst of connections spreads over all the
- * event-loop threads. Past the connection limit a new one is closed at
- * once, as MHD does. */
+/* The accept thread: each new connection goes to the next daemon in turn,
+ * so a burst of connections spreads over all the event-loop threads. Past
+ * the connection limit a new one is closed at once, as MHD does. Out of
+ * file descriptors, a reserve descriptor is given up to accept and close
+ * the pending connection (else accepting pauses for 100 ms), and the
+ * failure is logged at most once a second. */
 static void *accept_loop(void *arg) {
   sip__http_t *h = arg;
   struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN}, {.fd = h->wake[0], .events = POLLIN}};
+  int reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  uint64_t logged_us = 0;
+  unsigned long suppressed = 0;
   for (;;) {
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -296,9 +302,29 @@ static void *accept_loop(void *arg) {
     socklen_t sl = sizeof ss;
     int fd = accept4(h->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      /* Out of descriptors or memory: back off rather than spin. */
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-        poll(NULL, 0, 10);
+      int err = errno;
+      if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED) continue;
+      int shed = 0;
+      if ((err == EMFILE || err == ENFILE) && reserve >= 0) {
+        close(reserve);
+        int k = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (k >= 0) close(k);
+        shed = k >= 0 || errno == EAGAIN || errno == EWOULDBLOCK;
+        reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      }
+      if (!shed) poll(&p[1], 1, 100); /* back off; a stop still ends it at once */
+      uint64_t now = sip__now_us();
+      if (logged_us && now - logged_us < 1000000) {
+        suppressed++;
+      } else {
+        sip__log(SIP__LOG_WARN, "http accept failed",
+                 "address=%s error=\"%s\" action=\"%s\" suppressed=%lu", h->address,
+                 strerror(err),
+                 shed ? "connection closed: out of file descriptors" : "accepting paused for 100 ms",
+                 suppressed);
+        logged_us = now;
+        suppressed = 0;
+      }
       continue;
     }
     if (atomic_load(&h->conns) >= CONN_LIMIT) {
@@ -308,6 +334,7 @@ static void *accept_loop(void *arg) {
     unsigned i = atomic_fetch_add(&h->next_d, 1) % (unsigned)h->n_d;
     MHD_add_connection(h->d[i], fd, (struct sockaddr *)&ss, sl); /* closes fd on failure */
   }
+  if (reserve >= 0) close(reserve);
   return NULL;
 }
 
@@ -342,10 +369,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
     free_http(h);
     return SIP__OOM();
   }
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-  if (h->n_d > 1) flags |= MHD_USE_NO_LISTEN_SOCKET;
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                   MHD_USE_NO_LISTEN_SOCKET;
   struct MHD_OptionItem opts[] = {
-      {h->n_d > 1 ? MHD_OPTION_END : MHD_OPTION_LISTEN_SOCKET, fd, NULL},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       {MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT, NULL},
       {MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, NULL},
@@ -354,13 +380,11 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
       {MHD_OPTION_END, 0, NULL},
   };
-  /* An END first ends the array: the listening socket goes last. */
-  struct MHD_OptionItem *o = opts[0].option == MHD_OPTION_END ? opts + 1 : opts;
   int ok = 1;
   for (int i = 0; i < h->n_d && ok; i++)
-    ok = (h->d[i] = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o,
+    ok = (h->d[i] = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
                                      MHD_OPTION_END)) != NULL;
-  if (ok && h->n_d > 1) {
+  if (ok) {
     h->listen_fd = fd;
     ok = pipe2(h->wake, O_CLOEXEC) == 0;
     if (ok && pthread_create(&h->acceptor, NULL, accept_loop, h)) {
@@ -390,17 +414,12 @@ static void http_stop(void *state) {
   if (!h) return;
   /* Stop accepting, then let answers already queued reach their clients
    * (bounded: a client that stopped reading must not hold shutdown). */
-  MHD_socket lfd = MHD_INVALID_SOCKET;
-  if (h->n_d > 1) {
-    ssize_t w = write(h->wake[1], "x", 1);
-    (void)w;
-    pthread_join(h->acceptor, NULL);
-    close(h->wake[0]);
-    close(h->wake[1]);
-    close(h->listen_fd);
-  } else {
-    lfd = MHD_quiesce_daemon(h->d[0]);
-  }
+  ssize_t w = write(h->wake[1], "x", 1);
+  (void)w;
+  pthread_join(h->acceptor, NULL);
+  close(h->wake[0]);
+  close(h->wake[1]);
+  close(h->listen_fd);
   uint64_t until = sip__now_us() + STOP_GRACE_US;
   struct timespec ts = {(time_t)(until / 1000000), (long)(until % 1000000) * 1000};
   pthread_mutex_lock(&h->mu);
@@ -408,7 +427,6 @@ static void http_stop(void *state) {
     if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) == ETIMEDOUT) break;
   pthread_mutex_unlock(&h->mu);
   for (int i = 0; i < h->n_d; i++) MHD_stop_daemon(h->d[i]);
-  if (lfd != MHD_INVALID_SOCKET) close(lfd);
   free_http(h);
 }
 

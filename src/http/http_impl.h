@@ -52,8 +52,8 @@ struct sip__http {
    * connections spread over the threads. */
   struct MHD_Daemon **d;
   int n_d;
-  int listen_fd;          /* with n_d > 1: the acceptor's socket */
-  int wake[2];            /* with n_d > 1: a write stops the acceptor */
+  int listen_fd;          /* the acceptor's socket */
+  int wake[2];            /* a write stops the acceptor */
   pthread_t acceptor;
   atomic_uint next_d;     /* the daemon the next connection goes to */
   char address[300];

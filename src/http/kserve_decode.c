@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/seqparam.h"
 #include "http/http.h"
 #include "http/kserve_impl.h"
 
@@ -341,7 +342,12 @@ static sip_error_t *decode_params(const json_t *params, sip__ks_request_t *k) {
     if (!json_is_boolean(v)) return BAD("parameters.binary_data_output is not a boolean");
     k->binary_output = json_is_true(v);
   }
-  return NULL;
+  sip__seq_params_t sq; /* sequence_id, sequence_start, sequence_end */
+  sip_error_t *e = sip__seq_params_read(params, &sq);
+  if (!e && sq.present)
+    e = sq.sid ? sip_request_set_sequence_str(k->req, sq.sid, sq.start, sq.end)
+               : sip_request_set_sequence(k->req, sq.id, sq.start, sq.end);
+  return e;
 }
 
 /* What the model takes, when known: datatypes are checked against it. */

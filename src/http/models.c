@@ -83,6 +83,23 @@ static json_t *pool_config(const sip__model_view_t *m) {
                                   (json_int_t)c->max_queue_delay_us, "padding_strategy",
                                   pads[c->padding_strategy]));
   }
+  /* Triton's names: sequence_batching.max_sequence_idle_microseconds and
+   * control_input[{name, control: [{kind}]}]. */
+  if (out && c->sequence_batching) {
+    static const char *const kinds[SIP__SEQ_CONTROLS] = {
+        "CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY",
+        "CONTROL_SEQUENCE_CORRID"};
+    json_t *ctl = json_array();
+    for (int k = 0; k < SIP__SEQ_CONTROLS; k++)
+      if (c->seq_control[k])
+        json_array_append_new(ctl, json_pack("{s:s,s:[{s:s}]}", "name", c->seq_control[k],
+                                             "control", "kind", kinds[k]));
+    json_object_set_new(out, "sequence_batching",
+                        json_pack("{s:I,s:i,s:I,s:o}", "max_sequence_idle_microseconds",
+                                  (json_int_t)c->seq_idle_timeout_us, "max_sequences",
+                                  c->seq_max_sequences, "max_backlog",
+                                  (json_int_t)c->seq_max_backlog, "control_input", ctl));
+  }
   return out;
 }
 

@@ -62,6 +62,18 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                     "preferred_batch_sizes", pref, "padding_strategy",
                     pads[p->cfg->padding_strategy]));
     }
+    if (p->cfg->sequence_batching) {
+      static const char *const keys[SIP__SEQ_CONTROLS] = {"start", "end", "ready", "corrid"};
+      json_t *ctl = json_object();
+      for (int k = 0; k < SIP__SEQ_CONTROLS; k++)
+        if (p->cfg->seq_control[k])
+          json_object_set_new(ctl, keys[k], json_string(p->cfg->seq_control[k]));
+      json_object_set_new(o, "sequence_batching",
+                          json_pack("{s:I,s:i,s:I,s:o}", "idle_timeout_us",
+                                    (json_int_t)p->cfg->seq_idle_timeout_us, "max_sequences",
+                                    p->cfg->seq_max_sequences, "max_backlog",
+                                    (json_int_t)p->cfg->seq_max_backlog, "control_inputs", ctl));
+    }
     json_object_set_new(o, "inputs", ready ? sip__io_json(p->inputs, p->n_inputs) : json_array());
     json_object_set_new(o, "outputs", ready ? sip__io_json(p->outputs, p->n_outputs) : json_array());
     if (ready && p->pre)
@@ -122,6 +134,11 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     static const char *lv[] = {"low", "medium", "high"};
     json_object_set_new(o, "batch_level", json_string(lv[c.batch_level]));
   }
+  if (c.sequences)
+    json_object_set_new(o, "sequences",
+                        json_pack("{s:I,s:I,s:I}", "active", (json_int_t)c.seq_active, "waiting",
+                                  (json_int_t)c.seq_waiting, "expired",
+                                  (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
   json_object_set_new(
       o, "stats",

@@ -146,6 +146,27 @@ static void gauge_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
   for (size_t i = 0; i < n; i++) sb_add(b, "%s{%s} %.17g\n", name, pl[i].labels, get(&pl[i].c));
 }
 
+/* Pools with sequence_batching only. */
+static void sequence_metrics(sb_t *b, pool_row_t *pl, size_t n) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[3] = {
+      {"sip_sequences_active", "gauge", "Sequences bound to a session (sequence_batching)."},
+      {"sip_sequences_waiting", "gauge", "New sequences waiting in the backlog for a free slot."},
+      {"sip_sequences_expired_total", "counter",
+       "Sequences released after idle_timeout_us without a request."},
+  };
+  for (int f = 0; f < 3; f++) {
+    family(b, fam[f].name, fam[f].type, fam[f].help);
+    for (size_t i = 0; i < n; i++) {
+      const sip__pool_counters_t *c = &pl[i].c;
+      if (!c->sequences) continue;
+      uint64_t v = f == 0 ? c->seq_active : f == 1 ? c->seq_waiting : c->seq_expired;
+      sb_add(b, "%s{%s} %llu\n", fam[f].name, pl[i].labels, (unsigned long long)v);
+    }
+  }
+}
+
 /* sip_requests_total-style samples: OK always, other codes once seen. */
 static void codes_samples(sb_t *b, const char *name, const char *labels, const uint64_t *by_code) {
   if (!by_code[SIP_OK]) sb_add(b, "%s{%s,code=\"OK\"} 0\n", name, labels);
@@ -411,6 +432,7 @@ char *sip__prometheus_text(sip_server_t *s) {
              pl[i].c.queued[l]);
   }
   gauge_per_pool(&b, pl, n, "sip_active_sessions", "Sessions READY or RUNNING.", g_active);
+  sequence_metrics(&b, pl, n);
   session_metrics(&b, pl, n);
 
   /* Pipelines are listed once built (before, the set is still LOADING). */

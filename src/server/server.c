@@ -370,6 +370,7 @@ void sip_request_free(sip_request_t *r) {
   sip__free(r->pool);
   sip__free(r->version);
   sip__free(r->pipeline_config);
+  sip__free(r->seq_sid);
   sip_cancel_token_free(r->cancel);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);

@@ -335,6 +335,11 @@ static int requeue(sip__pool_t *p, sip_request_t *r) {
 void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                          uint64_t queue_us) {
   const sip__pool_config_t *c = p->cfg;
+  /* A sequence's state lives in its session: its requests are not moved. */
+  if (p->seq) {
+    sip__pool_finish_failed(p, r, code, msg, queue_us);
+    return;
+  }
   if (c->failover_strategy == SIP__FAILOVER_RETRY && r->retries < (uint32_t)c->failover_max_retries) {
     r->retries++;
     atomic_fetch_add(&p->n_retries, 1);

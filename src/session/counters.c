@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "session/counters.h"
+#include "session/sequence.h"
 
 void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   memset(c, 0, sizeof *c);
@@ -45,6 +46,8 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->session_failures = atomic_load(&p->n_session_failures);
   c->promotions = atomic_load(&p->n_promotions);
   c->last_recovery_us = atomic_load(&p->last_recovery_us);
+  c->sequences = p->seq != NULL;
+  sip__seq_counts(p, &c->seq_active, &c->seq_waiting, &c->seq_expired);
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {

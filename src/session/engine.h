@@ -33,6 +33,11 @@ struct sip_request {
   char **dest_names;
   sip_out_dest_t *dests;
   size_t n_dests;
+  /* Sequence batching (src/session/sequence.c): SIP__SEQF_* flags, the id
+   * (a number, or seq_sid when a string). */
+  int seq_flags;
+  uint64_t seq_id;
+  char *seq_sid;
   sip_infer_done_fn done;
   void *user;
   /* The reference on the pool taken at admission (src/session/registry.c);
@@ -213,6 +218,9 @@ struct sip__pool {
   /* preprocess block: run on each request by the executor before batching;
    * inputs[] then describes the raw input clients send (src/session/preprocess.h). */
   struct sip__preprocess *pre;
+  /* sequence_batching: sequences bound to sessions (src/session/sequence.c);
+   * NULL for other pools. Guarded by mu. */
+  struct sip__seq *seq;
   /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
   uint64_t rate_win_start_us;
   uint64_t rate_win_count;

@@ -19,6 +19,7 @@
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
+#include "session/sequence.h"
 
 #define MAX_BATCH_REQUESTS 1024
 #define RATE_WINDOW_US 200000
@@ -108,8 +109,8 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   if (st != SIP__POOL_READY)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   if (is_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
-  sip_error_t *e = sip__pool_check_inputs(p, r);
-  if (e) return e;
+  sip_error_t *e = p->seq ? sip__seq_check(p, r) : NULL;
+  if (e || (e = sip__pool_check_inputs(p, r))) return e;
   static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
   r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
   r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
@@ -127,6 +128,14 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   if (p->stopping) {
     pthread_mutex_unlock(&p->mu);
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
+  }
+  if (p->seq) { /* behind its sequence, on the session the sequence is bound to */
+    int wake = 0;
+    e = sip__seq_admit(p, r, r->sched.arrival_us, &wake);
+    if (!e && wake) pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (!e && deadline) sip__engine_note_deadline(srv, deadline);
+    return e;
   }
   size_t n = queued(p);
   if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
@@ -223,6 +232,8 @@ uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now) {
     }
   }
   pthread_mutex_unlock(&p->mu);
+  uint64_t idle = sip__seq_expire(p, now);
+  if (idle && (!next || idle < next)) next = idle;
   while (expired) {
     sip__sched_item_t *it = expired;
     expired = it->next;
@@ -480,7 +491,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   }
   /* With a watchdog, the execution may be abandoned while it runs: it then
    * holds only tensors of its own, and writes into no client memory. */
-  int watched = p->cfg->hang_timeout_ms > 0;
+  int watched = p->cfg->hang_timeout_ms > 0 && !p->seq; /* a sequence's state is its session's */
   sip_request_t *r0 = b->reqs[0];
   b->rows = 0;
   for (size_t i = 0; i < n; i++) b->rows += b->reqs[i]->rows;
@@ -558,7 +569,8 @@ static int run_batch(sip__session_t *s, batch_t *b) {
     if (!crashed) sip__session_set_state(s, SIP__SESSION_READY);
     /* With more work queued this session stays in line for the slot. */
     sip__arbiter_release(arb, &s->ticket, t_done - t_run,
-                         atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0);
+                         atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0 ||
+                             sip__seq_queued(p) > 0);
     sip__stat_add(&p->st_compute_infer, t_done - t_run);
     atomic_fetch_add(&p->execution_count, 1);
     count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));
@@ -615,6 +627,34 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   return 0;
 }
 
+/* The next request for session `s`: its sequences' under sequence
+ * batching (*slot says which), else the best of the pool's queues. Caller
+ * holds p->mu. */
+static sip_request_t *next_request(sip__pool_t *p, sip__session_t *s, int *slot) {
+  return p->seq ? sip__seq_pop(p, s->index, slot) : q_pop(p, sip__now_us());
+}
+
+/* Runs one request of a sequence: the control inputs, then the model; the
+ * sequence's next request may go once this one is answered. Called and
+ * returns with p->mu held. */
+static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
+  sip__pool_t *p = s->pool;
+  pthread_mutex_unlock(&p->mu);
+  sip_error_t *e = sip__seq_fill(p, r);
+  if (e) {
+    fail_request(p, r, sip_error_code(e), sip_error_message(e), sip__now_us() - r->sched.arrival_us);
+    sip_error_free(e);
+  } else {
+    batch_t one = {.reqs = {r}, .n = 1, .rows = r->rows};
+    run_batch(s, &one); /* never abandoned: sequence pools run unwatched */
+  }
+  pthread_mutex_lock(&p->mu);
+  uint64_t idle = sip__seq_done(p, slot, sip__now_us());
+  /* Housekeeping releases the sequence if nothing comes before then (its
+   * lock is a leaf, taken under p->mu). */
+  if (idle) sip__engine_note_deadline(p->eng, idle);
+}
+
 void *sip__session_main(void *arg) {
   sip__session_t *s = arg;
   sip__pool_t *p = s->pool;
@@ -633,9 +673,10 @@ void *sip__session_main(void *arg) {
   pthread_mutex_lock(&p->mu);
   for (;;) {
     sip_request_t *r = NULL;
+    int slot = -1;
     /* While another session forms a batch, it owns the queue. */
     /* A drained session takes nothing (SUSPENDED while it waits). */
-    while ((atomic_load(&s->drain) || p->forming || !(r = q_pop(p, sip__now_us()))) &&
+    while ((atomic_load(&s->drain) || p->forming || !(r = next_request(p, s, &slot))) &&
            !p->stopping) {
       int drain = atomic_load(&s->drain), st = atomic_load(&s->state);
       if (drain && st == SIP__SESSION_READY)
@@ -648,11 +689,23 @@ void *sip__session_main(void *arg) {
     }
     if (atomic_load(&s->state) == SIP__SESSION_SUSPENDED)
       sip__session_set_state(s, SIP__SESSION_READY);
-    if (!r && !(r = q_pop(p, sip__now_us()))) break; /* stopping and drained */
+    if (!r && !(r = next_request(p, s, &slot))) break; /* stopping and drained */
     if (!s->ctx) { /* failed and not replaced: serves nothing */
-      sip__sched_push(&p->queue, r->sched.level, &r->sched);
-      pthread_cond_broadcast(&p->cv);
+      if (p->seq) {
+        pthread_mutex_unlock(&p->mu);
+        fail_request(p, r, SIP_UNAVAILABLE, "the session of this sequence failed",
+                     sip__now_us() - r->sched.arrival_us);
+        pthread_mutex_lock(&p->mu);
+        sip__seq_done(p, slot, sip__now_us());
+      } else {
+        sip__sched_push(&p->queue, r->sched.level, &r->sched);
+        pthread_cond_broadcast(&p->cv);
+      }
       break;
+    }
+    if (p->seq) {
+      run_sequenced(s, r, slot);
+      continue;
     }
     if (!b) { /* no memory for a batch: run requests one by one */
       pthread_mutex_unlock(&p->mu);
@@ -685,11 +738,16 @@ void *sip__session_main(void *arg) {
   return NULL;
 }
 
+static void fail_shutdown(sip__pool_t *p, sip_request_t *r) {
+  fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
+}
+
 void sip__pool_shutdown(sip__pool_t *p) {
   sip__pool_stop_sessions(p, SIP__SESSION_DESTROYED);
   /* A pool that never started sessions may still hold queued requests. */
   sip_request_t *r;
   while ((r = q_pop(p, sip__now_us())))
     fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
+  sip__seq_drain(p, fail_shutdown);
   if (atomic_load(&p->state) != SIP__POOL_FAILED) atomic_store(&p->state, SIP__POOL_STOPPED);
 }

@@ -18,6 +18,7 @@
 #include "ops/transforms.h"
 #include "backend/backends.h"
 #include "session/engine.h"
+#include "session/sequence.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
@@ -229,6 +230,7 @@ void sip__pool_destroy(sip__pool_t *p) {
   sip__io_descs_free(p->inputs, p->n_inputs);
   sip__io_descs_free(p->outputs, p->n_outputs);
   sip__preprocess_free(p->pre);
+  sip__seq_free(p->seq);
   sip__free(p->error);
   sip_error_free(p->load_error);
   pthread_mutex_destroy(&p->mu);
@@ -381,7 +383,7 @@ static void load(sip__pool_t *p) {
   struct stat st;
   if (p->resolved_path && stat(p->resolved_path, &st) == 0) p->model_bytes = (uint64_t)st.st_size;
 
-  if ((e = check_batching(p)) ||
+  if ((e = check_batching(p)) || (e = sip__seq_setup(p)) ||
       (c->n_preprocess && (e = sip__preprocess_new(c, p->inputs, p->n_inputs, &p->pre)))) {
     release(p);
     pool_fail(p, e);

@@ -168,7 +168,24 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
     int64_t d = r->inputs[i]->rank ? r->inputs[i]->dims[0] : -1;
     rows = i == 0 ? d : (d == rows ? rows : -1);
   }
-  if (max_batch_size <= 0) max_batch_size = pool_max;
+  /* The client's chunk size is bounded by what the pool itself runs in one
+   * execution: a fixed batch dim, else dynamic_batching.max_batch_size. A
+   * larger one is refused (padding one row up to it could allocate without
+   * bound on the caller's thread). Without either limit a chunk is never
+   * larger than the request, so padding adds fewer rows than it has. */
+  int64_t limit = p->fixed_batch > 0 ? p->fixed_batch : pool_max;
+  if (max_batch_size <= 0) max_batch_size = limit > 0 && pool_max > limit ? (int)limit : pool_max;
+  if (limit > 0 && max_batch_size > limit) {
+    sip_error_t *e = sip_error_new(
+        SIP_INVALID_ARGUMENT,
+        "max_batch_size %d is larger than pool '%s' runs in one execution (%s %lld); expected 0 "
+        "(the pool's) or 1..%lld",
+        max_batch_size, r->pool, p->fixed_batch > 0 ? "the model's fixed batch dim" :
+        "dynamic_batching.max_batch_size", (long long)limit, (long long)limit);
+    refuse(p, r);
+    return e;
+  }
+  if (limit <= 0 && rows > 0 && max_batch_size > rows) max_batch_size = (int)rows;
   if (rows <= 0 || max_batch_size <= 0 || rows <= max_batch_size ||
       padding < SIP__PAD_NONE || padding > SIP__PAD_ZERO) {
     if (rows < 0) {

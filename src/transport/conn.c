@@ -29,12 +29,15 @@ static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
   return c;
 }
 
+static void free_chunk(conn_t *c, chunk_t *k) {
+  c->unsent -= k->len + sizeof *k;
+  sip__free(k->data);
+  sip__free(k);
+}
+
 static void free_chunks(conn_t *c) {
   chunk_t *k;
-  while ((k = chunks_pop(&c->out))) {
-    sip__free(k->data);
-    sip__free(k);
-  }
+  while ((k = chunks_pop(&c->out))) free_chunk(c, k);
 }
 
 void sip__conn_unref(conn_t *c) {
@@ -70,13 +73,28 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
   sip__conn_unref(c); /* the descriptor closes when the last writer lets go */
 }
 
+/* Sets the events the loop waits for on `c`. Caller holds c->wmu. */
+static void update_events(sip__listener_set_t *ls, conn_t *c) {
+  struct epoll_event ev = {
+      .events = (atomic_load(&c->read_paused) ? 0u : EPOLLIN | EPOLLRDHUP) |
+                (c->epollout ? EPOLLOUT : 0u),
+      .data.u64 = TAG(TAG_CONN, c->slot)};
+  epoll_ctl(ls->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
 /* Caller holds c->wmu. */
 static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
   if (c->epollout == on) return;
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
-                           .data.u64 = TAG(TAG_CONN, c->slot)};
-  epoll_ctl(ls->epfd, EPOLL_CTL_MOD, c->fd, &ev);
   c->epollout = on;
+  update_events(ls, c);
+}
+
+/* Reads from a paused connection again once its unsent answers drop below
+ * half the bound. Caller holds c->wmu. */
+static void maybe_resume(sip__listener_set_t *ls, conn_t *c) {
+  if (!atomic_load(&c->read_paused) || c->unsent > ls->max_unsent / 2) return;
+  atomic_store(&c->read_paused, 0);
+  update_events(ls, c);
 }
 
 /* Sends queued chunks until done or the socket is full. Caller holds
@@ -89,18 +107,16 @@ int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         set_epollout(ls, c, 1);
+        maybe_resume(ls, c);
         return 0;
       }
       return -1;
     }
     k->off += (size_t)n;
-    if (k->off == k->len) {
-      chunks_pop(&c->out);
-      sip__free(k->data);
-      sip__free(k);
-    }
+    if (k->off == k->len) free_chunk(c, chunks_pop(&c->out));
   }
   set_epollout(ls, c, 0);
+  maybe_resume(ls, c);
   return 0;
 }
 
@@ -130,7 +146,15 @@ static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size
   }
   k->data = data;
   k->len = len;
+  c->unsent += len + sizeof *k;
   chunks_push(&c->out, k);
+  /* Backpressure: a client that does not read its answers is not read
+   * from either, so what it sends cannot grow the queue without bound
+   * (sending clears it again, maybe_resume). */
+  if (c->unsent > ls->max_unsent && !atomic_load(&c->read_paused)) {
+    atomic_store(&c->read_paused, 1);
+    update_events(ls, c);
+  }
 }
 
 /* Loop only: queues an encoded frame; conn_flush sends it. */

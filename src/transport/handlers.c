@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/seqparam.h"
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
 
@@ -173,8 +174,9 @@ static sip_error_t *view_shm_outputs(conn_t *c, const sip__wire_request_t *wr, p
   return NULL;
 }
 
-/* A request's parameters (a JSON object): today only pipeline_config. A
- * bad one is the request's error, not the connection's. */
+/* A request's parameters (a JSON object): pipeline_config and the sequence
+ * keys (core/seqparam.h). A bad one is the request's error, not the
+ * connection's. */
 static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
   json_error_t je;
   json_t *root = json_loads(text, 0, &je);
@@ -182,15 +184,23 @@ static sip_error_t *apply_parameters(sip_request_t *r, const char *text) {
   if (!json_is_object(root)) {
     e = sip_error_new(SIP_INVALID_ARGUMENT,
                       "request parameters are not a JSON object (%s); expected "
-                      "{\"pipeline_config\": {...}}",
+                      "{\"pipeline_config\": {...}, \"sequence_id\": ...}",
                       root ? "another JSON value" : je.text);
   } else {
     const char *key;
     json_t *v;
+    sip__seq_params_t sq;
+    if (!(e = sip__seq_params_read(root, &sq)) && sq.present)
+      e = sq.sid ? sip_request_set_sequence_str(r, sq.sid, sq.start, sq.end)
+                 : sip_request_set_sequence(r, sq.id, sq.start, sq.end);
     json_object_foreach(root, key, v) {
+      if (e) break;
+      if (sip__seq_param_key(key)) continue;
       if (strcmp(key, "pipeline_config")) {
         e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "unknown request parameter '%s'; expected pipeline_config", key);
+                          "unknown request parameter '%s'; expected pipeline_config, "
+                          "sequence_id, sequence_start or sequence_end",
+                          key);
         break;
       }
       char *pc = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);

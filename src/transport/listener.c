@@ -10,6 +10,7 @@
  * for a connection that closed meanwhile is dropped, and a descriptor is
  * closed only when no thread can still write to it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -65,7 +66,7 @@ static ssize_t recv_fds(conn_t *c, uint8_t *dst, size_t want) {
 /* Reads everything available. Returns -1 when the connection was closed. */
 static int conn_read(sip__listener_set_t *ls, conn_t *c) {
   for (;;) {
-    if (c->closing) return 0;
+    if (c->closing || atomic_load(&c->read_paused)) return 0;
     uint8_t *dst;
     size_t want;
     if (!c->payload) {
@@ -120,14 +121,66 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
   }
 }
 
+/* Logs a failed accept at most once a second, with how many were left out
+ * since the last line. */
+static void log_accept_failed(sip__listener_set_t *ls, const listener_t *l, int err,
+                              const char *action) {
+  uint64_t now = sip__now_us();
+  if (ls->accept_log_us && now - ls->accept_log_us < 1000000) {
+    ls->accept_log_suppressed++;
+    return;
+  }
+  sip__log(SIP__LOG_WARN, "accept failed", "endpoint=%s error=\"%s\" action=\"%s\" suppressed=%lu",
+           l->address, strerror(err), action, ls->accept_log_suppressed);
+  ls->accept_log_us = now;
+  ls->accept_log_suppressed = 0;
+}
+
+static void set_listeners_armed(sip__listener_set_t *ls, int armed) {
+  for (size_t i = 0; i < ls->n_ls; i++) {
+    struct epoll_event ev = {.events = armed ? EPOLLIN : 0u, .data.u64 = TAG(TAG_LISTENER, i)};
+    epoll_ctl(ls->epfd, EPOLL_CTL_MOD, ls->ls[i].fd, &ev);
+  }
+}
+
+/* How long the listeners stay disarmed when no descriptor can be freed. */
+#define ACCEPT_BACKOFF_US 100000
+
+/* Out of descriptors or memory with a connection pending: frees the
+ * reserve descriptor to accept the connection and close it at once (the
+ * client sees it closed rather than waiting, and the listener stops
+ * firing), then takes the reserve again. Returns 0 when it did; else the
+ * listeners are disarmed for ACCEPT_BACKOFF_US and it returns -1. */
+static int shed_connection(sip__listener_set_t *ls, listener_t *l, int err) {
+  if ((err == EMFILE || err == ENFILE) && ls->reserve_fd >= 0) {
+    close(ls->reserve_fd);
+    int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) close(fd);
+    ls->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+      log_accept_failed(ls, l, err, "connection closed: out of file descriptors");
+      return 0;
+    }
+  }
+  log_accept_failed(ls, l, err, "accepting paused for 100 ms");
+  set_listeners_armed(ls, 0);
+  ls->listeners_paused_until_us = sip__now_us() + ACCEPT_BACKOFF_US;
+  return -1;
+}
+
 static void do_accept(sip__listener_set_t *ls, listener_t *l) {
-  for (;;) {
+  for (int shed = 0;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        sip__log(SIP__LOG_WARN, "accept failed", "endpoint=%s error=\"%s\"", l->address,
-                 strerror(errno));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      int err = errno;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        /* A bounded number per wakeup: the other connections are served too. */
+        if (shed_connection(ls, l, err) == 0 && ++shed < 64) continue;
+      } else {
+        log_accept_failed(ls, l, err, "none");
+      }
       return;
     }
     int one = 1;
@@ -178,7 +231,18 @@ static void *loop_main(void *arg) {
   sip__listener_set_t *ls = arg;
   struct epoll_event evs[64];
   while (!atomic_load(&ls->stop)) {
-    int n = epoll_wait(ls->epfd, evs, 64, -1);
+    int timeout_ms = -1;
+    if (ls->listeners_paused_until_us) {
+      uint64_t now = sip__now_us();
+      if (now >= ls->listeners_paused_until_us) {
+        ls->listeners_paused_until_us = 0;
+        set_listeners_armed(ls, 1);
+        if (ls->reserve_fd < 0) ls->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      } else {
+        timeout_ms = (int)((ls->listeners_paused_until_us - now + 999) / 1000);
+      }
+    }
+    int n = epoll_wait(ls->epfd, evs, 64, timeout_ms);
     for (int i = 0; i < n; i++) {
       uint64_t tag = evs[i].data.u64 >> 56, v = evs[i].data.u64 & ((1ull << 56) - 1);
       if (tag == TAG_WAKE) {
@@ -190,6 +254,10 @@ static void *loop_main(void *arg) {
       } else if (tag == TAG_CONN && v < ls->n_slots && ls->slots[v]) {
         conn_t *c = ls->slots[v];
         if ((evs[i].events & EPOLLOUT) && sip__conn_flush(ls, c) < 0) continue;
+        if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && atomic_load(&c->read_paused)) {
+          sip__conn_close(ls, c); /* not read from: a hang-up ends it here */
+          continue;
+        }
         if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
           if (c->closing) {
             /* Nothing more is read; a hang-up ends it. */
@@ -236,6 +304,8 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
   if (!ls) return SIP__OOM();
   ls->srv = srv;
   ls->max_frame = cfg->max_frame_bytes;
+  ls->max_unsent = cfg->max_unsent_bytes ? cfg->max_unsent_bytes : (size_t)16 << 20;
+  ls->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   ls->epfd = epoll_create1(EPOLL_CLOEXEC);
   ls->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pthread_mutex_init(&ls->slots_mu, NULL);
@@ -294,6 +364,7 @@ static void listeners_stop(void *state) {
   sip__free(ls->slots);
   if (ls->epfd >= 0) close(ls->epfd);
   if (ls->wakefd >= 0) close(ls->wakefd);
+  if (ls->reserve_fd >= 0) close(ls->reserve_fd);
   pthread_mutex_destroy(&ls->slots_mu);
   sip__free(ls);
 }

@@ -61,7 +61,11 @@ typedef struct conn {
   sip_buf_t *payload; /* non-NULL while reading a payload */
   size_t got;
   chunk_fifo_t out; /* zeroed: empty */
+  size_t unsent;    /* bytes held by `out`, with each chunk's own size */
   int epollout;
+  /* Not read from while its unsent answers pass ls->max_unsent; read again
+   * once they drop below half of it (set and cleared under wmu). */
+  atomic_int read_paused;
   atomic_int closing; /* close once the output is flushed; read nothing more */
   /* Descriptors that arrived (SCM_RIGHTS) with the frame being read: only
    * SHM_REGISTER takes one; the loop closes what is left after each frame. */
@@ -95,6 +99,19 @@ struct sip__listener_set {
   pthread_mutex_t slots_mu;
   atomic_int stop;
   atomic_long open_conns[2]; /* [0] unix, [1] tcp */
+  /* Out of descriptors (EMFILE/ENFILE): a descriptor held in reserve is
+   * given up to accept and close a pending connection, so the listener
+   * stops firing; when that fails too the listeners are disarmed until
+   * listeners_paused_until_us (0: armed). Loop only. */
+  int reserve_fd;
+  uint64_t listeners_paused_until_us;
+  /* "accept failed" is logged at most once a second; the lines left out
+   * in between are counted in the next one. */
+  uint64_t accept_log_us;
+  unsigned long accept_log_suppressed;
+  /* A connection whose answers not yet sent pass max_unsent (bytes) is not
+   * read from until they drop below half of it. */
+  size_t max_unsent;
 };
 
 /* A requested output's destination in one of the connection's regions,

@@ -313,10 +313,37 @@ def test_infer_errors(stub, pb, srv):
     code, msg = infer_error(stub, pb.pb.ModelInferRequest(model_name=""))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "model_name" in msg
     req = make_request(pb, "addmul", {"lhs": x, "rhs": x}, outputs=["y"])
-    req.outputs[0].parameters["classification"].int64_param = 2
+    req.outputs[0].parameters["classification"].int64_param = 0
     code, msg = infer_error(stub, req)
-    assert code == grpc.StatusCode.UNIMPLEMENTED
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "classification is not an integer >= 1" in msg
+    req = make_request(pb, "addmul", {"lhs": x, "rhs": x})
+    req.inputs[0].parameters["classification"].int64_param = 2
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "classification is for outputs" in msg
     srv.assert_alive()
+
+
+def test_classification(stub, pb):
+    """Triton's classification extension: the top N of the last dim as BYTES
+    "value:index", the same strings as over HTTP."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    req = make_request(pb, "two_out", {"x": x}, outputs=["sum", "prod"])
+    req.outputs[0].parameters["classification"].int64_param = 2
+    resp = stub.ModelInfer(req)
+    assert [(t.name, t.datatype, list(t.shape)) for t in resp.outputs] == [
+        ("sum", "BYTES", [3, 2]), ("prod", "FP32", [3, 4])]
+    got = from_raw(resp.raw_output_contents[0], "BYTES", [3, 2])
+    s = x + x
+    for row in range(3):
+        order = np.argsort(-s[row], kind="stable")[:2]
+        assert list(got[row]) == [("%f:%d" % (s[row][i], i)).encode() for i in order]
+    np.testing.assert_array_equal(from_raw(resp.raw_output_contents[1], "FP32", [3, 4]), x * x)
+    req = make_request(pb, "id_string", {"data": np.array([[b"a"]], object),
+                                         "scalar": np.array(b"b", object)}, outputs=["data_out"])
+    req.outputs[0].parameters["classification"].uint64_param = 1
+    code, msg = infer_error(stub, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "numeric" in msg
 
 
 def test_message_size_limit(stub, pb, srv):
@@ -629,6 +656,23 @@ def test_repository_rpcs(start_sipd, tmp_path, pb, model_dir):
         x = np.ones((1, 4), np.float32)
         out = outputs_of(stub.ModelInfer(make_request(pb, "addk", {"lhs": x, "rhs": x})))
         np.testing.assert_allclose(out["y"], models.addmul_ref(x, x))
+        # Triton's config parameter (a JSON model config): instance count -> pool size.
+        lq = pb.pb.RepositoryModelLoadRequest(model_name="addk")
+        lq.parameters["config"].string_param = '{"instance_group": [{"count": 2}]}'
+        stub.RepositoryModelLoad(lq, timeout=30)
+        cfg = stub.ModelConfig(pb.pb.ModelConfigRequest(name="addk")).config
+        assert cfg.instance_group[0].count == 2
+        for key, setter, want in [
+                ("config", lambda p: setattr(p, "string_param", '{"colour": 1}'),
+                 "unknown field 'colour'"),
+                ("config", lambda p: setattr(p, "bool_param", True), "not a string_param"),
+                ("file:1/model.onnx", lambda p: setattr(p, "bytes_param", b"x"),
+                 "model files in a load request")]:
+            lq = pb.pb.RepositoryModelLoadRequest(model_name="addk")
+            setter(lq.parameters[key])
+            with pytest.raises(grpc.RpcError) as ei:
+                stub.RepositoryModelLoad(lq, timeout=30)
+            assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT and want in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
             stub.RepositoryModelLoad(pb.pb.RepositoryModelLoadRequest(model_name="nope"))
         assert code_of(ei) == grpc.StatusCode.NOT_FOUND

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -211,6 +212,28 @@ static inline sip_server_t *new_server_ex(const char *server_yaml, const char *p
   snprintf(yaml, sizeof yaml, "server: {log_level: error%s}\nsession_pools:\n%s", server_yaml,
            pools_yaml);
   return new_server_yaml(yaml);
+}
+
+/* Runs Python script `py` (python3-onnx) with a new temporary directory
+ * /tmp/<prefix>_XXXXXX (written to dir, 64 bytes) as its argument, to
+ * generate models there. 1: made; 0: no python3 + onnx (tests skip);
+ * -1: it failed. */
+static inline int gen_models(char *dir, const char *prefix, const char *py) {
+  if (system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") != 0) return 0;
+  snprintf(dir, 64, "/tmp/%s_XXXXXX", prefix);
+  if (!mkdtemp(dir)) return -1;
+  char script[128], cmd[512];
+  snprintf(script, sizeof script, "%s/gen.py", dir);
+  FILE *f = fopen(script, "w");
+  if (!f) return -1;
+  fputs(py, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s", script, dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "model generation failed\n");
+    return -1;
+  }
+  return 1;
 }
 
 /* Removes directory d and the files in it (one level: generated models). */

@@ -12,7 +12,8 @@ pure encode/decode functions.
 
 from . import protocol
 from .client import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResponse,
-                     InferenceRequest, InferenceResponse, SessionClient, SharedMemoryRegion,
+                     InferenceRequest, InferenceResponse, Sequence, SessionClient,
+                     SharedMemoryRegion,
                      parse_endpoint)
 from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SessionClient", "InferenceRequest", "InferenceResponse", "DEFAULT_ENDPOINT",
-    "BatchInferenceRequest", "BatchInferenceResponse", "SharedMemoryRegion",
+    "BatchInferenceRequest", "BatchInferenceResponse", "Sequence", "SharedMemoryRegion",
     "parse_endpoint", "protocol", "ProtocolError",
     "SipError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError",

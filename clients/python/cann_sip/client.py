@@ -65,13 +65,21 @@ class InferenceRequest:
     Inputs may be arrays that live in one of the client's shared memory
     regions (``region.ndarray(...)``) or ``region.tensor(...)`` references:
     they are sent by reference, not copied onto the socket.
+    sequence_id, sequence_start, sequence_end: for pools with
+        sequence_batching (docs/sequences.md): the sequence (an int >= 1 or a
+        str), and whether this is its first / last request. Sequence (from
+        SessionClient.sequence) sets them for you.
     """
 
     __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs",
-                 "pipeline_config")
+                 "pipeline_config", "sequence_id", "sequence_start", "sequence_end")
 
     def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
-                 outputs=None, pipeline_config=None):
+                 outputs=None, pipeline_config=None, sequence_id=None, sequence_start=False,
+                 sequence_end=False):
+        self.sequence_id = sequence_id
+        self.sequence_start = sequence_start
+        self.sequence_end = sequence_end
         self.session_pool = session_pool
         self.inputs = inputs
         self.timeout_ms = timeout_ms
@@ -86,6 +94,66 @@ class InferenceRequest:
                 "request_id=%r, outputs=%r)" % (self.session_pool, ", ".join(self.inputs or ()),
                                                 self.timeout_ms, self.priority, self.request_id,
                                                 self.outputs))
+
+
+def sequence_parameters(sequence_id, start=False, end=False):
+    """The request parameters for a sequence ({} when sequence_id is None);
+    raises InvalidArgumentError for values the server would refuse."""
+    if sequence_id is None:
+        if start or end:
+            raise InvalidArgumentError("sequence_start/sequence_end need a sequence_id")
+        return {}
+    if isinstance(sequence_id, bool) or not isinstance(sequence_id, (int, str)):
+        raise InvalidArgumentError("sequence_id must be an int >= 1 or a str, not %s"
+                                   % type(sequence_id).__name__)
+    if isinstance(sequence_id, int) and not 1 <= sequence_id < 2 ** 63:
+        raise InvalidArgumentError("sequence_id %d is out of range; expected 1..2**63-1"
+                                   % sequence_id)
+    if isinstance(sequence_id, str) and not 1 <= len(sequence_id.encode()) <= 256:
+        raise InvalidArgumentError("sequence_id must be a string of 1..256 bytes")
+    for name, v in (("sequence_start", start), ("sequence_end", end)):
+        if not isinstance(v, bool):
+            raise InvalidArgumentError("%s must be a bool, not %s" % (name, type(v).__name__))
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
+
+
+class Sequence:
+    """The requests of one sequence on a pool with sequence_batching
+    (docs/sequences.md). The first infer() starts the sequence (binding it to
+    a session); infer(..., end=True) or end() sends its last request, after
+    which the next infer() starts it again.
+
+        seq = client.sequence("tracker", 42)
+        seq.infer({"x": frame0}); seq.infer({"x": frame1}); seq.end({"x": frame2})
+    """
+
+    def __init__(self, client, session_pool, sequence_id, **request_options):
+        sequence_parameters(sequence_id)  # checks the id now
+        self.client = client
+        self.session_pool = session_pool
+        self.sequence_id = sequence_id
+        self.request_options = request_options
+        self.started = False
+
+    def infer_async(self, inputs, end=False):
+        """Sends the sequence's next request; returns a Future (see
+        SessionClient.infer_async)."""
+        req = InferenceRequest(self.session_pool, inputs, sequence_id=self.sequence_id,
+                               sequence_start=not self.started, sequence_end=end,
+                               **self.request_options)
+        fut = self.client.infer_async(req)
+        self.started = not end
+        return fut
+
+    def infer(self, inputs, end=False):
+        return self.client._wait(self.infer_async(inputs, end))
+
+    def end(self, inputs):
+        """Sends the sequence's last request and returns its response."""
+        return self.infer(inputs, end=True)
+
+    def __repr__(self):
+        return "Sequence(%r, %r, started=%r)" % (self.session_pool, self.sequence_id, self.started)
 
 
 class BatchInferenceRequest:
@@ -706,6 +774,10 @@ class SessionClient:
                 raise InvalidArgumentError("pipeline_config must be a dict, not %s"
                                            % type(request.pipeline_config).__name__)
             params = {"pipeline_config": request.pipeline_config}
+        seq = sequence_parameters(request.sequence_id, request.sequence_start,
+                                  request.sequence_end)
+        if seq:
+            params = dict(params or {}, **seq)
         inputs = request.inputs
         if self._regions and inputs:
             inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
@@ -732,6 +804,12 @@ class SessionClient:
     def infer(self, request):
         """Runs one request and returns its InferenceResponse (raises SipError)."""
         return self._wait(self.infer_async(request))
+
+    def sequence(self, session_pool, sequence_id, **request_options):
+        """A Sequence: the requests of one sequence on a pool with
+        sequence_batching; request_options (timeout_ms, priority, outputs)
+        apply to each of its requests."""
+        return Sequence(self, session_pool, sequence_id, **request_options)
 
     # -- shared memory ------------------------------------------------------
     def _by_reference(self, value):

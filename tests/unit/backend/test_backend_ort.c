@@ -147,20 +147,8 @@ static int group_setup(void **state) {
     sip_error_free(err);
     return -1;
   }
-  if (system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") != 0) return 0;
-  snprintf(dir, sizeof dir, "/tmp/sip_ort_test_XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  char script[128], cmd[512];
-  snprintf(script, sizeof script, "%s/gen.py", dir);
-  FILE *f = fopen(script, "w");
-  if (!f) return -1;
-  fputs(gen_py, f);
-  fclose(f);
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s", script, dir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "model generation failed\n");
-    return -1;
-  }
+  int made = gen_models(dir, "sip_ort_test", gen_py);
+  if (made <= 0) return made;
   have_models = 1;
   return 0;
 }

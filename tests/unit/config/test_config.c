@@ -129,6 +129,7 @@ static void test_defaults(void **state) {
   assert_int_equal(cfg->engine.inter_op_threads, 0);
   assert_int_equal(cfg->engine.allow_spinning, 0);
   assert_int_equal(cfg->max_frame_bytes, 268435456u);
+  assert_int_equal(cfg->max_unsent_bytes, 16u << 20);
   assert_int_equal(cfg->log_level, SIP__LOG_INFO);
   assert_int_equal(cfg->n_pools, 0);
   assert_null(cfg->pools);
@@ -174,6 +175,9 @@ static void test_sizes_and_bools(void **state) {
     assert_int_equal(cfg->max_frame_bytes, cases[i].want);
     sip__config_free(cfg);
   }
+  sip__config_t *unsent = load_ok("server: {max_unsent_bytes: 1MiB}\nsession_pools: []\n");
+  assert_int_equal(unsent->max_unsent_bytes, 1u << 20);
+  sip__config_free(unsent);
   static const char *const bools[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
   for (size_t i = 0; i < 6; i++) {
     char yaml[256];
@@ -307,6 +311,8 @@ static void test_wrong_kinds(void **state) {
   EXPECT_ERR("server: {max_frame_bytes: 12XB}\nsession_pools: []\n",
              "server.max_frame_bytes: \"12XB\" is not a byte size", "expected a byte size 1024..4294967296");
   EXPECT_ERR("server: {max_frame_bytes: -5}\nsession_pools: []\n", "\"-5\" is not a byte size");
+  EXPECT_ERR("server: {max_unsent_bytes: 100}\nsession_pools: []\n", "server.max_unsent_bytes",
+             "4096..4294967296");
 }
 
 static void test_out_of_range(void **state) {
@@ -739,7 +745,7 @@ static void test_scheduling_keys(void **state) {
   assert_true(p->rate_thresholds[0] == 20.0 && p->rate_thresholds[1] == 100.5);
   sip__config_free(cfg);
 
-  /* Defaults: no batching, unbounded queue without deadlines, reject,
+  /* Defaults: no batching, a queue of 10000 without deadlines, reject,
    * ageing 2 s, no elastic levels, one execution slot per core. */
   cfg = load_ok(POOL(""));
   p = &cfg->pools[0];
@@ -748,7 +754,7 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
   assert_int_equal(p->padding_strategy, SIP__PAD_NONE);
-  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->queue_max_size, 10000);
   assert_int_equal(p->default_timeout_ms, 0);
   assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
@@ -763,7 +769,7 @@ static void test_scheduling_keys(void **state) {
   assert_int_equal(p->max_queue_delay_us, 0);
   assert_int_equal(p->n_preferred, 0);
   assert_int_equal(p->padding_strategy, SIP__PAD_ZERO);
-  assert_int_equal(p->queue_max_size, 0);
+  assert_int_equal(p->queue_max_size, 10000);
   assert_int_equal(p->timeout_action, SIP__TIMEOUT_REJECT);
   assert_int_equal(p->ageing_ms, 2000);
   sip__config_free(cfg);

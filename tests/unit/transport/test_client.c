@@ -28,7 +28,9 @@ static int setup(void **state) {
            "session_pools:\n"
            "  - {name: echo, backend: builtin, pool_size: 2, backend_options: {shape: '-1,3'}}\n"
            "  - {name: slow, backend: builtin, pool_size: 1,\n"
-           "     backend_options: {shape: '-1', delay_ms: 100}}\n",
+           "     backend_options: {shape: '-1', delay_ms: 100}}\n"
+           "  - {name: seq, backend: builtin, backend_options: {shape: '-1,3'},\n"
+           "     sequence_batching: {}}\n",
            unix_ep);
   sip_server_options_t *o = sip_server_options_new();
   assert_null(sip_server_options_set_config_string(o, yaml, "."));
@@ -275,6 +277,51 @@ static void test_connect_failures(void **state) {
   assert_null(c);
 }
 
+/* Sequence ids travel in the request's parameters (numbers and strings,
+ * with pipeline_config alongside). */
+static void test_sequence(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_tensor_t *t = vec3(2, 1);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "seq", .inputs = in, .n_inputs = 1};
+  sip_client_response_t *r = NULL;
+  sip_error_t *e = sip_client_infer(c, &req, &r);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_non_null(strstr(sip_error_message(e), "needs a sequence id"));
+  sip_error_free(e);
+  req.sequence_start = 1;
+  e = sip_client_infer(c, &req, &r); /* refused before sending */
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  sip_error_free(e);
+
+  req.sequence_id = 31;
+  req.pipeline_config = "{}"; /* ignored by pools, sent alongside */
+  assert_null(sip_client_infer(c, &req, &r));
+  check_echo(r, 2, 1);
+  sip_client_response_free(r);
+  req.sequence_start = 0;
+  req.sequence_end = 1;
+  assert_null(sip_client_infer(c, &req, &r));
+  sip_client_response_free(r);
+  e = sip_client_infer(c, &req, &r); /* it ended */
+  assert_int_equal(sip_error_code(e), SIP_FAILED_PRECONDITION);
+  assert_non_null(strstr(sip_error_message(e), "sequence 31 is not active"));
+  sip_error_free(e);
+
+  req.sequence_id_str = "say \"hi\"";
+  e = sip_client_infer(c, &req, &r);
+  assert_int_equal(sip_error_code(e), SIP_FAILED_PRECONDITION);
+  assert_non_null(strstr(sip_error_message(e), "sequence 'say \"hi\"' is not active"));
+  sip_error_free(e);
+  req.sequence_start = 1;
+  assert_null(sip_client_infer(c, &req, &r));
+  sip_client_response_free(r);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
 /* Shared memory: the input read from a region by reference, the output
  * written into the same region and viewed there; the response outlives
  * the region's destruction. */
@@ -345,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
       cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
+      cmocka_unit_test(test_sequence),
       cmocka_unit_test(test_shared_memory),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
