@@ -261,24 +261,32 @@ static void *watchdog_main(void *arg) {
     pthread_cond_timedwait(&p->wd_cv, &p->mu, &ts);
     refill_standby(p);
     if (p->stopping || !hang_us) continue;
-    uint64_t now = sip__now_us();
     for (int i = 0; i < p->n_sessions && !p->stopping; i++) {
       sip__session_t *s = &p->sessions[i];
       sip__exec_t *x = s->exec;
       int running = 0;
-      if (!x || now - x->start_us < hang_us ||
-          !atomic_compare_exchange_strong(&x->state, &running, 2))
-        continue;
-      s->exec = NULL;
-      sip_request_t **reqs = sip__calloc(x->n ? x->n : 1, sizeof *reqs);
-      size_t n = 0;
-      if (reqs) memcpy(reqs, x->reqs, x->n * sizeof *reqs), n = x->n;
+      /* Read per session: a failed-over request may have started on the
+       * next one while the lock was released for the previous one. */
+      uint64_t now = sip__now_us();
+      if (!x || now < x->start_us + hang_us) continue;
+      /* Read before the claim: once x is abandoned its thread may free it
+       * at any moment (while it is not, p->mu keeps it: a thread that
+       * finished first clears s->exec under the lock before freeing). */
       uint64_t start = x->start_us;
+      size_t n = x->n;
+      sip_request_t **reqs = sip__calloc(n ? n : 1, sizeof *reqs);
+      if (!reqs) continue; /* out of memory: tried again next period */
+      memcpy(reqs, x->reqs, n * sizeof *reqs);
+      if (!atomic_compare_exchange_strong(&x->state, &running, 2)) {
+        sip__free(reqs);
+        continue;
+      }
+      s->exec = NULL;
       atomic_fetch_add(&p->life->refs, 1);
       atomic_fetch_add(&p->life->running, 1);
       pthread_t old = s->thread;
       pthread_mutex_unlock(&p->mu);
-      /* From here the abandoned thread owns x and touches nothing else. */
+      /* The abandoned thread owns x now and touches nothing else. */
       handle_hung(p, s, old, reqs, n, start, now);
       sip__free(reqs);
       pthread_mutex_lock(&p->mu);

@@ -206,6 +206,10 @@ def test_session_drain_and_resume(start_sipd):
     c = srv.client()
     r = sip_cli(srv, "session", "drain", "p/0")
     assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 5  # the idle session moves to SUSPENDED when it wakes
+    while status_of(c, "p")["sessions"][0]["state"] != "SUSPENDED":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     st = status_of(c, "p")
     assert [(s["state"], s["drained"]) for s in st["sessions"]] == [("SUSPENDED", True),
                                                                     ("READY", False)]
@@ -314,3 +318,29 @@ def test_hot_standby_promoted_on_failure(start_sipd, model_dir):
     assert st["failover"]["promotions"] == 1
     assert 0 < st["failover"]["last_recovery_us"] < 1000000
     standby_ready()  # made again in the background
+
+
+def test_sequence_requests_are_not_failed_over(start_sipd, tmp_path):
+    # A sequence's state is its session's: a crash answers the request (no
+    # retry), and the sequence goes on on the replaced session.
+    import onnx
+    from onnx import TensorProto
+    from test_sequence import CONTROLS, seq_model
+    path = tmp_path / "seq.onnx"
+    onnx.save(seq_model(TensorProto.UINT64), str(path))
+    srv = start_sipd([{"name": "s", "model_path": str(path), "pool_size": 1,
+                       "hang_timeout_ms": 1000,
+                       "failover": {"strategy": "immediate_retry", "max_retries": 3},
+                       "sequence_batching": {"idle_timeout_us": 10_000_000,
+                                             "control_inputs": CONTROLS}}], server=FAULTS)
+    c = srv.client()
+
+    def one(v, **kw):
+        return c.infer(InferenceRequest("s", {"x": np.array([v], F)}, sequence_id=9, **kw))
+
+    assert float(one(1.0, sequence_start=True)["out"][0]) == 1011.0
+    c.admin("fault", "s", kind="crash", count=1)
+    with pytest.raises(UnavailableError, match="injected crash"):
+        one(2.0)
+    assert float(one(3.0, sequence_end=True)["out"][0]) == 113.0
+    assert counts(status_of(c, "s")) == {"retries": 0, "fallbacks": 0, "session_failures": 1}
