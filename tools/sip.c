@@ -34,6 +34,12 @@ static void usage(FILE *f) {
           "     --sequence ID               the requests (one, or --repeat N) are one sequence\n"
           "                                 of a sequence_batching pool: START on the first,\n"
           "                                 END on the last (ID: a number or a string)\n"
+          "  fault POOL --kind crash|hang|slow|error|none (--count N | --rate R)\n"
+          "        [--session N] [--delay-ms D]\n"
+          "                         inject a fault into the pool's next executions (needs\n"
+          "                         server.allow_fault_injection; docs/availability.md)\n"
+          "  session drain|resume POOL/N\n"
+          "                         take session N of POOL out of service, or back\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -153,6 +159,66 @@ static int cmd_status(json_t *root) {
       printf("\n");
     }
   }
+  return 0;
+}
+
+/* ---- operator requests on sessions (ADMIN_REQUEST) ---- */
+
+/* A JSON number or integer argument, or -1 after a message. */
+static int admin_arg(json_t *req, const char *key, const char *val, int real) {
+  char *end;
+  double d = strtod(val, &end);
+  if (!*val || *end || (!real && d != (double)(long long)d)) {
+    fprintf(stderr, "sip: %s takes %s; got '%s'\n", key, real ? "a number" : "an integer", val);
+    return -1;
+  }
+  json_object_set_new(req, key, real ? json_real(d) : json_integer((json_int_t)d));
+  return 0;
+}
+
+static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, int json_out) {
+  json_t *req = json_object();
+  int bad = !req;
+  if (!strcmp(cmd, "fault")) {
+    bad = bad || argc < 1;
+    if (!bad) json_object_set_new(req, "action", json_string("fault")),
+              json_object_set_new(req, "pool", json_string(argv[0]));
+    for (int k = 1; !bad && k < argc; k += 2) {
+      const char *o = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
+      if (!v) bad = 1;
+      else if (!strcmp(o, "--kind")) json_object_set_new(req, "kind", json_string(v));
+      else if (!strcmp(o, "--count")) bad = admin_arg(req, "count", v, 0) != 0;
+      else if (!strcmp(o, "--rate")) bad = admin_arg(req, "rate", v, 1) != 0;
+      else if (!strcmp(o, "--session")) bad = admin_arg(req, "session", v, 0) != 0;
+      else if (!strcmp(o, "--delay-ms")) bad = admin_arg(req, "delay_ms", v, 0) != 0;
+      else bad = 1;
+    }
+  } else { /* session drain|resume POOL/N */
+    const char *slash = argc == 2 ? strrchr(argv[1], '/') : NULL;
+    bad = bad || !slash || (strcmp(argv[0], "drain") && strcmp(argv[0], "resume"));
+    if (!bad) {
+      json_object_set_new(req, "action", json_string(argv[0]));
+      json_object_set_new(req, "pool", json_stringn(argv[1], (size_t)(slash - argv[1])));
+      bad = admin_arg(req, "session", slash + 1, 0) != 0;
+    }
+  }
+  if (bad) {
+    json_decref(req);
+    fprintf(stderr, "sip: usage: sip fault POOL --kind K (--count N | --rate R) [--session N] "
+                    "[--delay-ms D] | sip session drain|resume POOL/N\n");
+    return 2;
+  }
+  char *txt = json_dumps(req, JSON_COMPACT), *answer = NULL;
+  json_decref(req);
+  if (!txt) {
+    fprintf(stderr, "sip: out of memory\n");
+    return 1;
+  }
+  sip_error_t *e = sip_client_admin(c, txt, &answer);
+  free(txt);
+  if (e) return fail(e);
+  printf("%s\n", json_out ? answer : "ok");
+  sip_client_free_string(answer);
   return 0;
 }
 
@@ -642,7 +708,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sip: %s takes one MODEL\n", cmd);
     return 2;
   }
-  if (!kind && !repo && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
+  int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session");
+  if (!kind && !repo && !admin && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
@@ -653,7 +720,9 @@ int main(int argc, char **argv) {
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
   int rc = 0;
-  if (repo) {
+  if (admin) {
+    rc = cmd_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);
+  } else if (repo) {
     rc = cmd_repo(c, !strcmp(cmd, "models") ? "index" : cmd,
                   !strcmp(cmd, "models") ? NULL : argv[i + 1], json_out);
   } else if (!strcmp(cmd, "bench")) {

@@ -732,6 +732,7 @@ static void sync_info_done(char *json, sip_error_t *e, void *user) {
 typedef struct info_msg {
   int kind;
   const char *repo;
+  const char *admin; /* ADMIN_REQUEST JSON */
   uint16_t shm_type;
   const char *name;
   uint64_t byte_size;
@@ -756,6 +757,8 @@ static sip_error_t *info_call(sip_client_t *c, const info_msg_t *m, char **json)
     sip__encode_shm_name(&wb, m->shm_type, p->id, m->name);
   else if (m->repo)
     sip__encode_repo_request(&wb, p->id, m->repo, strlen(m->repo));
+  else if (m->admin)
+    sip__encode_json_request(&wb, SIP__MSG_ADMIN_REQUEST, p->id, m->admin, strlen(m->admin));
   else
     sip__encode_info_request(&wb, p->id, (uint8_t)m->kind);
   sip_error_t *e = send_frame(c, p, &wb, m->shm_type == SIP__MSG_SHM_REGISTER ? m->fd : -1);
@@ -780,6 +783,12 @@ sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **
   *json = NULL;
   if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "repository request is NULL");
   return info_call(c, &(info_msg_t){.repo = request}, json);
+}
+
+sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json) {
+  *json = NULL;
+  if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "admin request is NULL");
+  return info_call(c, &(info_msg_t){.admin = request}, json);
 }
 
 void sip_client_free_string(char *s) { sip__free(s); }

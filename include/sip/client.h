@@ -131,6 +131,10 @@ sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);
  * is the answer's JSON, owned (sip_client_free_string); the error carries
  * the server's code and message. */
 sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json);
+/* An operator request on sessions (ADMIN_REQUEST; docs/availability.md):
+ * injected faults, drain and resume. *json is the answer (free with
+ * sip_client_free_string). */
+sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json);
 void sip_client_free_string(char *s);
 
 void sip_client_response_free(sip_client_response_t *r);

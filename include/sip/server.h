@@ -156,6 +156,14 @@ sip_error_t *sip_server_load_model_config(sip_server_t *s, const char *name, con
  * entries. Owned string (sip_free), NULL when out of memory. Thread-safe. */
 char *sip_server_repository_index(sip_server_t *s, int ready_only);
 
+/* An operator request on sessions (docs/availability.md), JSON:
+ * {"action": "fault", "pool": P, "kind": "crash"|"hang"|"slow"|"error"|"none",
+ *  "count": N | "rate": R, "delay_ms": D, "session": N} (refused with
+ * PERMISSION_DENIED unless server.allow_fault_injection) or
+ * {"action": "drain"|"resume", "pool": P, "session": N}. On success
+ * *answer is a JSON object (sip_free). Thread-safe. */
+sip_error_t *sip_server_admin(sip_server_t *s, const char *json, size_t len, char **answer);
+
 /* ---- requests ---- */
 /* Returns an owned request for `pool` (copied), NULL when out of memory.
  * "model:version" names one version of a model (':' is not allowed in pool
@@ -287,6 +295,11 @@ void sip_response_free(sip_response_t *resp);
 /* 1 when the answer is another request's with the same idempotency key
  * (joined while it ran, or kept after), not an execution of this one. */
 int sip_response_replayed(const sip_response_t *resp);
+/* Failover (docs/availability.md): how often the request was retried after
+ * its session failed (a move to the fallback pool counts), and the session
+ * that answered it ("pool/1"; NULL when it was never retried). */
+uint32_t sip_response_retries(const sip_response_t *resp);
+const char *sip_response_served_by(const sip_response_t *resp);
 
 #ifdef __cplusplus
 }

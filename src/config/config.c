@@ -296,6 +296,7 @@ static void pool_clear(sip__pool_config_t *p) {
     cfg_kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
   }
   sip__free(p->preprocess);
+  sip__free(p->fallback_pool);
   for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(p->seq_control[k]);
 }
 
@@ -322,7 +323,10 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(preprocess_fixed) || !SAME_ARRAY(cpu_mask) || !SAME(n_cpus) ||
       !SAME(version_policy) || !SAME(version_latest) || !SAME(n_versions) ||
       !SAME_ARRAY(versions) || !SAME(idem_enabled) || !SAME(idem_ttl_s) ||
-      !SAME(idem_max_entries) || !SAME(idem_max_bytes))
+      !SAME(idem_max_entries) || !SAME(idem_max_bytes) || !SAME(hang_timeout_ms) ||
+      !SAME(health_check_interval_ms) || !SAME(failover_strategy) ||
+      !SAME(failover_max_retries) || !str_same(a->fallback_pool, b->fallback_pool) ||
+      !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||

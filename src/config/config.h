@@ -120,6 +120,15 @@ typedef struct sip__pool_config {
   int version_latest;            /* latest: N, 1..1024 */
   int64_t versions[SIP__MAX_SPECIFIC_VERSIONS]; /* specific: [...], increasing */
   size_t n_versions;
+  /* Availability (docs/availability.md). */
+  int64_t hang_timeout_ms;          /* an execute running longer fails its session; 0: off */
+  int64_t health_check_interval_ms; /* session heartbeat period; 0: off */
+  int failover_strategy;            /* sip__failover_t */
+  int failover_max_retries;         /* retries on other sessions of the pool, 0..16 */
+  char *fallback_pool;              /* tried after the retries; NULL: none */
+  int standby_enabled;              /* hot_standby.enabled */
+  int standby_count;                /* hot_standby.standby_count, 0..16 */
+  int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
   /* sequence_batching (docs/sequences.md): requests of one sequence id run
    * in order on the session the sequence is bound to. */
   int sequence_batching;         /* the section is present */
@@ -129,6 +138,8 @@ typedef struct sip__pool_config {
   char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
                                            corrid); NULL: none */
 } sip__pool_config_t;
+
+typedef enum sip__failover { SIP__FAILOVER_NONE = 0, SIP__FAILOVER_RETRY, SIP__FAILOVER_FALLBACK } sip__failover_t;
 
 /* One stage of a pipeline (pipeline_sessions[].stages[]). */
 typedef struct sip__stage_config {
@@ -177,6 +188,7 @@ typedef struct sip__config {
   int model_control;          /* server.model_control: sip__model_control_t */
   int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
   char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
+  int allow_fault_injection;  /* server.allow_fault_injection (docs/availability.md) */
   sip__pool_config_t *pools;
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */

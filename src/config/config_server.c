@@ -23,7 +23,7 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
-       S_UNSENT, S_COUNT };
+       S_UNSENT, S_FAULTS, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -103,6 +103,10 @@ static const field_t server_fields[S_COUNT] = {
                  .doc = "Directory of the runtime state checkpoint (state.json): repository "
                         "loads and unloads survive a restart; relative to the config file; "
                         "absent = not kept."},
+    [S_FAULTS] = {.name = "allow_fault_injection", .type = F_BOOL,
+                  .offset = offsetof(sip__config_t, allow_fault_injection), .def = 0,
+                  .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "
+                         "docs/availability.md); for testing failover, never in production."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -66,6 +66,42 @@ static const field_t idem_fields[I_COUNT] = {
                  .doc = "Bytes of kept answers (outputs and messages) at most."},
 };
 static const section_t idem_section = {idem_fields, I_COUNT};
+static const char *const failover_names[] = {"none", "immediate_retry", "fallback", NULL};
+enum { F_STRATEGY, F_RETRIES, F_FALLBACK, F_FCOUNT };
+static const field_t failover_fields[F_FCOUNT] = {
+    [F_STRATEGY] = {.name = "strategy", .type = F_ENUM,
+                    .offset = offsetof(sip__pool_config_t, failover_strategy),
+                    .names = failover_names, .def = SIP__FAILOVER_NONE,
+                    .doc = "What a request whose session failed does: immediate_retry (on another "
+                           "session, then fallback_pool), fallback (straight to fallback_pool) "
+                           "or none (answered with the failure)."},
+    [F_RETRIES] = {.name = "max_retries", .type = F_INT,
+                   .offset = offsetof(sip__pool_config_t, failover_max_retries),
+                   .def = 1, .min = 0, .max = 16,
+                   .doc = "Retries on other sessions of the pool (immediate_retry)."},
+    [F_FALLBACK] = {.name = "fallback_pool", .type = F_STRING,
+                    .offset = offsetof(sip__pool_config_t, fallback_pool),
+                    .valid = cfg_valid_pool_name, .expect = "the name of another pool",
+                    .only = IN_POOL, /* checked against the file's pools */
+                    .doc = "Pool tried when the retries are spent; it must exist and take the "
+                           "same inputs and give the same outputs."},
+};
+static const section_t failover_section = {failover_fields, F_FCOUNT};
+
+enum { H_ENABLED, H_COUNT_, H_HEALTH, H_HCOUNT };
+static const field_t standby_fields[H_HCOUNT] = {
+    [H_ENABLED] = {.name = "enabled", .type = F_BOOL,
+                   .offset = offsetof(sip__pool_config_t, standby_enabled), .def = 0,
+                   .doc = "Keep standby sessions (docs/availability.md)."},
+    [H_COUNT_] = {.name = "standby_count", .type = F_INT,
+                  .offset = offsetof(sip__pool_config_t, standby_count), .def = 1, .min = 0,
+                  .max = 16, .doc = "Standby sessions kept besides pool_size."},
+    [H_HEALTH] = {.name = "health_check_interval_ms", .type = F_INT64,
+                  .offset = offsetof(sip__pool_config_t, standby_health_ms), .def = 0, .min = 10,
+                  .max = 3600000,
+                  .doc = "Heartbeat period of the pool's sessions when the pool sets none."},
+};
+static const section_t standby_section = {standby_fields, H_HCOUNT};
 
 const field_t cfg_pool_fields[P_COUNT] = {
     /* A repository model's name and files come from its directory. */
@@ -114,6 +150,20 @@ const field_t cfg_pool_fields[P_COUNT] = {
                 .expect = CPUS_EXPECT,
                 .doc = "Logical CPUs the pool's session threads and own intra-op threads run "
                        "on (docs/scheduling.md); absent = any."},
+    [P_HANG] = {.name = "hang_timeout_ms", .type = F_INT64,
+                .offset = offsetof(sip__pool_config_t, hang_timeout_ms), .def = 0, .min = 1,
+                .max = 3600000,
+                .doc = "An execution running longer fails its session: its requests are "
+                       "answered (or failed over) and a new session replaces it; absent = off."},
+    [P_HEALTH] = {.name = "health_check_interval_ms", .type = F_INT64,
+                  .offset = offsetof(sip__pool_config_t, health_check_interval_ms), .def = 0,
+                  .min = 10, .max = 3600000,
+                  .doc = "How often the watchdog checks every session (heartbeat); absent = "
+                         "hang_timeout_ms / 4."},
+    [P_FAILOVER] = {.name = "failover", .type = F_SECTION, .section = &failover_section,
+                    .doc = "Where requests go when their session fails (docs/availability.md)."},
+    [P_STANDBY] = {.name = "hot_standby", .type = F_SECTION, .section = &standby_section,
+                   .doc = "Warm sessions that take no traffic and replace a failed one."},
     [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
                     .section = &cfg_sequence_section,
                     .doc = "Stateful models: each sequence id runs in order on one session, with "
@@ -123,7 +173,8 @@ const field_t cfg_pool_fields[P_COUNT] = {
                        "lives; duplicates join or get the kept answer (docs/idempotency.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
-_Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS,
+_Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS &&
+                   COUNT(failover_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
 
 static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
@@ -380,6 +431,30 @@ static int parse_version_policy(ctx_t *c, yaml_node_t *v, const char *key, void 
   return cfg_fail(c, kn->start_mark, k, "unknown key; expected %s", exp);
 }
 
+/* failover.fallback_pool names another pool of the file (whose inputs and
+ * outputs are compared once both are loaded: src/server). */
+static int check_fallbacks(ctx_t *c, const sip__config_t *cfg, yaml_node_t *v, const char *key) {
+  char pkey[KEY_MAX], ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  for (size_t i = 0; i < cfg->n_pools; i++) {
+    const sip__pool_config_t *p = &cfg->pools[i];
+    yaml_node_t *item = seq_item(c, v, i);
+    cfg_key_index(pkey, key, i);
+    cfg_key_join(ikey, pkey, "failover.fallback_pool", strlen("failover.fallback_pool"));
+    if (p->failover_strategy == SIP__FAILOVER_FALLBACK && !p->fallback_pool)
+      return cfg_fail(c, item->start_mark, ikey,
+                      "missing; expected the name of another pool for strategy fallback");
+    if (!p->fallback_pool) continue;
+    size_t j = 0;
+    while (j < cfg->n_pools && strcmp(cfg->pools[j].name, p->fallback_pool)) j++;
+    if (j == cfg->n_pools || j == i)
+      return cfg_fail(c, item->start_mark, ikey, "%s is %s; expected the name of another pool "
+                      "of session_pools",
+                      cfg_show(shown, sizeof shown, p->fallback_pool, strlen(p->fallback_pool)),
+                      j == i ? "the pool itself" : "not a pool of this file");
+  }
+  return 0;
+}
+
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__config_t *cfg = base;
   char ikey[KEY_MAX], exp[1024], shown[SHOW_MAX * 4 + 8];
@@ -419,7 +494,7 @@ int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
     if (cfg_check_scheduling(c, pool, vals, ikey)) return -1;
     if (check_pool(c, pool, item, vals, ikey)) return -1;
   }
-  return 0;
+  return check_fallbacks(c, cfg, v, key);
 }
 
 const char *sip__priority_name(sip__priority_level_t p) {

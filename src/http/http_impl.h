@@ -87,6 +87,7 @@ typedef enum route_kind {
   R_CUDA_SHM,    /* /v2/cudasharedmemory/... (a server without GPUs) */
   R_SYS_SHM,     /* /v2/systemsharedmemory/... */
   R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
+  R_ADMIN,       /* POST /v2/admin */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -195,6 +196,7 @@ enum MHD_Result sip__http_logging_get(hreq_t *q);
 enum MHD_Result sip__http_trace_get(hreq_t *q);
 extern const http_post_ops_t sip__http_logging_ops;
 extern const http_post_ops_t sip__http_trace_ops;
+extern const http_post_ops_t sip__http_admin_ops; /* POST /v2/admin (docs/availability.md) */
 
 /* ---- cudashm.c: Triton's CUDA shared memory extension, without GPUs ---------- */
 enum MHD_Result sip__http_cudashm_status(hreq_t *q);

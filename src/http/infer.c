@@ -392,6 +392,29 @@ static uint8_t *deflate_iov(const struct MHD_IoVec *iov, unsigned n, int gzip, s
   return out;
 }
 
+/* A request that was failed over (docs/availability.md) says so in the
+ * response's parameters: {"retries": N, "served_by": "pool/1"}. */
+static sip_error_t *note_failover(sip__ks_body_t *b, const sip_response_t *resp) {
+  json_t *j = json_pack("{s:{s:I,s:s}}", "parameters", "retries",
+                        (json_int_t)sip_response_retries(resp), "served_by",
+                        sip_response_served_by(resp));
+  char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  size_t tl = t ? strlen(t) : 0; /* {"parameters":{...}}: its inside goes after the '{' */
+  char *n = t && b->json_len ? sip__malloc(b->json_len + tl) : NULL;
+  if (n) {
+    n[0] = '{';
+    memcpy(n + 1, t + 1, tl - 2);
+    n[tl - 1] = ',';
+    memcpy(n + tl, b->json + 1, b->json_len - 1);
+    sip__free(b->json);
+    b->json = n;
+    b->json_len += tl - 1;
+  }
+  free(t); /* jansson's allocation */
+  return n ? NULL : SIP__OOM();
+}
+
 /* Called again after the resume: encode and queue the answer. */
 static enum MHD_Result infer_answer(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
@@ -417,7 +440,9 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   q->ks->replayed = sip_response_replayed(resp);
   sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
                      : SIP__OOM();
+  if (!e && sip_response_served_by(resp)) e = note_failover(&s->body, resp);
   if (e) {
+    sip__ks_body_clear(&s->body);
     sip__free(s);
     sip_response_free(resp);
     return sip__http_send_error(c, e);

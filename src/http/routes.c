@@ -24,6 +24,7 @@ static const http_route_t routes[] = {
     {"/v2/events", R_EVENTS, sip__http_events, NULL},
     {"/v2/models/stats", R_ALL_STATS, sip__http_all_stats, NULL},
     {"/v2/logging", R_LOGGING, sip__http_logging_get, &sip__http_logging_ops},
+    {"/v2/admin", R_ADMIN, NULL, &sip__http_admin_ops},
     {"/v2/trace/setting", R_TRACE, sip__http_trace_get, &sip__http_trace_ops},
     {"/v2/cudasharedmemory/status", R_CUDA_SHM, sip__http_cudashm_status, NULL},
     {"/v2/cudasharedmemory/region/{model}/status", R_CUDA_SHM, sip__http_cudashm_status, NULL},

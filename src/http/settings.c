@@ -35,6 +35,23 @@ static enum MHD_Result small_body(hreq_t *q, const char *data, size_t n) {
 
 const http_post_ops_t sip__http_logging_ops = {.body = small_body, .start = logging_start};
 
+/* ---- POST /v2/admin: faults, session drain and resume (sip_server_admin) ---- */
+
+static enum MHD_Result admin_start(hreq_t *q) {
+  json_t *b = sip__http_body_object(q, "{\"action\": \"fault\"|\"drain\"|\"resume\", \"pool\": P, ...}");
+  if (!b) return MHD_YES;
+  char *txt = json_dumps(b, JSON_COMPACT), *answer = NULL;
+  json_decref(b);
+  sip_error_t *e = txt ? sip_server_admin(q->h->s, txt, strlen(txt), &answer) : SIP__OOM();
+  free(txt); /* jansson's allocation */
+  if (e) return sip__http_send_error(q->conn, e);
+  json_t *a = json_loads(answer, 0, NULL);
+  sip_free(answer);
+  return sip__http_send_json(q->conn, 200, a ? a : json_object());
+}
+
+const http_post_ops_t sip__http_admin_ops = {.body = small_body, .start = admin_start};
+
 /* ---- trace settings ------------------------------------------------------ */
 
 /* A model's settings need the model (the engine's not-found answer). */

@@ -92,10 +92,11 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     sip__session_counters_t sc;
     sip__pool_session_read(p, i, &sc);
     json_array_append_new(
-        sessions, json_pack("{s:s,s:s,s:I,s:I,s:I}", "id", sc.id, "state",
+        sessions, json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:b}", "id", sc.id, "state",
                             sip__session_state_name((sip__session_state_t)sc.state), "since_us",
                             (json_int_t)sc.since_us, "inferences", (json_int_t)sc.inferences,
-                            "errors", (json_int_t)sc.errors));
+                            "errors", (json_int_t)sc.errors, "failures",
+                            (json_int_t)sc.failures, "drained", sc.drained));
   }
   json_t *codes = json_object();
   for (int k = 0; k < SIP_CODE_COUNT_; k++)
@@ -113,6 +114,12 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                 sip__hist_read_json(&c.compute), "total",
                                 sip__hist_read_json(&c.total)));
   json_object_set_new(o, "sessions", sessions);
+  json_object_set_new(o, "failover",
+                      json_pack("{s:I,s:I,s:I,s:i,s:I,s:I}", "retries", (json_int_t)c.retries,
+                                "fallbacks", (json_int_t)c.fallbacks, "session_failures",
+                                (json_int_t)c.session_failures, "standby_sessions",
+                                c.standby_sessions, "promotions", (json_int_t)c.promotions,
+                                "last_recovery_us", (json_int_t)c.last_recovery_us));
   json_t *bh = json_array();
   for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",

@@ -78,6 +78,9 @@ typedef struct pool_row {
 typedef uint64_t (*pool_num_fn)(const sip__pool_counters_t *c);
 static uint64_t n_inference(const sip__pool_counters_t *c) { return c->inference_count; }
 static uint64_t n_execution(const sip__pool_counters_t *c) { return c->execution_count; }
+static uint64_t n_retries(const sip__pool_counters_t *c) { return c->retries; }
+static uint64_t n_fallbacks(const sip__pool_counters_t *c) { return c->fallbacks; }
+static uint64_t n_session_failures(const sip__pool_counters_t *c) { return c->session_failures; }
 /* Every answered request is a success or a failure. */
 static uint64_t ns_request(const sip__pool_counters_t *c) { return c->success.ns + c->fail.ns; }
 static uint64_t ns_queue(const sip__pool_counters_t *c) { return c->queue_stat.ns; }
@@ -420,6 +423,13 @@ char *sip__prometheus_text(sip_server_t *s) {
                    n_inference, 0);
   counter_per_pool(&b, pl, n, "sip_execution_count_total",
                    "Backend executions (a batch counts once).", n_execution, 0);
+  counter_per_pool(&b, pl, n, "sip_failover_retries_total",
+                   "Requests retried on the pool after their session failed.", n_retries, 0);
+  counter_per_pool(&b, pl, n, "sip_failover_fallbacks_total",
+                   "Requests sent to the fallback pool after their session failed.", n_fallbacks,
+                   0);
+  counter_per_pool(&b, pl, n, "sip_session_failures_total",
+                   "Sessions failed (crashed or hung) and replaced.", n_session_failures, 0);
   counter_per_pool(&b, pl, n, "sip_request_duration_us_total",
                    "Cumulative time from arrival to answer of every request, in microseconds.",
                    ns_request, 1);

@@ -155,6 +155,8 @@ static void initial_load(sip_server_t *s) {
   size_t n_pools = s->eng.n_pools;
   for (size_t i = 0; i < n_pools; i++)
     if (atomic_load(&s->eng.pools[i]->state) == SIP__POOL_LOADING) sip__pool_load(s->eng.pools[i]);
+  for (size_t i = 0; i < n_pools; i++)
+    sip__pool_check_fallback(s->eng.pools[i], s->eng.pools, n_pools);
   pthread_rwlock_unlock(&s->eng.reg_lock);
   size_t n = 0;
   char **names = NULL;

@@ -12,6 +12,7 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
     c->queued[l] = p->queue.q[l].count;
     c->queued_total += p->queue.q[l].count;
   }
+  c->standby_sessions = p->n_standby;
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < sip__pool_session_count(p); i++) {
     int ss = atomic_load(&p->sessions[i].state);
@@ -40,6 +41,11 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->load_ms = p->load_ms;
   c->model_bytes = p->model_bytes;
   c->memory_bytes = p->memory_bytes;
+  c->retries = atomic_load(&p->n_retries);
+  c->fallbacks = atomic_load(&p->n_fallbacks);
+  c->session_failures = atomic_load(&p->n_session_failures);
+  c->promotions = atomic_load(&p->n_promotions);
+  c->last_recovery_us = atomic_load(&p->last_recovery_us);
   c->sequences = p->seq != NULL;
   sip__seq_counts(p, &c->seq_active, &c->seq_waiting, &c->seq_expired);
 }
@@ -56,4 +62,6 @@ void sip__pool_session_read(const sip__pool_t *p, int i, sip__session_counters_t
   out->since_us = atomic_load(&s->since_us);
   out->inferences = atomic_load(&s->inferences);
   out->errors = atomic_load(&s->errors);
+  out->failures = atomic_load(&s->failures);
+  out->drained = atomic_load(&s->drain);
 }

@@ -21,6 +21,9 @@ typedef struct sip__pool_counters {
   sip__stat_read_t success, fail, queue_stat, compute_input, compute_infer, compute_output;
   double load_ms;
   uint64_t model_bytes, memory_bytes;
+  uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
+  int standby_sessions;                          /* hot_standby contexts ready */
+  uint64_t promotions, last_recovery_us;
   int sequences;                       /* sequence_batching is on: the next three mean something */
   uint64_t seq_active, seq_waiting, seq_expired; /* bound, in the backlog, released idle */
 } sip__pool_counters_t;
@@ -30,6 +33,8 @@ typedef struct sip__session_counters {
   const char *id; /* "pool/0"; valid while the pool is referenced */
   int state;      /* sip__session_state_t */
   uint64_t since_us, inferences, errors;
+  uint64_t failures; /* times it failed and was replaced */
+  int drained;       /* taken out of service (sip session drain) */
 } sip__session_counters_t;
 
 /* Reads `p`'s counters (takes the pool's and the arbiter's locks briefly). */

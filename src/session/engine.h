@@ -46,6 +46,11 @@ struct sip_request {
   /* The reference on the pool taken at admission (src/session/registry.c);
    * dropped after `done` returns, so a retired pool lives until then. */
   struct sip__pool *held;
+  /* Failover (src/session/availability.c): retries so far, the fallback
+   * pool's reference once sent there, and the session that answered. */
+  uint32_t retries;
+  struct sip__pool *held_fallback;
+  const char *served_by; /* a session's id (the pool outlives the answer) */
 };
 
 struct sip_response {
@@ -56,6 +61,8 @@ struct sip_response {
   size_t n_outputs;
   uint64_t queue_us, compute_us, total_us;
   int replayed; /* answered from the idempotency cache (a duplicate's answer) */
+  uint32_t retries; /* failover: retries before the answer */
+  char *served_by;  /* failover: the session that answered a retried request; NULL: none */
 };
 
 /* Session states (the seeds' state machine). */
@@ -130,7 +137,35 @@ typedef struct sip__session {
   _Atomic uint64_t since_us; /* wall clock of the last transition */
   atomic_uint_fast64_t inferences, errors;
   sip__arb_ticket_t ticket; /* place in line for a compute slot */
+  /* Availability (src/session/availability.c). Under the pool's mu: */
+  struct sip__exec *exec; /* the execution running (pools with a watchdog), or NULL */
+  _Atomic int drain;      /* taken out of service (sip session drain): SUSPENDED when idle */
+  atomic_uint_fast64_t failures; /* times the session failed and was replaced */
+  char last_failure[256];        /* why it last failed ("" never), under the pool's mu */
+  uint64_t failed_at_us;         /* a replaced session: when the failure was seen, until its first answer */
 } sip__session_t;
+
+/* An injected fault (sip fault; server.allow_fault_injection). */
+typedef enum sip__fault_kind {
+  SIP__FAULT_NONE = 0,
+  SIP__FAULT_CRASH,
+  SIP__FAULT_HANG,
+  SIP__FAULT_SLOW,
+  SIP__FAULT_ERROR
+} sip__fault_kind_t;
+typedef struct sip__fault {
+  int kind;       /* sip__fault_kind_t */
+  int session;    /* -1: any session */
+  int64_t count;  /* executions left to hit; -1: by rate */
+  double rate;    /* 0..1, with count -1 */
+  int64_t delay_ms;
+  uint64_t rng;
+} sip__fault_t;
+/* What outlives a pool for executions the watchdog abandoned. */
+typedef struct sip__pool_life {
+  atomic_long refs;    /* the pool's + one per abandoned execution */
+  atomic_long running; /* abandoned executions still running */
+} sip__pool_life_t;
 
 /* Moves a session to `to`; returns 0 (and changes nothing) when illegal. */
 int sip__session_set_state(sip__session_t *s, sip__session_state_t to);
@@ -208,7 +243,70 @@ struct sip__pool {
   atomic_uint_fast64_t inference_count; /* requests executed */
   atomic_uint_fast64_t execution_count; /* backend executions (batches) */
   atomic_uint_fast64_t last_inference_ms; /* wall clock of the last completion */
+  /* Availability (src/session/availability.c). */
+  sip__fault_t fault;       /* under mu */
+  atomic_int fault_armed;   /* a fault is set: executions look */
+  pthread_t watchdog;
+  int watchdog_started;
+  pthread_cond_t wd_cv;     /* with mu, CLOCK_MONOTONIC: wakes the watchdog to stop */
+  sip__pool_life_t *life;
+  atomic_uint_fast64_t n_retries, n_fallbacks, n_session_failures;
+  atomic_int n_drained; /* sessions drained: arrivals wake every session */
+  /* hot_standby: warmed backend contexts that take no traffic, promoted
+   * into a failed session (under mu); refilled by the watchdog thread. */
+  void **standby;
+  int n_standby;
+  int standby_broken;                 /* a warm-up failed: no more refills */
+  atomic_uint_fast64_t n_promotions;
+  atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
 };
+
+/* ---- availability (src/session/availability.c) ---- */
+/* Sets up / frees the pool's availability state (pool_new / pool_destroy). */
+int sip__avail_init(sip__pool_t *p);
+void sip__avail_destroy(sip__pool_t *p);
+/* Starts the watchdog when the pool has hang_timeout_ms or
+ * health_check_interval_ms; stops it (before the sessions are joined). */
+void sip__avail_start(sip__pool_t *p);
+void sip__avail_stop(sip__pool_t *p);
+/* Waits for abandoned executions (bounded); 0 when some still run and the
+ * model must be kept. */
+int sip__avail_wait_abandoned(sip__pool_t *p);
+/* The fault the next execution of session `s` takes (consumed), with its
+ * delay; SIP__FAULT_NONE mostly. */
+sip__fault_kind_t sip__fault_take(sip__pool_t *p, const sip__session_t *s, int64_t *delay_ms);
+/* Sets (count > 0 or rate > 0) or clears (kind NONE) the pool's fault. */
+sip_error_t *sip__pool_set_fault(sip__pool_t *p, const sip__fault_t *f);
+/* Answers `r`, whose session failed with (code, msg): retried on the pool,
+ * sent to the fallback pool, or failed, as the pool's failover says. */
+void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                         uint64_t queue_us);
+/* Session `s` (its execution just failed with `why`) gets a new backend
+ * context: FAILED, then READY (1) or FAILED when none could be made (0).
+ * Called by the session's own thread. */
+int sip__session_renew(sip__session_t *s, const char *why);
+/* sip session drain / resume. */
+sip_error_t *sip__session_drain(sip__pool_t *p, int index, int drain);
+/* A pool whose failover.fallback_pool (among `all`) takes other inputs or
+ * gives other outputs becomes FAILED (after both loaded). */
+void sip__pool_check_fallback(sip__pool_t *p, sip__pool_t *const *all, size_t n);
+/* The execution record of pools with a watchdog (executor.c). */
+typedef struct sip__exec sip__exec_t;
+sip__exec_t *sip__exec_begin(sip__session_t *s, sip_request_t *const *reqs, size_t n);
+/* 1: the execution is still the session's (normal completion; the record
+ * is freed); 0: the watchdog abandoned it: the caller frees what it holds,
+ * calls sip__exec_abandoned_exit and ends without touching the session or
+ * the pool. */
+int sip__exec_end(sip__session_t *s, sip__exec_t *x);
+void sip__exec_abandoned_exit(sip__exec_t *x);
+/* For an injected hang: 1 once the watchdog abandoned the execution. */
+int sip__exec_abandoned(const sip__exec_t *x);
+/* A replaced session answered: records the time from its failure to this
+ * first answer. */
+void sip__session_first_answer(sip__session_t *s);
+/* The failure path of a finished request (executor.c's). */
+void sip__pool_finish_failed(sip__pool_t *p, sip_request_t *r, sip_code_t code,
+                             const char *msg, uint64_t queue_us);
 
 /* A pool in state LOADING for `cfg` (borrowed; own_cfg, when given, is
  * cfg's owner and is freed with the pool). `version` (copied, may be NULL)
@@ -273,6 +371,9 @@ int sip__version_current(const char *dir, char *target, size_t cap, const char *
 sip_response_t *sip__response_new(sip_code_t code, char *message, uint64_t request_id,
                                   sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,
                                   uint64_t compute_us, uint64_t total_us);
+/* Records on a response that its request was failed over (retries, the
+ * session that answered; copied). */
+void sip__response_note_failover(sip_response_t *resp, uint32_t retries, const char *served_by);
 /* Completes a request: builds the response, calls done, frees the request. */
 void sip__request_complete(sip_request_t *r, sip_code_t code, const char *message,
                            sip_tensor_t **outputs, size_t n_outputs, uint64_t queue_us,

@@ -148,8 +148,9 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   }
   note_arrival(p, r->sched.arrival_us);
   sip__sched_push(&p->queue, r->sched.level, &r->sched);
-  /* A session forming a batch wants to see arrivals too. */
-  if (p->cfg->max_batch_size)
+  /* A session forming a batch wants to see arrivals too; with a session
+   * drained, the one woken might be it. */
+  if (p->cfg->max_batch_size || atomic_load(&p->n_drained))
     pthread_cond_broadcast(&p->cv);
   else
     pthread_cond_signal(&p->cv);
@@ -184,6 +185,11 @@ static void finish(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char
 static void fail_request(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                          uint64_t queue_us) {
   finish(p, r, code, msg, NULL, 0, queue_us, 0);
+}
+
+void sip__pool_finish_failed(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                             uint64_t queue_us) {
+  fail_request(p, r, code, msg, queue_us);
 }
 
 static void expire_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
@@ -434,8 +440,27 @@ static int output_dests(const sip_request_t *r, const char *const *names, size_t
   return any;
 }
 
-/* Runs the batch (one request or many) and answers every request in it. */
-static void run_batch(sip__session_t *s, batch_t *b) {
+/* An injected slow or hung execution: waits delay_ms (a hang without one:
+ * until the watchdog abandons it, at most a minute) or until the pool
+ * stops. */
+static void fault_wait(sip__pool_t *p, const sip__exec_t *x, sip__fault_kind_t kind,
+                       int64_t delay_ms) {
+  if (kind == SIP__FAULT_HANG && !delay_ms) delay_ms = 60000;
+  uint64_t until = sip__now_us() + (uint64_t)delay_ms * 1000;
+  while (sip__now_us() < until && !sip__exec_abandoned(x)) {
+    pthread_mutex_lock(&p->mu);
+    int stop = p->stopping;
+    pthread_mutex_unlock(&p->mu);
+    if (stop) break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Runs the batch (one request or many) and answers every request in it;
+ * 1 when the watchdog abandoned the execution (the caller's thread then
+ * ends without touching the session or the pool). */
+static int run_batch(sip__session_t *s, batch_t *b) {
   sip__pool_t *p = s->pool;
   sip__arbiter_t *arb = &p->eng->arbiter;
   /* Take the compute slot first: waiting for it may take a request past its
@@ -465,8 +490,11 @@ static void run_batch(sip__session_t *s, batch_t *b) {
   }
   if (!n) {
     sip__arbiter_release(arb, &s->ticket, 0, 0);
-    return;
+    return 0;
   }
+  /* With a watchdog, the execution may be abandoned while it runs: it then
+   * holds only tensors of its own, and writes into no client memory. */
+  int watched = p->cfg->hang_timeout_ms > 0 && !p->seq; /* a sequence's state is its session's */
   sip_request_t *r0 = b->reqs[0];
   b->rows = 0;
   for (size_t i = 0; i < n; i++) b->rows += b->reqs[i]->rows;
@@ -485,6 +513,16 @@ static void run_batch(sip__session_t *s, batch_t *b) {
   sip_error_t *e = NULL;
   size_t n_in = r0->n_inputs < 64 ? r0->n_inputs : 64;
   for (size_t i = 0; i < n_in && !e; i++) {
+    if (direct && watched) {
+      const sip_tensor_t *t = r0->inputs[i];
+      joined[i] = t->owner ? sip_tensor_new_view(t->name, t->dtype, t->rank, t->dims, t->data,
+                                                 t->nbytes, t->owner)
+                           : sip_tensor_new_copy(t->name, t->dtype, t->rank, t->dims, t->data,
+                                                 t->nbytes);
+      if (!joined[i]) e = SIP__OOM();
+      inputs[i] = joined[i];
+      continue;
+    }
     if (direct) {
       inputs[i] = r0->inputs[i];
       continue;
@@ -501,17 +539,38 @@ static void run_batch(sip__session_t *s, batch_t *b) {
    * compute_input). */
   sip__stat_add(&p->st_compute_input, t_run - (p->pre ? t_pre : t_in));
   if (e) sip__arbiter_release(arb, &s->ticket, 0, 0);
+  int crashed = 0;
   if (!e) {
     sip__session_set_state(s, SIP__SESSION_RUNNING);
     t_run = sip__now_ns();
+    int64_t delay_ms = 0;
+    sip__fault_kind_t fault = sip__fault_take(p, s, &delay_ms);
+    /* The context this execution runs on (read before the watchdog can
+     * abandon it: the session's is then another one). */
+    void *ctx = s->ctx;
+    sip__exec_t *x = watched ? sip__exec_begin(s, b->reqs, n) : NULL;
+    if (fault == SIP__FAULT_SLOW || fault == SIP__FAULT_HANG) fault_wait(p, x, fault, delay_ms);
     sip_out_dest_t dests[64];
-    if (direct && r0->n_dests && p->backend->execute_into &&
-        output_dests(r0, names, n_out, dests))
-      e = p->backend->execute_into(s->ctx, inputs, n_in, names, n_out, dests, outs);
+    if (sip__exec_abandoned(x))
+      e = sip_error_new(SIP_UNAVAILABLE, "abandoned");
+    else if (fault == SIP__FAULT_ERROR)
+      e = sip_error_new(SIP_INTERNAL, "injected error");
+    else if ((crashed = fault == SIP__FAULT_CRASH))
+      e = sip_error_new(SIP_UNAVAILABLE, "session %s failed: injected crash", s->id);
+    else if (!watched && direct && r0->n_dests && p->backend->execute_into &&
+             output_dests(r0, names, n_out, dests))
+      e = p->backend->execute_into(ctx, inputs, n_in, names, n_out, dests, outs);
     else
-      e = p->backend->execute(s->ctx, inputs, n_in, names, n_out, outs);
+      e = p->backend->execute(ctx, inputs, n_in, names, n_out, outs);
     t_done = sip__now_ns();
-    sip__session_set_state(s, SIP__SESSION_READY);
+    if (!sip__exec_end(s, x)) { /* abandoned by the watchdog: its requests are answered */
+      for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
+      for (size_t j = 0; j < n_out; j++) sip_tensor_free(outs[j]);
+      sip_error_free(e);
+      sip__exec_abandoned_exit(x);
+      return 1;
+    }
+    if (!crashed) sip__session_set_state(s, SIP__SESSION_READY);
     /* With more work queued this session stays in line for the slot. */
     sip__arbiter_release(arb, &s->ticket, t_done - t_run,
                          atomic_load_explicit(&p->queue.n, memory_order_relaxed) > 0 ||
@@ -521,6 +580,8 @@ static void run_batch(sip__session_t *s, batch_t *b) {
     count_batch(p, direct ? r0->rows : (p->fixed_batch ? p->fixed_batch : b->rows));
   }
   for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
+  /* A crashed session is replaced before its requests are failed over. */
+  if (crashed) sip__session_renew(s, "injected crash");
   uint64_t compute_us = (t_done - t_run) / 1000;
   sip__hist_observe(&p->h_compute, compute_us);
   atomic_fetch_add(&s->inferences, n);
@@ -546,6 +607,10 @@ static void run_batch(sip__session_t *s, batch_t *b) {
       }
     }
     row0 += r->rows;
+    if (crashed) {
+      sip__pool_fail_over(p, r, SIP_UNAVAILABLE, sip_error_message(e), queue_us);
+      continue;
+    }
     if (e || !mine) {
       atomic_fetch_add(&s->errors, 1);
       char *msg = e ? sip__asprintf("pool '%s' session %d: %s", p->cfg->name, s->index,
@@ -557,11 +622,14 @@ static void run_batch(sip__session_t *s, batch_t *b) {
       continue;
     }
     if (k == n - 1) sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
+    r->served_by = s->id;
     finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
+    if (s->failed_at_us) sip__session_first_answer(s);
   }
   sip__events_executing(NULL, 0);
   sip_error_free(e);
   for (size_t j = 0; j < n_out; j++) sip_tensor_free(outs[j]);
+  return 0;
 }
 
 /* The next request for session `s`: its sequences' under sequence
@@ -583,7 +651,7 @@ static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
     sip_error_free(e);
   } else {
     batch_t one = {.reqs = {r}, .n = 1, .rows = r->rows};
-    run_batch(s, &one);
+    run_batch(s, &one); /* never abandoned: sequence pools run unwatched */
   }
   pthread_mutex_lock(&p->mu);
   uint64_t idle = sip__seq_done(p, slot, sip__now_us());
@@ -612,12 +680,34 @@ void *sip__session_main(void *arg) {
     sip_request_t *r = NULL;
     int slot = -1;
     /* While another session forms a batch, it owns the queue. */
-    while ((p->forming || !(r = next_request(p, s, &slot))) && !p->stopping) {
+    /* A drained session takes nothing (SUSPENDED while it waits). */
+    while ((atomic_load(&s->drain) || p->forming || !(r = next_request(p, s, &slot))) &&
+           !p->stopping) {
+      int drain = atomic_load(&s->drain), st = atomic_load(&s->state);
+      if (drain && st == SIP__SESSION_READY)
+        sip__session_set_state(s, SIP__SESSION_SUSPENDED);
+      else if (!drain && st == SIP__SESSION_SUSPENDED) /* resumed while idle */
+        sip__session_set_state(s, SIP__SESSION_READY);
       /* Idle: a place kept in line for the compute slot goes to others. */
       if (s->ticket.state) sip__arbiter_cancel(&p->eng->arbiter, &s->ticket);
       pthread_cond_wait(&p->cv, &p->mu);
     }
+    if (atomic_load(&s->state) == SIP__SESSION_SUSPENDED)
+      sip__session_set_state(s, SIP__SESSION_READY);
     if (!r && !(r = next_request(p, s, &slot))) break; /* stopping and drained */
+    if (!s->ctx) { /* failed and not replaced: serves nothing */
+      if (p->seq) {
+        pthread_mutex_unlock(&p->mu);
+        fail_request(p, r, SIP_UNAVAILABLE, "the session of this sequence failed",
+                     sip__now_us() - r->sched.arrival_us);
+        pthread_mutex_lock(&p->mu);
+        sip__seq_done(p, slot, sip__now_us());
+      } else {
+        sip__sched_push(&p->queue, r->sched.level, &r->sched);
+        pthread_cond_broadcast(&p->cv);
+      }
+      break;
+    }
     if (p->seq) {
       run_sequenced(s, r, slot);
       continue;
@@ -625,7 +715,7 @@ void *sip__session_main(void *arg) {
     if (!b) { /* no memory for a batch: run requests one by one */
       pthread_mutex_unlock(&p->mu);
       batch_t one = {.reqs = {r}, .n = 1, .rows = r->rows};
-      run_batch(s, &one);
+      if (run_batch(s, &one)) return NULL;
       pthread_mutex_lock(&p->mu);
       continue;
     }
@@ -634,9 +724,17 @@ void *sip__session_main(void *arg) {
     b->rows = r->rows;
     if (p->cfg->max_batch_size) form_batch(p, s, b);
     /* Let the next idle session start on what is left. */
-    if (queued(p)) pthread_cond_signal(&p->cv);
+    if (queued(p)) {
+      if (atomic_load(&p->n_drained))
+        pthread_cond_broadcast(&p->cv);
+      else
+        pthread_cond_signal(&p->cv);
+    }
     pthread_mutex_unlock(&p->mu);
-    run_batch(s, b);
+    if (run_batch(s, b)) { /* abandoned: this thread is no longer the session's */
+      sip__free(b);
+      return NULL;
+    }
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);

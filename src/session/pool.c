@@ -165,13 +165,15 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
                         queue_us, compute_us, sip__now_us() - r->sched.arrival_us);
   sip_infer_done_fn done = r->done;
   void *user = r->user;
-  sip__pool_t *held = r->held;
-  r->held = NULL;
+  sip__pool_t *held = r->held, *fallback = r->held_fallback;
+  r->held = r->held_fallback = NULL;
+  if (resp && (r->retries || fallback)) sip__response_note_failover(resp, r->retries, r->served_by);
   sip_request_free(r);
   done(resp, user);
   /* After the answer: a retired pool is freed only once every request
    * admitted to it has been answered. */
   if (held) sip__pool_unref(held);
+  if (fallback) sip__pool_unref(fallback);
 }
 
 /* ---- lifetime ---- */
@@ -212,6 +214,10 @@ sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
   pthread_cond_init(&p->cv, &pa);
   pthread_condattr_destroy(&pa);
   sip__arb_account_init(&p->arb, (int)cfg->priority, cfg->max_compute_percent);
+  if (sip__avail_init(p)) {
+    sip__pool_destroy(p);
+    return NULL;
+  }
   return p;
 }
 
@@ -230,6 +236,7 @@ void sip__pool_destroy(sip__pool_t *p) {
   sip_error_free(p->load_error);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
+  sip__avail_destroy(p);
   sip__config_pool_free(p->own_cfg);
   sip__free(p);
 }
@@ -262,6 +269,7 @@ void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final) {
   p->stopping = 1;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+  sip__avail_stop(p);
   /* Executors drain what is queued before they exit. */
   for (int i = 0; i < p->n_sessions; i++) {
     sip__session_t *s = &p->sessions[i];
@@ -271,7 +279,8 @@ void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final) {
     s->ctx = NULL;
     sip__session_set_state(s, final);
   }
-  if (p->model) p->backend->model_free(p->model);
+  /* Executions the watchdog abandoned still use the model. */
+  if (p->model && sip__avail_wait_abandoned(p)) p->backend->model_free(p->model);
   p->model = NULL;
 }
 
@@ -433,6 +442,7 @@ static void load(sip__pool_t *p) {
     }
     s->thread_started = 1;
   }
+  sip__avail_start(p);
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
   atomic_store(&p->state, SIP__POOL_READY);
   sip__events_pool(p, SIP_EVENT_POOL_LOADED, NULL);

@@ -42,6 +42,22 @@ sip_response_t *sip__response_new(sip_code_t code, char *message, uint64_t reque
   return resp;
 }
 
+void sip__response_note_failover(sip_response_t *resp, uint32_t retries, const char *served_by) {
+  resp->retries = retries;
+  resp->served_by = served_by ? sip__strdup(served_by) : NULL;
+  /* The native protocol carries it in the message of a success. */
+  if (resp->code == SIP_OK && !resp->message[0]) {
+    /* Session ids are pool names (A-Z a-z 0-9 _ . -), ':', '/' and digits:
+     * nothing to escape. */
+    char *m = sip__asprintf("{\"failover\":{\"retries\":%u,\"served_by\":\"%s\"}}", retries,
+                            served_by ? served_by : "");
+    if (m) sip__free(resp->message), resp->message = m;
+  }
+}
+
+uint32_t sip_response_retries(const sip_response_t *r) { return r->retries; }
+const char *sip_response_served_by(const sip_response_t *r) { return r->served_by; }
+
 sip_code_t sip_response_code(const sip_response_t *r) { return r->code; }
 const char *sip_response_message(const sip_response_t *r) { return r->message; }
 uint64_t sip_response_request_id(const sip_response_t *r) { return r->request_id; }
@@ -76,6 +92,7 @@ void sip_response_free(sip_response_t *r) {
   for (size_t i = 0; i < r->n_outputs; i++) sip_tensor_free(r->outputs[i]);
   sip__free(r->outputs);
   sip__free(r->message);
+  sip__free(r->served_by);
   sip__free(r);
 }
 

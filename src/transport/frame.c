@@ -10,7 +10,7 @@ static const char *type_names[SIP__MSG_MAX + 1] = {
     "?",           "INFER_REQUEST",       "INFER_RESPONSE", "INFO_REQUEST",
     "INFO_RESPONSE", "ERROR",             "BATCH_INFER_REQUEST", "REPO_REQUEST",
     "SHM_REGISTER", "SHM_UNREGISTER",     "SHM_STATUS",     "SUBSCRIBE",
-    "EVENT"};
+    "EVENT",       "ADMIN_REQUEST"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h) {
@@ -283,9 +283,14 @@ void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind)
 
 void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *json,
                               size_t json_len) {
+  sip__encode_json_request(w, SIP__MSG_REPO_REQUEST, request_id, json, json_len);
+}
+
+void sip__encode_json_request(sip__wbuf_t *w, uint16_t type, uint64_t request_id,
+                              const char *json, size_t json_len) {
   size_t at = begin(w);
   sip__wbuf_put(w, json, json_len);
-  finish(w, at, SIP__MSG_REPO_REQUEST, request_id);
+  finish(w, at, type, request_id);
 }
 
 void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,

@@ -32,8 +32,11 @@ enum {
    * connection carries only EVENT frames. */
   SIP__MSG_SUBSCRIBE = 11,
   SIP__MSG_EVENT = 12, /* server to client: a JSON object (sip_event_json) */
+  /* JSON {"action": "fault"|"drain"|"resume", "pool": P, ...} (sip_server_admin),
+   * answered by INFO_RESPONSE. */
+  SIP__MSG_ADMIN_REQUEST = 13,
 };
-#define SIP__MSG_MAX SIP__MSG_EVENT
+#define SIP__MSG_MAX SIP__MSG_ADMIN_REQUEST
 /* The largest event buffer a subscriber may ask for. */
 #define SIP__MAX_EVENT_BUFFER 65536
 #define SIP__BATCH_PREFIX_SIZE 8
@@ -192,6 +195,9 @@ void sip__encode_info_request(sip__wbuf_t *w, uint64_t request_id, uint8_t kind)
 /* REPO_REQUEST: the JSON text is the whole payload; answered by INFO_RESPONSE. */
 void sip__encode_repo_request(sip__wbuf_t *w, uint64_t request_id, const char *json,
                               size_t json_len);
+/* A message whose payload is JSON text (REPO_REQUEST, ADMIN_REQUEST). */
+void sip__encode_json_request(sip__wbuf_t *w, uint16_t type, uint64_t request_id,
+                              const char *json, size_t json_len);
 void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                const char *json, size_t json_len);
 void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message);

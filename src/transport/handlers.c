@@ -629,12 +629,25 @@ void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   case SIP__MSG_SUBSCRIBE:
     handle_subscribe(ls, c);
     break;
+  case SIP__MSG_ADMIN_REQUEST: {
+    char *txt = NULL;
+    sip__wbuf_t w = {0};
+    sip_error_t *e = sip_server_admin(ls->srv, (const char *)sip_buf_data(c->payload),
+                                      c->h.length, &txt);
+    if (e) encode_repo_answer(&w, c->h.request_id, e, NULL);
+    else sip__encode_info_response(&w, c->h.request_id, SIP_OK, txt, strlen(txt));
+    sip_error_free(e);
+    sip_free(txt);
+    sip__conn_queue_wbuf(ls, c, &w);
+    break;
+  }
   default:
     sip__conn_error(ls, c, c->h.request_id,
                     sip_error_new(SIP_INVALID_ARGUMENT,
                                   "message type %u is sent by servers, not clients; expected "
                                   "INFER_REQUEST (1), INFO_REQUEST (3), BATCH_INFER_REQUEST (6), "
-                                  "REPO_REQUEST (7), SHM_REGISTER/UNREGISTER/STATUS (8-10) or SUBSCRIBE (11)",
+                                  "REPO_REQUEST (7), SHM_REGISTER/UNREGISTER/STATUS (8-10), SUBSCRIBE (11) "
+                                  "or ADMIN_REQUEST (13)",
                                   c->h.type));
   }
 }

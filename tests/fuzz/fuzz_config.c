@@ -75,6 +75,15 @@ static void check_config(const sip__config_t *cfg) {
     int cpus = 0; /* cpu_affinity: n_cpus is the number of bits set */
     for (size_t w = 0; w < SIP__MAX_CPUS / 64; w++) cpus += __builtin_popcountll(p->cpu_mask[w]);
     CHECK(cpus == p->n_cpus);
+    CHECK(p->hang_timeout_ms >= 0 && p->hang_timeout_ms <= 3600000);
+    CHECK((unsigned)p->failover_strategy <= SIP__FAILOVER_FALLBACK);
+    CHECK(p->failover_max_retries >= 0 && p->failover_max_retries <= 16);
+    CHECK(p->failover_strategy != SIP__FAILOVER_FALLBACK || p->fallback_pool);
+    if (p->fallback_pool) { /* another pool of the file */
+      size_t j = 0;
+      while (j < cfg->n_pools && strcmp(cfg->pools[j].name, p->fallback_pool)) j++;
+      CHECK(j < cfg->n_pools && j != i);
+    }
   }
   CHECK(cfg->n_pipelines == 0 || cfg->pipelines);
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
@@ -239,6 +248,15 @@ static void emit_pool(sb_t *b, const sip__pool_config_t *p) {
              (long long)min64(p->batch_levels[i].timeout_ms, 1));
     sb_add(b, "rate_thresholds: [%.17g, %.17g]}\n", p->rate_thresholds[0], p->rate_thresholds[1]);
   }
+  static const char *const strategy[] = {"none", "immediate_retry", "fallback"};
+  if (p->hang_timeout_ms) sb_add(b, "    hang_timeout_ms: %lld\n", (long long)p->hang_timeout_ms);
+  sb_add(b, "    failover: {strategy: %s, max_retries: %d", strategy[p->failover_strategy],
+         p->failover_max_retries);
+  if (p->fallback_pool) {
+    sb_add(b, ", fallback_pool: ");
+    sb_q(b, p->fallback_pool);
+  }
+  sb_add(b, "}\n");
   if (p->n_preprocess || p->preprocess_input) {
     sb_add(b, "    preprocess: {");
     int first = 1, decodes = 0;

@@ -307,7 +307,9 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
       ok = len == 1;
       break;
     case SIP__MSG_REPO_REQUEST:
-      /* JSON text, parsed by the engine's repository code (jansson). */
+    case SIP__MSG_ADMIN_REQUEST:
+      /* JSON text, parsed by the engine's repository and admin code
+       * (jansson; fuzz_admin). */
       break;
     case SIP__MSG_SHM_REGISTER:
     case SIP__MSG_SHM_UNREGISTER:

@@ -254,7 +254,7 @@ class InferenceResponse:
     """
 
     __slots__ = ("outputs", "latency_ms", "request_id", "timings", "session_pool",
-                 "stage_outputs", "stages", "early_exit", "replayed")
+                 "stage_outputs", "stages", "early_exit", "replayed", "retries", "served_by")
 
     def __init__(self, outputs, latency_ms, request_id, timings, session_pool=None, message="",
                  replayed=False):
@@ -268,11 +268,17 @@ class InferenceResponse:
                 stage, out = k.split("/", 1)
                 self.stage_outputs.setdefault(stage, StageOutputs())[out] = v
         self.stages, self.early_exit = {}, None
+        # A request failed over to another session (docs/availability.md):
+        # how often it was retried and the session that answered.
+        self.retries, self.served_by = 0, None
         if message:
             try:
                 info = json.loads(message)
                 self.stages = info.get("stages", {})
                 self.early_exit = info.get("early_exit")
+                failover = info.get("failover") or {}
+                self.retries = int(failover.get("retries", 0))
+                self.served_by = failover.get("served_by")
             except (ValueError, AttributeError):
                 pass
         self.latency_ms = latency_ms
@@ -1197,6 +1203,16 @@ class SessionClient:
     def status(self):
         """The status document: uptime, per-pool counters, histograms and sessions."""
         return self.info(P.INFO_STATUS) or {}
+
+    # -- operator requests on sessions (docs/availability.md) ---------------
+    def admin(self, action, pool, **fields):
+        """ADMIN_REQUEST: ``admin("fault", pool, kind="crash", count=1)`` (also
+        rate, delay_ms, session; refused with PermissionDeniedError unless the
+        server sets allow_fault_injection) or ``admin("drain"|"resume", pool,
+        session=N)``. Returns the server's answer (a dict)."""
+        obj = dict(fields, action=action, pool=pool)
+        return self._wait(self._submit(self._next_id(), "info", P.ADMIN_REQUEST,
+                                       [json.dumps(obj).encode("utf-8")], None))
 
     # -- model repository ---------------------------------------------------
     def _repo(self, action, model=None, **extra):

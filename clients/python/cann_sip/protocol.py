@@ -65,6 +65,7 @@ SHM_STATUS = 10     # str16 name ("" = every region of the connection)
 SUBSCRIBE = 11      # str16 pool ("" = every pool), u32 buffer -> INFO_RESPONSE, then EVENT frames
 EVENT = 12          # server to client: one event as a JSON object
 MAX_EVENT_BUFFER = 65536
+ADMIN_REQUEST = 13  # JSON {"action": "fault" | "drain" | "resume", "pool": P, ...} -> INFO_RESPONSE
 TENSOR_SHM = 0x1    # tensor reserved bit: the data is in a shared memory region
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}

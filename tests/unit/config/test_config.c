@@ -192,6 +192,57 @@ static void test_sizes_and_bools(void **state) {
   sip__config_free(cfg);
 }
 
+/* The availability keys (docs/availability.md): the seeds' YAML as
+ * written, defaults, and the fallback pool's checks. */
+static void test_availability_keys(void **state) {
+  (void)state;
+  sip__config_t *cfg = load_ok(
+      "server: {allow_fault_injection: true}\n"
+      "session_pools:\n"
+      "  - name: critical_inference\n"
+      "    model_path: models/mission_critical.onnx\n"
+      "    pool_size: 2\n"
+      "    hot_standby: {enabled: true, standby_count: 1, health_check_interval_ms: 5000}\n"
+      "    failover: {strategy: immediate_retry, max_retries: 3, fallback_pool: "
+      "critical_inference_backup}\n"
+      "  - name: critical_inference_backup\n"
+      "    backend: builtin\n"
+      "    hang_timeout_ms: 2000\n"
+      "    health_check_interval_ms: 100\n");
+  assert_int_equal(cfg->allow_fault_injection, 1);
+  const sip__pool_config_t *a = &cfg->pools[0], *b = &cfg->pools[1];
+  assert_int_equal(a->standby_enabled, 1);
+  assert_int_equal(a->standby_count, 1);
+  assert_int_equal(a->standby_health_ms, 5000);
+  assert_int_equal(a->failover_strategy, SIP__FAILOVER_RETRY);
+  assert_int_equal(a->failover_max_retries, 3);
+  assert_string_equal(a->fallback_pool, "critical_inference_backup");
+  assert_int_equal(a->hang_timeout_ms, 0);
+  assert_int_equal(b->hang_timeout_ms, 2000);
+  assert_int_equal(b->health_check_interval_ms, 100);
+  assert_int_equal(b->failover_strategy, SIP__FAILOVER_NONE);
+  assert_null(b->fallback_pool);
+  assert_false(sip__config_pool_same(a, b));
+  sip__config_free(cfg);
+  cfg = load_ok("session_pools: []\n");
+  assert_int_equal(cfg->allow_fault_injection, 0);
+  sip__config_free(cfg);
+
+  EXPECT_ERR(POOL("    failover: {strategy: immediate_retry, fallback_pool: q}\n"),
+             "session_pools[0].failover.fallback_pool", "\"q\" is not a pool of this file",
+             "expected the name of another pool");
+  EXPECT_ERR(POOL("    failover: {strategy: fallback, fallback_pool: p}\n"),
+             "session_pools[0].failover.fallback_pool", "is the pool itself");
+  EXPECT_ERR(POOL("    failover: {strategy: fallback}\n"),
+             "session_pools[0].failover.fallback_pool", "missing");
+  EXPECT_ERR(POOL("    failover: {strategy: retry_forever}\n"), "failover.strategy",
+             "none, immediate_retry, fallback");
+  EXPECT_ERR(POOL("    failover: {max_retries: 17}\n"), "failover.max_retries", "0..16");
+  EXPECT_ERR(POOL("    hang_timeout_ms: 0\n"), "hang_timeout_ms");
+  EXPECT_ERR(POOL("    hot_standby: {standby: 1}\n"), "hot_standby.standby: unknown key",
+             "enabled, standby_count, health_check_interval_ms");
+}
+
 static void test_unknown_keys(void **state) {
   (void)state;
   EXPECT_ERR("session_pools: []\npipelines: []\n", NAME ":2:1: pipelines: unknown key",
@@ -200,8 +251,8 @@ static void test_unknown_keys(void **state) {
              NAME ":3:3: server.threads: unknown key",
              "expected one of: endpoints, intra_op_threads, inter_op_threads, allow_spinning, "
              "max_frame_bytes, log_level");
-  EXPECT_ERR(POOL("    hot_standby: {enabled: true}\n"),
-             NAME ":4:5: session_pools[0].hot_standby: unknown key",
+  EXPECT_ERR(POOL("    warm_pool: {enabled: true}\n"),
+             NAME ":4:5: session_pools[0].warm_pool: unknown key",
              "expected one of: name, model_path, backend, pool_size, priority, resource_quota, "
              "backend_options");
   EXPECT_ERR(POOL("    resource_quota: {max_memory_mb: 1, max_gpu: 2}\n"),
@@ -1069,7 +1120,7 @@ int main(void) {
       cmocka_unit_test(test_scheduling_keys), cmocka_unit_test(test_scheduling_errors),
       cmocka_unit_test(test_cpu_affinity), cmocka_unit_test(test_pipeline_duplicate_keys),
       cmocka_unit_test(test_pool_same), cmocka_unit_test(test_pipelines_same),
-      cmocka_unit_test(test_drain_and_state_keys),
+      cmocka_unit_test(test_drain_and_state_keys), cmocka_unit_test(test_availability_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
