@@ -218,6 +218,7 @@ struct sip__pool {
   sip__sched_queue_t queue;
   int stopping;
   int forming;         /* a session is waiting for a batch to fill */
+  int spinning;        /* a session polls the queue before sleeping (executor.c) */
   int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
   /* preprocess block: run on each request by the executor before batching;
    * inputs[] then describes the raw input clients send (src/session/preprocess.h). */
