@@ -18,6 +18,7 @@
 
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/events.h"
 
 #define ABANDONED_WAIT_MS 5000
 
@@ -340,6 +341,15 @@ static int requeue(sip__pool_t *p, sip_request_t *r) {
   return ok;
 }
 
+/* POOL_FAILOVER for subscribers (docs/events.md): what took the request
+ * ("retried on another session of the pool", or the fallback pool's name)
+ * and why. */
+static void failover_event(sip__pool_t *p, const char *to, const char *why) {
+  char *text = sip__asprintf("%s: %s", to, why);
+  sip__events_pool(p, SIP_EVENT_POOL_FAILOVER, text ? text : to);
+  sip__free(text);
+}
+
 void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
                          uint64_t queue_us) {
   const sip__pool_config_t *c = p->cfg;
@@ -353,6 +363,7 @@ void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, cons
     atomic_fetch_add(&p->n_retries, 1);
     sip__log(SIP__LOG_INFO, "request retried", "pool=%s retry=%u reason=\"%s\"", c->name,
              r->retries, msg);
+    failover_event(p, "retried on another session of the pool", msg);
     if (requeue(p, r)) return;
   }
   char *why = NULL;
@@ -365,6 +376,7 @@ void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, cons
       atomic_fetch_add(&p->n_fallbacks, 1);
       sip__log(SIP__LOG_INFO, "request sent to the fallback pool", "pool=%s fallback=%s "
                "reason=\"%s\"", c->name, c->fallback_pool, msg);
+      failover_event(p, c->fallback_pool, msg);
       /* The fallback pool takes r; its own failover applies there. */
       if (!(e = sip__pool_submit(fb, r))) return;
       r->held_fallback = NULL;

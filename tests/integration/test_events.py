@@ -343,3 +343,28 @@ def test_subscribe_pool_name_not_utf8(srv):
     assert code != 0 and "UTF-8" in body["error"], body
     s.close()
     srv.assert_alive()
+
+
+def test_pool_failover_events(start_sipd):
+    """A request whose session failed and that was retried, then sent to
+    the fallback pool, shows up as POOL_FAILOVER events of its pool, saying
+    what took it and why."""
+    pools = [{"name": "p", "backend": "builtin", "pool_size": 1,
+              "failover": {"strategy": "immediate_retry", "max_retries": 1,
+                           "fallback_pool": "b"}},
+             {"name": "b", "backend": "builtin", "pool_size": 1}]
+    srv = start_sipd(pools, server={"allow_fault_injection": True})
+    sub = subscribe(srv.endpoint, "p")
+    with srv.client() as c:
+        c.admin("fault", "p", kind="crash", count=2)
+        r = c.infer(InferenceRequest("p", {"input": np.ones(3, np.float32)}))
+        assert (r.retries, r.served_by) == (2, "b/0")
+    sub.settimeout(10)
+    fo = []
+    while len(fo) < 2:
+        e = read_event(sub)
+        if e["event"] == "POOL_FAILOVER":
+            fo.append(e)
+    assert [e["pool"] for e in fo] == ["p", "p"]
+    assert fo[0]["message"].startswith("retried on another session of the pool: ")
+    assert fo[1]["message"].startswith("b: ") and "injected crash" in fo[1]["message"]
