@@ -456,48 +456,30 @@ static void repo_action(gcall_t *c, const char *model, int load, const char *con
 
 static void repository_load(gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryModelLoadRequest *q = (const void *)req;
-  /* Triton's load parameters: "config" (a model config as JSON text) and
-   * "file:<path>" (model files sent with the request). */
   const char *config = NULL;
   for (size_t i = 0; i < q->n_parameters; i++) {
     const Inference__ModelRepositoryParameter *p = q->parameters[i]->value;
-    const char *k = q->parameters[i]->key;
-    sip_error_t *e = NULL;
-    if (!strncmp(k, "file:", 5))
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "model files in a load request ('%s') are not "
-                        "supported; the model loads from the server's repository", k);
-    else if (strcmp(k, "config"))
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown load parameter '%s'; expected config (a "
-                        "Triton model config as a JSON string_param)", k);
-    else if (!p || p->parameter_choice_case !=
-                       INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "load parameter config is not a string_param; "
-                        "expected a Triton model config as JSON text");
-    else
-      config = p->string_param;
+    int text = p && p->parameter_choice_case ==
+                        INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    sip_error_t *e = sip__repo_parameter_check(1, q->parameters[i]->key, text, "a bool_param",
+                                               "a string_param");
     if (e) {
       sip__grpc_reply(c, e, NULL);
       return;
     }
+    config = p->string_param;
   }
   repo_action(c, q->model_name, 1, config);
 }
 
 static void repository_unload(gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryModelUnloadRequest *q = (const void *)req;
-  /* Triton's client sends unload_dependents on every unload; pipelines
-   * are not repository models, so there are none to unload. */
   for (size_t i = 0; i < q->n_parameters; i++) {
     const Inference__ModelRepositoryParameter *p = q->parameters[i]->value;
-    const char *k = q->parameters[i]->key;
-    sip_error_t *e = NULL;
-    if (strcmp(k, "unload_dependents"))
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "unknown unload parameter '%s'; expected "
-                        "unload_dependents", k);
-    else if (!p || p->parameter_choice_case !=
-                       INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
-      e = sip_error_new(SIP_INVALID_ARGUMENT, "unload_dependents is not a bool_param; expected "
-                        "true or false");
+    int flag = p && p->parameter_choice_case ==
+                        INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    sip_error_t *e = sip__repo_parameter_check(0, q->parameters[i]->key, flag, "a bool_param",
+                                               "a string_param");
     if (e) {
       sip__grpc_reply(c, e, NULL);
       return;

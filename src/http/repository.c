@@ -9,6 +9,7 @@
 #include "core/core.h"
 #include "http/http.h"
 #include "http/http_impl.h"
+#include "server/introspect.h"
 
 /* A repository request's (small JSON) body. */
 static enum MHD_Result repo_body(hreq_t *q, const char *data, size_t n) {
@@ -51,38 +52,16 @@ static enum MHD_Result repo_start(hreq_t *q) {
   if (params && !json_is_object(params)) {
     pe = sip_error_new(SIP_INVALID_ARGUMENT, "\"parameters\" is not a JSON object; expected "
                        "an object of request parameters");
-  } else if (q->kind == R_REPO_UNLOAD) {
-    /* Triton's client sends {"unload_dependents": false} on every unload.
-     * Pipelines are not repository models: there are no dependents to
-     * unload, and one that runs on the model refuses the unload either way. */
-    const char *k;
-    json_t *v;
-    json_object_foreach(params, k, v) {
-      if (strcmp(k, "unload_dependents"))
-        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unknown unload parameter '%s'; expected "
-                           "unload_dependents", k);
-      else if (!json_is_boolean(v))
-        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unload_dependents is not a boolean; expected "
-                           "true or false");
-      if (pe) break;
-    }
   } else {
-    /* Triton's load parameters: "config" (a model config as JSON text) and
-     * "file:<path>" (model files sent with the request). */
+    /* Triton's parameters: unload_dependents (its client sends it on every
+     * unload), a load's config; checked by the server for every front-end. */
+    int load = q->kind == R_REPO_LOAD;
     const char *k;
     json_t *v;
     json_object_foreach(params, k, v) {
-      if (!strncmp(k, "file:", 5))
-        pe = sip_error_new(SIP_INVALID_ARGUMENT, "model files in a load request ('%s') are not "
-                           "supported; the model loads from the server's repository", k);
-      else if (strcmp(k, "config"))
-        pe = sip_error_new(SIP_INVALID_ARGUMENT, "unknown load parameter '%s'; expected config "
-                           "(a Triton model config as a JSON string)", k);
-      else if (!json_is_string(v))
-        pe = sip_error_new(SIP_INVALID_ARGUMENT, "load parameter config is not a string; expected "
-                           "a Triton model config as JSON text");
-      else if (!(config = sip__strdup(json_string_value(v))))
-        pe = SIP__OOM();
+      pe = sip__repo_parameter_check(load, k, load ? json_is_string(v) : json_is_boolean(v),
+                                     "a boolean", "a string");
+      if (!pe && load && !(config = sip__strdup(json_string_value(v)))) pe = SIP__OOM();
       if (pe) break;
     }
   }

@@ -23,6 +23,15 @@ sip__shm_set_t *sip__server_shm(sip_server_t *s);
  * HTTP and gRPC front-ends; lives as long as `s`. */
 sip__trace_set_t *sip__server_trace(sip_server_t *s);
 
+/* Checks one parameter of a Triton repository request, for every
+ * front-end: an unload takes only unload_dependents (a boolean), a load only
+ * config (a model config as JSON text); "file:<path>" model files are
+ * refused. `typed`: the value has the type asked for; `bool_word` and
+ * `text_word` name those types in the front-end's terms ("a boolean",
+ * "a bool_param"). INVALID_ARGUMENT saying what is wrong; NULL when good. */
+sip_error_t *sip__repo_parameter_check(int load, const char *key, int typed,
+                                       const char *bool_word, const char *text_word);
+
 /* Triton's per-model statistics, typed. */
 typedef struct sip__model_stats {
   uint64_t inference_count, execution_count, last_inference_ms;

@@ -366,6 +366,28 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int kind, const 
   return NULL;
 }
 
+sip_error_t *sip__repo_parameter_check(int load, const char *key, int typed,
+                                       const char *bool_word, const char *text_word) {
+  /* Pipelines are not repository models: an unload has no dependents, and
+   * a pipeline running on the model refuses the unload either way. */
+  if (!load && strcmp(key, "unload_dependents"))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "unknown unload parameter '%s'; expected "
+                         "unload_dependents", key);
+  if (!load)
+    return typed ? NULL
+                 : sip_error_new(SIP_INVALID_ARGUMENT, "unload_dependents is not %s; expected "
+                                 "true or false", bool_word);
+  if (!strncmp(key, "file:", 5))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "model files in a load request ('%s') are not "
+                         "supported; the model loads from the server's repository", key);
+  if (strcmp(key, "config"))
+    return sip_error_new(SIP_INVALID_ARGUMENT, "unknown load parameter '%s'; expected config "
+                         "(a Triton model config as JSON text in %s)", key, text_word);
+  return typed ? NULL
+               : sip_error_new(SIP_INVALID_ARGUMENT, "load parameter config is not %s; expected "
+                               "a Triton model config as JSON text", text_word);
+}
+
 sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
                                          void *user) {
   return queue_op(s, name, OP_LOAD, NULL, done, user);

@@ -335,7 +335,7 @@ def test_bench_sequences(srv):
 
 def grpc_seq_request(pb, model, v, sid=None, start=None, end=None, id=""):
     req = pb.pb.ModelInferRequest(model_name=model, id=id)
-    t = req.inputs.add(name="x", datatype="FP32", shape=[1])
+    req.inputs.add(name="x", datatype="FP32", shape=[1])
     req.raw_input_contents.append(np.array([v], np.float32).tobytes())
     if isinstance(sid, str):
         req.parameters["sequence_id"].string_param = sid
@@ -345,7 +345,6 @@ def grpc_seq_request(pb, model, v, sid=None, start=None, end=None, id=""):
         req.parameters["sequence_start"].bool_param = start
     if end is not None:
         req.parameters["sequence_end"].bool_param = end
-    del t
     return req
 
 
