@@ -104,7 +104,7 @@ def test_batch_padding_is_bounded_by_the_request(srv):
 
 def test_client_that_does_not_read_is_not_read_from(start_sipd):
     srv = start_sipd(POOLS, server={"max_unsent_bytes": 65536})
-    n = 8000  # 8000 answers of ~1 KiB: 8 MB unsent without backpressure
+    n = 32000  # 32000 answers of ~1 KiB: 32 MB unsent without backpressure
     req = P.encode_frame(P.INFER_REQUEST, 0, P.encode_infer_request(
         "echo", {"input": np.ones((1, ROW), F)}))
     blob = b"".join(req[:16] + i.to_bytes(8, "little") + req[24:] for i in range(n))
@@ -126,7 +126,9 @@ def test_client_that_does_not_read_is_not_read_from(start_sipd):
     # sipd stopped reading: the requests wait in the socket, not in sipd.
     assert not sent, "sipd read every request of a client that reads no answers"
     grew = rss_kib(srv.proc.pid) - before
-    assert grew < 4 * 1024, "sipd grew by %d KiB for a client that does not read" % grew
+    # Bounded: what sipd holds is its queue and allocator slack (4-6 MB
+    # measured), far below the 32 MB the answers would take unbounded.
+    assert grew < 8 * 1024, "sipd grew by %d KiB for a client that does not read" % grew
     # Other clients are served meanwhile.
     check_echo(srv.client())
     # Reading resumes the client: every answer arrives, in order.
