@@ -172,9 +172,10 @@ static void handle_hung(sip__pool_t *p, sip__session_t *s, pthread_t old, sip_re
   /* A new thread on a new context takes the slot before the requests are
    * failed over, so that a retry finds the pool at full strength. */
   if (new_context(s)) {
-    if (pthread_create(&s->thread, NULL, sip__session_main, s) == 0)
+    if (pthread_create(&s->thread, NULL, sip__session_main, s) == 0) {
       s->thread_started = 1;
-    else
+      sip__session_name_thread(s);
+    } else
       sip__log(SIP__LOG_ERROR, "session not replaced", "session=%s reason=\"no thread\"", s->id);
   }
   for (size_t i = 0; i < n; i++)

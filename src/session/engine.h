@@ -324,6 +324,8 @@ void sip__pool_load(sip__pool_t *p);
 sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/session/executor.c). */
 void *sip__session_main(void *session);
+/* Names a started session thread after its session ("pool/0"). */
+void sip__session_name_thread(sip__session_t *s);
 /* Completes queued requests carrying `t` with CANCELLED. */
 void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t);
 /* Completes every queued request with UNAVAILABLE (a drain whose timeout

@@ -703,11 +703,10 @@ static void spin_for_work(sip__pool_t *p, uint64_t until) {
   p->spinning = 0;
 }
 
-void *sip__session_main(void *arg) {
-  sip__session_t *s = arg;
-  sip__pool_t *p = s->pool;
-  /* "pool/0" (Linux keeps 15 bytes): `top -H` and /proc show which pool's
-   * session a thread is. */
+/* "pool/0" (Linux keeps 15 bytes): `top -H` and /proc show which pool's
+ * session a thread is. Named by the thread that starts it, before the pool
+ * reports READY, so that the name is there as soon as the pool serves. */
+void sip__session_name_thread(sip__session_t *s) {
   char name[16];
   const char *slash = strrchr(s->id, '/');
   size_t tail = slash ? strlen(slash) : 0, head = strlen(s->id) - tail;
@@ -716,7 +715,12 @@ void *sip__session_main(void *arg) {
   memcpy(name, s->id, head);
   memcpy(name + head, s->id + strlen(s->id) - tail, tail);
   name[head + tail] = '\0';
-  pthread_setname_np(pthread_self(), name);
+  pthread_setname_np(s->thread, name);
+}
+
+void *sip__session_main(void *arg) {
+  sip__session_t *s = arg;
+  sip__pool_t *p = s->pool;
   batch_t *b = sip__malloc(sizeof *b);
   int64_t spin_us = p->seq ? 0 : idle_spin_us();
   uint64_t spin_until = 0; /* after work: poll until then before sleeping */

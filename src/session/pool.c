@@ -441,6 +441,7 @@ static void load(sip__pool_t *p) {
       return;
     }
     s->thread_started = 1;
+    sip__session_name_thread(s);
   }
   sip__avail_start(p);
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
