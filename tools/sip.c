@@ -40,6 +40,9 @@ static void usage(FILE *f) {
           "                         server.allow_fault_injection; docs/availability.md)\n"
           "  session drain|resume POOL/N\n"
           "                         take session N of POOL out of service, or back\n"
+          "  pool update POOL [--size N] [--max-memory-mb M] [--max-compute-percent C]\n"
+          "                         change a serving pool's size or quotas (kept in\n"
+          "                         server.state_dir across restarts)\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -193,6 +196,18 @@ static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, in
       else if (!strcmp(o, "--delay-ms")) bad = admin_arg(req, "delay_ms", v, 0) != 0;
       else bad = 1;
     }
+  } else if (!strcmp(cmd, "pool")) { /* pool update POOL --size N ... */
+    bad = bad || argc < 2 || strcmp(argv[0], "update") || argc % 2;
+    if (!bad) json_object_set_new(req, "action", json_string("update")),
+              json_object_set_new(req, "pool", json_string(argv[1]));
+    for (int k = 2; !bad && k + 1 < argc; k += 2) {
+      const char *o = argv[k], *v = argv[k + 1];
+      if (!strcmp(o, "--size")) bad = admin_arg(req, "pool_size", v, 0) != 0;
+      else if (!strcmp(o, "--max-memory-mb")) bad = admin_arg(req, "max_memory_mb", v, 0) != 0;
+      else if (!strcmp(o, "--max-compute-percent"))
+        bad = admin_arg(req, "max_compute_percent", v, 0) != 0;
+      else bad = 1;
+    }
   } else { /* session drain|resume POOL/N */
     const char *slash = argc == 2 ? strrchr(argv[1], '/') : NULL;
     bad = bad || !slash || (strcmp(argv[0], "drain") && strcmp(argv[0], "resume"));
@@ -205,7 +220,8 @@ static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, in
   if (bad) {
     json_decref(req);
     fprintf(stderr, "sip: usage: sip fault POOL --kind K (--count N | --rate R) [--session N] "
-                    "[--delay-ms D] | sip session drain|resume POOL/N\n");
+                    "[--delay-ms D] | sip session drain|resume POOL/N | sip pool update POOL "
+                    "[--size N] [--max-memory-mb M] [--max-compute-percent C]\n");
     return 2;
   }
   char *txt = json_dumps(req, JSON_COMPACT), *answer = NULL;
@@ -708,7 +724,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sip: %s takes one MODEL\n", cmd);
     return 2;
   }
-  int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session");
+  int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session") || !strcmp(cmd, "pool");
   if (!kind && !repo && !admin && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -160,8 +160,15 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only);
  * {"action": "fault", "pool": P, "kind": "crash"|"hang"|"slow"|"error"|"none",
  *  "count": N | "rate": R, "delay_ms": D, "session": N} (refused with
  * PERMISSION_DENIED unless server.allow_fault_injection) or
- * {"action": "drain"|"resume", "pool": P, "session": N}. On success
- * *answer is a JSON object (sip_free). Thread-safe. */
+ * {"action": "drain"|"resume", "pool": P, "session": N} or
+ * {"action": "update", "pool": P, "pool_size": N, "max_memory_mb": M,
+ *  "max_compute_percent": C} (any of the three; a pool grows on new
+ * sessions of the loaded model and shrinks as its last sessions finish
+ * their work; RESOURCE_EXHAUSTED when the grown pool passes its memory
+ * quota, FAILED_PRECONDITION for a sequence pool's size). Drains and
+ * updates are recorded in server.state_dir's checkpoint and last until the
+ * pool is reloaded. On success *answer is a JSON object (sip_free).
+ * Thread-safe. */
 sip_error_t *sip_server_admin(sip_server_t *s, const char *json, size_t len, char **answer);
 
 /* ---- requests ---- */

@@ -134,6 +134,7 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
   sip__registry_release(live, n_live);
   for (size_t i = 0; i < n_retire; i++) {
     sip__log(SIP__LOG_INFO, "retiring pool", "pool=%s", retire[i]->cfg->name);
+    sip__repo_forget_pool(s, retire[i]->cfg->name); /* serves as its new config says */
     sip__registry_drain_free(&s->eng, retire[i]);
   }
   if (n_retire) malloc_trim(0); /* as a repository reload does: freed pages go back */

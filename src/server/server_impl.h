@@ -76,6 +76,13 @@ sip_error_t *sip__repo_start(struct sip_server *s, int wait);
  * UNAVAILABLE. Safe when never started. */
 void sip__repo_stop(struct sip_server *s);
 void sip__repo_free(struct sip_server *s);
+/* Records pool p's run-time settings (size, quotas, drained sessions) in
+ * the state checkpoint, or forgets them when they match its config; a
+ * no-op without server.state_dir. Thread-safe. */
+void sip__repo_checkpoint_pool(struct sip_server *s, struct sip__pool *p);
+/* Forgets what the checkpoint recorded of pool `name` (it was reloaded
+ * from its config). */
+void sip__repo_forget_pool(struct sip_server *s, const char *name);
 /* Reads the config file again and applies its session_pools (reload.c);
  * on the loader thread. */
 sip_error_t *sip__server_reload(struct sip_server *s);

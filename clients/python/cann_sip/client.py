@@ -1208,11 +1208,26 @@ class SessionClient:
     def admin(self, action, pool, **fields):
         """ADMIN_REQUEST: ``admin("fault", pool, kind="crash", count=1)`` (also
         rate, delay_ms, session; refused with PermissionDeniedError unless the
-        server sets allow_fault_injection) or ``admin("drain"|"resume", pool,
-        session=N)``. Returns the server's answer (a dict)."""
+        server sets allow_fault_injection), ``admin("drain"|"resume", pool,
+        session=N)`` or ``admin("update", pool, pool_size=N, max_memory_mb=M,
+        max_compute_percent=C)`` (see update_pool). Returns the server's answer
+        (a dict)."""
         obj = dict(fields, action=action, pool=pool)
         return self._wait(self._submit(self._next_id(), "info", P.ADMIN_REQUEST,
                                        [json.dumps(obj).encode("utf-8")], None))
+
+    def update_pool(self, pool, pool_size=None, max_memory_mb=None, max_compute_percent=None):
+        """Changes a serving pool: its number of sessions (grown on the model
+        already loaded, shrunk as the last sessions finish their work) and
+        its quotas (max_memory_mb 0: unlimited; max_compute_percent 0: unset).
+        Returns {"pool", "pool_size", "max_memory_mb", "max_compute_percent"}
+        as they are now. Raises ResourceExhaustedError (past the memory
+        quota), FailedPreconditionError (a sequence pool's size),
+        InvalidArgumentError, NotFoundError."""
+        fields = {k: v for k, v in (("pool_size", pool_size), ("max_memory_mb", max_memory_mb),
+                                    ("max_compute_percent", max_compute_percent))
+                  if v is not None}
+        return self.admin("update", pool, **fields)
 
     # -- model repository ---------------------------------------------------
     def _repo(self, action, model=None, **extra):
