@@ -100,9 +100,10 @@ static const field_t server_fields[S_COUNT] = {
     [S_STATE] = {.name = "state_dir", .type = F_STRING,
                  .offset = offsetof(sip__config_t, state_dir),
                  .expect = "a writable directory",
-                 .doc = "Directory of the runtime state checkpoint (state.json): repository "
-                        "loads and unloads survive a restart; relative to the config file; "
-                        "absent = not kept."},
+                 .doc = "Directory of the runtime state checkpoint (state.json: repository "
+                        "loads and unloads, pools changed at run time) and of the idempotency "
+                        "journal (answers kept for idempotency keys): they survive a restart; "
+                        "relative to the config file; absent = not kept."},
     [S_FAULTS] = {.name = "allow_fault_injection", .type = F_BOOL,
                   .offset = offsetof(sip__config_t, allow_fault_injection), .def = 0,
                   .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "

@@ -57,6 +57,11 @@ struct sip_server {
    * (never inside the submitting call); `replaying` counts those queued or
    * being delivered, and a drain waits for it to reach 0 (idem_cv). */
   struct sip__idem_slot *idem;
+  /* server.state_dir's idempotency journal (src/server/idem_journal.c);
+   * NULL: none. journal_floor: its size after it was last started afresh. */
+  struct sip__journal *journal;
+  _Atomic uint64_t journal_floor;
+  atomic_int journal_compact; /* the housekeeping thread starts it afresh */
   struct sip__replay *replays;
   size_t replaying;
   pthread_cond_t idem_cv;

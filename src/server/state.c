@@ -361,8 +361,7 @@ static char *read_all(const char *path, size_t *len) {
   return buf;
 }
 
-sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
-  *out = NULL;
+sip_error_t *sip__state_dir_check(const char *dir) {
   char eb[128];
   struct stat sb;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -371,6 +370,13 @@ sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK | X_OK) != 0)
     return sip_error_new(SIP_FAILED_PRECONDITION, "server.state_dir %s is not a writable "
                          "directory; expected a writable directory", dir);
+  return NULL;
+}
+
+sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
+  *out = NULL;
+  sip_error_t *de = sip__state_dir_check(dir);
+  if (de) return de;
   char *path = sip__asprintf("%s/" SIP__STATE_FILE, dir);
   char *tmp = sip__asprintf("%s/" SIP__STATE_FILE ".tmp", dir);
   if (!path || !tmp) {

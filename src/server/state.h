@@ -65,6 +65,11 @@ const char *sip__state_pool_at(const sip__state_t *st, size_t i, sip__state_pool
 sip_error_t *sip__state_set_pool(sip__state_t *st, const char *name,
                                  const sip__state_pool_t *settings);
 
+/* Creates `dir` when it does not exist. Errors: it cannot be created or
+ * is not a writable directory (FAILED_PRECONDITION naming
+ * server.state_dir). */
+sip_error_t *sip__state_dir_check(const char *dir);
+
 /* Reads <dir>/state.json into *out (owned; empty when there is no file),
  * creating `dir` when it does not exist. A file that cannot be used is
  * renamed <dir>/state.json.corrupt-<unix seconds>, with an ERROR log line
