@@ -300,6 +300,9 @@ sip_error_t *sip__session_drain(sip__pool_t *p, int index, int drain);
 /* A pool whose failover.fallback_pool (among `all`) takes other inputs or
  * gives other outputs becomes FAILED (after both loaded). */
 void sip__pool_check_fallback(sip__pool_t *p, sip__pool_t *const *all, size_t n);
+/* 1 when fallback pool `fb` takes the inputs and gives the outputs of `p`
+ * (both loaded). */
+int sip__pool_fallback_fits(const sip__pool_t *p, const sip__pool_t *fb);
 /* The execution record of pools with a watchdog (executor.c). */
 typedef struct sip__exec sip__exec_t;
 sip__exec_t *sip__exec_begin(sip__session_t *s, sip_request_t *const *reqs, size_t n);
