@@ -166,6 +166,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   sip__ks_request_free(q->ks);
   sip_response_free(q->resp);
   sip_error_free(q->err);
+  sip_free(q->answer);
   sip_error_free(q->early);
   sip__free(q);
   if (atomic_fetch_sub(&h->inflight, 1) == 1) {

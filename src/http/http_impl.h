@@ -145,6 +145,7 @@ struct hreq {
   sip_response_t *resp;
   int resp_oom;
   sip_error_t *err;
+  char *answer; /* an operator request's answer (JSON, sip_free), or NULL */
 };
 
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */

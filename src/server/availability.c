@@ -11,8 +11,9 @@
 #define ADMIN_EXPECT                                                                        \
   "{\"action\": \"fault\", \"pool\": P, \"kind\": crash|hang|slow|error|none, \"count\": N | " \
   "\"rate\": R, \"delay_ms\": D, \"session\": N}, {\"action\": \"drain\"|\"resume\", "      \
-  "\"pool\": P, \"session\": N} or {\"action\": \"update\", \"pool\": P, \"pool_size\": N, "    \
-  "\"max_memory_mb\": M, \"max_compute_percent\": C}"
+  "\"pool\": P, \"session\": N}, {\"action\": \"update\", \"pool\": P, \"pool_size\": N, "     \
+  "\"max_memory_mb\": M, \"max_compute_percent\": C} or {\"action\": \"profile\", \"pool\": P, "  \
+  "\"seconds\": S, \"session\": N, \"trace\": true|false}"
 
 static const char *const kinds[] = {"none", "crash", "hang", "slow", "error", NULL};
 
@@ -79,7 +80,9 @@ static sip_error_t *update(sip_server_t *s, sip__pool_t *p, json_t *req, json_t 
   return NULL;
 }
 
-sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, char **answer) {
+/* sip_server_admin, with done for a profile (NULL: answered at once). */
+static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **answer,
+                          sip_admin_done_fn done, void *user) {
   *answer = NULL;
   json_error_t je;
   json_t *req = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -93,7 +96,7 @@ sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, cha
                       "expected " ADMIN_EXPECT, je.text, je.position);
   else if (!action || !pool ||
            (strcmp(action, "fault") && strcmp(action, "drain") && strcmp(action, "resume") &&
-            strcmp(action, "update")))
+            strcmp(action, "update") && strcmp(action, "profile")))
     e = sip_error_new(SIP_INVALID_ARGUMENT, "admin request: expected " ADMIN_EXPECT);
   else
     p = sip__registry_find(&s->eng, pool, NULL, &e);
@@ -101,6 +104,13 @@ sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, cha
     e = fault(s, p, req, &ok);
   } else if (p && !strcmp(action, "update")) {
     e = update(s, p, req, &ok);
+  } else if (p && !strcmp(action, "profile")) {
+    char *txt = NULL;
+    e = sip__admin_profile(p, req, done, user, &txt);
+    sip__pool_unref(p);
+    json_decref(req);
+    if (!e && !done) *answer = txt;
+    return e;
   } else if (p) {
     json_int_t session = -1;
     if (!(e = get_int(req, "session", 0, 255, &session)) && session < 0)
@@ -121,4 +131,21 @@ sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, cha
   *answer = sip__strdup(txt);
   free(txt); /* jansson's allocation */
   return *answer ? NULL : SIP__OOM();
+}
+
+sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, char **answer) {
+  return admin(s, text, len, answer, NULL, NULL);
+}
+
+sip_error_t *sip_server_admin_async(sip_server_t *s, const char *text, size_t len,
+                                    sip_admin_done_fn done, void *user) {
+  char *answer = NULL;
+  json_t *req = json_loadb(text, len, 0, NULL);
+  const char *action = json_string_value(json_object_get(req, "action"));
+  int later = action && !strcmp(action, "profile");
+  json_decref(req);
+  sip_error_t *e = admin(s, text, len, &answer, later ? done : NULL, user);
+  if (e && later) return e; /* refused before it started: done is not called */
+  if (!later) done(e, answer, user);
+  return NULL;
 }

@@ -81,6 +81,14 @@ sip_error_t *sip__repo_start(struct sip_server *s, int wait);
  * UNAVAILABLE. Safe when never started. */
 void sip__repo_stop(struct sip_server *s);
 void sip__repo_free(struct sip_server *s);
+/* sip_server_admin's "profile" (src/server/profile.c): with done, answered
+ * from a thread of its own (NULL returned); without, at once in *answer.
+ * Errors: the request's arguments (INVALID_ARGUMENT). */
+sip_error_t *sip__admin_profile(struct sip__pool *p, json_t *req, sip_admin_done_fn done,
+                                void *user, char **answer);
+/* The answer of a profile from the backend's Chrome trace (docs/profiling.md). */
+sip_error_t *sip__profile_summary(const char *trace_text, const char *pool, int session,
+                                  double seconds, int with_trace, json_t **out);
 /* Records pool p's run-time settings (size, quotas, drained sessions) in
  * the state checkpoint, or forgets them when they match its config; a
  * no-op without server.state_dir. Thread-safe. */

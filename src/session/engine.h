@@ -351,6 +351,12 @@ void sip__session_init(sip__pool_t *p, sip__session_t *s, int index);
  * is shrunk back and RESOURCE_EXHAUSTED returned. Emits POOL_SCALED. */
 sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
                               int max_compute_percent);
+/* Profiles session `index` of READY pool p for `ms` milliseconds with its
+ * backend's operator profiler (blocking): *trace is the backend's Chrome
+ * trace JSON (owned). Errors: FAILED_PRECONDITION (a backend without a
+ * profiler, a sequence pool), INVALID_ARGUMENT (no such session),
+ * UNAVAILABLE (not serving, or the session failed meanwhile). */
+sip_error_t *sip__pool_profile(sip__pool_t *p, int index, uint64_t ms, char **trace);
 /* Names a started session thread after its session ("pool/0"). */
 void sip__session_name_thread(sip__session_t *s);
 /* Completes queued requests carrying `t` with CANCELLED. */

@@ -1229,6 +1229,16 @@ class SessionClient:
                   if v is not None}
         return self.admin("update", pool, **fields)
 
+    def profile(self, pool, seconds=5.0, session=0, trace=True):
+        """Runs session ``session`` of ``pool`` under its backend's operator
+        profiler (ONNX Runtime's) for ``seconds`` while it serves, and returns
+        {"pool", "session", "seconds", "executions", "operators": [{"op",
+        "count", "total_us", "mean_us", "p99_us", "share"}, ...] (most time
+        first), "nodes": [...], "trace": the Chrome trace events (with
+        trace=True)}. Raises FailedPreconditionError for a backend without a
+        profiler."""
+        return self.admin("profile", pool, seconds=seconds, session=session, trace=bool(trace))
+
     # -- model repository ---------------------------------------------------
     def _repo(self, action, model=None, **extra):
         if model is not None and not isinstance(model, str):
