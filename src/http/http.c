@@ -117,7 +117,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-  (void)version;
   sip__http_t *h = cls;
   hreq_t *q = *con_cls;
   if (!q) {
@@ -127,6 +126,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     q->header_len = -1;
     *con_cls = q;
     atomic_fetch_add(&h->inflight, 1);
+    char msg[256];
+    unsigned bad = sip__http_framing_problem(c, version, h->cfg->http_max_body_bytes, msg,
+                                             sizeof msg);
+    if (bad) { /* refused before its body is read: MHD closes the connection after */
+      q->refused = 1;
+      return sip__http_send_error_msg(c, bad, msg);
+    }
     q->route = sip__http_route_match(url, &q->model, &q->version);
     q->kind = q->route ? q->route->kind : R_NONE;
     const http_post_ops_t *post = posting(q, method);
@@ -139,10 +145,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!post || q->started || q->refused) return MHD_YES;
     return post->body(q, upload_data, n);
   }
+  if (q->refused) return MHD_YES;
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
   if (!post) return sip__http_answer(q, url, method);
-  if (q->refused) return MHD_YES;
   if (q->early) {
     sip_error_t *e = q->early;
     q->early = NULL;

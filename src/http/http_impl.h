@@ -10,6 +10,7 @@
  *   infer.c       inference, and the model metadata cache it reads
  *   repository.c  the model repository extension (index, load, unload)
  *   settings.c    Triton's log and trace settings
+ *   framing.c     a request's framing headers checked as RFC 9112 asks
  *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
  *   shm.c         system shared memory: the routes (and the codec's part,
  *                 kserve_impl.h)
@@ -167,6 +168,26 @@ unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const c
                                  char *msg, size_t msg_n, const char **allow);
 /* Answers a request no POST route takes: the GET routes, 404 and 405. */
 enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method);
+
+/* ---- framing.c: a request's framing headers (RFC 9112) ------------------- */
+
+/* One header field (borrowed strings). */
+typedef struct sip__http_field {
+  const char *name, *value;
+} sip__http_field_t;
+/* Host, Content-Length and Transfer-Encoding fields looked at, at most. */
+#define SIP__HTTP_FRAMING_FIELDS 16
+/* 0 when the request's framing is sound; else the status to answer (400:
+ * no Host in HTTP/1.1, several Host, differing or malformed Content-Length,
+ * Transfer-Encoding with Content-Length, chunked not last; 501: a transfer
+ * coding other than chunked; 413: Content-Length over max_body, however
+ * large) with the message in msg. `f` holds the request's fields (others
+ * than those three are ignored); version is e.g. "HTTP/1.1". Pure. */
+unsigned sip__http_framing_check(const char *version, const sip__http_field_t *f, size_t n,
+                                 uint64_t max_body, char *msg, size_t msg_n);
+/* The same for a connection's request, its fields read from MHD. */
+unsigned sip__http_framing_problem(struct MHD_Connection *c, const char *version,
+                                   uint64_t max_body, char *msg, size_t msg_n);
 
 /* ---- http.c: answers ----------------------------------------------------- */
 

@@ -151,19 +151,10 @@ static int accepts(const char *ae, const char *coding) {
 /* First call of an infer request: headers are in, the body is not. */
 static enum MHD_Result infer_begin(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
-  size_t limit = q->h->cfg->http_max_body_bytes;
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   int64_t content_len = cl ? parse_len(cl) : -1;
-  char msg[256];
-  if (content_len > (int64_t)limit) {
-    /* Refused before reading: MHD closes the connection after this answer. */
-    snprintf(msg, sizeof msg,
-             "request body of %lld bytes is larger than the server's limit of %zu bytes "
-             "(server.http_max_body_bytes)",
-             (long long)content_len, limit);
-    q->refused = 1;
-    return sip__http_send_error_msg(c, 413, msg);
-  }
+  /* A Content-Length over server.http_max_body_bytes was answered 413
+   * before this (framing.c). */
   const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
   q->compress_out = accepts(ae, "gzip") ? 1 : accepts(ae, "deflate") ? 2 : 0;
   const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");

