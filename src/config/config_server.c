@@ -23,7 +23,8 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
-       S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN, S_COUNT };
+       S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
+       S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -71,6 +72,23 @@ static const field_t server_fields[S_COUNT] = {
                      .offset = offsetof(sip__config_t, max_connection_receive_bytes),
                      .def = (int64_t)512 << 20, .min = 4096, .max = (int64_t)1 << 40,
                      .doc = "The same budget for one connection."},
+    [S_HTTP_CONNS] = {.name = "http_max_connections", .type = F_INT,
+                      .offset = offsetof(sip__config_t, http_max_connections), .def = 1000,
+                      .min = 1, .max = 1048576,
+                      .doc = "HTTP connections open at once; one more is answered 503 and "
+                             "closed."},
+    [S_HTTP_PER_IP] = {.name = "http_max_connections_per_ip", .type = F_INT,
+                       .offset = offsetof(sip__config_t, http_max_connections_per_ip),
+                       .def = 128, .min = 0, .max = 1048576,
+                       .doc = "HTTP connections open at once from one client address; one "
+                              "more is answered 503 and closed; 0 = no per-address limit."},
+    [S_HTTP_HEADER_TIMEOUT] = {.name = "http_header_timeout_ms", .type = F_INT,
+                               .offset = offsetof(sip__config_t, http_header_timeout_ms),
+                               .def = 30000, .min = 100, .max = 3600000,
+                               .doc = "An HTTP request's headers must be complete this long "
+                                      "after the connection opened or its previous answer was "
+                                      "sent, however fast bytes come; else the connection is "
+                                      "closed (this also ends idle keep-alive connections)."},
     [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip__config_t, log_level),
                .names = log_level_names, .def = SIP__LOG_INFO, .doc = "Least severe level logged."},
     /* KServe v2 HTTP/REST front-end (src/http/). */

@@ -114,6 +114,8 @@ static void on_done(sip_response_t *resp, void *user) {
   hreq_t *q = user;
   q->resp = resp;
   q->resp_oom = !resp;
+  sip__http_conns_unwatch(q->h, q->hc);
+  q->hc = NULL;
   /* MHD's resume takes its own lock, which orders the stores above before
    * the handler's reads on the daemon thread. */
   MHD_resume_connection(q->conn);
@@ -330,10 +332,16 @@ static enum MHD_Result infer_start(hreq_t *q) {
   if (e) return sip__http_send_error(q->conn, e);
   sip_request_t *r = q->ks->req;
   q->ks->req = NULL; /* the engine owns it from here, even on error */
+  /* A client that hangs up while its request waits has it cancelled. */
+  sip_cancel_token_t *token = NULL;
+  q->hc = sip__http_conns_watch(q->h, q->conn, &token);
+  if (token) sip_request_set_cancel_token(r, token);
   /* Suspend before submitting, so the completion can resume at once. */
   MHD_suspend_connection(q->conn);
   e = sip_server_infer_async(q->h->s, r, on_done, q);
   if (e) {
+    sip__http_conns_unwatch(q->h, q->hc);
+    q->hc = NULL;
     q->err = e;
     MHD_resume_connection(q->conn);
   }

@@ -37,6 +37,9 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
          a->max_unsent_bytes != b->max_unsent_bytes || a->max_connections != b->max_connections ||
          a->frame_timeout_ms != b->frame_timeout_ms || a->max_receive_bytes != b->max_receive_bytes ||
          a->max_connection_receive_bytes != b->max_connection_receive_bytes ||
+         a->http_max_connections != b->http_max_connections ||
+         a->http_max_connections_per_ip != b->http_max_connections_per_ip ||
+         a->http_header_timeout_ms != b->http_header_timeout_ms ||
          a->http_max_body_bytes != b->http_max_body_bytes || a->http_threads != b->http_threads ||
          memcmp(&a->engine, &b->engine, sizeof a->engine) != 0;
 }

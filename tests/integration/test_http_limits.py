@@ -4,6 +4,7 @@ that cannot lock others out (a header deadline, per-address and total
 connection limits), and requests cancelled when their client goes away."""
 
 import json
+import re
 import socket
 import time
 
@@ -94,3 +95,103 @@ def test_framing_of_get_requests(srv):
     assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\n\r\n")[0] == 400
     assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n"
                     b"Connection: close\r\n\r\n")[0] == 200
+
+
+# ---- slow clients ----
+
+def ready_status(base, source=None, timeout=5):
+    return exchange(base, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    timeout=timeout, source=source)
+
+
+def test_slow_headers_do_not_lock_out_other_clients(start_sipd):
+    """1000 connections sending their headers a byte at a time fill the
+    connection limit; each is closed at the header deadline although bytes
+    keep coming, and other clients are served again (before, MHD's idle
+    timeout restarted with every byte: locked out for good)."""
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_header_timeout_ms": 2000,
+                           "http_max_connections_per_ip": 0})
+    base = K.http_base(s)
+    slow = []
+    for _ in range(1000):
+        c = socket.create_connection(("127.0.0.1", port_of(base)), 10)
+        c.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+        slow.append(c)
+    t0 = time.monotonic()
+    status, body = ready_status(base)  # the limit is full: refused, and told why
+    assert status == 503 and b"server.http_max_connections" in body, body
+    open_ = set(range(len(slow)))
+    while open_ and time.monotonic() - t0 < 15:
+        for i in list(open_):
+            try:
+                slow[i].sendall(b"X")  # a byte of a header line, again and again
+                slow[i].setblocking(False)
+                if slow[i].recv(1) == b"":
+                    open_.discard(i)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                open_.discard(i)
+            finally:
+                slow[i].setblocking(True)
+        time.sleep(0.2)
+    elapsed = time.monotonic() - t0
+    assert not open_, "%d slow connections still open after %.1f s" % (len(open_), elapsed)
+    assert elapsed < 10, elapsed
+    assert ready_status(base)[0] == 200
+    assert "http header timeout" in s.log()
+    for c in slow:
+        c.close()
+
+
+def test_connections_per_address_are_limited(start_sipd):
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_max_connections_per_ip": 8})
+    base = K.http_base(s)
+    held = [socket.create_connection(("127.0.0.1", port_of(base)), 10) for _ in range(8)]
+    time.sleep(0.2)
+    status, body = ready_status(base)
+    assert status == 503 and b"server.http_max_connections_per_ip" in body, body
+    assert ready_status(base, source="127.0.0.2")[0] == 200  # another address is served
+    held.pop().close()
+    for _ in range(50):  # the close reaches the server soon after
+        time.sleep(0.05)
+        if ready_status(base)[0] == 200:
+            break
+    else:
+        raise AssertionError("no connection from 127.0.0.1 admitted after one closed")
+    for c in held:
+        c.close()
+
+
+# ---- clients that go away ----
+
+def executions(base, pool):
+    text = K.get(base + "/metrics").body.decode()
+    m = re.search(r'^sip_inference_count_total\{pool="%s"[^}]*\} ([0-9.]+)$' % pool, text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_requests_of_clients_that_hang_up_are_cancelled(start_sipd):
+    """100 requests to a one-session pool taking 100 ms each, their clients
+    gone at once: at most a handful run (before: all 100, for 10 s)."""
+    s = start_sipd([{"name": "slow", "backend": "builtin",
+                     "backend_options": {"shape": "-1", "delay_ms": 100}}],
+                   server={"http": "127.0.0.1:0"})
+    base = K.http_base(s)
+    body = BODY
+    req = (b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    for _ in range(100):
+        c = socket.create_connection(("127.0.0.1", port_of(base)), 10)
+        c.sendall(req)
+        c.close()
+    time.sleep(2.0)
+    ran = executions(base, "slow")
+    assert ran <= 5, "%d of 100 abandoned requests ran" % ran
+    # A client that waits gets its answer.
+    r = K.request("POST", base + "/v2/models/slow/infer", body,
+                  {"Content-Type": "application/json"})
+    assert r.status == 200, r
+    assert executions(base, "slow") == ran + 1
