@@ -181,7 +181,7 @@ typedef struct sip__config {
   size_t max_receive_bytes;   /* server.max_receive_bytes, all native connections, default 1 GiB */
   size_t max_connection_receive_bytes; /* server.max_connection_receive_bytes, default 512 MiB */
   int http_max_connections;   /* server.http_max_connections, default 1000 */
-  int http_max_connections_per_ip; /* server.http_max_connections_per_ip, default 128, 0: none */
+  int http_max_connections_per_ip; /* server.http_max_connections_per_ip, default 256, 0: none */
   int http_header_timeout_ms; /* server.http_header_timeout_ms, default 30000 */
   sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */

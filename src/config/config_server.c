@@ -79,7 +79,7 @@ static const field_t server_fields[S_COUNT] = {
                              "closed."},
     [S_HTTP_PER_IP] = {.name = "http_max_connections_per_ip", .type = F_INT,
                        .offset = offsetof(sip__config_t, http_max_connections_per_ip),
-                       .def = 128, .min = 0, .max = 1048576,
+                       .def = 256, .min = 0, .max = 1048576,
                        .doc = "HTTP connections open at once from one client address; one "
                               "more is answered 503 and closed; 0 = no per-address limit."},
     [S_HTTP_HEADER_TIMEOUT] = {.name = "http_header_timeout_ms", .type = F_INT,
