@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from cann_sip import BatchInferenceRequest, InferenceRequest, InvalidArgumentError
+from cann_sip import (BatchInferenceRequest, InferenceRequest, InvalidArgumentError,
+                      ResourceExhaustedError)
 from cann_sip import protocol as P
 from cann_sip.errors import code_name
 from harness import raw_connect, read_frame, read_until_closed
@@ -314,7 +315,7 @@ def test_connections_past_the_limit_are_refused(start_sipd):
     assert code_name(code) == "RESOURCE_EXHAUSTED"
     assert "4 connections" in msg and "server.max_connections" in msg, msg
     c = srv.client()
-    with pytest.raises(Exception, match="server.max_connections"):
+    with pytest.raises(ResourceExhaustedError, match="server.max_connections"):
         c.infer(InferenceRequest("echo", {"input": np.ones((1, ROW), F)}))
     held.pop().close()
     for _ in range(50):  # the close is seen by the server's loop soon after
