@@ -41,6 +41,7 @@ struct sip__http_conn {
   int started; /* MHD has it (NOTIFY_CONNECTION STARTED) */
   int waiting; /* in the deadline list */
   int watched; /* in the epoll set: a request is suspended */
+  int overdue; /* its deadline passed once before MHD took it */
   uint64_t deadline_us;
   struct sockaddr_storage addr;
   socklen_t addr_len;
@@ -282,8 +283,11 @@ int sip__http_conns_run(sip__http_t *h) {
   while (cs->dhead && cs->dhead->deadline_us <= now) {
     sip__http_conn_t *hc = cs->dhead;
     unlink_waiting(cs, hc);
-    if (!hc->started) { /* MHD has not taken it yet (it will): one more period */
-      start_waiting(cs, hc);
+    if (!hc->started) {
+      /* MHD has not taken it yet: one more period; after that it never
+       * will (it dropped the connection without a word). */
+      if (hc->overdue) unlink_conn(cs, hc);
+      else hc->overdue = 1, start_waiting(cs, hc);
       continue;
     }
     shutdown(hc->fd, SHUT_RDWR); /* MHD sees the end and closes it */
