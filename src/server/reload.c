@@ -34,7 +34,12 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
   return !same_str(a->http, b->http) || !same_str(a->model_repository, b->model_repository) ||
          !same_str(a->state_dir, b->state_dir) || a->model_control != b->model_control ||
          a->execution_slots != b->execution_slots || a->max_frame_bytes != b->max_frame_bytes ||
-         a->max_unsent_bytes != b->max_unsent_bytes ||
+         a->max_unsent_bytes != b->max_unsent_bytes || a->max_connections != b->max_connections ||
+         a->frame_timeout_ms != b->frame_timeout_ms || a->max_receive_bytes != b->max_receive_bytes ||
+         a->max_connection_receive_bytes != b->max_connection_receive_bytes ||
+         a->http_max_connections != b->http_max_connections ||
+         a->http_max_connections_per_ip != b->http_max_connections_per_ip ||
+         a->http_header_timeout_ms != b->http_header_timeout_ms ||
          a->http_max_body_bytes != b->http_max_body_bytes || a->http_threads != b->http_threads ||
          memcmp(&a->engine, &b->engine, sizeof a->engine) != 0;
 }

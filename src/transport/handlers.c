@@ -659,6 +659,17 @@ static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
   sip__free(pool);
 }
 
+void sip__handle_refused(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
+  sip__wbuf_t w = {0};
+  if (c->h.type == SIP__MSG_INFER_REQUEST || c->h.type == SIP__MSG_BATCH_INFER_REQUEST)
+    sip__encode_infer_response(&w, c->h.request_id, sip_error_code(e), sip_error_message(e), 0, 0,
+                               0, NULL, 0);
+  else
+    encode_repo_answer(&w, c->h.request_id, e, NULL);
+  sip_error_free(e);
+  sip__conn_queue_wbuf(ls, c, &w);
+}
+
 void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   if ((c->n_fds || c->fds_dropped) && c->h.type != SIP__MSG_SHM_REGISTER) {
     sip__conn_error(ls, c, c->h.request_id,

@@ -27,6 +27,7 @@ short.
 """
 
 import array
+import errno
 import fcntl
 import itertools
 import json
@@ -492,6 +493,25 @@ def parse_endpoint(endpoint):
                                "tcp://host:port" % endpoint)
 
 
+def _connect_unix(sock, addr, timeout_s):
+    """Connects a unix socket, retrying while the server's listen backlog is
+    full (EAGAIN: a burst of clients connecting at once) with a backoff from
+    1 ms to 100 ms, for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            sock.connect(addr)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BlockingIOError(errno.EAGAIN, "the server's listen backlog stayed full "
+                                      "for %.1f s (it accepts no connections)" % timeout_s)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.1)
+
+
 def _open_socket(endpoint, timeout_s):
     family, addr = parse_endpoint(endpoint)
     try:
@@ -502,7 +522,7 @@ def _open_socket(endpoint, timeout_s):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.settimeout(timeout_s)
-                sock.connect(addr)
+                _connect_unix(sock, addr, timeout_s)
             except BaseException:
                 sock.close()
                 raise
