@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/auth.h"
 #include "core/core.h"
 #include "http/http.h"
 #include "http/http_impl.h"
@@ -129,16 +130,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     atomic_fetch_add(&h->inflight, 1);
     q->route = sip__http_route_match(url, &q->model, &q->version);
     q->kind = q->route ? q->route->kind : R_NONE;
+    sip__http_guard(q, method); /* auth.c: answered once the request is in */
     const http_post_ops_t *post = posting(q, method);
-    return post && post->begin ? post->begin(q) : MHD_YES;
+    return post && post->begin && !q->denied ? post->begin(q) : MHD_YES;
   }
   const http_post_ops_t *post = posting(q, method);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0; /* bodies of other requests are ignored */
-    if (!post || q->started || q->refused) return MHD_YES;
+    if (!post || q->started || q->refused || q->denied) return MHD_YES;
     return post->body(q, upload_data, n);
   }
+  if (q->denied) return sip__http_send_denied(q);
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
   if (!post) return sip__http_answer(q, url, method);
@@ -273,6 +276,8 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
+  sip__free_secret(h->tls_cert);
+  sip__free_secret(h->tls_key);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->sse_mu);
   pthread_mutex_destroy(&h->mu);
@@ -373,6 +378,21 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   }
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                    MHD_USE_NO_LISTEN_SOCKET;
+  if (cfg->tls_cert_file) { /* HTTPS with libmicrohttpd's GnuTLS (docs/security.md) */
+    e = sip__read_pem(cfg->tls_cert_file, "cert_file", &h->tls_cert);
+    if (!e) e = sip__read_pem(cfg->tls_key_file, "key_file", &h->tls_key);
+    if (!e && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+      e = sip_error_new(SIP_UNAVAILABLE, "server.tls: this libmicrohttpd was built without TLS");
+    if (e) {
+      close(fd);
+      free_http(h);
+      return e;
+    }
+    flags |= MHD_USE_TLS;
+    /* "http://..." becomes "https://..." */
+    memmove(h->address + 5, h->address + 4, strlen(h->address + 4) + 1);
+    h->address[4] = 's';
+  }
   struct MHD_OptionItem opts[] = {
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       {MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT, NULL},
@@ -380,6 +400,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
       {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+      /* Last, since without TLS they end the list early. */
+      {h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, h->tls_cert},
+      {h->tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, h->tls_key},
       {MHD_OPTION_END, 0, NULL},
   };
   int ok = 1;

@@ -65,6 +65,7 @@ struct sip__http {
   meta_t *cache;
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
+  char *tls_cert, *tls_key; /* server.tls: the PEM texts, while the daemons run */
 };
 
 typedef enum route_kind {
@@ -139,6 +140,9 @@ struct hreq {
   int started;        /* decoded and submitted (or failed): the rest is the answer */
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */
+  unsigned denied;    /* auth.c refused it with this status: answered once it is read */
+  int deny_bearer;    /* 401: 1 WWW-Authenticate Bearer, 2 with error="invalid_token" */
+  char deny_msg[320];
   sip__ks_request_t *ks;
   struct meta *meta; /* the model's metadata (a reference), or NULL */
   /* Set before the connection is resumed. */
@@ -146,6 +150,19 @@ struct hreq {
   int resp_oom;
   sip_error_t *err;
 };
+
+/* ---- auth.c: Host, Origin and bearer-token checks (docs/security.md) ------ */
+
+/* The API group of a route (SIP__AUTH_OPEN: health and readiness). */
+int sip__http_route_group(route_kind_t kind);
+/* Whether a Host header value (NULL: none) names this server, by
+ * server.allowed_hosts or the defaults. */
+int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header);
+/* Once the headers are in: sets q->denied (and the message) when the
+ * request may not go to its route. */
+void sip__http_guard(hreq_t *q, const char *method);
+/* The answer of a denied request (401 with WWW-Authenticate, 403, 421). */
+enum MHD_Result sip__http_send_denied(hreq_t *q);
 
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;

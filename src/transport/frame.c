@@ -10,7 +10,7 @@ static const char *type_names[SIP__MSG_MAX + 1] = {
     "?",           "INFER_REQUEST",       "INFER_RESPONSE", "INFO_REQUEST",
     "INFO_RESPONSE", "ERROR",             "BATCH_INFER_REQUEST", "REPO_REQUEST",
     "SHM_REGISTER", "SHM_UNREGISTER",     "SHM_STATUS",     "SUBSCRIBE",
-    "EVENT",       "ADMIN_REQUEST"};
+    "EVENT",       "ADMIN_REQUEST",       "AUTH"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h) {
