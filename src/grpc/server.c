@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/auth.h"
+#include "core/redact.h"
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
 
@@ -102,7 +103,11 @@ void sip__grpc_reply_bytes(gcall_t *c, sip_error_t *err, uint8_t *msg, size_t le
   ops[n].data.send_status_from_server.status =
       err ? (grpc_status_code)sip_code_grpc_status(sip_error_code(err)) : GRPC_STATUS_OK;
   if (err) {
-    c->status_details = grpc_slice_from_copied_string(sip_error_message(err));
+    size_t rn = 0;
+    const char *m = sip_error_message(err);
+    char *red = sip__redacted(m, strlen(m), &rn); /* no server directories (core/redact.h) */
+    c->status_details = grpc_slice_from_copied_string(red ? red : m);
+    sip__free(red);
     c->has_details = 1;
     ops[n].data.send_status_from_server.status_details = &c->status_details;
     sip_error_free(err);

@@ -37,6 +37,7 @@
 
 #include "core/auth.h"
 #include "core/core.h"
+#include "core/redact.h"
 #include "http/http.h"
 #include "http/http_impl.h"
 
@@ -81,8 +82,10 @@ enum MHD_Result sip__http_send_owned(struct MHD_Connection *c, unsigned status, 
 
 enum MHD_Result sip__http_send_error_msg(struct MHD_Connection *c, unsigned status,
                                          const char *msg) {
-  size_t len = 0;
-  char *body = sip__ks_error_json(msg, &len);
+  size_t len = 0, rn = 0;
+  char *red = sip__redacted(msg, strlen(msg), &rn); /* no server directories (core/redact.h) */
+  char *body = sip__ks_error_json(red ? red : msg, &len);
+  sip__free(red);
   return sip__http_send_owned(c, status, "application/json", body, len);
 }
 
@@ -97,6 +100,12 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
   char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (!txt) return sip__http_send_error_msg(c, 500, "out of memory");
+  size_t rn = 0;
+  char *red = sip__redacted(txt, strlen(txt), &rn); /* no server directories (core/redact.h) */
+  if (red) {
+    sip_free(txt);
+    return sip__http_send_owned(c, status, "application/json", red, rn);
+  }
   /* jansson allocates with malloc; sip_free is its documented deallocator. */
   struct MHD_Response *r =
       MHD_create_response_from_buffer_with_free_callback(strlen(txt), txt, sip_free);
