@@ -6,8 +6,8 @@
  *      Request (RFC 9110 15.5.20), which also stops DNS rebinding;
  *   2. management POSTs: a cross-site request is refused 403 (an Origin
  *      that is not the Host, "Sec-Fetch-Site: cross-site", or a body type
- *      a web page may send without a CORS preflight: text/plain,
- *      application/x-www-form-urlencoded, multipart/form-data);
+ *      a web page may send without a CORS preflight and no JSON route
+ *      reads: text/plain, multipart/form-data);
  *   3. every route but health and readiness: the bearer token of its API
  *      group (core/auth.h): else 401 with WWW-Authenticate, or 403 for
  *      management from a remote peer when no management token is set.
@@ -109,13 +109,18 @@ static const char *cross_site(struct MHD_Connection *c) {
   }
   const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   if (ct) {
-    static const char *const simple[] = {"text/plain", "application/x-www-form-urlencoded",
-                                         "multipart/form-data"};
+    /* Bodies an HTML form may send without a CORS preflight and that could
+     * pass for JSON (text/plain: `name=value` unencoded) or that no JSON
+     * route reads. application/x-www-form-urlencoded is let through: curl -d
+     * and urllib send it by default, a form cannot write JSON in it (braces
+     * and quotes are percent-encoded), and browsers send Origin with every
+     * cross-site POST, which is refused above. */
+    static const char *const simple[] = {"text/plain", "multipart/form-data"};
     for (size_t i = 0; i < sizeof simple / sizeof *simple; i++) {
       size_t k = strlen(simple[i]);
       if (!strncasecmp(ct, simple[i], k) && (ct[k] == '\0' || ct[k] == ';' || ct[k] == ' '))
-        return "its Content-Type is one a web page may send cross-site; expected "
-               "application/json (or none)";
+        return "its Content-Type is one a web page may send cross-site (text/plain or "
+               "multipart/form-data); expected application/json (or none)";
     }
   }
   return NULL;
