@@ -48,8 +48,10 @@ int sip__http_route_group(route_kind_t kind) {
   case R_TRACE:
   case R_ADMIN:
     return SIP__AUTH_MANAGEMENT;
+  default:
+    break;
   }
-  return SIP__AUTH_MANAGEMENT; /* a route added later is closed until it is placed */
+  return SIP__AUTH_MANAGEMENT; /* a route added later is closed until it is placed here */
 }
 
 /* The host part of an authority "host[:port]" or "[v6]:port": *len bytes

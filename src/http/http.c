@@ -437,8 +437,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
     return sip_error_new(SIP_UNAVAILABLE, "server.http %s: libmicrohttpd failed to start",
                          cfg->http);
   }
-  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu",
-           h->address, cfg->http_threads, cfg->http_max_body_bytes);
+  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu tls=%s auth=%s",
+           h->address, cfg->http_threads, cfg->http_max_body_bytes, h->tls_cert ? "on" : "off",
+           sip__auth_enabled(&cfg->auth) ? "tokens" : "open");
   *out = h;
   return NULL;
 }
