@@ -17,14 +17,14 @@ import urllib.request
 import numpy as np
 import pytest
 
-from cann_sip import (InferenceRequest, PermissionDeniedError, SessionClient,
+from cann_sip import (InferenceRequest, PermissionDeniedError, SessionCallback, SessionClient,
                       UnauthenticatedError)
 from harness import BUILD_DIR, CLIENT_TIMEOUT_S, SipServer, free_port, serve
 import kserve as K
 import models
 
 grpc = pytest.importorskip("grpc")
-from test_grpc import grpc_address, pb  # noqa: E402,F401  (pb: the generated stubs)
+from test_grpc import grpc_address, make_request, pb  # noqa: E402,F401  (pb: the stubs)
 
 INF, MGMT, MET = "inference-token-0001", "management-token-0002", "metrics-token-0003"
 AUTH = {"inference_tokens": [INF], "management_tokens": ["env:SIP_TEST_MGMT_TOKEN"],
@@ -153,6 +153,24 @@ def test_native_tokens(secured):
         m.close()
 
 
+def test_native_event_subscription_token(secured):
+    class Nop(SessionCallback):
+        def on_event(self, session_id, event, context):
+            pass
+    anon = SessionClient(secured.endpoint, timeout_s=CLIENT_TIMEOUT_S)
+    try:
+        with pytest.raises(UnauthenticatedError):
+            anon.register_callbacks("echo", Nop())
+    finally:
+        anon.close()
+    c = SessionClient(secured.endpoint, timeout_s=CLIENT_TIMEOUT_S, token=MET)
+    try:
+        sub = c.register_callbacks("echo", Nop())
+        assert sub.thread.is_alive()
+    finally:
+        c.close()
+
+
 def test_c_client_token_through_cli(secured):
     sip = BUILD_DIR / "sip"
     env = dict(os.environ)
@@ -192,6 +210,13 @@ def test_grpc_tokens(secured, pb):  # noqa: F811
         assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
         stub.RepositoryIndex(pb.pb.RepositoryIndexRequest(),
                              metadata=[("authorization", "Bearer " + MGMT)])
+        reqs = [make_request(pb, "echo", {"input": X})]
+        with pytest.raises(grpc.RpcError) as ei:
+            list(stub.ModelStreamInfer(iter(reqs), timeout=30))
+        assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        got = list(stub.ModelStreamInfer(iter(reqs), timeout=30,
+                                         metadata=[("authorization", "Bearer " + INF)]))
+        assert len(got) == 1 and not got[0].error_message
         stats = stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="echo"),
                                      metadata=[("authorization", "Bearer " + MET)])
         assert stats.model_stats[0].name == "echo"
