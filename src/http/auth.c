@@ -57,10 +57,14 @@ int sip__http_route_group(route_kind_t kind) {
 /* The host part of an authority "host[:port]" or "[v6]:port": *len bytes
  * at the returned pointer (brackets removed). */
 static const char *authority_host(const char *a, size_t *len) {
-  if (a[0] == '[') {
-    const char *rb = strchr(a, ']');
-    *len = rb ? (size_t)(rb - a - 1) : strlen(a + 1);
+  const char *rb = a[0] == '[' ? strchr(a, ']') : NULL;
+  if (rb) {
+    *len = (size_t)(rb - a - 1);
     return a + 1;
+  }
+  if (a[0] == '[') { /* no closing bracket: kept whole, it names no host */
+    *len = strlen(a);
+    return a;
   }
   const char *colon = strchr(a, ':');
   *len = colon && !strchr(colon + 1, ':') ? (size_t)(colon - a) : strlen(a);

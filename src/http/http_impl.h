@@ -5,6 +5,8 @@
  *   http.c        daemon lifecycle, the front-end vtable, MHD's callbacks
  *                 (one request's phases) and the send helpers
  *   routes.c      the route table: method + path -> handler, 404 and 405
+ *   auth.c        the request guard: Host, Origin and bearer tokens per API
+ *                 group (docs/security.md)
  *   health.c      server-level GETs: live, ready, server metadata, /metrics
  *   models.c      model metadata, config, readiness and statistics
  *   infer.c       inference, and the model metadata cache it reads
