@@ -212,6 +212,9 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
 /* 1 when two configs have the same pipeline_sessions (names, stages and
  * their wiring, conditions, outputs). */
 int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y);
+/* 1 when the security settings (auth tokens, tls, socket mode and owner,
+ * allowed_hosts) of two configs are the same (config_security.c). */
+int sip__config_security_same(const sip__config_t *x, const sip__config_t *y);
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
  * by the caller (sip__config_free). `name` labels the text in messages.

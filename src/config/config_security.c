@@ -202,3 +202,23 @@ void cfg_security_free(sip__config_t *cfg) {
   for (size_t i = 0; i < cfg->n_allowed_hosts; i++) sip__free(cfg->allowed_hosts[i]);
   sip__free(cfg->allowed_hosts);
 }
+
+static int same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+static int same_list(char *const *a, size_t an, char *const *b, size_t bn) {
+  if (an != bn) return 0;
+  for (size_t i = 0; i < an; i++)
+    if (strcmp(a[i], b[i])) return 0;
+  return 1;
+}
+
+int sip__config_security_same(const sip__config_t *x, const sip__config_t *y) {
+  for (int g = 0; g < SIP__AUTH_GROUPS; g++)
+    if (!same_list(x->auth.tokens[g], x->auth.n_tokens[g], y->auth.tokens[g], y->auth.n_tokens[g]))
+      return 0;
+  return same_str(x->tls_cert_file, y->tls_cert_file) && same_str(x->tls_key_file, y->tls_key_file) &&
+         x->socket_mode == y->socket_mode && same_str(x->socket_owner, y->socket_owner) &&
+         same_str(x->socket_group, y->socket_group) &&
+         same_list(x->allowed_hosts, x->n_allowed_hosts, y->allowed_hosts, y->n_allowed_hosts) &&
+         !x->allowed_hosts == !y->allowed_hosts;
+}
