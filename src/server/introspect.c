@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 #include "pipeline/pipeline.h"
 #include "sched/batch.h"
-#include "core/redact.h"
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "server/server_impl.h"

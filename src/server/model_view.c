@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "pipeline/pipeline.h"
 #include "core/redact.h"
+#include "pipeline/pipeline.h"
 #include "server/introspect.h"
 #include "server/server_impl.h"
 #include "session/counters.h"

@@ -11,6 +11,7 @@ import socket
 import ssl
 import stat
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -419,9 +420,22 @@ def test_no_server_paths_in_answers(sipd_bin, model_dir, tmp_path, pb):  # noqa:
             with pytest.raises(Exception) as ei:
                 c.infer(InferenceRequest(session_pool=pool, inputs={"x": X}))
             answers.append(str(ei.value))
+        class Collect(SessionCallback):
+            def __init__(self):
+                self.seen = []
+
+            def on_event(self, session_id, event, context):
+                self.seen.append("%s %s %s" % (session_id, event, json.dumps(context)))
+        events = Collect()
+        c.register_callbacks(None, events)
         with pytest.raises(Exception) as ei:
             c.load_model("badrepo")
         answers.append(str(ei.value))
+        deadline = time.monotonic() + 10
+        while not any("model.onnx" in e for e in events.seen) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert any("model.onnx" in e for e in events.seen), events.seen  # the failure's reason
+        answers.extend(events.seen)
         with grpc.insecure_channel(grpc_address(s)) as ch:
             stub = pb.svc.GRPCInferenceServiceStub(ch)
             answers.append(str(stub.ModelConfig(pb.pb.ModelConfigRequest(name="addmul"))))
