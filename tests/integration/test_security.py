@@ -189,6 +189,24 @@ def test_c_client_token_through_cli(secured):
     assert r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, (r.stdout, r.stderr)
 
 
+def test_http_bench_sends_the_token(secured):
+    def bench(token):
+        env = dict(os.environ)
+        env.pop("SIP_TOKEN", None)
+        if token:
+            env["SIP_TOKEN"] = token
+        r = subprocess.run([str(BUILD_DIR / "sip"), "-e", secured.http, "--json", "bench", "echo",
+                            "-i", "input:float32:1,4=ones", "--window-ms", "200",
+                            "--max-windows", "3", "--concurrency", "1"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)
+    r = bench(INF)
+    assert r["requests"] > 0 and r["errors"] == 0, r
+    r = bench(None)
+    assert r["requests"] > 0 and r["errors"] == r["requests"], r
+
+
 # ---- gRPC ----------------------------------------------------------------------------------
 
 def test_grpc_tokens(secured, pb):  # noqa: F811
