@@ -12,7 +12,9 @@
  *      group (core/auth.h): else 401 with WWW-Authenticate, or 403 for
  *      management from a remote peer when no management token is set.
  */
+#include <errno.h>
 #include <microhttpd.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -179,6 +181,16 @@ void sip__http_guard(hreq_t *q, const char *method) {
     return deny(q, 403, 0, "%s requests are accepted only from loopback unless "
                 "server.auth.%s_tokens is set", what, what);
   }
+}
+
+int sip__http_deny_now(hreq_t *q) {
+  const char *cl = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (!cl) return 0;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = strtoull(cl, &end, 10);
+  return errno == ERANGE || (end != cl && n > q->h->cfg->http_max_body_bytes);
 }
 
 enum MHD_Result sip__http_send_denied(hreq_t *q) {

@@ -139,7 +139,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     atomic_fetch_add(&h->inflight, 1);
     q->route = sip__http_route_match(url, &q->model, &q->version);
     q->kind = q->route ? q->route->kind : R_NONE;
-    sip__http_guard(q, method); /* auth.c: answered once the request is in */
+    sip__http_guard(q, method); /* auth.c: answered once the request is in, or now */
+    if (q->denied && sip__http_deny_now(q)) {
+      q->refused = 1;
+      return sip__http_send_denied(q);
+    }
     const http_post_ops_t *post = posting(q, method);
     return post && post->begin && !q->denied ? post->begin(q) : MHD_YES;
   }
@@ -150,7 +154,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!post || q->started || q->refused || q->denied) return MHD_YES;
     return post->body(q, upload_data, n);
   }
-  if (q->denied) return sip__http_send_denied(q);
+  if (q->denied) return q->refused ? MHD_YES : sip__http_send_denied(q);
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
   if (!post) return sip__http_answer(q, url, method);

@@ -163,6 +163,11 @@ int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header);
 /* Once the headers are in: sets q->denied (and the message) when the
  * request may not go to its route. */
 void sip__http_guard(hreq_t *q, const char *method);
+/* Whether a denied request is answered at once rather than once its body
+ * is in: when the body it announces is over server.http_max_body_bytes
+ * (MHD then closes the connection; a refused client does not get to send
+ * gigabytes first). */
+int sip__http_deny_now(hreq_t *q);
 /* The answer of a denied request (401 with WWW-Authenticate, 403, 421). */
 enum MHD_Result sip__http_send_denied(hreq_t *q);
 

@@ -104,6 +104,18 @@ def test_http_inference_needs_its_token(secured):
     assert r.status == 401
 
 
+def test_http_refused_before_a_large_body(secured):
+    """A request refused for its token and announcing a body over
+    http_max_body_bytes is answered at once, before any of the body."""
+    host, port = secured.http[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n")
+        head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 401"), head
+    assert b"WWW-Authenticate: Bearer" in head
+
+
 def test_http_metrics_and_management_groups(secured):
     assert http("GET", secured.http + "/metrics").status == 401
     assert http("GET", secured.http + "/metrics", token=INF).status == 401
