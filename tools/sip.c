@@ -15,6 +15,8 @@ static void usage(FILE *f) {
           "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]\n"
           "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port\n"
           "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
+          "            $SIP_TOKEN: a bearer token of the server's server.auth (native AUTH;\n"
+          "            Authorization: Bearer for bench over http://)\n"
           "commands:\n"
           "  status                 pools, their sessions and states, counters\n"
           "  pools                  each pool's inputs and outputs (-1: dynamic dim)\n"
@@ -803,6 +805,16 @@ int main(int argc, char **argv) {
     return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
+  const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
+  if (token && *token) {
+    char *ok = NULL;
+    e = sip_client_authenticate(c, token, &ok);
+    sip_client_free_string(ok);
+    if (e) {
+      sip_client_free(c);
+      return fail(e);
+    }
+  }
   int rc = 0;
   if (admin) {
     rc = cmd_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);

@@ -102,6 +102,7 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
     sip__free(cfg->state_dir);
     cfg->state_dir = r;
   }
+  if (cfg_check_security(c, cfg, root)) return -1;
   if (cfg_check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
@@ -397,6 +398,7 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->grpc);
   sip__free(cfg->model_repository);
   sip__free(cfg->state_dir);
+  cfg_security_free(cfg);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
   cfg_pipelines_free(cfg);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/auth.h"
 #include "core/core.h"
 #include "sip/error.h"
 #include "sip/backend.h"
@@ -196,6 +197,15 @@ typedef struct sip__config {
   int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
   char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   int allow_fault_injection;  /* server.allow_fault_injection (docs/availability.md) */
+  /* Security settings (docs/security.md; config_security.c). */
+  sip__auth_t auth;           /* server.auth: tokens per API group; none: open */
+  char *tls_cert_file;        /* server.tls.cert_file, resolved; NULL: plain HTTP/gRPC */
+  char *tls_key_file;         /* server.tls.key_file, resolved */
+  int socket_mode;            /* server.socket_mode, default 0600 */
+  char *socket_owner;         /* server.socket_owner: user name or uid; NULL: the process's */
+  char *socket_group;         /* server.socket_group: group name or gid; NULL: the process's */
+  char **allowed_hosts;       /* server.allowed_hosts; NULL: the defaults (docs/security.md) */
+  size_t n_allowed_hosts;
   sip__pool_config_t *pools;
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
@@ -209,6 +219,9 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
 /* 1 when two configs have the same pipeline_sessions (names, stages and
  * their wiring, conditions, outputs). */
 int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y);
+/* 1 when the security settings (auth tokens, tls, socket mode and owner,
+ * allowed_hosts) of two configs are the same (config_security.c). */
+int sip__config_security_same(const sip__config_t *x, const sip__config_t *y);
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
  * by the caller (sip__config_free). `name` labels the text in messages.

@@ -46,7 +46,7 @@
 enum {
   KEY_MAX = 512,       /* key paths ("session_pools[3].resource_quota.x") */
   SHOW_MAX = 64,       /* bytes of a user value quoted in a message */
-  MAX_FIELDS = 32,     /* fields per section */
+  MAX_FIELDS = 48,     /* fields per section */
   UNIX_PATH_MAX = 107, /* sizeof(sun_path) - 1 */
   POOL_NAME_MAX = 128,
 };
@@ -129,6 +129,8 @@ enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTI
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
+extern const section_t cfg_auth_section;           /* config_security.c: server.auth */
+extern const section_t cfg_tls_section;            /* config_security.c: server.tls */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
@@ -231,6 +233,18 @@ void cfg_kv_free(sip_kv_t *kv, size_t n);
 int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out);
 
 /* ---- the sections' parsers and checks ----------------------------------- */
+
+/* config_security.c: server.socket_mode and server.allowed_hosts; the
+ * post-checks (socket_mode's default, tls paths); freeing. */
+#define CFG_SOCKET_MODE_DEFAULT 0600
+#define CFG_SOCKET_MODE_EXPECT \
+  "an octal mode of 3 or 4 digits giving the owner read and write, e.g. 0600 or 0660"
+#define CFG_ALLOWED_HOSTS_EXPECT \
+  "a list of host names or addresses (without port; \"*\" allows any Host)"
+int cfg_parse_socket_mode(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int cfg_parse_allowed_hosts(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int cfg_check_security(ctx_t *c, sip__config_t *cfg, yaml_node_t *server);
+void cfg_security_free(sip__config_t *cfg);
 
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
 int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */

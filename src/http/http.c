@@ -35,7 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/auth.h"
 #include "core/core.h"
+#include "core/redact.h"
 #include "http/http.h"
 #include "http/http_impl.h"
 
@@ -79,8 +81,10 @@ enum MHD_Result sip__http_send_owned(struct MHD_Connection *c, unsigned status, 
 
 enum MHD_Result sip__http_send_error_msg(struct MHD_Connection *c, unsigned status,
                                          const char *msg) {
-  size_t len = 0;
-  char *body = sip__ks_error_json(msg, &len);
+  size_t len = 0, rn = 0;
+  char *red = sip__redacted(msg, strlen(msg), &rn); /* no server directories (core/redact.h) */
+  char *body = sip__ks_error_json(red ? red : msg, &len);
+  sip__free(red);
   return sip__http_send_owned(c, status, "application/json", body, len);
 }
 
@@ -95,6 +99,12 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
   char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (!txt) return sip__http_send_error_msg(c, 500, "out of memory");
+  size_t rn = 0;
+  char *red = sip__redacted(txt, strlen(txt), &rn); /* no server directories (core/redact.h) */
+  if (red) {
+    sip_free(txt);
+    return sip__http_send_owned(c, status, "application/json", red, rn);
+  }
   /* jansson allocates with malloc; sip_free is its documented deallocator. */
   struct MHD_Response *r =
       MHD_create_response_from_buffer_with_free_callback(strlen(txt), txt, sip_free);
@@ -126,6 +136,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *con_cls = q;
     atomic_fetch_add(&h->inflight, 1);
     sip__http_conns_headers_in(h, c);
+    q->route = sip__http_route_match(url, &q->model, &q->version);
+    q->kind = q->route ? q->route->kind : R_NONE;
+    sip__http_guard(q, method); /* auth.c: answered once the request is in, or now */
+    /* A request the client may not make hears that first, even when its
+     * body is too large (the limit is not told to it). */
+    if (q->denied && sip__http_deny_now(q)) {
+      q->refused = 1;
+      return sip__http_send_denied(q);
+    }
     char msg[256];
     unsigned bad = sip__http_framing_problem(c, version, h->cfg->http_max_body_bytes, msg,
                                              sizeof msg);
@@ -133,18 +152,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       q->refused = 1;
       return sip__http_send_error_msg(c, bad, msg);
     }
-    q->route = sip__http_route_match(url, &q->model, &q->version);
-    q->kind = q->route ? q->route->kind : R_NONE;
     const http_post_ops_t *post = posting(q, method);
-    return post && post->begin ? post->begin(q) : MHD_YES;
+    return post && post->begin && !q->denied ? post->begin(q) : MHD_YES;
   }
   const http_post_ops_t *post = posting(q, method);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0; /* bodies of other requests are ignored */
-    if (!post || q->started || q->refused) return MHD_YES;
+    if (!post || q->started || q->refused || q->denied) return MHD_YES;
     return post->body(q, upload_data, n);
   }
+  if (q->denied) return q->refused ? MHD_YES : sip__http_send_denied(q);
   if (q->refused) return MHD_YES;
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
@@ -279,6 +297,8 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   sip__http_conns_free(h);
+  sip__free_secret(h->tls_cert);
+  sip__free_secret(h->tls_key);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->sse_mu);
   pthread_mutex_destroy(&h->mu);
@@ -384,6 +404,21 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   }
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                    MHD_USE_NO_LISTEN_SOCKET;
+  if (cfg->tls_cert_file) { /* HTTPS with libmicrohttpd's GnuTLS (docs/security.md) */
+    e = sip__read_pem(cfg->tls_cert_file, "cert_file", &h->tls_cert);
+    if (!e) e = sip__read_pem(cfg->tls_key_file, "key_file", &h->tls_key);
+    if (!e && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+      e = sip_error_new(SIP_UNAVAILABLE, "server.tls: this libmicrohttpd was built without TLS");
+    if (e) {
+      close(fd);
+      free_http(h);
+      return e;
+    }
+    flags |= MHD_USE_TLS;
+    /* "http://..." becomes "https://..." */
+    memmove(h->address + 5, h->address + 4, strlen(h->address + 4) + 1);
+    h->address[4] = 's';
+  }
   struct MHD_OptionItem opts[] = {
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       /* The limits in all and per address are sip's (conns.c), over every
@@ -394,6 +429,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
       {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+      /* Last, since without TLS they end the list early. */
+      {h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, h->tls_cert},
+      {h->tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, h->tls_key},
       {MHD_OPTION_END, 0, NULL},
   };
   int ok = 1;
@@ -419,8 +457,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
     return sip_error_new(SIP_UNAVAILABLE, "server.http %s: libmicrohttpd failed to start",
                          cfg->http);
   }
-  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu",
-           h->address, cfg->http_threads, cfg->http_max_body_bytes);
+  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu tls=%s auth=%s",
+           h->address, cfg->http_threads, cfg->http_max_body_bytes, h->tls_cert ? "on" : "off",
+           sip__auth_enabled(&cfg->auth) ? "tokens" : "open");
   *out = h;
   return NULL;
 }

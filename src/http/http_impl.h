@@ -5,6 +5,8 @@
  *   http.c        daemon lifecycle, the front-end vtable, MHD's callbacks
  *                 (one request's phases) and the send helpers
  *   routes.c      the route table: method + path -> handler, 404 and 405
+ *   auth.c        the request guard: Host, Origin and bearer tokens per API
+ *                 group (docs/security.md)
  *   health.c      server-level GETs: live, ready, server metadata, /metrics
  *   models.c      model metadata, config, readiness and statistics
  *   infer.c       inference, and the model metadata cache it reads
@@ -72,6 +74,7 @@ struct sip__http {
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
   sip__http_conns_t *cs; /* connection limits, header deadlines, hang-ups (conns.c) */
+  char *tls_cert, *tls_key; /* server.tls: the PEM texts, while the daemons run */
 };
 
 typedef enum route_kind {
@@ -146,6 +149,9 @@ struct hreq {
   int started;        /* decoded and submitted (or failed): the rest is the answer */
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */
+  unsigned denied;    /* auth.c refused it with this status: answered once it is read */
+  int deny_bearer;    /* 401: 1 WWW-Authenticate Bearer, 2 with error="invalid_token" */
+  char deny_msg[320];
   sip__ks_request_t *ks;
   struct meta *meta; /* the model's metadata (a reference), or NULL */
   sip__http_conn_t *hc; /* watched for a hang-up while suspended (conns.c) */
@@ -155,6 +161,24 @@ struct hreq {
   sip_error_t *err;
   char *answer; /* an operator request's answer (JSON, sip_free), or NULL */
 };
+
+/* ---- auth.c: Host, Origin and bearer-token checks (docs/security.md) ------ */
+
+/* The API group of a route (SIP__AUTH_OPEN: health and readiness). */
+int sip__http_route_group(route_kind_t kind);
+/* Whether a Host header value (NULL: none) names this server, by
+ * server.allowed_hosts or the defaults. */
+int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header);
+/* Once the headers are in: sets q->denied (and the message) when the
+ * request may not go to its route. */
+void sip__http_guard(hreq_t *q, const char *method);
+/* Whether a denied request is answered at once rather than once its body
+ * is in: when the body it announces is over server.http_max_body_bytes
+ * (MHD then closes the connection; a refused client does not get to send
+ * gigabytes first). */
+int sip__http_deny_now(hreq_t *q);
+/* The answer of a denied request (401 with WWW-Authenticate, 403, 421). */
+enum MHD_Result sip__http_send_denied(hreq_t *q);
 
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 #include "pipeline/pipeline.h"
 #include "sched/batch.h"
 #include "server/server.h"
@@ -31,8 +32,9 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     if (p->backend)
       json_object_set_new(o, "platform", json_string(p->backend->platform ? p->backend->platform
                                                                           : p->backend->name));
-    json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
-                                                                   : p->cfg->model_path));
+    json_object_set_new(o, "model_path", nullable(sip__redact_path(
+                                             p->resolved_path ? p->resolved_path
+                                                              : p->cfg->model_path)));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
     json_object_set_new(o, "pool_size", json_integer(atomic_load(&p->size)));
     /* For the HTTP model_configuration extension. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/redact.h"
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
@@ -57,7 +58,10 @@ char *sip_event_json(const sip_event_t *ev, uint64_t dropped) {
   char *txt = bad ? NULL : json_dumps(o, JSON_COMPACT);
   json_decref(o);
   if (!txt) return NULL;
-  char *out = sip__strdup(txt); /* sip_free-able */
+  /* Streamed to clients: without the server's directories (core/redact.h). */
+  size_t rn = 0;
+  char *out = sip__redacted(txt, strlen(txt), &rn);
+  if (!out) out = sip__strdup(txt); /* sip_free-able */
   free(txt);
   return out;
 }
