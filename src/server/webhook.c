@@ -165,13 +165,16 @@ static void *worker_main(void *arg) {
     long backoff = hs->backoff_ms;
     for (int attempt = 0; h && attempt <= hs->retries; attempt++) {
       tries++;
-      if ((ok = post_once(w, h, it->body, why, sizeof why))) break;
+      ok = post_once(w, h, it->body, why, sizeof why);
+      pthread_mutex_lock(&w->mu);
+      w->attempts++;
+      pthread_mutex_unlock(&w->mu);
+      if (ok) break;
       /* Stopping: one attempt each, no retries. */
       if (attempt == hs->retries || atomic_load(&hs->stop) || wait_backoff(w, backoff)) break;
       backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
     pthread_mutex_lock(&w->mu);
-    w->attempts += (uint64_t)tries;
     if (ok) w->delivered++;
     else w->failed++;
     w->busy = 0;
