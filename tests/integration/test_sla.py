@@ -361,6 +361,14 @@ def test_status_and_metrics_keys(start_sla):
                        "violations"}
     assert c.status()["alerts"] == {"warning_after": 1, "critical_after": 3, "resolve_after": 2,
                                     "sent": c.status()["alerts"]["sent"], "webhooks": []}
+    # The same document over HTTP.
+    with urllib.request.urlopen(K.http_base(srv) + "/v2/status", timeout=10) as r:
+        doc = json.loads(r.read())
+    a = next(p for p in doc["pools"] if p["name"] == "a")
+    assert set(a["sla"]) >= {"targets", "window_s", "compliance", "last_window", "alert"}
+    assert set(a["sla"]["alert"]) == {"level", "since_us", "reason"}
+    assert "sla" not in next(p for p in doc["pools"] if p["name"] == "plain")
+    assert doc["alerts"]["webhooks"] == []
     text = metrics(srv)
     for name in ("sip_sla_compliance_ratio", "sip_sla_window_ok", "sip_sla_alert_level",
                  "sip_sla_window_throughput_rps"):
