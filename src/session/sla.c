@@ -163,7 +163,7 @@ int sip__sla_state_step(sip__sla_state_t *st, const sip__alerts_config_t *pol,
     if (to <= st->level) return 0; /* never lower while windows stay bad */
     char what[200];
     sip__sla_describe(&st->t, w, what, sizeof what);
-    snprintf(st->reason, sizeof st->reason, "%s (%d consecutive window%s)", what, st->bad_streak,
+    snprintf(st->reason, sizeof st->reason, "%s; %d bad window%s in a row", what, st->bad_streak,
              st->bad_streak == 1 ? "" : "s");
     st->level = to;
     st->since_us = w->end_us;

@@ -227,7 +227,7 @@ static void test_alert_contents(void **state) {
   assert_int_equal(a.resolved, 0);
   assert_int_equal(a.streak, 1);
   assert_int_equal(a.time_us, 5000000);
-  assert_string_equal(a.reason, "p99 latency 80 ms > 50 ms (1 consecutive window)");
+  assert_string_equal(a.reason, "p99 latency 80 ms > 50 ms; 1 bad window in a row");
   assert_int_equal(st.since_us, 5000000);
 
   json_t *o = sip__sla_alert_json("p", NULL, &t, &a);
@@ -363,7 +363,7 @@ static void test_alert_event_json(void **state) {
   strcpy(ev.pool, "p");
   strcpy(ev.old_state, "warning");
   strcpy(ev.new_state, "critical");
-  strcpy(ev.text, "p99 latency 80 ms > 50 ms (3 consecutive windows)");
+  strcpy(ev.text, "p99 latency 80 ms > 50 ms; 3 bad windows in a row");
   char *s = sip_event_json(&ev, 0);
   json_t *o = json_loads(s, 0, NULL);
   sip_free(s);
