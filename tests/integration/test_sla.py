@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import harness
 import kserve as K
@@ -173,8 +174,8 @@ def test_slow_pool_warns_then_critical_then_resolves(start_sla):
     rx = Receiver()
     try:
         srv = start_sla(
-            [pool("p", {"latency_p99_ms": 100, "window_s": 1}),
-             pool("calm", {"latency_p99_ms": 100, "window_s": 1})],
+            [pool("p", {"latency_p99_ms": 150, "window_s": 1}),
+             pool("calm", {"latency_p99_ms": 1000, "window_s": 1})],
             {"warning_after": 1, "critical_after": 3, "resolve_after": 2,
              "webhooks": [rx.url], "timeout_ms": 5000, "retries": 2, "backoff_ms": 100},
             server={"allow_fault_injection": True, "http": "127.0.0.1:0"})
@@ -182,19 +183,22 @@ def test_slow_pool_warns_then_critical_then_resolves(start_sla):
         cb = Alerts()
         c.register_callbacks("p", cb)
         load = Load(srv.client(), "p")
-        # Fast: the first windows close good and nothing is sent.
+        # Fast: windows close good. (A loaded machine may stall a request past
+        # the target now and then: the test starts from a pool at level none
+        # whose last window was good, and looks at what came after.)
         wait_until(lambda: (sla_of(srv, "p")["windows"] or 0) >= 2, what="two windows")
-        assert rx.bodies() == []
-        assert sla_of(srv, "p")["last_window"]["ok"] is True
+        wait_until(lambda: sla_of(srv, "p")["alert"]["level"] == "none" and
+                   sla_of(srv, "p")["last_window"]["ok"], what="a good pool")
+        n0, e0 = len(rx.bodies()), len(cb.got)
 
-        c.admin("fault", "p", kind="slow", rate=1.0, delay_ms=400)
-        rx.wait_for(lambda b: len(b) >= 2)  # warning, then critical
+        c.admin("fault", "p", kind="slow", rate=1.0, delay_ms=300)
+        rx.wait_for(lambda b: len(b) >= n0 + 2)  # warning, then critical
         c.admin("fault", "p", kind="none")
-        rx.wait_for(lambda b: len(b) >= 3)  # resolved once fast again
+        rx.wait_for(lambda b: len(b) >= n0 + 3)  # resolved once fast again
         load.stop()
         assert not load.errors, load.errors[:3]
         time.sleep(1.5)  # no further alert comes (the pool stays good)
-        alerts = rx.bodies()
+        alerts = rx.bodies()[n0:]
         assert [(a["level"], a["state"]) for a in alerts] == [
             ("warning", "firing"), ("critical", "firing"), ("critical", "resolved")], alerts
         warn, crit, res = alerts
@@ -204,24 +208,24 @@ def test_slow_pool_warns_then_critical_then_resolves(start_sla):
         assert [a["consecutive_windows"] for a in alerts] == [1, 3, 2]
         for a in (warn, crit):
             v, = a["violations"]
-            assert v["metric"] == "latency_p99_ms" and v["target"] == 100
-            assert 390 <= v["measured"] <= 1000, v  # the 400 ms delay, measured
+            assert v["metric"] == "latency_p99_ms" and v["target"] == 150
+            assert 290 <= v["measured"] <= 2000, v  # the 300 ms delay, measured
             assert a["window"]["ok"] is False and a["window"]["p99_ms"] == v["measured"]
-            assert a["reason"].startswith("p99 latency ") and "ms > 100 ms" in a["reason"]
+            assert a["reason"].startswith("p99 latency ") and "ms > 150 ms" in a["reason"]
         assert res["violations"] == [] and res["window"]["ok"] is True
         assert res["reason"] == "every target met for 2 consecutive windows"
-        assert res["targets"] == {"latency_p99_ms": 100, "availability": None,
+        assert res["targets"] == {"latency_p99_ms": 150, "availability": None,
                                   "min_throughput_rps": None}
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", warn["time"])
         assert {p[0] for p in rx.posts} == {"/hook"}
         assert {p[1] for p in rx.posts} == {"application/json"}
 
         # The same alerts in the event stream, in order.
-        wait_until(lambda: len(cb.got) >= 3, what="ALERT events")
-        assert [(e["level"], e["state"], e["previous_level"]) for e in cb.got] == [
+        wait_until(lambda: len(cb.got) >= e0 + 3, what="ALERT events")
+        assert [(e["level"], e["state"], e["previous_level"]) for e in cb.got[e0:]] == [
             ("warning", "firing", "none"), ("critical", "firing", "warning"),
             ("critical", "resolved", "critical")]
-        assert cb.got[0]["reason"] == warn["reason"] and cb.got[0]["pool"] == "p"
+        assert cb.got[e0]["reason"] == warn["reason"] and cb.got[e0]["pool"] == "p"
 
         # Status: resolved, compliance below 1, webhook counters.
         st = sla_of(srv, "p")
@@ -229,22 +233,35 @@ def test_slow_pool_warns_then_critical_then_resolves(start_sla):
         assert st["alert"]["reason"] == res["reason"]
         assert st["alert"]["since_us"] == res["time_us"]
         assert 0 < st["compliance"] < 1
-        assert st["alerts_fired"] == {"warning": 1, "critical": 1, "resolved": 1}
+        n = n0 // 2  # alerts fired before (each resolved: a warning and its resolution)
+        assert st["alerts_fired"] == {"warning": 1 + n, "critical": 1, "resolved": 1 + n}
         hooks = c.status()["alerts"]["webhooks"]
-        assert hooks == [{"url": rx.url, "delivered": 3, "failed": 0, "dropped": 0,
-                          "attempts": 3, "queued": 0}]
+        assert hooks == [{"url": rx.url, "delivered": 3 + n0, "failed": 0, "dropped": 0,
+                          "attempts": 3 + n0, "queued": 0}]
         # The pool that was never slow: no alert.
         assert sla_of(srv, "calm")["alerts_fired"] == {"warning": 0, "critical": 0,
                                                        "resolved": 0}
 
         text = metrics(srv)
-        assert sample(text, "sip_sla_alerts_total", pool="p", level="warning") == 1
+        assert sample(text, "sip_sla_alerts_total", pool="p", level="warning") == 1 + n
         assert sample(text, "sip_sla_alerts_total", pool="p", level="critical") == 1
-        assert sample(text, "sip_sla_alerts_resolved_total", pool="p") == 1
+        assert sample(text, "sip_sla_alerts_resolved_total", pool="p") == 1 + n
         assert sample(text, "sip_sla_alert_level", pool="p") == 0
         assert 0 < sample(text, "sip_sla_compliance_ratio", pool="p") < 1
         assert sample(text, "sip_alert_webhook_deliveries_total", url=rx.url,
-                      result="delivered") == 3
+                      result="delivered") == 3 + n0
+        # The page parses as Prometheus text, these families included.
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        assert fams["sip_sla_alerts"].type == "counter"
+        assert fams["sip_sla_compliance_ratio"].type == "gauge"
+        assert fams["sip_alert_webhook_deliveries"].type == "counter"
+
+        # `sip status` shows it in a line.
+        out = subprocess.run([str(harness.require_sipd().parent / "sip"), "-e", srv.endpoint,
+                              "status"], capture_output=True, text=True, timeout=30).stdout
+        line = next(l for l in out.splitlines() if l.startswith("  sla: window 1s"))
+        assert re.match(r"  sla: window 1s, compliance \d+\.\d% \(\d+/\d+ windows\), last window "
+                        r"ok( p99 \d+\.\d{3} ms availability 100\.00%)? \d+\.\d rps, alert none$", line), line
 
         log = srv.log()
         assert re.search(r'level=warn msg="sla alert" pool=p level=warning state=firing', log)
