@@ -403,3 +403,27 @@ def test_bad_sla_config_is_refused(sipd_bin, tmp_path):
     assert r.returncode != 0
     assert ('session_pools[0].sla.availability: "99.9" is above 1: availability is a '
             'fraction (0.999) or a percent with a % sign ("99.9%")') in r.stderr + r.stdout
+
+
+def test_blackholed_webhook_does_not_hold_up_shutdown(start_sla):
+    """A webhook that accepts nothing and never answers: the POST in flight
+    is abandoned within min(timeout_ms, 2 s) of SIGTERM, and sipd exits 0."""
+    import socket
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(1)  # never accepted
+    try:
+        url = "http://127.0.0.1:%d/hook" % hole.getsockname()[1]
+        srv = start_sla([pool("p", {"min_throughput_rps": 1000000, "window_s": 1})],
+                        {"warning_after": 1, "critical_after": 2, "webhooks": [url],
+                         "timeout_ms": 60000, "retries": 5})
+        c = srv.client()
+        wait_until(lambda: c.status()["alerts"]["sent"] >= 2, what="two alerts")
+        h = c.status()["alerts"]["webhooks"][0]
+        assert (h["delivered"], h["attempts"], h["queued"]) == (0, 0, 2)  # stuck on the first
+        t0 = time.monotonic()
+        assert srv.stop() == 0, srv.log_tail()
+        assert time.monotonic() - t0 < 8, time.monotonic() - t0
+        assert 'msg="alert webhook failed" url="%s" attempts=1' % url in srv.log()
+    finally:
+        hole.close()
