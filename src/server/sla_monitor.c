@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -22,6 +23,16 @@
  * meanwhile starts its first window within this). */
 #define IDLE_TICK_US 1000000u
 
+/* A pool whose alert is on, remembered so that its alert can be resolved
+ * if the pool goes away (unloaded, or replaced by a reload) while on. */
+typedef struct firing {
+  uint64_t id; /* the pool's sip__sla_t id */
+  char *pool, *version;
+  sip__sla_config_t t;
+  int level;
+  int seen; /* in the latest snapshot */
+} firing_t;
+
 struct sip__sla_monitor {
   sip_server_t *srv;
   const sip__alerts_config_t *pol; /* the server's config's */
@@ -32,6 +43,8 @@ struct sip__sla_monitor {
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
   int stop;
   _Atomic uint64_t alerts_sent;
+  firing_t *firing; /* the monitor thread's own */
+  size_t n_firing, cap_firing;
 };
 
 /* Strings copied into an event's fixed arrays, cut to fit. */
@@ -41,11 +54,12 @@ static void copy(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
-static void dispatch(sip__sla_monitor_t *m, sip__pool_t *p, const sip__sla_alert_t *a) {
+static void dispatch(sip__sla_monitor_t *m, const char *pool, const char *version,
+                     const sip__sla_config_t *t, const sip__sla_alert_t *a) {
   const char *level = sip__alert_level_name(a->level);
   const char *state = a->resolved ? "resolved" : "firing";
   sip_event_t ev = {.type = SIP_EVENT_ALERT};
-  copy(ev.pool, sizeof ev.pool, p->cfg->name);
+  copy(ev.pool, sizeof ev.pool, pool);
   copy(ev.old_state, sizeof ev.old_state, sip__alert_level_name(a->previous));
   copy(ev.new_state, sizeof ev.new_state, a->resolved ? "none" : level);
   copy(ev.text, sizeof ev.text, a->reason);
@@ -53,16 +67,80 @@ static void dispatch(sip__sla_monitor_t *m, sip__pool_t *p, const sip__sla_alert
   int lv = a->resolved ? SIP__LOG_INFO
            : a->level == SIP__ALERT_CRITICAL ? SIP__LOG_ERROR
                                              : SIP__LOG_WARN;
-  sip__log(lv, "sla alert", "pool=%s level=%s state=%s reason=\"%s\"", p->cfg->name, level, state,
+  sip__log(lv, "sla alert", "pool=%s level=%s state=%s reason=\"%s\"", pool, level, state,
            a->reason);
   if (m->hooks) {
-    json_t *o = sip__sla_alert_json(p->cfg->name, p->version, &p->cfg->sla, a);
+    json_t *o = sip__sla_alert_json(pool, version, t, a);
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     sip__webhooks_post(m->hooks, body);
     free(body);
   }
   atomic_fetch_add(&m->alerts_sent, 1);
+}
+
+static firing_t *firing_find(sip__sla_monitor_t *m, uint64_t id) {
+  for (size_t i = 0; i < m->n_firing; i++)
+    if (m->firing[i].id == id) return &m->firing[i];
+  return NULL;
+}
+
+static void firing_drop(sip__sla_monitor_t *m, firing_t *f) {
+  sip__free(f->pool);
+  sip__free(f->version);
+  *f = m->firing[--m->n_firing];
+}
+
+/* Remembers (or forgets) that pool p's alert is on at `level`. Out of
+ * memory: not remembered (its resolution is then not sent if it goes). */
+static void firing_note(sip__sla_monitor_t *m, sip__pool_t *p, int level) {
+  firing_t *f = firing_find(m, p->sla->id);
+  if (f) f->seen = 1;
+  if (level == SIP__ALERT_NONE) {
+    if (f) firing_drop(m, f);
+    return;
+  }
+  if (f) {
+    f->level = level;
+    return;
+  }
+  if (m->n_firing == m->cap_firing) {
+    size_t cap = m->cap_firing ? m->cap_firing * 2 : 8;
+    firing_t *v = sip__realloc(m->firing, cap * sizeof *v);
+    if (!v) return;
+    m->firing = v;
+    m->cap_firing = cap;
+  }
+  f = &m->firing[m->n_firing];
+  *f = (firing_t){.id = p->sla->id, .t = p->cfg->sla, .level = level, .seen = 1};
+  if (!(f->pool = sip__strdup(p->cfg->name)) ||
+      (p->version && !(f->version = sip__strdup(p->version)))) {
+    sip__free(f->pool);
+    return;
+  }
+  m->n_firing++;
+}
+
+/* Alerts of pools that went away (unloaded, or replaced by a reload)
+ * while on: resolved, as nothing will measure them again. */
+static void firing_sweep(sip__sla_monitor_t *m, uint64_t wall) {
+  for (size_t i = 0; i < m->n_firing;) {
+    firing_t *f = &m->firing[i];
+    if (f->seen) {
+      f->seen = 0;
+      i++;
+      continue;
+    }
+    sip__sla_alert_t a = {.level = f->level, .previous = f->level, .resolved = 1,
+                          .time_us = wall};
+    a.window.end_us = wall;
+    a.window.p99_ms = a.window.availability = -1;
+    a.window.good = 1;
+    snprintf(a.reason, sizeof a.reason,
+             "the pool was unloaded or replaced: its windows are no longer measured");
+    dispatch(m, f->pool, f->version, &f->t, &a);
+    firing_drop(m, f); /* the last entry moves to i: looked at next */
+  }
 }
 
 /* Closes the windows that are due; returns when the next one is. */
@@ -80,9 +158,18 @@ static uint64_t tick(sip__sla_monitor_t *m) {
     sip__sla_alert_t a;
     int fired = 0;
     uint64_t due = sip__sla_tick(p->sla, m->pol, now, wall, &a, &fired);
-    if (fired) dispatch(m, p, &a);
+    if (fired) dispatch(m, p->cfg->name, p->version, &p->cfg->sla, &a);
     if (due < next) next = due;
+    firing_note(m, p, sip__sla_level(p->sla));
   }
+  /* A snapshot that failed (out of memory) says nothing about what went. */
+  int listed = 1;
+  if (!v) {
+    pthread_rwlock_rdlock(&m->srv->eng.reg_lock);
+    listed = m->srv->eng.n_pools == 0;
+    pthread_rwlock_unlock(&m->srv->eng.reg_lock);
+  }
+  if (listed) firing_sweep(m, wall);
   sip__registry_release(v, n);
   return next;
 }
@@ -135,6 +222,8 @@ void sip__sla_monitor_stop(sip_server_t *s) {
   pthread_mutex_unlock(&m->mu);
   if (m->started) pthread_join(m->thread, NULL);
   sip__webhooks_free(m->hooks); /* after the thread: it posts to them */
+  while (m->n_firing) firing_drop(m, &m->firing[0]);
+  sip__free(m->firing);
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
   sip__free(m);

@@ -245,9 +245,11 @@ json_t *sip__sla_alert_json(const char *pool, const char *version, const sip__sl
 /* ---- one pool's SLA ---- */
 
 sip__sla_t *sip__sla_new(const sip__sla_config_t *t) {
+  static atomic_uint_fast64_t next_id = 1;
   if (!t || !t->enabled) return NULL;
   sip__sla_t *s = sip__calloc(1, sizeof *s);
   if (!s) return NULL;
+  s->id = atomic_fetch_add(&next_id, 1);
   if (sip__sla_state_init(&s->st, t, sip__wall_us())) {
     sip__free(s);
     return NULL;
@@ -322,6 +324,13 @@ void sip__sla_read(sip__sla_t *s, sip__sla_view_t *v) {
   memcpy(v->fired, s->st.fired, sizeof v->fired);
   v->resolved = s->st.resolved;
   pthread_mutex_unlock(&s->mu);
+}
+
+int sip__sla_level(sip__sla_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int level = s->st.level;
+  pthread_mutex_unlock(&s->mu);
+  return level;
 }
 
 json_t *sip__sla_json(sip__sla_t *s) {

@@ -134,6 +134,7 @@ json_t *sip__sla_alert_json(const char *pool, const char *version, const sip__sl
 
 /* ---- one pool's SLA (owned by the pool) ---- */
 typedef struct sip__sla {
+  uint64_t id; /* unique in the process: tells a replaced pool's SLA from its successor's */
   atomic_uint_fast64_t ok, failed, excluded;
   atomic_uint_fast64_t lat[SIP__SLA_BUCKETS];
   pthread_mutex_t mu; /* guards what follows */
@@ -168,6 +169,8 @@ typedef struct sip__sla_view {
   uint64_t resolved;
 } sip__sla_view_t;
 void sip__sla_read(sip__sla_t *s, sip__sla_view_t *v);
+/* The alert level now (sip__alert_level_t). */
+int sip__sla_level(sip__sla_t *s);
 /* The status document's "sla" object (docs/sla.md): targets, window_s,
  * horizon_windows, compliance, windows, good_windows, last_window, alert,
  * alerts_fired. Owned. */

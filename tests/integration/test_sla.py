@@ -427,3 +427,29 @@ def test_blackholed_webhook_does_not_hold_up_shutdown(start_sla):
         assert 'msg="alert webhook failed" url="%s" attempts=1' % url in srv.log()
     finally:
         hole.close()
+
+
+def test_alert_of_a_replaced_pool_is_resolved(start_sla):
+    """A config reload (SIGHUP) that changes a pool's sla replaces the pool:
+    the old pool's alert, which nothing measures any more, is resolved."""
+    import signal
+    rx = Receiver()
+    try:
+        srv = start_sla([pool("p", {"min_throughput_rps": 1000000, "window_s": 1})],
+                        {"warning_after": 1, "critical_after": 0, "webhooks": [rx.url]})
+        rx.wait_for(lambda b: len(b) >= 1)
+        srv.pools = [pool("p", {"availability": 0.5, "window_s": 1})]
+        srv.write_config()
+        srv.send_signal(signal.SIGHUP)
+        rx.wait_for(lambda b: len(b) >= 2)
+        warn, res = rx.bodies()[:2]
+        assert (warn["level"], warn["state"]) == ("warning", "firing")
+        assert (res["level"], res["state"], res["previous_level"]) == ("warning", "resolved",
+                                                                       "warning")
+        assert res["reason"].startswith("the pool was unloaded or replaced")
+        assert res["targets"]["min_throughput_rps"] == 1000000  # the old pool's targets
+        wait_until(lambda: sla_of(srv, "p")["targets"]["availability"] == 0.5, what="new pool")
+        time.sleep(2.5)  # the new pool (idle windows meet availability) fires nothing
+        assert len(rx.bodies()) == 2, rx.bodies()
+    finally:
+        rx.close()
