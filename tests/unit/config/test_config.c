@@ -1178,27 +1178,32 @@ static void test_sla_and_alerts_keys(void **state) {
   EXPECT_ERR(POOL("    sla: {latency_p99_ms: 5, horizon_windows: 0}\n"), "sla.horizon_windows");
   EXPECT_ERR(POOL("    sla: {latency_p99: 5}\n"), "sla.latency_p99: unknown key",
              "latency_p99_ms, availability, min_throughput_rps, window_s, horizon_windows");
-  /* alerts errors */
-  EXPECT_ERR("alerts: {warning_after: 3, critical_after: 2}\nsession_pools: []\n",
-             "alerts.critical_after: 2 is below warning_after 3",
-             "expected critical_after >= warning_after");
-  EXPECT_ERR("alerts: {resolve_after: 0}\nsession_pools: []\n", "alerts.resolve_after",
-             "1..10000");
-  EXPECT_ERR("alerts: {webhooks: \"http://a/b\"}\nsession_pools: []\n",
-             "alerts.webhooks: is a scalar", "expected a list of up to 8 URLs");
-  EXPECT_ERR("alerts: {webhooks: [\"ftp://a/b\"]}\nsession_pools: []\n",
-             "alerts.webhooks[0]: \"ftp://a/b\" is not an http:// or https:// URL");
-  EXPECT_ERR("alerts: {webhooks: [\"http://\"]}\nsession_pools: []\n",
-             "alerts.webhooks[0]: \"http://\" is not an http:// or https:// URL");
-  EXPECT_ERR("alerts: {webhooks: [\"http://a b/\"]}\nsession_pools: []\n",
-             "alerts.webhooks[0]");
-  EXPECT_ERR("alerts: {webhooks: [\"http://a/\", \"http://a/\"]}\nsession_pools: []\n",
-             "alerts.webhooks[1]: \"http://a/\" is listed twice");
-  EXPECT_ERR("alerts: {webhooks: [a, b, c, d, e, f, g, h, i]}\nsession_pools: []\n",
-             "alerts.webhooks: has 9 items");
-  EXPECT_ERR("alerts: {timeout_ms: 0}\nsession_pools: []\n", "alerts.timeout_ms", "10..600000");
-  EXPECT_ERR("alerts: {hooks: []}\nsession_pools: []\n", "alerts.hooks: unknown key",
-             "warning_after, critical_after, resolve_after, webhooks");
+  /* alerts errors: the block's body, and what the message says */
+  static const struct {
+    const char *body, *want;
+  } bad_alerts[] = {
+      {"warning_after: 3, critical_after: 2",
+       "alerts.critical_after: 2 is below warning_after 3; expected critical_after >= "
+       "warning_after"},
+      {"resolve_after: 0", "alerts.resolve_after: 0 is out of range; expected an integer 1..10000"},
+      {"webhooks: \"http://a/b\"", "alerts.webhooks: is a scalar; expected a list of up to 8 URLs"},
+      {"webhooks: [\"ftp://a/b\"]",
+       "alerts.webhooks[0]: \"ftp://a/b\" is not an http:// or https:// URL"},
+      {"webhooks: [\"http://\"]", "alerts.webhooks[0]: \"http://\" is not an http:// or https://"},
+      {"webhooks: [\"http://a b/\"]", "alerts.webhooks[0]: \"http://a b/\" is not an http://"},
+      {"webhooks: [\"http://a/\", \"http://a/\"]",
+       "alerts.webhooks[1]: \"http://a/\" is listed twice"},
+      {"webhooks: [a, b, c, d, e, f, g, h, i]", "alerts.webhooks: has 9 items"},
+      {"timeout_ms: 0", "alerts.timeout_ms: 0 is out of range; expected an integer 10..600000"},
+      {"hooks: []",
+       "alerts.hooks: unknown key; expected one of: warning_after, critical_after, resolve_after, "
+       "webhooks"},
+  };
+  for (size_t i = 0; i < sizeof bad_alerts / sizeof bad_alerts[0]; i++) {
+    char yaml[256];
+    snprintf(yaml, sizeof yaml, "alerts: {%s}\nsession_pools: []\n", bad_alerts[i].body);
+    EXPECT_ERR(yaml, bad_alerts[i].want);
+  }
 }
 
 int main(void) {
