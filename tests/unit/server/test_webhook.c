@@ -159,24 +159,26 @@ static int received(receiver_t *rx) {
   return n;
 }
 
-static sip__alerts_config_t config(char *url, int retries, int queue_size) {
-  static char *urls[1];
-  urls[0] = url;
+/* A receiver answering `statuses` (holding each request when `hold`) and
+ * webhooks posting to it with `retries` and `queue_size`. */
+static sip__webhooks_t *start_pair(receiver_t *rx, const int *statuses, size_t n, int hold,
+                                   int retries, int queue_size) {
+  receiver_start(rx, statuses, n, hold);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/alerts", rx->port);
+  char *urls[1] = {url};
   sip__alerts_config_t a = {.webhooks = urls, .n_webhooks = 1, .timeout_ms = 10000,
                             .retries = retries, .backoff_ms = 1, .queue_size = queue_size};
-  return a;
+  sip__webhooks_t *w = sip__webhooks_new(&a); /* copies the URLs */
+  assert_non_null(w);
+  return w;
 }
 
 static void test_order_and_retry(void **state) {
   (void)state;
   static const int statuses[] = {500, 200, 200, 200};
   receiver_t rx;
-  receiver_start(&rx, statuses, 4, 0);
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/alerts", rx.port);
-  sip__alerts_config_t a = config(url, 2, 16);
-  sip__webhooks_t *w = sip__webhooks_new(&a);
-  assert_non_null(w);
+  sip__webhooks_t *w = start_pair(&rx, statuses, 4, 0, 2, 16);
   assert_int_equal(sip__webhooks_count(w), 1);
   sip__webhooks_post(w, "{\"n\":1}");
   sip__webhooks_post(w, "{\"n\":2}");
@@ -201,11 +203,7 @@ static void test_gives_up_after_retries(void **state) {
   (void)state;
   static const int statuses[] = {503, 503, 503, 200};
   receiver_t rx;
-  receiver_start(&rx, statuses, 4, 0);
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/", rx.port);
-  sip__alerts_config_t a = config(url, 2, 16);
-  sip__webhooks_t *w = sip__webhooks_new(&a);
+  sip__webhooks_t *w = start_pair(&rx, statuses, 4, 0, 2, 16);
   sip__webhooks_post(w, "{\"a\":1}");
   WAIT_FOR(stats(w).failed == 1);
   sip__webhook_stats_t st = stats(w);
@@ -221,11 +219,7 @@ static void test_gives_up_after_retries(void **state) {
 static void test_full_queue_drops(void **state) {
   (void)state;
   receiver_t rx;
-  receiver_start(&rx, NULL, 0, 1); /* holds each request until released */
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/", rx.port);
-  sip__alerts_config_t a = config(url, 0, 1);
-  sip__webhooks_t *w = sip__webhooks_new(&a);
+  sip__webhooks_t *w = start_pair(&rx, NULL, 0, 1, 0, 1); /* each request held until released */
   sip__webhooks_post(w, "1");
   pthread_mutex_lock(&rx.mu); /* the worker is delivering "1" */
   while (!rx.holding) pthread_cond_wait(&rx.cv, &rx.mu);
