@@ -124,6 +124,32 @@ static int cmd_pools(json_t *root) {
   return 0;
 }
 
+/* A pool's sla object (docs/sla.md) on one line. */
+static void print_sla(json_t *sla) {
+  if (!sla) return;
+  json_t *c = json_object_get(sla, "compliance"), *lw = json_object_get(sla, "last_window");
+  json_t *al = json_object_get(sla, "alert");
+  printf("  sla: window %llds, compliance ", (long long)json_integer_value(json_object_get(sla, "window_s")));
+  if (json_is_number(c))
+    printf("%.1f%% (%lld/%lld windows)", json_number_value(c) * 100,
+           (long long)json_integer_value(json_object_get(sla, "good_windows")),
+           (long long)json_integer_value(json_object_get(sla, "windows")));
+  else
+    printf("-");
+  if (json_is_object(lw)) {
+    json_t *p99 = json_object_get(lw, "p99_ms"), *av = json_object_get(lw, "availability");
+    printf(", last window %s", json_is_true(json_object_get(lw, "ok")) ? "ok" : "MISSED");
+    if (json_is_number(p99)) printf(" p99 %.3f ms", json_number_value(p99));
+    if (json_is_number(av)) printf(" availability %.2f%%", json_number_value(av) * 100);
+    printf(" %.1f rps", json_number_value(json_object_get(lw, "throughput_rps")));
+  }
+  const char *level = json_string_value(json_object_get(al, "level"));
+  const char *why = json_string_value(json_object_get(al, "reason"));
+  printf(", alert %s", level ? level : "?");
+  if (level && strcmp(level, "none") && why) printf(": %s", why);
+  printf("\n");
+}
+
 static int cmd_status(json_t *root) {
   printf("uptime %.1fs  ready=%s  version %s\n", json_real_value(json_object_get(root, "uptime_s")),
          json_is_true(json_object_get(root, "ready")) ? "yes" : "no",
@@ -154,6 +180,7 @@ static int cmd_status(json_t *root) {
            (long long)json_integer_value(json_object_get(p, "queued_requests")), ok, failed, mean);
     const char *err = json_string_value(json_object_get(p, "error"));
     if (err) printf("  error: %s\n", err);
+    print_sla(json_object_get(p, "sla"));
     json_array_foreach(json_object_get(p, "sessions"), j, s) {
       printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
              json_string_value(json_object_get(s, "id")),

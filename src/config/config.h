@@ -69,6 +69,33 @@ typedef struct sip__batch_level {
   int64_t timeout_ms; /* how long a batch may wait to fill */
 } sip__batch_level_t;
 
+/* A pool's sla block (docs/sla.md): targets checked per window; a target
+ * of 0 is not set. */
+typedef struct sip__sla_config {
+  int enabled;               /* the block is present (with at least one target) */
+  double latency_p99_ms;     /* p99 of successful requests' latency must stay at or below */
+  double availability;       /* successful / counted requests, a fraction 0..1 */
+  double min_throughput_rps; /* successful requests per second must reach */
+  int window_s;              /* window length, seconds */
+  int horizon_windows;       /* compliance: good windows among the last this many */
+} sip__sla_config_t;
+
+#define SIP__MAX_WEBHOOKS 8
+
+/* The top-level alerts block (docs/sla.md): when SLA alerts fire and
+ * resolve, and where they are posted. */
+typedef struct sip__alerts_config {
+  int warning_after;  /* consecutive bad windows before a warning; 0: no warnings */
+  int critical_after; /* consecutive bad windows before a critical alert; 0: none */
+  int resolve_after;  /* consecutive good windows before an alert resolves */
+  char **webhooks;    /* http:// or https:// URLs, owned */
+  size_t n_webhooks;
+  int timeout_ms;     /* one POST attempt at most */
+  int retries;        /* attempts after the first */
+  int backoff_ms;     /* wait before the first retry, doubled each time */
+  int queue_size;     /* alerts waiting per webhook at most; more are dropped */
+} sip__alerts_config_t;
+
 /* One step of a pool's preprocess block: a single-input transform. */
 typedef struct sip__preprocess_step {
   char *op;          /* transform operation (docs/transforms.md), e.g. "resize" */
@@ -138,6 +165,7 @@ typedef struct sip__pool_config {
   int64_t seq_max_backlog;       /* new sequences waiting for a free slot at most */
   char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
                                            corrid); NULL: none */
+  sip__sla_config_t sla;         /* sla (docs/sla.md) */
 } sip__pool_config_t;
 
 typedef enum sip__failover { SIP__FAILOVER_NONE = 0, SIP__FAILOVER_RETRY, SIP__FAILOVER_FALLBACK } sip__failover_t;
@@ -210,6 +238,7 @@ typedef struct sip__config {
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
   size_t n_pipelines;
+  sip__alerts_config_t alerts; /* alerts (docs/sla.md) */
 } sip__config_t;
 
 /* 1 when two pool configs ask for the same pool: every setting equal (the

@@ -125,7 +125,7 @@ typedef struct cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_COUNT };
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
@@ -136,6 +136,8 @@ extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
 extern const section_t cfg_sequence_section;       /* scheduling.c: sequence_batching */
 extern const section_t cfg_top_section;            /* config.c: the document */
+extern const section_t cfg_sla_section;            /* sla.c: session_pools[].sla */
+extern const section_t cfg_alerts_section;         /* sla.c: alerts */
 extern const char *const cfg_priority_names[];     /* pools.c */
 extern const cfg_key_doc_t cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
 extern const cfg_key_doc_t cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
@@ -255,6 +257,11 @@ int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals,
 int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root);
 void cfg_pipelines_free(sip__config_t *cfg);
+/* sla.c: a pool's sla block (`sla`: its node, NULL when absent) sets at
+ * least one target; the alerts block's levels are in order. */
+int cfg_check_sla(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *sla, const char *key);
+int cfg_check_alerts(ctx_t *c, sip__config_t *cfg, yaml_node_t *alerts);
+void cfg_alerts_free(sip__config_t *cfg);
 
 #pragma GCC visibility pop
 

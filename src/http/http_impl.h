@@ -98,6 +98,7 @@ typedef enum route_kind {
   R_SYS_SHM,     /* /v2/systemsharedmemory/... */
   R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
   R_ADMIN,       /* POST /v2/admin */
+  R_STATUS,      /* GET /v2/status: the status document (pools, sessions, sla, alerts) */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -311,6 +312,7 @@ enum MHD_Result sip__http_all_stats(hreq_t *q);
 
 enum MHD_Result sip__http_live(hreq_t *q);
 enum MHD_Result sip__http_ready(hreq_t *q);
+enum MHD_Result sip__http_status(hreq_t *q);
 enum MHD_Result sip__http_server_meta(hreq_t *q);
 enum MHD_Result sip__http_metrics(hreq_t *q);
 

@@ -22,6 +22,7 @@ static const http_route_t routes[] = {
     {"/v2/", R_SERVER, sip__http_server_meta, NULL},
     {"/metrics", R_METRICS, sip__http_metrics, NULL},
     {"/v2/events", R_EVENTS, sip__http_events, NULL},
+    {"/v2/status", R_STATUS, sip__http_status, NULL},
     {"/v2/models/stats", R_ALL_STATS, sip__http_all_stats, NULL},
     {"/v2/logging", R_LOGGING, sip__http_logging_get, &sip__http_logging_ops},
     {"/v2/admin", R_ADMIN, NULL, &sip__http_admin_ops},

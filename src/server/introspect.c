@@ -15,6 +15,8 @@
 #include "server/server_impl.h"
 #include "session/preprocess.h"
 #include "session/counters.h"
+#include "session/sla.h"
+#include "server/sla_monitor.h"
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -143,6 +145,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                   (json_int_t)c.seq_waiting, "expired",
                                   (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
+  if (p->sla) json_object_set_new(o, "sla", sip__sla_json(p->sla)); /* docs/sla.md */
   json_object_set_new(
       o, "stats",
       json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
@@ -208,6 +211,7 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
         if (s->frontends[f].vt->connections)
           s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
       json_object_set_new(root, "connections", conns);
+      json_object_set_new(root, "alerts", sip__sla_monitor_json(s));
     }
   }
   sip__registry_release(v, n);

@@ -14,6 +14,7 @@
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
 #include "server/idem_journal.h"
+#include "server/sla_monitor.h"
 #include "server/idempotency.h"
 #include "backend/backends.h"
 
@@ -383,6 +384,10 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the housekeeping thread");
   }
   s->hk_started = 1;
+  if ((e = sip__sla_monitor_start(s))) {
+    sip_server_free(s);
+    return e;
+  }
   *out = s;
   return NULL;
 }
@@ -504,6 +509,8 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
 
 void sip_server_free(sip_server_t *s) {
   if (!s) return;
+  /* No windows close while pools drain: a drain refuses requests on purpose. */
+  sip__sla_monitor_stop(s);
   sip_server_drain(s, -1);
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
   /* Every request a front-end submitted has completed: close them, last first. */

@@ -39,6 +39,8 @@ class SessionEvent(str, enum.Enum):
     INFERENCE_COMPLETE: request_id, latency_ms, queue_ms, batch_size.
     ERROR: request_id, code (a name such as "DEADLINE_EXCEEDED"), message, latency_ms.
     POOL_LOADED, POOL_FAILED (message), POOL_SCALED, POOL_FAILOVER (message).
+    ALERT: level ("warning", "critical"), state ("firing", "resolved"),
+    previous_level, reason (a pool's SLA alert, docs/sla.md).
     Every context has event, pool, session, time_us and dropped (events lost
     just before this one because the subscriber fell behind)."""
 
@@ -49,6 +51,7 @@ class SessionEvent(str, enum.Enum):
     POOL_FAILED = "POOL_FAILED"
     POOL_SCALED = "POOL_SCALED"
     POOL_FAILOVER = "POOL_FAILOVER"
+    ALERT = "ALERT"
 
     def __str__(self):
         return self.value
