@@ -23,7 +23,7 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
-       S_UNSENT, S_FAULTS, S_COUNT };
+       S_UNSENT, S_FAULTS, S_DASHBOARD, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -107,6 +107,13 @@ static const field_t server_fields[S_COUNT] = {
                   .offset = offsetof(sip__config_t, allow_fault_injection), .def = 0,
                   .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "
                          "docs/availability.md); for testing failover, never in production."},
+    /* The live dashboard on a port of its own (src/http/dashboard*.c). */
+    [S_DASHBOARD] = {.name = "dashboard", .type = F_STRING,
+                     .offset = offsetof(sip__config_t, dashboard),
+                     .valid = valid_http_address, .expect = HTTP_EXPECT,
+                     .doc = "Address serving only the live dashboard (/dashboard) and the read-only "
+                            "data it shows (docs/dashboard.md); the seed's port is 10200, e.g. "
+                            "\"0.0.0.0:10200\". The dashboard is also on server.http. Absent = off."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
