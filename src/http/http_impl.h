@@ -13,6 +13,7 @@
  *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
  *   shm.c         system shared memory: the routes (and the codec's part,
  *                 kserve_impl.h)
+ *   dashboard.c   the live dashboard: its page, data and report
  */
 #ifndef SIP_HTTP_IMPL_H
 #define SIP_HTTP_IMPL_H
@@ -65,6 +66,9 @@ struct sip__http {
   meta_t *cache;
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
+  /* server.dashboard: this daemon serves only the dashboard's routes
+   * (sip__http_dashboard_route); others are answered 404. */
+  int dashboard_only;
 };
 
 typedef enum route_kind {
@@ -88,6 +92,9 @@ typedef enum route_kind {
   R_SYS_SHM,     /* /v2/systemsharedmemory/... */
   R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
   R_ADMIN,       /* POST /v2/admin */
+  R_DASHBOARD,   /* GET /dashboard: the live dashboard's page */
+  R_DASH_DATA,   /* GET /v2/dashboard/data */
+  R_DASH_REPORT, /* GET /v2/dashboard/report: the page with a snapshot, self-contained */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -152,6 +159,30 @@ typedef struct sip__http_sse sip__http_sse_t;
 enum MHD_Result sip__http_events(hreq_t *q);
 /* Ends every event stream (before the daemons stop: none stays suspended). */
 void sip__http_sse_stop(sip__http_t *h);
+
+/* ---- dashboard.c: the live dashboard (docs/dashboard.md) ------------------- */
+enum MHD_Result sip__http_dashboard(hreq_t *q);
+enum MHD_Result sip__http_dashboard_data(hreq_t *q);
+enum MHD_Result sip__http_dashboard_report(hreq_t *q);
+/* 1 for the routes server.dashboard's own port serves: the page, its data
+ * and report, the event stream, /metrics and the health checks (all
+ * read-only). */
+int sip__http_dashboard_route(route_kind_t kind);
+/* The page (owned, sip__free; *len its length; NULL when out of memory):
+ * the template with its styles and scripts inlined. With `snapshot` (JSON
+ * text of sip__dash_data, borrowed) it is the report: the snapshot in a
+ * <script type="application/json" id="sip-snapshot"> element, then
+ * SIP__DASH_HISTORY_EMPTY, which the page's export button replaces with
+ * the history it recorded. */
+char *sip__dash_render(const char *snapshot, size_t *len);
+#define SIP__DASH_HISTORY_EMPTY "<script type=\"application/json\" id=\"sip-history\">null</script>"
+/* What the dashboard shows (owned): the status document (pools with their
+ * sessions, queues, latency and batch histograms, pipelines, connections)
+ * with each pool's settings (backend, priority, pool_size, model_path,
+ * dynamic_batching, source), "time_us" (wall clock), "draining" and
+ * "repository" (the repository index's models, failed loads with their
+ * reason). NULL when out of memory. */
+json_t *sip__dash_data(sip_server_t *s);
 
 /* ---- routes.c ------------------------------------------------------------ */
 
