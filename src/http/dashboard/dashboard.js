@@ -183,7 +183,7 @@
       return '<tr id="pool-' + esc(k) + '" data-pool="' + esc(k) + '" data-state="' +
              esc(p.state) + '">' +
              '<td>' + esc(k) + (p.priority ? ' <small>(' + esc(p.priority) + ')</small>' : '') +
-             '</td><td' + title + '>' + badge(p.state) +
+             '</td><td class="detail"' + title + '>' + badge(p.state) +
              (p.error ? ' <small class="error">' + esc(p.error) + '</small>' : '') + '</td>' +
              '<td class="num">' + (p.active_sessions != null ? p.active_sessions : 0) + ' / ' + n +
              '</td><td class="num">' + [q.high, q.medium, q.low, q.delayed].map(function (v) {
@@ -260,6 +260,7 @@
     }
     $('events').tBodies[0].innerHTML =
         rows.join('') || '<tr><td colspan="5" class="empty">no events yet</td></tr>';
+    $('footer').textContent = samples.length + ' samples · ' + events.length + ' events';
   }
 
   /* ---- charts (uPlot) ------------------------------------------------------ */
@@ -379,7 +380,6 @@
     renderSessions(cur);
     renderEvents();
     renderCharts(cur);
-    $('footer').textContent = samples.length + ' samples · ' + events.length + ' events';
   }
 
   /* ---- live ------------------------------------------------------------------ */
