@@ -185,9 +185,8 @@ json_t *sip__dash_data(sip_server_t *s) {
 
 /* ---- the routes -------------------------------------------------------------- */
 
-enum MHD_Result sip__http_dashboard(hreq_t *q) {
-  size_t len = 0;
-  char *page = sip__dash_render(NULL, &len);
+/* Sends a rendered page (owned; NULL: out of memory), never cached. */
+static enum MHD_Result send_page(hreq_t *q, char *page, size_t len, const char *disposition) {
   if (!page) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   struct MHD_Response *r =
       MHD_create_response_from_buffer_with_free_callback(len, page, sip__free);
@@ -196,7 +195,14 @@ enum MHD_Result sip__http_dashboard(hreq_t *q) {
     return MHD_NO;
   }
   MHD_add_response_header(r, "Cache-Control", "no-cache");
+  if (disposition) MHD_add_response_header(r, "Content-Disposition", disposition);
   return sip__http_queue(q->conn, 200, r, "text/html; charset=utf-8");
+}
+
+enum MHD_Result sip__http_dashboard(hreq_t *q) {
+  size_t len = 0;
+  char *page = sip__dash_render(NULL, &len);
+  return send_page(q, page, len, NULL);
 }
 
 enum MHD_Result sip__http_dashboard_data(hreq_t *q) {
@@ -212,16 +218,7 @@ enum MHD_Result sip__http_dashboard_report(hreq_t *q) {
   size_t len = 0;
   char *page = txt ? sip__dash_render(txt, &len) : NULL;
   sip_free(txt);
-  if (!page) return sip__http_send_error_msg(q->conn, 500, "out of memory");
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer_with_free_callback(len, page, sip__free);
-  if (!r) {
-    sip__free(page);
-    return MHD_NO;
-  }
-  MHD_add_response_header(r, "Cache-Control", "no-cache");
-  MHD_add_response_header(r, "Content-Disposition", "inline; filename=\"sip-report.html\"");
-  return sip__http_queue(q->conn, 200, r, "text/html; charset=utf-8");
+  return send_page(q, page, len, "inline; filename=\"sip-report.html\"");
 }
 
 int sip__http_dashboard_route(route_kind_t kind) {
