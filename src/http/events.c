@@ -119,9 +119,7 @@ static void sse_free(void *cls) {
   sip__free(x);
 }
 
-/* ?exclude=: a comma-separated list of event type names into a bit set;
- * an unknown name is INVALID_ARGUMENT listing the known ones. */
-static sip_error_t *parse_exclude(const char *list, uint64_t *mask) {
+sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask) {
   *mask = 0;
   for (const char *p = list; p && *p;) {
     size_t n = strcspn(p, ",");
@@ -152,7 +150,7 @@ static sip_error_t *parse_exclude(const char *list, uint64_t *mask) {
 enum MHD_Result sip__http_events(hreq_t *q) {
   const char *pool = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "pool");
   uint64_t exclude = 0;
-  sip_error_t *e = parse_exclude(
+  sip_error_t *e = sip__http_event_exclude(
       MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "exclude"), &exclude);
   if (e) return sip__http_send_error(q->conn, e);
   const char *execs = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "executions");

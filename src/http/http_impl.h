@@ -157,6 +157,10 @@ struct hreq {
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;
 enum MHD_Result sip__http_events(hreq_t *q);
+/* ?exclude=: a comma-separated list of event type names (NULL or "": none;
+ * empty items are skipped) into a bit set, bit t for type t; an unknown
+ * name is INVALID_ARGUMENT listing the known ones. */
+sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask);
 /* Ends every event stream (before the daemons stop: none stays suspended). */
 void sip__http_sse_stop(sip__http_t *h);
 
