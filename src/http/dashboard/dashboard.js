@@ -28,6 +28,7 @@
   var charts = {};
   var refreshTimer = null, refreshAt = 0, fetching = false;
   var pending = [], flushTimer = null;  /* events not yet shown */
+  var streamOpen = false, dataError = null;
   var FLUSH_MS = 150;                   /* events are shown in batches this often */
 
   function $(id) { return document.getElementById(id); }
@@ -118,6 +119,7 @@
     var pb = b.pools[k];
     if (!pb) return null;
     var pa = a && a.pools[k];
+    if (pa && pb.count < pa.count) pa = null;  /* counters restarted (the pool was reloaded) */
     var dt = pa ? b.t - a.t : uptime;
     var lat = pb.lat.map(function (c, i) { return pa && pa.lat[i] != null ? c - pa.lat[i] : c; });
     var dn = pa ? pb.count - pa.count : pb.count;
@@ -140,14 +142,25 @@
 
   /* ---- tables ------------------------------------------------------------ */
 
-  function renderHeader(d, live) {
-    $('server-info').textContent = 'version ' + d.version + ' · up ' + fmtDur(d.uptime_s) +
-        ' · ' + (d.draining ? 'draining' : d.ready ? 'ready' : 'not ready');
+  /* The badge: a report's time, or the live page's stream and data. */
+  function renderLink(d, live) {
     var link = $('link');
     if (!live) {
       link.textContent = 'report of ' + new Date(d.time_us / 1000).toLocaleString();
       link.className = 'badge';
+    } else if (dataError) {
+      link.textContent = 'no data: ' + dataError;
+      link.className = 'badge s-down';
+    } else {
+      link.textContent = streamOpen ? 'live' : 'reconnecting';
+      link.className = 'badge ' + (streamOpen ? 's-live' : 's-down');
     }
+  }
+
+  function renderHeader(d, live) {
+    $('server-info').textContent = 'version ' + d.version + ' · up ' + fmtDur(d.uptime_s) +
+        ' · ' + (d.draining ? 'draining' : d.ready ? 'ready' : 'not ready');
+    renderLink(d, live);
   }
 
   function renderAlerts(d) {
@@ -407,12 +420,12 @@
       if (!r.ok) throw new Error('HTTP ' + r.status);
       return r.json();
     }).then(function (d) {
+      dataError = null;
       addSample(d);
       renderAll(true);
     }).catch(function (err) {
-      var link = $('link');
-      link.textContent = 'no data: ' + err.message;
-      link.className = 'badge s-down';
+      dataError = err.message;
+      renderLink(cur, true);
     }).then(function () {
       fetching = false;
       scheduleRefresh(POLL_MS);
@@ -452,15 +465,16 @@
   }
 
   function connect() {
-    var link = $('link');
     var es = new EventSource('/v2/events?exclude=INFERENCE_COMPLETE&executions=0');
     es.onopen = function () {
-      link.textContent = 'live';
-      link.className = 'badge s-live';
+      streamOpen = true;
+      renderLink(cur, true);
     };
     es.onerror = function () {
-      link.textContent = 'reconnecting';
-      link.className = 'badge s-down';
+      /* The browser reconnects by itself; states may have changed meanwhile. */
+      streamOpen = false;
+      renderLink(cur, true);
+      scheduleRefresh(0);
     };
     var handle = function (m) {
       try {
