@@ -101,12 +101,17 @@ def wait_for(what, fn, timeout):
 
 
 def attr_rows(driver, css):
-    from selenium.webdriver.common.by import By
-    return driver.find_elements(By.CSS_SELECTOR, css)
+    """The elements matching `css` as {"text", attribute: value...}, read in
+    one script run: the page redraws its tables, so element handles go stale."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(function (e) {"
+        "  var o = {text: e.textContent};"
+        "  for (var i = 0; i < e.attributes.length; i++) o[e.attributes[i].name] = e.attributes[i].value;"
+        "  return o; });", css)
 
 
 def text_of(driver, css):
-    return " ".join(e.text for e in attr_rows(driver, css))
+    return " ".join(e["text"] for e in attr_rows(driver, css))
 
 
 # ---------------------------------------------------------------------------
@@ -181,8 +186,7 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         driver.get(base + "/dashboard")
         # Every pool of the config, with its state (the broken one FAILED).
         wait_for("every pool", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 3, 10)
-        states = {r.get_attribute("data-pool"): r.get_attribute("data-state")
-                  for r in attr_rows(driver, "#pools tr[data-pool]")}
+        states = {r["data-pool"]: r["data-state"] for r in attr_rows(driver, "#pools tr[data-pool]")}
         assert states == {"alpha": "READY", "beta": "READY", "cracked": "FAILED"}, states
         assert "alpha/1" in text_of(driver, "#sessions")
         wait_for("the event stream open", lambda: driver.find_element("id", "link").text == "live",
@@ -210,11 +214,11 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         assert reply.status >= 400, reply
         _, took = wait_for("brokenm's failure", lambda: [
             e for e in attr_rows(driver, '#repository tr[data-model="brokenm"]')
-            if e.get_attribute("data-state") == "UNAVAILABLE" and "cannot load" in e.text], 10)
+            if e["data-state"] == "UNAVAILABLE" and "cannot load" in e["text"]], 10)
         assert took < SHOW_WITHIN_S, "the failed load took %.2f s to show" % took
         _, took2 = wait_for("POOL_FAILED event", lambda: [
             e for e in attr_rows(driver, '#events tr[data-event="POOL_FAILED"]')
-            if "brokenm" in e.text], 10)
+            if "brokenm" in e["text"]], 10)
         assert took + took2 < SHOW_WITHIN_S
         print("dashboard: drain shown after %.3f s, failed load after %.3f s, its event after "
               "%.3f s" % (drain_took, took, took + took2))
