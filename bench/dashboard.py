@@ -8,16 +8,22 @@ backend (no compute), so the dashboard's share of each request is as large
 as it gets. Rounds alternate (none, open, none, ...); other work on the
 machine only ever slows a round down, so the best round of each is compared
 (the medians are printed too)."""
-import http.client
-import socket
-import statistics
-import threading
-import time
+import sys
 
-import numpy as np
+# bench/http.py would shadow the standard library's http package.
+_bench = sys.path.pop(0)
+import http.client  # noqa: E402
+sys.path.insert(0, _bench)
 
-from common import Sipd
-from cann_sip import InferenceRequest, SessionClient
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from common import Sipd  # noqa: E402
+from cann_sip import InferenceRequest, SessionClient  # noqa: E402
 
 N = 10000
 WINDOW = 64  # requests in flight
