@@ -90,7 +90,7 @@
   }
 
   function sampleOf(d) {
-    var s = {t: d.time_us / 1e6, pools: {}};
+    var s = {t: d.time_us / 1e6, pools: {}, sessions: {}};
     (d.pools || []).forEach(function (p) {
       var tot = (p.latency_us || {}).total || {buckets: []};
       var bs = (p.batch_sizes || {}).buckets || [];
@@ -98,6 +98,7 @@
       (p.sessions || []).forEach(function (x) {
         var st = x.drained ? 'DRAINED' : x.state;
         states[st] = (states[st] || 0) + 1;
+        s.sessions[x.id] = st;
       });
       s.pools[poolKey(p)] = {
         count: sum(p.requests || {}), ok: (p.requests || {}).OK || 0,
@@ -304,11 +305,15 @@
         s.points = {show: false};
       }
       if (opts && opts.dash && opts.dash[i]) s.dash = [6, 4];
+      if (opts && opts.stepped) s.paths = uPlot.paths.stepped({align: 1});
       return s;
     }));
     var o = {width: chartWidth(el), height: 200, series: series,
              scales: {x: {time: !(opts && opts.bars)}}, legend: {live: false}};
-    if (opts && opts.xvalues) o.axes = [{values: opts.xvalues}, {}];
+    if (opts && (opts.xvalues || opts.yvalues))
+      o.axes = [opts.xvalues ? {values: opts.xvalues} : {},
+                opts.yvalues ? {values: opts.yvalues, size: 90, incrs: [1], space: 12} : {}];
+    if (opts && opts.yrange) o.scales.y = {range: opts.yrange};
     charts[id] = {sig: sig, u: new uPlot(o, data, el)};
   }
 
@@ -364,6 +369,7 @@
     plot('chart-latency', latNames, latData, {dash: dash});
     plot('chart-queue', prios, [xs].concat(queue));
     plot('chart-sessions', stateList, [xs].concat(states));
+    renderTimeline();
     $('sla-chart-box').hidden = !slaKeys.length;
     if (slaKeys.length) plot('chart-sla', slaKeys.map(function (k) { return k + ' %'; }), [xs].concat(sla));
 
@@ -381,6 +387,38 @@
          {bars: true, xvalues: function (u, vals) {
            return vals.map(function (v) { return labels[v] != null && v === Math.round(v) ? labels[v] : ''; });
          }});
+  }
+
+  /* Each session's state at each sample, one stepped line per session (at
+   * most MAX_TIMELINE), on a categorical axis of the states. */
+  var TIMELINE_STATES = ['DESTROYED', 'FAILED', 'INIT', 'SUSPENDED', 'DRAINED', 'READY', 'RUNNING'];
+  var MAX_TIMELINE = 16;
+
+  function renderTimeline() {
+    var ids = {};
+    samples.forEach(function (s) {
+      for (var id in s.sessions || {}) ids[id] = 1;
+    });
+    var list = Object.keys(ids).sort().slice(0, MAX_TIMELINE);
+    var xs = samples.map(function (s) { return s.t; });
+    var ys = list.map(function (id, j) {
+      /* Sessions in one state would hide each other: each is drawn a little apart. */
+      var off = (j % 8) * 0.07 - 0.25;
+      return samples.map(function (s) {
+        var st = (s.sessions || {})[id];
+        var i = TIMELINE_STATES.indexOf(st);
+        return st == null ? null : (i < 0 ? TIMELINE_STATES.length : i) + off;
+      });
+    });
+    plot('chart-timeline', list, [xs].concat(ys), {
+      stepped: true,
+      yvalues: function (u, vals) {
+        return vals.map(function (v) {
+          return v === Math.round(v) ? TIMELINE_STATES[v] || (v === TIMELINE_STATES.length ? 'other' : '') : '';
+        });
+      },
+      yrange: [-1, TIMELINE_STATES.length + 1]
+    });
   }
 
   function renderAll(live) {
