@@ -375,3 +375,53 @@ def test_event_stream_filters(start_sipd):
     ev = sse_first_event(base, "exclude=INFERENCE_COMPLETE&executions=0", infer_then_drain)
     assert ev["event"] == "STATE_CHANGE" and ev["session"] == "f/0", ev
     assert {ev["old_state"], ev["new_state"]} != {"READY", "RUNNING"}, ev
+
+
+def test_dashboard_shows_sla_and_alerts(start_sipd, tmp_path):
+    """A pool's status "sla" object (the SLA monitor's) and ALERT events are
+    shown when present: the report of a server, its snapshot given an "sla"
+    on one pool and its history an ALERT event, opened in the browser. The
+    other pool, without one, shows none."""
+    srv = start_sipd([builtin("fast"), builtin("slow")], server={"http": "127.0.0.1:0"})
+    r = sip(srv.endpoint, "report", "--html", "-")
+    assert r.returncode == 0, r.stderr
+    refs = _Refs()
+    refs.feed(r.stdout)
+    snap = json.loads(refs.scripts["sip-snapshot"])
+    now = snap["time_us"]
+    for p in snap["pools"]:
+        if p["name"] == "slow":
+            p["sla"] = {"targets": {"latency_p99_ms": 5}, "window_s": 10, "compliance": 0.625,
+                        "last_window": {"p99_ms": 40.0, "availability": 1.0,
+                                        "throughput_rps": 3.0, "ok": False},
+                        "alert": {"level": "critical", "since_us": now - 5000000,
+                                  "reason": "p99 40 ms over the 5 ms target"}}
+    history = {"samples": [], "events": [
+        {"event": "ALERT", "time_us": now - 5000000, "pool": "slow", "session": "",
+         "level": "critical", "state": "firing", "reason": "p99 40 ms over the 5 ms target"}]}
+    doc = r.stdout.replace(refs.scripts["sip-snapshot"],
+                           json.dumps(snap).replace("<", "\\u003c"))
+    doc = doc.replace('<script type="application/json" id="sip-history">null</script>',
+                      '<script type="application/json" id="sip-history">%s</script>'
+                      % json.dumps(history))
+    page = tmp_path / "sla.html"
+    page.write_text(doc)
+    driver = browser(tmp_path)
+    try:
+        console = Console(driver)
+        driver.get("file://" + str(page))
+        wait_for("the pools", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 2, 10)
+        assert driver.find_element("id", "alerts").is_displayed()
+        alerts = attr_rows(driver, "#alert-list li")
+        assert [a["data-alert"] for a in alerts] == ["slow"]
+        assert "critical" in alerts[0]["text"] and "over the 5 ms target" in alerts[0]["text"]
+        rows = {x["data-pool"]: x["text"] for x in attr_rows(driver, "#pools tr[data-pool]")}
+        assert "62.5%" in rows["slow"] and "critical" in rows["slow"]
+        assert "%" not in rows["fast"]
+        ev = attr_rows(driver, '#events tr[data-event="ALERT"]')
+        assert len(ev) == 1 and "critical firing" in ev[0]["text"]
+        assert driver.find_element("id", "sla-chart-box").is_displayed()
+        assert console.errors() == [], console.errors()
+        driver.save_screenshot(str(tmp_path / "sla.png"))
+    finally:
+        driver.quit()

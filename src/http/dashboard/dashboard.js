@@ -317,8 +317,21 @@
     charts[id] = {sig: sig, u: new uPlot(o, data, el)};
   }
 
+  /* A time chart with fewer than two samples: a line saying so instead. */
+  function noHistory(id) {
+    if (charts[id]) {
+      charts[id].u.destroy();
+      delete charts[id];
+    }
+    $(id).innerHTML = '<p class="empty">' + (document.getElementById('sip-snapshot')
+        ? 'no history in this report: the page records it while open (Export keeps it)'
+        : 'waiting for a second sample') + '</p>';
+  }
+
   function renderCharts(d) {
     var keys = (d.pools || []).map(poolKey);
+    var timeCharts = ['chart-throughput', 'chart-latency', 'chart-queue', 'chart-sessions',
+                      'chart-timeline', 'chart-sla'];
     var xs = [], rps = keys.map(function () { return []; });
     var p50 = keys.map(function () { return []; }), p99 = keys.map(function () { return []; });
     var prios = ['high', 'medium', 'low', 'delayed'], queue = prios.map(function () { return []; });
@@ -359,6 +372,12 @@
         sla[j].push(c == null ? null : 100 * c);
       });
     }
+    $('sla-chart-box').hidden = !slaKeys.length && !(d.pools || []).some(function (p) { return p.sla; });
+    renderBatches(d);
+    if (samples.length < 2) {
+      timeCharts.forEach(noHistory);
+      return;
+    }
     plot('chart-throughput', keys, [xs].concat(rps));
     var latNames = [], latData = [xs], dash = [];
     keys.forEach(function (k, j) {
@@ -370,15 +389,17 @@
     plot('chart-queue', prios, [xs].concat(queue));
     plot('chart-sessions', stateList, [xs].concat(states));
     renderTimeline();
-    $('sla-chart-box').hidden = !slaKeys.length;
     if (slaKeys.length) plot('chart-sla', slaKeys.map(function (k) { return k + ' %'; }), [xs].concat(sla));
+  }
 
-    /* Batch sizes: executions per bucket over all pools, since the start. */
+  /* Batch sizes: executions per bucket over all pools, since the start. */
+  function renderBatches(d) {
     var labels = [], counts = [];
     (d.pools || []).forEach(function (p) {
       var prev = 0;
-      ((p.batch_sizes || {}).buckets || []).forEach(function (bk, i) {
-        labels[i] = bk[0] === '+Inf' ? '>' + labels[i - 1] : '≤' + bk[0];
+      var bs = (p.batch_sizes || {}).buckets || [];
+      bs.forEach(function (bk, i) {
+        labels[i] = bk[0] === '+Inf' ? '>' + (i ? bs[i - 1][0] : 0) : '≤' + bk[0];
         counts[i] = (counts[i] || 0) + bk[1] - prev;
         prev = bk[1];
       });
