@@ -175,13 +175,19 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
     pools = [builtin("alpha", 2), builtin("beta"),
              {"name": "cracked", "model_path": str(models.write_corrupt(tmp_path / "c.onnx")),
               "pool_size": 1}]
-    srv = start_sipd(pools, server={"http": "127.0.0.1:0", "model_repository": str(repo),
+    srv = harness.SipServer(tmp_path / "sipd", pools,
+                            server={"http": "127.0.0.1:0", "model_repository": str(repo),
                                     "model_control": "explicit"})
+    cfg = srv.config()
+    cfg["pipeline_sessions"] = [{"name": "chain", "stages": [{"name": "first", "pool": "beta"}]}]
+    srv.config = lambda: cfg
+    srv.start()
     base = K.http_base(srv)
     downloads = tmp_path / "downloads"
     downloads.mkdir()
-    driver = browser(downloads)
+    driver = None
     try:
+        driver = browser(downloads)
         console = Console(driver)
         driver.get(base + "/dashboard")
         # Every pool of the config, with its state (the broken one FAILED).
@@ -189,6 +195,9 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         states = {r["data-pool"]: r["data-state"] for r in attr_rows(driver, "#pools tr[data-pool]")}
         assert states == {"alpha": "READY", "beta": "READY", "cracked": "FAILED"}, states
         assert "alpha/1" in text_of(driver, "#sessions")
+        chain = attr_rows(driver, '#pipelines tr[data-pipeline="chain"]')
+        assert len(chain) == 1 and chain[0]["data-state"] == "READY", chain
+        assert "first (beta)" in chain[0]["text"]
         wait_for("the event stream open", lambda: driver.find_element("id", "link").text == "live",
                  10)
         c = srv.client()
@@ -253,7 +262,10 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         assert console.errors() == [], console.errors()
         driver.save_screenshot(str(tmp_path / "report.png"))
     finally:
-        driver.quit()
+        if driver:
+            driver.quit()
+        rc = srv.stop()
+    assert rc == 0, srv.log_tail()
 
 
 def test_sip_report_html(start_sipd, tmp_path):

@@ -216,11 +216,15 @@
   function renderPipelines(d) {
     var rows = (d.pipelines || []).map(function (p) {
       var stages = (p.stages || []).map(function (s) {
-        return esc(s.name) + (s.pool ? ' (' + esc(s.pool) + ')' : s.operation ? ' [' + esc(s.operation) + ']' : '');
+        return esc(s.name) + (s.pool ? ' (' + esc(s.pool) + ')' : s.operation ? ' [' + esc(s.operation) + ']' : '') +
+               (s.ran != null ? ' <small>' + s.ran + ' ran</small>' : '');
       }).join(' → ');
+      var req = p.requests || {}, ok = req.OK || 0, lat = p.latency_us || {};
       return '<tr data-pipeline="' + esc(p.name) + '" data-state="' + esc(p.state) + '"><td>' +
-             esc(p.name) + '</td><td>' + badge(p.state || '?') +
-             (p.error ? ' <small>' + esc(p.error) + '</small>' : '') + '</td><td>' + stages +
+             esc(p.name) + '</td><td class="detail">' + badge(p.state || '?') +
+             (p.error ? ' <small class="error">' + esc(p.error) + '</small>' : '') + '</td><td>' +
+             stages + '</td><td class="num">' + ok + '</td><td class="num">' + (sum(req) - ok) +
+             '</td><td class="num">' + (ok && lat.ok != null ? fmt(lat.ok / ok / 1000) : '–') +
              '</td></tr>';
     });
     $('pipelines').tBodies[0].innerHTML = rows.join('');
