@@ -437,3 +437,16 @@ def test_dashboard_shows_sla_and_alerts(start_sipd, tmp_path):
         driver.save_screenshot(str(tmp_path / "sla.png"))
     finally:
         driver.quit()
+
+
+def test_sip_report_from_a_wildcard_address(start_sipd, tmp_path):
+    """server.dashboard on 0.0.0.0: `sip report` over tcp:// reaches it at the
+    endpoint's host."""
+    srv = start_sipd([builtin("w")], server={"dashboard": "0.0.0.0:0"}, unix=False)
+    assert srv.endpoint.startswith("tcp://127.0.0.1:")
+    addr = K.printed_address(srv, "http")
+    assert addr.startswith("http://0.0.0.0:") and addr.endswith("/dashboard"), addr
+    out = tmp_path / "w.html"
+    r = sip(srv.endpoint, "report", "--html", str(out))
+    assert r.returncode == 0, r.stderr
+    check_self_contained(out.read_text(), ["w"])
