@@ -13,7 +13,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]\n"
-          "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port\n"
+          "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port (bench and report: also\n"
+          "            http://host:port)\n"
           "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
           "            $SIP_TOKEN: a bearer token of the server's server.auth (native AUTH;\n"
           "            Authorization: Bearer for bench over http://)\n"
@@ -49,6 +50,9 @@ static void usage(FILE *f) {
           "  pool update POOL [--size N] [--max-memory-mb M] [--max-compute-percent C]\n"
           "                         change a serving pool's size or quotas (kept in\n"
           "                         server.state_dir across restarts)\n"
+          "  report --html FILE     the dashboard's self-contained HTML report of the server\n"
+          "                         now (FILE - : standard output; from its server.http or\n"
+          "                         server.dashboard address, or -e http://HOST:PORT)\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -822,7 +826,9 @@ int main(int argc, char **argv) {
   }
   int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session") || !strcmp(cmd, "pool") ||
               !strcmp(cmd, "profile");
-  if (!kind && !repo && !admin && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
+  int report = !strcmp(cmd, "report");
+  if (!kind && !repo && !admin && !report && strcmp(cmd, "infer") != 0 &&
+      strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
@@ -830,6 +836,8 @@ int main(int argc, char **argv) {
   sip_client_t *c = NULL;
   if (!strcmp(cmd, "bench") && !strncmp(ep, "http://", 7)) /* bench speaks HTTP itself */
     return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
+  if (report && !strncmp(ep, "http://", 7)) /* straight from the HTTP address */
+    return sip_cli_report(NULL, ep, argc - i - 1, argv + i + 1);
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
   const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
@@ -843,7 +851,9 @@ int main(int argc, char **argv) {
     }
   }
   int rc = 0;
-  if (admin) {
+  if (report) {
+    rc = sip_cli_report(c, ep, argc - i - 1, argv + i + 1);
+  } else if (admin) {
     rc = cmd_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);
   } else if (repo) {
     rc = cmd_repo(c, !strcmp(cmd, "models") ? "index" : cmd,

@@ -403,6 +403,7 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->endpoints);
   sip__free(cfg->http);
   sip__free(cfg->grpc);
+  sip__free(cfg->dashboard);
   sip__free(cfg->model_repository);
   sip__free(cfg->state_dir);
   cfg_security_free(cfg);

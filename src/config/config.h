@@ -219,6 +219,7 @@ typedef struct sip__config {
   char *grpc;                 /* server.grpc "host:port" (KServe v2 gRPC front-end); NULL: off */
   size_t grpc_max_message_bytes; /* server.grpc_max_message_bytes, default 64 MiB */
   int grpc_threads;           /* server.grpc_threads, 1..64, default 2 */
+  char *dashboard;            /* server.dashboard "host:port" (the dashboard alone); NULL: off */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */

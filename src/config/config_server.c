@@ -25,7 +25,7 @@ enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BOD
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
-       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_COUNT };
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -175,6 +175,13 @@ static const field_t server_fields[S_COUNT] = {
                  .doc = "Host header values the HTTP front-end answers; absent = localhost "
                         "names, the listen address, and any Host when listening on a wildcard "
                         "address with tokens set."},
+    /* The live dashboard on a port of its own (src/http/dashboard*.c). */
+    [S_DASHBOARD] = {.name = "dashboard", .type = F_STRING,
+                     .offset = offsetof(sip__config_t, dashboard),
+                     .valid = valid_http_address, .expect = HTTP_EXPECT,
+                     .doc = "Address serving only the live dashboard (/dashboard) and the read-only "
+                            "data it shows (docs/dashboard.md); the seed's port is 10200, e.g. "
+                            "\"0.0.0.0:10200\". The dashboard is also on server.http. Absent = off."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -42,6 +42,10 @@ int sip__http_route_group(route_kind_t kind) {
   case R_ALL_STATS:
   case R_METRICS:
   case R_EVENTS:
+  case R_STATUS:
+  case R_DASHBOARD:
+  case R_DASH_DATA:
+  case R_DASH_REPORT:
     return SIP__AUTH_METRICS;
   case R_REPO_INDEX:
   case R_REPO_LOAD:

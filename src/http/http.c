@@ -137,6 +137,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     atomic_fetch_add(&h->inflight, 1);
     sip__http_conns_headers_in(h, c);
     q->route = sip__http_route_match(url, &q->model, &q->version);
+    if (q->route && h->dashboard_only && !sip__http_dashboard_route(q->route->kind))
+      q->route = NULL; /* the dashboard's own port: its routes only (404) */
     q->kind = q->route ? q->route->kind : R_NONE;
     sip__http_guard(q, method); /* auth.c: answered once the request is in, or now */
     /* A request the client may not make hears that first, even when its
@@ -208,12 +210,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-/* Binds "host:port" (IPv6 hosts in brackets) and listens. */
-static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, size_t addr_n) {
+/* Binds "host:port" (IPv6 hosts in brackets) and listens; `key` names the
+ * config key in errors. */
+static sip_error_t *bind_listen(const char *key, const char *hostport, int *fd_out, char *addr,
+                                size_t addr_n) {
   char host[260];
   const char *colon = strrchr(hostport, ':');
   if (!colon || (size_t)(colon - hostport) >= sizeof host)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "server.http '%s': expected HOST:PORT", hostport);
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s '%s': expected HOST:PORT", key, hostport);
   const char *h0 = hostport, *h1 = colon;
   if (*h0 == '[' && h1 > h0 && h1[-1] == ']') h0++, h1--;
   memcpy(host, h0, (size_t)(h1 - h0));
@@ -222,7 +226,7 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
                            .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
   int rc = getaddrinfo(host, colon + 1, &hints, &res);
   if (rc)
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: cannot resolve '%s': %s", hostport,
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: cannot resolve '%s': %s", key, hostport,
                          host, gai_strerror(rc));
   int fd = -1, err = 0;
   for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
@@ -242,7 +246,7 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
   freeaddrinfo(res);
   if (fd < 0) {
     char eb[128];
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: cannot listen: %s", hostport,
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: cannot listen: %s", key, hostport,
                          strerror_r(err, eb, sizeof eb));
   }
   struct sockaddr_storage ss;
@@ -369,14 +373,18 @@ static void *accept_loop(void *arg) {
   return NULL;
 }
 
-static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_) {
-  const sip__config_t *cfg = options;
+/* Starts a front-end on `address` (`key` names it in errors): the KServe
+ * front-end, or with dashboard_only the dashboard's own port. */
+static sip_error_t *start_on(sip_server_t *s, const sip__config_t *cfg, const char *key,
+                             const char *address, int threads, int dashboard_only,
+                             void **out_) {
   sip__http_t **out = (sip__http_t **)out_;
   *out = NULL;
   sip__http_t *h = sip__calloc(1, sizeof *h);
   if (!h) return SIP__OOM();
   h->s = s;
   h->cfg = cfg;
+  h->dashboard_only = dashboard_only;
   h->listen_fd = h->wake[0] = h->wake[1] = -1;
   pthread_mutex_init(&h->cache_mu, NULL);
   pthread_mutex_init(&h->sse_mu, NULL);
@@ -391,12 +399,12 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   sip__ks_json_classic(classic && *classic && strcmp(classic, "0"));
   int fd = -1;
   sip_error_t *e = sip__http_conns_init(h);
-  if (!e) e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
+  if (!e) e = bind_listen(key, address, &fd, h->address, sizeof h->address);
   if (e) {
     free_http(h);
     return e;
   }
-  h->n_d = cfg->http_threads > 1 ? cfg->http_threads : 1;
+  h->n_d = threads > 1 ? threads : 1;
   if (!(h->d = sip__calloc((size_t)h->n_d, sizeof *h->d))) {
     close(fd);
     free_http(h);
@@ -454,14 +462,29 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       if (h->d[i]) MHD_stop_daemon(h->d[i]);
     close(fd);
     free_http(h);
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: libmicrohttpd failed to start",
-                         cfg->http);
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: libmicrohttpd failed to start", key,
+                         address);
   }
-  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu tls=%s auth=%s",
-           h->address, cfg->http_threads, cfg->http_max_body_bytes, h->tls_cert ? "on" : "off",
+  if (dashboard_only) /* the address printed is the page's */
+    snprintf(h->address + strlen(h->address), sizeof h->address - strlen(h->address),
+             "/dashboard");
+  sip__log(SIP__LOG_INFO, dashboard_only ? "dashboard listening" : "http listening",
+           "address=%s threads=%d max_body_bytes=%zu tls=%s auth=%s", h->address, h->n_d,
+           cfg->http_max_body_bytes, h->tls_cert ? "on" : "off",
            sip__auth_enabled(&cfg->auth) ? "tokens" : "open");
   *out = h;
   return NULL;
+}
+
+static sip_error_t *http_start(sip_server_t *s, const void *options, void **out) {
+  const sip__config_t *cfg = options;
+  return start_on(s, cfg, "server.http", cfg->http, cfg->http_threads, 0, out);
+}
+
+/* One event-loop thread: the dashboard's clients are few. */
+static sip_error_t *dashboard_start(sip_server_t *s, const void *options, void **out) {
+  const sip__config_t *cfg = options;
+  return start_on(s, cfg, "server.dashboard", cfg->dashboard, 1, 1, out);
 }
 
 static void http_stop(void *state) {
@@ -496,12 +519,22 @@ static const char *http_address(void *state, size_t i) {
 }
 
 static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
-  emit(ctx, "http", atomic_load(&((sip__http_t *)state)->conns));
+  sip__http_t *h = state;
+  emit(ctx, h->dashboard_only ? "dashboard" : "http", atomic_load(&h->conns));
 }
 
 const sip_frontend_vtable_t sip__frontend_http = {
     .name = "http",
     .start = http_start,
+    .stop = http_stop,
+    .address_count = http_address_count,
+    .address = http_address,
+    .connections = http_connections,
+};
+
+const sip_frontend_vtable_t sip__frontend_dashboard = {
+    .name = "dashboard",
+    .start = dashboard_start,
     .stop = http_stop,
     .address_count = http_address_count,
     .address = http_address,

@@ -18,6 +18,7 @@
  *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
  *   shm.c         system shared memory: the routes (and the codec's part,
  *                 kserve_impl.h)
+ *   dashboard.c   the live dashboard: its page, data and report
  */
 #ifndef SIP_HTTP_IMPL_H
 #define SIP_HTTP_IMPL_H
@@ -75,6 +76,9 @@ struct sip__http {
   struct sip__http_sse *sse;
   sip__http_conns_t *cs; /* connection limits, header deadlines, hang-ups (conns.c) */
   char *tls_cert, *tls_key; /* server.tls: the PEM texts, while the daemons run */
+  /* server.dashboard: this daemon serves only the dashboard's routes
+   * (sip__http_dashboard_route); others are answered 404. */
+  int dashboard_only;
 };
 
 typedef enum route_kind {
@@ -99,6 +103,9 @@ typedef enum route_kind {
   R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
   R_ADMIN,       /* POST /v2/admin */
   R_STATUS,      /* GET /v2/status: the status document (pools, sessions, sla, alerts) */
+  R_DASHBOARD,   /* GET /dashboard: the live dashboard's page */
+  R_DASH_DATA,   /* GET /v2/dashboard/data */
+  R_DASH_REPORT, /* GET /v2/dashboard/report: the page with a snapshot, self-contained */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -184,8 +191,36 @@ enum MHD_Result sip__http_send_denied(hreq_t *q);
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;
 enum MHD_Result sip__http_events(hreq_t *q);
+/* ?exclude=: a comma-separated list of event type names (NULL or "": none;
+ * empty items are skipped) into a bit set, bit t for type t; an unknown
+ * name is INVALID_ARGUMENT listing the known ones. */
+sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask);
 /* Ends every event stream (before the daemons stop: none stays suspended). */
 void sip__http_sse_stop(sip__http_t *h);
+
+/* ---- dashboard.c: the live dashboard (docs/dashboard.md) ------------------- */
+enum MHD_Result sip__http_dashboard(hreq_t *q);
+enum MHD_Result sip__http_dashboard_data(hreq_t *q);
+enum MHD_Result sip__http_dashboard_report(hreq_t *q);
+/* 1 for the routes server.dashboard's own port serves: the page, its data
+ * and report, the event stream, /metrics and the health checks (all
+ * read-only). */
+int sip__http_dashboard_route(route_kind_t kind);
+/* The page (owned, sip__free; *len its length; NULL when out of memory):
+ * the template with its styles and scripts inlined. With `snapshot` (JSON
+ * text of sip__dash_data, borrowed) it is the report: the snapshot in a
+ * <script type="application/json" id="sip-snapshot"> element, then
+ * SIP__DASH_HISTORY_EMPTY, which the page's export button replaces with
+ * the history it recorded. */
+char *sip__dash_render(const char *snapshot, size_t *len);
+#define SIP__DASH_HISTORY_EMPTY "<script type=\"application/json\" id=\"sip-history\">null</script>"
+/* What the dashboard shows (owned): the status document (pools with their
+ * sessions, queues, latency and batch histograms, pipelines, connections)
+ * with each pool's settings (backend, priority, pool_size, model_path,
+ * dynamic_batching, source), "time_us" (wall clock), "draining" and
+ * "repository" (the repository index's models, failed loads with their
+ * reason). NULL when out of memory. */
+json_t *sip__dash_data(sip_server_t *s);
 
 /* ---- routes.c ------------------------------------------------------------ */
 

@@ -212,6 +212,12 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
           s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
       json_object_set_new(root, "connections", conns);
       json_object_set_new(root, "alerts", sip__sla_monitor_json(s));
+      /* Where it listens ("http://host:port/dashboard" among them): what
+       * `sip report` fetches the dashboard's report from. */
+      json_t *eps = json_array();
+      for (size_t k = 0; k < sip_server_endpoint_count(s); k++)
+        json_array_append_new(eps, json_string(sip_server_endpoint(s, k)));
+      json_object_set_new(root, "endpoints", eps);
     }
   }
   sip__registry_release(v, n);
