@@ -326,7 +326,8 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(idem_max_entries) || !SAME(idem_max_bytes) || !SAME(hang_timeout_ms) ||
       !SAME(health_check_interval_ms) || !SAME(failover_strategy) ||
       !SAME(failover_max_retries) || !str_same(a->fallback_pool, b->fallback_pool) ||
-      !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms))
+      !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
+      !SAME(isolation))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||

@@ -19,6 +19,7 @@
 #include "backend/backends.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/isolation.h"
 #include "session/sequence.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
@@ -368,8 +369,18 @@ static void load(sip__pool_t *p) {
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && (p->backend->flags & SIP_BACKEND_MEMORY_ARENA))
     opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
-  if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
-      (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts, &p->model))) {
+  if (c->isolation == SIP__ISOLATION_PROCESS) {
+    /* The model loads in a worker process; the pool runs on a backend
+     * that forwards to it (isolation.c). */
+    if ((e = sip__iso_load(p, p->backend, p->resolved_path, n_opts ? opts : NULL, n_opts,
+                           &p->model))) {
+      pool_fail(p, e);
+      return;
+    }
+    p->backend = &p->iso_vt;
+  } else if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
+             (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts,
+                                   &p->model))) {
     pool_fail(p, e);
     return;
   }
