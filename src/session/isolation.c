@@ -132,7 +132,7 @@ static ssize_t ctl_call(worker_t *k, const void *msg, size_t len, int fd, void *
     if (pf[1].revents) return -1; /* ended */
   }
   int got = -1;
-  ssize_t n = sip__wk_recv(k->ctl, reply, cap, &got);
+  ssize_t n = sip__wk_recv(k->ctl, reply, cap, &got, 0);
   if (got >= 0) close(got);
   return n > 0 ? n : -1;
 }
@@ -706,7 +706,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
     char buf[sizeof(wk_done_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t) + 1024];
     wk_done_t d;
   } a;
-  ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL);
+  ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, sip__wk_spin_us());
   if (n <= 0) return lost(s, pid);
   const wk_done_t *d = &a.d;
   if ((size_t)n < sizeof *d || d->op != SIP__WK_DONE)

@@ -33,8 +33,12 @@ void sip__iso_kill(sip__iso_t *w, const char *why);
 
 /* Messages with at most one file descriptor on a SOCK_SEQPACKET socket
  * (worker.c). send: 0 or -1. recv: the length, 0 at EOF, -1 on error;
- * *fd a received descriptor (close-on-exec) or -1. */
+ * *fd a received descriptor (close-on-exec) or -1; polls for up to
+ * spin_us microseconds before it sleeps. */
 int sip__wk_send(int sock, const void *msg, size_t len, int fd);
-ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd);
+ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us);
+/* How long a channel is polled before sleeping: SIP_WORKER_SPIN_US
+ * (0..1000 microseconds), default 0 (no polling). */
+int64_t sip__wk_spin_us(void);
 
 #endif

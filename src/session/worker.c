@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include "sip/worker.h"
 
 #define ALIGN 64
+#define SPIN_US 0 /* polling a channel costs more than it saves on a busy machine */
 #define ALIGN_UP(x) (((x) + (ALIGN - 1)) & ~(size_t)(ALIGN - 1))
 
 /* ---- messages with a file descriptor ---- */
@@ -56,7 +58,30 @@ int sip__wk_send(int sock, const void *msg, size_t len, int fd) {
   return n == (ssize_t)len ? 0 : -1;
 }
 
-ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd) {
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+int64_t sip__wk_spin_us(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v >= 0) return v;
+  const char *env = getenv("SIP_WORKER_SPIN_US");
+  long x = SPIN_US;
+  if (env && *env) {
+    char *end = NULL;
+    long y = strtol(env, &end, 10);
+    if (!*end && y >= 0 && y <= 1000) x = y;
+  }
+  atomic_store(&cached, (int)x);
+  return x;
+}
+
+ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us) {
   struct iovec iov = {buf, cap};
   union {
     char buf[CMSG_SPACE(sizeof(int))];
@@ -64,9 +89,19 @@ ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd) {
   } u;
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
                       .msg_controllen = sizeof u.buf};
-  ssize_t n;
-  while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  ssize_t n = -1;
+  /* A message due soon (the answer to a short execution, the next request
+   * of a client waiting for each answer) is caught without a sleep and a
+   * wake-up on both sides of the channel. */
+  if (spin_us > 0) {
+    uint64_t until = sip__now_us() + (uint64_t)spin_us;
+    while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
+           (errno == EAGAIN || errno == EINTR) && sip__now_us() < until)
+      for (int i = 0; i < 16; i++) cpu_relax();
   }
+  if (n < 0)
+    while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+    }
   if (fd) *fd = -1;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n >= 0 && c; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -256,6 +291,7 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
 /* A session's thread: executions until the server closes the channel. */
 static void *serve(void *arg) {
   wsess_t *s = arg;
+  int64_t spin_us = 0; /* after an answer: poll for the next request before sleeping */
   static _Thread_local union {
     char buf[sizeof(wk_exec_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t)];
     wk_exec_t x;
@@ -263,7 +299,8 @@ static void *serve(void *arg) {
   static _Thread_local char reply[sizeof(wk_done_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t) + 1024];
   for (;;) {
     int fd = -1;
-    ssize_t n = sip__wk_recv(s->sock, msg.buf, sizeof msg.buf, &fd);
+    ssize_t n = sip__wk_recv(s->sock, msg.buf, sizeof msg.buf, &fd, spin_us);
+    spin_us = sip__wk_spin_us();
     if (n <= 0) break;
     const wk_exec_t *x = &msg.x;
     size_t len;
@@ -417,7 +454,7 @@ int sip_worker_main(int argc, char **argv) {
   if (!buf || !msg) return 1;
   for (;;) {
     int fd = -1;
-    ssize_t n = sip__wk_recv(ctl, msg, SIP__WK_MAX_MSG, &fd);
+    ssize_t n = sip__wk_recv(ctl, msg, SIP__WK_MAX_MSG, &fd, 0);
     if (n <= 0) break; /* the server closed the channel: the pool stops */
     size_t len;
     uint32_t op = (size_t)n >= sizeof(uint32_t) ? *(uint32_t *)msg : 0;
