@@ -117,24 +117,26 @@ static int ms_until(uint64_t at_us) {
 }
 
 /* One request and its answer on a worker's control channel; the answer's
- * length, or -1 when the worker ended or did not answer in time
- * (timeout_ms < 0: waits as long as it lives). */
+ * length, or -1 with errno ETIMEDOUT when the worker did not answer in
+ * time (timeout_ms < 0: waits as long as it lives), ESRCH when it ended. */
 static ssize_t ctl_call(worker_t *k, const void *msg, size_t len, int fd, void *reply,
                         size_t cap, int timeout_ms) {
-  if (k->pid <= 0 || sip__wk_send(k->ctl, msg, len, fd) != 0) return -1;
+  errno = ESRCH;
+  if (k->pid <= 0 || sip__wk_send(k->ctl, msg, len, fd) != 0) return errno = ESRCH, -1;
   struct pollfd pf[2] = {{k->ctl, POLLIN, 0}, {k->pidfd, POLLIN, 0}};
   uint64_t until = timeout_ms < 0 ? 0 : sip__now_us() + (uint64_t)timeout_ms * 1000;
   for (;;) {
     int r = poll(pf, k->pidfd >= 0 ? 2 : 1, timeout_ms < 0 ? -1 : ms_until(until));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1; /* timed out */
+    if (r < 0) return errno = ESRCH, -1;
+    if (r == 0) return errno = ETIMEDOUT, -1;
     if (pf[0].revents) break;
-    if (pf[1].revents) return -1; /* ended */
+    if (pf[1].revents) return errno = ESRCH, -1; /* ended */
   }
   int got = -1;
   ssize_t n = sip__wk_recv(k->ctl, reply, cap, &got, 0);
   if (got >= 0) close(got);
-  return n > 0 ? n : -1;
+  return n > 0 ? n : (errno = ESRCH, -1);
 }
 
 /* Starts a worker process; -1 with errno when it could not. */
@@ -334,11 +336,12 @@ static void note_end(sip__iso_t *w, pid_t pid, int st, const char *load_error, u
   }
 }
 
-/* Pings a worker; 0 when it answered in time. Caller holds w->mu. */
+/* Pings a worker; -1 only when it is alive and did not answer in time
+ * (one that ended is the pidfd's news). Caller holds w->mu. */
 static int ping(worker_t *k) {
   wk_hdr_t h = {SIP__WK_PING, 0}, r;
   ssize_t n = ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS);
-  return n == (ssize_t)sizeof r && r.op == SIP__WK_PONG ? 0 : -1;
+  return n < 0 && errno == ETIMEDOUT ? -1 : 0;
 }
 
 static void kill_for(sip__iso_t *w, worker_t *k, const char *why) {
@@ -537,7 +540,7 @@ static sip_error_t *bind_session(isess_t *s) {
     if (n < 0) {
       char why[128];
       snprintf(why, sizeof why, "worker did not answer within %d ms", BIND_TIMEOUT_MS);
-      if (atomic_load(&w->gen) == gen) kill_for(w, &w->act, why);
+      if (errno == ETIMEDOUT && atomic_load(&w->gen) == gen) kill_for(w, &w->act, why);
       s->lost = 1;
       e = sip_error_new(SIP_UNAVAILABLE, "the worker of pool '%s' ended while a session was "
                         "being bound", pool);
