@@ -676,14 +676,13 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
       return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no input '%s'", t->name);
   }
   size_t out_guess = 0;
+  int64_t rows = n_inputs && inputs[0]->rank > 0 ? inputs[0]->dims[0] : -1;
   for (size_t j = 0; j < n_outputs; j++) {
     x->out_index[j] = index_of(w->outs, w->n_out, out_names[j]);
     if (x->out_index[j] < 0)
       return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no output '%s'", out_names[j]);
-    const sip_io_desc_t *d = &w->outs[x->out_index[j]];
-    int64_t count = d->rank >= 0 && d->dtype != SIP_DTYPE_STRING ? 1 : -1;
-    for (int k = 0; count > 0 && k < d->rank; k++) count = d->dims[k] < 0 ? -1 : count * d->dims[k];
-    out_guess += count > 0 ? ALIGN_UP((size_t)count * sip_dtype_size(d->dtype)) : ALIGN_UP(at);
+    size_t bytes = sip__wk_out_bytes(&w->outs[x->out_index[j]], rows);
+    out_guess += ALIGN_UP(bytes ? bytes : at);
   }
   region_t *r = region_get(s, slot, at + out_guess);
   if (!r)

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -140,6 +141,17 @@ typedef struct wsess {
 
 static void no_release(void *ctx) { (void)ctx; }
 
+size_t sip__wk_out_bytes(const sip_io_desc_t *d, int64_t rows) {
+  if (d->rank < 0 || d->dtype == SIP_DTYPE_STRING) return 0;
+  size_t count = 1;
+  for (int k = 0; k < d->rank; k++) {
+    int64_t n = d->dims[k] >= 0 ? d->dims[k] : k == 0 && rows > 0 ? rows : -1;
+    if (n < 0 || (n && count > SIZE_MAX / 16 / (size_t)n)) return 0;
+    count *= (size_t)n;
+  }
+  return count * sip_dtype_size(d->dtype);
+}
+
 /* Maps region `r` at `size` bytes (the memfd is that large already). */
 static int region_map(wregion_t *r, size_t size) {
   if (r->base && r->size == size) return 0;
@@ -215,6 +227,7 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
       e = SIP__OOM();
   }
   size_t at = ALIGN_UP(x->out_at);
+  int64_t rows = x->n_in && tin[0].rank > 0 ? tin[0].dims[0] : -1;
   for (int j = 0; j < x->n_out && !e; j++) {
     if (x->out_index[j] < 0 || (size_t)x->out_index[j] >= n_outs) {
       e = sip_error_new(SIP_INTERNAL, "worker: no output %d", x->out_index[j]);
@@ -222,13 +235,11 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
     }
     const sip_io_desc_t *d = &outs[x->out_index[j]];
     names[j] = d->name;
-    /* An output whose size is known before running may be written into
-     * the region by the backend itself. */
-    int64_t count = 1;
-    int fixed = vt->execute_into && d->rank >= 0 && d->dtype != SIP_DTYPE_STRING;
-    for (int k = 0; fixed && k < d->rank; k++) fixed = d->dims[k] >= 0, count *= d->dims[k];
-    size_t bytes = fixed ? (size_t)count * sip_dtype_size(d->dtype) : 0;
-    if (fixed && at <= r->size && bytes <= r->size - at) {
+    /* An output whose size can be told before running (its dims fixed, or
+     * only dim 0 dynamic: the batch) may be written into the region by the
+     * backend itself, which checks the size it finds. */
+    size_t bytes = vt->execute_into ? sip__wk_out_bytes(d, rows) : 0;
+    if (bytes && at <= r->size && bytes <= r->size - at) {
       dests[j] = (sip_out_dest_t){(char *)r->base + at, bytes, r->buf};
       at = ALIGN_UP(at + bytes);
     }
