@@ -830,6 +830,11 @@ static int build_load(sip__iso_t *w, const char *path, const sip_kv_t *opts, siz
 
 sip_error_t *sip__iso_load(sip__pool_t *p, const sip_backend_vtable_t *real, const char *path,
                            const sip_kv_t *opts, size_t n_opts, void **model) {
+  if (!sip__wk_program_ok())
+    return sip_error_new(SIP_FAILED_PRECONDITION, "isolation: process runs the pool in this "
+                         "program started again as a worker, and this program does not call "
+                         "sip_worker_main(argc, argv) at the start of main() (sipd does); "
+                         "expected isolation: thread here");
   sip__iso_t *w = sip__calloc(1, sizeof *w);
   if (!w) return SIP__OOM();
   w->p = p;

@@ -40,6 +40,8 @@ ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us);
 /* How long a channel is polled before sleeping: SIP_WORKER_SPIN_US
  * (0..1000 microseconds), default 0 (no polling). */
 int64_t sip__wk_spin_us(void);
+/* 1 once this program called sip_worker_main (it can run as a worker). */
+int sip__wk_program_ok(void);
 /* The bytes output `d` takes when its dims are fixed, or only dim 0 is
  * dynamic and taken as `rows` (> 0); 0 when not known before running. */
 size_t sip__wk_out_bytes(const sip_io_desc_t *d, int64_t rows);

@@ -246,8 +246,8 @@ void sip__pool_destroy(sip__pool_t *p) {
 
 /* Resident bytes of this process. Pools load one at a time, so the growth
  * across a load is the memory that model and its sessions brought. */
-static uint64_t resident_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
+static uint64_t resident_bytes_of(const char *statm) {
+  FILE *f = fopen(statm, "r");
   unsigned long long size = 0, rss = 0;
   if (f) {
     if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
@@ -255,6 +255,8 @@ static uint64_t resident_bytes(void) {
   }
   return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
+
+static uint64_t resident_bytes(void) { return resident_bytes_of("/proc/self/statm"); }
 
 static void pool_fail(sip__pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
@@ -434,6 +436,11 @@ static void load(sip__pool_t *p) {
    * before any request can run, so an over-quota pool never serves. */
   uint64_t rss1 = resident_bytes();
   p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
+  if (p->iso) { /* the model and its sessions live in the worker: all of it counts */
+    char statm[64];
+    snprintf(statm, sizeof statm, "/proc/%d/statm", atomic_load(&p->worker_pid));
+    p->memory_bytes = resident_bytes_of(statm);
+  }
   if (c->max_memory_mb && p->memory_bytes > (uint64_t)c->max_memory_mb << 20) {
     release(p);
     pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED,

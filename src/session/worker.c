@@ -446,7 +446,14 @@ static size_t bind_session(int sock, size_t n, char *buf) {
   return sizeof(wk_hdr_t);
 }
 
+static atomic_int worker_capable;
+
+int sip__wk_program_ok(void) { return atomic_load(&worker_capable); }
+
 int sip_worker_main(int argc, char **argv) {
+  /* This program hands a worker's command line here: process isolation
+   * may start it as a worker. */
+  atomic_store(&worker_capable, 1);
   if (argc < 4 || strcmp(argv[1], SIP_WORKER_ARG) != 0) return -1;
   int ctl = atoi(argv[2]);
   pid_t parent = (pid_t)atol(argv[3]);

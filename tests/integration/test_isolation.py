@@ -223,3 +223,19 @@ def test_no_fd_leak_across_restarts(start_sipd):
         assert [f.result(timeout=20)["output"][0] for f in futs] == [0.0, 1.0, 2.0, 3.0]
     assert fd_count(srv.proc.pid) == base
     assert status_of(c, "p")["worker"]["restarts"] == 6
+
+
+def test_model_that_fails_to_load_in_the_worker_fails_its_pool(start_sipd, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    models.write_corrupt(bad)
+    srv = start_sipd([{"name": "bad", "model_path": str(bad), "isolation": "process"},
+                      builtin("good")])
+    c = srv.client()
+    st = status_of(c, "bad")
+    assert st["state"] == "FAILED" and "onnxruntime" in st["error"].lower(), st
+    assert st["worker"]["pid"] == 0
+    with pytest.raises(UnavailableError):
+        c.infer(InferenceRequest("bad", {"x": np.zeros((1, 4), F)}))
+    assert c.infer(req("good", 1.0))["output"].tolist() == [1.0, 2.0, 3.0]
+    st = status_of(c, "good")
+    assert st["memory_bytes"] > 0  # the worker's resident memory
