@@ -79,6 +79,7 @@ struct sip__iso {
   int failed, stopping, loaded;
   sip_error_t *load_err;
   char down_why[192];  /* why the last worker ended */
+  char fail_why[320];  /* why the pool failed (crash loop) */
   pid_t kill_pid;      /* killed by us, for kill_why */
   char kill_why[192];
   uint64_t crash_us[CRASH_LOOP];
@@ -273,6 +274,7 @@ static void publish(sip__iso_t *w, const worker_t *k, uint64_t now) {
 static void fail_pool(sip__iso_t *w, const char *why) {
   sip__pool_t *p = w->p;
   w->failed = 1;
+  snprintf(w->fail_why, sizeof w->fail_why, "the pool failed: %s", why);
   pthread_cond_broadcast(&w->cv);
   if (atomic_load(&p->state) != SIP__POOL_READY) return;
   char *err = sip__asprintf("UNAVAILABLE: %s", why);
@@ -520,8 +522,8 @@ static sip_error_t *bind_session(isess_t *s) {
   uint64_t gen = atomic_load(&w->gen);
   if (w->failed || w->stopping || !gen) {
     e = sip_error_new(SIP_UNAVAILABLE, "no worker of pool '%s' is running: %s", pool,
-                      w->failed ? "the pool failed" : w->stopping ? "the pool is stopping"
-                                                                  : w->down_why);
+                      w->failed ? w->fail_why : w->stopping ? "the pool is stopping"
+                                                            : w->down_why);
     pthread_mutex_unlock(&w->mu);
     return e;
   }
