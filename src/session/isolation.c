@@ -121,18 +121,21 @@ static int ms_until(uint64_t at_us) {
  * length, or -1 with errno ETIMEDOUT when the worker did not answer in
  * time (timeout_ms < 0: waits as long as it lives), ESRCH when it ended. */
 static ssize_t ctl_call(worker_t *k, const void *msg, size_t len, int fd, void *reply,
-                        size_t cap, int timeout_ms) {
+                        size_t cap, int timeout_ms, int stop_fd) {
   errno = ESRCH;
   if (k->pid <= 0 || sip__wk_send(k->ctl, msg, len, fd) != 0) return errno = ESRCH, -1;
-  struct pollfd pf[2] = {{k->ctl, POLLIN, 0}, {k->pidfd, POLLIN, 0}};
+  /* stop_fd (the supervisor's wake-up, written only to stop it) readable:
+   * the pool stops, nobody waits for this answer (ECANCELED). */
+  struct pollfd pf[3] = {{k->ctl, POLLIN, 0}, {stop_fd, POLLIN, 0}, {k->pidfd, POLLIN, 0}};
   uint64_t until = timeout_ms < 0 ? 0 : sip__now_us() + (uint64_t)timeout_ms * 1000;
   for (;;) {
-    int r = poll(pf, k->pidfd >= 0 ? 2 : 1, timeout_ms < 0 ? -1 : ms_until(until));
+    int r = poll(pf, 3, timeout_ms < 0 ? -1 : ms_until(until));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return errno = ESRCH, -1;
     if (r == 0) return errno = ETIMEDOUT, -1;
     if (pf[0].revents) break;
-    if (pf[1].revents) return errno = ESRCH, -1; /* ended */
+    if (pf[1].revents) return errno = ECANCELED, -1;
+    if (pf[2].revents) return errno = ESRCH, -1; /* ended */
   }
   int got = -1;
   ssize_t n = sip__wk_recv(k->ctl, reply, cap, &got, 0);
@@ -246,7 +249,9 @@ static sip_error_t *start_worker(sip__iso_t *w, worker_t *k) {
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start a worker process (%s): %s",
                          w->exe, strerror(errno));
   char *reply = sip__malloc(SIP__WK_MAX_MSG);
-  ssize_t n = reply ? ctl_call(k, w->load_msg, w->load_len, -1, reply, SIP__WK_MAX_MSG, -1) : -1;
+  ssize_t n = reply ? ctl_call(k, w->load_msg, w->load_len, -1, reply, SIP__WK_MAX_MSG, -1,
+                               w->evfd)
+                    : -1;
   sip_error_t *e = NULL;
   if (n < 0) {
     int st = finish_worker(k);
@@ -342,7 +347,7 @@ static void note_end(sip__iso_t *w, pid_t pid, int st, const char *load_error, u
  * (one that ended is the pidfd's news). Caller holds w->mu. */
 static int ping(worker_t *k) {
   wk_hdr_t h = {SIP__WK_PING, 0}, r;
-  ssize_t n = ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS);
+  ssize_t n = ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS, -1);
   return n < 0 && errno == ETIMEDOUT ? -1 : 0;
 }
 
@@ -422,10 +427,16 @@ static void *supervise(void *arg) {
       int t = ms_until(w->sb_restart_at_us);
       if (t < timeout) timeout = t;
     }
-    struct pollfd pf[3] = {{w->evfd, POLLIN, 0}, {w->act.pidfd, POLLIN, 0}, {w->sb.pidfd, POLLIN, 0}};
+    /* A worker's end shows on its pidfd, and on its control channel
+     * hanging up (for kernels without pidfds). */
+    struct pollfd pf[5] = {{w->evfd, POLLIN, 0},     {w->act.pidfd, POLLIN, 0},
+                           {w->sb.pidfd, POLLIN, 0}, {w->act.ctl, 0, 0},
+                           {w->sb.ctl, 0, 0}};
     pthread_mutex_unlock(&w->mu);
-    int r = poll(pf, 3, timeout);
+    int r = poll(pf, 5, timeout);
     pthread_mutex_lock(&w->mu);
+    pf[1].revents |= pf[3].revents;
+    pf[2].revents |= pf[4].revents;
     if (r > 0 && pf[0].revents) {
       uint64_t v;
       if (read(w->evfd, &v, sizeof v) < 0) { /* nothing to do: only a wake-up */
@@ -535,7 +546,7 @@ static sip_error_t *bind_session(isess_t *s) {
   }
   wk_bind_t b = {SIP__WK_BIND, s->id};
   char reply[1024];
-  ssize_t n = ctl_call(&w->act, &b, sizeof b, sv[1], reply, sizeof reply, BIND_TIMEOUT_MS);
+  ssize_t n = ctl_call(&w->act, &b, sizeof b, sv[1], reply, sizeof reply, BIND_TIMEOUT_MS, -1);
   close(sv[1]);
   if (n < 0 || (size_t)n < sizeof(wk_hdr_t) || ((wk_hdr_t *)reply)->op != SIP__WK_BOUND) {
     close(sv[0]);
@@ -667,7 +678,8 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   for (size_t i = 0; i < n_inputs; i++) {
     const sip_tensor_t *t = inputs[i];
     memset(&tin[i], 0, sizeof tin[i]);
-    tin[i].index = index_of(w->ins, w->n_in, t->name);
+    /* An unnamed tensor is the model's input at its position. */
+    tin[i].index = t->name ? index_of(w->ins, w->n_in, t->name) : (int)i;
     tin[i].dtype = t->dtype;
     tin[i].rank = t->rank;
     memcpy(tin[i].dims, t->dims, sizeof tin[i].dims);
@@ -675,7 +687,8 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
     tin[i].nbytes = t->nbytes;
     at = ALIGN_UP(at + t->nbytes);
     if (tin[i].index < 0)
-      return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no input '%s'", t->name);
+      return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no input '%s'",
+                           t->name ? t->name : "(unnamed)");
   }
   size_t out_guess = 0;
   int64_t rows = n_inputs && inputs[0]->rank > 0 ? inputs[0]->dims[0] : -1;
