@@ -203,44 +203,26 @@ static int finish_worker(worker_t *k) {
   return st;
 }
 
-/* Reads the LOADED answer: the first one sets the pool's descriptions. */
+/* Reads the LOADED answer: the first one sets the pool's descriptions
+ * (a restart loads the same files). */
 static sip_error_t *take_loaded(sip__iso_t *w, const char *msg, size_t n) {
-  const wk_loaded_t *l = (const wk_loaded_t *)msg;
-  if (n >= sizeof(wk_error_t) && l->op == SIP__WK_ERROR) {
-    const wk_error_t *h = (const wk_error_t *)msg;
-    return sip_error_new(h->code > 0 && h->code < SIP_CODE_COUNT_ ? (sip_code_t)h->code
-                                                                   : SIP_INTERNAL,
-                         "%.*s", (int)(n - sizeof *h), msg + sizeof *h);
+  sip_io_desc_t *d;
+  size_t n_in, n_out;
+  char *why;
+  sip_error_t *e = sip__wk_parse_loaded(msg, n, &d, &n_in, &n_out, &why);
+  if (e) return e;
+  if (!w->ins) {
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->ins = sip__io_descs_copy(d, n_in);
+    w->outs = sip__io_descs_copy(d + n_in, n_out);
+    w->batch_problem = why;
+    why = NULL;
+    if (!w->ins || !w->outs) e = SIP__OOM();
   }
-  if (n < sizeof *l || l->op != SIP__WK_LOADED || l->n_in > SIP__WK_MAX_IO * 4 ||
-      l->n_out > SIP__WK_MAX_IO * 4)
-    return sip_error_new(SIP_INTERNAL, "the worker answered the load with a malformed message");
-  if (w->ins) return NULL; /* a restart: same files, same model */
-  size_t at = sizeof *l, total = l->n_in + l->n_out;
-  sip_io_desc_t *d = sip__calloc(total ? total : 1, sizeof *d);
-  if (!d) return SIP__OOM();
-  for (size_t i = 0; i < total; i++) {
-    const wk_desc_t *x = (const wk_desc_t *)(msg + at);
-    if (at + sizeof *x > n || x->name_len > n - at - sizeof *x || !x->name_len ||
-        x->rank > SIP_MAX_RANK) {
-      sip__io_descs_free(d, total);
-      return sip_error_new(SIP_INTERNAL, "the worker described the model malformed");
-    }
-    d[i].dtype = (sip_dtype_t)x->dtype;
-    d[i].rank = x->rank;
-    memcpy(d[i].dims, x->dims, sizeof d[i].dims);
-    d[i].name = sip__strdup(msg + at + sizeof *x);
-    at += sizeof *x + x->name_len;
-  }
-  const char *why = at < n ? msg + at : "";
-  w->n_in = l->n_in;
-  w->n_out = l->n_out;
-  w->ins = sip__io_descs_copy(d, w->n_in);
-  w->outs = sip__io_descs_copy(d + w->n_in, w->n_out);
-  w->batch_problem = why[0] ? sip__strdup(why) : NULL;
-  sip__io_descs_free(d, total);
-  if (!w->ins || !w->outs) return SIP__OOM();
-  return NULL;
+  sip__io_descs_free(d, n_in + n_out);
+  sip__free(why);
+  return e;
 }
 
 /* Spawns a worker and loads the model there (caller holds no lock). */
@@ -726,20 +708,15 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, sip__wk_spin_us());
   if (n <= 0) return lost(s, pid);
   const wk_done_t *d = &a.d;
-  if ((size_t)n < sizeof *d || d->op != SIP__WK_DONE)
+  int32_t code;
+  const char *text;
+  int text_len;
+  if (sip__wk_check_done(a.buf, (size_t)n, n_outputs, &code, &text, &text_len) != 0 ||
+      (!code && region_follow(r, d->region_size) != 0))
     return sip_error_new(SIP_INTERNAL, "pool '%s': a malformed answer from the worker",
                          w->p->cfg->name);
-  if (d->code)
-    return sip_error_new(d->code > 0 && d->code < SIP_CODE_COUNT_ ? (sip_code_t)d->code
-                                                                   : SIP_INTERNAL,
-                         "%.*s", d->msg_len > 0 && (size_t)d->msg_len <= (size_t)n - sizeof *d
-                                     ? d->msg_len - 1 : 0,
-                         a.buf + sizeof *d);
+  if (code) return sip_error_new((sip_code_t)code, "%.*s", text_len, text);
   const wk_tensor_t *to = (const wk_tensor_t *)(a.buf + sizeof *d);
-  if (d->n_out != (int32_t)n_outputs ||
-      (size_t)n < sizeof *d + n_outputs * sizeof(wk_tensor_t) || region_follow(r, d->region_size))
-    return sip_error_new(SIP_INTERNAL, "pool '%s': a malformed answer from the worker",
-                         w->p->cfg->name);
   sip_buf_t *owner = NULL;
   if (!copy_out) {
     atomic_fetch_add(&r->refs, 1);

@@ -315,10 +315,7 @@ static void *serve(void *arg) {
     if (n <= 0) break;
     const wk_exec_t *x = &msg.x;
     size_t len;
-    if ((size_t)n < sizeof *x || x->op != SIP__WK_EXEC || x->region < 0 ||
-        x->region >= SIP__WK_MAX_REGIONS || x->n_in < 0 || x->n_in > SIP__WK_MAX_IO ||
-        x->n_out < 0 || x->n_out > SIP__WK_MAX_IO ||
-        (size_t)n != sizeof *x + (size_t)x->n_in * sizeof(wk_tensor_t)) {
+    if (sip__wk_check_exec(msg.buf, (size_t)n, n_ins, n_outs) != 0) {
       if (fd >= 0) close(fd);
       len = fail_reply(reply, SIP_INTERNAL, "worker: malformed execution message");
     } else {
@@ -361,36 +358,19 @@ static size_t error_msg(char *buf, sip_error_t *e) {
   return sizeof *h + len + 1;
 }
 
-/* Next NUL-terminated string of a message, or NULL past its end. */
-static const char *next_str(const char **at, const char *end) {
-  const char *s = *at, *z = s < end ? memchr(s, '\0', (size_t)(end - s)) : NULL;
-  if (!z) return NULL;
-  *at = z + 1;
-  return s;
-}
-
 /* Loads the model the LOAD message names; the LOADED answer in `buf`. */
 static size_t load(const char *msg, size_t n, char *buf) {
-  const wk_load_t *h = (const wk_load_t *)msg;
-  const char *at = msg + sizeof *h, *end = msg + n;
-  const char *name = n >= sizeof *h ? next_str(&at, end) : NULL;
-  const char *path = name ? next_str(&at, end) : NULL;
-  if (!path || h->op != SIP__WK_LOAD || h->n_options > 64)
+  static sip__wk_load_args_t a;
+  if (sip__wk_parse_load(msg, n, &a) != 0)
     return error_msg(buf, sip_error_new(SIP_INTERNAL, "worker: malformed load message"));
-  sip_kv_t opts[64];
-  for (uint32_t i = 0; i < h->n_options; i++) {
-    opts[i].key = next_str(&at, end);
-    opts[i].value = opts[i].key ? next_str(&at, end) : NULL;
-    if (!opts[i].value)
-      return error_msg(buf, sip_error_new(SIP_INTERNAL, "worker: malformed load message"));
-  }
+  const char *name = a.backend;
   if (!(vt = sip__backend_find(name)))
     return error_msg(buf, sip_error_new(SIP_UNIMPLEMENTED, "worker: no backend '%s'", name));
   static sip_engine_settings_t settings;
-  settings = (sip_engine_settings_t){h->intra_op_threads, h->inter_op_threads, h->allow_spinning};
+  settings = a.settings;
   void *state = NULL;
   sip_error_t *e = vt->init ? vt->init(&settings, &state) : NULL;
-  if (!e) e = vt->load(state, path[0] ? path : NULL, h->n_options ? opts : NULL, h->n_options, &model);
+  if (!e) e = vt->load(state, a.path, a.n_opts ? a.opts : NULL, a.n_opts, &model);
   if (e) return error_msg(buf, e);
   vt->describe(model, &ins, &n_ins, &outs, &n_outs);
   wk_loaded_t *l = (wk_loaded_t *)buf;

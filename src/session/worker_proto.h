@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "sip/backend.h"
+#include "sip/error.h"
 #include "sip/tensor.h"
 
 #define SIP__WK_MAX_IO 64
@@ -104,5 +106,31 @@ typedef struct wk_done {
 } wk_done_t;
 
 #define SIP__WK_MAX_REGIONS 9 /* per session: 8 the answers may hold, 1 copied out */
+#define SIP__WK_MAX_OPTIONS 64
+
+/* ---- reading them (worker_proto.c); the message need not be aligned ---- */
+
+/* A LOAD message's contents (strings point into the message). */
+typedef struct sip__wk_load_args {
+  const char *backend, *path; /* path NULL: none */
+  sip_kv_t opts[SIP__WK_MAX_OPTIONS];
+  uint32_t n_opts;
+  sip_engine_settings_t settings;
+} sip__wk_load_args_t;
+/* 0, or -1 when the n bytes at msg are not a well-formed LOAD. */
+int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a);
+/* The worker's answer to LOAD: the model's n_in inputs then n_out outputs
+ * (*descs, owned) and why it cannot batch (*why, owned, or NULL); or the
+ * error the worker answered (ERROR) or INTERNAL for a malformed answer. */
+sip_error_t *sip__wk_parse_loaded(const char *msg, size_t n, sip_io_desc_t **descs,
+                                  size_t *n_in, size_t *n_out, char **why);
+/* 0 when the n bytes at msg are a well-formed EXEC for a model of n_ins
+ * inputs and n_outs outputs (every input within its region's size). */
+int sip__wk_check_exec(const char *msg, size_t n, size_t n_ins, size_t n_outs);
+/* 0 when the n bytes at msg are a well-formed DONE: an error (*code set,
+ * *text / *text_len its message, within the message) or n_outputs outputs
+ * within the region size it names; -1 otherwise. */
+int sip__wk_check_done(const char *msg, size_t n, size_t n_outputs, int32_t *code,
+                       const char **text, int *text_len);
 
 #endif
