@@ -40,6 +40,13 @@ static void usage(FILE *f) {
           "                         server.allow_fault_injection; docs/availability.md)\n"
           "  session drain|resume POOL/N\n"
           "                         take session N of POOL out of service, or back\n"
+          "  profile POOL [--seconds S] [--session N] [--trace FILE]\n"
+          "                         run session N (0) under ONNX Runtime's profiler for S\n"
+          "                         seconds (5): time per operator; --trace writes the\n"
+          "                         Chrome trace (Perfetto) to FILE (docs/profiling.md)\n"
+          "  pool update POOL [--size N] [--max-memory-mb M] [--max-compute-percent C]\n"
+          "                         change a serving pool's size or quotas (kept in\n"
+          "                         server.state_dir across restarts)\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -176,9 +183,57 @@ static int admin_arg(json_t *req, const char *key, const char *val, int real) {
   return 0;
 }
 
+/* A profile's answer: the operators' table (or the JSON with --json), and
+ * its trace written to `trace_file`. */
+static int print_profile(const char *answer, const char *trace_file, int json_out) {
+  json_t *a = json_loads(answer, 0, NULL);
+  if (!a) {
+    fprintf(stderr, "sip: server sent invalid JSON\n");
+    return 1;
+  }
+  int rc = 0;
+  if (trace_file) {
+    json_t *trace = json_object_get(a, "trace");
+    if (!trace || json_dump_file(trace, trace_file, JSON_COMPACT) != 0) {
+      fprintf(stderr, "sip: cannot write the trace to %s\n", trace_file);
+      rc = 1;
+    }
+    json_object_del(a, "trace");
+  }
+  if (json_out) {
+    char *t = json_dumps(a, JSON_INDENT(2));
+    printf("%s\n", t ? t : "{}");
+    free(t);
+    json_decref(a);
+    return rc;
+  }
+  printf("pool %s session %lld: %lld executions in %.1f s\n",
+         json_string_value(json_object_get(a, "pool")),
+         (long long)json_integer_value(json_object_get(a, "session")),
+         (long long)json_integer_value(json_object_get(a, "executions")),
+         json_number_value(json_object_get(a, "seconds")));
+  printf("%-24s %8s %12s %10s %10s %7s\n", "OPERATOR", "COUNT", "TOTAL_MS", "MEAN_US", "P99_US",
+         "SHARE");
+  size_t i;
+  json_t *o;
+  json_array_foreach(json_object_get(a, "operators"), i, o) {
+    printf("%-24s %8lld %12.3f %10.1f %10.1f %6.1f%%\n",
+           json_string_value(json_object_get(o, "op")),
+           (long long)json_integer_value(json_object_get(o, "count")),
+           json_number_value(json_object_get(o, "total_us")) / 1000.0,
+           json_number_value(json_object_get(o, "mean_us")),
+           json_number_value(json_object_get(o, "p99_us")),
+           100.0 * json_number_value(json_object_get(o, "share")));
+  }
+  if (trace_file) printf("trace: %s (open it in Perfetto or chrome://tracing)\n", trace_file);
+  json_decref(a);
+  return rc;
+}
+
 static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, int json_out) {
   json_t *req = json_object();
   int bad = !req;
+  const char *trace_file = NULL;
   if (!strcmp(cmd, "fault")) {
     bad = bad || argc < 1;
     if (!bad) json_object_set_new(req, "action", json_string("fault")),
@@ -193,6 +248,30 @@ static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, in
       else if (!strcmp(o, "--delay-ms")) bad = admin_arg(req, "delay_ms", v, 0) != 0;
       else bad = 1;
     }
+  } else if (!strcmp(cmd, "profile")) { /* profile POOL [--seconds S] [--session N] [--trace F] */
+    bad = bad || argc < 1 || argc % 2 == 0;
+    if (!bad) json_object_set_new(req, "action", json_string("profile")),
+              json_object_set_new(req, "pool", json_string(argv[0]));
+    for (int k = 1; !bad && k + 1 < argc; k += 2) {
+      const char *o = argv[k], *v = argv[k + 1];
+      if (!strcmp(o, "--seconds")) bad = admin_arg(req, "seconds", v, 1) != 0;
+      else if (!strcmp(o, "--session")) bad = admin_arg(req, "session", v, 0) != 0;
+      else if (!strcmp(o, "--trace")) trace_file = v;
+      else bad = 1;
+    }
+    if (!bad && !trace_file && !json_out) json_object_set_new(req, "trace", json_false());
+  } else if (!strcmp(cmd, "pool")) { /* pool update POOL --size N ... */
+    bad = bad || argc < 2 || strcmp(argv[0], "update") || argc % 2;
+    if (!bad) json_object_set_new(req, "action", json_string("update")),
+              json_object_set_new(req, "pool", json_string(argv[1]));
+    for (int k = 2; !bad && k + 1 < argc; k += 2) {
+      const char *o = argv[k], *v = argv[k + 1];
+      if (!strcmp(o, "--size")) bad = admin_arg(req, "pool_size", v, 0) != 0;
+      else if (!strcmp(o, "--max-memory-mb")) bad = admin_arg(req, "max_memory_mb", v, 0) != 0;
+      else if (!strcmp(o, "--max-compute-percent"))
+        bad = admin_arg(req, "max_compute_percent", v, 0) != 0;
+      else bad = 1;
+    }
   } else { /* session drain|resume POOL/N */
     const char *slash = argc == 2 ? strrchr(argv[1], '/') : NULL;
     bad = bad || !slash || (strcmp(argv[0], "drain") && strcmp(argv[0], "resume"));
@@ -205,7 +284,9 @@ static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, in
   if (bad) {
     json_decref(req);
     fprintf(stderr, "sip: usage: sip fault POOL --kind K (--count N | --rate R) [--session N] "
-                    "[--delay-ms D] | sip session drain|resume POOL/N\n");
+                    "[--delay-ms D] | sip session drain|resume POOL/N | sip pool update POOL "
+                    "[--size N] [--max-memory-mb M] [--max-compute-percent C] | sip profile "
+                    "POOL [--seconds S] [--session N] [--trace FILE]\n");
     return 2;
   }
   char *txt = json_dumps(req, JSON_COMPACT), *answer = NULL;
@@ -217,9 +298,11 @@ static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, in
   sip_error_t *e = sip_client_admin(c, txt, &answer);
   free(txt);
   if (e) return fail(e);
-  printf("%s\n", json_out ? answer : "ok");
+  int rc = 0;
+  if (!strcmp(cmd, "profile") && (trace_file || !json_out)) rc = print_profile(answer, trace_file, json_out);
+  else printf("%s\n", json_out ? answer : "ok");
   sip_client_free_string(answer);
-  return 0;
+  return rc;
 }
 
 /* ---- model repository ---- */
@@ -708,7 +791,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sip: %s takes one MODEL\n", cmd);
     return 2;
   }
-  int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session");
+  int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session") || !strcmp(cmd, "pool") ||
+              !strcmp(cmd, "profile");
   if (!kind && !repo && !admin && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -69,6 +69,26 @@ struct sip_client {
   atomic_uint_fast64_t reconnects;
 };
 
+/* How long a unix socket connect is retried while the server's listen
+ * backlog is full (EAGAIN), the delay between attempts doubling from 1 ms
+ * up to 100 ms. A blocking connect would wait for the server forever. */
+#define CONNECT_RETRY_MS 5000
+
+/* Connects the non-blocking unix socket fd, retrying while the backlog is
+ * full, and makes it blocking. 0, or the errno (EAGAIN: still full). */
+static int unix_connect_retrying(int fd, const struct sockaddr_un *sa) {
+  uint64_t until = sip__now_us() + (uint64_t)CONNECT_RETRY_MS * 1000;
+  for (long delay_us = 1000;; delay_us = delay_us < 100000 ? delay_us * 2 : 100000) {
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) break;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || sip__now_us() >= until) return errno;
+    struct timespec ts = {0, delay_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+  int fl = fcntl(fd, F_GETFL);
+  return fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 ? errno : 0;
+}
+
 static sip_error_t *dial(const char *ep, int *out) {
   int fd = -1;
   if (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "unix://", 7) == 0) {
@@ -77,10 +97,14 @@ static sip_error_t *dial(const char *ep, int *out) {
     if (strlen(path) >= sizeof sa.sun_path)
       return sip_error_new(SIP_INVALID_ARGUMENT, "unix socket path too long: %s", path);
     strcpy(sa.sun_path, path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-      int err = errno;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int err = fd < 0 ? errno : unix_connect_retrying(fd, &sa);
+    if (err) {
       if (fd >= 0) close(fd);
+      if (err == EAGAIN)
+        return sip_error_new(SIP_UNAVAILABLE, "cannot connect to %s: the server's listen backlog "
+                             "stayed full for %d ms (it accepts no connections)",
+                             ep, CONNECT_RETRY_MS);
       return sip_error_new(SIP_UNAVAILABLE, "cannot connect to %s: %s", ep, strerror(err));
     }
   } else if (strncmp(ep, "tcp://", 6) == 0) {

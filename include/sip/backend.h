@@ -108,6 +108,15 @@ typedef struct sip_backend_vtable {
   sip_error_t *(*execute_into)(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                                const char *const *out_names, size_t n_outputs,
                                const sip_out_dest_t *dests, sip_tensor_t **outputs);
+  /* Optional, operator profiling (sip profile): a new context like
+   * session_new's whose executions are recorded operator by operator
+   * (`prefix`: where the backend may write its files), and the end of it:
+   * the record as Chrome trace JSON (an array of events with "name",
+   * "cat" ("Node" for an operator, with args.op_name), "ts" and "dur" in
+   * microseconds), owned (sip_free). The context is then freed with
+   * session_free. */
+  sip_error_t *(*session_new_profiled)(void *model, const char *prefix, void **session);
+  sip_error_t *(*profile_end)(void *session, char **trace_json);
 } sip_backend_vtable_t;
 
 /* Makes `vt` (which must outlive every server) available to configs as

@@ -82,7 +82,9 @@ typedef struct sip_client_response {
   int replayed; /* 1: the answer of an earlier request with the same idempotency key */
 } sip_client_response_t;
 
-/* Connects to "ipc:///path", "unix:///path" or "tcp://host:port".
+/* Connects to "ipc:///path", "unix:///path" or "tcp://host:port". A unix
+ * socket connect refused because the server's listen backlog is full
+ * (EAGAIN) is retried, with a backoff from 1 ms to 100 ms, for up to 5 s.
  * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
 sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
 /* Closes the connection for good; pending requests complete with

@@ -160,9 +160,29 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only);
  * {"action": "fault", "pool": P, "kind": "crash"|"hang"|"slow"|"error"|"none",
  *  "count": N | "rate": R, "delay_ms": D, "session": N} (refused with
  * PERMISSION_DENIED unless server.allow_fault_injection) or
- * {"action": "drain"|"resume", "pool": P, "session": N}. On success
- * *answer is a JSON object (sip_free). Thread-safe. */
+ * {"action": "drain"|"resume", "pool": P, "session": N} or
+ * {"action": "update", "pool": P, "pool_size": N, "max_memory_mb": M,
+ *  "max_compute_percent": C} (any of the three; a pool grows on new
+ * sessions of the loaded model and shrinks as its last sessions finish
+ * their work; RESOURCE_EXHAUSTED when the grown pool passes its memory
+ * quota, FAILED_PRECONDITION for a sequence pool's size). Drains and
+ * updates are recorded in server.state_dir's checkpoint and last until the
+ * pool is reloaded. On success *answer is a JSON object (sip_free).
+ * Thread-safe. */
 sip_error_t *sip_server_admin(sip_server_t *s, const char *json, size_t len, char **answer);
+/* The same, answered through done(err, answer, user) (err and answer owned
+ * by done; answer a JSON object, NULL on error): at once, on the calling
+ * thread, for every action but {"action": "profile", "pool": P, "seconds":
+ * N (1..60, default 5), "session": K (default 0), "trace": true|false
+ * (default true)}, which is answered from a thread of its own once the
+ * session was profiled: {"pool", "session", "seconds", "executions",
+ * "operators": [{"op", "count", "total_us", "mean_us", "p99_us", "share"}]
+ * (most time first), "nodes": [the 20 nodes that took most time: {"node",
+ * "op", "count", "total_us", "mean_us"}], "trace": the Chrome trace events
+ * (docs/profiling.md)}. A non-NULL return means done will not be called. */
+typedef void (*sip_admin_done_fn)(sip_error_t *e, char *answer, void *user);
+sip_error_t *sip_server_admin_async(sip_server_t *s, const char *json, size_t len,
+                                    sip_admin_done_fn done, void *user);
 
 /* ---- requests ---- */
 /* Returns an owned request for `pool` (copied), NULL when out of memory.

@@ -4,8 +4,13 @@
  *
  * backend_options: dtype (default float32), shape ("-1,4"; default "-1":
  * any 1-d), delay_ms (default 0), fail_every (N: every Nth execution of the
- * model fails with INTERNAL; default 0 = never). */
+ * model fails with INTERNAL; default 0 = never), record_file (a path: each
+ * execution that succeeds appends its float32 input's values as one line,
+ * so tests can count what ran across restarts of the server). */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,7 @@ typedef struct model {
   long delay_ms;
   long fail_every;
   atomic_long runs;
+  int record_fd; /* record_file, O_APPEND; -1: none */
 } model_t;
 
 /* Sleeps ms milliseconds (0: not at all), through signals. */
@@ -69,6 +75,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   m->in.dtype = SIP_DTYPE_FLOAT32;
   m->in.rank = 1;
   m->in.dims[0] = -1;
+  m->record_fd = -1;
   sip_error_t *e = NULL;
   long load_delay_ms = 0;
   for (size_t i = 0; i < n_opts && !e; i++) {
@@ -86,12 +93,18 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
                           "builtin backend option dtype: '%s'; expected a numpy dtype name such "
                           "as float32, int64, string",
                           v);
-    } else if (strcmp(k, "shape") == 0)
+    } else if (strcmp(k, "shape") == 0) {
       e = parse_shape(v, &m->in);
-    else
+    } else if (strcmp(k, "record_file") == 0) {
+      if (m->record_fd >= 0) close(m->record_fd);
+      m->record_fd = open(v, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (m->record_fd < 0)
+        e = sip_error_new(SIP_INVALID_ARGUMENT, "builtin backend option record_file: cannot "
+                          "open '%s': %s; expected a writable file path", v, strerror(errno));
+    } else
       e = sip_error_new(SIP_INVALID_ARGUMENT,
                         "builtin backend has no option '%s'; expected one of: dtype, shape, "
-                        "delay_ms, fail_every, load_delay_ms",
+                        "delay_ms, fail_every, load_delay_ms, record_file",
                         k);
   }
   if (!e) sleep_ms(load_delay_ms);
@@ -100,6 +113,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
   m->out.name = sip__strdup("output");
   if (!e && (!m->in.name || !m->out.name)) e = SIP__OOM();
   if (e) {
+    if (m->record_fd >= 0) close(m->record_fd);
     sip__free(m->in.name);
     sip__free(m->out.name);
     sip__free(m);
@@ -123,6 +137,20 @@ static sip_error_t *session_new(void *model, void **session) {
   return NULL;
 }
 
+/* One line of the input's values; one write, so lines never interleave. */
+static void record(int fd, const sip_tensor_t *in) {
+  size_t n = in->nbytes / sizeof(float), cap = n * 16 + 2, len = 0;
+  char *line = sip__malloc(cap);
+  if (!line) return;
+  const float *v = in->data;
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(line + len, cap - len, i ? " %g" : "%g", (double)v[i]);
+  line[len++] = '\n';
+  if (write(fd, line, len) < 0) { /* a test's file: nothing to do but go on */
+  }
+  sip__free(line);
+}
+
 static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                             const char *const *out_names, size_t n_outputs,
                             sip_tensor_t **outputs) {
@@ -136,6 +164,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   if (n_inputs != 1 || n_outputs != 1)
     return sip_error_new(SIP_INTERNAL, "builtin identity expects one input and one output");
   const sip_tensor_t *in = inputs[0];
+  if (m->record_fd >= 0 && in->dtype == SIP_DTYPE_FLOAT32) record(m->record_fd, in);
   /* A view sharing the input's buffer when it has one: identity costs no copy. */
   outputs[0] = in->owner ? sip_tensor_new_view("output", in->dtype, in->rank, in->dims, in->data,
                                                in->nbytes, in->owner)
@@ -148,6 +177,7 @@ static void session_free(void *session) { (void)session; }
 
 static void model_free(void *model) {
   model_t *m = model;
+  if (m->record_fd >= 0) close(m->record_fd);
   sip__free(m->in.name);
   sip__free(m->out.name);
   sip__free(m);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "onnxruntime_c_api.h"
 
@@ -207,13 +208,6 @@ static void ort_shutdown(void *backend_state) {
 }
 
 /* ---- options ----------------------------------------------------------- */
-
-typedef struct load_options {
-  GraphOptimizationLevel opt_level;
-  int mem_arena;   /* -1: ORT default */
-  int mem_pattern; /* -1: ORT default */
-  int own_threads; /* > 0: this model gets its own intra-op pool of that many threads */
-} load_options_t;
 
 static int parse_bool(const char *v, int *out) {
   static const char *const yes[] = {"true", "1", "yes", "on"};
@@ -475,6 +469,25 @@ static sip_error_t *describe_all(model_t *m, const char *path) {
   return NULL;
 }
 
+/* The session options a model is loaded with (*so owned on success). */
+static OrtStatus *session_options(const load_options_t *lo, OrtSessionOptions **so) {
+  *so = NULL;
+  OrtStatus *st = sip__ort->CreateSessionOptions(so);
+  if (!st && !lo->own_threads) st = sip__ort->DisablePerSessionThreads(*so);
+  if (!st && lo->own_threads) st = sip__ort->SetIntraOpNumThreads(*so, lo->own_threads);
+  if (!st && lo->own_threads) st = sip__ort->SetInterOpNumThreads(*so, 1);
+  if (!st) st = sip__ort->SetSessionGraphOptimizationLevel(*so, lo->opt_level);
+  if (!st && lo->mem_arena >= 0)
+    st = lo->mem_arena ? sip__ort->EnableCpuMemArena(*so) : sip__ort->DisableCpuMemArena(*so);
+  if (!st && lo->mem_pattern >= 0)
+    st = lo->mem_pattern ? sip__ort->EnableMemPattern(*so) : sip__ort->DisableMemPattern(*so);
+  if (st && *so) {
+    sip__ort->ReleaseSessionOptions(*so);
+    *so = NULL;
+  }
+  return st;
+}
+
 static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv_t *options,
                              size_t n_options, void **model) {
   *model = NULL;
@@ -490,19 +503,8 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   if (err) return err;
 
   OrtSessionOptions *so = NULL;
-  OrtStatus *st = sip__ort->CreateSessionOptions(&so);
-  if (!st && !lo.own_threads) st = sip__ort->DisablePerSessionThreads(so);
-  if (!st && lo.own_threads) st = sip__ort->SetIntraOpNumThreads(so, lo.own_threads);
-  if (!st && lo.own_threads) st = sip__ort->SetInterOpNumThreads(so, 1);
-  if (!st) st = sip__ort->SetSessionGraphOptimizationLevel(so, lo.opt_level);
-  if (!st && lo.mem_arena >= 0)
-    st = lo.mem_arena ? sip__ort->EnableCpuMemArena(so) : sip__ort->DisableCpuMemArena(so);
-  if (!st && lo.mem_pattern >= 0)
-    st = lo.mem_pattern ? sip__ort->EnableMemPattern(so) : sip__ort->DisableMemPattern(so);
-  if (st) {
-    if (so) sip__ort->ReleaseSessionOptions(so);
-    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
-  }
+  OrtStatus *st = session_options(&lo, &so);
+  if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
 
   OrtSession *sess = NULL;
   st = sip__ort->CreateSession(be->env, path, so, &sess);
@@ -516,9 +518,10 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   }
   m->session = sess;
   m->backend = be;
+  m->lo = lo;
   atomic_fetch_add_explicit(&be->refs, 1, memory_order_relaxed);
   atomic_init(&m->refs, 1);
-  err = describe_all(m, path);
+  err = (m->path = sip__strdup(path)) ? describe_all(m, path) : SIP__OOM();
   if (err) {
     sip__ort_model_unref(m);
     return err;
@@ -539,6 +542,13 @@ static void ort_describe(void *model, const sip_io_desc_t **inputs, size_t *n_in
 void sip__ort_model_unref(model_t *m) {
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
   if (m->session) sip__ort->ReleaseSession(m->session);
+  sip__free(m->path);
+  if (m->parent) { /* a profiled copy: the arrays are the parent's */
+    sip__ort_model_unref(m->parent);
+    backend_unref(m->backend);
+    sip__free(m);
+    return;
+  }
   free_descs(m->inputs, m->n_inputs);
   free_descs(m->outputs, m->n_outputs);
   free_syms(m->in_syms, m->n_inputs);
@@ -594,6 +604,76 @@ static sip_error_t *ort_session_new(void *model, void **session) {
   return NULL;
 }
 
+/* ---- operator profiling -------------------------------------------------- */
+
+/* A context on a copy of the model's OrtSession made with ONNX Runtime's
+ * profiler on (the shared OrtSession cannot turn it on for one context):
+ * the model is read again from its file, with the same options. */
+static sip_error_t *ort_session_new_profiled(void *model, const char *prefix, void **session) {
+  *session = NULL;
+  model_t *m = model;
+  OrtSessionOptions *so = NULL;
+  OrtStatus *st = session_options(&m->lo, &so);
+  if (!st) st = sip__ort->EnableProfiling(so, prefix);
+  OrtSession *sess = NULL;
+  if (!st) st = sip__ort->CreateSession(m->backend->env, m->path, so, &sess);
+  if (so) sip__ort->ReleaseSessionOptions(so);
+  if (st)
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot make a profiled session "
+                                 "of '%s'", m->path);
+  model_t *c = sip__calloc(1, sizeof *c);
+  if (!c) {
+    sip__ort->ReleaseSession(sess);
+    return SIP__OOM();
+  }
+  *c = *m;
+  c->session = sess;
+  c->path = NULL;
+  c->parent = m;
+  atomic_init(&c->refs, 1);
+  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->backend->refs, 1, memory_order_relaxed);
+  sip_error_t *e = ort_session_new(c, session);
+  sip__ort_model_unref(c); /* the context holds it now (or nobody) */
+  return e;
+}
+
+/* Stops the profiler of a profiled context and returns the trace it wrote
+ * (Chrome trace JSON, owned), removing its file. */
+static sip_error_t *ort_profile_end(void *session, char **trace) {
+  *trace = NULL;
+  session_t *s = session;
+  char *path = NULL;
+  OrtStatus *st = sip__ort->SessionEndProfiling(s->model->session, s->allocator, &path);
+  if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot end profiling");
+  FILE *f = fopen(path, "rb");
+  sip_error_t *e = NULL;
+  if (!f) {
+    e = sip_error_new(SIP_INTERNAL, "onnxruntime: the profile %s cannot be read: %s", path,
+                      strerror(errno));
+  } else {
+    size_t n = 0, cap = 1 << 16;
+    char *buf = sip__malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+      n += got;
+      char *nb = n == cap ? sip__realloc(buf, (cap *= 2) + 1) : buf;
+      if (!nb) sip__free(buf);
+      buf = nb;
+    }
+    fclose(f);
+    if (!buf) {
+      e = SIP__OOM();
+    } else {
+      buf[n] = '\0';
+      *trace = buf;
+    }
+  }
+  unlink(path);
+  s->allocator->Free(s->allocator, path);
+  return e;
+}
+
 const sip_backend_vtable_t sip__backend_onnxruntime = {
     .name = "onnxruntime",
     .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA,
@@ -607,4 +687,6 @@ const sip_backend_vtable_t sip__backend_onnxruntime = {
     .execute_into = sip__ort_execute_into,
     .session_free = ort_session_free,
     .model_free = ort_model_free,
+    .session_new_profiled = ort_session_new_profiled,
+    .profile_end = ort_profile_end,
 };

@@ -37,10 +37,22 @@ typedef struct dim_syms {
   char *name[SIP_MAX_RANK];
 } dim_syms_t;
 
+/* What a model was loaded with (options.c's parse): kept so that a
+ * profiled copy of its OrtSession can be made the same way. */
+typedef struct load_options {
+  GraphOptimizationLevel opt_level;
+  int mem_arena;   /* -1: ORT default */
+  int mem_pattern; /* -1: ORT default */
+  int own_threads; /* > 0: this model gets its own intra-op pool of that many threads */
+} load_options_t;
+
 typedef struct model {
   OrtSession *session;
   backend_t *backend;
   atomic_long refs;
+  char *path;          /* the model file (for a profiled copy) */
+  load_options_t lo;
+  struct model *parent; /* a profiled copy: its describe arrays are the parent's */
   sip_io_desc_t *inputs;
   size_t n_inputs;
   sip_io_desc_t *outputs;

@@ -179,6 +179,13 @@ typedef struct sip__config {
   sip_engine_settings_t engine; /* server.intra_op_threads, inter_op_threads, allow_spinning */
   size_t max_frame_bytes;     /* server.max_frame_bytes, default 256 MiB, 1 KiB..4 GiB */
   size_t max_unsent_bytes;    /* server.max_unsent_bytes, default 16 MiB, 4 KiB..4 GiB */
+  int max_connections;        /* server.max_connections (native), default 1024 */
+  int frame_timeout_ms;       /* server.frame_timeout_ms, default 30000, 0: never */
+  size_t max_receive_bytes;   /* server.max_receive_bytes, all native connections, default 1 GiB */
+  size_t max_connection_receive_bytes; /* server.max_connection_receive_bytes, default 512 MiB */
+  int http_max_connections;   /* server.http_max_connections, default 1000 */
+  int http_max_connections_per_ip; /* server.http_max_connections_per_ip, default 256, 0: none */
+  int http_header_timeout_ms; /* server.http_header_timeout_ms, default 30000 */
   sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */

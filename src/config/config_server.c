@@ -23,7 +23,8 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
-       S_UNSENT, S_FAULTS, S_COUNT };
+       S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
+       S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -49,6 +50,45 @@ static const field_t server_fields[S_COUNT] = {
                   .doc = "Native protocol backpressure: a connection whose answers not yet "
                          "sent pass this many bytes is not read from until the client has "
                          "taken half of them."},
+    [S_CONNS] = {.name = "max_connections", .type = F_INT,
+                 .offset = offsetof(sip__config_t, max_connections), .def = 1024, .min = 1,
+                 .max = 1048576,
+                 .doc = "Native protocol connections open at once (unix and tcp together); one "
+                        "more is answered RESOURCE_EXHAUSTED and closed."},
+    [S_FRAME_TIMEOUT] = {.name = "frame_timeout_ms", .type = F_INT,
+                         .offset = offsetof(sip__config_t, frame_timeout_ms), .def = 30000,
+                         .min = 0, .max = 3600000,
+                         .doc = "Native protocol: a connection in the middle of a frame whose "
+                                "bytes stop coming for this long is closed (a frame header must "
+                                "be complete this long after its first byte); 0 = never."},
+    [S_RECV_TOTAL] = {.name = "max_receive_bytes", .type = F_SIZE,
+                      .offset = offsetof(sip__config_t, max_receive_bytes),
+                      .def = (int64_t)1 << 30, .min = 4096, .max = (int64_t)1 << 40,
+                      .doc = "Native protocol: bytes of request frames all connections together "
+                             "hold (being received, or received and not yet released by their "
+                             "requests); a frame that would pass it is answered "
+                             "RESOURCE_EXHAUSTED and its bytes skipped."},
+    [S_RECV_CONN] = {.name = "max_connection_receive_bytes", .type = F_SIZE,
+                     .offset = offsetof(sip__config_t, max_connection_receive_bytes),
+                     .def = (int64_t)512 << 20, .min = 4096, .max = (int64_t)1 << 40,
+                     .doc = "The same budget for one connection."},
+    [S_HTTP_CONNS] = {.name = "http_max_connections", .type = F_INT,
+                      .offset = offsetof(sip__config_t, http_max_connections), .def = 1000,
+                      .min = 1, .max = 1048576,
+                      .doc = "HTTP connections open at once; one more is answered 503 and "
+                             "closed."},
+    [S_HTTP_PER_IP] = {.name = "http_max_connections_per_ip", .type = F_INT,
+                       .offset = offsetof(sip__config_t, http_max_connections_per_ip),
+                       .def = 256, .min = 0, .max = 1048576,
+                       .doc = "HTTP connections open at once from one client address; one "
+                              "more is answered 503 and closed; 0 = no per-address limit."},
+    [S_HTTP_HEADER_TIMEOUT] = {.name = "http_header_timeout_ms", .type = F_INT,
+                               .offset = offsetof(sip__config_t, http_header_timeout_ms),
+                               .def = 30000, .min = 100, .max = 3600000,
+                               .doc = "An HTTP request's headers must be complete this long "
+                                      "after the connection opened or its previous answer was "
+                                      "sent, however fast bytes come; else the connection is "
+                                      "closed (this also ends idle keep-alive connections)."},
     [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip__config_t, log_level),
                .names = log_level_names, .def = SIP__LOG_INFO, .doc = "Least severe level logged."},
     /* KServe v2 HTTP/REST front-end (src/http/). */
@@ -100,9 +140,10 @@ static const field_t server_fields[S_COUNT] = {
     [S_STATE] = {.name = "state_dir", .type = F_STRING,
                  .offset = offsetof(sip__config_t, state_dir),
                  .expect = "a writable directory",
-                 .doc = "Directory of the runtime state checkpoint (state.json): repository "
-                        "loads and unloads survive a restart; relative to the config file; "
-                        "absent = not kept."},
+                 .doc = "Directory of the runtime state checkpoint (state.json: repository "
+                        "loads and unloads, pools changed at run time) and of the idempotency "
+                        "journal (answers kept for idempotency keys): they survive a restart; "
+                        "relative to the config file; absent = not kept."},
     [S_FAULTS] = {.name = "allow_fault_injection", .type = F_BOOL,
                   .offset = offsetof(sip__config_t, allow_fault_injection), .def = 0,
                   .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "

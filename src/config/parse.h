@@ -46,7 +46,7 @@
 enum {
   KEY_MAX = 512,       /* key paths ("session_pools[3].resource_quota.x") */
   SHOW_MAX = 64,       /* bytes of a user value quoted in a message */
-  MAX_FIELDS = 24,     /* fields per section */
+  MAX_FIELDS = 32,     /* fields per section */
   UNIX_PATH_MAX = 107, /* sizeof(sun_path) - 1 */
   POOL_NAME_MAX = 128,
 };

@@ -485,16 +485,36 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   r.model_name = k->model;
   r.model_version = (char *)(version ? version : "");
   r.id = k->id ? k->id : "";
-  Inference__ModelInferResponse__ParametersEntry rp =
-      INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT, *rpp = &rp;
-  param_t rv = INFERENCE__INFER_PARAMETER__INIT;
+  /* Response parameters: idempotent_replay; retries and served_by after
+   * a failover. */
+  Inference__ModelInferResponse__ParametersEntry rp[3], *rpp[3];
+  param_t rv[3];
+  size_t np = 0;
+  for (size_t i = 0; i < 3; i++) {
+    Inference__ModelInferResponse__ParametersEntry e0 =
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
+    param_t v0 = INFERENCE__INFER_PARAMETER__INIT;
+    rp[i] = e0;
+    rv[i] = v0;
+    rp[i].value = &rv[i];
+    rpp[i] = &rp[i];
+  }
   if (k->replayed) {
-    rv.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-    rv.bool_param = 1;
-    rp.key = (char *)"idempotent_replay";
-    rp.value = &rv;
-    r.parameters = &rpp;
-    r.n_parameters = 1;
+    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    rv[np].bool_param = 1;
+    rp[np++].key = (char *)"idempotent_replay";
+  }
+  if (k->served_by) {
+    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    rv[np].int64_param = k->retries;
+    rp[np++].key = (char *)"retries";
+    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    rv[np].string_param = (char *)k->served_by;
+    rp[np++].key = (char *)"served_by";
+  }
+  if (np) {
+    r.parameters = rpp;
+    r.n_parameters = np;
   }
   out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
   otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);

@@ -52,6 +52,11 @@ typedef struct sip__grpc_infer {
   uint32_t *cls_topn;
   size_t n_cls;
   int replayed; /* the answer is a duplicate's: parameter idempotent_replay */
+  /* Failover: retries before the answer and the session that gave it
+   * (borrowed from the response; NULL: not retried): parameters retries
+   * and served_by, as over HTTP. */
+  uint32_t retries;
+  const char *served_by;
 } sip__grpc_infer_t;
 
 /* Decodes a serialized inference.ModelInferRequest into an engine request.

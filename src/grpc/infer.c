@@ -104,7 +104,10 @@ static void on_done(sip_response_t *resp, void *user) {
     size_t n = 0;
     const sip_tensor_t *const *outs = sip_response_outputs(resp, &n);
     q->k->replayed = sip_response_replayed(resp);
+    q->k->retries = sip_response_retries(resp);
+    q->k->served_by = sip_response_served_by(resp);
     e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
+    q->k->served_by = NULL; /* the response's, freed below */
   }
   sip_response_free(resp);
   if (stream)

@@ -277,7 +277,7 @@ static int fill_config(const sip__model_view_t *m, Inference__ModelConfig *cfg, 
   cfg->max_batch_size = pc->max_batch_size;
   Inference__ModelInstanceGroup g = INFERENCE__MODEL_INSTANCE_GROUP__INIT;
   p->group = g;
-  p->group.count = pc->pool_size;
+  p->group.count = m->pool_size;
   p->group.kind = INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_CPU;
   p->groupp = &p->group;
   cfg->instance_group = &p->groupp;
@@ -292,8 +292,8 @@ static int fill_config(const sip__model_view_t *m, Inference__ModelConfig *cfg, 
     cfg->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
     cfg->dynamic_batching = &p->batching;
   }
-  snprintf(p->num[0], sizeof p->num[0], "%lld", (long long)pc->max_memory_mb);
-  snprintf(p->num[1], sizeof p->num[1], "%d", pc->max_compute_percent);
+  snprintf(p->num[0], sizeof p->num[0], "%lld", (long long)m->max_memory_mb);
+  snprintf(p->num[1], sizeof p->num[1], "%d", m->max_compute_percent);
   add_param(cfg, p, "priority", sip__priority_name(pc->priority));
   add_param(cfg, p, "max_memory_mb", p->num[0]);
   add_param(cfg, p, "max_compute_percent", p->num[1]);

@@ -42,7 +42,6 @@
 /* Per-connection memory MHD may use: request line, headers and its read
  * buffer. Headers that do not fit are answered 431. */
 #define CONN_MEMORY_LIMIT ((size_t)64 << 10)
-#define CONN_LIMIT 1000
 #define IDLE_TIMEOUT_S 300
 /* How long stop waits for answers still being written (sip__now_us is the
  * monotonic clock the condition variable uses). */
@@ -117,7 +116,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-  (void)version;
   sip__http_t *h = cls;
   hreq_t *q = *con_cls;
   if (!q) {
@@ -127,6 +125,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     q->header_len = -1;
     *con_cls = q;
     atomic_fetch_add(&h->inflight, 1);
+    sip__http_conns_headers_in(h, c);
+    char msg[256];
+    unsigned bad = sip__http_framing_problem(c, version, h->cfg->http_max_body_bytes, msg,
+                                             sizeof msg);
+    if (bad) { /* refused before its body is read: MHD closes the connection after */
+      q->refused = 1;
+      return sip__http_send_error_msg(c, bad, msg);
+    }
     q->route = sip__http_route_match(url, &q->model, &q->version);
     q->kind = q->route ? q->route->kind : R_NONE;
     const http_post_ops_t *post = posting(q, method);
@@ -139,10 +145,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!post || q->started || q->refused) return MHD_YES;
     return post->body(q, upload_data, n);
   }
+  if (q->refused) return MHD_YES;
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
   if (!post) return sip__http_answer(q, url, method);
-  if (q->refused) return MHD_YES;
   if (q->early) {
     sip_error_t *e = q->early;
     q->early = NULL;
@@ -153,9 +159,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)c;
-  (void)toe;
   sip__http_t *h = cls;
+  sip__http_conns_request_done(h, c, toe);
   hreq_t *q = *con_cls;
   if (!q) return;
   *con_cls = NULL;
@@ -166,6 +171,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   sip__ks_request_free(q->ks);
   sip_response_free(q->resp);
   sip_error_free(q->err);
+  sip_free(q->answer);
   sip_error_free(q->early);
   sip__free(q);
   if (atomic_fetch_sub(&h->inflight, 1) == 1) {
@@ -177,9 +183,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
-  (void)c;
-  (void)socket_context;
   sip__http_t *h = cls;
+  sip__http_conns_notify(h, c, socket_context, toe);
   atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
@@ -273,6 +278,7 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
+  sip__http_conns_free(h);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->sse_mu);
   pthread_mutex_destroy(&h->mu);
@@ -283,22 +289,28 @@ static void free_http(sip__http_t *h) {
 
 /* The accept thread: each new connection goes to the next daemon in turn,
  * so a burst of connections spreads over all the event-loop threads. Past
- * the connection limit a new one is closed at once, as MHD does. Out of
+ * the connection limits a new one is answered 503 and closed (conns.c,
+ * which this thread also runs: header deadlines, hang-ups). Out of
  * file descriptors, a reserve descriptor is given up to accept and close
  * the pending connection (else accepting pauses for 100 ms), and the
  * failure is logged at most once a second. */
 static void *accept_loop(void *arg) {
   sip__http_t *h = arg;
-  struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN}, {.fd = h->wake[0], .events = POLLIN}};
+  struct pollfd p[3] = {{.fd = h->listen_fd, .events = POLLIN},
+                        {.fd = h->wake[0], .events = POLLIN},
+                        {.fd = sip__http_conns_fd(h), .events = POLLIN}};
+  int wait_ms = -1;
   int reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
   uint64_t logged_us = 0;
   unsigned long suppressed = 0;
   for (;;) {
-    if (poll(p, 2, -1) < 0) {
+    if (poll(p, 3, wait_ms) < 0) {
       if (errno == EINTR) continue;
       break;
     }
     if (p[1].revents) break;
+    wait_ms = sip__http_conns_run(h);
+    if (!p[0].revents) continue;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int fd = accept4(h->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -328,12 +340,10 @@ static void *accept_loop(void *arg) {
       }
       continue;
     }
-    if (atomic_load(&h->conns) >= CONN_LIMIT) {
-      close(fd);
-      continue;
-    }
+    if (sip__http_conns_admit(h, fd, (struct sockaddr *)&ss, sl)) continue;
     unsigned i = atomic_fetch_add(&h->next_d, 1) % (unsigned)h->n_d;
-    MHD_add_connection(h->d[i], fd, (struct sockaddr *)&ss, sl); /* closes fd on failure */
+    if (MHD_add_connection(h->d[i], fd, (struct sockaddr *)&ss, sl) != MHD_YES)
+      sip__http_conns_forget_fd(h, fd); /* MHD closed it */
   }
   if (reserve >= 0) close(reserve);
   return NULL;
@@ -360,7 +370,8 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   const char *classic = getenv("SIP_HTTP_JSON_CLASSIC");
   sip__ks_json_classic(classic && *classic && strcmp(classic, "0"));
   int fd = -1;
-  sip_error_t *e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
+  sip_error_t *e = sip__http_conns_init(h);
+  if (!e) e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
   if (e) {
     free_http(h);
     return e;
@@ -375,7 +386,10 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
                    MHD_USE_NO_LISTEN_SOCKET;
   struct MHD_OptionItem opts[] = {
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
-      {MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT, NULL},
+      /* The limits in all and per address are sip's (conns.c), over every
+       * daemon; MHD's own would count each daemon apart. */
+      {MHD_OPTION_CONNECTION_LIMIT, cfg->http_max_connections > 0 ? cfg->http_max_connections
+                                                                  : 1000, NULL},
       {MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, NULL},
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},

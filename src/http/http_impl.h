@@ -10,6 +10,9 @@
  *   infer.c       inference, and the model metadata cache it reads
  *   repository.c  the model repository extension (index, load, unload)
  *   settings.c    Triton's log and trace settings
+ *   framing.c     a request's framing headers checked as RFC 9112 asks
+ *   conns.c       connection limits, the header deadline, clients that hang
+ *                 up while their request waits
  *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
  *   shm.c         system shared memory: the routes (and the codec's part,
  *                 kserve_impl.h)
@@ -44,6 +47,9 @@ typedef struct meta {
   struct meta *next;
 } meta_t;
 
+typedef struct sip__http_conns sip__http_conns_t;
+typedef struct sip__http_conn sip__http_conn_t;
+
 struct sip__http {
   sip_server_t *s;
   const sip__config_t *cfg;
@@ -65,6 +71,7 @@ struct sip__http {
   meta_t *cache;
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
+  sip__http_conns_t *cs; /* connection limits, header deadlines, hang-ups (conns.c) */
 };
 
 typedef enum route_kind {
@@ -141,10 +148,12 @@ struct hreq {
   sip_error_t *early; /* found in the headers; answered once the body is read */
   sip__ks_request_t *ks;
   struct meta *meta; /* the model's metadata (a reference), or NULL */
+  sip__http_conn_t *hc; /* watched for a hang-up while suspended (conns.c) */
   /* Set before the connection is resumed. */
   sip_response_t *resp;
   int resp_oom;
   sip_error_t *err;
+  char *answer; /* an operator request's answer (JSON, sip_free), or NULL */
 };
 
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
@@ -167,6 +176,58 @@ unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const c
                                  char *msg, size_t msg_n, const char **allow);
 /* Answers a request no POST route takes: the GET routes, 404 and 405. */
 enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method);
+
+/* ---- framing.c: a request's framing headers (RFC 9112) ------------------- */
+
+/* One header field (borrowed strings). */
+typedef struct sip__http_field {
+  const char *name, *value;
+} sip__http_field_t;
+/* Host, Content-Length and Transfer-Encoding fields looked at, at most. */
+#define SIP__HTTP_FRAMING_FIELDS 16
+/* 0 when the request's framing is sound; else the status to answer (400:
+ * no Host in HTTP/1.1, several Host, differing or malformed Content-Length,
+ * Transfer-Encoding with Content-Length, chunked not last; 501: a transfer
+ * coding other than chunked; 413: Content-Length over max_body, however
+ * large) with the message in msg. `f` holds the request's fields (others
+ * than those three are ignored); version is e.g. "HTTP/1.1". Pure. */
+unsigned sip__http_framing_check(const char *version, const sip__http_field_t *f, size_t n,
+                                 uint64_t max_body, char *msg, size_t msg_n);
+/* The same for a connection's request, its fields read from MHD. */
+unsigned sip__http_framing_problem(struct MHD_Connection *c, const char *version,
+                                   uint64_t max_body, char *msg, size_t msg_n);
+
+/* ---- conns.c: connection limits, header deadlines, hang-ups ------------- */
+
+sip_error_t *sip__http_conns_init(sip__http_t *h);
+void sip__http_conns_free(sip__http_t *h);
+/* Accept thread: admits a new connection (0), or answers it 503 and closes
+ * it (-1) past server.http_max_connections or ..._per_ip. */
+int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, socklen_t sl);
+/* Accept thread: MHD_add_connection refused (and closed) fd. */
+void sip__http_conns_forget_fd(sip__http_t *h, int fd);
+/* Accept thread: the descriptor to poll too, and what to call when it is
+ * readable or the time it returned has passed: shuts down connections past
+ * their header deadline, cancels the requests of clients that hung up.
+ * Returns the ms until the next deadline (-1: none). */
+int sip__http_conns_fd(sip__http_t *h);
+int sip__http_conns_run(sip__http_t *h);
+/* MHD's NOTIFY_CONNECTION. */
+void sip__http_conns_notify(sip__http_t *h, struct MHD_Connection *c, void **socket_context,
+                            enum MHD_ConnectionNotificationCode code);
+/* A request's headers are in: its connection's deadline is met. */
+void sip__http_conns_headers_in(sip__http_t *h, struct MHD_Connection *c);
+/* A request ended (MHD's NOTIFY_COMPLETED): when it completed, the next
+ * request's headers have the deadline from now. */
+void sip__http_conns_request_done(sip__http_t *h, struct MHD_Connection *c,
+                                  enum MHD_RequestTerminationCode toe);
+/* Before c is suspended for a request: watches the connection for a
+ * hang-up; *token (the connection's) goes on the request so that a hang-up
+ * cancels it. Returns what sip__http_conns_unwatch takes (NULL: not
+ * watched, *token NULL). Any thread may unwatch. */
+sip__http_conn_t *sip__http_conns_watch(sip__http_t *h, struct MHD_Connection *c,
+                                        sip_cancel_token_t **token);
+void sip__http_conns_unwatch(sip__http_t *h, sip__http_conn_t *hc);
 
 /* ---- http.c: answers ----------------------------------------------------- */
 

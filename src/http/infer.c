@@ -114,6 +114,8 @@ static void on_done(sip_response_t *resp, void *user) {
   hreq_t *q = user;
   q->resp = resp;
   q->resp_oom = !resp;
+  sip__http_conns_unwatch(q->h, q->hc);
+  q->hc = NULL;
   /* MHD's resume takes its own lock, which orders the stores above before
    * the handler's reads on the daemon thread. */
   MHD_resume_connection(q->conn);
@@ -151,19 +153,10 @@ static int accepts(const char *ae, const char *coding) {
 /* First call of an infer request: headers are in, the body is not. */
 static enum MHD_Result infer_begin(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
-  size_t limit = q->h->cfg->http_max_body_bytes;
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   int64_t content_len = cl ? parse_len(cl) : -1;
-  char msg[256];
-  if (content_len > (int64_t)limit) {
-    /* Refused before reading: MHD closes the connection after this answer. */
-    snprintf(msg, sizeof msg,
-             "request body of %lld bytes is larger than the server's limit of %zu bytes "
-             "(server.http_max_body_bytes)",
-             (long long)content_len, limit);
-    q->refused = 1;
-    return sip__http_send_error_msg(c, 413, msg);
-  }
+  /* A Content-Length over server.http_max_body_bytes was answered 413
+   * before this (framing.c). */
   const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
   q->compress_out = accepts(ae, "gzip") ? 1 : accepts(ae, "deflate") ? 2 : 0;
   const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
@@ -339,10 +332,16 @@ static enum MHD_Result infer_start(hreq_t *q) {
   if (e) return sip__http_send_error(q->conn, e);
   sip_request_t *r = q->ks->req;
   q->ks->req = NULL; /* the engine owns it from here, even on error */
+  /* A client that hangs up while its request waits has it cancelled. */
+  sip_cancel_token_t *token = NULL;
+  q->hc = sip__http_conns_watch(q->h, q->conn, &token);
+  if (token) sip_request_set_cancel_token(r, token);
   /* Suspend before submitting, so the completion can resume at once. */
   MHD_suspend_connection(q->conn);
   e = sip_server_infer_async(q->h->s, r, on_done, q);
   if (e) {
+    sip__http_conns_unwatch(q->h, q->hc);
+    q->hc = NULL;
     q->err = e;
     MHD_resume_connection(q->conn);
   }

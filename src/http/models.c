@@ -65,10 +65,10 @@ static json_t *pool_config(const sip__model_view_t *m) {
       "{s:s,s:s,s:s,s:I,s:o,s:o,s:[{s:I,s:s}],s:s,s:{s:I,s:i},s:o,s:o,s:o}", "name", m->name,
       "platform", m->platform, "backend", c->backend, "max_batch_size",
       (json_int_t)c->max_batch_size, "input", ks_io(m->inputs, m->n_inputs, 1), "output",
-      ks_io(m->outputs, m->n_outputs, 1), "instance_group", "count", (json_int_t)c->pool_size,
+      ks_io(m->outputs, m->n_outputs, 1), "instance_group", "count", (json_int_t)m->pool_size,
       "kind", "KIND_CPU", "priority", sip__priority_name(c->priority), "resource_quota",
-      "max_memory_mb", (json_int_t)c->max_memory_mb, "max_compute_percent",
-      c->max_compute_percent, "backend_options", opts, "model_path",
+      "max_memory_mb", (json_int_t)m->max_memory_mb, "max_compute_percent",
+      m->max_compute_percent, "backend_options", opts, "model_path",
       m->model_path ? json_string(m->model_path) : json_null(), "version",
       m->version ? json_string(m->version) : json_null());
   /* Triton's names: dynamic_batching.max_queue_delay_microseconds. */

@@ -35,22 +35,45 @@ static enum MHD_Result small_body(hreq_t *q, const char *data, size_t n) {
 
 const http_post_ops_t sip__http_logging_ops = {.body = small_body, .start = logging_start};
 
-/* ---- POST /v2/admin: faults, session drain and resume (sip_server_admin) ---- */
+/* ---- POST /v2/admin: faults, session drain and resume, pool updates,
+ * profiles (sip_server_admin_async; a profile answers seconds later, with
+ * the connection suspended meanwhile) ---- */
+
+static void on_admin_done(sip_error_t *e, char *answer, void *user) {
+  hreq_t *q = user;
+  q->err = e;
+  q->answer = answer;
+  MHD_resume_connection(q->conn);
+}
 
 static enum MHD_Result admin_start(hreq_t *q) {
-  json_t *b = sip__http_body_object(q, "{\"action\": \"fault\"|\"drain\"|\"resume\", \"pool\": P, ...}");
+  json_t *b = sip__http_body_object(q, "{\"action\": \"fault\"|\"drain\"|\"resume\"|\"update\"|"
+                                       "\"profile\", \"pool\": P, ...}");
   if (!b) return MHD_YES;
-  char *txt = json_dumps(b, JSON_COMPACT), *answer = NULL;
+  char *txt = json_dumps(b, JSON_COMPACT);
   json_decref(b);
-  sip_error_t *e = txt ? sip_server_admin(q->h->s, txt, strlen(txt), &answer) : SIP__OOM();
+  if (!txt) return sip__http_send_error(q->conn, SIP__OOM());
+  q->started = 1;
+  /* Suspended first: the answer may come at once, or from another thread. */
+  MHD_suspend_connection(q->conn);
+  sip_error_t *e = sip_server_admin_async(q->h->s, txt, strlen(txt), on_admin_done, q);
   free(txt); /* jansson's allocation */
-  if (e) return sip__http_send_error(q->conn, e);
-  json_t *a = json_loads(answer, 0, NULL);
-  sip_free(answer);
+  if (e) on_admin_done(e, NULL, q);
+  return MHD_YES;
+}
+
+static enum MHD_Result admin_answer(hreq_t *q) {
+  if (q->err) {
+    sip_error_t *e = q->err;
+    q->err = NULL;
+    return sip__http_send_error(q->conn, e);
+  }
+  json_t *a = q->answer ? json_loads(q->answer, 0, NULL) : NULL;
   return sip__http_send_json(q->conn, 200, a ? a : json_object());
 }
 
-const http_post_ops_t sip__http_admin_ops = {.body = small_body, .start = admin_start};
+const http_post_ops_t sip__http_admin_ops = {
+    .body = small_body, .start = admin_start, .answer = admin_answer};
 
 /* ---- trace settings ------------------------------------------------------ */
 

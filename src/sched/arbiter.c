@@ -34,6 +34,12 @@ void sip__arb_account_init(sip__arb_account_t *acc, int priority, int compute_pe
   acc->active = 0;
 }
 
+void sip__arbiter_set_weight(sip__arbiter_t *a, sip__arb_account_t *acc, int compute_percent) {
+  pthread_mutex_lock(&a->mu);
+  acc->weight = compute_percent > 0 ? (uint64_t)compute_percent : 100;
+  pthread_mutex_unlock(&a->mu);
+}
+
 void sip__arb_ticket_init(sip__arb_ticket_t *t, sip__arb_account_t *acc) {
   t->next = t->prev = NULL;
   t->acc = acc;

@@ -44,6 +44,8 @@ typedef struct sip__arbiter {
 void sip__arbiter_init(sip__arbiter_t *a, int slots);
 void sip__arbiter_destroy(sip__arbiter_t *a);
 void sip__arb_account_init(sip__arb_account_t *acc, int priority, int compute_percent);
+/* A new share for `acc` (compute_percent 0: unset, 100), under a's lock. */
+void sip__arbiter_set_weight(sip__arbiter_t *a, sip__arb_account_t *acc, int compute_percent);
 void sip__arb_ticket_init(sip__arb_ticket_t *t, sip__arb_account_t *acc);
 void sip__arb_ticket_destroy(sip__arb_ticket_t *t);
 

@@ -1,6 +1,8 @@
 /* sip — operator requests on sessions (docs/availability.md): injected
- * faults and draining one session, as one JSON request that the native
- * protocol (ADMIN_REQUEST) and HTTP (POST /v2/admin) both pass here. */
+ * faults, draining one session and changing a pool's size and quotas, as
+ * one JSON request that the native protocol (ADMIN_REQUEST) and HTTP
+ * (POST /v2/admin) both pass here. Drains and pool changes are recorded in
+ * the state checkpoint (server.state_dir). */
 #include <string.h>
 
 #include "core/core.h"
@@ -8,8 +10,10 @@
 
 #define ADMIN_EXPECT                                                                        \
   "{\"action\": \"fault\", \"pool\": P, \"kind\": crash|hang|slow|error|none, \"count\": N | " \
-  "\"rate\": R, \"delay_ms\": D, \"session\": N} or {\"action\": \"drain\"|\"resume\", "     \
-  "\"pool\": P, \"session\": N}"
+  "\"rate\": R, \"delay_ms\": D, \"session\": N}, {\"action\": \"drain\"|\"resume\", "      \
+  "\"pool\": P, \"session\": N}, {\"action\": \"update\", \"pool\": P, \"pool_size\": N, "     \
+  "\"max_memory_mb\": M, \"max_compute_percent\": C} or {\"action\": \"profile\", \"pool\": P, "  \
+  "\"seconds\": S, \"session\": N, \"trace\": true|false}"
 
 static const char *const kinds[] = {"none", "crash", "hang", "slow", "error", NULL};
 
@@ -57,7 +61,28 @@ static sip_error_t *fault(sip_server_t *s, sip__pool_t *p, json_t *req, json_t *
   return NULL;
 }
 
-sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, char **answer) {
+static sip_error_t *update(sip_server_t *s, sip__pool_t *p, json_t *req, json_t **ok) {
+  json_int_t size = 0, mem = -1, pct = -1;
+  sip_error_t *e;
+  if ((e = get_int(req, "pool_size", 1, SIP__MAX_SESSIONS, &size)) ||
+      (e = get_int(req, "max_memory_mb", 0, 1048576, &mem)) ||
+      (e = get_int(req, "max_compute_percent", 0, 100, &pct)))
+    return e;
+  if (!size && mem < 0 && pct < 0)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "admin request update: nothing to change; "
+                         "expected \"pool_size\", \"max_memory_mb\" or \"max_compute_percent\"");
+  if ((e = sip__pool_update(p, (int)size, mem, (int)pct))) return e;
+  sip__repo_checkpoint_pool(s, p);
+  *ok = json_pack("{s:b,s:s,s:i,s:I,s:i}", "ok", 1, "pool", p->cfg->name, "pool_size",
+                  atomic_load(&p->size), "max_memory_mb",
+                  (json_int_t)atomic_load(&p->quota_memory_mb), "max_compute_percent",
+                  atomic_load(&p->quota_compute_percent));
+  return NULL;
+}
+
+/* sip_server_admin, with done for a profile (NULL: answered at once). */
+static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **answer,
+                          sip_admin_done_fn done, void *user) {
   *answer = NULL;
   json_error_t je;
   json_t *req = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -70,19 +95,30 @@ sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, cha
     e = sip_error_new(SIP_INVALID_ARGUMENT, "admin request is not JSON: %s (offset %d); "
                       "expected " ADMIN_EXPECT, je.text, je.position);
   else if (!action || !pool ||
-           (strcmp(action, "fault") && strcmp(action, "drain") && strcmp(action, "resume")))
+           (strcmp(action, "fault") && strcmp(action, "drain") && strcmp(action, "resume") &&
+            strcmp(action, "update") && strcmp(action, "profile")))
     e = sip_error_new(SIP_INVALID_ARGUMENT, "admin request: expected " ADMIN_EXPECT);
   else
     p = sip__registry_find(&s->eng, pool, NULL, &e);
   if (p && !strcmp(action, "fault")) {
     e = fault(s, p, req, &ok);
+  } else if (p && !strcmp(action, "update")) {
+    e = update(s, p, req, &ok);
+  } else if (p && !strcmp(action, "profile")) {
+    char *txt = NULL;
+    e = sip__admin_profile(p, req, done, user, &txt);
+    sip__pool_unref(p);
+    json_decref(req);
+    if (!e && !done) *answer = txt;
+    return e;
   } else if (p) {
     json_int_t session = -1;
     if (!(e = get_int(req, "session", 0, 255, &session)) && session < 0)
       e = sip_error_new(SIP_INVALID_ARGUMENT, "admin request %s: \"session\" (the session's "
                         "index) is missing", action);
     int drain = !strcmp(action, "drain");
-    if (!e && !(e = sip__session_drain(p, (int)session, drain)))
+    if (!e && !(e = sip__session_drain(p, (int)session, drain))) sip__repo_checkpoint_pool(s, p);
+    if (!e)
       ok = json_pack("{s:b,s:s,s:I,s:b}", "ok", 1, "pool", p->cfg->name, "session", session,
                      "drained", drain);
   }
@@ -95,4 +131,21 @@ sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, cha
   *answer = sip__strdup(txt);
   free(txt); /* jansson's allocation */
   return *answer ? NULL : SIP__OOM();
+}
+
+sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, char **answer) {
+  return admin(s, text, len, answer, NULL, NULL);
+}
+
+sip_error_t *sip_server_admin_async(sip_server_t *s, const char *text, size_t len,
+                                    sip_admin_done_fn done, void *user) {
+  char *answer = NULL;
+  json_t *req = json_loadb(text, len, 0, NULL);
+  const char *action = json_string_value(json_object_get(req, "action"));
+  int later = action && !strcmp(action, "profile");
+  json_decref(req);
+  sip_error_t *e = admin(s, text, len, &answer, later ? done : NULL, user);
+  if (e && later) return e; /* refused before it started: done is not called */
+  if (!later) done(e, answer, user);
+  return NULL;
 }

@@ -42,6 +42,8 @@ struct sip__idem {
   size_t n_entries, bytes;
   size_t max_bytes; /* the last limits seen, for evictions at completion */
   uint64_t hits, joins, evictions;
+  sip__idem_sink_fn sink; /* told of each answer kept, before it is sent */
+  void *sink_ctx;
 };
 
 static uint32_t hash_key(const char *s) {
@@ -191,8 +193,14 @@ static void entry_done(sip_response_t *resp, void *user) {
   } else {
     unlink_entry(c, e);
   }
+  uint64_t ttl = e->ttl_us;
+  char *key = kept && c->sink ? sip__strdup(e->key) : NULL;
   pthread_mutex_unlock(&c->mu); /* a kept e may be evicted from here on */
   if (!kept) entry_free(e);
+  if (key) { /* recorded before anyone hears the answer */
+    c->sink(c->sink_ctx, key, sip__wall_us() + ttl, resp);
+    sip__free(key);
+  }
   while (w) {
     waiter_t *n = w->next;
     if (resp && resp->code == SIP_CANCELLED) /* the first one's caller went, not theirs */
@@ -290,6 +298,59 @@ void sip__idem_abort(sip__idem_t *c, sip__idem_entry_t *e, sip_code_t code, cons
     sip__free(w);
     w = n;
   }
+}
+
+void sip__idem_set_sink(sip__idem_t *c, sip__idem_sink_fn fn, void *ctx) {
+  pthread_mutex_lock(&c->mu);
+  c->sink = fn;
+  c->sink_ctx = ctx;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void sip__idem_restore(sip__idem_t *c, const char *key, uint64_t ttl_left_us,
+                       sip_response_t *resp) {
+  uint32_t h = hash_key(key);
+  sip__idem_entry_t *e = sip__calloc(1, sizeof *e);
+  if (e && !(e->key = sip__strdup(key))) {
+    sip__free(e);
+    e = NULL;
+  }
+  if (!e) {
+    sip_response_free(resp);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  sip__idem_entry_t *old = find(c, key, h);
+  if (old && !old->done) { /* running here already: it answers */
+    pthread_mutex_unlock(&c->mu);
+    entry_free(e);
+    sip_response_free(resp);
+    return;
+  }
+  if (old) evict(c, old); /* a later record of the key wins */
+  e->c = c;
+  e->hash = h;
+  e->keep = 1;
+  e->done = 1;
+  e->resp = resp;
+  e->bytes = response_bytes(resp);
+  e->expires_us = c->now_us() + ttl_left_us;
+  e->hnext = c->buckets[h % N_BUCKETS];
+  c->buckets[h % N_BUCKETS] = e;
+  c->n_entries++;
+  c->bytes += e->bytes;
+  lru_push(c, e);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void sip__idem_foreach(sip__idem_t *c, sip__idem_sink_fn fn, void *ctx) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t now = c->now_us(), wall = sip__wall_us();
+  /* Least recently used first: read back in this order, the LRU order
+   * comes back the same. */
+  for (sip__idem_entry_t *e = c->lru_tail; e; e = e->prev)
+    if (e->expires_us > now) fn(ctx, e->key, wall + (e->expires_us - now), e->resp);
+  pthread_mutex_unlock(&c->mu);
 }
 
 void sip__idem_stats(sip__idem_t *c, sip__idem_stats_t *out) {

@@ -62,4 +62,20 @@ void sip__idem_abort(sip__idem_t *c, sip__idem_entry_t *entry, sip_code_t code,
                      const char *message);
 void sip__idem_stats(sip__idem_t *c, sip__idem_stats_t *out);
 
+/* Told of an answer kept for `key`, with its expiry on the wall clock
+ * (microseconds since the epoch); `resp` is borrowed. */
+typedef void (*sip__idem_sink_fn)(void *ctx, const char *key, uint64_t expires_wall_us,
+                                  const sip_response_t *resp);
+/* From now on fn is called with each answer kept, before the request and
+ * its duplicates are answered (the idempotency journal). */
+void sip__idem_set_sink(sip__idem_t *c, sip__idem_sink_fn fn, void *ctx);
+/* Puts a kept answer back (from the journal): `key` finished with `resp`
+ * (taken), kept for ttl_left_us more. A key running now keeps its run; a
+ * key kept already is replaced. Out of memory drops it. */
+void sip__idem_restore(sip__idem_t *c, const char *key, uint64_t ttl_left_us,
+                       sip_response_t *resp);
+/* Calls fn for every kept answer that has not expired, least recently used
+ * first, with the cache locked (fn must not use the cache). */
+void sip__idem_foreach(sip__idem_t *c, sip__idem_sink_fn fn, void *ctx);
+
 #endif

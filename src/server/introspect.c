@@ -34,11 +34,12 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
                                                                    : p->cfg->model_path));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
-    json_object_set_new(o, "pool_size", json_integer(p->cfg->pool_size));
+    json_object_set_new(o, "pool_size", json_integer(atomic_load(&p->size)));
     /* For the HTTP model_configuration extension. */
     json_object_set_new(o, "resource_quota",
-                        json_pack("{s:I,s:i}", "max_memory_mb", (json_int_t)p->cfg->max_memory_mb,
-                                  "max_compute_percent", p->cfg->max_compute_percent));
+                        json_pack("{s:I,s:i}", "max_memory_mb",
+                                  (json_int_t)atomic_load(&p->quota_memory_mb),
+                                  "max_compute_percent", atomic_load(&p->quota_compute_percent)));
     json_t *bo = json_object();
     for (size_t k = 0; k < p->cfg->n_backend_options; k++)
       json_object_set_new(bo, p->cfg->backend_options[k].key,

@@ -53,6 +53,9 @@ typedef struct sip__model_view {
   const char *platform; /* the backend's KServe platform; "ensemble" for pipelines */
   const char *model_path;                     /* pools: the file loaded, else the config's */
   const sip__pool_config_t *pool_cfg;         /* pools: their settings; else NULL */
+  /* pools: size and quotas now (pool_cfg's, or as changed at run time) */
+  int pool_size, max_compute_percent;
+  int64_t max_memory_mb;
   const sip__pipeline_config_t *pipeline_cfg; /* pipelines: their stages; else NULL */
   const sip_io_desc_t *inputs, *outputs;      /* when loaded */
   size_t n_inputs, n_outputs;

@@ -24,6 +24,9 @@ static void pool_view(sip__engine_t *eng, sip__pool_t *p, sip__model_view_t *v) 
                            : "unknown";
   v->model_path = p->resolved_path ? p->resolved_path : p->cfg->model_path;
   v->pool_cfg = p->cfg;
+  v->pool_size = atomic_load(&p->size);
+  v->max_memory_mb = atomic_load(&p->quota_memory_mb);
+  v->max_compute_percent = atomic_load(&p->quota_compute_percent);
   if (v->loaded) {
     v->inputs = p->inputs, v->n_inputs = p->n_inputs;
     v->outputs = p->outputs, v->n_outputs = p->n_outputs;

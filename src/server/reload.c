@@ -34,7 +34,12 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
   return !same_str(a->http, b->http) || !same_str(a->model_repository, b->model_repository) ||
          !same_str(a->state_dir, b->state_dir) || a->model_control != b->model_control ||
          a->execution_slots != b->execution_slots || a->max_frame_bytes != b->max_frame_bytes ||
-         a->max_unsent_bytes != b->max_unsent_bytes ||
+         a->max_unsent_bytes != b->max_unsent_bytes || a->max_connections != b->max_connections ||
+         a->frame_timeout_ms != b->frame_timeout_ms || a->max_receive_bytes != b->max_receive_bytes ||
+         a->max_connection_receive_bytes != b->max_connection_receive_bytes ||
+         a->http_max_connections != b->http_max_connections ||
+         a->http_max_connections_per_ip != b->http_max_connections_per_ip ||
+         a->http_header_timeout_ms != b->http_header_timeout_ms ||
          a->http_max_body_bytes != b->http_max_body_bytes || a->http_threads != b->http_threads ||
          memcmp(&a->engine, &b->engine, sizeof a->engine) != 0;
 }
@@ -50,6 +55,42 @@ static sip_error_t *repo_name_taken(sip__pool_t **live, size_t n, const char *na
                                "session_pools entry '%s' has the name of a repository model; "
                                "unload that model first or name the pool otherwise", name)
                : NULL;
+}
+
+/* Among the pools that would serve after the reload (live, less retire,
+ * plus add): a pool whose failover.fallback_pool takes other inputs or
+ * gives other outputs refuses the reload (only pairs with a new pool on
+ * either side are checked: the others were checked when they loaded). */
+static sip_error_t *fallbacks_fit(sip__pool_t **live, size_t n_live, sip__pool_t **add,
+                                  size_t n_add, sip__pool_t **retire, size_t n_retire) {
+  size_t n = 0;
+  sip__pool_t **after = sip__calloc(n_live + n_add + 1, sizeof *after);
+  if (!after) return SIP__OOM();
+  for (size_t i = 0; i < n_live; i++) {
+    int gone = 0;
+    for (size_t k = 0; k < n_retire && !gone; k++) gone = retire[k] == live[i];
+    if (!gone && !atomic_load(&live[i]->retired)) after[n++] = live[i];
+  }
+  size_t first_new = n;
+  for (size_t i = 0; i < n_add; i++) after[n++] = add[i];
+  sip_error_t *e = NULL;
+  for (size_t i = 0; i < n && !e; i++) {
+    const char *fb = after[i]->cfg->fallback_pool;
+    if (!fb || atomic_load(&after[i]->state) != SIP__POOL_READY) continue;
+    for (size_t k = 0; k < n && !e; k++) {
+      sip__pool_t *f = after[k];
+      if ((i < first_new && k < first_new) || strcmp(f->cfg->name, fb) ||
+          atomic_load(&f->state) != SIP__POOL_READY || sip__pool_fallback_fits(after[i], f))
+        continue;
+      e = sip_error_new(SIP_FAILED_PRECONDITION,
+                        "failover.fallback_pool '%s' of pool '%s' would take other inputs or "
+                        "give other outputs than it; expected a pool of the same model "
+                        "signature",
+                        fb, after[i]->cfg->name);
+    }
+  }
+  sip__free(after);
+  return e;
 }
 
 static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts) {
@@ -122,6 +163,7 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
       counts[2]++;
     }
   }
+  if (!e) e = fallbacks_fit(live, n_live, add, n_add, retire, n_retire);
   if (!e && (n_add || n_retire)) e = sip__registry_swap(&s->eng, add, n_add, retire, n_retire);
   if (e) { /* nothing changes: the pools loaded for nothing go */
     for (size_t i = 0; i < n_add; i++) {
@@ -134,6 +176,7 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
   sip__registry_release(live, n_live);
   for (size_t i = 0; i < n_retire; i++) {
     sip__log(SIP__LOG_INFO, "retiring pool", "pool=%s", retire[i]->cfg->name);
+    sip__repo_forget_pool(s, retire[i]->cfg->name); /* serves as its new config says */
     sip__registry_drain_free(&s->eng, retire[i]);
   }
   if (n_retire) malloc_trim(0); /* as a repository reload does: freed pages go back */

@@ -132,16 +132,90 @@ static void restore(sip_server_t *s) {
   }
 }
 
+/* Pool p's run-time settings as the checkpoint records them; 0 when they
+ * are all its config's. */
+static int pool_settings(sip__pool_t *p, sip__state_pool_t *c) {
+  memset(c, 0, sizeof *c);
+  int size = atomic_load(&p->size);
+  int64_t mem = atomic_load(&p->quota_memory_mb);
+  int pct = atomic_load(&p->quota_compute_percent);
+  c->pool_size = size != p->cfg->pool_size ? size : 0;
+  c->max_memory_mb = mem != p->cfg->max_memory_mb ? mem : -1;
+  c->max_compute_percent = pct != p->cfg->max_compute_percent ? pct : -1;
+  int any = c->pool_size || c->max_memory_mb >= 0 || c->max_compute_percent >= 0;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->n_sessions && i < 256; i++)
+    if (atomic_load(&p->sessions[i].drain)) {
+      c->drained[i / 64] |= UINT64_C(1) << (i % 64);
+      any = 1;
+    }
+  pthread_mutex_unlock(&p->mu);
+  return any;
+}
+
 /* Records a load or unload that succeeded, and writes the file. A write
  * that fails is logged; serving goes on (the next change writes again). */
 static void checkpoint(sip_server_t *s, const repo_op_t *op) {
   sip__repo_t *R = s->repo;
   if (!R->state) return;
+  /* A model loaded again serves as its config says, unless its files did
+   * not change (the pool serving stays, with its run-time settings). */
+  sip__state_pool_t c;
+  sip_error_t *fe = NULL;
+  sip__pool_t *p = op->unload ? NULL : sip__registry_find(&s->eng, op->name, NULL, &fe);
+  int changed = p && pool_settings(p, &c);
+  if (p) sip__pool_unref(p);
+  sip_error_free(fe);
+  pthread_mutex_lock(&R->state_mu);
   sip_error_t *e = sip__state_set_model(R->state, op->name, !op->unload, op->config_text);
+  if (!e) e = sip__state_set_pool(R->state, op->name, changed ? &c : NULL);
   if (!e) e = sip__state_save(s->cfg->state_dir, R->state);
+  pthread_mutex_unlock(&R->state_mu);
   if (e) {
     sip__log(SIP__LOG_ERROR, "state not saved", "model=%s reason=\"%s\"", op->name,
              sip_error_message(e));
+    sip_error_free(e);
+  }
+}
+
+static void save_pool(sip_server_t *s, const char *name, const sip__state_pool_t *c) {
+  sip__repo_t *R = s->repo;
+  if (!R || !R->state) return;
+  pthread_mutex_lock(&R->state_mu);
+  sip_error_t *e = sip__state_set_pool(R->state, name, c);
+  if (!e) e = sip__state_save(s->cfg->state_dir, R->state);
+  pthread_mutex_unlock(&R->state_mu);
+  if (e) {
+    sip__log(SIP__LOG_ERROR, "state not saved", "pool=%s reason=\"%s\"", name,
+             sip_error_message(e));
+    sip_error_free(e);
+  }
+}
+
+void sip__repo_checkpoint_pool(sip_server_t *s, sip__pool_t *p) {
+  sip__state_pool_t c;
+  save_pool(s, p->cfg->name, pool_settings(p, &c) ? &c : NULL);
+}
+
+void sip__repo_forget_pool(sip_server_t *s, const char *name) { save_pool(s, name, NULL); }
+
+/* Applies the checkpoint's pool settings at start, after the loads. */
+static void restore_pools(sip_server_t *s) {
+  sip__repo_t *R = s->repo;
+  size_t n = R->state ? sip__state_pool_count(R->state) : 0;
+  for (size_t i = 0; i < n; i++) {
+    sip__state_pool_t c;
+    const char *name = sip__state_pool_at(R->state, i, &c);
+    sip_error_t *e = NULL;
+    sip__pool_t *p = sip__registry_find(&s->eng, name, NULL, &e);
+    if (p) e = sip__pool_update(p, c.pool_size, c.max_memory_mb, c.max_compute_percent);
+    for (int k = 0; p && !e && k < 256; k++)
+      if (c.drained[k / 64] >> (k % 64) & 1) e = sip__session_drain(p, k, 1);
+    sip__log(e ? SIP__LOG_ERROR : SIP__LOG_INFO, "state restored",
+             "pool=%s pool_size=%d max_memory_mb=%lld max_compute_percent=%d%s%s%s", name,
+             c.pool_size, (long long)c.max_memory_mb, c.max_compute_percent,
+             e ? " reason=\"" : "", e ? sip_error_message(e) : "", e ? "\"" : "");
+    if (p) sip__pool_unref(p);
     sip_error_free(e);
   }
 }
@@ -174,6 +248,7 @@ static void initial_load(sip_server_t *s) {
   }
   sip__repo_free_names(names, n);
   restore(s);
+  restore_pools(s);
   /* Pipelines hook (src/pipeline/): built once their pools have loaded. */
   sip__pipelines_build(s->pipelines);
   atomic_store(&s->loaded, 1);
@@ -217,6 +292,7 @@ sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
   sip__repo_t *R = sip__calloc(1, sizeof *R);
   if (!R) return SIP__OOM();
   pthread_mutex_init(&R->mu, NULL);
+  pthread_mutex_init(&R->state_mu, NULL);
   pthread_cond_init(&R->cv, NULL);
   s->repo = R;
   if (s->cfg->model_repository) {
@@ -273,6 +349,7 @@ void sip__repo_free(sip_server_t *s) {
   }
   sip__free(R->root);
   pthread_mutex_destroy(&R->mu);
+  pthread_mutex_destroy(&R->state_mu);
   pthread_cond_destroy(&R->cv);
   sip__free(R);
   s->repo = NULL;

@@ -60,9 +60,11 @@ struct sip__repo {
   pthread_t thread;
   int started;
   model_rec_t *models;
-  /* server.state_dir's checkpoint (src/server/state.c); NULL: none. Only
-   * the loader changes it: the loads and unloads asked for are recorded. */
+  /* server.state_dir's checkpoint (src/server/state.c); NULL: none. The
+   * loader records the loads and unloads asked for, operator requests the
+   * pools they change; under state_mu. */
   struct sip__state *state;
+  pthread_mutex_t state_mu;
 };
 
 /* ---- records (repository.c) ---- */

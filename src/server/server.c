@@ -11,6 +11,7 @@
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
+#include "server/idem_journal.h"
 #include "server/idempotency.h"
 #include "backend/backends.h"
 
@@ -77,8 +78,28 @@ void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
 struct sip__idem_slot {
   char *name; /* the model's */
   sip__idem_t *cache;
+  sip_server_t *srv;
   struct sip__idem_slot *next;
 };
+
+/* The journal is started afresh (holding only live answers) once it grows
+ * past max(JOURNAL_MIN, 4 x its size after the last time). */
+#define JOURNAL_MIN (UINT64_C(16) << 20)
+
+/* Each answer a cache keeps goes to the journal before it is sent. */
+static void journal_sink(void *ctx, const char *key, uint64_t expires_wall_us,
+                         const sip_response_t *resp) {
+  struct sip__idem_slot *sl = ctx;
+  sip_server_t *s = sl->srv;
+  sip__journal_append(s->journal, sl->name, key, expires_wall_us, resp);
+  uint64_t floor = atomic_load(&s->journal_floor);
+  if (sip__journal_size(s->journal) > (floor * 4 > JOURNAL_MIN ? floor * 4 : JOURNAL_MIN) &&
+      !atomic_exchange(&s->journal_compact, 1)) {
+    pthread_mutex_lock(&s->hk_mu);
+    pthread_cond_signal(&s->hk_cv);
+    pthread_mutex_unlock(&s->hk_mu);
+  }
+}
 
 struct sip__replay {
   sip_infer_done_fn done;
@@ -95,11 +116,13 @@ static sip__idem_t *idem_cache(sip_server_t *s, const char *name) {
   if (!sl && (sl = sip__calloc(1, sizeof *sl))) {
     sl->name = sip__strdup(name);
     sl->cache = sl->name ? sip__idem_new(NULL) : NULL;
+    sl->srv = s;
     if (!sl->cache) {
       sip__free(sl->name);
       sip__free(sl);
       sl = NULL;
     } else {
+      if (s->journal) sip__idem_set_sink(sl->cache, journal_sink, sl);
       sl->next = s->idem;
       s->idem = sl;
     }
@@ -118,6 +141,48 @@ void sip__server_idem_stats(sip_server_t *s, void (*fn)(void *ctx, const char *m
     fn(ctx, sl->name, &st);
   }
   pthread_mutex_unlock(&s->hk_mu);
+}
+
+/* A kept answer read back from the journal at start. */
+static void journal_restore(void *ctx, const char *model, const char *key,
+                            uint64_t expires_wall_us, sip_response_t *resp) {
+  sip_server_t *s = ctx;
+  sip__idem_t *c = idem_cache(s, model);
+  uint64_t now = sip__wall_us();
+  if (c && expires_wall_us > now) sip__idem_restore(c, key, expires_wall_us - now, resp);
+  else sip_response_free(resp);
+}
+
+static void journal_emit(void *ctx, const char *key, uint64_t expires_wall_us,
+                         const sip_response_t *resp) {
+  void **a = ctx;
+  sip__journal_emit(a[0], a[1], key, expires_wall_us, resp);
+}
+
+/* Writes every cache's live answers into the journal being rewritten. The
+ * slot list only grows at its head while serving: walking it from a
+ * snapshot of the head needs no lock. */
+static void journal_each(void *ctx, sip__journal_t *j) {
+  struct sip__idem_slot *sl = ctx;
+  for (; sl; sl = sl->next) {
+    void *a[2] = {j, sl->name};
+    sip__idem_foreach(sl->cache, journal_emit, a);
+  }
+}
+
+/* On the housekeeping thread: starts the journal afresh. */
+static void journal_compact(sip_server_t *s) {
+  pthread_mutex_lock(&s->hk_mu);
+  struct sip__idem_slot *head = s->idem;
+  pthread_mutex_unlock(&s->hk_mu);
+  uint64_t before = sip__journal_size(s->journal), t0 = sip__now_us();
+  sip__journal_rewrite(s->journal, journal_each, head);
+  uint64_t after = sip__journal_size(s->journal);
+  atomic_store(&s->journal_floor, after);
+  atomic_store(&s->journal_compact, 0);
+  sip__log(SIP__LOG_INFO, "idempotency journal rewritten", "bytes_before=%llu bytes_after=%llu "
+           "ms=%.1f", (unsigned long long)before, (unsigned long long)after,
+           (double)(sip__now_us() - t0) / 1000.0);
 }
 
 /* Queues a kept answer for the housekeeping thread to deliver. */
@@ -182,6 +247,11 @@ static void *hk_main(void *arg) {
   sip_server_t *s = arg;
   pthread_mutex_lock(&s->hk_mu);
   while (!s->hk_stop) {
+    if (s->journal && atomic_load(&s->journal_compact)) {
+      pthread_mutex_unlock(&s->hk_mu);
+      journal_compact(s);
+      pthread_mutex_lock(&s->hk_mu);
+    }
     if (s->replays) {
       deliver_replays(s);
       /* Woken for kept answers only: while no deadline is due and no drain
@@ -279,6 +349,17 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   pthread_cond_init(&s->idem_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_store(&s->hk_next_us, UINT64_MAX);
+  /* Answers kept before a restart are kept again before anything runs. */
+  if (cfg->state_dir &&
+      (e = sip__journal_open(cfg->state_dir, journal_restore, s, &s->journal))) {
+    sip_server_free(s);
+    return e;
+  }
+  if (s->journal) {
+    atomic_store(&s->journal_floor, sip__journal_size(s->journal));
+    for (struct sip__idem_slot *sl = s->idem; sl; sl = sl->next)
+      sip__idem_set_sink(sl->cache, journal_sink, sl);
+  }
   /* The config file's pools are listed (LOADING) from the start, so their
    * requests hear "loading" rather than "unknown" until they are READY. */
   for (size_t i = 0; i < cfg->n_pools; i++) {
@@ -426,6 +507,7 @@ void sip_server_free(sip_server_t *s) {
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   pthread_cond_destroy(&s->idem_cv);
+  sip__journal_close(s->journal);
   while (s->idem) {
     struct sip__idem_slot *sl = s->idem;
     s->idem = sl->next;

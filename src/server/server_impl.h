@@ -57,6 +57,11 @@ struct sip_server {
    * (never inside the submitting call); `replaying` counts those queued or
    * being delivered, and a drain waits for it to reach 0 (idem_cv). */
   struct sip__idem_slot *idem;
+  /* server.state_dir's idempotency journal (src/server/idem_journal.c);
+   * NULL: none. journal_floor: its size after it was last started afresh. */
+  struct sip__journal *journal;
+  _Atomic uint64_t journal_floor;
+  atomic_int journal_compact; /* the housekeeping thread starts it afresh */
   struct sip__replay *replays;
   size_t replaying;
   pthread_cond_t idem_cv;
@@ -76,6 +81,21 @@ sip_error_t *sip__repo_start(struct sip_server *s, int wait);
  * UNAVAILABLE. Safe when never started. */
 void sip__repo_stop(struct sip_server *s);
 void sip__repo_free(struct sip_server *s);
+/* sip_server_admin's "profile" (src/server/profile.c): with done, answered
+ * from a thread of its own (NULL returned); without, at once in *answer.
+ * Errors: the request's arguments (INVALID_ARGUMENT). */
+sip_error_t *sip__admin_profile(struct sip__pool *p, json_t *req, sip_admin_done_fn done,
+                                void *user, char **answer);
+/* The answer of a profile from the backend's Chrome trace (docs/profiling.md). */
+sip_error_t *sip__profile_summary(const char *trace_text, const char *pool, int session,
+                                  double seconds, int with_trace, json_t **out);
+/* Records pool p's run-time settings (size, quotas, drained sessions) in
+ * the state checkpoint, or forgets them when they match its config; a
+ * no-op without server.state_dir. Thread-safe. */
+void sip__repo_checkpoint_pool(struct sip_server *s, struct sip__pool *p);
+/* Forgets what the checkpoint recorded of pool `name` (it was reloaded
+ * from its config). */
+void sip__repo_forget_pool(struct sip_server *s, const char *name);
 /* Reads the config file again and applies its session_pools (reload.c);
  * on the loader thread. */
 sip_error_t *sip__server_reload(struct sip_server *s);

@@ -102,14 +102,127 @@ const char *sip__state_model_at(const sip__state_t *st, size_t i, int *loaded,
   return st->m[i].name;
 }
 
+/* ---- pools changed at run time: root.pools, kept as JSON ---- */
+
+static json_t *pools_obj(const sip__state_t *st) {
+  json_t *p = json_object_get(st->root, "pools");
+  return json_is_object(p) ? p : NULL;
+}
+
+size_t sip__state_pool_count(const sip__state_t *st) {
+  json_t *p = pools_obj(st);
+  return p ? json_object_size(p) : 0;
+}
+
+static void pool_read(json_t *v, sip__state_pool_t *out) {
+  json_t *j;
+  memset(out, 0, sizeof *out);
+  out->max_memory_mb = -1;
+  out->max_compute_percent = -1;
+  if ((j = json_object_get(v, "pool_size"))) out->pool_size = (int)json_integer_value(j);
+  if ((j = json_object_get(v, "max_memory_mb"))) out->max_memory_mb = json_integer_value(j);
+  if ((j = json_object_get(v, "max_compute_percent")))
+    out->max_compute_percent = (int)json_integer_value(j);
+  size_t i;
+  json_t *d;
+  json_array_foreach(json_object_get(v, "drained"), i, d) {
+    json_int_t k = json_integer_value(d);
+    out->drained[k / 64] |= UINT64_C(1) << (k % 64);
+  }
+}
+
+const char *sip__state_pool_at(const sip__state_t *st, size_t i, sip__state_pool_t *out) {
+  json_t *pools = pools_obj(st);
+  size_t k = 0;
+  const char *name;
+  json_t *v;
+  if (pools) json_object_foreach(pools, name, v) {
+      if (k++ == i) {
+        pool_read(v, out);
+        return name;
+      }
+    }
+  return NULL;
+}
+
+sip_error_t *sip__state_set_pool(sip__state_t *st, const char *name,
+                                 const sip__state_pool_t *c) {
+  json_t *pools = pools_obj(st);
+  if (!c) {
+    if (pools) json_object_del(pools, name);
+    return NULL;
+  }
+  if (!pools && (!(pools = json_object()) || json_object_set_new(st->root, "pools", pools)))
+    return SIP__OOM();
+  json_t *v = json_object(), *drained = json_array();
+  int oom = !v || !drained;
+  if (!oom && c->pool_size) oom = json_object_set_new(v, "pool_size", json_integer(c->pool_size));
+  if (!oom && c->max_memory_mb >= 0)
+    oom = json_object_set_new(v, "max_memory_mb", json_integer(c->max_memory_mb));
+  if (!oom && c->max_compute_percent >= 0)
+    oom = json_object_set_new(v, "max_compute_percent", json_integer(c->max_compute_percent));
+  for (int k = 0; !oom && k < 256; k++)
+    if (c->drained[k / 64] >> (k % 64) & 1) oom = json_array_append_new(drained, json_integer(k));
+  if (!oom && json_array_size(drained)) {
+    oom = json_object_set(v, "drained", drained);
+  }
+  json_decref(drained);
+  if (oom || json_object_set_new(pools, name, v)) {
+    if (oom) json_decref(v);
+    return SIP__OOM();
+  }
+  return NULL;
+}
+
 /* ---- the document ---- */
 
 #define EXPECT                                                                              \
   "expected {\"format\": \"" SIP__STATE_FORMAT "\", \"version\": 1, \"repository\": "      \
-  "{\"models\": {NAME: {\"loaded\": true|false, \"config\": TEXT}}}}"
+  "{\"models\": {NAME: {\"loaded\": true|false, \"config\": TEXT}}}, \"pools\": {NAME: "   \
+  "{\"pool_size\": 1..256, \"max_memory_mb\": 0.., \"max_compute_percent\": 0..100, "       \
+  "\"drained\": [0..255, ...]}}}"
 
 static sip_error_t *bad(const char *fmt, const char *detail) {
   return sip_error_new(SIP_INVALID_ARGUMENT, "state file: %s%s; " EXPECT, fmt, detail ? detail : "");
+}
+
+/* A name as requests may give it, for an entry of kind `what`. */
+static sip_error_t *check_name(const char *name, const char *what) {
+  sip_error_t *e = sip__repo_check_name(name, strlen(name));
+  if (!e) return NULL;
+  sip_error_t *b = sip_error_new(SIP_INVALID_ARGUMENT, "state file: %s: %s", what,
+                                 sip_error_message(e));
+  sip_error_free(e);
+  return b;
+}
+
+/* An optional integer member in [lo, hi]. */
+static int int_ok(json_t *v, const char *key, json_int_t lo, json_int_t hi) {
+  json_t *j = json_object_get(v, key);
+  return !j || (json_is_integer(j) && json_integer_value(j) >= lo && json_integer_value(j) <= hi);
+}
+
+static sip_error_t *parse_pools(json_t *pools) {
+  if (!json_is_object(pools)) return bad("\"pools\" is not an object", NULL);
+  const char *name;
+  json_t *v;
+  json_object_foreach(pools, name, v) {
+    sip_error_t *e = check_name(name, "pool");
+    if (e) return e;
+    json_t *drained = json_object_get(v, "drained");
+    if (!json_is_object(v) || !int_ok(v, "pool_size", 1, 256) ||
+        !int_ok(v, "max_memory_mb", 0, 1048576) || !int_ok(v, "max_compute_percent", 0, 100) ||
+        (drained && !json_is_array(drained)))
+      return bad("a pool entry with a setting out of range: ", name);
+    size_t i;
+    json_t *d;
+    json_array_foreach(drained, i, d) {
+      if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > 255)
+        return bad("a pool entry whose \"drained\" holds other than session indexes 0..255: ",
+                   name);
+    }
+  }
+  return NULL;
 }
 
 static sip_error_t *parse_models(sip__state_t *st, json_t *models) {
@@ -117,13 +230,8 @@ static sip_error_t *parse_models(sip__state_t *st, json_t *models) {
   const char *name;
   json_t *v;
   json_object_foreach(models, name, v) {
-    sip_error_t *e = sip__repo_check_name(name, strlen(name));
-    if (e) {
-      sip_error_t *b = sip_error_new(SIP_INVALID_ARGUMENT, "state file: repository model: %s",
-                                     sip_error_message(e));
-      sip_error_free(e);
-      return b;
-    }
+    sip_error_t *e = check_name(name, "repository model");
+    if (e) return e;
     json_t *loaded = json_object_get(v, "loaded"), *config = json_object_get(v, "config");
     if (!json_is_object(v) || !json_is_boolean(loaded))
       return bad("repository model entry without a boolean \"loaded\": ", name);
@@ -160,6 +268,8 @@ sip_error_t *sip__state_parse(const char *text, size_t len, sip__state_t **out) 
                       (long long)json_integer_value(version), SIP__STATE_VERSION);
   else if (repo && !json_is_object(repo))
     e = bad("\"repository\" is not an object", NULL);
+  else if (json_object_get(root, "pools"))
+    e = parse_pools(json_object_get(root, "pools"));
   sip__state_t *st = e ? NULL : sip__calloc(1, sizeof *st);
   if (!e && !st) e = SIP__OOM();
   if (!e) {
@@ -251,8 +361,7 @@ static char *read_all(const char *path, size_t *len) {
   return buf;
 }
 
-sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
-  *out = NULL;
+sip_error_t *sip__state_dir_check(const char *dir) {
   char eb[128];
   struct stat sb;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -261,6 +370,13 @@ sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK | X_OK) != 0)
     return sip_error_new(SIP_FAILED_PRECONDITION, "server.state_dir %s is not a writable "
                          "directory; expected a writable directory", dir);
+  return NULL;
+}
+
+sip_error_t *sip__state_open(const char *dir, sip__state_t **out) {
+  *out = NULL;
+  sip_error_t *de = sip__state_dir_check(dir);
+  if (de) return de;
   char *path = sip__asprintf("%s/" SIP__STATE_FILE, dir);
   char *tmp = sip__asprintf("%s/" SIP__STATE_FILE ".tmp", dir);
   if (!path || !tmp) {

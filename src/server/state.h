@@ -1,9 +1,10 @@
 /* sip — the runtime state checkpoint (server.state_dir/state.json): the
  * changes made while serving that a restart must not forget. Today: which
  * repository models were loaded or unloaded on request, and the Triton
- * model config a load carried. The document has a format version and room
- * for more sections (pool sizes, quotas, sessions out of service); sections
- * this version does not know are kept as read and written back.
+ * model config a load carried; and the pools changed at run time: their
+ * size, quotas and sessions taken out of service. The document has a
+ * format version; sections this version does not know are kept as read and
+ * written back.
  *
  * The file is replaced atomically (write a temporary file, fsync, rename,
  * fsync the directory): after a crash it is the old or the new state, never
@@ -14,6 +15,7 @@
 #define SIP_SERVER_STATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sip/error.h"
 
@@ -45,6 +47,28 @@ const char *sip__state_model_at(const sip__state_t *st, size_t i, int *loaded,
  * unloaded. Errors: out of memory. */
 sip_error_t *sip__state_set_model(sip__state_t *st, const char *name, int loaded,
                                   const char *config);
+
+/* A pool's run-time settings (sip pool update, sip session drain). */
+typedef struct sip__state_pool {
+  int pool_size;            /* 0: not changed */
+  int64_t max_memory_mb;    /* -1: not changed; 0: unlimited */
+  int max_compute_percent;  /* -1: not changed; 0: unset */
+  uint64_t drained[4];      /* bit i: session i out of service (0..255) */
+} sip__state_pool_t;
+
+/* Pools the state records, in name order. */
+size_t sip__state_pool_count(const sip__state_t *st);
+/* Pool i: its name (borrowed) and settings. */
+const char *sip__state_pool_at(const sip__state_t *st, size_t i, sip__state_pool_t *out);
+/* Records `name`'s settings (copied); NULL forgets them (the pool was
+ * reloaded from its config). Errors: out of memory. */
+sip_error_t *sip__state_set_pool(sip__state_t *st, const char *name,
+                                 const sip__state_pool_t *settings);
+
+/* Creates `dir` when it does not exist. Errors: it cannot be created or
+ * is not a writable directory (FAILED_PRECONDITION naming
+ * server.state_dir). */
+sip_error_t *sip__state_dir_check(const char *dir);
 
 /* Reads <dir>/state.json into *out (owned; empty when there is no file),
  * creating `dir` when it does not exist. A file that cannot be used is

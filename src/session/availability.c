@@ -481,15 +481,18 @@ static int io_same(const sip_io_desc_t *a, size_t na, const sip_io_desc_t *b, si
   return 1;
 }
 
+int sip__pool_fallback_fits(const sip__pool_t *p, const sip__pool_t *fb) {
+  return io_same(p->inputs, p->n_inputs, fb->inputs, fb->n_inputs) &&
+         io_same(p->outputs, p->n_outputs, fb->outputs, fb->n_outputs);
+}
+
 void sip__pool_check_fallback(sip__pool_t *p, sip__pool_t *const *all, size_t n) {
   const char *fb_name = p->cfg->fallback_pool;
   if (!fb_name || atomic_load(&p->state) != SIP__POOL_READY) return;
   for (size_t i = 0; i < n; i++) {
     sip__pool_t *fb = all[i];
     if (strcmp(fb->cfg->name, fb_name) || atomic_load(&fb->state) != SIP__POOL_READY) continue;
-    if (io_same(p->inputs, p->n_inputs, fb->inputs, fb->n_inputs) &&
-        io_same(p->outputs, p->n_outputs, fb->outputs, fb->n_outputs))
-      return;
+    if (sip__pool_fallback_fits(p, fb)) return;
     sip_error_t *e = sip_error_new(SIP_FAILED_PRECONDITION,
                                    "failover.fallback_pool '%s' takes other inputs or gives other "
                                    "outputs than pool '%s'; expected a pool of the same model "

@@ -142,6 +142,7 @@ typedef struct sip__session {
   _Atomic int drain;      /* taken out of service (sip session drain): SUSPENDED when idle */
   atomic_uint_fast64_t failures; /* times the session failed and was replaced */
   char last_failure[256];        /* why it last failed ("" never), under the pool's mu */
+  _Atomic int retire;            /* scaled away: the thread ends once it holds no work */
   uint64_t failed_at_us;         /* a replaced session: when the failure was seen, until its first answer */
 } sip__session_t;
 
@@ -234,8 +235,16 @@ struct sip__pool {
   sip__arb_account_t arb;   /* guarded by the server's arbiter */
   atomic_uint_fast64_t batch_hist[SIP__BATCH_BUCKETS];
   atomic_uint_fast64_t batch_rows_sum;
+  /* Sessions [0, n_sessions) run; the array holds cap_sessions, so that a
+   * pool scaled at run time (src/session/scale.c) never moves a session. */
   sip__session_t *sessions;
-  int n_sessions;
+  int n_sessions, cap_sessions;
+  /* Run-time settings over cfg's (sip__pool_update): the pool's size and
+   * quotas as they are now. */
+  atomic_int size;
+  _Atomic int64_t quota_memory_mb; /* 0: unlimited */
+  atomic_int quota_compute_percent; /* 0: unset (100) */
+  pthread_mutex_t scale_mu;         /* one update at a time */
 
   atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
   sip__hist_t h_queue, h_compute, h_total;
@@ -299,6 +308,9 @@ sip_error_t *sip__session_drain(sip__pool_t *p, int index, int drain);
 /* A pool whose failover.fallback_pool (among `all`) takes other inputs or
  * gives other outputs becomes FAILED (after both loaded). */
 void sip__pool_check_fallback(sip__pool_t *p, sip__pool_t *const *all, size_t n);
+/* 1 when fallback pool `fb` takes the inputs and gives the outputs of `p`
+ * (both loaded). */
+int sip__pool_fallback_fits(const sip__pool_t *p, const sip__pool_t *fb);
 /* The execution record of pools with a watchdog (executor.c). */
 typedef struct sip__exec sip__exec_t;
 sip__exec_t *sip__exec_begin(sip__session_t *s, sip_request_t *const *reqs, size_t n);
@@ -332,6 +344,27 @@ void sip__pool_load(sip__pool_t *p);
 sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/session/executor.c). */
 void *sip__session_main(void *session);
+/* Resident bytes of this process (/proc/self/statm). */
+uint64_t sip__resident_bytes(void);
+/* Sessions a pool holds at most (pool_size's upper bound). */
+#define SIP__MAX_SESSIONS 256
+/* Gives session `s` (index set, in the pool's array) its id, clock and
+ * ticket, INIT state (pool.c; used again when a pool grows). */
+void sip__session_init(sip__pool_t *p, sip__session_t *s, int index);
+/* Run-time changes of a READY pool (src/session/scale.c): pool_size (0:
+ * unchanged) and quotas (max_memory_mb: -1 unchanged, 0 unlimited;
+ * max_compute_percent: -1 unchanged, 0 unset). Growing starts sessions on
+ * new backend contexts (no model load); shrinking lets the last sessions
+ * finish what they run and stops them. A grown pool over its memory quota
+ * is shrunk back and RESOURCE_EXHAUSTED returned. Emits POOL_SCALED. */
+sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
+                              int max_compute_percent);
+/* Profiles session `index` of READY pool p for `ms` milliseconds with its
+ * backend's operator profiler (blocking): *trace is the backend's Chrome
+ * trace JSON (owned). Errors: FAILED_PRECONDITION (a backend without a
+ * profiler, a sequence pool), INVALID_ARGUMENT (no such session),
+ * UNAVAILABLE (not serving, or the session failed meanwhile). */
+sip_error_t *sip__pool_profile(sip__pool_t *p, int index, uint64_t ms, char **trace);
 /* Names a started session thread after its session ("pool/0"). */
 void sip__session_name_thread(sip__session_t *s);
 /* Completes queued requests carrying `t` with CANCELLED. */

@@ -743,7 +743,7 @@ void *sip__session_main(void *arg) {
     /* While another session forms a batch, it owns the queue. */
     /* A drained session takes nothing (SUSPENDED while it waits). */
     while ((atomic_load(&s->drain) || p->forming || !(r = next_request(p, s, &slot))) &&
-           !p->stopping) {
+           !p->stopping && !atomic_load(&s->retire)) {
       if (spin_until && !p->spinning && !p->forming && !atomic_load(&s->drain)) {
         spin_for_work(p, spin_until);
         spin_until = 0;
@@ -761,6 +761,7 @@ void *sip__session_main(void *arg) {
     }
     if (atomic_load(&s->state) == SIP__SESSION_SUSPENDED)
       sip__session_set_state(s, SIP__SESSION_READY);
+    if (!r && atomic_load(&s->retire) && !p->stopping) break; /* scaled away, idle */
     if (!r && !(r = next_request(p, s, &slot))) break; /* stopping and drained */
     if (!s->ctx) { /* failed and not replaced: serves nothing */
       if (p->seq) {

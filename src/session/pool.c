@@ -209,6 +209,10 @@ sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
   atomic_store(&p->state, SIP__POOL_LOADING);
   sip__sched_queue_init(&p->queue);
   pthread_mutex_init(&p->mu, NULL);
+  pthread_mutex_init(&p->scale_mu, NULL);
+  atomic_store(&p->size, cfg->pool_size);
+  atomic_store(&p->quota_memory_mb, cfg->max_memory_mb);
+  atomic_store(&p->quota_compute_percent, cfg->max_compute_percent);
   pthread_condattr_t pa;
   pthread_condattr_init(&pa);
   pthread_condattr_setclock(&pa, CLOCK_MONOTONIC); /* batch waits use sip__now_us */
@@ -236,10 +240,26 @@ void sip__pool_destroy(sip__pool_t *p) {
   sip__free(p->error);
   sip_error_free(p->load_error);
   pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->scale_mu);
   pthread_cond_destroy(&p->cv);
   sip__avail_destroy(p);
   sip__config_pool_free(p->own_cfg);
   sip__free(p);
+}
+
+void sip__session_init(sip__pool_t *p, sip__session_t *s, int index) {
+  const sip__pool_config_t *c = p->cfg;
+  memset(s, 0, sizeof *s);
+  s->pool = p;
+  s->index = index;
+  /* Versions of a repository model run side by side: their ids differ. */
+  if (p->from_repo && p->version)
+    snprintf(s->id, sizeof s->id, "%s:%s/%d", c->name, p->version, index);
+  else
+    snprintf(s->id, sizeof s->id, "%s/%d", c->name, index);
+  atomic_store(&s->state, SIP__SESSION_INIT);
+  atomic_store(&s->since_us, sip__wall_us());
+  sip__arb_ticket_init(&s->ticket, &p->arb);
 }
 
 /* ---- load ---- */
@@ -256,7 +276,7 @@ static uint64_t resident_bytes_of(const char *statm) {
   return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-static uint64_t resident_bytes(void) { return resident_bytes_of("/proc/self/statm"); }
+uint64_t sip__resident_bytes(void) { return resident_bytes_of("/proc/self/statm"); }
 
 static void pool_fail(sip__pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
@@ -325,7 +345,7 @@ static sip_error_t *check_batching(sip__pool_t *p) {
 
 static void load(sip__pool_t *p) {
   const sip__pool_config_t *c = p->cfg;
-  uint64_t t0 = sip__now_us(), rss0 = resident_bytes();
+  uint64_t t0 = sip__now_us(), rss0 = sip__resident_bytes();
   sip_error_t *e = NULL;
   p->backend = sip__backend_find(c->backend);
   if (!p->backend) {
@@ -407,7 +427,10 @@ static void load(sip__pool_t *p) {
   /* Clients send what the preprocess takes; batching was checked against
    * the model's own input above. */
   if (p->pre) sip__preprocess_raw_desc(p->pre, &p->inputs[sip__preprocess_input(p->pre)]);
-  p->sessions = sip__calloc((size_t)c->pool_size, sizeof *p->sessions);
+  /* Room to grow at run time (sequence pools keep their size): calloc's
+   * pages are touched only as sessions are added. */
+  p->cap_sessions = c->sequence_batching ? c->pool_size : SIP__MAX_SESSIONS;
+  p->sessions = sip__calloc((size_t)p->cap_sessions, sizeof *p->sessions);
   if (!p->sessions) {
     release(p);
     pool_fail(p, SIP__OOM());
@@ -415,16 +438,7 @@ static void load(sip__pool_t *p) {
   }
   for (int i = 0; i < c->pool_size; i++) {
     sip__session_t *s = &p->sessions[i];
-    s->pool = p;
-    s->index = i;
-    /* Versions of a repository model run side by side: their ids differ. */
-    if (p->from_repo && p->version)
-      snprintf(s->id, sizeof s->id, "%s:%s/%d", c->name, p->version, i);
-    else
-      snprintf(s->id, sizeof s->id, "%s/%d", c->name, i);
-    atomic_store(&s->state, SIP__SESSION_INIT);
-    atomic_store(&s->since_us, sip__wall_us());
-    sip__arb_ticket_init(&s->ticket, &p->arb);
+    sip__session_init(p, s, i);
     p->n_sessions = i + 1;
     if ((e = p->backend->session_new(p->model, &s->ctx))) {
       release(p);
@@ -434,7 +448,7 @@ static void load(sip__pool_t *p) {
   }
   /* The quota is checked on what the model and every session context hold
    * before any request can run, so an over-quota pool never serves. */
-  uint64_t rss1 = resident_bytes();
+  uint64_t rss1 = sip__resident_bytes();
   p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
   if (p->iso) { /* the model and its sessions live in the worker: all of it counts */
     char statm[64];

@@ -29,6 +29,53 @@ static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
   return c;
 }
 
+/* ---- receive budgets ---- */
+
+rx_budget_t *sip__rx_budget_new(size_t limit, rx_budget_t *parent) {
+  rx_budget_t *b = sip__calloc(1, sizeof *b);
+  if (!b) return NULL;
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->used, 0);
+  b->limit = limit;
+  b->parent = parent;
+  if (parent) atomic_fetch_add(&parent->refs, 1);
+  return b;
+}
+
+void sip__rx_budget_unref(rx_budget_t *b) {
+  if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+  sip__rx_budget_unref(b->parent);
+  sip__free(b);
+}
+
+static int charge_one(rx_budget_t *b, size_t n) {
+  if (atomic_fetch_add(&b->used, n) + n <= b->limit) return 0;
+  atomic_fetch_sub(&b->used, n);
+  return -1;
+}
+
+int sip__rx_budget_charge(rx_budget_t *b, size_t n) {
+  if (charge_one(b, n)) return 1;
+  if (b->parent && charge_one(b->parent, n)) {
+    atomic_fetch_sub(&b->used, n);
+    return 2;
+  }
+  return 0;
+}
+
+void sip__rx_budget_release(rx_budget_t *b, size_t n) {
+  atomic_fetch_sub(&b->used, n);
+  if (b->parent) atomic_fetch_sub(&b->parent->used, n);
+}
+
+void sip__conn_drop_rx(conn_t *c) {
+  if (c->rx) sip__rx_budget_release(c->budget, c->rx_cap);
+  sip__free(c->rx);
+  c->rx = NULL;
+  c->rx_cap = c->got = 0;
+  c->in_payload = 0;
+}
+
 static void free_chunk(conn_t *c, chunk_t *k) {
   c->unsent -= k->len + sizeof *k;
   sip__free(k->data);
@@ -65,6 +112,9 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
   epoll_ctl(ls->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   sip_buf_unref(c->payload);
   c->payload = NULL;
+  sip__conn_drop_rx(c);
+  sip__rx_budget_unref(c->budget);
+  c->budget = NULL;
   sip__conn_close_fds(c);
   /* The connection's regions go; requests in flight keep their views. */
   sip__shm_set_free(c->shm);

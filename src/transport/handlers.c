@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -429,6 +430,64 @@ static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
   if (w.data || w.oom) sip__conn_queue_wbuf(ls, c, &w);
 }
 
+/* ---- operator requests (ADMIN_REQUEST, answered by INFO_RESPONSE) ---- */
+
+/* Most answers come at once, on this thread (queued on the connection
+ * here); a profile's comes seconds later from another thread (written to
+ * the connection if it is still there). `state` tells which happened. */
+typedef struct admin_pending {
+  sip__listener_set_t *ls;
+  uint64_t conn_id, request_id;
+  atomic_int state; /* 0: in the call, 1: the call returned, 2: answered in the call */
+  sip_error_t *e;
+  char *answer;
+} admin_pending_t;
+
+static void encode_admin_answer(sip__wbuf_t *w, uint64_t rid, sip_error_t *e, char *answer) {
+  if (e) encode_repo_answer(w, rid, e, NULL);
+  else sip__encode_info_response(w, rid, SIP_OK, answer, strlen(answer));
+  sip_error_free(e);
+  sip_free(answer);
+}
+
+static void on_admin_done(sip_error_t *e, char *answer, void *user) {
+  admin_pending_t *ap = user;
+  ap->e = e;
+  ap->answer = answer;
+  int was = 0;
+  if (atomic_compare_exchange_strong(&ap->state, &was, 2)) return; /* the caller answers */
+  sip__wbuf_t w = {0};
+  encode_admin_answer(&w, ap->request_id, e, answer);
+  sip__conn_write_answer(ap->ls, ap->conn_id, &w);
+  sip__free(ap);
+}
+
+static void handle_admin(sip__listener_set_t *ls, conn_t *c) {
+  sip__wbuf_t w = {0};
+  admin_pending_t *ap = sip__calloc(1, sizeof *ap);
+  if (!ap) {
+    encode_repo_answer(&w, c->h.request_id, SIP__OOM(), NULL);
+    sip__conn_queue_wbuf(ls, c, &w);
+    return;
+  }
+  ap->ls = ls;
+  ap->conn_id = conn_id(c);
+  ap->request_id = c->h.request_id;
+  sip_error_t *e = sip_server_admin_async(ls->srv, (const char *)sip_buf_data(c->payload),
+                                          c->h.length, on_admin_done, ap);
+  int was = 0;
+  if (e) { /* refused before it started */
+    encode_admin_answer(&w, c->h.request_id, e, NULL);
+    sip__free(ap);
+  } else if (!atomic_compare_exchange_strong(&ap->state, &was, 1)) { /* answered in the call */
+    encode_admin_answer(&w, c->h.request_id, ap->e, ap->answer);
+    sip__free(ap);
+  } else {
+    return; /* on_admin_done answers later */
+  }
+  sip__conn_queue_wbuf(ls, c, &w);
+}
+
 /* ---- shared memory (SHM_REGISTER, SHM_UNREGISTER, SHM_STATUS) ---- */
 
 /* Why `fd` cannot back a region, or NULL: it must be a memfd, open
@@ -600,6 +659,17 @@ static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
   sip__free(pool);
 }
 
+void sip__handle_refused(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
+  sip__wbuf_t w = {0};
+  if (c->h.type == SIP__MSG_INFER_REQUEST || c->h.type == SIP__MSG_BATCH_INFER_REQUEST)
+    sip__encode_infer_response(&w, c->h.request_id, sip_error_code(e), sip_error_message(e), 0, 0,
+                               0, NULL, 0);
+  else
+    encode_repo_answer(&w, c->h.request_id, e, NULL);
+  sip_error_free(e);
+  sip__conn_queue_wbuf(ls, c, &w);
+}
+
 void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   if ((c->n_fds || c->fds_dropped) && c->h.type != SIP__MSG_SHM_REGISTER) {
     sip__conn_error(ls, c, c->h.request_id,
@@ -629,18 +699,9 @@ void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
   case SIP__MSG_SUBSCRIBE:
     handle_subscribe(ls, c);
     break;
-  case SIP__MSG_ADMIN_REQUEST: {
-    char *txt = NULL;
-    sip__wbuf_t w = {0};
-    sip_error_t *e = sip_server_admin(ls->srv, (const char *)sip_buf_data(c->payload),
-                                      c->h.length, &txt);
-    if (e) encode_repo_answer(&w, c->h.request_id, e, NULL);
-    else sip__encode_info_response(&w, c->h.request_id, SIP_OK, txt, strlen(txt));
-    sip_error_free(e);
-    sip_free(txt);
-    sip__conn_queue_wbuf(ls, c, &w);
+  case SIP__MSG_ADMIN_REQUEST:
+    handle_admin(ls, c);
     break;
-  }
   default:
     sip__conn_error(ls, c, c->h.request_id,
                     sip_error_new(SIP_INVALID_ARGUMENT,

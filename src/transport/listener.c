@@ -30,7 +30,30 @@
 #include "transport/listener.h"
 #include "transport/listener_impl.h"
 
-static void release_payload(void *p) { sip__free(p); }
+/* A received frame's memory: this header, then the payload (RX_HDR keeps
+ * the payload as aligned as malloc's own blocks are). The frame's bytes
+ * stay charged to its connection's budget until the last request viewing
+ * them lets go. */
+typedef struct rx_mem {
+  rx_budget_t *budget;
+  size_t charged;
+} rx_mem_t;
+#define RX_HDR ((size_t)64)
+_Static_assert(sizeof(rx_mem_t) <= RX_HDR, "rx_mem_t fits before the payload");
+/* A payload's buffer starts this large (or at the announced length when
+ * smaller) and doubles as bytes arrive: an announced frame is not memory
+ * its client has sent. */
+#define RX_FIRST ((size_t)64 << 10)
+
+static void release_payload(void *p) {
+  rx_mem_t *m = p;
+  sip__rx_budget_release(m->budget, m->charged);
+  sip__rx_budget_unref(m->budget);
+  sip__free(m);
+}
+
+/* Where the bytes of refused frames are read to and dropped (loop only). */
+static uint8_t skip_sink[64 << 10];
 
 /* recv that also takes the descriptors a peer passed (SCM_RIGHTS) with
  * these bytes into c->fds (close-on-exec; any beyond what c->fds holds, or
@@ -63,18 +86,97 @@ static ssize_t recv_fds(conn_t *c, uint8_t *dst, size_t want) {
   return n;
 }
 
+/* The frame in c->h is refused (e: taken) before its payload is in: it is
+ * answered, and its remaining bytes are read and dropped. Returns -1 when
+ * the connection was closed. */
+static int refuse_frame(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
+  sip__log(SIP__LOG_WARN, "frame refused", "type=%u length=%u reason=\"%s\"", c->h.type,
+           c->h.length, sip_error_message(e));
+  c->skip = c->h.length - c->got;
+  sip__conn_drop_rx(c);
+  sip__handle_refused(ls, c, e);
+  if (!c->skip) {
+    c->hdr_got = 0;
+    sip__conn_close_fds(c);
+  }
+  return sip__conn_flush(ls, c);
+}
+
+/* Makes room for more of the payload being read: the buffer doubles, up to
+ * the announced length, as far as the receive budgets allow. 0 when it
+ * did; 1 when the frame was refused instead; -1 when the connection was
+ * closed. */
+static int grow_rx(sip__listener_set_t *ls, conn_t *c) {
+  size_t len = c->h.length, cap = c->rx ? c->rx_cap * 2 : RX_FIRST;
+  if (cap > len) cap = len;
+  size_t more = cap - c->rx_cap;
+  int over = sip__rx_budget_charge(c->budget, more);
+  if (over) {
+    rx_budget_t *b = over == 1 ? c->budget : c->budget->parent;
+    return refuse_frame(ls, c, sip_error_new(
+        SIP_RESOURCE_EXHAUSTED, "a %u-byte frame does not fit in what %s may hold of received "
+        "frames: %zu of %zu bytes are taken (%s); try again later",
+        c->h.length, over == 1 ? "one connection" : "all connections together",
+        atomic_load(&b->used), b->limit,
+        over == 1 ? "server.max_connection_receive_bytes" : "server.max_receive_bytes"))
+               ? -1 : 1;
+  }
+  uint8_t *p = sip__realloc(c->rx, RX_HDR + cap);
+  if (!p) {
+    sip__rx_budget_release(c->budget, more);
+    return refuse_frame(ls, c, sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                                             "out of memory for a %u-byte frame", c->h.length))
+               ? -1 : 1;
+  }
+  c->rx = p;
+  c->rx_cap = cap;
+  return 0;
+}
+
+/* The whole payload is in: hand it to its handler. Returns -1 when the
+ * connection was closed. */
+static int frame_done(sip__listener_set_t *ls, conn_t *c) {
+  rx_mem_t *m = (rx_mem_t *)c->rx;
+  m->budget = c->budget;
+  m->charged = c->rx_cap;
+  c->payload = sip_buf_wrap(c->rx + RX_HDR, c->h.length, release_payload, m);
+  if (!c->payload) {
+    sip__conn_drop_rx(c);
+    sip__conn_error(ls, c, c->h.request_id, SIP__OOM());
+    return sip__conn_flush(ls, c);
+  }
+  atomic_fetch_add(&c->budget->refs, 1); /* the frame's, given back by release_payload */
+  c->rx = NULL;
+  c->rx_cap = c->got = 0;
+  c->in_payload = 0;
+  sip__handle_frame(ls, c);
+  sip_buf_unref(c->payload); /* tensors of queued requests keep their own references */
+  c->payload = NULL;
+  c->hdr_got = 0;
+  sip__conn_close_fds(c); /* whatever the handler did not take */
+  return sip__conn_flush(ls, c);
+}
+
 /* Reads everything available. Returns -1 when the connection was closed. */
 static int conn_read(sip__listener_set_t *ls, conn_t *c) {
   for (;;) {
     if (c->closing || atomic_load(&c->read_paused)) return 0;
     uint8_t *dst;
     size_t want;
-    if (!c->payload) {
+    if (c->skip) {
+      dst = skip_sink;
+      want = c->skip < sizeof skip_sink ? c->skip : sizeof skip_sink;
+    } else if (!c->in_payload) {
       dst = c->hdr + c->hdr_got;
       want = SIP__FRAME_HEADER_SIZE - c->hdr_got;
     } else {
-      dst = (uint8_t *)sip_buf_data(c->payload) + c->got;
-      want = c->h.length - c->got;
+      if (c->got == c->rx_cap && c->got < c->h.length) {
+        int rc = grow_rx(ls, c);
+        if (rc < 0) return -1;
+        if (rc > 0) continue; /* refused: its bytes are skipped */
+      }
+      dst = c->rx + RX_HDR + c->got;
+      want = c->rx_cap - c->got;
     }
     ssize_t n = want ? recv_fds(c, dst, want) : 0;
     if (want && n == 0) { /* peer closed; a partial frame is simply dropped */
@@ -87,7 +189,17 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
       sip__conn_close(ls, c);
       return -1;
     }
-    if (!c->payload) {
+    if (n > 0) c->last_rx_us = sip__now_us();
+    if (c->skip) {
+      c->skip -= (size_t)n;
+      if (!c->skip) {
+        c->hdr_got = 0;
+        sip__conn_close_fds(c);
+      }
+      continue;
+    }
+    if (!c->in_payload) {
+      if (!c->hdr_got) c->frame_us = c->last_rx_us;
       c->hdr_got += (size_t)n;
       if (c->hdr_got < SIP__FRAME_HEADER_SIZE) continue;
       sip_error_t *e = sip__frame_header_decode(c->hdr, ls->max_frame, &c->h);
@@ -97,27 +209,43 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
         sip__conn_error(ls, c, rid, e);
         return sip__conn_flush(ls, c);
       }
-      /* malloc, not calloc: every byte is about to be overwritten. */
-      void *mem = sip__malloc(c->h.length ? c->h.length : 1);
-      c->payload = mem ? sip_buf_wrap(mem, c->h.length, release_payload, mem) : NULL;
-      if (!c->payload) {
-        sip__conn_error(ls, c, c->h.request_id,
-                        sip_error_new(SIP_RESOURCE_EXHAUSTED, "out of memory for a %u-byte frame",
-                                      c->h.length));
-        return sip__conn_flush(ls, c);
-      }
+      c->in_payload = 1;
       c->got = 0;
+      int rc = grow_rx(ls, c);
+      if (rc < 0) return -1;
+      if (rc > 0) continue;
     } else {
       c->got += (size_t)n;
     }
-    if (c->payload && c->got == c->h.length) {
-      sip__handle_frame(ls, c);
-      sip_buf_unref(c->payload); /* tensors of queued requests keep their own references */
-      c->payload = NULL;
-      c->hdr_got = 0;
-      sip__conn_close_fds(c); /* whatever the handler did not take */
-      if (sip__conn_flush(ls, c) < 0) return -1;
-    }
+    if (c->got == c->h.length && frame_done(ls, c) < 0) return -1;
+  }
+}
+
+/* Closes, with an ERROR frame saying why, every connection whose current
+ * frame stalled: its header not complete frame_timeout after its first
+ * byte, or no byte of its payload for that long. Connections not read from
+ * (backpressure) wait on the server, not on their client: they are left. */
+static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
+  uint64_t t = ls->frame_timeout_us;
+  for (uint32_t i = 0; i < ls->n_slots; i++) {
+    conn_t *c = ls->slots[i];
+    if (!c || c->closing || atomic_load(&c->read_paused)) continue;
+    const char *what;
+    if (c->in_payload || c->skip)
+      what = now - c->last_rx_us > t ? "no byte of the frame's payload came for" : NULL;
+    else
+      what = c->hdr_got && now - c->frame_us > t ? "the frame header was not complete" : NULL;
+    if (!what) continue;
+    sip__log(SIP__LOG_WARN, "frame stalled, connection closed", "got=%zu length=%u reason=\"%s\"",
+             c->in_payload ? c->got : c->hdr_got, c->in_payload ? c->h.length : 0, what);
+    sip__wbuf_t w = {0};
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s %llu ms%s (server.frame_timeout_ms); connection closed", what,
+             (unsigned long long)(t / 1000), c->in_payload || c->skip ? "" : " after its first byte");
+    sip__encode_error(&w, c->in_payload ? c->h.request_id : 0, SIP_DEADLINE_EXCEEDED, msg);
+    sip__conn_queue_wbuf(ls, c, &w);
+    atomic_store(&c->closing, 1);
+    sip__conn_flush(ls, c);
   }
 }
 
@@ -168,6 +296,35 @@ static int shed_connection(sip__listener_set_t *ls, listener_t *l, int err) {
   return -1;
 }
 
+/* Past server.max_connections: the new connection gets an ERROR frame
+ * saying so and is closed (logged at most once a second). */
+static void refuse_connection(sip__listener_set_t *ls, const listener_t *l, int fd, long open) {
+  char msg[200];
+  snprintf(msg, sizeof msg, "the server has %ld connections open, its limit "
+           "(server.max_connections); try again later", open);
+  sip__wbuf_t w = {0};
+  sip__encode_error(&w, 0, SIP_RESOURCE_EXHAUSTED, msg);
+  if (!w.oom) {
+    ssize_t n = send(fd, w.data, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+  }
+  sip__wbuf_free(&w);
+  /* Closing with unread bytes would reset a TCP connection, and the
+   * client could lose the answer: what it sent already is read first. */
+  shutdown(fd, SHUT_WR);
+  for (int i = 0; i < 16 && recv(fd, skip_sink, sizeof skip_sink, MSG_DONTWAIT) > 0; i++) {}
+  close(fd);
+  uint64_t now = sip__now_us();
+  if (ls->refuse_log_us && now - ls->refuse_log_us < 1000000) {
+    ls->refuse_log_suppressed++;
+    return;
+  }
+  sip__log(SIP__LOG_WARN, "connection refused", "endpoint=%s open=%ld limit=%ld suppressed=%lu",
+           l->address, open, ls->max_conns, ls->refuse_log_suppressed);
+  ls->refuse_log_us = now;
+  ls->refuse_log_suppressed = 0;
+}
+
 static void do_accept(sip__listener_set_t *ls, listener_t *l) {
   for (int shed = 0;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -182,6 +339,11 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
         log_accept_failed(ls, l, err, "none");
       }
       return;
+    }
+    long open = atomic_load(&ls->open_conns[0]) + atomic_load(&ls->open_conns[1]);
+    if (open >= ls->max_conns) {
+      refuse_connection(ls, l, fd, open);
+      continue;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* harmless on unix sockets */
@@ -211,11 +373,17 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
     pthread_mutex_init(&c->wmu, NULL);
     c->fd = fd;
     c->is_tcp = l->is_tcp;
+    c->budget = sip__rx_budget_new(ls->conn_rx_limit, ls->rx_total);
+    if (!c->budget) {
+      sip__conn_unref(c);
+      continue;
+    }
     c->cancel = sip_cancel_token_new(); /* NULL (no cancel on close) only when out of memory */
     c->slot = slot;
     c->gen = ++ls->next_gen;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_CONN, slot)};
     if (epoll_ctl(ls->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      sip__rx_budget_unref(c->budget);
       sip_cancel_token_free(c->cancel);
       sip__conn_unref(c);
       continue;
@@ -241,6 +409,16 @@ static void *loop_main(void *arg) {
       } else {
         timeout_ms = (int)((ls->listeners_paused_until_us - now + 999) / 1000);
       }
+    }
+    if (ls->frame_timeout_us &&
+        atomic_load(&ls->open_conns[0]) + atomic_load(&ls->open_conns[1]) > 0) {
+      uint64_t now = sip__now_us();
+      if (now >= ls->next_sweep_us) {
+        sweep_stalled(ls, now);
+        ls->next_sweep_us = now + ls->sweep_us;
+      }
+      int t = (int)((ls->next_sweep_us - now + 999) / 1000);
+      if (timeout_ms < 0 || t < timeout_ms) timeout_ms = t;
     }
     int n = epoll_wait(ls->epfd, evs, 64, timeout_ms);
     for (int i = 0; i < n; i++) {
@@ -305,12 +483,24 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
   ls->srv = srv;
   ls->max_frame = cfg->max_frame_bytes;
   ls->max_unsent = cfg->max_unsent_bytes ? cfg->max_unsent_bytes : (size_t)16 << 20;
+  /* A zeroed setting (an embedder's config) takes the config's default. */
+  ls->max_conns = cfg->max_connections > 0 ? cfg->max_connections : 1024;
+  ls->frame_timeout_us = (uint64_t)cfg->frame_timeout_ms * 1000;
+  /* Stalls are looked for every tenth of the timeout (10 ms to 1 s). */
+  ls->sweep_us = ls->frame_timeout_us / 10;
+  ls->sweep_us = ls->sweep_us < 10000 ? 10000 : ls->sweep_us > 1000000 ? 1000000 : ls->sweep_us;
+  ls->conn_rx_limit = cfg->max_connection_receive_bytes ? cfg->max_connection_receive_bytes
+                                                        : (size_t)512 << 20;
+  ls->rx_total = sip__rx_budget_new(cfg->max_receive_bytes ? cfg->max_receive_bytes
+                                                           : (size_t)1 << 30, NULL);
   ls->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   ls->epfd = epoll_create1(EPOLL_CLOEXEC);
   ls->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pthread_mutex_init(&ls->slots_mu, NULL);
   sip_error_t *e = NULL;
-  if (ls->epfd < 0 || ls->wakefd < 0)
+  if (!ls->rx_total)
+    e = SIP__OOM();
+  else if (ls->epfd < 0 || ls->wakefd < 0)
     e = sip_error_new(SIP_UNAVAILABLE, "epoll/eventfd: %s", strerror(errno));
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG(TAG_WAKE, 0)};
   if (!e && epoll_ctl(ls->epfd, EPOLL_CTL_ADD, ls->wakefd, &ev) != 0)
@@ -365,6 +555,7 @@ static void listeners_stop(void *state) {
   if (ls->epfd >= 0) close(ls->epfd);
   if (ls->wakefd >= 0) close(ls->wakefd);
   if (ls->reserve_fd >= 0) close(ls->reserve_fd);
+  sip__rx_budget_unref(ls->rx_total);
   pthread_mutex_destroy(&ls->slots_mu);
   sip__free(ls);
 }

@@ -46,6 +46,17 @@ typedef struct chunk_fifo {
 } chunk_fifo_t;
 SIP__FIFO_DEFINE(chunks, chunk_fifo_t, chunk_t)
 
+/* Bytes of received request frames held by one connection, or by all of
+ * them (the parent): charged as a frame's buffer grows, given back when the
+ * frame is released (by the loop, or by the last request viewing it, on any
+ * thread). Reference-counted: frames outlive their connection. */
+typedef struct rx_budget {
+  atomic_size_t used;
+  atomic_int refs;
+  size_t limit;
+  struct rx_budget *parent; /* all connections' budget, or NULL */
+} rx_budget_t;
+
 typedef struct conn {
   int fd;
   atomic_int refs;     /* the loop's, plus writers' in flight */
@@ -58,8 +69,17 @@ typedef struct conn {
   uint8_t hdr[SIP__FRAME_HEADER_SIZE];
   size_t hdr_got;
   sip__frame_header_t h;
-  sip_buf_t *payload; /* non-NULL while reading a payload */
+  /* The payload being read: a buffer that grows as bytes arrive, up to the
+   * announced length (listener.c), charged to `budget`. */
+  int in_payload;
+  uint8_t *rx;
+  size_t rx_cap;
   size_t got;
+  size_t skip;          /* bytes of a refused frame still to be read and dropped */
+  rx_budget_t *budget;  /* this connection's; its parent is the listener set's */
+  sip_buf_t *payload;   /* the complete payload while its frame is handled */
+  uint64_t frame_us;    /* when the first byte of the current frame's header came */
+  uint64_t last_rx_us;  /* when bytes last came */
   chunk_fifo_t out; /* zeroed: empty */
   size_t unsent;    /* bytes held by `out`, with each chunk's own size */
   int epollout;
@@ -112,6 +132,15 @@ struct sip__listener_set {
   /* A connection whose answers not yet sent pass max_unsent (bytes) is not
    * read from until they drop below half of it. */
   size_t max_unsent;
+  /* Connection limit (server.max_connections); frame_timeout_us: a frame
+   * whose bytes stop coming this long closes its connection (0: never),
+   * checked by a sweep every sweep_us. */
+  long max_conns;
+  uint64_t frame_timeout_us, sweep_us, next_sweep_us;
+  rx_budget_t *rx_total; /* server.max_receive_bytes; parent of every connection's */
+  size_t conn_rx_limit;  /* server.max_connection_receive_bytes */
+  uint64_t refuse_log_us; /* "connection refused" lines: at most one a second */
+  unsigned long refuse_log_suppressed;
 };
 
 /* A requested output's destination in one of the connection's regions,
@@ -169,6 +198,18 @@ sip_error_t *sip__endpoint_listen(const char *endpoint, listener_t *l);
 
 /* ---- conn.c -------------------------------------------------------------- */
 
+/* A budget of `limit` bytes under `parent` (a reference is taken; NULL:
+ * none); NULL when out of memory. */
+rx_budget_t *sip__rx_budget_new(size_t limit, rx_budget_t *parent);
+void sip__rx_budget_unref(rx_budget_t *b);
+/* Charges n bytes to b and its parent: 0, or 1 when b's limit would be
+ * passed, 2 when the parent's would (nothing is charged then). */
+int sip__rx_budget_charge(rx_budget_t *b, size_t n);
+/* Gives back n bytes charged to b (and its parent). Any thread. */
+void sip__rx_budget_release(rx_budget_t *b, size_t n);
+/* Loop only: frees the payload being read and gives its bytes back. */
+void sip__conn_drop_rx(conn_t *c);
+
 /* Drops a reference; the last one closes the descriptor and frees it. */
 void sip__conn_unref(conn_t *c);
 /* Loop only: closes a connection (its queued requests are cancelled). */
@@ -193,5 +234,9 @@ void sip__conn_write_answer(sip__listener_set_t *ls, uint64_t id, sip__wbuf_t *w
 
 /* Loop only: acts on the complete frame in c->h / c->payload. */
 void sip__handle_frame(sip__listener_set_t *ls, conn_t *c);
+/* Loop only: answers the frame in c->h, refused before its payload was
+ * read, with the error (taken): an INFER_RESPONSE for inference requests,
+ * an INFO_RESPONSE {"error": message} for the others. */
+void sip__handle_refused(sip__listener_set_t *ls, conn_t *c, sip_error_t *e);
 
 #endif

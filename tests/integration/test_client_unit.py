@@ -418,3 +418,70 @@ def test_reconnect_arguments_checked():
     with pytest.raises(InvalidArgumentError, match="idempotency_key"):
         c.infer_async(InferenceRequest("echo", {"x": 1}, idempotency_key=""))
     c.close()
+
+
+def _full_backlog(path):
+    """A unix socket listening with a full backlog: (listener, the pending
+    connections filling it)."""
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind(path)
+    lsock.listen(0)
+    pending = []
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            return lsock, pending
+        pending.append(s)
+
+
+def test_connect_retries_while_the_backlog_is_full():
+    """A burst of clients can fill the server's listen backlog: a connect
+    refused with EAGAIN is retried with a backoff until the server accepts,
+    instead of failing (it failed at once)."""
+    from cann_sip.client import _open_socket
+    d = short_tmpdir()
+    path = os.path.join(d, "s.sock")
+    lsock, pending = _full_backlog(path)
+    accepted, stop = [], threading.Event()
+
+    def acceptor():
+        time.sleep(0.3)
+        lsock.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                accepted.append(lsock.accept()[0])
+            except socket.timeout:
+                pass
+
+    t = threading.Thread(target=acceptor, daemon=True)
+    t.start()
+    try:
+        s = _open_socket("ipc://" + path, 10)
+        s.close()
+        assert accepted, "connected before the server accepted anything"
+    finally:
+        stop.set()
+        t.join(5)
+        for s in pending + accepted + [lsock]:
+            s.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_connect_gives_up_when_the_backlog_stays_full():
+    from cann_sip.client import _open_socket
+    d = short_tmpdir()
+    path = os.path.join(d, "s.sock")
+    lsock, pending = _full_backlog(path)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match="listen backlog stayed full"):
+            _open_socket("ipc://" + path, 0.5)
+        assert time.monotonic() - t0 >= 0.5
+    finally:
+        for s in pending + [lsock]:
+            s.close()
+        shutil.rmtree(d, ignore_errors=True)

@@ -320,3 +320,24 @@ def test_sighup_refuses_a_pool_named_like_a_loaded_repository_model(start_sipd, 
     line = sighup(srv, "config reloaded")
     assert "pools_added=1" in line, line
     infer(srv.client(), "m", 4)
+
+
+def test_sighup_refuses_a_fallback_of_another_signature(start_sipd):
+    """A reload whose fallback pool would take other inputs than the pool
+    failing over to it is refused with the reason; everything keeps
+    serving as before. A compatible change goes through."""
+    main = dict(builtin("main"), failover={"strategy": "fallback", "fallback_pool": "backup"})
+    srv = start_sipd([main, builtin("backup")])
+    c = srv.client()
+    infer(c, "main", 1)
+    int_backup = builtin("backup")
+    int_backup["backend_options"]["dtype"] = "int32"
+    srv.pools = [main, int_backup]
+    srv.write_config()
+    line = sighup(srv, "config reload refused")
+    assert "failover.fallback_pool 'backup' of pool 'main' would take other inputs" in line, line
+    infer(c, "backup", 2)  # still the float32 one
+    srv.pools = [main, builtin("backup", pool_size=2)]
+    srv.write_config()
+    assert "pools_changed=1" in sighup(srv, "config reloaded")
+    assert pool_size(srv, "backup") == 2

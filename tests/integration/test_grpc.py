@@ -738,3 +738,22 @@ def test_sigterm_with_open_stream(start_sipd, pb):
     assert time.monotonic() - t0 < 10
     hold.set()
     ch.close()
+
+
+def test_failover_parameters(start_sipd, pb):
+    """A request whose session failed and that was retried says so in the
+    response's parameters (retries, served_by), as over HTTP; one that was
+    not retried carries neither."""
+    pools = [{"name": "p", "backend": "builtin", "pool_size": 2,
+              "failover": {"strategy": "immediate_retry", "max_retries": 2}}]
+    srv = start_sipd(pools, server={"grpc": "127.0.0.1:0", "allow_fault_injection": True})
+    x = np.full(3, 4.0, np.float32)
+    with grpc.insecure_channel(grpc_address(srv)) as ch:
+        stub = pb.svc.GRPCInferenceServiceStub(ch)
+        plain = stub.ModelInfer(make_request(pb, "p", {"input": x}))
+        assert "retries" not in plain.parameters and "served_by" not in plain.parameters
+        srv.client().admin("fault", "p", kind="crash", count=1)
+        resp = stub.ModelInfer(make_request(pb, "p", {"input": x}))
+        np.testing.assert_array_equal(outputs_of(resp)["output"], x)
+        assert resp.parameters["retries"].int64_param == 1
+        assert resp.parameters["served_by"].string_param in ("p/0", "p/1")

@@ -3,7 +3,8 @@ an idempotency key runs once over the native protocol, HTTP and gRPC (the
 pool's execution count in /metrics says so); duplicates in flight join the
 first; kept answers expire; transient failures are not kept; and a client
 sending keyed requests while sipd is SIGKILLed and restarted on the same
-socket gets an answer for every request."""
+socket gets an answer for every request; with server.state_dir none of them
+runs twice (the answers kept before the kill come back from the journal)."""
 
 import importlib
 import re
@@ -170,6 +171,45 @@ def test_expiry_and_transient_failures(srv):
     assert metric(srv.http, "sip_idempotency_entries", "failing") == 0
 
 
+class KeyedLoad:
+    """Threads sending keyed requests (value v, key "w-v") through one
+    client; results[v] is the answer's output, errors what failed."""
+
+    def __init__(self, client, n_threads=4, per_thread=40):
+        self.client, self.total = client, n_threads * per_thread
+        self.results, self.errors, self.replayed = {}, [], []
+        self.threads = [threading.Thread(target=self._work, args=(t, per_thread))
+                        for t in range(n_threads)]
+        for th in self.threads:
+            th.start()
+
+    def _work(self, t, per_thread):
+        for i in range(per_thread):
+            v = t * 1000 + i
+            try:
+                r = self.client.infer(keyed("work", v, "w-%d" % v))
+                self.results[v] = r.outputs["output"].copy()
+                if r.replayed:
+                    self.replayed.append(v)
+            except Exception as e:  # recorded: the test fails on any
+                self.errors.append((v, repr(e)))
+
+    def wait_for(self, n, timeout=30):
+        deadline = time.monotonic() + timeout
+        while len(self.results) < n:
+            assert time.monotonic() < deadline and not self.errors, self.errors[:5]
+            time.sleep(0.01)
+
+    def finish(self):
+        """Joins the threads; asserts every request got its own answer."""
+        for th in self.threads:
+            th.join(60)
+        assert not self.errors, self.errors[:5]
+        assert len([v for v in self.results if v < 99999]) == self.total
+        for v, out in self.results.items():
+            np.testing.assert_array_equal(out, np.full(3, v, F))
+
+
 def test_sigkill_restart_under_load_loses_nothing(start_sipd, tmp_path):
     """sipd is SIGKILLed while a client sends keyed requests from 4 threads,
     then restarted on the same socket: the client reconnects by itself and
@@ -179,51 +219,109 @@ def test_sigkill_restart_under_load_loses_nothing(start_sipd, tmp_path):
     pools = [pool("work", 20)]
     srv = start_sipd(pools)
     client = SessionClient(srv.unix_endpoint, timeout_s=30, reconnect_timeout_s=10)
-    n_threads, per_thread = 4, 40
-    results, errors = {}, []
-    killed = threading.Event()
-
-    def worker(t):
-        for i in range(per_thread):
-            v = t * 1000 + i
-            try:
-                r = client.infer(keyed("work", v, "w-%d" % v))
-                results[v] = (r.outputs["output"].copy(), killed.is_set())
-            except Exception as e:  # recorded: the test fails on any
-                errors.append((v, repr(e)))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    deadline = time.monotonic() + 30
-    while len(results) < 20:
-        assert time.monotonic() < deadline and not errors, errors[:5]
-        time.sleep(0.01)
+    load = KeyedLoad(client)
+    load.wait_for(20)
     srv.proc.kill()
     srv.returncode = srv.proc.wait(10)
-    killed.set()
-    before = len(results)
+    before = len(load.results)
     time.sleep(0.3)  # requests fail to connect and back off meanwhile
     srv2 = harness.SipServer(tmp_path / "restarted", pools, sockdir=srv.sockdir)
     try:
         srv2.start()
-        for th in threads:
-            th.join(60)
-        assert not errors, errors[:5]
-        assert len(results) == n_threads * per_thread
-        for v, (out, _) in results.items():
-            np.testing.assert_array_equal(out, np.full(3, v, F))
+        load.finish()
         st = srv2.pool_status("work")
         ran_after = st["requests"].get("OK", 0)
         # Every request not answered before the kill ran in the new process
         # at most once (an answer lost with the old connection runs again).
-        left = n_threads * per_thread - before
-        assert left - n_threads <= ran_after <= left
+        left = load.total - before
+        assert left - len(load.threads) <= ran_after <= left
         print("answered before the kill: %d, executions after the restart: %d"
               % (before, ran_after))
     finally:
         client.close()
         assert srv2.stop() == 0
+
+
+def recorded(path):
+    """{value: times executed} from a builtin pool's record_file."""
+    counts = {}
+    for line in path.read_text().splitlines():
+        v = float(line.split()[0])
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def test_sigkill_restart_with_state_dir_runs_nothing_twice(start_sipd, tmp_path):
+    """As above, with server.state_dir: every answer kept before the kill is
+    in the idempotency journal, so a request whose answer was lost with the
+    connection is answered from it after the restart instead of running
+    again. Counted by the builtin backend's record of what it executed, in
+    both processes: every request ran exactly once."""
+    record = tmp_path / "executed.txt"
+    pools = [pool("work", 15, record_file=str(record))]
+    server = {"state_dir": str(tmp_path / "state")}
+    srv = start_sipd(pools, server=server)
+    client = SessionClient(srv.unix_endpoint, timeout_s=30, reconnect_timeout_s=10)
+    load = KeyedLoad(client)
+    load.wait_for(20)
+    # One that surely ran before the kill, as a request whose answer was
+    # lost with the connection would have.
+    with srv.client() as other:
+        other.infer(keyed("work", 99999, "orphan"))
+    srv.proc.kill()
+    srv.returncode = srv.proc.wait(10)
+    time.sleep(0.3)
+    srv2 = harness.SipServer(tmp_path / "restarted", pools, server=server, sockdir=srv.sockdir)
+    try:
+        srv2.start()
+        again = client.infer(keyed("work", 99999, "orphan"))
+        assert again.replayed and again.outputs["output"].tolist() == [99999.0] * 3
+        load.results[99999] = again.outputs["output"].copy()
+        load.finish()
+        counts = recorded(record)
+        twice = {v: n for v, n in counts.items() if n != 1}
+        assert not twice, "ran more than once: %r" % twice
+        assert sorted(counts) == sorted(float(v) for v in load.results)
+        assert "idempotency journal read" in srv2.log()
+        print("answers replayed from the journal after the restart: %d" % len(load.replayed))
+    finally:
+        client.close()
+        assert srv2.stop() == 0
+
+
+def test_journal_survives_restart_and_expires(start_sipd, tmp_path):
+    """A kept answer comes back after a clean restart (replayed, not run);
+    one whose TTL passed does not; a journal cut short keeps what it holds."""
+    record = tmp_path / "executed.txt"
+    pools = [pool("work", 1, record_file=str(record)),
+             pool("short", 1, idem={"ttl_s": 1}, record_file=str(record))]
+    state = tmp_path / "state"
+    server = {"state_dir": str(state)}
+    srv = start_sipd(pools, server=server)
+    c = srv.client()
+    assert not c.infer(keyed("work", 1, "k1")).replayed
+    assert not c.infer(keyed("work", 2, "k2")).replayed
+    assert not c.infer(keyed("short", 3, "k3")).replayed
+    c.close()
+    assert srv.stop() == 0
+    time.sleep(1.1)  # k3's TTL passes
+    srv = start_sipd(pools, server=server)
+    c = srv.client()
+    r = c.infer(keyed("work", 1, "k1"))
+    assert r.replayed and r.outputs["output"].tolist() == [1.0] * 3
+    assert not c.infer(keyed("short", 3, "k3")).replayed
+    assert recorded(record) == {1.0: 1, 2.0: 1, 3.0: 2}
+    c.close()
+    assert srv.stop() == 0
+    # Cut the journal inside its last record: the records before it stay.
+    j = state / "idempotency.journal"
+    data = j.read_bytes()
+    j.write_bytes(data[:-5])
+    srv = start_sipd(pools, server=server)
+    c = srv.client()
+    assert c.infer(keyed("work", 1, "k1")).replayed
+    assert "idempotency journal read in part" in srv.log() and "cut short" in srv.log()
+    c.close()
 
 
 def test_deadlines_expire_while_replays_flow(srv):

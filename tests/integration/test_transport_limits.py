@@ -12,9 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from cann_sip import BatchInferenceRequest, InferenceRequest, InvalidArgumentError
+from cann_sip import (BatchInferenceRequest, InferenceRequest, InvalidArgumentError,
+                      ResourceExhaustedError)
 from cann_sip import protocol as P
-from harness import raw_connect, read_frame
+from cann_sip.errors import code_name
+from harness import raw_connect, read_frame, read_until_closed
 
 F = np.float32
 ROW = 256  # floats per row of the echo pools
@@ -195,3 +197,135 @@ def test_http_out_of_descriptors_backs_off(start_sipd):
     with urllib.request.urlopen("http://127.0.0.1:%d/v2/health/ready" % port, timeout=5) as r:
         assert r.status == 200
     check_echo(srv.client())
+
+
+# ---- frames announced but not sent; stalled frames; connection limit ----
+
+def vm_kib(pid, key="VmSize"):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s for %d" % (key, pid))
+
+
+def infer_frame(rid, rows=1, pool="echo"):
+    return P.encode_frame(P.INFER_REQUEST, rid, P.encode_infer_request(
+        pool, {"input": np.ones((rows, ROW), F)}))
+
+
+def test_announced_frames_are_not_allocated_before_their_bytes(srv):
+    """32 connections each announce a 256 MiB frame (the default
+    max_frame_bytes) and send nothing more: sipd allocates as bytes arrive,
+    so neither its virtual nor its resident memory grows by the announced
+    8 GiB (it did: +8 GiB of VmSize)."""
+    pid = srv.proc.pid
+    vm0, rss0 = vm_kib(pid), vm_kib(pid, "VmRSS")
+    socks = []
+    try:
+        for i in range(32):
+            s = raw_connect(srv.unix_endpoint)
+            s.sendall(P.encode_header(P.INFER_REQUEST, 256 << 20, i + 1) + b"\x00" * 100)
+            socks.append(s)
+        time.sleep(0.5)
+        vm_grew = vm_kib(pid) - vm0
+        rss_grew = vm_kib(pid, "VmRSS") - rss0
+        assert vm_grew < 256 * 1024, "VmSize grew by %d KiB for 32 announced frames" % vm_grew
+        assert rss_grew < 64 * 1024, "VmRSS grew by %d KiB for 32 announced frames" % rss_grew
+        check_echo(srv.client())
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_frames_past_the_receive_budgets_are_refused_and_skipped(start_sipd):
+    """A frame that would take more than the connection's or all
+    connections' receive budget is answered RESOURCE_EXHAUSTED naming the
+    setting; its bytes are skipped and the connection goes on."""
+    srv = start_sipd(POOLS, server={"max_frame_bytes": 8 << 20,
+                                    "max_connection_receive_bytes": 1 << 20,
+                                    "max_receive_bytes": 2 << 20})
+    s = raw_connect(srv.unix_endpoint)
+    big = infer_frame(1, rows=1536)  # 1.5 MiB of floats: over the connection's 1 MiB
+    s.sendall(big + infer_frame(2))
+    hdr, payload = read_frame(s)
+    assert hdr.type == P.INFER_RESPONSE and hdr.request_id == 1
+    r = P.decode_infer_response(payload)
+    assert code_name(r.code) == "RESOURCE_EXHAUSTED"
+    assert "server.max_connection_receive_bytes" in r.message, r.message
+    hdr, payload = read_frame(s)  # the next frame on the connection is served
+    assert hdr.request_id == 2 and P.decode_infer_response(payload).code == 0
+    # Three connections each holding 0.9 MiB of a frame pass the 2 MiB total.
+    part = infer_frame(10, rows=900)
+    held = [raw_connect(srv.unix_endpoint) for _ in range(3)]
+    for h in held[:2]:
+        h.sendall(part[:-10])
+    time.sleep(0.3)
+    held[2].sendall(part)
+    hdr, payload = read_frame(held[2])
+    r = P.decode_infer_response(payload)
+    assert code_name(r.code) == "RESOURCE_EXHAUSTED" and "server.max_receive_bytes" in r.message, \
+        r.message
+    for h in held[:2]:  # finishing their frames: served
+        h.sendall(part[-10:])
+        hdr, payload = read_frame(h)
+        assert hdr.request_id == 10 and P.decode_infer_response(payload).code == 0
+    held[2].sendall(part)  # the budget was given back
+    hdr, payload = read_frame(held[2])
+    assert P.decode_infer_response(payload).code == 0
+    for h in held + [s]:
+        h.close()
+    check_echo(srv.client())
+
+
+def test_stalled_frame_closes_the_connection(start_sipd):
+    srv = start_sipd(POOLS, server={"frame_timeout_ms": 1000})
+    whole = infer_frame(7)
+    half_header = raw_connect(srv.unix_endpoint)
+    half_header.sendall(whole[:10])
+    half_payload = raw_connect(srv.unix_endpoint)
+    half_payload.sendall(whole[:-100])
+    steady = raw_connect(srv.unix_endpoint)  # slow but making progress: kept
+    steady.sendall(whole[:200])
+    t0 = time.monotonic()
+    for chunk in range(200, len(whole), (len(whole) - 200) // 4 + 1):
+        time.sleep(0.3)
+        steady.sendall(whole[chunk:chunk + (len(whole) - 200) // 4 + 1])
+    hdr, payload = read_frame(steady)
+    assert hdr.request_id == 7 and P.decode_infer_response(payload).code == 0
+    for s in (half_header, half_payload):
+        data = read_until_closed(s, timeout=10)
+        hdr = P.decode_header(data[:P.HEADER_SIZE])
+        assert hdr.type == P.ERROR
+        code, msg = P.decode_error(data[P.HEADER_SIZE:])
+        assert code_name(code) == "DEADLINE_EXCEEDED" and "server.frame_timeout_ms" in msg, msg
+    assert time.monotonic() - t0 < 8
+    assert srv.log().count("frame stalled") == 2
+    check_echo(srv.client())
+
+
+def test_connections_past_the_limit_are_refused(start_sipd):
+    srv = start_sipd(POOLS, server={"max_connections": 4})
+    held = [raw_connect(srv.unix_endpoint) for _ in range(4)]
+    time.sleep(0.2)
+    extra = raw_connect(srv.unix_endpoint)
+    data = read_until_closed(extra, timeout=5)
+    assert P.decode_header(data[:P.HEADER_SIZE]).type == P.ERROR
+    code, msg = P.decode_error(data[P.HEADER_SIZE:])
+    assert code_name(code) == "RESOURCE_EXHAUSTED"
+    assert "4 connections" in msg and "server.max_connections" in msg, msg
+    c = srv.client()
+    with pytest.raises(ResourceExhaustedError, match="server.max_connections"):
+        c.infer(InferenceRequest("echo", {"input": np.ones((1, ROW), F)}))
+    held.pop().close()
+    for _ in range(50):  # the close is seen by the server's loop soon after
+        time.sleep(0.05)
+        try:
+            check_echo(srv.client())
+            break
+        except Exception:
+            continue
+    else:
+        raise AssertionError("no connection accepted after one closed")
+    for h in held:
+        h.close()

@@ -27,6 +27,7 @@ short.
 """
 
 import array
+import errno
 import fcntl
 import itertools
 import json
@@ -492,6 +493,25 @@ def parse_endpoint(endpoint):
                                "tcp://host:port" % endpoint)
 
 
+def _connect_unix(sock, addr, timeout_s):
+    """Connects a unix socket, retrying while the server's listen backlog is
+    full (EAGAIN: a burst of clients connecting at once) with a backoff from
+    1 ms to 100 ms, for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            sock.connect(addr)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BlockingIOError(errno.EAGAIN, "the server's listen backlog stayed full "
+                                      "for %.1f s (it accepts no connections)" % timeout_s)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.1)
+
+
 def _open_socket(endpoint, timeout_s):
     family, addr = parse_endpoint(endpoint)
     try:
@@ -502,7 +522,7 @@ def _open_socket(endpoint, timeout_s):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.settimeout(timeout_s)
-                sock.connect(addr)
+                _connect_unix(sock, addr, timeout_s)
             except BaseException:
                 sock.close()
                 raise
@@ -1208,11 +1228,36 @@ class SessionClient:
     def admin(self, action, pool, **fields):
         """ADMIN_REQUEST: ``admin("fault", pool, kind="crash", count=1)`` (also
         rate, delay_ms, session; refused with PermissionDeniedError unless the
-        server sets allow_fault_injection) or ``admin("drain"|"resume", pool,
-        session=N)``. Returns the server's answer (a dict)."""
+        server sets allow_fault_injection), ``admin("drain"|"resume", pool,
+        session=N)`` or ``admin("update", pool, pool_size=N, max_memory_mb=M,
+        max_compute_percent=C)`` (see update_pool). Returns the server's answer
+        (a dict)."""
         obj = dict(fields, action=action, pool=pool)
         return self._wait(self._submit(self._next_id(), "info", P.ADMIN_REQUEST,
                                        [json.dumps(obj).encode("utf-8")], None))
+
+    def update_pool(self, pool, pool_size=None, max_memory_mb=None, max_compute_percent=None):
+        """Changes a serving pool: its number of sessions (grown on the model
+        already loaded, shrunk as the last sessions finish their work) and
+        its quotas (max_memory_mb 0: unlimited; max_compute_percent 0: unset).
+        Returns {"pool", "pool_size", "max_memory_mb", "max_compute_percent"}
+        as they are now. Raises ResourceExhaustedError (past the memory
+        quota), FailedPreconditionError (a sequence pool's size),
+        InvalidArgumentError, NotFoundError."""
+        fields = {k: v for k, v in (("pool_size", pool_size), ("max_memory_mb", max_memory_mb),
+                                    ("max_compute_percent", max_compute_percent))
+                  if v is not None}
+        return self.admin("update", pool, **fields)
+
+    def profile(self, pool, seconds=5.0, session=0, trace=True):
+        """Runs session ``session`` of ``pool`` under its backend's operator
+        profiler (ONNX Runtime's) for ``seconds`` while it serves, and returns
+        {"pool", "session", "seconds", "executions", "operators": [{"op",
+        "count", "total_us", "mean_us", "p99_us", "share"}, ...] (most time
+        first), "nodes": [...], "trace": the Chrome trace events (with
+        trace=True)}. Raises FailedPreconditionError for a backend without a
+        profiler."""
+        return self.admin("profile", pool, seconds=seconds, session=session, trace=bool(trace))
 
     # -- model repository ---------------------------------------------------
     def _repo(self, action, model=None, **extra):

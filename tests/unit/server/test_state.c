@@ -64,6 +64,50 @@ static void test_round_trip(void **unused) {
 }
 
 /* Sections a later version adds are kept as read and written back. */
+/* Pools changed at run time: recorded, read back, forgotten; bad entries
+ * refused with what was wrong. */
+static void test_pools(void **unused) {
+  (void)unused;
+  sip__state_t *st = sip__state_new();
+  sip__state_pool_t a = {.pool_size = 3, .max_memory_mb = -1, .max_compute_percent = 40};
+  a.drained[0] = 1u << 2;
+  a.drained[3] = UINT64_C(1) << 63; /* session 255 */
+  sip__state_pool_t b = {.pool_size = 0, .max_memory_mb = 0, .max_compute_percent = -1};
+  assert_null(sip__state_set_pool(st, "a", &a));
+  assert_null(sip__state_set_pool(st, "b", &b));
+  assert_null(sip__state_set_pool(st, "gone", &b));
+  assert_null(sip__state_set_pool(st, "gone", NULL));
+  assert_null(sip__state_set_pool(st, "never", NULL));
+  char *txt = sip__state_dump(st);
+  sip__state_free(st);
+  st = parse_ok(txt);
+  sip_free(txt);
+  assert_int_equal(sip__state_pool_count(st), 2);
+  sip__state_pool_t got;
+  assert_string_equal(sip__state_pool_at(st, 0, &got), "a");
+  assert_memory_equal(&got, &a, sizeof a);
+  assert_string_equal(sip__state_pool_at(st, 1, &got), "b");
+  assert_memory_equal(&got, &b, sizeof b);
+  assert_null(sip__state_pool_at(st, 2, &got));
+  sip__state_free(st);
+#define DOC(pools) "{\"format\": \"sip-state\", \"version\": 1, \"pools\": " pools "}"
+  static const char *const bad[][2] = {
+      {DOC("[]"), "\"pools\" is not an object"},
+      {DOC("{\"p\": {\"pool_size\": 0}}"), "setting out of range: p"},
+      {DOC("{\"p\": {\"pool_size\": 257}}"), "setting out of range: p"},
+      {DOC("{\"p\": {\"max_memory_mb\": -1}}"), "setting out of range: p"},
+      {DOC("{\"p\": {\"max_compute_percent\": 101}}"), "setting out of range: p"},
+      {DOC("{\"p\": {\"pool_size\": \"2\"}}"), "setting out of range: p"},
+      {DOC("{\"p\": 3}"), "setting out of range: p"},
+      {DOC("{\"p\": {\"drained\": [256]}}"), "session indexes 0..255: p"},
+      {DOC("{\"p\": {\"drained\": 1}}"), "setting out of range: p"},
+      {DOC("{\"../x\": {}}"), "state file: pool: "},
+  };
+#undef DOC
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    parse_bad(bad[i][0], strlen(bad[i][0]), SIP_INVALID_ARGUMENT, bad[i][1]);
+}
+
 static void test_unknown_sections_kept(void **unused) {
   (void)unused;
   sip__state_t *st = parse_ok("{\"format\":\"sip-state\",\"version\":1,\"pools\":{\"p\":"
@@ -219,6 +263,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_unknown_sections_kept),
+      cmocka_unit_test(test_pools),
       cmocka_unit_test(test_bad_documents),
       cmocka_unit_test(test_save_and_open),
       cmocka_unit_test(test_unusable_file_moved_aside),

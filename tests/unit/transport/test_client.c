@@ -7,10 +7,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "sip/client.h"
@@ -283,6 +288,84 @@ static void test_connect_failures(void **state) {
   assert_null(c);
 }
 
+/* A unix socket listening with a full backlog at `path`: the listener; the
+ * pending connections that fill it are in pend[0..*n). */
+static int full_backlog(const char *path, int *pend, int *n) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  strcpy(sa.sun_path, path);
+  unlink(path);
+  int l = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(l, 0), 0);
+  for (*n = 0; *n < 64; (*n)++) {
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+      assert_int_equal(errno, EAGAIN);
+      close(s);
+      return l;
+    }
+    pend[*n] = s;
+  }
+  fail_msg("the backlog never filled");
+  return -1;
+}
+
+typedef struct acceptor {
+  int l;
+  atomic_int stop, accepted;
+} acceptor_t;
+
+/* Starts accepting 300 ms in, until stopped. */
+static void *accept_later(void *arg) {
+  acceptor_t *a = arg;
+  usleep(300000);
+  while (!atomic_load(&a->stop)) {
+    struct pollfd p = {.fd = a->l, .events = POLLIN};
+    if (poll(&p, 1, 50) == 1) {
+      int s = accept(a->l, NULL, NULL);
+      if (s >= 0) {
+        atomic_fetch_add(&a->accepted, 1);
+        close(s);
+      }
+    }
+  }
+  return NULL;
+}
+
+/* A full listen backlog (EAGAIN on connect) is retried until the server
+ * accepts, and given up with a clear error when it never does (a blocking
+ * connect waited forever). */
+static void test_connect_backlog_full(void **state) {
+  (void)state;
+  char path[80], ep[96];
+  snprintf(path, sizeof path, "/tmp/sip_test_backlog_%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  int pend[64], n = 0;
+  acceptor_t a = {.l = full_backlog(path, pend, &n)};
+  pthread_t t;
+  pthread_create(&t, NULL, accept_later, &a);
+  sip_client_t *c = NULL;
+  sip_error_t *e = sip_client_connect(ep, &c);
+  if (e) fail_msg("%s", sip_error_message(e));
+  assert_true(atomic_load(&a.accepted) > 0);
+  sip_client_free(c);
+  atomic_store(&a.stop, 1);
+  pthread_join(t, NULL);
+  for (int i = 0; i < n; i++) close(pend[i]);
+  close(a.l);
+  /* Never accepted: refused after the retry window. */
+  int l = full_backlog(path, pend, &n);
+  c = NULL;
+  e = sip_client_connect(ep, &c);
+  assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
+  assert_non_null(strstr(sip_error_message(e), "listen backlog stayed full"));
+  sip_error_free(e);
+  assert_null(c);
+  for (int i = 0; i < n; i++) close(pend[i]);
+  close(l);
+  unlink(path);
+}
+
 /* Sequence ids travel in the request's parameters (numbers and strings,
  * with pipeline_config alongside). */
 static void test_sequence(void **state) {
@@ -507,6 +590,7 @@ int main(void) {
       cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
       cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
+      cmocka_unit_test(test_connect_backlog_full),
       cmocka_unit_test(test_sequence),
       cmocka_unit_test(test_shared_memory),  cmocka_unit_test(test_reconnect),
   };

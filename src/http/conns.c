@@ -1,0 +1,397 @@
+/* sip — the HTTP front-end's connections as sip sees them, beside MHD's
+ * own: the limits checked when one is accepted (server.http_max_connections
+ * in all, server.http_max_connections_per_ip from one address; one more is
+ * answered 503 and closed), the header deadline (a request's headers must be
+ * complete server.http_header_timeout_ms after the connection opened or its
+ * previous request ended, however fast bytes come: MHD's own timeout starts
+ * again with each byte, so a client sending a byte at a time held a
+ * connection forever), and the hang-up of a client whose request waits
+ * suspended (MHD does not watch suspended connections: its queued request is
+ * cancelled instead of run for nobody).
+ *
+ * The accept thread (http.c) runs the deadlines and the hang-ups: it polls
+ * this module's epoll descriptor, where suspended connections are watched
+ * for EPOLLRDHUP and an eventfd wakes it when a deadline is set. A
+ * connection past its deadline is shut down (shutdown(2)); MHD sees the end
+ * and closes it. MHD says a connection closed (NOTIFY_CONNECTION CLOSED)
+ * before it closes the descriptor, so a descriptor shut down here is always
+ * still the connection's.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "http/http_impl.h"
+
+/* One connection (MHD's socket_context once MHD has it). */
+struct sip__http_conn {
+  struct sip__http_conn *prev, *next;   /* every connection, in accept order */
+  struct sip__http_conn *dprev, *dnext; /* waiting for headers, in deadline order */
+  atomic_int refs;                      /* the list's, plus a watcher's or request's */
+  uint64_t id;
+  int fd;
+  int started; /* MHD has it (NOTIFY_CONNECTION STARTED) */
+  int waiting; /* in the deadline list */
+  int watched; /* in the epoll set: a request is suspended */
+  int overdue; /* its deadline passed once before MHD took it */
+  uint64_t deadline_us;
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  sip_cancel_token_t *cancel; /* made when its first request is suspended */
+};
+
+struct sip__http_conns {
+  pthread_mutex_t mu;
+  sip__http_conn_t *head, *tail;   /* every connection */
+  sip__http_conn_t *dhead, *dtail; /* waiting for headers */
+  long n;
+  uint64_t next_id;
+  int epfd, wakefd;
+  uint64_t timeout_us;
+  /* "http connection refused" and "http header timeout" lines: at most one
+   * a second each, with how many were left out. */
+  uint64_t refused_log_us, timeout_log_us;
+  unsigned long refused_suppressed, timeout_suppressed;
+};
+
+#define WAKE_ID UINT64_MAX
+
+sip_error_t *sip__http_conns_init(sip__http_t *h) {
+  sip__http_conns_t *cs = sip__calloc(1, sizeof *cs);
+  if (!cs) return SIP__OOM();
+  pthread_mutex_init(&cs->mu, NULL);
+  cs->timeout_us = (uint64_t)(h->cfg->http_header_timeout_ms > 0 ? h->cfg->http_header_timeout_ms
+                                                                   : 30000) * 1000;
+  cs->epfd = epoll_create1(EPOLL_CLOEXEC);
+  cs->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  h->cs = cs;
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WAKE_ID};
+  if (cs->epfd < 0 || cs->wakefd < 0 || epoll_ctl(cs->epfd, EPOLL_CTL_ADD, cs->wakefd, &ev))
+    return sip_error_new(SIP_UNAVAILABLE, "server.http: epoll/eventfd: %s", strerror(errno));
+  return NULL;
+}
+
+static void conn_unref(sip__http_conn_t *hc) {
+  if (atomic_fetch_sub(&hc->refs, 1) != 1) return;
+  sip_cancel_token_free(hc->cancel);
+  sip__free(hc);
+}
+
+void sip__http_conns_free(sip__http_t *h) {
+  sip__http_conns_t *cs = h->cs;
+  if (!cs) return;
+  while (cs->head) {
+    sip__http_conn_t *hc = cs->head;
+    cs->head = hc->next;
+    conn_unref(hc);
+  }
+  if (cs->epfd >= 0) close(cs->epfd);
+  if (cs->wakefd >= 0) close(cs->wakefd);
+  pthread_mutex_destroy(&cs->mu);
+  sip__free(cs);
+  h->cs = NULL;
+}
+
+int sip__http_conns_fd(sip__http_t *h) { return h->cs->epfd; }
+
+/* ---- the lists (caller holds cs->mu) ---- */
+
+static void unlink_waiting(sip__http_conns_t *cs, sip__http_conn_t *hc) {
+  if (!hc->waiting) return;
+  if (hc->dprev) hc->dprev->dnext = hc->dnext;
+  else cs->dhead = hc->dnext;
+  if (hc->dnext) hc->dnext->dprev = hc->dprev;
+  else cs->dtail = hc->dprev;
+  hc->dprev = hc->dnext = NULL;
+  hc->waiting = 0;
+}
+
+/* Deadlines are now + the same timeout: appending keeps the list in order. */
+static void start_waiting(sip__http_conns_t *cs, sip__http_conn_t *hc) {
+  unlink_waiting(cs, hc);
+  hc->deadline_us = sip__now_us() + cs->timeout_us;
+  hc->dprev = cs->dtail;
+  if (cs->dtail) cs->dtail->dnext = hc;
+  else cs->dhead = hc;
+  cs->dtail = hc;
+  hc->waiting = 1;
+}
+
+static void unlink_conn(sip__http_conns_t *cs, sip__http_conn_t *hc) {
+  unlink_waiting(cs, hc);
+  if (hc->watched) {
+    epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
+    hc->watched = 0;
+  }
+  if (hc->prev) hc->prev->next = hc->next;
+  else cs->head = hc->next;
+  if (hc->next) hc->next->prev = hc->prev;
+  else cs->tail = hc->prev;
+  cs->n--;
+  conn_unref(hc);
+}
+
+static int same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+  if (a->ss_family != b->ss_family) return 0;
+  if (a->ss_family == AF_INET)
+    return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                   &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr));
+  if (a->ss_family == AF_INET6)
+    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+  return 0;
+}
+
+/* Logs at most once a second per kind, counting what it leaves out. */
+static void log_limited(uint64_t *last_us, unsigned long *suppressed, const char *msg,
+                        const char *detail) {
+  uint64_t now = sip__now_us();
+  if (*last_us && now - *last_us < 1000000) {
+    (*suppressed)++;
+    return;
+  }
+  sip__log(SIP__LOG_WARN, msg, "%s suppressed=%lu", detail, *suppressed);
+  *last_us = now;
+  *suppressed = 0;
+}
+
+/* ---- the accept thread ---- */
+
+/* Answers 503 on a connection MHD never sees and closes it. */
+static void refuse(int fd, const char *why) {
+  char body[300], resp[600];
+  int bl = snprintf(body, sizeof body, "{\"error\":\"%s; try again later\"}", why);
+  int rl = snprintf(resp, sizeof resp,
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s",
+                    bl, body);
+  ssize_t n = send(fd, resp, (size_t)rl, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)n;
+  /* What the client sent already is read first: closing with unread bytes
+   * resets the connection, and the answer could be lost. */
+  shutdown(fd, SHUT_WR);
+  char sink[4096];
+  for (int i = 0; i < 4 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) {}
+  close(fd);
+}
+
+int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, socklen_t sl) {
+  sip__http_conns_t *cs = h->cs;
+  long max = h->cfg->http_max_connections > 0 ? h->cfg->http_max_connections : 1000;
+  long per_ip = h->cfg->http_max_connections_per_ip;
+  struct sockaddr_storage ss = {0};
+  memcpy(&ss, sa, sl < sizeof ss ? sl : sizeof ss);
+  char why[200];
+  why[0] = '\0';
+  pthread_mutex_lock(&cs->mu);
+  long from_peer = 0;
+  for (sip__http_conn_t *hc = cs->head, *next; hc; hc = next) {
+    next = hc->next;
+    /* The same descriptor not yet started: MHD dropped that one without
+     * telling (it closed the descriptor, which now is this one). */
+    if (hc->fd == fd && !hc->started) unlink_conn(cs, hc);
+    else if (per_ip > 0 && same_address(&hc->addr, &ss)) from_peer++;
+  }
+  if (cs->n >= max)
+    snprintf(why, sizeof why, "the server has %ld HTTP connections open, its limit "
+             "(server.http_max_connections)", cs->n);
+  else if (per_ip > 0 && from_peer >= per_ip)
+    snprintf(why, sizeof why, "this address has %ld HTTP connections open, the limit per "
+             "address (server.http_max_connections_per_ip)", from_peer);
+  sip__http_conn_t *hc = why[0] ? NULL : sip__calloc(1, sizeof *hc);
+  if (hc) {
+    atomic_init(&hc->refs, 1);
+    hc->id = ++cs->next_id;
+    hc->fd = fd;
+    hc->addr = ss;
+    hc->addr_len = sl;
+    hc->prev = cs->tail;
+    if (cs->tail) cs->tail->next = hc;
+    else cs->head = hc;
+    cs->tail = hc;
+    cs->n++;
+    int wake = !cs->dhead;
+    start_waiting(cs, hc);
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t w = write(cs->wakefd, &one, sizeof one);
+      (void)w;
+    }
+  } else if (!why[0]) {
+    snprintf(why, sizeof why, "out of memory");
+  }
+  if (why[0]) {
+    char detail[300];
+    snprintf(detail, sizeof detail, "reason=\"%s\"", why);
+    log_limited(&cs->refused_log_us, &cs->refused_suppressed, "http connection refused", detail);
+  }
+  pthread_mutex_unlock(&cs->mu);
+  if (!hc) {
+    refuse(fd, why);
+    return -1;
+  }
+  return 0;
+}
+
+void sip__http_conns_forget_fd(sip__http_t *h, int fd) {
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  for (sip__http_conn_t *hc = cs->tail; hc; hc = hc->prev)
+    if (hc->fd == fd && !hc->started) {
+      unlink_conn(cs, hc);
+      break;
+    }
+  pthread_mutex_unlock(&cs->mu);
+}
+
+int sip__http_conns_run(sip__http_t *h) {
+  sip__http_conns_t *cs = h->cs;
+  struct epoll_event evs[32];
+  int n = epoll_wait(cs->epfd, evs, 32, 0);
+  sip__http_conn_t *hung[32];
+  int n_hung = 0;
+  pthread_mutex_lock(&cs->mu);
+  for (int i = 0; i < n; i++) {
+    if (evs[i].data.u64 == WAKE_ID) {
+      uint64_t v;
+      ssize_t r = read(cs->wakefd, &v, sizeof v);
+      (void)r;
+      continue;
+    }
+    /* A client whose request waits suspended hung up: found by id, since
+     * its request may have been answered (and unwatched) meanwhile. */
+    for (sip__http_conn_t *hc = cs->head; hc; hc = hc->next) {
+      if (hc->id != evs[i].data.u64) continue;
+      if (hc->watched) {
+        epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
+        hc->watched = 0;
+        atomic_fetch_add(&hc->refs, 1);
+        hung[n_hung++] = hc;
+      }
+      break;
+    }
+  }
+  uint64_t now = sip__now_us();
+  while (cs->dhead && cs->dhead->deadline_us <= now) {
+    sip__http_conn_t *hc = cs->dhead;
+    unlink_waiting(cs, hc);
+    if (!hc->started) {
+      /* MHD has not taken it yet: one more period; after that it never
+       * will (it dropped the connection without a word). */
+      if (hc->overdue) unlink_conn(cs, hc);
+      else hc->overdue = 1, start_waiting(cs, hc);
+      continue;
+    }
+    shutdown(hc->fd, SHUT_RDWR); /* MHD sees the end and closes it */
+    char detail[120];
+    snprintf(detail, sizeof detail, "timeout_ms=%llu",
+             (unsigned long long)(cs->timeout_us / 1000));
+    log_limited(&cs->timeout_log_us, &cs->timeout_suppressed,
+                "http header timeout, connection closed", detail);
+  }
+  int wait_ms = -1;
+  if (cs->dhead) wait_ms = (int)((cs->dhead->deadline_us - now + 999) / 1000);
+  pthread_mutex_unlock(&cs->mu);
+  /* Outside the lock: cancelling completes the request, whose callback
+   * unwatches its connection. */
+  for (int i = 0; i < n_hung; i++) {
+    sip__log(SIP__LOG_DEBUG, "http client hung up, its request cancelled", "conn=%llu",
+             (unsigned long long)hung[i]->id);
+    sip_server_cancel(h->s, hung[i]->cancel);
+    conn_unref(hung[i]);
+  }
+  return wait_ms;
+}
+
+/* ---- MHD's threads ---- */
+
+static sip__http_conn_t *conn_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+void sip__http_conns_notify(sip__http_t *h, struct MHD_Connection *c, void **socket_context,
+                            enum MHD_ConnectionNotificationCode code) {
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    for (sip__http_conn_t *hc = cs->tail; hc; hc = hc->prev)
+      if (hc->fd == fd && !hc->started) {
+        hc->started = 1;
+        *socket_context = hc;
+        break;
+      }
+  } else if (*socket_context) {
+    unlink_conn(cs, *socket_context);
+    *socket_context = NULL;
+  }
+  pthread_mutex_unlock(&cs->mu);
+}
+
+void sip__http_conns_headers_in(sip__http_t *h, struct MHD_Connection *c) {
+  sip__http_conn_t *hc = conn_of(c);
+  if (!hc) return;
+  pthread_mutex_lock(&h->cs->mu);
+  unlink_waiting(h->cs, hc);
+  pthread_mutex_unlock(&h->cs->mu);
+}
+
+void sip__http_conns_request_done(sip__http_t *h, struct MHD_Connection *c,
+                                  enum MHD_RequestTerminationCode toe) {
+  sip__http_conn_t *hc = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? conn_of(c) : NULL;
+  if (!hc) return;
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  int wake = !cs->dhead;
+  start_waiting(cs, hc); /* the next request's headers */
+  if (wake) {
+    uint64_t one = 1;
+    ssize_t w = write(cs->wakefd, &one, sizeof one);
+    (void)w;
+  }
+  pthread_mutex_unlock(&cs->mu);
+}
+
+sip__http_conn_t *sip__http_conns_watch(sip__http_t *h, struct MHD_Connection *c,
+                                        sip_cancel_token_t **token) {
+  sip__http_conn_t *hc = conn_of(c);
+  *token = NULL;
+  if (!hc) return NULL;
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  if (!hc->cancel) hc->cancel = sip_cancel_token_new();
+  struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = hc->id};
+  if (hc->cancel && epoll_ctl(cs->epfd, EPOLL_CTL_ADD, hc->fd, &ev) == 0) {
+    hc->watched = 1;
+    atomic_fetch_add(&hc->refs, 1);
+    *token = hc->cancel;
+  } else {
+    hc = NULL;
+  }
+  pthread_mutex_unlock(&cs->mu);
+  return hc;
+}
+
+void sip__http_conns_unwatch(sip__http_t *h, sip__http_conn_t *hc) {
+  if (!hc) return;
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  if (hc->watched) {
+    epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
+    hc->watched = 0;
+  }
+  pthread_mutex_unlock(&cs->mu);
+  conn_unref(hc);
+}

@@ -1,0 +1,143 @@
+/* sip — changing a serving pool at run time (sip pool update): its size
+ * and its quotas.
+ *
+ * A pool's session array has room for SIP__MAX_SESSIONS from the start, so
+ * growing never moves a session: a new session gets a backend context on
+ * the model already loaded (nothing is read from disk) and a thread, and
+ * serves as soon as it starts. Shrinking marks the last sessions retired:
+ * each finishes what it runs, ends its thread when it holds no work, and is
+ * freed; requests queued meanwhile go to the sessions that stay. */
+#include <string.h>
+
+#include "core/core.h"
+#include "session/engine.h"
+#include "session/events.h"
+
+/* Starts sessions [n_sessions, n); on failure stops at the first that
+ * could not start (the error says why). */
+static sip_error_t *grow(sip__pool_t *p, int n) {
+  for (int i = p->n_sessions; i < n; i++) {
+    sip__session_t *s = &p->sessions[i];
+    sip__session_init(p, s, i);
+    sip_error_t *e = p->backend->session_new(p->model, &s->ctx);
+    if (!e) {
+      sip__session_set_state(s, SIP__SESSION_READY);
+      if (pthread_create(&s->thread, NULL, sip__session_main, s) != 0) {
+        p->backend->session_free(s->ctx);
+        s->ctx = NULL;
+        e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start a thread for session %d", i);
+      }
+    }
+    if (e) {
+      sip__arb_ticket_destroy(&s->ticket);
+      return e;
+    }
+    s->thread_started = 1;
+    sip__session_name_thread(s);
+    pthread_mutex_lock(&p->mu);
+    p->n_sessions = i + 1;
+    pthread_mutex_unlock(&p->mu);
+  }
+  return NULL;
+}
+
+/* Stops sessions [n, n_sessions): each ends once it holds no work. */
+static void shrink(sip__pool_t *p, int n) {
+  int top = p->n_sessions;
+  pthread_mutex_lock(&p->mu);
+  for (int i = n; i < top; i++) {
+    sip__session_t *s = &p->sessions[i];
+    atomic_store(&s->retire, 1);
+    /* A drained session that goes no longer counts as drained. */
+    if (atomic_exchange(&s->drain, 0)) atomic_fetch_sub(&p->n_drained, 1);
+  }
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = top - 1; i >= n; i--) {
+    sip__session_t *s = &p->sessions[i];
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+    pthread_mutex_lock(&p->mu);
+    void *ctx = s->ctx;
+    s->ctx = NULL;
+    p->n_sessions = i;
+    pthread_mutex_unlock(&p->mu);
+    if (ctx) p->backend->session_free(ctx);
+    sip__session_set_state(s, SIP__SESSION_DESTROYED);
+    sip__arb_ticket_destroy(&s->ticket);
+  }
+}
+
+sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
+                              int max_compute_percent) {
+  const char *name = p->cfg->name;
+  if (size < 0 || size > SIP__MAX_SESSIONS)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "pool_size must be 1..%d; got %d",
+                         SIP__MAX_SESSIONS, size);
+  if (max_memory_mb < -1 || max_memory_mb > 1048576)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "max_memory_mb must be 0 (unlimited) .. 1048576; "
+                         "got %lld", (long long)max_memory_mb);
+  if (max_compute_percent < -1 || max_compute_percent > 100)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "max_compute_percent must be 0 (unset) .. 100; "
+                         "got %d", max_compute_percent);
+  pthread_mutex_lock(&p->scale_mu);
+  sip_error_t *e = NULL;
+  int old = p->n_sessions;
+  if (atomic_load(&p->state) != SIP__POOL_READY)
+    e = sip_error_new(SIP_UNAVAILABLE, "pool '%s' is not serving (state %s)", name,
+                      sip__pool_state_name(atomic_load(&p->state)));
+  else if (size && size != old && p->seq)
+    e = sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s' batches sequences: its sessions hold "
+                      "sequence state, so its size changes only with its config (reload)", name);
+  else if (size > p->cap_sessions)
+    e = sip_error_new(SIP_INVALID_ARGUMENT, "pool '%s' holds at most %d sessions; got %d", name,
+                      p->cap_sessions, size);
+  int64_t mem = max_memory_mb >= 0 ? max_memory_mb : atomic_load(&p->quota_memory_mb);
+  uint64_t rss0 = sip__resident_bytes(), grown = 0;
+  if (!e && size > old) {
+    e = grow(p, size);
+    uint64_t rss1 = sip__resident_bytes();
+    grown = rss1 > rss0 ? rss1 - rss0 : 0;
+    if (e) shrink(p, old);
+  }
+  uint64_t bytes = p->memory_bytes + grown;
+  if (!e && mem && bytes > (uint64_t)mem << 20) {
+    int now = p->n_sessions;
+    if (now > old) shrink(p, old);
+    e = sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                      "pool '%s' with %d sessions takes %.1f MiB (measured); its quota "
+                      "(max_memory_mb) allows %lld MiB",
+                      name, now, (double)bytes / 1048576.0, (long long)mem);
+  }
+  char what[160] = "";
+  size_t w = 0;
+  if (!e) {
+    if (size && size < old) shrink(p, size);
+    if (size && size != old) {
+      p->memory_bytes = bytes;
+      atomic_store(&p->size, size);
+      w += (size_t)snprintf(what + w, sizeof what - w, "pool_size %d -> %d", old, size);
+    }
+    if (max_memory_mb >= 0 && max_memory_mb != atomic_load(&p->quota_memory_mb)) {
+      w += (size_t)snprintf(what + w, sizeof what - w, "%smax_memory_mb %lld -> %lld",
+                            w ? ", " : "", (long long)atomic_load(&p->quota_memory_mb),
+                            (long long)max_memory_mb);
+      atomic_store(&p->quota_memory_mb, max_memory_mb);
+    }
+    if (max_compute_percent >= 0 &&
+        max_compute_percent != atomic_load(&p->quota_compute_percent)) {
+      w += (size_t)snprintf(what + w, sizeof what - w, "%smax_compute_percent %d -> %d",
+                            w ? ", " : "", atomic_load(&p->quota_compute_percent),
+                            max_compute_percent);
+      atomic_store(&p->quota_compute_percent, max_compute_percent);
+      sip__arbiter_set_weight(&p->eng->arbiter, &p->arb, max_compute_percent);
+    }
+  }
+  pthread_mutex_unlock(&p->scale_mu);
+  if (e) return e;
+  if (w) {
+    sip__log(SIP__LOG_INFO, "pool updated", "pool=%s change=\"%s\"", name, what);
+    sip__events_pool(p, SIP_EVENT_POOL_SCALED, what);
+  }
+  return NULL;
+}

@@ -1,0 +1,204 @@
+"""HTTP front-end limits: request framing checked as RFC 9112 asks (400,
+413, 501 where libmicrohttpd let a request through or hung), slow clients
+that cannot lock others out (a header deadline, per-address and total
+connection limits), and requests cancelled when their client goes away."""
+
+import json
+import re
+import resource
+import socket
+import time
+
+import pytest
+
+import kserve as K
+
+BODY = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32",
+                               "data": [1]}]}).encode()
+POST = b"POST /v2/models/echo/infer HTTP/1.1\r\n"
+
+
+def port_of(base):
+    return int(base.rsplit(":", 1)[1])
+
+
+def exchange(base, raw, timeout=10, source=None):
+    """Sends raw bytes; returns (status, body) of the answer, asserting the
+    server then closes the connection."""
+    s = socket.create_connection(("127.0.0.1", port_of(base)), timeout,
+                                 source_address=(source, 0) if source else None)
+    s.sendall(raw)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        except socket.timeout:
+            raise AssertionError("no answer and no close within %d s; got %r" % (timeout, data))
+        if not chunk:
+            break
+        data += chunk
+        assert time.monotonic() < deadline, "the server kept the connection open: %r" % data
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), data
+    return int(head.split()[1]), body
+
+
+@pytest.fixture
+def srv(start_sipd):
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_max_body_bytes": 1 << 20})
+    s.http = K.http_base(s)
+    return s
+
+
+FRAMING = [
+    # (what, headers after the request line, status, words of the message)
+    ("length 2^63", b"Host: x\r\nContent-Length: 9223372036854775808\r\n", 413,
+     "9223372036854775808 bytes"),
+    ("length 2^64-1", b"Host: x\r\nContent-Length: 18446744073709551615\r\n", 413,
+     "server.http_max_body_bytes"),
+    ("differing lengths", b"Host: x\r\nContent-Length: %d\r\nContent-Length: 5\r\n" % len(BODY),
+     400, "different values"),
+    ("chunked and length", b"Host: x\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n"
+     % len(BODY), 400, "both Transfer-Encoding and Content-Length"),
+    ("no Host", b"Content-Length: %d\r\n" % len(BODY), 400, "without a Host"),
+    ("two Host", b"Host: x\r\nHost: y\r\nContent-Length: %d\r\n" % len(BODY), 400,
+     "Host is given 2 times"),
+    ("gzip coding", b"Host: x\r\nTransfer-Encoding: gzip\r\n", 501,
+     "Transfer-Encoding 'gzip' is not supported"),
+    ("gzip then chunked", b"Host: x\r\nTransfer-Encoding: gzip, chunked\r\n", 501,
+     "'gzip' is not supported"),
+    ("chunked not last", b"Host: x\r\nTransfer-Encoding: chunked, gzip\r\n", 400,
+     "final transfer coding"),
+]
+
+
+@pytest.mark.parametrize("what,headers,status,words", FRAMING, ids=[f[0] for f in FRAMING])
+def test_framing_is_checked(srv, what, headers, status, words):
+    got, body = exchange(srv.http, POST + headers + b"\r\n" + BODY)
+    assert got == status, (what, body)
+    assert words in json.loads(body)["error"], body
+    # Sound requests are served as before, the same length twice included.
+    assert exchange(srv.http, POST + b"Host: x\r\nConnection: close\r\nContent-Length: %d\r\n"
+                    b"Content-Length: %d\r\n\r\n" % (len(BODY), len(BODY)) + BODY)[0] == 200
+    assert exchange(srv.http, b"POST /v2/models/echo/infer HTTP/1.0\r\nContent-Length: %d\r\n\r\n"
+                    % len(BODY) + BODY)[0] == 200  # HTTP/1.0 needs no Host
+    assert exchange(srv.http, POST + b"Host: x\r\nConnection: close\r\n"
+                    b"Transfer-Encoding: Chunked\r\n\r\n%x\r\n" % len(BODY) + BODY
+                    + b"\r\n0\r\n\r\n")[0] == 200
+
+
+def test_framing_of_get_requests(srv):
+    assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\n\r\n")[0] == 400
+    assert exchange(srv.http, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n"
+                    b"Connection: close\r\n\r\n")[0] == 200
+
+
+# ---- slow clients ----
+
+def ready_status(base, source=None, timeout=5):
+    return exchange(base, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    timeout=timeout, source=source)
+
+
+def test_slow_headers_do_not_lock_out_other_clients(start_sipd):
+    """1000 connections sending their headers a byte at a time fill the
+    connection limit; each is closed at the header deadline although bytes
+    keep coming, and other clients are served again (before, MHD's idle
+    timeout restarted with every byte: locked out for good)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2200:
+        pytest.skip("1000 connections need more descriptors than the hard limit %d" % hard)
+    if soft != resource.RLIM_INFINITY and soft < 2200:  # sipd inherits it
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096) if hard != resource.RLIM_INFINITY
+                                                    else 4096, hard))
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_header_timeout_ms": 2000,
+                           "http_max_connections_per_ip": 0})
+    base = K.http_base(s)
+    slow = []
+    for _ in range(1000):
+        c = socket.create_connection(("127.0.0.1", port_of(base)), 10)
+        c.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+        slow.append(c)
+    t0 = time.monotonic()
+    status, body = ready_status(base)  # the limit is full: refused, and told why
+    assert status == 503 and b"server.http_max_connections" in body, body
+    open_ = set(range(len(slow)))
+    while open_ and time.monotonic() - t0 < 15:
+        for i in list(open_):
+            try:
+                slow[i].sendall(b"X")  # a byte of a header line, again and again
+                slow[i].setblocking(False)
+                if slow[i].recv(1) == b"":
+                    open_.discard(i)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                open_.discard(i)
+            finally:
+                slow[i].setblocking(True)
+        time.sleep(0.2)
+    elapsed = time.monotonic() - t0
+    assert not open_, "%d slow connections still open after %.1f s" % (len(open_), elapsed)
+    assert elapsed < 10, elapsed
+    assert ready_status(base)[0] == 200
+    assert "http header timeout" in s.log()
+    for c in slow:
+        c.close()
+
+
+def test_connections_per_address_are_limited(start_sipd):
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0", "http_max_connections_per_ip": 8})
+    base = K.http_base(s)
+    held = [socket.create_connection(("127.0.0.1", port_of(base)), 10) for _ in range(8)]
+    time.sleep(0.2)
+    status, body = ready_status(base)
+    assert status == 503 and b"server.http_max_connections_per_ip" in body, body
+    assert ready_status(base, source="127.0.0.2")[0] == 200  # another address is served
+    held.pop().close()
+    for _ in range(50):  # the close reaches the server soon after
+        time.sleep(0.05)
+        if ready_status(base)[0] == 200:
+            break
+    else:
+        raise AssertionError("no connection from 127.0.0.1 admitted after one closed")
+    for c in held:
+        c.close()
+
+
+# ---- clients that go away ----
+
+def executions(base, pool):
+    text = K.get(base + "/metrics").body.decode()
+    m = re.search(r'^sip_inference_count_total\{pool="%s"[^}]*\} ([0-9.]+)$' % pool, text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_requests_of_clients_that_hang_up_are_cancelled(start_sipd):
+    """100 requests to a one-session pool taking 100 ms each, their clients
+    gone at once: at most a handful run (before: all 100, for 10 s)."""
+    s = start_sipd([{"name": "slow", "backend": "builtin",
+                     "backend_options": {"shape": "-1", "delay_ms": 100}}],
+                   server={"http": "127.0.0.1:0"})
+    base = K.http_base(s)
+    body = BODY
+    req = (b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    for _ in range(100):
+        c = socket.create_connection(("127.0.0.1", port_of(base)), 10)
+        c.sendall(req)
+        c.close()
+    time.sleep(2.0)
+    ran = executions(base, "slow")
+    assert ran <= 5, "%d of 100 abandoned requests ran" % ran
+    # A client that waits gets its answer.
+    r = K.request("POST", base + "/v2/models/slow/infer", body,
+                  {"Content-Type": "application/json"})
+    assert r.status == 200, r
+    assert executions(base, "slow") == ran + 1
