@@ -239,3 +239,17 @@ def test_model_that_fails_to_load_in_the_worker_fails_its_pool(start_sipd, tmp_p
     assert c.infer(req("good", 1.0))["output"].tolist() == [1.0, 2.0, 3.0]
     st = status_of(c, "good")
     assert st["memory_bytes"] > 0  # the worker's resident memory
+
+
+def test_resized_process_pool_serves_on_every_session(start_sipd):
+    srv = start_sipd([builtin("p", 1, backend_options={"shape": "-1", "delay_ms": 50})])
+    c = srv.client()
+    c.admin("update", "p", pool_size=3)
+    pid = worker_pid(c, "p")
+    futs = [c.infer_async(req("p", float(k))) for k in range(6)]
+    assert [f.result(timeout=20)["output"][0] for f in futs] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    st = status_of(c, "p")
+    assert len(st["sessions"]) == 3 and all(s["inferences"] > 0 for s in st["sessions"])
+    assert st["worker"]["pid"] == pid  # one worker serves every session
+    c.admin("update", "p", pool_size=1)
+    assert c.infer(req("p", 2.0))["output"].tolist() == [2.0, 3.0, 4.0]
