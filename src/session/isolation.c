@@ -529,13 +529,14 @@ static sip_error_t *bind_session(isess_t *s) {
   wk_bind_t b = {SIP__WK_BIND, s->id};
   char reply[1024];
   ssize_t n = ctl_call(&w->act, &b, sizeof b, sv[1], reply, sizeof reply, BIND_TIMEOUT_MS, -1);
+  int err = errno;
   close(sv[1]);
   if (n < 0 || (size_t)n < sizeof(wk_hdr_t) || ((wk_hdr_t *)reply)->op != SIP__WK_BOUND) {
     close(sv[0]);
     if (n < 0) {
       char why[128];
       snprintf(why, sizeof why, "worker did not answer within %d ms", BIND_TIMEOUT_MS);
-      if (errno == ETIMEDOUT && atomic_load(&w->gen) == gen) kill_for(w, &w->act, why);
+      if (err == ETIMEDOUT && atomic_load(&w->gen) == gen) kill_for(w, &w->act, why);
       s->lost = 1;
       e = sip_error_new(SIP_UNAVAILABLE, "the worker of pool '%s' ended while a session was "
                         "being bound", pool);
@@ -575,6 +576,10 @@ static region_t *region_get(isess_t *s, int i, size_t size) {
   } else {
     munmap(r->base, r->size);
     r->base = NULL;
+    r->size = 0;
+    /* The worker may have grown the file past what is mapped here. */
+    struct stat st;
+    if (fstat(r->fd, &st) == 0 && (size_t)st.st_size > want) want = (size_t)st.st_size;
     if (ftruncate(r->fd, (off_t)want) != 0) return NULL;
   }
   r->base = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
