@@ -223,6 +223,13 @@ def test_no_fd_leak_across_restarts(start_sipd):
         assert [f.result(timeout=20)["output"][0] for f in futs] == [0.0, 1.0, 2.0, 3.0]
     assert fd_count(srv.proc.pid) == base
     assert status_of(c, "p")["worker"]["restarts"] == 6
+    # Tensors travel through the sessions' shared regions: both processes
+    # map them, sipd holds at most 9 per session.
+    regions = [fd for fd in os.listdir("/proc/%d/fd" % srv.proc.pid)
+               if "memfd:sip-session" in os.readlink("/proc/%d/fd/%s" % (srv.proc.pid, fd))]
+    assert 1 <= len(regions) <= 2 * 9
+    with open("/proc/%d/maps" % pid) as f:
+        assert "memfd:sip-session" in f.read()
 
 
 def test_model_that_fails_to_load_in_the_worker_fails_its_pool(start_sipd, tmp_path):
