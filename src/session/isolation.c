@@ -813,6 +813,8 @@ static int build_load(sip__iso_t *w, const char *path, const sip_kv_t *opts, siz
     h->allow_spinning = st->allow_spinning;
   }
   h->n_options = (uint32_t)n_opts;
+  /* With hot_standby every worker is warmed before it serves or stands by. */
+  h->warm = w->p->cfg->standby_enabled && w->p->cfg->standby_count > 0;
   char *at = m + sizeof *h;
   at = stpcpy(at, w->real->name) + 1;
   at = stpcpy(at, path ? path : "") + 1;

@@ -358,6 +358,41 @@ static size_t error_msg(char *buf, sip_error_t *e) {
   return sizeof *h + len + 1;
 }
 
+/* One execution on zeros of the model's own input shapes (dynamic dims
+ * 1), so that the first request does not pay for first-run allocations. */
+static void warm_up(void) {
+  void *ctx = NULL;
+  sip_tensor_t *in[SIP__WK_MAX_IO] = {0}, *out[SIP__WK_MAX_IO] = {0};
+  const char *names[SIP__WK_MAX_IO];
+  sip_error_t *e = n_ins > SIP__WK_MAX_IO || n_outs > SIP__WK_MAX_IO
+                       ? sip_error_new(SIP_UNIMPLEMENTED, "more than %d inputs or outputs",
+                                       SIP__WK_MAX_IO)
+                       : vt->session_new(model, &ctx);
+  for (size_t i = 0; !e && i < n_ins; i++) {
+    int64_t dims[SIP_MAX_RANK];
+    int rank = ins[i].rank < 0 ? 1 : ins[i].rank;
+    size_t count = 1;
+    for (int k = 0; k < rank; k++)
+      count *= (size_t)(dims[k] = ins[i].rank < 0 || ins[i].dims[k] < 0 ? 1 : ins[i].dims[k]);
+    sip_buf_t *zeros = ins[i].dtype == SIP_DTYPE_STRING
+                           ? NULL
+                           : sip_buf_new(count * sip_dtype_size(ins[i].dtype) + 1);
+    if (!zeros)
+      e = sip_error_new(SIP_UNIMPLEMENTED, "input '%s' cannot be made of zeros", ins[i].name);
+    else if (!(in[i] = sip_tensor_new_view(ins[i].name, ins[i].dtype, rank, dims,
+                                           sip_buf_data(zeros), sip_buf_len(zeros) - 1, zeros)))
+      e = SIP__OOM();
+    sip_buf_unref(zeros);
+  }
+  for (size_t j = 0; j < n_outs && j < SIP__WK_MAX_IO; j++) names[j] = outs[j].name;
+  if (!e) e = vt->execute(ctx, (const sip_tensor_t *const *)in, n_ins, names, n_outs, out);
+  if (e)
+    sip__log(SIP__LOG_WARN, "worker not warmed", "reason=\"%s\"", sip_error_message(e));
+  sip_error_free(e);
+  for (size_t i = 0; i < SIP__WK_MAX_IO; i++) sip_tensor_free(in[i]), sip_tensor_free(out[i]);
+  if (ctx) vt->session_free(ctx);
+}
+
 /* Loads the model the LOAD message names; the LOADED answer in `buf`. */
 static size_t load(const char *msg, size_t n, char *buf) {
   static sip__wk_load_args_t a;
@@ -373,6 +408,7 @@ static size_t load(const char *msg, size_t n, char *buf) {
   if (!e) e = vt->load(state, a.path, a.n_opts ? a.opts : NULL, a.n_opts, &model);
   if (e) return error_msg(buf, e);
   vt->describe(model, &ins, &n_ins, &outs, &n_outs);
+  if (a.warm) warm_up();
   wk_loaded_t *l = (wk_loaded_t *)buf;
   *l = (wk_loaded_t){.op = SIP__WK_LOADED, .n_in = (uint32_t)n_ins, .n_out = (uint32_t)n_outs};
   size_t len = sizeof *l;

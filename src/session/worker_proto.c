@@ -36,6 +36,7 @@ int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a) {
     if (!a->opts[i].value) return -1;
   }
   a->n_opts = h.n_options;
+  a->warm = h.warm != 0;
   a->settings = (sip_engine_settings_t){h.intra_op_threads, h.inter_op_threads, h.allow_spinning};
   return 0;
 }

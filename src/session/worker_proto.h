@@ -45,7 +45,7 @@ typedef struct wk_load {
   uint32_t op;
   int32_t intra_op_threads, inter_op_threads, allow_spinning;
   uint32_t n_options;
-  uint32_t pad;
+  uint32_t warm; /* run one execution on zeros after loading (hot_standby) */
 } wk_load_t;
 
 typedef struct wk_error {
@@ -115,6 +115,7 @@ typedef struct sip__wk_load_args {
   const char *backend, *path; /* path NULL: none */
   sip_kv_t opts[SIP__WK_MAX_OPTIONS];
   uint32_t n_opts;
+  int warm;
   sip_engine_settings_t settings;
 } sip__wk_load_args_t;
 /* 0, or -1 when the n bytes at msg are not a well-formed LOAD. */

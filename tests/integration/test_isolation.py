@@ -68,7 +68,8 @@ def test_results_equal_reference_onnx_and_builtin(start_sipd, model_dir):
     srv = start_sipd([{"name": "am", "model_path": str(model_dir["addmul"]), "pool_size": 2,
                        "isolation": "process"},
                       {"name": "two", "model_path": str(model_dir["two_out"]),
-                       "isolation": "process"},
+                       "isolation": "process",  # standby workers are warmed
+                       "hot_standby": {"enabled": True, "standby_count": 1}},
                       builtin("b", 2)])
     c = srv.client()
     st = status_of(c, "am")
