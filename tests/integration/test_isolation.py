@@ -261,3 +261,20 @@ def test_resized_process_pool_serves_on_every_session(start_sipd):
     assert st["worker"]["pid"] == pid  # one worker serves every session
     c.admin("update", "p", pool_size=1)
     assert c.infer(req("p", 2.0))["output"].tolist() == [2.0, 3.0, 4.0]
+
+
+def test_hung_request_answered_within_the_timeout(start_sipd):
+    srv = start_sipd([builtin("p", 2, hang_timeout_ms=400)], server=FAULTS)
+    c = srv.client()
+    assert c.infer(req("p", 1.0))["output"][0] == 1.0
+    c.admin("fault", "p", kind="hang", count=1)
+    t0 = time.monotonic()
+    with pytest.raises(UnavailableError) as ei:
+        c.infer(req("p"))
+    took_ms = (time.monotonic() - t0) * 1000
+    assert "worker killed: session p/" in str(ei.value) and "hung for" in str(ei.value)
+    assert 400 <= took_ms <= 600, took_ms
+    # Back at full strength on a new worker.
+    futs = [c.infer_async(req("p", float(i))) for i in range(4)]
+    assert [f.result(timeout=20)["output"][0] for f in futs] == [0.0, 1.0, 2.0, 3.0]
+    assert status_of(c, "p")["active_sessions"] == 2
