@@ -14,7 +14,7 @@ import pytest
 
 import kserve as K
 import models
-from cann_sip import InferenceRequest, UnavailableError
+from cann_sip import InferenceRequest, InternalError, UnavailableError
 
 F = np.float32
 FAULTS = {"allow_fault_injection": True}
@@ -278,3 +278,20 @@ def test_hung_request_answered_within_the_timeout(start_sipd):
     futs = [c.infer_async(req("p", float(i))) for i in range(4)]
     assert [f.result(timeout=20)["output"][0] for f in futs] == [0.0, 1.0, 2.0, 3.0]
     assert status_of(c, "p")["active_sessions"] == 2
+
+
+def test_fault_error_and_slow_are_taken_in_the_worker(start_sipd):
+    srv = start_sipd([builtin("p", 1, failover=RETRY)], server=FAULTS)
+    c = srv.client()
+    pid = worker_pid(c, "p")
+    c.admin("fault", "p", kind="error", count=1)
+    with pytest.raises(InternalError) as ei:  # the request's own failure: not retried
+        c.infer(req("p"))
+    assert "injected error" in str(ei.value)
+    c.admin("fault", "p", kind="slow", count=1, delay_ms=200)
+    t0 = time.monotonic()
+    assert c.infer(req("p", 5.0))["output"][0] == 5.0
+    assert time.monotonic() - t0 >= 0.2
+    st = status_of(c, "p")
+    assert st["worker"]["pid"] == pid and st["worker"]["restarts"] == 0
+    assert st["failover"]["retries"] == 0
