@@ -334,7 +334,8 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(failover_max_retries) || !str_same(a->fallback_pool, b->fallback_pool) ||
       !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
       !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
-      !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows))
+      !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
+      !SAME(isolation))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||

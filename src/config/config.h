@@ -157,6 +157,7 @@ typedef struct sip__pool_config {
   int standby_enabled;              /* hot_standby.enabled */
   int standby_count;                /* hot_standby.standby_count, 0..16 */
   int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
+  int isolation;                    /* sip__isolation_t */
   /* sequence_batching (docs/sequences.md): requests of one sequence id run
    * in order on the session the sequence is bound to. */
   int sequence_batching;         /* the section is present */
@@ -167,6 +168,8 @@ typedef struct sip__pool_config {
                                            corrid); NULL: none */
   sip__sla_config_t sla;         /* sla (docs/sla.md) */
 } sip__pool_config_t;
+
+typedef enum sip__isolation { SIP__ISOLATION_THREAD = 0, SIP__ISOLATION_PROCESS } sip__isolation_t;
 
 typedef enum sip__failover { SIP__FAILOVER_NONE = 0, SIP__FAILOVER_RETRY, SIP__FAILOVER_FALLBACK } sip__failover_t;
 

@@ -22,6 +22,7 @@ static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
+static const char *const isolation_names[] = {"thread", "process", NULL};
 #define BACKEND_EXPECT "the name of a backend of this server (built in: onnxruntime, builtin, transform; or one the embedding program registered)"
 
 #define CPUS_EXPECT                                                                        \
@@ -164,6 +165,12 @@ const field_t cfg_pool_fields[P_COUNT] = {
                     .doc = "Where requests go when their session fails (docs/availability.md)."},
     [P_STANDBY] = {.name = "hot_standby", .type = F_SECTION, .section = &standby_section,
                    .doc = "Warm sessions that take no traffic and replace a failed one."},
+    [P_ISOLATION] = {.name = "isolation", .type = F_ENUM,
+                     .offset = offsetof(sip__pool_config_t, isolation), .names = isolation_names,
+                     .def = SIP__ISOLATION_THREAD,
+                     .doc = "Where the sessions execute: thread (in the server process) or "
+                            "process (in a worker process the server starts and restarts; a "
+                            "crash there ends only the worker; docs/availability.md)."},
     [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
                     .section = &cfg_sequence_section,
                     .doc = "Stateful models: each sequence id runs in order on one session, with "

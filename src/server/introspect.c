@@ -125,6 +125,13 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                 (json_int_t)c.session_failures, "standby_sessions",
                                 c.standby_sessions, "promotions", (json_int_t)c.promotions,
                                 "last_recovery_us", (json_int_t)c.last_recovery_us));
+  json_object_set_new(o, "isolation",
+                      json_string(c.isolation == SIP__ISOLATION_PROCESS ? "process" : "thread"));
+  if (c.isolation == SIP__ISOLATION_PROCESS)
+    json_object_set_new(o, "worker",
+                        json_pack("{s:i,s:i,s:I,s:s}", "pid", c.worker_pid, "standby_pid",
+                                  c.standby_worker_pid, "restarts",
+                                  (json_int_t)c.worker_restarts, "last_exit", c.worker_exit));
   json_t *bh = json_array();
   for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",

@@ -83,6 +83,7 @@ static uint64_t n_execution(const sip__pool_counters_t *c) { return c->execution
 static uint64_t n_retries(const sip__pool_counters_t *c) { return c->retries; }
 static uint64_t n_fallbacks(const sip__pool_counters_t *c) { return c->fallbacks; }
 static uint64_t n_session_failures(const sip__pool_counters_t *c) { return c->session_failures; }
+static uint64_t n_worker_restarts(const sip__pool_counters_t *c) { return c->worker_restarts; }
 /* Every answered request is a success or a failure. */
 static uint64_t ns_request(const sip__pool_counters_t *c) { return c->success.ns + c->fail.ns; }
 static uint64_t ns_queue(const sip__pool_counters_t *c) { return c->queue_stat.ns; }
@@ -515,6 +516,9 @@ char *sip__prometheus_text(sip_server_t *s) {
                    0);
   counter_per_pool(&b, pl, n, "sip_session_failures_total",
                    "Sessions failed (crashed or hung) and replaced.", n_session_failures, 0);
+  counter_per_pool(&b, pl, n, "sip_worker_restarts_total",
+                   "Worker processes of process-isolated pools that ended and were replaced.",
+                   n_worker_restarts, 0);
   counter_per_pool(&b, pl, n, "sip_request_duration_us_total",
                    "Cumulative time from arrival to answer of every request, in microseconds.",
                    ns_request, 1);

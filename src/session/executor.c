@@ -22,6 +22,7 @@
 #include "sched/batch.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/isolation.h"
 #include "session/sequence.h"
 #include "session/sla.h"
 
@@ -552,6 +553,12 @@ static int run_batch(sip__session_t *s, batch_t *b) {
     /* The context this execution runs on (read before the watchdog can
      * abandon it: the session's is then another one). */
     void *ctx = s->ctx;
+    /* A process-isolated pool takes its faults in the worker, where a
+     * crash ends the worker process. */
+    if (p->iso && fault != SIP__FAULT_NONE) {
+      sip__iso_fault(ctx, fault, delay_ms);
+      fault = SIP__FAULT_NONE;
+    }
     sip__exec_t *x = watched ? sip__exec_begin(s, b->reqs, n) : NULL;
     if (fault == SIP__FAULT_SLOW || fault == SIP__FAULT_HANG) fault_wait(p, x, fault, delay_ms);
     sip_out_dest_t dests[64];
@@ -566,6 +573,8 @@ static int run_batch(sip__session_t *s, batch_t *b) {
       e = p->backend->execute_into(ctx, inputs, n_in, names, n_out, dests, outs);
     else
       e = p->backend->execute(ctx, inputs, n_in, names, n_out, outs);
+    /* The worker process ended under the execution: a session failure. */
+    if (e && p->iso && sip__iso_lost(ctx)) crashed = 1;
     t_done = sip__now_ns();
     if (!sip__exec_end(s, x)) { /* abandoned by the watchdog: its requests are answered */
       for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
@@ -585,7 +594,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   }
   for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
   /* A crashed session is replaced before its requests are failed over. */
-  if (crashed) sip__session_renew(s, "injected crash");
+  if (crashed) sip__session_renew(s, p->iso ? sip_error_message(e) : "injected crash");
   uint64_t compute_us = (t_done - t_run) / 1000;
   sip__hist_observe(&p->h_compute, compute_us);
   atomic_fetch_add(&s->inferences, n);
@@ -724,7 +733,10 @@ void *sip__session_main(void *arg) {
   sip__session_t *s = arg;
   sip__pool_t *p = s->pool;
   batch_t *b = sip__malloc(sizeof *b);
-  int64_t spin_us = p->seq ? 0 : idle_spin_us();
+  /* A process-isolated pool's executions run in its worker, which needs
+   * the core this thread would poll on (measured: polling there adds to
+   * the latency on a 2-core machine instead of saving). */
+  int64_t spin_us = p->seq || p->iso ? 0 : idle_spin_us();
   uint64_t spin_until = 0; /* after work: poll until then before sleeping */
   pthread_mutex_lock(&p->mu);
   for (;;) {

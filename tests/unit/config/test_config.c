@@ -359,6 +359,9 @@ static void test_bad_enums(void **state) {
              NAME ":4:15: session_pools[0].priority: \"urgent\" is not valid; expected one of high, "
                   "medium, low");
   EXPECT_ERR(POOL("    priority: High\n"), "\"High\" is not valid");
+  EXPECT_ERR(POOL("    isolation: container\n"),
+             NAME ":4:16: session_pools[0].isolation: \"container\" is not valid; expected one of "
+                  "thread, process");
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),
