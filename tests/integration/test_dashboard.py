@@ -450,3 +450,52 @@ def test_sip_report_from_a_wildcard_address(start_sipd, tmp_path):
     r = sip(srv.endpoint, "report", "--html", str(out))
     assert r.returncode == 0, r.stderr
     check_self_contained(out.read_text(), ["w"])
+
+
+def test_profile_heatmap_in_browser(start_sipd, tmp_path, model_dir):
+    """The Profile button runs sip profile on the chosen pool while it
+    serves, and the page shows its operators and an operator x time heatmap
+    (the model's Mul and Add), with no console error."""
+    import threading
+    import numpy as np
+    from cann_sip import InferenceRequest
+    srv = start_sipd([builtin("alpha"),
+                      {"name": "m", "model_path": str(model_dir["addmul"]), "pool_size": 1}],
+                     server={"http": "127.0.0.1:0"})
+    stop = threading.Event()
+
+    def traffic():
+        with srv.client() as c:
+            x = np.ones((2, 4), np.float32)
+            while not stop.is_set():
+                c.infer(InferenceRequest("m", {"lhs": x, "rhs": x}))
+
+    t = threading.Thread(target=traffic)
+    t.start()
+    driver = None
+    try:
+        driver = browser(tmp_path)
+        console = Console(driver)
+        driver.get(K.http_base(srv) + "/dashboard")
+        wait_for("the pools to profile", lambda: len(attr_rows(driver, "#profile-pool option")) == 2,
+                 10)
+        from selenium.webdriver.support.ui import Select
+        Select(driver.find_element("id", "profile-pool")).select_by_value("m")
+        seconds = driver.find_element("id", "profile-seconds")
+        seconds.clear()
+        seconds.send_keys("0.5")
+        driver.find_element("id", "profile-run").click()
+        rows, _ = wait_for("the heatmap", lambda: attr_rows(driver, "#profile-heatmap tr[data-op]"),
+                           20)
+        assert sorted(r["data-op"] for r in rows) == ["Add", "Mul"], rows
+        cells = attr_rows(driver, "#profile-heatmap td.cell")
+        assert len(cells) == 2 * 24
+        assert any("rgba(13, 63, 122, 1" in c["style"] for c in cells)  # the busiest cell
+        assert {r["data-op"] for r in attr_rows(driver, "#profile-ops tr[data-op]")} == {"Add", "Mul"}
+        assert driver.save_screenshot(str(tmp_path / "profile.png"))
+        assert console.errors() == [], console.errors()
+    finally:
+        stop.set()
+        t.join(10)
+        if driver:
+            driver.quit()

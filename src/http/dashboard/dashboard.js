@@ -456,6 +456,7 @@
     renderSessions(cur);
     renderEvents();
     renderCharts(cur);
+    renderProfilePools(cur);
   }
 
   /* ---- live ------------------------------------------------------------------ */
@@ -550,6 +551,93 @@
     EVENT_TYPES.forEach(function (t) { es.addEventListener(t, handle); });
   }
 
+  /* ---- operator profile (sip profile, docs/profiling.md) ------------------- */
+
+  var HEAT_BUCKETS = 24, HEAT_OPS = 12;
+
+  /* Pools a profile can run on: the READY ones, kept selected across redraws. */
+  function renderProfilePools(d) {
+    var sel = $('profile-pool');
+    if (!sel) return;
+    var names = (d.pools || []).filter(function (p) { return p.state === 'READY'; })
+      .map(function (p) { return p.name; });
+    var was = sel.value;
+    var html = names.map(function (n) {
+      return '<option value="' + esc(n) + '">' + esc(n) + '</option>';
+    }).join('');
+    if (sel.getAttribute('data-names') !== names.join('\u0001')) {
+      sel.innerHTML = html;
+      sel.setAttribute('data-names', names.join('\u0001'));
+      if (names.indexOf(was) >= 0) sel.value = was;
+    }
+  }
+
+  /* The operators' table and an operator x time heatmap of the trace: each
+   * cell is the time that operator's kernels took in that slice of the run,
+   * darker for more (the cell's title gives the figure). */
+  function renderProfile(p) {
+    var ops = (p.operators || []).slice(0, HEAT_OPS);
+    var kernels = (p.trace || []).filter(function (e) {
+      return e.cat === 'Node' && /_kernel_time$/.test(e.name) && e.dur != null;
+    });
+    var t0 = Infinity, t1 = -Infinity;
+    kernels.forEach(function (e) { t0 = Math.min(t0, e.ts); t1 = Math.max(t1, e.ts + e.dur); });
+    var span = t1 > t0 ? t1 - t0 : 1, grid = {}, max = 0;
+    kernels.forEach(function (e) {
+      var op = (e.args && e.args.op_name) || '?';
+      var b = Math.min(HEAT_BUCKETS - 1, Math.floor((e.ts - t0) / span * HEAT_BUCKETS));
+      var row = grid[op] || (grid[op] = []);
+      row[b] = (row[b] || 0) + e.dur;
+      if (row[b] > max) max = row[b];
+    });
+    var head = '<p>' + esc(p.pool) + ' session ' + esc(p.session) + ': ' + esc(p.executions) +
+        ' executions in ' + fmt(p.seconds, 1) + ' s</p>';
+    var table = '<table id="profile-ops"><thead><tr><th>operator</th><th class="num">count</th>' +
+        '<th class="num">total ms</th><th class="num">mean us</th><th class="num">p99 us</th>' +
+        '<th class="num">share</th></tr></thead><tbody>' + ops.map(function (o) {
+          return '<tr data-op="' + esc(o.op) + '"><td>' + esc(o.op) + '</td><td class="num">' +
+              esc(o.count) + '</td><td class="num">' + fmt(o.total_us / 1000, 3) +
+              '</td><td class="num">' + fmt(o.mean_us, 1) + '</td><td class="num">' +
+              fmt(o.p99_us, 1) + '</td><td class="num">' + fmt(100 * o.share, 1) + '%</td></tr>';
+        }).join('') + '</tbody></table>';
+    var heat = '';
+    if (kernels.length) {
+      heat = '<h3>Operator \u00d7 time (' + fmt(span / 1000, 1) + ' ms of kernels in ' +
+          HEAT_BUCKETS + ' slices)</h3><table class="heatmap" id="profile-heatmap"><tbody>' +
+          ops.map(function (o) {
+            var row = grid[o.op] || [];
+            var cells = '';
+            for (var b = 0; b < HEAT_BUCKETS; b++) {
+              var v = row[b] || 0, a = max ? v / max : 0;
+              cells += '<td class="cell" style="background: rgba(13, 63, 122, ' + a.toFixed(3) +
+                  ')" title="' + esc(o.op) + ': ' + fmt(v / 1000, 3) + ' ms"></td>';
+            }
+            return '<tr data-op="' + esc(o.op) + '"><th>' + esc(o.op) + '</th>' + cells + '</tr>';
+          }).join('') + '</tbody></table>';
+    }
+    $('profile-result').innerHTML = head + table + heat;
+  }
+
+  function runProfile() {
+    var pool = $('profile-pool').value, secs = parseFloat($('profile-seconds').value) || 2;
+    if (!pool) return;
+    $('profile-run').disabled = true;
+    $('profile-status').textContent = 'profiling ' + pool + ' for ' + secs + ' s\u2026';
+    fetch('/v2/admin', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                        body: JSON.stringify({action: 'profile', pool: pool, seconds: secs})})
+      .then(function (r) {
+        return r.json().then(function (j) {
+          if (!r.ok) throw new Error(j.error || ('HTTP ' + r.status));
+          return j;
+        });
+      }).then(function (j) {
+        $('profile-status').textContent = '';
+        renderProfile(j);
+      }).catch(function (err) {
+        $('profile-status').textContent = 'profile failed: ' + err.message;
+      }).then(function () { $('profile-run').disabled = false; });
+  }
+
   /* ---- export -------------------------------------------------------------- */
 
   function exportReport() {
@@ -590,9 +678,11 @@
     var s = sampleOf(d);
     if (!samples.length || samples[samples.length - 1].t < s.t) samples.push(s);
     $('export').hidden = true;
+    $('profile-section').hidden = true;
     renderAll(false);
   } else {
     $('export').addEventListener('click', exportReport);
+    $('profile-run').addEventListener('click', runProfile);
     connect();
     scheduleRefresh(0);
   }
