@@ -147,6 +147,28 @@ sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **
 sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json);
 void sip_client_free_string(char *s);
 
+/* ---- engine events (docs/events.md) ----
+ * A subscription is a connection of its own to `endpoint`: SUBSCRIBE, then
+ * the server streams EVENT frames. fn(event_json, user) is called on the
+ * subscription's reader thread for every event of pool `pool` (NULL or "":
+ * every pool), in the order the engine emitted them; event_json is one
+ * event object (docs/events.md: "event", "pool", "session", "time_us",
+ * "dropped" and the type's keys), valid during the call. `buffer`: events
+ * the server keeps for this subscriber when it falls behind (0: 1024; at
+ * most 65536); what does not fit is dropped and counted in the next
+ * event's "dropped". `token` (NULL: none) is sent first (server.auth). When
+ * the stream ends (the server stopped, the connection broke) fn is called
+ * once with NULL. Errors: the server's (NOT_FOUND is not one: a pool that
+ * does not exist yet is subscribed to), UNAVAILABLE (cannot connect). */
+typedef struct sip_client_sub sip_client_sub_t;
+typedef void (*sip_client_event_fn)(const char *event_json, void *user);
+sip_error_t *sip_client_subscribe(const char *endpoint, const char *pool, uint32_t buffer,
+                                  const char *token, sip_client_event_fn fn, void *user,
+                                  sip_client_sub_t **out);
+/* Ends a subscription: once it returns fn is not called again. Not from
+ * inside fn. NULL is a no-op. */
+void sip_client_unsubscribe(sip_client_sub_t *sub);
+
 void sip_client_response_free(sip_client_response_t *r);
 
 /* ---- shared memory (unix socket connections only) ---- */
