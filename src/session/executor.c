@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "core/spin.h"
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
@@ -682,26 +683,9 @@ static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
 #define IDLE_SPIN_US_DEFAULT 50
 static int64_t idle_spin_us(void) {
   static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v >= 0) return v;
-  const char *env = getenv("SIP_IDLE_SPIN_US");
-  long x = IDLE_SPIN_US_DEFAULT;
-  if (env && *env) {
-    char *end = NULL;
-    long y = strtol(env, &end, 10);
-    if (!*end && y >= 0 && y <= 1000) x = y;
-  }
-  atomic_store(&cached, (int)x);
-  return x;
+  return sip__spin_us_setting("SIP_IDLE_SPIN_US", IDLE_SPIN_US_DEFAULT, &cached);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* Polls the queue until something arrives or `until` passes; the caller
  * holds p->mu, which is let go while polling. */
@@ -709,7 +693,7 @@ static void spin_for_work(sip__pool_t *p, uint64_t until) {
   p->spinning = 1;
   pthread_mutex_unlock(&p->mu);
   while (!atomic_load_explicit(&p->queue.n, memory_order_acquire) && sip__now_us() < until)
-    for (int i = 0; i < 32; i++) cpu_relax();
+    for (int i = 0; i < 32; i++) sip__cpu_relax();
   pthread_mutex_lock(&p->mu);
   p->spinning = 0;
 }

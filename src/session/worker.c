@@ -25,6 +25,7 @@
 
 #include "backend/backends.h"
 #include "core/core.h"
+#include "core/spin.h"
 #include "session/engine.h"
 #include "session/isolation.h"
 #include "session/worker_proto.h"
@@ -59,27 +60,10 @@ int sip__wk_send(int sock, const void *msg, size_t len, int fd) {
   return n == (ssize_t)len ? 0 : -1;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 int64_t sip__wk_spin_us(void) {
   static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v >= 0) return v;
-  const char *env = getenv("SIP_WORKER_SPIN_US");
-  long x = SPIN_US;
-  if (env && *env) {
-    char *end = NULL;
-    long y = strtol(env, &end, 10);
-    if (!*end && y >= 0 && y <= 1000) x = y;
-  }
-  atomic_store(&cached, (int)x);
-  return x;
+  return sip__spin_us_setting("SIP_WORKER_SPIN_US", SPIN_US, &cached);
 }
 
 ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us) {
@@ -98,7 +82,7 @@ ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us) 
     uint64_t until = sip__now_us() + (uint64_t)spin_us;
     while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
            (errno == EAGAIN || errno == EINTR) && sip__now_us() < until)
-      for (int i = 0; i < 16; i++) cpu_relax();
+      for (int i = 0; i < 16; i++) sip__cpu_relax();
   }
   if (n < 0)
     while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
