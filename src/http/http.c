@@ -185,7 +185,6 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode toe) {
   sip__http_t *h = cls;
   sip__http_conns_notify(h, c, socket_context, toe);
-  atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -457,7 +456,7 @@ static const char *http_address(void *state, size_t i) {
 }
 
 static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
-  emit(ctx, "http", atomic_load(&((sip__http_t *)state)->conns));
+  emit(ctx, "http", sip__http_conns_open(state));
 }
 
 const sip_frontend_vtable_t sip__frontend_http = {
