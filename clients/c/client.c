@@ -67,6 +67,7 @@ struct sip_client {
   pthread_cond_t rcv;
   uint32_t backoff_ms, max_backoff_ms, resend_ms;
   atomic_uint_fast64_t reconnects;
+  char *token; /* sip_client_authenticate's (under wmu): sent first on a new connection */
 };
 
 /* How long a unix socket connect is retried while the server's listen
@@ -329,6 +330,14 @@ static void read_answers(sip_client_t *c, int fd) {
   fail_all(c, SIP_UNAVAILABLE, "connection to the server closed");
 }
 
+/* Frees a token after overwriting it. */
+static void wipe_free(char *s) {
+  if (!s) return;
+  volatile char *v = s;
+  for (size_t i = 0; v[i]; i++) v[i] = 0;
+  sip__free(s);
+}
+
 static void ignore_info(char *json, sip_error_t *e, void *user) {
   (void)user;
   sip__free(json);
@@ -410,6 +419,23 @@ static int reconnect(sip_client_t *c) {
     pthread_mutex_lock(&c->wmu);
     int old = c->fd;
     c->fd = fd;
+    if (c->token) { /* before anything else: the server takes nothing of a closed group */
+      pending_t *p = sip__calloc(1, sizeof *p);
+      sip__wbuf_t w = {0};
+      if (p) {
+        p->id = atomic_fetch_add(&c->next_id, 1);
+        p->is_info = 1;
+        p->info_done = ignore_info;
+        sip__encode_json_request(&w, SIP__MSG_AUTH, p->id, c->token, strlen(c->token));
+        if (w.oom || write_frame(c, &w, -1)) {
+          pending_free(p);
+        } else {
+          p->next = c->pending;
+          c->pending = p;
+        }
+        sip__wbuf_free(&w);
+      }
+    }
     pthread_mutex_lock(&c->rmu);
     for (sip_client_shm_t *r = c->regions; r; r = r->next) {
       pending_t *p = sip__calloc(1, sizeof *p);
@@ -515,6 +541,7 @@ void sip_client_free(sip_client_t *c) {
   pthread_mutex_destroy(&c->rmu);
   pthread_cond_destroy(&c->rcv);
   sip__free(c->endpoint);
+  wipe_free(c->token);
   sip__free(c);
 }
 
@@ -757,6 +784,7 @@ typedef struct info_msg {
   int kind;
   const char *repo;
   const char *admin; /* ADMIN_REQUEST JSON */
+  const char *auth;  /* AUTH: the token */
   uint16_t shm_type;
   const char *name;
   uint64_t byte_size;
@@ -783,6 +811,8 @@ static sip_error_t *info_call(sip_client_t *c, const info_msg_t *m, char **json)
     sip__encode_repo_request(&wb, p->id, m->repo, strlen(m->repo));
   else if (m->admin)
     sip__encode_json_request(&wb, SIP__MSG_ADMIN_REQUEST, p->id, m->admin, strlen(m->admin));
+  else if (m->auth)
+    sip__encode_json_request(&wb, SIP__MSG_AUTH, p->id, m->auth, strlen(m->auth));
   else
     sip__encode_info_request(&wb, p->id, (uint8_t)m->kind);
   sip_error_t *e = send_frame(c, p, &wb, m->shm_type == SIP__MSG_SHM_REGISTER ? m->fd : -1);
@@ -813,6 +843,21 @@ sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json)
   *json = NULL;
   if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "admin request is NULL");
   return info_call(c, &(info_msg_t){.admin = request}, json);
+}
+
+sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json) {
+  *json = NULL;
+  if (!token || !*token) return sip_error_new(SIP_INVALID_ARGUMENT, "token is NULL or empty");
+  char *copy = sip__strdup(token);
+  if (!copy) return SIP__OOM();
+  sip_error_t *e = info_call(c, &(info_msg_t){.auth = token}, json);
+  pthread_mutex_lock(&c->wmu);
+  char *old = c->token;
+  c->token = e ? NULL : copy; /* kept only when the server took it */
+  pthread_mutex_unlock(&c->wmu);
+  wipe_free(old);
+  if (e) wipe_free(copy);
+  return e;
 }
 
 void sip_client_free_string(char *s) { sip__free(s); }

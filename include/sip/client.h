@@ -87,6 +87,14 @@ typedef struct sip_client_response {
  * (EAGAIN) is retried, with a backoff from 1 ms to 100 ms, for up to 5 s.
  * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
 sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
+/* Sends an AUTH message with a bearer token of the server's server.auth
+ * (docs/security.md) and waits for its answer: *json (owned; free with
+ * sip_client_free_string) is {"authenticated": true, "groups": [...]}. The
+ * token (borrowed; copied) is sent first again on every reconnection.
+ * Thread-safe. Errors: INVALID_ARGUMENT (NULL or empty token),
+ * UNAUTHENTICATED (the server takes no such token; it then closes the
+ * connection and the client reconnects without a token), UNAVAILABLE. */
+sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json);
 /* Closes the connection for good; pending requests complete with
  * UNAVAILABLE. NULL is a no-op. */
 void sip_client_free(sip_client_t *c);

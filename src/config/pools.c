@@ -171,6 +171,9 @@ const field_t cfg_pool_fields[P_COUNT] = {
     [P_IDEM] = {.name = "idempotency", .type = F_SECTION, .section = &idem_section,
                 .doc = "Requests with an idempotency key run at most once while their entry "
                        "lives; duplicates join or get the kept answer (docs/idempotency.md)."},
+    [P_SLA] = {.name = "sla", .type = F_SECTION, .section = &cfg_sla_section,
+               .doc = "Service-level targets checked per window, with compliance and alerts "
+                      "(docs/sla.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS &&
@@ -492,6 +495,7 @@ int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
                       cfg_show(shown, sizeof shown, pool->name, strlen(pool->name)), j, cfg->pools[j].line);
     }
     if (cfg_check_scheduling(c, pool, vals, ikey)) return -1;
+    if (cfg_check_sla(c, pool, vals[P_SLA], ikey)) return -1;
     if (check_pool(c, pool, item, vals, ikey)) return -1;
   }
   return check_fallbacks(c, cfg, v, key);

@@ -269,6 +269,7 @@ struct sip__pool {
   int standby_broken;                 /* a warm-up failed: no more refills */
   atomic_uint_fast64_t n_promotions;
   atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
+  struct sip__sla *sla; /* the sla block's accounting (src/session/sla.h), or NULL */
 };
 
 /* ---- availability (src/session/availability.c) ---- */

@@ -23,6 +23,7 @@
 #include "session/engine.h"
 #include "session/events.h"
 #include "session/sequence.h"
+#include "session/sla.h"
 
 #define MAX_BATCH_REQUESTS 1024
 #define RATE_WINDOW_US 200000
@@ -167,6 +168,7 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
 void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns) {
   if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
   sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
+  if (p->sla) sip__sla_record(p->sla, code, total_ns / 1000);
 }
 
 /* Every queued request ends here: metrics, a log line for failures, the

@@ -20,6 +20,7 @@
 #include "session/engine.h"
 #include "session/events.h"
 #include "session/sequence.h"
+#include "session/sla.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
@@ -218,7 +219,7 @@ sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
   pthread_cond_init(&p->cv, &pa);
   pthread_condattr_destroy(&pa);
   sip__arb_account_init(&p->arb, (int)cfg->priority, cfg->max_compute_percent);
-  if (sip__avail_init(p)) {
+  if (sip__avail_init(p) || (cfg->sla.enabled && !(p->sla = sip__sla_new(&cfg->sla)))) {
     sip__pool_destroy(p);
     return NULL;
   }
@@ -242,6 +243,7 @@ void sip__pool_destroy(sip__pool_t *p) {
   pthread_mutex_destroy(&p->scale_mu);
   pthread_cond_destroy(&p->cv);
   sip__avail_destroy(p);
+  sip__sla_free(p->sla);
   sip__config_pool_free(p->own_cfg);
   sip__free(p);
 }

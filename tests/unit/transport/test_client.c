@@ -584,8 +584,62 @@ static void test_reconnect(void **state) {
   sip_server_free(srv);
 }
 
+/* A server with tokens: requests need AUTH first; sip_client_authenticate
+ * opens the groups and the token is sent again after a reconnection; a
+ * wrong token is UNAUTHENTICATED. */
+static void test_token(void **state) {
+  (void)state;
+  char path[64], ep[96], yaml[512];
+  snprintf(path, sizeof path, "/tmp/sip_test_token_%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: ['%s'], log_level: error,\n"
+           "         auth: {inference_tokens: [client-token-1]}}\n"
+           "session_pools:\n"
+           "  - {name: echo, backend: builtin, backend_options: {shape: '-1,3'}}\n", ep);
+  sip_server_t *srv = start_yaml(yaml);
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(ep, &c));
+  sip_client_set_reconnect(c, 5, 50, 20000);
+  char *json = NULL;
+  sip_error_t *e = sip_client_authenticate(c, "wrong-token-1", &json);
+  assert_int_equal(sip_error_code(e), SIP_UNAUTHENTICATED);
+  sip_error_free(e);
+  sip_tensor_t *t = vec3(3.0f, 1);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1};
+  sip_client_response_t *r = NULL;
+  /* Until the client has reconnected after the server closed the connection. */
+  for (int i = 0; i < 400 && (e = sip_client_authenticate(c, "client-token-1", &json)); i++) {
+    sip_error_free(e);
+    usleep(5000);
+  }
+  assert_null(e);
+  assert_non_null(strstr(json, "\"inference\""));
+  sip_client_free_string(json);
+  assert_null(sip_client_infer(c, &req, &r));
+  check_echo(r, 3.0f, 1);
+  sip_client_response_free(r);
+  /* The server restarts: the client reconnects and authenticates by itself. */
+  sip_server_free(srv);
+  srv = start_yaml(yaml);
+  for (int i = 0; i < 400 && (e = sip_client_infer(c, &req, &r)); i++) {
+    assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE); /* never UNAUTHENTICATED */
+    sip_error_free(e);
+    usleep(5000);
+  }
+  assert_null(e);
+  check_echo(r, 3.0f, 1);
+  sip_client_response_free(r);
+  assert_true(sip_client_reconnects(c) >= 2);
+  sip_tensor_free(t);
+  sip_client_free(c);
+  sip_server_free(srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_token),
       cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
       cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
