@@ -5,17 +5,41 @@
  * complete server.http_header_timeout_ms after the connection opened or its
  * previous request ended, however fast bytes come: MHD's own timeout starts
  * again with each byte, so a client sending a byte at a time held a
- * connection forever), and the hang-up of a client whose request waits
- * suspended (MHD does not watch suspended connections: its queued request is
- * cancelled instead of run for nobody).
+ * connection forever), and the hang-up of a client: its request waiting
+ * suspended is cancelled instead of run for nobody (MHD does not watch
+ * suspended connections), and MHD is made to see the end of the stream.
+ *
+ * Why sip watches for hang-ups at all: MHD 0.9.75 polls its connections
+ * edge-triggered (EPOLLET) and takes a read that returned fewer bytes than
+ * it asked for as "nothing more to read" until the next edge. When a
+ * client's last bytes and its FIN are both queued by the time MHD reads
+ * (the client wrote and closed before MHD's thread got to the connection:
+ * a loaded server), the read takes the bytes, the edge of the FIN is spent,
+ * and MHD never reads the end of the stream: a request cut mid-body (or
+ * mid-headers) kept its connection open, and counted against the limits,
+ * until MHD's idle timeout. So every connection MHD has taken is in this
+ * module's epoll set for EPOLLRDHUP, one-shot; when its client's end comes,
+ * MHD's descriptor is woken once MHD has read all the data before the end:
+ * the connection's read side is shut down (shutdown(SHUT_RD): nothing left
+ * to read is lost, nothing changes but the wake-up), at once when nothing
+ * is left unread (MSG_PEEK), else when a re-check a few ms later finds it
+ * read (a wake-up before MHD's read would be spent the same way as the
+ * FIN's). MHD reads the end and closes the connection.
  *
  * The accept thread (http.c) runs the deadlines and the hang-ups: it polls
- * this module's epoll descriptor, where suspended connections are watched
- * for EPOLLRDHUP and an eventfd wakes it when a deadline is set. A
- * connection past its deadline is shut down (shutdown(2)); MHD sees the end
- * and closes it. MHD says a connection closed (NOTIFY_CONNECTION CLOSED)
- * before it closes the descriptor, so a descriptor shut down here is always
- * still the connection's.
+ * this module's epoll descriptor, where connections are watched for
+ * EPOLLRDHUP and an eventfd wakes it when a deadline is set. A connection
+ * past its deadline is shut down (shutdown(2)); MHD sees the end and closes
+ * it. MHD says a connection closed (NOTIFY_CONNECTION CLOSED) before it
+ * closes the descriptor, and that unlinks it here under the lock, so a
+ * descriptor shut down here is always still the connection's.
+ *
+ * The count of open connections (the limits', and the one the status and
+ * /metrics show) runs from admission until MHD says the connection closed,
+ * or MHD_add_connection refused it; a connection MHD dropped later without
+ * a word (its own limit or out of memory, where the client sees the
+ * connection closed) leaves the count when its descriptor number is
+ * accepted again, or at its second header deadline.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,10 +62,16 @@ struct sip__http_conn {
   atomic_int refs;                      /* the list's, plus a watcher's or request's */
   uint64_t id;
   int fd;
-  int started; /* MHD has it (NOTIFY_CONNECTION STARTED) */
-  int waiting; /* in the deadline list */
-  int watched; /* in the epoll set: a request is suspended */
-  int overdue; /* its deadline passed once before MHD took it */
+  int started;   /* MHD has it (NOTIFY_CONNECTION STARTED) */
+  int waiting;   /* in the deadline list */
+  int polled;    /* in the epoll set (from STARTED until it closes) */
+  int suspended; /* a request waits suspended: a hang-up cancels it */
+  int overdue;   /* its deadline passed once before MHD took it */
+  /* Its client's end came before MHD had read all its data: MHD is woken
+   * once it has (the re-check list, in no order). */
+  struct sip__http_conn *rprev, *rnext;
+  int rechecking;
+  uint64_t recheck_us, recheck_step_us;
   uint64_t deadline_us;
   struct sockaddr_storage addr;
   socklen_t addr_len;
@@ -52,6 +82,7 @@ struct sip__http_conns {
   pthread_mutex_t mu;
   sip__http_conn_t *head, *tail;   /* every connection */
   sip__http_conn_t *dhead, *dtail; /* waiting for headers */
+  sip__http_conn_t *rhead;         /* hung up, MHD to be woken once it read all */
   long n;
   uint64_t next_id;
   int epfd, wakefd;
@@ -125,11 +156,62 @@ static void start_waiting(sip__http_conns_t *cs, sip__http_conn_t *hc) {
   hc->waiting = 1;
 }
 
+/* Arms the connection's one-shot hang-up watch (again): it fires once
+ * when its client's end of the stream is there, at once if it already is. */
+static void arm(sip__http_conns_t *cs, sip__http_conn_t *hc) {
+  struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = hc->id};
+  if (hc->polled) {
+    epoll_ctl(cs->epfd, EPOLL_CTL_MOD, hc->fd, &ev);
+  } else if (epoll_ctl(cs->epfd, EPOLL_CTL_ADD, hc->fd, &ev) == 0) {
+    hc->polled = 1;
+  } else {
+    sip__log(SIP__LOG_WARN, "http connection not watched for hang-ups", "conn=%llu error=\"%s\"",
+             (unsigned long long)hc->id, strerror(errno));
+  }
+}
+
+static void unlink_recheck(sip__http_conns_t *cs, sip__http_conn_t *hc) {
+  if (!hc->rechecking) return;
+  if (hc->rprev) hc->rprev->rnext = hc->rnext;
+  else cs->rhead = hc->rnext;
+  if (hc->rnext) hc->rnext->rprev = hc->rprev;
+  hc->rprev = hc->rnext = NULL;
+  hc->rechecking = 0;
+}
+
+/* The client of hc is gone (its end of the stream, or an error, is there):
+ * wakes MHD's descriptor if MHD has read all the data before the end, else
+ * puts hc on the re-check list (1 ms, then twice as long each time, up to
+ * 64 ms). Returns 1 when MHD was woken. */
+#define RECHECK_FIRST_US 1000
+#define RECHECK_MAX_US 64000
+static int wake_once_read(sip__http_conns_t *cs, sip__http_conn_t *hc, uint64_t now) {
+  char b;
+  if (recv(hc->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) {
+    shutdown(hc->fd, SHUT_RD);
+    unlink_recheck(cs, hc);
+    return 1;
+  }
+  if (!hc->rechecking) {
+    hc->rechecking = 1;
+    hc->recheck_step_us = RECHECK_FIRST_US;
+    hc->rprev = NULL;
+    hc->rnext = cs->rhead;
+    if (cs->rhead) cs->rhead->rprev = hc;
+    cs->rhead = hc;
+  } else if (hc->recheck_step_us < RECHECK_MAX_US) {
+    hc->recheck_step_us *= 2;
+  }
+  hc->recheck_us = now + hc->recheck_step_us;
+  return 0;
+}
+
 static void unlink_conn(sip__http_conns_t *cs, sip__http_conn_t *hc) {
   unlink_waiting(cs, hc);
-  if (hc->watched) {
+  unlink_recheck(cs, hc);
+  if (hc->polled) {
     epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
-    hc->watched = 0;
+    hc->polled = 0;
   }
   if (hc->prev) hc->prev->next = hc->next;
   else cs->head = hc->next;
@@ -259,6 +341,7 @@ int sip__http_conns_run(sip__http_t *h) {
   sip__http_conn_t *hung[32];
   int n_hung = 0;
   pthread_mutex_lock(&cs->mu);
+  uint64_t now = sip__now_us();
   for (int i = 0; i < n; i++) {
     if (evs[i].data.u64 == WAKE_ID) {
       uint64_t v;
@@ -266,20 +349,26 @@ int sip__http_conns_run(sip__http_t *h) {
       (void)r;
       continue;
     }
-    /* A client whose request waits suspended hung up: found by id, since
-     * its request may have been answered (and unwatched) meanwhile. */
+    /* A client hung up (or its connection was shut down here): found by
+     * id, since MHD may have closed it meanwhile. MHD is woken to read
+     * the end; a request waiting suspended is cancelled. */
     for (sip__http_conn_t *hc = cs->head; hc; hc = hc->next) {
       if (hc->id != evs[i].data.u64) continue;
-      if (hc->watched) {
-        epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
-        hc->watched = 0;
+      wake_once_read(cs, hc, now);
+      if (hc->suspended) {
+        hc->suspended = 0;
         atomic_fetch_add(&hc->refs, 1);
         hung[n_hung++] = hc;
       }
       break;
     }
   }
-  uint64_t now = sip__now_us();
+  uint64_t next_us = UINT64_MAX;
+  for (sip__http_conn_t *hc = cs->rhead, *rnext; hc; hc = rnext) {
+    rnext = hc->rnext;
+    if (hc->recheck_us > now || !wake_once_read(cs, hc, now))
+      next_us = hc->recheck_us < next_us ? hc->recheck_us : next_us;
+  }
   while (cs->dhead && cs->dhead->deadline_us <= now) {
     sip__http_conn_t *hc = cs->dhead;
     unlink_waiting(cs, hc);
@@ -297,8 +386,8 @@ int sip__http_conns_run(sip__http_t *h) {
     log_limited(&cs->timeout_log_us, &cs->timeout_suppressed,
                 "http header timeout, connection closed", detail);
   }
-  int wait_ms = -1;
-  if (cs->dhead) wait_ms = (int)((cs->dhead->deadline_us - now + 999) / 1000);
+  if (cs->dhead && cs->dhead->deadline_us < next_us) next_us = cs->dhead->deadline_us;
+  int wait_ms = next_us == UINT64_MAX ? -1 : (int)((next_us - now + 999) / 1000);
   pthread_mutex_unlock(&cs->mu);
   /* Outside the lock: cancelling completes the request, whose callback
    * unwatches its connection. */
@@ -331,6 +420,7 @@ void sip__http_conns_notify(sip__http_t *h, struct MHD_Connection *c, void **soc
       if (hc->fd == fd && !hc->started) {
         hc->started = 1;
         *socket_context = hc;
+        arm(cs, hc);
         break;
       }
   } else if (*socket_context) {
@@ -372,9 +462,11 @@ sip__http_conn_t *sip__http_conns_watch(sip__http_t *h, struct MHD_Connection *c
   sip__http_conns_t *cs = h->cs;
   pthread_mutex_lock(&cs->mu);
   if (!hc->cancel) hc->cancel = sip_cancel_token_new();
-  struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = hc->id};
-  if (hc->cancel && epoll_ctl(cs->epfd, EPOLL_CTL_ADD, hc->fd, &ev) == 0) {
-    hc->watched = 1;
+  /* Re-armed: a client gone before this request was suspended (its
+   * one-shot watch spent on waking MHD) fires it again at once. */
+  if (hc->cancel) arm(cs, hc);
+  if (hc->cancel && hc->polled) {
+    hc->suspended = 1;
     atomic_fetch_add(&hc->refs, 1);
     *token = hc->cancel;
   } else {
@@ -388,10 +480,15 @@ void sip__http_conns_unwatch(sip__http_t *h, sip__http_conn_t *hc) {
   if (!hc) return;
   sip__http_conns_t *cs = h->cs;
   pthread_mutex_lock(&cs->mu);
-  if (hc->watched) {
-    epoll_ctl(cs->epfd, EPOLL_CTL_DEL, hc->fd, NULL);
-    hc->watched = 0;
-  }
+  hc->suspended = 0; /* still watched: a hang-up still wakes MHD */
   pthread_mutex_unlock(&cs->mu);
   conn_unref(hc);
+}
+
+long sip__http_conns_open(sip__http_t *h) {
+  sip__http_conns_t *cs = h->cs;
+  pthread_mutex_lock(&cs->mu);
+  long n = cs->n;
+  pthread_mutex_unlock(&cs->mu);
+  return n;
 }

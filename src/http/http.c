@@ -205,7 +205,6 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode toe) {
   sip__http_t *h = cls;
   sip__http_conns_notify(h, c, socket_context, toe);
-  atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -520,7 +519,7 @@ static const char *http_address(void *state, size_t i) {
 
 static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
   sip__http_t *h = state;
-  emit(ctx, h->dashboard_only ? "dashboard" : "http", atomic_load(&h->conns));
+  emit(ctx, h->dashboard_only ? "dashboard" : "http", sip__http_conns_open(h));
 }
 
 const sip_frontend_vtable_t sip__frontend_http = {

@@ -66,7 +66,6 @@ struct sip__http {
   pthread_t acceptor;
   atomic_uint next_d;     /* the daemon the next connection goes to */
   char address[300];
-  atomic_long conns;    /* open connections */
   atomic_long inflight; /* requests begun and not yet fully answered */
   pthread_mutex_t mu;   /* with cv: stop waits for inflight to reach 0 */
   pthread_cond_t cv;
@@ -268,7 +267,8 @@ int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, soc
 void sip__http_conns_forget_fd(sip__http_t *h, int fd);
 /* Accept thread: the descriptor to poll too, and what to call when it is
  * readable or the time it returned has passed: shuts down connections past
- * their header deadline, cancels the requests of clients that hung up.
+ * their header deadline, wakes MHD to read the end of clients that hung up
+ * and cancels their requests waiting suspended.
  * Returns the ms until the next deadline (-1: none). */
 int sip__http_conns_fd(sip__http_t *h);
 int sip__http_conns_run(sip__http_t *h);
@@ -281,13 +281,17 @@ void sip__http_conns_headers_in(sip__http_t *h, struct MHD_Connection *c);
  * request's headers have the deadline from now. */
 void sip__http_conns_request_done(sip__http_t *h, struct MHD_Connection *c,
                                   enum MHD_RequestTerminationCode toe);
-/* Before c is suspended for a request: watches the connection for a
- * hang-up; *token (the connection's) goes on the request so that a hang-up
- * cancels it. Returns what sip__http_conns_unwatch takes (NULL: not
- * watched, *token NULL). Any thread may unwatch. */
+/* Before c is suspended for a request: from now until unwatched, a hang-up
+ * of its client (also one before this call) cancels *token (the
+ * connection's), which goes on the request. Returns what
+ * sip__http_conns_unwatch takes (NULL: not watched, *token NULL). Any
+ * thread may unwatch. */
 sip__http_conn_t *sip__http_conns_watch(sip__http_t *h, struct MHD_Connection *c,
                                         sip_cancel_token_t **token);
 void sip__http_conns_unwatch(sip__http_t *h, sip__http_conn_t *hc);
+/* The connections open now: admitted and not yet closed by MHD (the
+ * number the limits compare). Any thread. */
+long sip__http_conns_open(sip__http_t *h);
 
 /* ---- http.c: answers ----------------------------------------------------- */
 

@@ -3,15 +3,20 @@
 that cannot lock others out (a header deadline, per-address and total
 connection limits), and requests cancelled when their client goes away."""
 
+import http.client
 import json
 import re
 import resource
+import signal
 import socket
+import threading
 import time
 
+import numpy as np
 import pytest
 
 import kserve as K
+from cann_sip import InferenceRequest
 
 BODY = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32",
                                "data": [1]}]}).encode()
@@ -170,6 +175,113 @@ def test_connections_per_address_are_limited(start_sipd):
         raise AssertionError("no connection from 127.0.0.1 admitted after one closed")
     for c in held:
         c.close()
+
+
+def open_http(s):
+    """sipd's count of open HTTP connections (the one its limits use)."""
+    return s.client().status()["connections"]["http"]
+
+
+def wait_no_http(s, timeout=5.0):
+    """Waits until sipd counts no open HTTP connection; returns the count
+    (0, or what it still was at the end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = open_http(s)
+        if n == 0 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
+
+
+CUT = [  # requests whose client hangs up before they are complete
+    b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{",
+    b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n",
+]
+
+
+def test_connections_cut_before_the_server_reads_them_are_closed(start_sipd):
+    """Connections whose client sent part of a request and hung up before
+    sipd read anything (sipd stopped meanwhile: the request and the end of
+    the stream wait together in the socket) are closed and no longer
+    counted (before: libmicrohttpd read the bytes, missed the end of the
+    stream and kept each one for its 300 s idle timeout; they counted
+    against the per-address limit until every new connection was refused)."""
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}],
+                   server={"http": "127.0.0.1:0"})
+    base = K.http_base(s)
+    assert open_http(s) == 0
+    s.send_signal(signal.SIGSTOP)
+    try:
+        for i in range(48):
+            c = socket.create_connection(("127.0.0.1", port_of(base)), 10)
+            c.sendall(CUT[i % len(CUT)])
+            c.close()
+    finally:
+        s.send_signal(signal.SIGCONT)
+    left = wait_no_http(s)
+    assert left == 0, "%d connections whose client hung up are still counted" % left
+    assert ready_status(base)[0] == 200
+    assert "http connection refused" not in s.log()
+
+
+def test_connection_count_returns_to_zero_under_load(start_sipd):
+    """HTTP clients opening keep-alive connections and cutting requests
+    short, all at once and beside native clients loading the engine: no
+    connection is refused, a fresh one is served after, and the count of
+    open HTTP connections is back to 0 when every client is gone (before,
+    libmicrohttpd kept many of the connections cut mid-request open for its
+    300 s idle timeout, and they filled the per-address limit)."""
+    s = start_sipd([{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"},
+                     "pool_size": 2}],
+                   server={"http": "127.0.0.1:0", "http_max_connections_per_ip": 128})
+    base = K.http_base(s)
+    port = port_of(base)
+    stop = threading.Event()
+    errors, refused, rounds = [], [], [0]
+
+    def native():
+        with s.client() as c:
+            x = np.ones(64, np.float32)
+            while not stop.is_set():
+                c.infer(InferenceRequest("echo", {"input": x}))
+
+    def web():
+        try:
+            while not stop.is_set():
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                for _ in range(5):
+                    conn.request("POST", "/v2/models/echo/infer", BODY)
+                    r = conn.getresponse()
+                    r.read()
+                    if r.status == 503:
+                        refused.append(r.status)
+                        break
+                conn.close()
+                for raw in CUT:
+                    c = socket.create_connection(("127.0.0.1", port), 10)
+                    c.sendall(raw)
+                    c.close()
+                rounds[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=native) for _ in range(3)]
+    threads += [threading.Thread(target=web) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(6)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    log = s.log()
+    assert "http connection refused" not in log, (
+        "after %d rounds: %s" % (rounds[0], [ln for ln in log.splitlines() if "refused" in ln][:1]))
+    assert not errors, errors[:3]
+    assert not refused, "%d connections refused after %d rounds" % (len(refused), rounds[0])
+    assert rounds[0] >= 10, rounds[0]
+    left = wait_no_http(s)
+    assert left == 0, "%d HTTP connections still counted after %d rounds" % (left, rounds[0])
+    assert ready_status(base)[0] == 200
 
 
 # ---- clients that go away ----
