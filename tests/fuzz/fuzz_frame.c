@@ -311,6 +311,9 @@ static int one_frame(const sip__frame_header_t *h, const uint8_t *payload) {
       /* JSON text, parsed by the engine's repository and admin code
        * (jansson; fuzz_admin). */
       break;
+    case SIP__MSG_AUTH:
+      /* The token's bytes, checked by core/auth (fuzz_auth). */
+      break;
     case SIP__MSG_SHM_REGISTER:
     case SIP__MSG_SHM_UNREGISTER:
     case SIP__MSG_SHM_STATUS:
