@@ -21,7 +21,7 @@ static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base
   return 0;
 }
 
-enum { T_SERVER, T_POOLS, T_PIPELINES, T_COUNT };
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_TRACING, T_COUNT };
 static const field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &cfg_server_section,
                   .doc = "Process-wide settings."},
@@ -32,6 +32,8 @@ static const field_t top_fields[T_COUNT] = {
     [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = defer_pipelines,
                      .expect = "a list of pipelines (docs/pipelines.md)",
                      .doc = "Declarative multi-model pipelines."},
+    [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &cfg_tracing_section,
+                   .doc = "Request tracing: spans exported as OTLP/HTTP JSON (docs/tracing.md)."},
 };
 const section_t cfg_top_section = {top_fields, T_COUNT};
 _Static_assert(COUNT(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
@@ -396,6 +398,8 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->http);
   sip__free(cfg->grpc);
   sip__free(cfg->model_repository);
+  sip__free(cfg->tracing.otlp_endpoint);
+  sip__free(cfg->tracing.service_name);
   sip__free(cfg->state_dir);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);

@@ -129,6 +129,7 @@ enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTI
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
+extern const section_t cfg_tracing_section;        /* tracing.c */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */

@@ -82,15 +82,20 @@ class InferenceRequest:
     idempotency_key: a string naming the request for the server: it runs at
         most once while the server keeps the key (docs/idempotency.md), so the
         client sends it again after a dropped connection.
+    traceparent, tracestate: the caller's W3C trace context (docs/tracing.md):
+        a traced request joins the caller's trace, its root span a child of
+        the caller's span. The server ignores an invalid traceparent.
     """
 
     __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs",
                  "pipeline_config", "sequence_id", "sequence_start", "sequence_end",
-                 "idempotency_key")
+                 "idempotency_key", "traceparent", "tracestate")
 
     def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
                  outputs=None, pipeline_config=None, sequence_id=None, sequence_start=False,
-                 sequence_end=False, idempotency_key=None):
+                 sequence_end=False, idempotency_key=None, traceparent=None, tracestate=None):
+        self.traceparent = traceparent
+        self.tracestate = tracestate
         self.sequence_id = sequence_id
         self.sequence_start = sequence_start
         self.sequence_end = sequence_end
@@ -948,6 +953,12 @@ class SessionClient:
                 raise InvalidArgumentError("idempotency_key must be a string of 1 to 1024 bytes, "
                                            "not %r" % (key,))
             params = dict(params or {}, idempotency_key=key)
+        for name in ("traceparent", "tracestate"):
+            v = getattr(request, name, None)
+            if v is not None:
+                if not isinstance(v, str):
+                    raise InvalidArgumentError("%s must be a str, not %s" % (name, type(v).__name__))
+                params = dict(params or {}, **{name: v})
         inputs = request.inputs
         if self._regions and inputs:
             inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
