@@ -53,6 +53,7 @@ static const field_t tracing_fields[T_COUNT] = {
                         "/v2/trace/setting changes live."},
     [T_SERVICE] = {.name = "service_name", .type = F_STRING,
                    .offset = offsetof(sip__config_t, tracing.service_name),
+                   .expect = "a service name",
                    .doc = "The spans' service.name resource attribute; default sip."},
     [T_QUEUE] = {.name = "max_queue", .type = F_INT,
                  .offset = offsetof(sip__config_t, tracing.max_queue), .def = 2048, .min = 1,
