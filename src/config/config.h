@@ -178,6 +178,7 @@ typedef struct sip__tracing_config {
   int max_queue;        /* finished traces waiting for the exporter; more are dropped */
   int batch_traces;     /* traces per POST */
   int timeout_ms;       /* one POST's limit */
+  int flush_ms;         /* a batch leaves this long after its first trace came, or when full */
 } sip__tracing_config_t;
 
 typedef struct sip__config {

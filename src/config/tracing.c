@@ -39,7 +39,7 @@ static bool valid_url(const char *s, size_t len) {
   return true;
 }
 
-enum { T_ENDPOINT, T_RATIO, T_SERVICE, T_QUEUE, T_BATCH, T_TIMEOUT, T_COUNT };
+enum { T_ENDPOINT, T_RATIO, T_SERVICE, T_QUEUE, T_BATCH, T_FLUSH, T_TIMEOUT, T_COUNT };
 static const field_t tracing_fields[T_COUNT] = {
     [T_ENDPOINT] = {.name = "otlp_endpoint", .type = F_STRING,
                     .offset = offsetof(sip__config_t, tracing.otlp_endpoint), .valid = valid_url,
@@ -63,11 +63,16 @@ static const field_t tracing_fields[T_COUNT] = {
     [T_BATCH] = {.name = "batch_traces", .type = F_INT,
                  .offset = offsetof(sip__config_t, tracing.batch_traces), .def = 64, .min = 1,
                  .max = 4096, .doc = "Traces sent in one POST at most."},
+    [T_FLUSH] = {.name = "flush_ms", .type = F_INT,
+                 .offset = offsetof(sip__config_t, tracing.flush_ms), .def = 200, .min = 0,
+                 .max = 60000,
+                 .doc = "A batch is POSTed when it holds batch_traces traces or this long after "
+                        "its first one finished."},
     [T_TIMEOUT] = {.name = "timeout_ms", .type = F_INT,
                    .offset = offsetof(sip__config_t, tracing.timeout_ms), .def = 2000, .min = 10,
                    .max = 60000,
                    .doc = "How long one POST to the collector may take; a failed POST drops its "
-                          "spans."},
+                          "spans, and the next waits 1 s, doubling up to 30 s while POSTs fail."},
 };
 const section_t cfg_tracing_section = {tracing_fields, T_COUNT};
 _Static_assert(COUNT(tracing_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "core/settings.h"
@@ -89,7 +90,9 @@ static void enqueue(sip__trace_t *tr, void *user) {
     return;
   }
   t->q[(t->head + t->n++) % t->cap] = tr;
-  pthread_cond_signal(&t->cv);
+  /* The exporter waits for a first trace, then for a full batch: no
+   * wake-up per request. */
+  if (t->n == 1 || t->n == (size_t)t->cfg->batch_traces) pthread_cond_signal(&t->cv);
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -98,8 +101,9 @@ static size_t discard(char *p, size_t size, size_t n, void *user) {
   return size * n;
 }
 
-/* POSTs `batch`; counts its spans exported or dropped; frees it. */
-static void post(sip__tracer_t *t, CURL *c, sip__trace_t **batch, size_t n) {
+/* POSTs `batch`; counts its spans exported or dropped; frees it. 1 when
+ * the collector took it. */
+static int post(sip__tracer_t *t, CURL *c, sip__trace_t **batch, size_t n) {
   size_t spans = 0;
   for (size_t i = 0; i < n; i++) spans += sip__trace_span_count(batch[i]);
   char *body = sip__otlp_encode(t->cfg->service_name, batch, n);
@@ -125,27 +129,49 @@ static void post(sip__tracer_t *t, CURL *c, sip__trace_t **batch, size_t n) {
   free(body); /* jansson's allocation */
   atomic_fetch_add(ok ? &t->exported : &t->dropped, spans);
   for (size_t i = 0; i < n; i++) sip__trace_destroy(batch[i]);
+  return ok;
 }
 
+/* Waits on t->cv until `until_us` (sip__now_us clock). Caller holds t->mu. */
+static void wait_until(sip__tracer_t *t, uint64_t until_us) {
+  struct timespec ts = {(time_t)(until_us / 1000000), (long)(until_us % 1000000) * 1000};
+  pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+}
+
+/* Takes what is queued, up to `max`, into batch. Caller holds t->mu. */
+static size_t take(sip__tracer_t *t, sip__trace_t **batch, size_t max) {
+  size_t n = 0;
+  while (t->n && n < max) {
+    batch[n++] = t->q[t->head];
+    t->head = (t->head + 1) % t->cap;
+    t->n--;
+  }
+  return n;
+}
+
+/* The exporter: a batch leaves when it is full or flush_ms after its first
+ * trace came. After a failed POST it waits (1 s, doubling up to 30 s)
+ * before the next, so a collector that is down costs the server a
+ * connection attempt now and then, not one per request; what arrives
+ * meanwhile waits in the queue, and what does not fit is dropped. */
 static void *exporter_main(void *arg) {
   sip__tracer_t *t = arg;
   CURL *c = curl_easy_init();
   size_t max = (size_t)t->cfg->batch_traces;
   sip__trace_t **batch = sip__calloc(max, sizeof *batch);
+  uint64_t backoff_ms = 0;
   pthread_mutex_lock(&t->mu);
   for (;;) {
     while (!t->n && !t->stop) pthread_cond_wait(&t->cv, &t->mu);
     if (!t->n) break; /* stopping, nothing left */
-    size_t n = 0;
-    while (t->n && n < max && batch) {
-      batch[n++] = t->q[t->head];
-      t->head = (t->head + 1) % t->cap;
-      t->n--;
-    }
+    uint64_t until = sip__now_us() + 1000 * (backoff_ms ? backoff_ms : (uint64_t)t->cfg->flush_ms);
+    while (!t->stop && (t->n < max || backoff_ms) && sip__now_us() < until) wait_until(t, until);
     int stopping = t->stop;
+    size_t n = batch ? take(t, batch, max) : 0;
     pthread_mutex_unlock(&t->mu);
-    if (batch) post(t, c, batch, n);
+    int ok = batch && post(t, c, batch, n);
     pthread_mutex_lock(&t->mu);
+    backoff_ms = ok ? 0 : backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 1000;
     if (stopping || !batch) { /* one attempt at shutdown: the rest is dropped */
       while (t->n) {
         sip__trace_t *tr = t->q[t->head];
@@ -179,7 +205,11 @@ sip__tracer_t *sip__tracer_new(const sip__tracing_config_t *cfg) {
     return NULL;
   }
   pthread_mutex_init(&t->mu, NULL);
-  pthread_cond_init(&t->cv, NULL);
+  pthread_condattr_t ca; /* timed waits on the monotonic clock (sip__now_us) */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (pthread_create(&t->thread, NULL, exporter_main, t)) {
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
