@@ -172,7 +172,9 @@ static void *exporter_main(void *arg) {
     int ok = batch && post(t, c, batch, n);
     pthread_mutex_lock(&t->mu);
     backoff_ms = ok ? 0 : backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 1000;
-    if (stopping || !batch) { /* one attempt at shutdown: the rest is dropped */
+    /* At shutdown the queue is sent while the collector takes it; after a
+     * failure (or without memory for a batch) the rest is dropped. */
+    if ((stopping && !ok) || !batch) {
       while (t->n) {
         sip__trace_t *tr = t->q[t->head];
         t->head = (t->head + 1) % t->cap;

@@ -25,7 +25,8 @@ typedef struct sip__tracer sip__tracer_t;
 /* The exporter for `cfg` (borrowed: the config outlives it); NULL when
  * cfg has no otlp_endpoint or out of memory (tracing then stays off). */
 sip__tracer_t *sip__tracer_new(const struct sip__tracing_config *cfg);
-/* Sends what is queued (one attempt), stops the thread, frees. NULL: no-op.
+/* Sends what is queued (until a POST fails: the rest is dropped), stops
+ * the thread, frees. NULL: no-op.
  * Every trace must have finished (no request or response left). */
 void sip__tracer_free(sip__tracer_t *t);
 /* Counters for /metrics (all 0 for NULL). */
