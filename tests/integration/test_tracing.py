@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from cann_sip import InferenceRequest
+from cann_sip import BatchInferenceRequest, InferenceRequest
 from harness import SipServer
 import kserve as K
 from test_idempotency import grpc_stubs
@@ -241,6 +241,27 @@ def test_pipeline_stage_spans(srv, collector):
             assert within(s, parent), (name, s, parent)
     under = lambda st: [s for s in spans if s.get("parentSpanId") == st["spanId"]]
     assert {s["name"] for s in under(n["stage:a"][0])} == {"queue", "batch", "execute"}
+
+
+def test_client_batch_chunks(srv, collector):
+    """A BatchInferenceRequest split into 3 chunks: each chunk's queue,
+    batch and execute spans under the one request span."""
+    tid = "6af7651916cd43dd8448eb211c8031a1"
+    c = srv.client()
+    items = [np.full(4, i, F) for i in range(5)]
+    r = c.batch_infer(BatchInferenceRequest("echo2", items, {"max_batch_size": 2},
+                                            traceparent="00-%s-%s-01" % (tid, CALLER_SPAN)))
+    assert len(r.outputs) == 5
+    spans = collector.trace(tid, lambda s: len(s) >= 1 + 1 + 3 * 3 + 1 and has("send")(s))
+    n = by_name(spans)
+    root = n["request"][0]
+    assert root.get("parentSpanId") == CALLER_SPAN
+    for name in ("queue", "batch", "execute"):
+        assert len(n[name]) == 3, name
+        for s in n[name]:
+            assert s["parentSpanId"] == root["spanId"] and within(s, root)
+    assert sorted(attr(s, "sip.batch_rows") for s in n["execute"]) == ["1", "2", "2"]
+    assert within(n["send"][0], root)
 
 
 def test_invalid_traceparent_ignored(srv, collector):

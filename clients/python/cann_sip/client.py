@@ -116,6 +116,19 @@ class InferenceRequest:
                                                 self.outputs))
 
 
+def _trace_parameters(request, params):
+    """`params` (a dict or None) with the request's traceparent and
+    tracestate added when it has them; raises InvalidArgumentError for a
+    value that is not a str."""
+    for name in ("traceparent", "tracestate"):
+        v = getattr(request, name, None)
+        if v is not None:
+            if not isinstance(v, str):
+                raise InvalidArgumentError("%s must be a str, not %s" % (name, type(v).__name__))
+            params = dict(params or {}, **{name: v})
+    return params
+
+
 def sequence_parameters(sequence_id, start=False, end=False):
     """The request parameters for a sequence ({} when sequence_id is None);
     raises InvalidArgumentError for values the server would refuse."""
@@ -189,13 +202,17 @@ class BatchInferenceRequest:
         longest a chunk waits in the pool's batcher for other requests to
         fill its batch, instead of the pool's max_queue_delay; not a
         deadline), "padding_strategy": "none" | "replicate_last" | "zero"}.
+    traceparent, tracestate: the caller's W3C trace context, as for
+        InferenceRequest (docs/tracing.md).
     """
 
     __slots__ = ("session_pool", "batch_inputs", "batch_config", "priority", "request_id",
-                 "outputs")
+                 "outputs", "traceparent", "tracestate")
 
     def __init__(self, session_pool, batch_inputs, batch_config=None, priority=None,
-                 request_id=None, outputs=None):
+                 request_id=None, outputs=None, traceparent=None, tracestate=None):
+        self.traceparent = traceparent
+        self.tracestate = tracestate
         self.session_pool = session_pool
         self.batch_inputs = list(batch_inputs)
         self.batch_config = dict(batch_config or {})
@@ -953,12 +970,7 @@ class SessionClient:
                 raise InvalidArgumentError("idempotency_key must be a string of 1 to 1024 bytes, "
                                            "not %r" % (key,))
             params = dict(params or {}, idempotency_key=key)
-        for name in ("traceparent", "tracestate"):
-            v = getattr(request, name, None)
-            if v is not None:
-                if not isinstance(v, str):
-                    raise InvalidArgumentError("%s must be a str, not %s" % (name, type(v).__name__))
-                params = dict(params or {}, **{name: v})
+        params = _trace_parameters(request, params)
         inputs = request.inputs
         if self._regions and inputs:
             inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
@@ -1183,12 +1195,13 @@ class SessionClient:
             raise InvalidArgumentError("unknown batch_config keys %s; expected max_batch_size, "
                                        "timeout_ms, padding_strategy" % sorted(unknown))
         stacked, rows = self._stack_items(request)
+        params = _trace_parameters(
+            request, {"batch_timeout_ms": cfg["timeout_ms"]} if cfg.get("timeout_ms") else None)
         try:
             parts = P.encode_batch_infer_request_parts(
                 request.session_pool, stacked, max_batch_size=cfg.get("max_batch_size", 0) or 0,
                 padding=cfg.get("padding_strategy", "none") or "none",
-                priority=request.priority, outputs=request.outputs,
-                parameters={"batch_timeout_ms": cfg["timeout_ms"]} if cfg.get("timeout_ms") else None)
+                priority=request.priority, outputs=request.outputs, parameters=params)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(str(e)) from None
         rid = request.request_id if request.request_id is not None else self._next_id()
