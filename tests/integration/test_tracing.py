@@ -264,8 +264,15 @@ def test_client_batch_chunks(srv, collector):
     assert within(n["send"][0], root)
 
 
+def roots_since(collector, t0):
+    """Root spans of requests received after t0 (Unix ns): traces of earlier
+    tests may still be on their way."""
+    with collector.cv:
+        return [s for s in collector.spans if s["name"] == "request" and t(s, "start") >= t0]
+
+
 def test_invalid_traceparent_ignored(srv, collector):
-    before = collector.traces()
+    t0 = time.time_ns()
     for bad in ("00-%s-%s-01" % ("0" * 32, CALLER_SPAN),          # all-zero trace id
                 "00-%s-%s-01" % (CALLER_TRACE, "0" * 16),         # all-zero parent
                 "ff-%s-%s-01" % (CALLER_TRACE, CALLER_SPAN),      # version ff
@@ -274,18 +281,19 @@ def test_invalid_traceparent_ignored(srv, collector):
                 "garbage"):
         body, headers = K.build_request({"input": x4()})
         headers["traceparent"] = bad
+        headers["tracestate"] = "k=v"
         r = K.request("POST", srv.http + "/v2/models/echo2/infer", body=body, headers=headers)
         assert r.status == 200, (bad, r)
     # Each got a trace of its own (sampled at ratio 1), not the caller's.
     deadline = time.monotonic() + 15
-    while len(collector.traces() - before) < 6:
+    while len(roots_since(collector, t0)) < 6:
         assert time.monotonic() < deadline, "new traces did not arrive"
         time.sleep(0.05)
+    roots = roots_since(collector, t0)
+    assert len({r["traceId"] for r in roots}) == 6
     assert CALLER_TRACE not in collector.traces()
-    new = collector.traces() - before
-    with collector.cv:
-        roots = [s for s in collector.spans if s["traceId"] in new and s["name"] == "request"]
-    assert all("parentSpanId" not in r for r in roots)
+    for r in roots:  # no parent, and the tracestate went with the traceparent
+        assert "parentSpanId" not in r and "traceState" not in r
 
 
 def metric(srv, name):
@@ -332,18 +340,45 @@ def test_trace_settings_drive_tracing(srv, collector):
         post_setting(srv, "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
 
 
+def test_grpc_trace_setting_drives_tracing(srv, tmp_path):
+    grpc, msgs, svc = grpc_stubs(tmp_path)
+    c = srv.client()
+    with grpc.insecure_channel(srv.grpc) as ch:
+        stub = svc.GRPCInferenceServiceStub(ch)
+
+        def setting(model, **kv):
+            req = msgs.TraceSettingRequest(model_name=model)
+            for k, v in kv.items():
+                req.settings[k].value.extend(v)
+            return stub.TraceSetting(req, timeout=20)
+
+        got = setting("echo2", trace_level=["OFF"])
+        assert list(got.settings["trace_level"].value) == ["OFF"]
+        try:
+            n0 = metric(srv, "sip_traces_sampled_total")
+            c.infer(InferenceRequest("echo2", {"input": x4()}))
+            assert metric(srv, "sip_traces_sampled_total") == n0
+            c.infer(InferenceRequest("echo", {"input": x4()}))  # the global settings: traced
+            assert metric(srv, "sip_traces_sampled_total") == n0 + 1
+        finally:
+            setting("echo2", trace_level=[])  # back to the global setting
+        c.infer(InferenceRequest("echo2", {"input": x4()}))
+        assert metric(srv, "sip_traces_sampled_total") == n0 + 2
+
+
 def test_ratio_one_sends_all(srv, collector):
     c = srv.client()
-    before = collector.traces()
+    t0 = time.time_ns()
     n0 = metric(srv, "sip_traces_sampled_total")
     for _ in range(20):
         c.infer(InferenceRequest("echo2", {"input": x4()}))
     assert metric(srv, "sip_traces_sampled_total") == n0 + 20
     deadline = time.monotonic() + 15
-    while len(collector.traces() - before) < 20:
+    while len(roots_since(collector, t0)) < 20:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert len(collector.traces() - before) == 20
+    time.sleep(0.5)  # two flush intervals: nothing more comes
+    assert len({r["traceId"] for r in roots_since(collector, t0)}) == 20
 
 
 def test_ratio_zero_sends_nothing(sipd_bin, tmp_path):
