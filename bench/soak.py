@@ -197,7 +197,7 @@ with Sipd(pools, server_extra=server) as s:
         with SessionClient(s.endpoint) as c:
             st = [p for p in c.status()["pools"] if p["name"] == "iso"][0]
             c.infer(InferenceRequest("iso", {"input": np.ones(4, np.float32)}))
-        pids = [w.get("pid") for w in st.get("workers", []) if w.get("pid")]
+        pids = [pid for pid in [st.get("worker", {}).get("pid")] if pid]
         if pids:
             os.kill(pids[0], signal.SIGKILL)
             count("worker killed")

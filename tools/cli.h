@@ -11,4 +11,8 @@ double sip_cli_value(sip_dtype_t dt, const void *p, size_t i);
 /* `sip bench POOL ...`: argv[0] is the pool. Returns the exit status. */
 int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc, char **argv);
 
+/* `sip report --html FILE`: argv holds the options after "report"; `c`
+ * may be NULL with an http:// endpoint. Returns the exit status. */
+int sip_cli_report(sip_client_t *c, const char *endpoint, int argc, char **argv);
+
 #endif

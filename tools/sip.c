@@ -13,8 +13,11 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]\n"
-          "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port\n"
+          "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port (bench and report: also\n"
+          "            http://host:port)\n"
           "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
+          "            $SIP_TOKEN: a bearer token of the server's server.auth (native AUTH;\n"
+          "            Authorization: Bearer for bench over http://)\n"
           "commands:\n"
           "  status                 pools, their sessions and states, counters\n"
           "  pools                  each pool's inputs and outputs (-1: dynamic dim)\n"
@@ -47,6 +50,9 @@ static void usage(FILE *f) {
           "  pool update POOL [--size N] [--max-memory-mb M] [--max-compute-percent C]\n"
           "                         change a serving pool's size or quotas (kept in\n"
           "                         server.state_dir across restarts)\n"
+          "  report --html FILE     the dashboard's self-contained HTML report of the server\n"
+          "                         now (FILE - : standard output; from its server.http or\n"
+          "                         server.dashboard address, or -e http://HOST:PORT)\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -122,6 +128,32 @@ static int cmd_pools(json_t *root) {
   return 0;
 }
 
+/* A pool's sla object (docs/sla.md) on one line. */
+static void print_sla(json_t *sla) {
+  if (!sla) return;
+  json_t *c = json_object_get(sla, "compliance"), *lw = json_object_get(sla, "last_window");
+  json_t *al = json_object_get(sla, "alert");
+  printf("  sla: window %llds, compliance ", (long long)json_integer_value(json_object_get(sla, "window_s")));
+  if (json_is_number(c))
+    printf("%.1f%% (%lld/%lld windows)", json_number_value(c) * 100,
+           (long long)json_integer_value(json_object_get(sla, "good_windows")),
+           (long long)json_integer_value(json_object_get(sla, "windows")));
+  else
+    printf("-");
+  if (json_is_object(lw)) {
+    json_t *p99 = json_object_get(lw, "p99_ms"), *av = json_object_get(lw, "availability");
+    printf(", last window %s", json_is_true(json_object_get(lw, "ok")) ? "ok" : "MISSED");
+    if (json_is_number(p99)) printf(" p99 %.3f ms", json_number_value(p99));
+    if (json_is_number(av)) printf(" availability %.2f%%", json_number_value(av) * 100);
+    printf(" %.1f rps", json_number_value(json_object_get(lw, "throughput_rps")));
+  }
+  const char *level = json_string_value(json_object_get(al, "level"));
+  const char *why = json_string_value(json_object_get(al, "reason"));
+  printf(", alert %s", level ? level : "?");
+  if (level && strcmp(level, "none") && why) printf(": %s", why);
+  printf("\n");
+}
+
 static int cmd_status(json_t *root) {
   printf("uptime %.1fs  ready=%s  version %s\n", json_real_value(json_object_get(root, "uptime_s")),
          json_is_true(json_object_get(root, "ready")) ? "yes" : "no",
@@ -152,6 +184,7 @@ static int cmd_status(json_t *root) {
            (long long)json_integer_value(json_object_get(p, "queued_requests")), ok, failed, mean);
     const char *err = json_string_value(json_object_get(p, "error"));
     if (err) printf("  error: %s\n", err);
+    print_sla(json_object_get(p, "sla"));
     json_array_foreach(json_object_get(p, "sessions"), j, s) {
       printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
              json_string_value(json_object_get(s, "id")),
@@ -793,7 +826,9 @@ int main(int argc, char **argv) {
   }
   int admin = !strcmp(cmd, "fault") || !strcmp(cmd, "session") || !strcmp(cmd, "pool") ||
               !strcmp(cmd, "profile");
-  if (!kind && !repo && !admin && strcmp(cmd, "infer") != 0 && strcmp(cmd, "bench") != 0) {
+  int report = !strcmp(cmd, "report");
+  if (!kind && !repo && !admin && !report && strcmp(cmd, "infer") != 0 &&
+      strcmp(cmd, "bench") != 0) {
     fprintf(stderr, "sip: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
@@ -801,10 +836,24 @@ int main(int argc, char **argv) {
   sip_client_t *c = NULL;
   if (!strcmp(cmd, "bench") && !strncmp(ep, "http://", 7)) /* bench speaks HTTP itself */
     return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
+  if (report && !strncmp(ep, "http://", 7)) /* straight from the HTTP address */
+    return sip_cli_report(NULL, ep, argc - i - 1, argv + i + 1);
   sip_error_t *e = sip_client_connect(ep, &c);
   if (e) return fail(e);
+  const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
+  if (token && *token) {
+    char *ok = NULL;
+    e = sip_client_authenticate(c, token, &ok);
+    sip_client_free_string(ok);
+    if (e) {
+      sip_client_free(c);
+      return fail(e);
+    }
+  }
   int rc = 0;
-  if (admin) {
+  if (report) {
+    rc = sip_cli_report(c, ep, argc - i - 1, argv + i + 1);
+  } else if (admin) {
     rc = cmd_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);
   } else if (repo) {
     rc = cmd_repo(c, !strcmp(cmd, "models") ? "index" : cmd,

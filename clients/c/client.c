@@ -67,6 +67,7 @@ struct sip_client {
   pthread_cond_t rcv;
   uint32_t backoff_ms, max_backoff_ms, resend_ms;
   atomic_uint_fast64_t reconnects;
+  char *token; /* sip_client_authenticate's (under wmu): sent first on a new connection */
 };
 
 /* How long a unix socket connect is retried while the server's listen
@@ -329,6 +330,14 @@ static void read_answers(sip_client_t *c, int fd) {
   fail_all(c, SIP_UNAVAILABLE, "connection to the server closed");
 }
 
+/* Frees a token after overwriting it. */
+static void wipe_free(char *s) {
+  if (!s) return;
+  volatile char *v = s;
+  for (size_t i = 0; v[i]; i++) v[i] = 0;
+  sip__free(s);
+}
+
 static void ignore_info(char *json, sip_error_t *e, void *user) {
   (void)user;
   sip__free(json);
@@ -410,6 +419,23 @@ static int reconnect(sip_client_t *c) {
     pthread_mutex_lock(&c->wmu);
     int old = c->fd;
     c->fd = fd;
+    if (c->token) { /* before anything else: the server takes nothing of a closed group */
+      pending_t *p = sip__calloc(1, sizeof *p);
+      sip__wbuf_t w = {0};
+      if (p) {
+        p->id = atomic_fetch_add(&c->next_id, 1);
+        p->is_info = 1;
+        p->info_done = ignore_info;
+        sip__encode_json_request(&w, SIP__MSG_AUTH, p->id, c->token, strlen(c->token));
+        if (w.oom || write_frame(c, &w, -1)) {
+          pending_free(p);
+        } else {
+          p->next = c->pending;
+          c->pending = p;
+        }
+        sip__wbuf_free(&w);
+      }
+    }
     pthread_mutex_lock(&c->rmu);
     for (sip_client_shm_t *r = c->regions; r; r = r->next) {
       pending_t *p = sip__calloc(1, sizeof *p);
@@ -515,6 +541,7 @@ void sip_client_free(sip_client_t *c) {
   pthread_mutex_destroy(&c->rmu);
   pthread_cond_destroy(&c->rcv);
   sip__free(c->endpoint);
+  wipe_free(c->token);
   sip__free(c);
 }
 
@@ -769,6 +796,7 @@ typedef struct info_msg {
   int kind;
   const char *repo;
   const char *admin; /* ADMIN_REQUEST JSON */
+  const char *auth;  /* AUTH: the token */
   uint16_t shm_type;
   const char *name;
   uint64_t byte_size;
@@ -795,6 +823,8 @@ static sip_error_t *info_call(sip_client_t *c, const info_msg_t *m, char **json)
     sip__encode_repo_request(&wb, p->id, m->repo, strlen(m->repo));
   else if (m->admin)
     sip__encode_json_request(&wb, SIP__MSG_ADMIN_REQUEST, p->id, m->admin, strlen(m->admin));
+  else if (m->auth)
+    sip__encode_json_request(&wb, SIP__MSG_AUTH, p->id, m->auth, strlen(m->auth));
   else
     sip__encode_info_request(&wb, p->id, (uint8_t)m->kind);
   sip_error_t *e = send_frame(c, p, &wb, m->shm_type == SIP__MSG_SHM_REGISTER ? m->fd : -1);
@@ -825,6 +855,21 @@ sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json)
   *json = NULL;
   if (!request) return sip_error_new(SIP_INVALID_ARGUMENT, "admin request is NULL");
   return info_call(c, &(info_msg_t){.admin = request}, json);
+}
+
+sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json) {
+  *json = NULL;
+  if (!token || !*token) return sip_error_new(SIP_INVALID_ARGUMENT, "token is NULL or empty");
+  char *copy = sip__strdup(token);
+  if (!copy) return SIP__OOM();
+  sip_error_t *e = info_call(c, &(info_msg_t){.auth = token}, json);
+  pthread_mutex_lock(&c->wmu);
+  char *old = c->token;
+  c->token = e ? NULL : copy; /* kept only when the server took it */
+  pthread_mutex_unlock(&c->wmu);
+  wipe_free(old);
+  if (e) wipe_free(copy);
+  return e;
 }
 
 void sip_client_free_string(char *s) { sip__free(s); }
@@ -952,4 +997,128 @@ const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, c
   for (size_t i = 0; r && i < r->n_outputs; i++)
     if (strcmp(r->outputs[i]->name, name) == 0) return r->outputs[i];
   return NULL;
+}
+
+/* ---- engine events (SUBSCRIBE, EVENT) ---- */
+
+struct sip_client_sub {
+  int fd;
+  pthread_t thread;
+  atomic_int stop;
+  sip_client_event_fn fn;
+  void *user;
+};
+
+/* One frame into *payload (owned, NUL-terminated); 0, or -1 when the
+ * connection ended or sent something that is not a frame. */
+static int read_frame(int fd, sip__frame_header_t *h, char **payload) {
+  uint8_t hdr[SIP__FRAME_HEADER_SIZE];
+  *payload = NULL;
+  if (read_full(fd, hdr, sizeof hdr) != 0) return -1;
+  sip_error_t *e = sip__frame_header_decode(hdr, UINT32_MAX, h);
+  if (e) {
+    sip_error_free(e);
+    return -1;
+  }
+  char *p = sip__malloc((size_t)h->length + 1);
+  if (!p || read_full(fd, p, h->length) != 0) {
+    sip__free(p);
+    return -1;
+  }
+  p[h->length] = '\0';
+  *payload = p;
+  return 0;
+}
+
+/* Sends one frame and reads its INFO_RESPONSE (or ERROR). */
+static sip_error_t *exchange(int fd, sip__wbuf_t *w, const char *what) {
+  int bad = w->oom;
+  for (size_t off = 0; !bad && off < w->len;) {
+    ssize_t n = send(fd, w->data + off, w->len - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) bad = 1;
+    else off += (size_t)n;
+  }
+  sip__wbuf_free(w);
+  if (bad) return sip_error_new(SIP_UNAVAILABLE, "%s: the connection failed", what);
+  sip__frame_header_t h;
+  char *payload;
+  if (read_frame(fd, &h, &payload))
+    return sip_error_new(SIP_UNAVAILABLE, "%s: the server closed the connection", what);
+  uint32_t code = SIP_INTERNAL;
+  const char *txt = NULL;
+  size_t n = 0;
+  sip_error_t *e = NULL;
+  if (h.type != SIP__MSG_INFO_RESPONSE && h.type != SIP__MSG_ERROR)
+    e = sip_error_new(SIP_INTERNAL, "%s answered by frame type %u", what, (unsigned)h.type);
+  else if ((e = sip__decode_code_text((const uint8_t *)payload, h.length,
+                                      h.type == SIP__MSG_ERROR, &code, &txt, &n)))
+    ;
+  else if (code != SIP_OK)
+    e = h.type == SIP__MSG_ERROR ? sip_error_new((sip_code_t)code, "%.*s", (int)n, txt)
+                                 : error_from_text((sip_code_t)code, txt, n);
+  sip__free(payload);
+  return e;
+}
+
+static void *sub_main(void *arg) {
+  sip_client_sub_t *s = arg;
+  sip__frame_header_t h;
+  char *payload;
+  while (!atomic_load(&s->stop) && read_frame(s->fd, &h, &payload) == 0) {
+    if (h.type == SIP__MSG_EVENT && !atomic_load(&s->stop)) s->fn(payload, s->user);
+    sip__free(payload);
+    if (h.type == SIP__MSG_ERROR) break;
+  }
+  if (!atomic_load(&s->stop)) s->fn(NULL, s->user); /* the stream ended by itself */
+  return NULL;
+}
+
+sip_error_t *sip_client_subscribe(const char *endpoint, const char *pool, uint32_t buffer,
+                                  const char *token, sip_client_event_fn fn, void *user,
+                                  sip_client_sub_t **out) {
+  *out = NULL;
+  if (!endpoint || !fn)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "subscribe: an endpoint and a callback are needed");
+  if (buffer > SIP__MAX_EVENT_BUFFER)
+    return sip_error_new(SIP_INVALID_ARGUMENT, "subscribe: buffer %u; expected at most %u events",
+                         buffer, (unsigned)SIP__MAX_EVENT_BUFFER);
+  int fd = -1;
+  sip_error_t *e = dial(endpoint, &fd);
+  if (e) return e;
+  sip__wbuf_t w = {0};
+  if (token && *token) {
+    sip__encode_json_request(&w, SIP__MSG_AUTH, 1, token, strlen(token));
+    e = exchange(fd, &w, "AUTH");
+  }
+  if (!e) {
+    sip__encode_subscribe(&w, 2, pool ? pool : "", buffer);
+    e = exchange(fd, &w, "SUBSCRIBE");
+  }
+  sip_client_sub_t *s = e ? NULL : sip__calloc(1, sizeof *s);
+  if (!e && !s) e = SIP__OOM();
+  if (!e) {
+    s->fd = fd;
+    s->fn = fn;
+    s->user = user;
+    if (pthread_create(&s->thread, NULL, sub_main, s) != 0) {
+      sip__free(s);
+      e = sip_error_new(SIP_RESOURCE_EXHAUSTED, "subscribe: cannot start the reader thread");
+    }
+  }
+  if (e) {
+    close(fd);
+    return e;
+  }
+  *out = s;
+  return NULL;
+}
+
+void sip_client_unsubscribe(sip_client_sub_t *s) {
+  if (!s) return;
+  atomic_store(&s->stop, 1);
+  shutdown(s->fd, SHUT_RDWR); /* wakes the reader */
+  pthread_join(s->thread, NULL);
+  close(s->fd);
+  sip__free(s);
 }

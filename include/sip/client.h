@@ -91,6 +91,14 @@ typedef struct sip_client_response {
  * (EAGAIN) is retried, with a backoff from 1 ms to 100 ms, for up to 5 s.
  * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
 sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
+/* Sends an AUTH message with a bearer token of the server's server.auth
+ * (docs/security.md) and waits for its answer: *json (owned; free with
+ * sip_client_free_string) is {"authenticated": true, "groups": [...]}. The
+ * token (borrowed; copied) is sent first again on every reconnection.
+ * Thread-safe. Errors: INVALID_ARGUMENT (NULL or empty token),
+ * UNAUTHENTICATED (the server takes no such token; it then closes the
+ * connection and the client reconnects without a token), UNAVAILABLE. */
+sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json);
 /* Closes the connection for good; pending requests complete with
  * UNAVAILABLE. NULL is a no-op. */
 void sip_client_free(sip_client_t *c);
@@ -142,6 +150,28 @@ sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **
  * sip_client_free_string). */
 sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json);
 void sip_client_free_string(char *s);
+
+/* ---- engine events (docs/events.md) ----
+ * A subscription is a connection of its own to `endpoint`: SUBSCRIBE, then
+ * the server streams EVENT frames. fn(event_json, user) is called on the
+ * subscription's reader thread for every event of pool `pool` (NULL or "":
+ * every pool), in the order the engine emitted them; event_json is one
+ * event object (docs/events.md: "event", "pool", "session", "time_us",
+ * "dropped" and the type's keys), valid during the call. `buffer`: events
+ * the server keeps for this subscriber when it falls behind (0: 1024; at
+ * most 65536); what does not fit is dropped and counted in the next
+ * event's "dropped". `token` (NULL: none) is sent first (server.auth). When
+ * the stream ends (the server stopped, the connection broke) fn is called
+ * once with NULL. Errors: the server's (NOT_FOUND is not one: a pool that
+ * does not exist yet is subscribed to), UNAVAILABLE (cannot connect). */
+typedef struct sip_client_sub sip_client_sub_t;
+typedef void (*sip_client_event_fn)(const char *event_json, void *user);
+sip_error_t *sip_client_subscribe(const char *endpoint, const char *pool, uint32_t buffer,
+                                  const char *token, sip_client_event_fn fn, void *user,
+                                  sip_client_sub_t **out);
+/* Ends a subscription: once it returns fn is not called again. Not from
+ * inside fn. NULL is a no-op. */
+void sip_client_unsubscribe(sip_client_sub_t *sub);
 
 void sip_client_response_free(sip_client_response_t *r);
 

@@ -26,6 +26,7 @@ typedef enum sip_code {
   SIP_FAILED_PRECONDITION = 9,
   SIP_PERMISSION_DENIED = 10,
   SIP_INTERNAL = 11,
+  SIP_UNAUTHENTICATED = 12, /* no valid credentials (HTTP 401, gRPC 16; docs/security.md) */
   SIP_CODE_COUNT_ /* not a code: one past the last */
 } sip_code_t;
 

@@ -32,6 +32,9 @@ typedef enum sip_event_type {
   SIP_EVENT_POOL_FAILED = 5,        /* pool, text = why */
   SIP_EVENT_POOL_SCALED = 6,        /* pool, text = what changed */
   SIP_EVENT_POOL_FAILOVER = 7,      /* pool, session, text = what took over */
+  SIP_EVENT_ALERT = 8,              /* pool, old_state = the alert level before ("none",
+                                       "warning", "critical"), new_state = the level now,
+                                       text = reason (docs/sla.md) */
   SIP_EVENT_TYPES_
 } sip_event_type_t;
 
@@ -57,7 +60,9 @@ const char *sip_event_type_name(sip_event_type_t t);
 /* The event as a JSON object (owned, free with sip_free), with
  * "dropped": events lost before it; NULL when out of memory. Keys:
  * event, time_us, pool, session, and per type old_state/new_state/reason,
- * request_id/latency_ms/queue_ms/batch_size, request_id/code/message. */
+ * request_id/latency_ms/queue_ms/batch_size, request_id/code/message,
+ * (ALERT) level/state/previous_level/reason: level is the level that fired
+ * or (state "resolved") the one that ended; state "firing" or "resolved". */
 char *sip_event_json(const sip_event_t *ev, uint64_t dropped);
 
 typedef void (*sip_event_fn)(const sip_event_t *ev, void *user);

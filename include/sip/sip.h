@@ -6,4 +6,5 @@
 #include "sip/backend.h"
 #include "sip/server.h"
 #include "sip/events.h"
+#include "sip/worker.h"
 #endif

@@ -21,7 +21,7 @@ static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base
   return 0;
 }
 
-enum { T_SERVER, T_POOLS, T_PIPELINES, T_TRACING, T_COUNT };
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_COUNT };
 static const field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &cfg_server_section,
                   .doc = "Process-wide settings."},
@@ -32,6 +32,9 @@ static const field_t top_fields[T_COUNT] = {
     [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = defer_pipelines,
                      .expect = "a list of pipelines (docs/pipelines.md)",
                      .doc = "Declarative multi-model pipelines."},
+    [T_ALERTS] = {.name = "alerts", .type = F_SECTION, .section = &cfg_alerts_section,
+                  .doc = "When pools' SLA alerts fire and resolve, and the webhooks they are "
+                         "posted to (docs/sla.md)."},
     [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &cfg_tracing_section,
                    .doc = "Request tracing: spans exported as OTLP/HTTP JSON (docs/tracing.md)."},
 };
@@ -83,6 +86,7 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
   if (root->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, root, "", exp);
   yaml_node_t *vals[MAX_FIELDS] = {0};
   if (cfg_parse_map(c, root, "", &cfg_top_section, exp, cfg, vals)) return -1;
+  if (cfg_check_alerts(c, cfg, vals[T_ALERTS])) return -1;
   /* Stages refer to pools and add their own: pipelines come after every
    * session_pools entry, in whichever order the keys are written. */
   if (c->pipelines && cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
@@ -104,6 +108,7 @@ static int parse_document(ctx_t *c, sip__config_t *cfg) {
     sip__free(cfg->state_dir);
     cfg->state_dir = r;
   }
+  if (cfg_check_security(c, cfg, root)) return -1;
   if (cfg_check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
@@ -252,6 +257,7 @@ static int parse_model_body(ctx_t *c, void *arg) {
   if (!root || is_null(root)) return 0; /* an empty file: every default */
   if (root->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, root, "", exp);
   if (cfg_parse_map(c, root, "", &cfg_pool_section, exp, pool, vals)) return -1;
+  if (cfg_check_sla(c, pool, vals[P_SLA], "")) return -1;
   return cfg_check_scheduling(c, pool, vals, "");
 }
 
@@ -328,7 +334,10 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(idem_max_entries) || !SAME(idem_max_bytes) || !SAME(hang_timeout_ms) ||
       !SAME(health_check_interval_ms) || !SAME(failover_strategy) ||
       !SAME(failover_max_retries) || !str_same(a->fallback_pool, b->fallback_pool) ||
-      !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms))
+      !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
+      !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
+      !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
+      !SAME(isolation))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||
@@ -397,13 +406,16 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->endpoints);
   sip__free(cfg->http);
   sip__free(cfg->grpc);
+  sip__free(cfg->dashboard);
   sip__free(cfg->model_repository);
   sip__free(cfg->tracing.otlp_endpoint);
   sip__free(cfg->tracing.service_name);
   sip__free(cfg->state_dir);
+  cfg_security_free(cfg);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
   cfg_pipelines_free(cfg);
+  cfg_alerts_free(cfg);
   sip__free(cfg);
 }
 

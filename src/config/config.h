@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/auth.h"
 #include "core/core.h"
 #include "sip/error.h"
 #include "sip/backend.h"
@@ -67,6 +68,33 @@ typedef struct sip__batch_level {
   int max_batch;      /* 0: level not configured */
   int64_t timeout_ms; /* how long a batch may wait to fill */
 } sip__batch_level_t;
+
+/* A pool's sla block (docs/sla.md): targets checked per window; a target
+ * of 0 is not set. */
+typedef struct sip__sla_config {
+  int enabled;               /* the block is present (with at least one target) */
+  double latency_p99_ms;     /* p99 of successful requests' latency must stay at or below */
+  double availability;       /* successful / counted requests, a fraction 0..1 */
+  double min_throughput_rps; /* successful requests per second must reach */
+  int window_s;              /* window length, seconds */
+  int horizon_windows;       /* compliance: good windows among the last this many */
+} sip__sla_config_t;
+
+#define SIP__MAX_WEBHOOKS 8
+
+/* The top-level alerts block (docs/sla.md): when SLA alerts fire and
+ * resolve, and where they are posted. */
+typedef struct sip__alerts_config {
+  int warning_after;  /* consecutive bad windows before a warning; 0: no warnings */
+  int critical_after; /* consecutive bad windows before a critical alert; 0: none */
+  int resolve_after;  /* consecutive good windows before an alert resolves */
+  char **webhooks;    /* http:// or https:// URLs, owned */
+  size_t n_webhooks;
+  int timeout_ms;     /* one POST attempt at most */
+  int retries;        /* attempts after the first */
+  int backoff_ms;     /* wait before the first retry, doubled each time */
+  int queue_size;     /* alerts waiting per webhook at most; more are dropped */
+} sip__alerts_config_t;
 
 /* One step of a pool's preprocess block: a single-input transform. */
 typedef struct sip__preprocess_step {
@@ -129,6 +157,7 @@ typedef struct sip__pool_config {
   int standby_enabled;              /* hot_standby.enabled */
   int standby_count;                /* hot_standby.standby_count, 0..16 */
   int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
+  int isolation;                    /* sip__isolation_t */
   /* sequence_batching (docs/sequences.md): requests of one sequence id run
    * in order on the session the sequence is bound to. */
   int sequence_batching;         /* the section is present */
@@ -137,7 +166,10 @@ typedef struct sip__pool_config {
   int64_t seq_max_backlog;       /* new sequences waiting for a free slot at most */
   char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
                                            corrid); NULL: none */
+  sip__sla_config_t sla;         /* sla (docs/sla.md) */
 } sip__pool_config_t;
+
+typedef enum sip__isolation { SIP__ISOLATION_THREAD = 0, SIP__ISOLATION_PROCESS } sip__isolation_t;
 
 typedef enum sip__failover { SIP__FAILOVER_NONE = 0, SIP__FAILOVER_RETRY, SIP__FAILOVER_FALLBACK } sip__failover_t;
 
@@ -202,16 +234,27 @@ typedef struct sip__config {
   char *grpc;                 /* server.grpc "host:port" (KServe v2 gRPC front-end); NULL: off */
   size_t grpc_max_message_bytes; /* server.grpc_max_message_bytes, default 64 MiB */
   int grpc_threads;           /* server.grpc_threads, 1..64, default 2 */
+  char *dashboard;            /* server.dashboard "host:port" (the dashboard alone); NULL: off */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */
   int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
   char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   int allow_fault_injection;  /* server.allow_fault_injection (docs/availability.md) */
+  /* Security settings (docs/security.md; config_security.c). */
+  sip__auth_t auth;           /* server.auth: tokens per API group; none: open */
+  char *tls_cert_file;        /* server.tls.cert_file, resolved; NULL: plain HTTP/gRPC */
+  char *tls_key_file;         /* server.tls.key_file, resolved */
+  int socket_mode;            /* server.socket_mode, default 0600 */
+  char *socket_owner;         /* server.socket_owner: user name or uid; NULL: the process's */
+  char *socket_group;         /* server.socket_group: group name or gid; NULL: the process's */
+  char **allowed_hosts;       /* server.allowed_hosts; NULL: the defaults (docs/security.md) */
+  size_t n_allowed_hosts;
   sip__pool_config_t *pools;
   size_t n_pools;
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
   size_t n_pipelines;
+  sip__alerts_config_t alerts; /* alerts (docs/sla.md) */
   sip__tracing_config_t tracing; /* tracing: (src/config/tracing.c) */
 } sip__config_t;
 
@@ -222,6 +265,9 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
 /* 1 when two configs have the same pipeline_sessions (names, stages and
  * their wiring, conditions, outputs). */
 int sip__config_pipelines_same(const sip__config_t *x, const sip__config_t *y);
+/* 1 when the security settings (auth tokens, tls, socket mode and owner,
+ * allowed_hosts) of two configs are the same (config_security.c). */
+int sip__config_security_same(const sip__config_t *x, const sip__config_t *y);
 
 /* Parses and validates a YAML file / a YAML string. On success *out is owned
  * by the caller (sip__config_free). `name` labels the text in messages.

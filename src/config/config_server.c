@@ -24,7 +24,8 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
-       S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_COUNT };
+       S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -148,6 +149,39 @@ static const field_t server_fields[S_COUNT] = {
                   .offset = offsetof(sip__config_t, allow_fault_injection), .def = 0,
                   .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "
                          "docs/availability.md); for testing failover, never in production."},
+    /* Security (docs/security.md; config_security.c). */
+    [S_AUTH] = {.name = "auth", .type = F_SECTION, .section = &cfg_auth_section,
+                .doc = "Bearer tokens per API group (HTTP Authorization, gRPC authorization "
+                       "metadata, the native AUTH message); absent = open, management from "
+                       "local peers only."},
+    [S_TLS] = {.name = "tls", .type = F_SECTION, .section = &cfg_tls_section,
+               .doc = "TLS for the HTTP and gRPC front-ends; absent = plain text."},
+    [S_SOCK_MODE] = {.name = "socket_mode", .type = F_CUSTOM, .parse = cfg_parse_socket_mode,
+                     .expect = CFG_SOCKET_MODE_EXPECT,
+                     .doc = "Permissions of unix socket endpoints, set before they accept "
+                            "connections; default 0600."},
+    [S_SOCK_OWNER] = {.name = "socket_owner", .type = F_STRING,
+                      .offset = offsetof(sip__config_t, socket_owner),
+                      .expect = "a user name or numeric uid",
+                      .doc = "Owner of unix socket endpoints (changing it needs privilege); "
+                             "absent = the server's user."},
+    [S_SOCK_GROUP] = {.name = "socket_group", .type = F_STRING,
+                      .offset = offsetof(sip__config_t, socket_group),
+                      .expect = "a group name or numeric gid",
+                      .doc = "Group of unix socket endpoints (with socket_mode 0660: who may "
+                             "connect); absent = the server's group."},
+    [S_HOSTS] = {.name = "allowed_hosts", .type = F_CUSTOM, .parse = cfg_parse_allowed_hosts,
+                 .expect = CFG_ALLOWED_HOSTS_EXPECT,
+                 .doc = "Host header values the HTTP front-end answers; absent = localhost "
+                        "names, the listen address, and any Host when listening on a wildcard "
+                        "address with tokens set."},
+    /* The live dashboard on a port of its own (src/http/dashboard*.c). */
+    [S_DASHBOARD] = {.name = "dashboard", .type = F_STRING,
+                     .offset = offsetof(sip__config_t, dashboard),
+                     .valid = valid_http_address, .expect = HTTP_EXPECT,
+                     .doc = "Address serving only the live dashboard (/dashboard) and the read-only "
+                            "data it shows (docs/dashboard.md); the seed's port is 10200, e.g. "
+                            "\"0.0.0.0:10200\". The dashboard is also on server.http. Absent = off."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

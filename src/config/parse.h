@@ -46,7 +46,7 @@
 enum {
   KEY_MAX = 512,       /* key paths ("session_pools[3].resource_quota.x") */
   SHOW_MAX = 64,       /* bytes of a user value quoted in a message */
-  MAX_FIELDS = 32,     /* fields per section */
+  MAX_FIELDS = 48,     /* fields per section */
   UNIX_PATH_MAX = 107, /* sizeof(sun_path) - 1 */
   POOL_NAME_MAX = 128,
 };
@@ -125,16 +125,20 @@ typedef struct cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_COUNT };
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
+extern const section_t cfg_auth_section;           /* config_security.c: server.auth */
+extern const section_t cfg_tls_section;            /* config_security.c: server.tls */
 extern const section_t cfg_tracing_section;        /* tracing.c */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
 extern const section_t cfg_sequence_section;       /* scheduling.c: sequence_batching */
 extern const section_t cfg_top_section;            /* config.c: the document */
+extern const section_t cfg_sla_section;            /* sla.c: session_pools[].sla */
+extern const section_t cfg_alerts_section;         /* sla.c: alerts */
 extern const char *const cfg_priority_names[];     /* pools.c */
 extern const cfg_key_doc_t cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
 extern const cfg_key_doc_t cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
@@ -233,6 +237,18 @@ int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
 
 /* ---- the sections' parsers and checks ----------------------------------- */
 
+/* config_security.c: server.socket_mode and server.allowed_hosts; the
+ * post-checks (socket_mode's default, tls paths); freeing. */
+#define CFG_SOCKET_MODE_DEFAULT 0600
+#define CFG_SOCKET_MODE_EXPECT \
+  "an octal mode of 3 or 4 digits giving the owner read and write, e.g. 0600 or 0660"
+#define CFG_ALLOWED_HOSTS_EXPECT \
+  "a list of host names or addresses (without port; \"*\" allows any Host)"
+int cfg_parse_socket_mode(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int cfg_parse_allowed_hosts(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int cfg_check_security(ctx_t *c, sip__config_t *cfg, yaml_node_t *server);
+void cfg_security_free(sip__config_t *cfg);
+
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
 int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
 /* Cross-field rules of the scheduling sections (scheduling.c). */
@@ -242,6 +258,11 @@ int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals,
 int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root);
 void cfg_pipelines_free(sip__config_t *cfg);
+/* sla.c: a pool's sla block (`sla`: its node, NULL when absent) sets at
+ * least one target; the alerts block's levels are in order. */
+int cfg_check_sla(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *sla, const char *key);
+int cfg_check_alerts(ctx_t *c, sip__config_t *cfg, yaml_node_t *alerts);
+void cfg_alerts_free(sip__config_t *cfg);
 
 #pragma GCC visibility pop
 

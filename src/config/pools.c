@@ -22,6 +22,7 @@ static int parse_cpus(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
+static const char *const isolation_names[] = {"thread", "process", NULL};
 #define BACKEND_EXPECT "the name of a backend of this server (built in: onnxruntime, builtin, transform; or one the embedding program registered)"
 
 #define CPUS_EXPECT                                                                        \
@@ -164,6 +165,12 @@ const field_t cfg_pool_fields[P_COUNT] = {
                     .doc = "Where requests go when their session fails (docs/availability.md)."},
     [P_STANDBY] = {.name = "hot_standby", .type = F_SECTION, .section = &standby_section,
                    .doc = "Warm sessions that take no traffic and replace a failed one."},
+    [P_ISOLATION] = {.name = "isolation", .type = F_ENUM,
+                     .offset = offsetof(sip__pool_config_t, isolation), .names = isolation_names,
+                     .def = SIP__ISOLATION_THREAD,
+                     .doc = "Where the sessions execute: thread (in the server process) or "
+                            "process (in a worker process the server starts and restarts; a "
+                            "crash there ends only the worker; docs/availability.md)."},
     [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
                     .section = &cfg_sequence_section,
                     .doc = "Stateful models: each sequence id runs in order on one session, with "
@@ -171,6 +178,9 @@ const field_t cfg_pool_fields[P_COUNT] = {
     [P_IDEM] = {.name = "idempotency", .type = F_SECTION, .section = &idem_section,
                 .doc = "Requests with an idempotency key run at most once while their entry "
                        "lives; duplicates join or get the kept answer (docs/idempotency.md)."},
+    [P_SLA] = {.name = "sla", .type = F_SECTION, .section = &cfg_sla_section,
+               .doc = "Service-level targets checked per window, with compliance and alerts "
+                      "(docs/sla.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS &&
@@ -492,6 +502,7 @@ int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
                       cfg_show(shown, sizeof shown, pool->name, strlen(pool->name)), j, cfg->pools[j].line);
     }
     if (cfg_check_scheduling(c, pool, vals, ikey)) return -1;
+    if (cfg_check_sla(c, pool, vals[P_SLA], ikey)) return -1;
     if (check_pool(c, pool, item, vals, ikey)) return -1;
   }
   return check_fallbacks(c, cfg, v, key);

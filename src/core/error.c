@@ -31,6 +31,7 @@ static const struct {
     [SIP_FAILED_PRECONDITION] = {"FAILED_PRECONDITION", 400, 9},
     [SIP_PERMISSION_DENIED] = {"PERMISSION_DENIED", 403, 7},
     [SIP_INTERNAL] = {"INTERNAL", 500, 13},
+    [SIP_UNAUTHENTICATED] = {"UNAUTHENTICATED", 401, 16},
 };
 
 sip_error_t *sip_error_newv(sip_code_t code, const char *fmt, va_list ap) {

@@ -19,6 +19,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  /* A process-isolated pool's worker is this program run again. */
+  int worker = sip_worker_main(argc, argv);
+  if (worker >= 0) return worker;
   const char *config = NULL;
   int check = 0;
   for (int i = 1; i < argc; i++) {

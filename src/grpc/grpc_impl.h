@@ -119,6 +119,11 @@ void sip__grpc_stream_sent(gcall_t *c, int ok);
 
 /* ---- rpcs.c ------------------------------------------------------------- */
 
+/* auth.c: a method's API group (core/auth.h), and the check of a call's
+ * bearer token: NULL when it may go on, else the error to answer. */
+int sip__grpc_method_group(const char *path);
+sip_error_t *sip__grpc_authorize(gcall_t *c);
+
 extern const gmethod_t sip__grpc_methods[];
 extern const size_t sip__grpc_n_methods;
 

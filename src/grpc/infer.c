@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "core/redact.h"
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
 #include "server/introspect.h"
@@ -265,7 +266,11 @@ static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e
                           size_t len) {
   if (e) {
     msg = NULL;
-    sip_error_t *e2 = sip__grpc_encode_stream_error(k, sip_error_message(e), &msg, &len);
+    const char *m = sip_error_message(e);
+    size_t rn = 0;
+    char *red = sip__redacted(m, strlen(m), &rn); /* no server directories (core/redact.h) */
+    sip_error_t *e2 = sip__grpc_encode_stream_error(k, red ? red : m, &msg, &len);
+    sip__free(red);
     sip_error_free(e);
     if (e2) {
       sip_error_free(e2);

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/auth.h"
+#include "core/redact.h"
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
 
@@ -101,7 +103,11 @@ void sip__grpc_reply_bytes(gcall_t *c, sip_error_t *err, uint8_t *msg, size_t le
   ops[n].data.send_status_from_server.status =
       err ? (grpc_status_code)sip_code_grpc_status(sip_error_code(err)) : GRPC_STATUS_OK;
   if (err) {
-    c->status_details = grpc_slice_from_copied_string(sip_error_message(err));
+    size_t rn = 0;
+    const char *m = sip_error_message(err);
+    char *red = sip__redacted(m, strlen(m), &rn); /* no server directories (core/redact.h) */
+    c->status_details = grpc_slice_from_copied_string(red ? red : m);
+    sip__free(red);
     c->has_details = 1;
     ops[n].data.send_status_from_server.status_details = &c->status_details;
     sip_error_free(err);
@@ -216,7 +222,9 @@ static void on_accept(gtag_t *t, int ok) {
                                      (int)(GRPC_SLICE_LENGTH(p) > 200 ? 200 : GRPC_SLICE_LENGTH(p)),
                                      (const char *)GRPC_SLICE_START_PTR(p)), NULL);
   } else {
-    start_recv(c);
+    sip_error_t *e = sip__grpc_authorize(c); /* auth.c */
+    if (e) sip__grpc_reply(c, e, NULL);
+    else start_recv(c);
   }
   sip__grpc_call_unref(c);
 }
@@ -276,6 +284,17 @@ static void drain_cq(grpc_completion_queue *cq) {
 
 static void grpc_stop(void *state);
 
+/* Frees a front-end whose server never started. */
+static void unstarted_free(sip__grpc_t *g) {
+  grpc_server_destroy(g->server);
+  drain_cq(g->cq);
+  grpc_completion_queue_destroy(g->cq);
+  grpc_shutdown_blocking();
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+  sip__free(g);
+}
+
 static sip_error_t *grpc_start(sip_server_t *s, const void *options, void **out_) {
   const sip__config_t *cfg = options;
   *out_ = NULL;
@@ -297,17 +316,29 @@ static sip_error_t *grpc_start(sip_server_t *s, const void *options, void **out_
   grpc_channel_args ca = {2, args};
   g->server = grpc_server_create(&ca, NULL);
   grpc_server_register_completion_queue(g->server, g->cq, NULL);
-  grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *cr = NULL;
+  if (cfg->tls_cert_file) { /* TLS (docs/security.md) */
+    char *cert = NULL, *key = NULL;
+    sip_error_t *e = sip__read_pem(cfg->tls_cert_file, "cert_file", &cert);
+    if (!e) e = sip__read_pem(cfg->tls_key_file, "key_file", &key);
+    if (!e) {
+      grpc_ssl_pem_key_cert_pair pair = {key, cert};
+      cr = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+      if (!cr) e = sip_error_new(SIP_UNAVAILABLE, "server.tls: gRPC refused the certificate or key");
+    }
+    sip__free_secret(cert);
+    sip__free_secret(key);
+    if (e) {
+      unstarted_free(g);
+      return e;
+    }
+  } else {
+    cr = grpc_insecure_server_credentials_create();
+  }
   int port = grpc_server_add_http2_port(g->server, cfg->grpc, cr);
   grpc_server_credentials_release(cr);
   if (port <= 0) {
-    grpc_server_destroy(g->server);
-    drain_cq(g->cq);
-    grpc_completion_queue_destroy(g->cq);
-    grpc_shutdown_blocking();
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
-    sip__free(g);
+    unstarted_free(g);
     return sip_error_new(SIP_UNAVAILABLE, "server.grpc %s: cannot listen there (address in use, "
                          "or not an address of this host)", cfg->grpc);
   }

@@ -8,7 +8,10 @@
  * the emitting engine thread; MHD pulls from it as the socket takes bytes.
  * With nothing to send the connection is suspended, and the next event
  * resumes it, so a quiet stream costs no polling, and a client that stops
- * reading only loses events (counted in the next one's "dropped"). */
+ * reading only loses events (counted in the next one's "dropped").
+ * ?exclude=TYPE,TYPE leaves those types out and ?executions=0 the state
+ * changes between READY and RUNNING (a session taking and finishing work):
+ * the dashboard wants neither for every request. */
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +28,8 @@ struct sip__http_sse {
   sip_event_sub_t *sub;
   pthread_mutex_t mu; /* suspended, ending */
   int suspended, ending;
+  uint64_t exclude; /* bit t: events of type t are not sent */
+  int no_executions; /* READY <-> RUNNING state changes are not sent */
   char *out;
   size_t out_len, out_off;
   struct sip__http_sse *next;
@@ -33,6 +38,11 @@ struct sip__http_sse {
 /* The engine thread that emitted ev: queue it, wake the connection. */
 static void sse_push(const sip_event_t *ev, void *user) {
   sip__http_sse_t *x = user;
+  if ((unsigned)ev->type < 64 && (x->exclude >> ev->type & 1)) return;
+  if (x->no_executions && ev->type == SIP_EVENT_STATE_CHANGE &&
+      ((!strcmp(ev->old_state, "READY") && !strcmp(ev->new_state, "RUNNING")) ||
+       (!strcmp(ev->old_state, "RUNNING") && !strcmp(ev->new_state, "READY"))))
+    return;
   sip_event_ring_push(x->ring, ev);
   pthread_mutex_lock(&x->mu);
   if (x->suspended) {
@@ -109,8 +119,44 @@ static void sse_free(void *cls) {
   sip__free(x);
 }
 
+sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask) {
+  *mask = 0;
+  for (const char *p = list; p && *p;) {
+    size_t n = strcspn(p, ",");
+    int found = 0;
+    for (int t = 1; t < SIP_EVENT_TYPES_ && t < 64 && !found; t++) {
+      const char *name = sip_event_type_name((sip_event_type_t)t);
+      if (strlen(name) == n && !memcmp(name, p, n)) {
+        *mask |= (uint64_t)1 << t;
+        found = 1;
+      }
+    }
+    if (!found && n) {
+      char known[512] = "";
+      for (int t = 1; t < SIP_EVENT_TYPES_; t++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", t > 1 ? ", " : "",
+                 sip_event_type_name((sip_event_type_t)t));
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "exclude: unknown event type '%.*s'; expected a comma-separated list "
+                           "of %s",
+                           (int)(n > 64 ? 64 : n), p, known);
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  return NULL;
+}
+
 enum MHD_Result sip__http_events(hreq_t *q) {
   const char *pool = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "pool");
+  uint64_t exclude = 0;
+  sip_error_t *e = sip__http_event_exclude(
+      MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "exclude"), &exclude);
+  if (e) return sip__http_send_error(q->conn, e);
+  const char *execs = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "executions");
+  if (execs && strcmp(execs, "0") && strcmp(execs, "1"))
+    return sip__http_send_error_msg(q->conn, 400, "executions: expected 0 (leave out the READY "
+                                                  "<-> RUNNING state changes) or 1 (the default)");
   sip__http_sse_t *x = sip__calloc(1, sizeof *x);
   if (!x || !(x->ring = sip_event_ring_new(0))) {
     sip__free(x);
@@ -118,8 +164,10 @@ enum MHD_Result sip__http_events(hreq_t *q) {
   }
   x->h = q->h;
   x->conn = q->conn;
+  x->exclude = exclude;
+  x->no_executions = execs && !strcmp(execs, "0");
   pthread_mutex_init(&x->mu, NULL);
-  sip_error_t *e = sip_server_subscribe_events(q->h->s, pool, sse_push, x, &x->sub);
+  e = sip_server_subscribe_events(q->h->s, pool, sse_push, x, &x->sub);
   if (e) {
     sip_event_ring_free(x->ring);
     pthread_mutex_destroy(&x->mu);

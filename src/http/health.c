@@ -1,4 +1,4 @@
-/* sip — server-level endpoints: liveness, readiness, server metadata
+/* sip — server-level endpoints: liveness, readiness, the status document, server metadata
  * (with the KServe extensions sip has) and /metrics (Prometheus text).
  */
 #include <jansson.h>
@@ -13,6 +13,14 @@
 
 enum MHD_Result sip__http_live(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, json_pack("{s:b}", "live", 1));
+}
+
+/* The status document the native protocol's INFO_STATUS sends (`sip
+ * status`): pools with their sessions, counters and sla, the alerts. */
+enum MHD_Result sip__http_status(hreq_t *q) {
+  json_t *doc = sip__server_info(q->h->s, SIP_INFO_STATUS);
+  if (!doc) return sip__http_send_error_msg(q->conn, 500, "out of memory");
+  return sip__http_send_json(q->conn, 200, doc);
 }
 
 enum MHD_Result sip__http_ready(hreq_t *q) {

@@ -35,7 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/auth.h"
 #include "core/core.h"
+#include "core/redact.h"
 #include "http/http.h"
 #include "http/http_impl.h"
 
@@ -79,8 +81,10 @@ enum MHD_Result sip__http_send_owned(struct MHD_Connection *c, unsigned status, 
 
 enum MHD_Result sip__http_send_error_msg(struct MHD_Connection *c, unsigned status,
                                          const char *msg) {
-  size_t len = 0;
-  char *body = sip__ks_error_json(msg, &len);
+  size_t len = 0, rn = 0;
+  char *red = sip__redacted(msg, strlen(msg), &rn); /* no server directories (core/redact.h) */
+  char *body = sip__ks_error_json(red ? red : msg, &len);
+  sip__free(red);
   return sip__http_send_owned(c, status, "application/json", body, len);
 }
 
@@ -95,6 +99,12 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
   char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
   json_decref(v);
   if (!txt) return sip__http_send_error_msg(c, 500, "out of memory");
+  size_t rn = 0;
+  char *red = sip__redacted(txt, strlen(txt), &rn); /* no server directories (core/redact.h) */
+  if (red) {
+    sip_free(txt);
+    return sip__http_send_owned(c, status, "application/json", red, rn);
+  }
   /* jansson allocates with malloc; sip_free is its documented deallocator. */
   struct MHD_Response *r =
       MHD_create_response_from_buffer_with_free_callback(strlen(txt), txt, sip_free);
@@ -126,6 +136,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *con_cls = q;
     atomic_fetch_add(&h->inflight, 1);
     sip__http_conns_headers_in(h, c);
+    q->route = sip__http_route_match(url, &q->model, &q->version);
+    if (q->route && h->dashboard_only && !sip__http_dashboard_route(q->route->kind))
+      q->route = NULL; /* the dashboard's own port: its routes only (404) */
+    q->kind = q->route ? q->route->kind : R_NONE;
+    sip__http_guard(q, method); /* auth.c: answered once the request is in, or now */
+    /* A request the client may not make hears that first, even when its
+     * body is too large (the limit is not told to it). */
+    if (q->denied && sip__http_deny_now(q)) {
+      q->refused = 1;
+      return sip__http_send_denied(q);
+    }
     char msg[256];
     unsigned bad = sip__http_framing_problem(c, version, h->cfg->http_max_body_bytes, msg,
                                              sizeof msg);
@@ -133,18 +154,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       q->refused = 1;
       return sip__http_send_error_msg(c, bad, msg);
     }
-    q->route = sip__http_route_match(url, &q->model, &q->version);
-    q->kind = q->route ? q->route->kind : R_NONE;
     const http_post_ops_t *post = posting(q, method);
-    return post && post->begin ? post->begin(q) : MHD_YES;
+    return post && post->begin && !q->denied ? post->begin(q) : MHD_YES;
   }
   const http_post_ops_t *post = posting(q, method);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0; /* bodies of other requests are ignored */
-    if (!post || q->started || q->refused) return MHD_YES;
+    if (!post || q->started || q->refused || q->denied) return MHD_YES;
     return post->body(q, upload_data, n);
   }
+  if (q->denied) return q->refused ? MHD_YES : sip__http_send_denied(q);
   if (q->refused) return MHD_YES;
   /* GET routes, 404 and 405: answered once the whole request is in
    * (answering earlier makes MHD close the connection). */
@@ -190,12 +210,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-/* Binds "host:port" (IPv6 hosts in brackets) and listens. */
-static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, size_t addr_n) {
+/* Binds "host:port" (IPv6 hosts in brackets) and listens; `key` names the
+ * config key in errors. */
+static sip_error_t *bind_listen(const char *key, const char *hostport, int *fd_out, char *addr,
+                                size_t addr_n) {
   char host[260];
   const char *colon = strrchr(hostport, ':');
   if (!colon || (size_t)(colon - hostport) >= sizeof host)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "server.http '%s': expected HOST:PORT", hostport);
+    return sip_error_new(SIP_INVALID_ARGUMENT, "%s '%s': expected HOST:PORT", key, hostport);
   const char *h0 = hostport, *h1 = colon;
   if (*h0 == '[' && h1 > h0 && h1[-1] == ']') h0++, h1--;
   memcpy(host, h0, (size_t)(h1 - h0));
@@ -204,7 +226,7 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
                            .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
   int rc = getaddrinfo(host, colon + 1, &hints, &res);
   if (rc)
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: cannot resolve '%s': %s", hostport,
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: cannot resolve '%s': %s", key, hostport,
                          host, gai_strerror(rc));
   int fd = -1, err = 0;
   for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
@@ -224,7 +246,7 @@ static sip_error_t *bind_listen(const char *hostport, int *fd_out, char *addr, s
   freeaddrinfo(res);
   if (fd < 0) {
     char eb[128];
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: cannot listen: %s", hostport,
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: cannot listen: %s", key, hostport,
                          strerror_r(err, eb, sizeof eb));
   }
   struct sockaddr_storage ss;
@@ -279,6 +301,8 @@ json_t *sip__http_body_object(hreq_t *q, const char *expect) {
 static void free_http(sip__http_t *h) {
   sip__http_meta_clear(h);
   sip__http_conns_free(h);
+  sip__free_secret(h->tls_cert);
+  sip__free_secret(h->tls_key);
   pthread_mutex_destroy(&h->cache_mu);
   pthread_mutex_destroy(&h->sse_mu);
   pthread_mutex_destroy(&h->mu);
@@ -349,14 +373,18 @@ static void *accept_loop(void *arg) {
   return NULL;
 }
 
-static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_) {
-  const sip__config_t *cfg = options;
+/* Starts a front-end on `address` (`key` names it in errors): the KServe
+ * front-end, or with dashboard_only the dashboard's own port. */
+static sip_error_t *start_on(sip_server_t *s, const sip__config_t *cfg, const char *key,
+                             const char *address, int threads, int dashboard_only,
+                             void **out_) {
   sip__http_t **out = (sip__http_t **)out_;
   *out = NULL;
   sip__http_t *h = sip__calloc(1, sizeof *h);
   if (!h) return SIP__OOM();
   h->s = s;
   h->cfg = cfg;
+  h->dashboard_only = dashboard_only;
   h->listen_fd = h->wake[0] = h->wake[1] = -1;
   pthread_mutex_init(&h->cache_mu, NULL);
   pthread_mutex_init(&h->sse_mu, NULL);
@@ -371,12 +399,12 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   sip__ks_json_classic(classic && *classic && strcmp(classic, "0"));
   int fd = -1;
   sip_error_t *e = sip__http_conns_init(h);
-  if (!e) e = bind_listen(cfg->http, &fd, h->address, sizeof h->address);
+  if (!e) e = bind_listen(key, address, &fd, h->address, sizeof h->address);
   if (e) {
     free_http(h);
     return e;
   }
-  h->n_d = cfg->http_threads > 1 ? cfg->http_threads : 1;
+  h->n_d = threads > 1 ? threads : 1;
   if (!(h->d = sip__calloc((size_t)h->n_d, sizeof *h->d))) {
     close(fd);
     free_http(h);
@@ -384,6 +412,21 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
   }
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                    MHD_USE_NO_LISTEN_SOCKET;
+  if (cfg->tls_cert_file) { /* HTTPS with libmicrohttpd's GnuTLS (docs/security.md) */
+    e = sip__read_pem(cfg->tls_cert_file, "cert_file", &h->tls_cert);
+    if (!e) e = sip__read_pem(cfg->tls_key_file, "key_file", &h->tls_key);
+    if (!e && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+      e = sip_error_new(SIP_UNAVAILABLE, "server.tls: this libmicrohttpd was built without TLS");
+    if (e) {
+      close(fd);
+      free_http(h);
+      return e;
+    }
+    flags |= MHD_USE_TLS;
+    /* "http://..." becomes "https://..." */
+    memmove(h->address + 5, h->address + 4, strlen(h->address + 4) + 1);
+    h->address[4] = 's';
+  }
   struct MHD_OptionItem opts[] = {
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       /* The limits in all and per address are sip's (conns.c), over every
@@ -394,6 +437,9 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
       {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+      /* Last, since without TLS they end the list early. */
+      {h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, h->tls_cert},
+      {h->tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, h->tls_key},
       {MHD_OPTION_END, 0, NULL},
   };
   int ok = 1;
@@ -416,13 +462,29 @@ static sip_error_t *http_start(sip_server_t *s, const void *options, void **out_
       if (h->d[i]) MHD_stop_daemon(h->d[i]);
     close(fd);
     free_http(h);
-    return sip_error_new(SIP_UNAVAILABLE, "server.http %s: libmicrohttpd failed to start",
-                         cfg->http);
+    return sip_error_new(SIP_UNAVAILABLE, "%s %s: libmicrohttpd failed to start", key,
+                         address);
   }
-  sip__log(SIP__LOG_INFO, "http listening", "address=%s threads=%d max_body_bytes=%zu",
-           h->address, cfg->http_threads, cfg->http_max_body_bytes);
+  if (dashboard_only) /* the address printed is the page's */
+    snprintf(h->address + strlen(h->address), sizeof h->address - strlen(h->address),
+             "/dashboard");
+  sip__log(SIP__LOG_INFO, dashboard_only ? "dashboard listening" : "http listening",
+           "address=%s threads=%d max_body_bytes=%zu tls=%s auth=%s", h->address, h->n_d,
+           cfg->http_max_body_bytes, h->tls_cert ? "on" : "off",
+           sip__auth_enabled(&cfg->auth) ? "tokens" : "open");
   *out = h;
   return NULL;
+}
+
+static sip_error_t *http_start(sip_server_t *s, const void *options, void **out) {
+  const sip__config_t *cfg = options;
+  return start_on(s, cfg, "server.http", cfg->http, cfg->http_threads, 0, out);
+}
+
+/* One event-loop thread: the dashboard's clients are few. */
+static sip_error_t *dashboard_start(sip_server_t *s, const void *options, void **out) {
+  const sip__config_t *cfg = options;
+  return start_on(s, cfg, "server.dashboard", cfg->dashboard, 1, 1, out);
 }
 
 static void http_stop(void *state) {
@@ -457,12 +519,22 @@ static const char *http_address(void *state, size_t i) {
 }
 
 static void http_connections(void *state, sip_frontend_count_fn emit, void *ctx) {
-  emit(ctx, "http", atomic_load(&((sip__http_t *)state)->conns));
+  sip__http_t *h = state;
+  emit(ctx, h->dashboard_only ? "dashboard" : "http", atomic_load(&h->conns));
 }
 
 const sip_frontend_vtable_t sip__frontend_http = {
     .name = "http",
     .start = http_start,
+    .stop = http_stop,
+    .address_count = http_address_count,
+    .address = http_address,
+    .connections = http_connections,
+};
+
+const sip_frontend_vtable_t sip__frontend_dashboard = {
+    .name = "dashboard",
+    .start = dashboard_start,
     .stop = http_stop,
     .address_count = http_address_count,
     .address = http_address,

@@ -30,6 +30,12 @@ typedef struct sip__http sip__http_t;
  * being written up to a second, then closes every connection. Connections
  * are reported as "http". */
 extern const sip_frontend_vtable_t sip__frontend_http;
+/* The live dashboard on a port of its own (server.dashboard, which must be
+ * set; docs/dashboard.md): the same front-end serving only the dashboard's
+ * page, data and report, the event stream, /metrics and the health checks
+ * (others: 404), on one event-loop thread. Its address is
+ * "http://HOST:PORT/dashboard"; connections are reported as "dashboard". */
+extern const sip_frontend_vtable_t sip__frontend_dashboard;
 
 /* ---- the codec (kserve_decode.c, kserve_encode.c) ------------------------ */
 

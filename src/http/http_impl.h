@@ -5,6 +5,8 @@
  *   http.c        daemon lifecycle, the front-end vtable, MHD's callbacks
  *                 (one request's phases) and the send helpers
  *   routes.c      the route table: method + path -> handler, 404 and 405
+ *   auth.c        the request guard: Host, Origin and bearer tokens per API
+ *                 group (docs/security.md)
  *   health.c      server-level GETs: live, ready, server metadata, /metrics
  *   models.c      model metadata, config, readiness and statistics
  *   infer.c       inference, and the model metadata cache it reads
@@ -16,6 +18,7 @@
  *   cudashm.c     Triton's CUDA shared memory extension, without GPUs
  *   shm.c         system shared memory: the routes (and the codec's part,
  *                 kserve_impl.h)
+ *   dashboard.c   the live dashboard: its page, data and report
  */
 #ifndef SIP_HTTP_IMPL_H
 #define SIP_HTTP_IMPL_H
@@ -72,6 +75,10 @@ struct sip__http {
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
   sip__http_conns_t *cs; /* connection limits, header deadlines, hang-ups (conns.c) */
+  char *tls_cert, *tls_key; /* server.tls: the PEM texts, while the daemons run */
+  /* server.dashboard: this daemon serves only the dashboard's routes
+   * (sip__http_dashboard_route); others are answered 404. */
+  int dashboard_only;
 };
 
 typedef enum route_kind {
@@ -95,6 +102,10 @@ typedef enum route_kind {
   R_SYS_SHM,     /* /v2/systemsharedmemory/... */
   R_EVENTS,      /* GET /v2/events?pool=NAME (Server-Sent Events) */
   R_ADMIN,       /* POST /v2/admin */
+  R_STATUS,      /* GET /v2/status: the status document (pools, sessions, sla, alerts) */
+  R_DASHBOARD,   /* GET /dashboard: the live dashboard's page */
+  R_DASH_DATA,   /* GET /v2/dashboard/data */
+  R_DASH_REPORT, /* GET /v2/dashboard/report: the page with a snapshot, self-contained */
 } route_kind_t;
 
 typedef struct hreq hreq_t;
@@ -147,6 +158,9 @@ struct hreq {
   int started;        /* decoded and submitted (or failed): the rest is the answer */
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */
+  unsigned denied;    /* auth.c refused it with this status: answered once it is read */
+  int deny_bearer;    /* 401: 1 WWW-Authenticate Bearer, 2 with error="invalid_token" */
+  char deny_msg[320];
   sip__ks_request_t *ks;
   struct meta *meta; /* the model's metadata (a reference), or NULL */
   sip__http_conn_t *hc; /* watched for a hang-up while suspended (conns.c) */
@@ -157,11 +171,57 @@ struct hreq {
   char *answer; /* an operator request's answer (JSON, sip_free), or NULL */
 };
 
+/* ---- auth.c: Host, Origin and bearer-token checks (docs/security.md) ------ */
+
+/* The API group of a route (SIP__AUTH_OPEN: health and readiness). */
+int sip__http_route_group(route_kind_t kind);
+/* Whether a Host header value (NULL: none) names this server, by
+ * server.allowed_hosts or the defaults. */
+int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header);
+/* Once the headers are in: sets q->denied (and the message) when the
+ * request may not go to its route. */
+void sip__http_guard(hreq_t *q, const char *method);
+/* Whether a denied request is answered at once rather than once its body
+ * is in: when the body it announces is over server.http_max_body_bytes
+ * (MHD then closes the connection; a refused client does not get to send
+ * gigabytes first). */
+int sip__http_deny_now(hreq_t *q);
+/* The answer of a denied request (401 with WWW-Authenticate, 403, 421). */
+enum MHD_Result sip__http_send_denied(hreq_t *q);
+
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;
 enum MHD_Result sip__http_events(hreq_t *q);
+/* ?exclude=: a comma-separated list of event type names (NULL or "": none;
+ * empty items are skipped) into a bit set, bit t for type t; an unknown
+ * name is INVALID_ARGUMENT listing the known ones. */
+sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask);
 /* Ends every event stream (before the daemons stop: none stays suspended). */
 void sip__http_sse_stop(sip__http_t *h);
+
+/* ---- dashboard.c: the live dashboard (docs/dashboard.md) ------------------- */
+enum MHD_Result sip__http_dashboard(hreq_t *q);
+enum MHD_Result sip__http_dashboard_data(hreq_t *q);
+enum MHD_Result sip__http_dashboard_report(hreq_t *q);
+/* 1 for the routes server.dashboard's own port serves: the page, its data
+ * and report, the event stream, /metrics and the health checks (all
+ * read-only). */
+int sip__http_dashboard_route(route_kind_t kind);
+/* The page (owned, sip__free; *len its length; NULL when out of memory):
+ * the template with its styles and scripts inlined. With `snapshot` (JSON
+ * text of sip__dash_data, borrowed) it is the report: the snapshot in a
+ * <script type="application/json" id="sip-snapshot"> element, then
+ * SIP__DASH_HISTORY_EMPTY, which the page's export button replaces with
+ * the history it recorded. */
+char *sip__dash_render(const char *snapshot, size_t *len);
+#define SIP__DASH_HISTORY_EMPTY "<script type=\"application/json\" id=\"sip-history\">null</script>"
+/* What the dashboard shows (owned): the status document (pools with their
+ * sessions, queues, latency and batch histograms, pipelines, connections)
+ * with each pool's settings (backend, priority, pool_size, model_path,
+ * dynamic_batching, source), "time_us" (wall clock), "draining" and
+ * "repository" (the repository index's models, failed loads with their
+ * reason). NULL when out of memory. */
+json_t *sip__dash_data(sip_server_t *s);
 
 /* ---- routes.c ------------------------------------------------------------ */
 
@@ -288,6 +348,7 @@ enum MHD_Result sip__http_all_stats(hreq_t *q);
 
 enum MHD_Result sip__http_live(hreq_t *q);
 enum MHD_Result sip__http_ready(hreq_t *q);
+enum MHD_Result sip__http_status(hreq_t *q);
 enum MHD_Result sip__http_server_meta(hreq_t *q);
 enum MHD_Result sip__http_metrics(hreq_t *q);
 

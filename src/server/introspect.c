@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 #include "pipeline/pipeline.h"
 #include "sched/batch.h"
 #include "server/server.h"
@@ -14,6 +15,8 @@
 #include "server/server_impl.h"
 #include "session/preprocess.h"
 #include "session/counters.h"
+#include "session/sla.h"
+#include "server/sla_monitor.h"
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -31,8 +34,9 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     if (p->backend)
       json_object_set_new(o, "platform", json_string(p->backend->platform ? p->backend->platform
                                                                           : p->backend->name));
-    json_object_set_new(o, "model_path", nullable(p->resolved_path ? p->resolved_path
-                                                                   : p->cfg->model_path));
+    json_object_set_new(o, "model_path", nullable(sip__redact_path(
+                                             p->resolved_path ? p->resolved_path
+                                                              : p->cfg->model_path)));
     json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
     json_object_set_new(o, "pool_size", json_integer(atomic_load(&p->size)));
     /* For the HTTP model_configuration extension. */
@@ -121,6 +125,13 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                 (json_int_t)c.session_failures, "standby_sessions",
                                 c.standby_sessions, "promotions", (json_int_t)c.promotions,
                                 "last_recovery_us", (json_int_t)c.last_recovery_us));
+  json_object_set_new(o, "isolation",
+                      json_string(c.isolation == SIP__ISOLATION_PROCESS ? "process" : "thread"));
+  if (c.isolation == SIP__ISOLATION_PROCESS)
+    json_object_set_new(o, "worker",
+                        json_pack("{s:i,s:i,s:I,s:s}", "pid", c.worker_pid, "standby_pid",
+                                  c.standby_worker_pid, "restarts",
+                                  (json_int_t)c.worker_restarts, "last_exit", c.worker_exit));
   json_t *bh = json_array();
   for (int i = 0; i < SIP__BATCH_BUCKETS; i++)
     json_array_append_new(bh, json_pack("[o,I]",
@@ -141,6 +152,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                   (json_int_t)c.seq_waiting, "expired",
                                   (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
+  if (p->sla) json_object_set_new(o, "sla", sip__sla_json(p->sla)); /* docs/sla.md */
   json_object_set_new(
       o, "stats",
       json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
@@ -206,6 +218,13 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
         if (s->frontends[f].vt->connections)
           s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
       json_object_set_new(root, "connections", conns);
+      json_object_set_new(root, "alerts", sip__sla_monitor_json(s));
+      /* Where it listens ("http://host:port/dashboard" among them): what
+       * `sip report` fetches the dashboard's report from. */
+      json_t *eps = json_array();
+      for (size_t k = 0; k < sip_server_endpoint_count(s); k++)
+        json_array_append_new(eps, json_string(sip_server_endpoint(s, k)));
+      json_object_set_new(root, "endpoints", eps);
     }
   }
   sip__registry_release(v, n);

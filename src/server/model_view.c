@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 #include "pipeline/pipeline.h"
 #include "server/introspect.h"
 #include "server/server_impl.h"
@@ -22,7 +23,9 @@ static void pool_view(sip__engine_t *eng, sip__pool_t *p, sip__model_view_t *v) 
   v->error = c.state == SIP__POOL_FAILED ? p->error : NULL;
   v->platform = p->backend ? (p->backend->platform ? p->backend->platform : p->backend->name)
                            : "unknown";
-  v->model_path = p->resolved_path ? p->resolved_path : p->cfg->model_path;
+  /* Relative to the model repository (or the config's directory): answers
+   * do not show the server's directories (docs/security.md). */
+  v->model_path = sip__redact_path(p->resolved_path ? p->resolved_path : p->cfg->model_path);
   v->pool_cfg = p->cfg;
   v->pool_size = atomic_load(&p->size);
   v->max_memory_mb = atomic_load(&p->quota_memory_mb);

@@ -19,6 +19,8 @@
 #include "server/prometheus.h"
 #include "session/counters.h"
 #include "server/server_impl.h"
+#include "server/sla_monitor.h"
+#include "session/sla.h"
 #include "server/tracing.h"
 #include "sip/frontend.h"
 
@@ -82,6 +84,7 @@ static uint64_t n_execution(const sip__pool_counters_t *c) { return c->execution
 static uint64_t n_retries(const sip__pool_counters_t *c) { return c->retries; }
 static uint64_t n_fallbacks(const sip__pool_counters_t *c) { return c->fallbacks; }
 static uint64_t n_session_failures(const sip__pool_counters_t *c) { return c->session_failures; }
+static uint64_t n_worker_restarts(const sip__pool_counters_t *c) { return c->worker_restarts; }
 /* Every answered request is a success or a failure. */
 static uint64_t ns_request(const sip__pool_counters_t *c) { return c->success.ns + c->fail.ns; }
 static uint64_t ns_queue(const sip__pool_counters_t *c) { return c->queue_stat.ns; }
@@ -341,6 +344,89 @@ static void idem_metrics(sb_t *b, sip_server_t *s) {
   }
 }
 
+/* Pools with an sla block only (docs/sla.md). */
+static void sla_metrics(sb_t *b, pool_row_t *pl, size_t n) {
+  enum { COMPLIANCE, WINDOW_OK, P99, AVAIL, THROUGHPUT, LEVEL, NFAM };
+  static const struct {
+    const char *name, *help;
+  } fam[NFAM] = {
+      [COMPLIANCE] = {"sip_sla_compliance_ratio",
+                      "Good SLA windows / windows over the pool's horizon (sla.horizon_windows)."},
+      [WINDOW_OK] = {"sip_sla_window_ok",
+                     "1 when the pool's last closed SLA window met every target, else 0."},
+      [P99] = {"sip_sla_window_p99_ms",
+               "p99 latency of the successful requests of the last closed SLA window, in ms."},
+      [AVAIL] = {"sip_sla_window_availability",
+                 "Successful / counted requests of the last closed SLA window (0..1)."},
+      [THROUGHPUT] = {"sip_sla_window_throughput_rps",
+                      "Successful requests per second of the last closed SLA window."},
+      [LEVEL] = {"sip_sla_alert_level", "The pool's SLA alert level: 0 none, 1 warning, 2 critical."},
+  };
+  sip__sla_view_t *v = sip__calloc(n ? n : 1, sizeof *v);
+  if (!v) {
+    b->oom = 1;
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (pl[i].pool->sla) sip__sla_read(pl[i].pool->sla, &v[i]);
+  for (int f = 0; f < NFAM; f++) {
+    family(b, fam[f].name, "gauge", fam[f].help);
+    for (size_t i = 0; i < n; i++) {
+      const sip__sla_view_t *x = &v[i];
+      const sip__sla_window_t *w = &x->last;
+      double val = f == COMPLIANCE ? x->compliance
+                   : f == WINDOW_OK ? (x->have_last ? w->good : -1)
+                   : f == P99       ? (x->have_last ? w->p99_ms : -1)
+                   : f == AVAIL     ? (x->have_last ? w->availability : -1)
+                   : f == THROUGHPUT ? (x->have_last ? w->throughput_rps : -1)
+                                     : x->level;
+      /* No pool SLA, or nothing measured yet: no sample. */
+      if (pl[i].pool->sla && val >= 0) sb_add(b, "%s{%s} %.17g\n", fam[f].name, pl[i].labels, val);
+    }
+  }
+  family(b, "sip_sla_alerts_total", "counter", "SLA alerts fired, by level (warning, critical).");
+  for (size_t i = 0; i < n; i++)
+    for (int l = SIP__ALERT_WARNING; pl[i].pool->sla && l < SIP__ALERT_LEVELS; l++)
+      sb_add(b, "sip_sla_alerts_total{%s,level=\"%s\"} %llu\n", pl[i].labels,
+             sip__alert_level_name(l), (unsigned long long)v[i].fired[l]);
+  family(b, "sip_sla_alerts_resolved_total", "counter", "SLA alerts resolved.");
+  for (size_t i = 0; i < n; i++)
+    if (pl[i].pool->sla)
+      sb_add(b, "sip_sla_alerts_resolved_total{%s} %llu\n", pl[i].labels,
+             (unsigned long long)v[i].resolved);
+  sip__free(v);
+}
+
+typedef struct hook_ctx {
+  sb_t *b;
+  int field;
+} hook_ctx_t;
+
+static void emit_webhook(void *ctx, const char *url, const sip__webhook_stats_t *st) {
+  hook_ctx_t *x = ctx;
+  char e[600];
+  static const char *const results[] = {"delivered", "failed", "dropped"};
+  if (x->field == 0) {
+    const uint64_t v[3] = {st->delivered, st->failed, st->dropped};
+    for (int r = 0; r < 3; r++)
+      sb_add(x->b, "sip_alert_webhook_deliveries_total{url=\"%s\",result=\"%s\"} %llu\n",
+             esc(e, sizeof e, url), results[r], (unsigned long long)v[r]);
+  } else {
+    sb_add(x->b, "sip_alert_webhook_queued{url=\"%s\"} %llu\n", esc(e, sizeof e, url),
+           (unsigned long long)st->queued);
+  }
+}
+
+static void webhook_metrics(sb_t *b, sip_server_t *s) {
+  family(b, "sip_alert_webhook_deliveries_total", "counter",
+         "Alerts posted to each webhook, by result (delivered, failed after every retry, dropped).");
+  hook_ctx_t x = {b, 0};
+  sip__sla_monitor_webhooks(s, emit_webhook, &x);
+  family(b, "sip_alert_webhook_queued", "gauge", "Alerts waiting for each webhook.");
+  x.field = 1;
+  sip__sla_monitor_webhooks(s, emit_webhook, &x);
+}
+
 static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
   sip__session_counters_t sc;
   char e[400];
@@ -431,6 +517,9 @@ char *sip__prometheus_text(sip_server_t *s) {
                    0);
   counter_per_pool(&b, pl, n, "sip_session_failures_total",
                    "Sessions failed (crashed or hung) and replaced.", n_session_failures, 0);
+  counter_per_pool(&b, pl, n, "sip_worker_restarts_total",
+                   "Worker processes of process-isolated pools that ended and were replaced.",
+                   n_worker_restarts, 0);
   counter_per_pool(&b, pl, n, "sip_request_duration_us_total",
                    "Cumulative time from arrival to answer of every request, in microseconds.",
                    ns_request, 1);
@@ -473,6 +562,8 @@ char *sip__prometheus_text(sip_server_t *s) {
   gauge_per_pool(&b, pl, n, "sip_active_sessions", "Sessions READY or RUNNING.", g_active);
   sequence_metrics(&b, pl, n);
   session_metrics(&b, pl, n);
+  sla_metrics(&b, pl, n);
+  webhook_metrics(&b, s);
   idem_metrics(&b, s);
 
   /* Pipelines are listed once built (before, the set is still LOADING). */

@@ -41,7 +41,8 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
          a->http_max_connections_per_ip != b->http_max_connections_per_ip ||
          a->http_header_timeout_ms != b->http_header_timeout_ms ||
          a->http_max_body_bytes != b->http_max_body_bytes || a->http_threads != b->http_threads ||
-         memcmp(&a->engine, &b->engine, sizeof a->engine) != 0;
+         memcmp(&a->engine, &b->engine, sizeof a->engine) != 0 ||
+         !same_str(a->grpc, b->grpc) || !sip__config_security_same(a, b);
 }
 
 /* Why `name` (a session_pools entry of the new config) cannot be a config

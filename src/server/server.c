@@ -1,5 +1,6 @@
 /* sip — the engine's public API: options, server lifecycle, requests and
  * responses (introspection is in introspect.c). */
+#include <limits.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,11 +8,13 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
 #include "server/idem_journal.h"
+#include "server/sla_monitor.h"
 #include "server/idempotency.h"
 #include "server/tracing.h"
 #include "backend/backends.h"
@@ -401,6 +404,10 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the housekeeping thread");
   }
   s->hk_started = 1;
+  if ((e = sip__sla_monitor_start(s))) {
+    sip_server_free(s);
+    return e;
+  }
   *out = s;
   return NULL;
 }
@@ -420,7 +427,25 @@ sip_error_t *sip_config_check_file(const char *path, char **summary) {
   return *summary ? NULL : SIP__OOM();
 }
 
+/* The directories answers must not show (core/redact.h): the model
+ * repository, the config file's, the state directory, each pool's model
+ * directory and the working directory. */
+static void register_private_dirs(const sip__config_t *cfg) {
+  char real[PATH_MAX], cwd[PATH_MAX];
+  if (cfg->path && realpath(cfg->path, real)) sip__redact_add_parent(real);
+  if (getcwd(cwd, sizeof cwd)) sip__redact_add_dir(cwd);
+  sip__redact_add_dir(cfg->model_repository && realpath(cfg->model_repository, real)
+                          ? real : cfg->model_repository);
+  sip__redact_add_dir(cfg->state_dir);
+  for (size_t i = 0; i < cfg->n_pools; i++) {
+    const char *mp = cfg->pools[i].model_path;
+    if (mp && realpath(mp, real)) sip__redact_add_parent(real);
+    else sip__redact_add_parent(mp);
+  }
+}
+
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
+  register_private_dirs(s->cfg);
   /* The loader (src/server/repository.c) loads the pools, then serves
    * repository loads and unloads. */
   sip_error_t *e = sip__repo_start(s, o->wait_for_load);
@@ -504,6 +529,8 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
 
 void sip_server_free(sip_server_t *s) {
   if (!s) return;
+  /* No windows close while pools drain: a drain refuses requests on purpose. */
+  sip__sla_monitor_stop(s);
   sip_server_drain(s, -1);
   sip__pipelines_quiesce(s->pipelines); /* queued transform stages answer while transports are up */
   /* Every request a front-end submitted has completed: close them, last first. */

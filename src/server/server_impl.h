@@ -67,6 +67,7 @@ struct sip_server {
   size_t replaying;
   pthread_cond_t idem_cv;
   struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
+  struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/sla_monitor.c) */
 };
 
 /* Ends every event stream (src/server/events.c); before the engine goes. */

@@ -10,8 +10,9 @@
  * and the session slot gets a new backend context and a new thread. The
  * abandoned thread, when its execute returns, frees what it owns and ends
  * without touching the session or the pool; the pool keeps its model until
- * such threads ended (sip__avail_wait_abandoned). A process worker would
- * plug in behind the same record: begin, end, abandon. */
+ * such threads ended (sip__avail_wait_abandoned). A process-isolated pool
+ * (isolation.c) is not abandoned: its worker process is killed, the
+ * execution fails as a session failure and the worker restarts. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/isolation.h"
 
 #define ABANDONED_WAIT_MS 5000
 
@@ -30,6 +32,7 @@ struct sip__exec {
   void *ctx; /* the backend context it runs on */
   const sip_backend_vtable_t *backend;
   sip__pool_life_t *life;
+  int killed; /* a process-isolated pool's worker was killed for it (under mu) */
 };
 
 static void life_unref(sip__pool_life_t *l) {
@@ -271,6 +274,21 @@ static void *watchdog_main(void *arg) {
        * next one while the lock was released for the previous one. */
       uint64_t now = sip__now_us();
       if (!x || now < x->start_us + hang_us) continue;
+      if (p->iso) {
+        /* A worker process can be stopped: it is killed, the execution
+         * fails as its session's failure, and the worker restarts. */
+        if (!x->killed) {
+          char why[256];
+          snprintf(why, sizeof why, "session %s hung for %llu ms", s->id,
+                   (unsigned long long)((now - x->start_us) / 1000));
+          x->killed = 1;
+          sip__iso_t *iso = p->iso;
+          pthread_mutex_unlock(&p->mu);
+          sip__iso_kill(iso, why);
+          pthread_mutex_lock(&p->mu);
+        }
+        continue;
+      }
       /* Read before the claim: once x is abandoned its thread may free it
        * at any moment (while it is not, p->mu keeps it: a thread that
        * finished first clears s->exec under the lock before freeing). */

@@ -13,7 +13,12 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
     c->queued_total += p->queue.q[l].count;
   }
   c->standby_sessions = p->n_standby;
+  memcpy(c->worker_exit, p->worker_exit, sizeof c->worker_exit);
   pthread_mutex_unlock(&p->mu);
+  c->isolation = p->cfg->isolation;
+  c->worker_pid = atomic_load(&p->worker_pid);
+  c->standby_worker_pid = atomic_load(&p->standby_pid);
+  c->worker_restarts = atomic_load(&p->worker_restarts);
   for (int i = 0; i < sip__pool_session_count(p); i++) {
     int ss = atomic_load(&p->sessions[i].state);
     c->active_sessions += ss == SIP__SESSION_READY || ss == SIP__SESSION_RUNNING;

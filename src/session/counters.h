@@ -24,6 +24,10 @@ typedef struct sip__pool_counters {
   uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
   int standby_sessions;                          /* hot_standby contexts ready */
   uint64_t promotions, last_recovery_us;
+  int isolation;                       /* sip__isolation_t */
+  int worker_pid, standby_worker_pid;  /* isolation: process; 0: none running */
+  uint64_t worker_restarts;
+  char worker_exit[192];               /* why the last worker ended; "" none */
   int sequences;                       /* sequence_batching is on: the next three mean something */
   uint64_t seq_active, seq_waiting, seq_expired; /* bound, in the backlog, released idle */
 } sip__pool_counters_t;

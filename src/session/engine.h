@@ -281,6 +281,15 @@ struct sip__pool {
   int standby_broken;                 /* a warm-up failed: no more refills */
   atomic_uint_fast64_t n_promotions;
   atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
+  struct sip__sla *sla; /* the sla block's accounting (src/session/sla.h), or NULL */
+  /* isolation: process (src/session/isolation.c): the worker's handle
+   * (p->model while loaded) and the forwarding backend p->backend points
+   * to; what status shows of the worker processes. */
+  struct sip__iso *iso;
+  sip_backend_vtable_t iso_vt;
+  atomic_int worker_pid, standby_pid; /* 0: none running */
+  atomic_uint_fast64_t worker_restarts;
+  char worker_exit[192]; /* why the last worker ended ("" none); under mu */
 };
 
 /* ---- availability (src/session/availability.c) ---- */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/redact.h"
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
@@ -22,7 +23,7 @@ static const char *type_names[SIP_EVENT_TYPES_] = {
     [SIP_EVENT_STATE_CHANGE] = "STATE_CHANGE", [SIP_EVENT_INFERENCE_COMPLETE] = "INFERENCE_COMPLETE",
     [SIP_EVENT_ERROR] = "ERROR",               [SIP_EVENT_POOL_LOADED] = "POOL_LOADED",
     [SIP_EVENT_POOL_FAILED] = "POOL_FAILED",   [SIP_EVENT_POOL_SCALED] = "POOL_SCALED",
-    [SIP_EVENT_POOL_FAILOVER] = "POOL_FAILOVER"};
+    [SIP_EVENT_POOL_FAILOVER] = "POOL_FAILOVER", [SIP_EVENT_ALERT] = "ALERT"};
 
 const char *sip_event_type_name(sip_event_type_t t) {
   return (unsigned)t < SIP_EVENT_TYPES_ && type_names[t] ? type_names[t] : "UNKNOWN";
@@ -51,13 +52,27 @@ char *sip_event_json(const sip_event_t *ev, uint64_t dropped) {
           json_object_set_new(o, "message", json_string(ev->text)) ||
           json_object_set_new(o, "latency_ms", json_real(ev->latency_ms));
     break;
+  case SIP_EVENT_ALERT: {
+    /* old_state → new_state is the level's change: up is a firing, down to
+     * "none" a resolution of the level that was on. */
+    int resolved = !strcmp(ev->new_state, "none");
+    bad = bad ||
+          json_object_set_new(o, "level", json_string(resolved ? ev->old_state : ev->new_state)) ||
+          json_object_set_new(o, "state", json_string(resolved ? "resolved" : "firing")) ||
+          json_object_set_new(o, "previous_level", json_string(ev->old_state)) ||
+          json_object_set_new(o, "reason", json_string(ev->text));
+    break;
+  }
   default:
     bad = bad || json_object_set_new(o, "message", json_string(ev->text));
   }
   char *txt = bad ? NULL : json_dumps(o, JSON_COMPACT);
   json_decref(o);
   if (!txt) return NULL;
-  char *out = sip__strdup(txt); /* sip_free-able */
+  /* Streamed to clients: without the server's directories (core/redact.h). */
+  size_t rn = 0;
+  char *out = sip__redacted(txt, strlen(txt), &rn);
+  if (!out) out = sip__strdup(txt); /* sip_free-able */
   free(txt);
   return out;
 }

@@ -22,7 +22,9 @@
 #include "sched/batch.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/isolation.h"
 #include "session/sequence.h"
+#include "session/sla.h"
 
 #define MAX_BATCH_REQUESTS 1024
 #define RATE_WINDOW_US 200000
@@ -167,6 +169,7 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
 void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns) {
   if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
   sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
+  if (p->sla) sip__sla_record(p->sla, code, total_ns / 1000);
 }
 
 /* Every queued request ends here: metrics, a log line for failures, the
@@ -569,6 +572,12 @@ static int run_batch(sip__session_t *s, batch_t *b) {
     /* The context this execution runs on (read before the watchdog can
      * abandon it: the session's is then another one). */
     void *ctx = s->ctx;
+    /* A process-isolated pool takes its faults in the worker, where a
+     * crash ends the worker process. */
+    if (p->iso && fault != SIP__FAULT_NONE) {
+      sip__iso_fault(ctx, fault, delay_ms);
+      fault = SIP__FAULT_NONE;
+    }
     sip__exec_t *x = watched ? sip__exec_begin(s, b->reqs, n) : NULL;
     if (fault == SIP__FAULT_SLOW || fault == SIP__FAULT_HANG) fault_wait(p, x, fault, delay_ms);
     sip_out_dest_t dests[64];
@@ -583,6 +592,8 @@ static int run_batch(sip__session_t *s, batch_t *b) {
       e = p->backend->execute_into(ctx, inputs, n_in, names, n_out, dests, outs);
     else
       e = p->backend->execute(ctx, inputs, n_in, names, n_out, outs);
+    /* The worker process ended under the execution: a session failure. */
+    if (e && p->iso && sip__iso_lost(ctx)) crashed = 1;
     t_done = sip__now_ns();
     if (!sip__exec_end(s, x)) { /* abandoned by the watchdog: its requests are answered */
       for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
@@ -602,7 +613,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   }
   for (size_t i = 0; i < n_in; i++) sip_tensor_free(joined[i]);
   /* A crashed session is replaced before its requests are failed over. */
-  if (crashed) sip__session_renew(s, "injected crash");
+  if (crashed) sip__session_renew(s, p->iso ? sip_error_message(e) : "injected crash");
   uint64_t compute_us = (t_done - t_run) / 1000;
   sip__hist_observe(&p->h_compute, compute_us);
   atomic_fetch_add(&s->inferences, n);
@@ -742,7 +753,10 @@ void *sip__session_main(void *arg) {
   sip__session_t *s = arg;
   sip__pool_t *p = s->pool;
   batch_t *b = sip__malloc(sizeof *b);
-  int64_t spin_us = p->seq ? 0 : idle_spin_us();
+  /* A process-isolated pool's executions run in its worker, which needs
+   * the core this thread would poll on (measured: polling there adds to
+   * the latency on a 2-core machine instead of saving). */
+  int64_t spin_us = p->seq || p->iso ? 0 : idle_spin_us();
   uint64_t spin_until = 0; /* after work: poll until then before sleeping */
   pthread_mutex_lock(&p->mu);
   for (;;) {

@@ -19,7 +19,9 @@
 #include "backend/backends.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/isolation.h"
 #include "session/sequence.h"
+#include "session/sla.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
@@ -223,7 +225,7 @@ sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
   pthread_cond_init(&p->cv, &pa);
   pthread_condattr_destroy(&pa);
   sip__arb_account_init(&p->arb, (int)cfg->priority, cfg->max_compute_percent);
-  if (sip__avail_init(p)) {
+  if (sip__avail_init(p) || (cfg->sla.enabled && !(p->sla = sip__sla_new(&cfg->sla)))) {
     sip__pool_destroy(p);
     return NULL;
   }
@@ -247,6 +249,7 @@ void sip__pool_destroy(sip__pool_t *p) {
   pthread_mutex_destroy(&p->scale_mu);
   pthread_cond_destroy(&p->cv);
   sip__avail_destroy(p);
+  sip__sla_free(p->sla);
   sip__config_pool_free(p->own_cfg);
   sip__free(p);
 }
@@ -270,8 +273,8 @@ void sip__session_init(sip__pool_t *p, sip__session_t *s, int index) {
 
 /* Resident bytes of this process. Pools load one at a time, so the growth
  * across a load is the memory that model and its sessions brought. */
-uint64_t sip__resident_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
+static uint64_t resident_bytes_of(const char *statm) {
+  FILE *f = fopen(statm, "r");
   unsigned long long size = 0, rss = 0;
   if (f) {
     if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
@@ -279,6 +282,8 @@ uint64_t sip__resident_bytes(void) {
   }
   return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
+
+uint64_t sip__resident_bytes(void) { return resident_bytes_of("/proc/self/statm"); }
 
 static void pool_fail(sip__pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
@@ -393,8 +398,18 @@ static void load(sip__pool_t *p) {
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && (p->backend->flags & SIP_BACKEND_MEMORY_ARENA))
     opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
-  if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
-      (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts, &p->model))) {
+  if (c->isolation == SIP__ISOLATION_PROCESS) {
+    /* The model loads in a worker process; the pool runs on a backend
+     * that forwards to it (isolation.c). */
+    if ((e = sip__iso_load(p, p->backend, p->resolved_path, n_opts ? opts : NULL, n_opts,
+                           &p->model))) {
+      pool_fail(p, e);
+      return;
+    }
+    p->backend = &p->iso_vt;
+  } else if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
+             (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts,
+                                   &p->model))) {
     pool_fail(p, e);
     return;
   }
@@ -442,6 +457,11 @@ static void load(sip__pool_t *p) {
    * before any request can run, so an over-quota pool never serves. */
   uint64_t rss1 = sip__resident_bytes();
   p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
+  if (p->iso) { /* the model and its sessions live in the worker: all of it counts */
+    char statm[64];
+    snprintf(statm, sizeof statm, "/proc/%d/statm", atomic_load(&p->worker_pid));
+    p->memory_bytes = resident_bytes_of(statm);
+  }
   if (c->max_memory_mb && p->memory_bytes > (uint64_t)c->max_memory_mb << 20) {
     release(p);
     pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED,

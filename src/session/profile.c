@@ -53,6 +53,10 @@ sip_error_t *sip__pool_profile(sip__pool_t *p, int index, uint64_t ms, char **tr
   if (atomic_load(&p->state) != SIP__POOL_READY)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is not serving (state %s)", p->cfg->name,
                          sip__pool_state_name(atomic_load(&p->state)));
+  if (p->iso)
+    return sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s' runs in a worker process "
+                         "(isolation: process), where the operator profiler does not reach; "
+                         "expected a pool with isolation: thread", p->cfg->name);
   if (!vt->session_new_profiled || !vt->profile_end)
     return sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s': backend %s has no operator "
                          "profiler; expected a pool of the onnxruntime backend",

@@ -3,6 +3,9 @@
  * and listen, and its connect (the unix kind's stale-socket probe; tests).
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -47,9 +50,49 @@ static int unix_connect(const endpoint_t *ep) {
   return fd;
 }
 
+/* Binds `fd` to `path` with the endpoint's mode and owner already in place
+ * when the path appears: the socket is bound inside a private directory
+ * (mode 0700, next to `path`), given its mode and owner there, then renamed
+ * to `path`. No one else can connect while its mode is still the umask's.
+ * When the private name would not fit in sun_path, or the directory cannot
+ * be made, the umask is narrowed around bind instead (process-wide, but
+ * only for the bind). */
+static int bind_private(int fd, const endpoint_t *ep, const char *path) {
+  char dir[sizeof ep->path + 16], tmp[sizeof ep->path + 32];
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 0;
+  int fits = dl + sizeof "/.sipd-XXXXXX/s" <= sizeof ep->path;
+  if (fits) {
+    snprintf(dir, sizeof dir, "%.*s/.sipd-XXXXXX", (int)dl, slash ? path : ".");
+    fits = mkdtemp(dir) != NULL; /* a directory sipd cannot write to: the umask way */
+  }
+  if (fits) {
+    snprintf(tmp, sizeof tmp, "%s/s", dir);
+  } else {
+    snprintf(tmp, sizeof tmp, "%s", path);
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(tmp) >= sizeof sa.sun_path) return errno = ENAMETOOLONG, -1;
+  memcpy(sa.sun_path, tmp, strlen(tmp) + 1);
+  mode_t old = fits ? 0 : umask(0777 & ~(mode_t)(ep->mode & 0600));
+  int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+  if (!fits) umask(old);
+  if (rc == 0 && (ep->uid != (uid_t)-1 || ep->gid != (gid_t)-1)) rc = chown(tmp, ep->uid, ep->gid);
+  if (rc == 0) rc = chmod(tmp, (mode_t)ep->mode);
+  if (rc == 0 && fits) rc = rename(tmp, path);
+  int err = errno;
+  if (fits) {
+    if (rc) unlink(tmp);
+    rmdir(dir);
+  } else if (rc) {
+    unlink(tmp);
+  }
+  errno = err;
+  return rc;
+}
+
 static sip_error_t *unix_listen(const endpoint_t *ep, listener_t *l) {
   const char *path = ep->path;
-  struct sockaddr_un sa = unix_addr(ep);
   struct stat st;
   if (lstat(path, &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
@@ -68,11 +111,11 @@ static sip_error_t *unix_listen(const endpoint_t *ep, listener_t *l) {
   }
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return sip_error_new(SIP_UNAVAILABLE, "socket(): %s", strerror(errno));
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 512) != 0) {
+  if (bind_private(fd, ep, path) != 0 || listen(fd, 512) != 0) {
     int err = errno;
     close(fd);
-    return sip_error_new(SIP_UNAVAILABLE, "cannot listen on unix socket %s: %s", path,
-                         strerror(err));
+    return sip_error_new(SIP_UNAVAILABLE, "cannot listen on unix socket %s (mode %04o): %s",
+                         path, ep->mode, strerror(err));
   }
   l->fd = fd;
   l->unlink_path = sip__strdup(path);
@@ -224,9 +267,41 @@ sip_error_t *sip__endpoint_parse(const char *endpoint, endpoint_t *out) {
   return sip_error_new(SIP_INVALID_ARGUMENT, "endpoint '%s'; " EXPECTED, endpoint);
 }
 
-sip_error_t *sip__endpoint_listen(const char *endpoint, listener_t *l) {
+sip_error_t *sip__endpoint_listen(const char *endpoint, const sip__sock_perm_t *perm,
+                                  listener_t *l) {
   l->fd = -1;
   endpoint_t ep;
   sip_error_t *e = sip__endpoint_parse(endpoint, &ep);
-  return e ? e : ep.kind->listen(&ep, l);
+  if (e) return e;
+  ep.mode = perm && perm->mode ? perm->mode : 0600;
+  ep.uid = perm ? perm->uid : (uid_t)-1;
+  ep.gid = perm ? perm->gid : (gid_t)-1;
+  return ep.kind->listen(&ep, l);
+}
+
+sip_error_t *sip__sock_perm_resolve(const char *owner, const char *group, unsigned mode,
+                                    sip__sock_perm_t *out) {
+  out->mode = mode ? mode : 0600;
+  out->uid = (uid_t)-1;
+  out->gid = (gid_t)-1;
+  char buf[4096];
+  if (owner) {
+    struct passwd pw, *r = NULL;
+    char *end;
+    unsigned long id = strtoul(owner, &end, 10);
+    if (*owner && !*end) out->uid = (uid_t)id;
+    else if (getpwnam_r(owner, &pw, buf, sizeof buf, &r) == 0 && r) out->uid = pw.pw_uid;
+    else return sip_error_new(SIP_INVALID_ARGUMENT, "server.socket_owner '%s': no such user; "
+                              "expected a user name or numeric uid", owner);
+  }
+  if (group) {
+    struct group gr, *r = NULL;
+    char *end;
+    unsigned long id = strtoul(group, &end, 10);
+    if (*group && !*end) out->gid = (gid_t)id;
+    else if (getgrnam_r(group, &gr, buf, sizeof buf, &r) == 0 && r) out->gid = gr.gr_gid;
+    else return sip_error_new(SIP_INVALID_ARGUMENT, "server.socket_group '%s': no such group; "
+                              "expected a group name or numeric gid", group);
+  }
+  return NULL;
 }

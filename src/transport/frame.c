@@ -5,12 +5,13 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/redact.h"
 
 static const char *type_names[SIP__MSG_MAX + 1] = {
     "?",           "INFER_REQUEST",       "INFER_RESPONSE", "INFO_REQUEST",
     "INFO_RESPONSE", "ERROR",             "BATCH_INFER_REQUEST", "REPO_REQUEST",
     "SHM_REGISTER", "SHM_UNREGISTER",     "SHM_STATUS",     "SUBSCRIBE",
-    "EVENT",       "ADMIN_REQUEST"};
+    "EVENT",       "ADMIN_REQUEST",       "AUTH"};
 
 sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h) {
@@ -234,6 +235,17 @@ void sip__encode_infer_response(sip__wbuf_t *w, uint64_t request_id, uint32_t co
                                  outputs, NULL, n_outputs, 0);
 }
 
+/* u32 code, u32 length, the message: without the server's directories
+ * (core/redact.h). */
+static void put_message(sip__wbuf_t *w, uint32_t code, const char *message) {
+  size_t mlen = message ? strlen(message) : 0, rn = 0;
+  char *red = sip__redacted(message, mlen, &rn);
+  sip__wbuf_u32(w, code);
+  sip__wbuf_u32(w, (uint32_t)(red ? rn : mlen));
+  sip__wbuf_put(w, red ? red : message, red ? rn : mlen);
+  sip__free(red);
+}
+
 void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_t code,
                                     const char *message, uint64_t queue_us, uint64_t compute_us,
                                     uint64_t total_us, const sip_tensor_t *const *outputs,
@@ -241,10 +253,7 @@ void sip__encode_infer_response_shm(sip__wbuf_t *w, uint64_t request_id, uint32_
                                     uint16_t flags) {
   size_t at = begin(w);
   size_t ps = at + SIP__FRAME_HEADER_SIZE;
-  size_t mlen = message ? strlen(message) : 0;
-  sip__wbuf_u32(w, code);
-  sip__wbuf_u32(w, (uint32_t)mlen);
-  sip__wbuf_put(w, message, mlen);
+  put_message(w, code, message);
   sip__wbuf_u64(w, queue_us);
   sip__wbuf_u64(w, compute_us);
   sip__wbuf_u64(w, total_us);
@@ -297,16 +306,16 @@ void sip__encode_info_response(sip__wbuf_t *w, uint64_t request_id, uint32_t cod
                                const char *json, size_t json_len) {
   size_t at = begin(w);
   sip__wbuf_u32(w, code);
-  sip__wbuf_put(w, json, json_len);
+  size_t rn = 0;
+  char *red = sip__redacted(json, json_len, &rn); /* no server directories (core/redact.h) */
+  sip__wbuf_put(w, red ? red : json, red ? rn : json_len);
+  sip__free(red);
   finish(w, at, SIP__MSG_INFO_RESPONSE, request_id);
 }
 
 void sip__encode_error(sip__wbuf_t *w, uint64_t request_id, uint32_t code, const char *message) {
   size_t at = begin(w);
-  size_t mlen = message ? strlen(message) : 0;
-  sip__wbuf_u32(w, code);
-  sip__wbuf_u32(w, (uint32_t)mlen);
-  sip__wbuf_put(w, message, mlen);
+  put_message(w, code, message);
   finish(w, at, SIP__MSG_ERROR, request_id);
 }
 

@@ -35,8 +35,12 @@ enum {
   /* JSON {"action": "fault"|"drain"|"resume", "pool": P, ...} (sip_server_admin),
    * answered by INFO_RESPONSE. */
   SIP__MSG_ADMIN_REQUEST = 13,
+  /* The token (the whole payload) that opens API groups for the rest of the
+   * connection (docs/security.md); answered by INFO_RESPONSE
+   * {"authenticated": true, "groups": [...]}, or ERROR UNAUTHENTICATED. */
+  SIP__MSG_AUTH = 14,
 };
-#define SIP__MSG_MAX SIP__MSG_ADMIN_REQUEST
+#define SIP__MSG_MAX SIP__MSG_AUTH
 /* The largest event buffer a subscriber may ask for. */
 #define SIP__MAX_EVENT_BUFFER 65536
 #define SIP__BATCH_PREFIX_SIZE 8

@@ -691,6 +691,7 @@ void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
                                   c->h.type));
     return;
   }
+  if (!sip__conn_authorize(ls, c)) return;
   switch (c->h.type) {
   case SIP__MSG_SHM_REGISTER:
     handle_shm_register(ls, c);
@@ -721,7 +722,7 @@ void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
                                   "message type %u is sent by servers, not clients; expected "
                                   "INFER_REQUEST (1), INFO_REQUEST (3), BATCH_INFER_REQUEST (6), "
                                   "REPO_REQUEST (7), SHM_REGISTER/UNREGISTER/STATUS (8-10), SUBSCRIBE (11) "
-                                  "or ADMIN_REQUEST (13)",
+                                  "ADMIN_REQUEST (13) or AUTH (14)",
                                   c->h.type));
   }
 }

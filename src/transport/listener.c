@@ -327,7 +327,9 @@ static void refuse_connection(sip__listener_set_t *ls, const listener_t *l, int 
 
 static void do_accept(sip__listener_set_t *ls, listener_t *l) {
   for (int shed = 0;;) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = sizeof peer;
+    int fd = accept4(l->fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -378,6 +380,7 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
       sip__conn_unref(c);
       continue;
     }
+    sip__conn_auth_init(ls, c, !l->is_tcp || sip__addr_is_local((struct sockaddr *)&peer));
     c->cancel = sip_cancel_token_new(); /* NULL (no cancel on close) only when out of memory */
     c->slot = slot;
     c->gen = ++ls->next_gen;
@@ -482,6 +485,7 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
   if (!ls) return SIP__OOM();
   ls->srv = srv;
   ls->max_frame = cfg->max_frame_bytes;
+  ls->auth = &cfg->auth;
   ls->max_unsent = cfg->max_unsent_bytes ? cfg->max_unsent_bytes : (size_t)16 << 20;
   /* A zeroed setting (an embedder's config) takes the config's default. */
   ls->max_conns = cfg->max_connections > 0 ? cfg->max_connections : 1024;
@@ -505,8 +509,12 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG(TAG_WAKE, 0)};
   if (!e && epoll_ctl(ls->epfd, EPOLL_CTL_ADD, ls->wakefd, &ev) != 0)
     e = sip_error_new(SIP_UNAVAILABLE, "epoll_ctl: %s", strerror(errno));
+  sip__sock_perm_t perm;
+  if (!e)
+    e = sip__sock_perm_resolve(cfg->socket_owner, cfg->socket_group, (unsigned)cfg->socket_mode,
+                               &perm);
   for (size_t i = 0; !e && i < n; i++) {
-    e = sip__endpoint_listen(endpoints[i], &ls->ls[i]);
+    e = sip__endpoint_listen(endpoints[i], &perm, &ls->ls[i]);
     if (e) break;
     ls->n_ls = i + 1;
     if (!ls->ls[i].address) {

@@ -18,9 +18,12 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "core/auth.h"
 #include "core/core.h"
 #include "core/queue.h"
 #include "core/shm.h"
@@ -95,6 +98,10 @@ typedef struct conn {
   /* Regions this connection registered (loop only; created on the first
    * SHM_REGISTER, freed when the connection closes). */
   sip__shm_set_t *shm;
+  /* API groups this connection may use (1 << sip__auth_group_t; auth.c),
+   * and whether its peer is local (a unix socket or loopback). */
+  unsigned groups;
+  bool local;
 } conn_t;
 
 typedef struct listener {
@@ -141,6 +148,7 @@ struct sip__listener_set {
   size_t conn_rx_limit;  /* server.max_connection_receive_bytes */
   uint64_t refuse_log_us; /* "connection refused" lines: at most one a second */
   unsigned long refuse_log_suppressed;
+  const sip__auth_t *auth; /* server.auth (the config's); tokens per API group */
 };
 
 /* A requested output's destination in one of the connection's regions,
@@ -174,7 +182,18 @@ typedef struct endpoint {
   char path[108]; /* unix: the socket file (sun_path's size) */
   char host[256]; /* tcp: the host without brackets; "": every address */
   char port[6];   /* tcp: 0..65535, 0 = ephemeral */
+  unsigned mode;  /* unix: the socket file's permissions (server.socket_mode) */
+  uid_t uid;      /* unix: its owner and group; -1: left as created */
+  gid_t gid;
 } endpoint_t;
+
+/* A unix socket's permissions and owner (server.socket_mode, socket_owner,
+ * socket_group), in place before anyone can connect. */
+typedef struct sip__sock_perm {
+  unsigned mode;
+  uid_t uid; /* -1: unchanged */
+  gid_t gid;
+} sip__sock_perm_t;
 
 /* One endpoint scheme. */
 struct endpoint_kind {
@@ -194,7 +213,12 @@ struct endpoint_kind {
 sip_error_t *sip__endpoint_parse(const char *endpoint, endpoint_t *out);
 /* Parses and listens; l->fd is -1 on error. The address is reported as
  * unix://PATH or tcp://HOST:PORT with the port bound (IPv6 in brackets). */
-sip_error_t *sip__endpoint_listen(const char *endpoint, listener_t *l);
+sip_error_t *sip__endpoint_listen(const char *endpoint, const sip__sock_perm_t *perm,
+                                  listener_t *l);
+/* Resolves socket_owner/socket_group (names or numeric ids; NULL: left
+ * alone) and the mode (0: 0600). INVALID_ARGUMENT naming an unknown one. */
+sip_error_t *sip__sock_perm_resolve(const char *owner, const char *group, unsigned mode,
+                                    sip__sock_perm_t *out);
 
 /* ---- conn.c -------------------------------------------------------------- */
 
@@ -223,6 +247,15 @@ int sip__conn_flush(sip__listener_set_t *ls, conn_t *c);
 void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w);
 /* Loop only: closes the descriptors that came with the last frame. */
 void sip__conn_close_fds(conn_t *c);
+/* ---- auth.c -------------------------------------------------------------- */
+
+/* A new connection's open groups, from its peer being local or not. */
+void sip__conn_auth_init(sip__listener_set_t *ls, conn_t *c, bool local);
+/* Before a frame is handled: 1 when the connection may send it; else 0,
+ * the frame answered (AUTH itself is handled here, or the refusal sent and
+ * the connection closing). */
+int sip__conn_authorize(sip__listener_set_t *ls, conn_t *c);
+
 /* Protocol violation: answer with an ERROR frame, then close. */
 void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e);
 /* Any thread: writes an answer (taken) to the connection `id` if it is

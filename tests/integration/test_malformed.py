@@ -107,7 +107,7 @@ def test_nonzero_flags(srv, bystander):
     assert "flag" in msg.lower(), msg
 
 
-@pytest.mark.parametrize("msg_type", [0, 14, 99, 0xFFFF])
+@pytest.mark.parametrize("msg_type", [0, 15, 99, 0xFFFF])
 def test_unknown_type(srv, bystander, msg_type):
     _, msg, _ = expect_error_frame(srv, bystander, frame(b"\0" * 8, msg_type=msg_type),
                                    {"UNIMPLEMENTED"})

@@ -18,6 +18,7 @@ from .client import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResp
 from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
+                     UnauthenticatedError,
                      UnimplementedError, sip_error_from_code)
 from .events import SessionCallback, SessionEvent
 from .metrics import MetricsCollector, MetricsSnapshot, PoolMetrics, SessionMetrics
@@ -32,6 +33,7 @@ __all__ = [
     "SipError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError",
     "UnimplementedError", "FailedPreconditionError", "PermissionDeniedError", "InternalError",
+    "UnauthenticatedError",
     "sip_error_from_code", "__version__",
     "MetricsCollector", "MetricsSnapshot", "PoolMetrics", "SessionMetrics",
     "SessionCallback", "SessionEvent",

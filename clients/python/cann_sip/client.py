@@ -46,8 +46,8 @@ from concurrent.futures import TimeoutError as _FutureTimeout
 from . import protocol as P
 from .events import Subscription
 from .errors import (CancelledError, DeadlineExceededError, InternalError,
-                     InvalidArgumentError, NotFoundError, SipError, UnavailableError,
-                     sip_error_from_code)
+                     InvalidArgumentError, NotFoundError, SipError, UnauthenticatedError,
+                     UnavailableError, sip_error_from_code)
 
 __all__ = ["SessionClient", "InferenceRequest", "InferenceResponse", "SharedMemoryRegion",
            "parse_endpoint", "DEFAULT_ENDPOINT"]
@@ -845,14 +845,19 @@ class SessionClient:
     reconnect_timeout_s: how long a call waits for the connection to reopen
         (attempts spaced by the backoff) while the server cannot be reached;
         0: it fails at once with UnavailableError.
+    token: a bearer token of the server's server.auth (docs/security.md),
+        sent as an AUTH message first on every connection; None: none.
     backoff_s, max_backoff_s: the first delay between connection attempts,
         doubled after each failure up to the cap (each delay is jittered down
         to half of it); reset by a connection that opens.
     """
 
     def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=30, reconnect_timeout_s=0.0,
-                 backoff_s=0.05, max_backoff_s=2.0):
+                 backoff_s=0.05, max_backoff_s=2.0, token=None):
         parse_endpoint(endpoint)  # fail early on a malformed endpoint
+        # A server with server.auth takes requests of a group only after an
+        # AUTH message with one of its tokens; sent first on every connection.
+        self._token = P.encode_auth(token) if token is not None else None
         if not timeout_s or timeout_s <= 0:
             raise InvalidArgumentError("timeout_s must be > 0, not %r" % (timeout_s,))
         if reconnect_timeout_s < 0 or backoff_s <= 0 or max_backoff_s < backoff_s:
@@ -912,6 +917,8 @@ class SessionClient:
     def _open_locked(self):
         c = _Connection.open(self.endpoint, self.timeout_s)
         try:
+            if self._token is not None:
+                self._wait(c.submit(self._next_id(), "info", P.AUTH, [self._token], None))
             c.postprocess = self._postprocess
             c.regions = self._regions
             # Regions belong to a connection: a new one gets them again.
@@ -919,6 +926,8 @@ class SessionClient:
                 self._register_on(c, region)
         except SipError as e:
             c.close(e)
+            if isinstance(e, UnauthenticatedError):
+                raise  # a wrong token: no retry makes it right
             raise UnavailableError("cannot connect to %s: registering shared memory failed: %s"
                                    % (self.endpoint, e)) from None
         self._conn = c
@@ -1342,7 +1351,7 @@ class SessionClient:
                 sub = None
             if sub is None:
                 sub = Subscription(_open_socket(self.endpoint, self.timeout_s), key, buffer,
-                                   self.timeout_s)
+                                   self.timeout_s, token=self._token)
                 self._subs[key] = sub
             sub.add(callback)
         return sub

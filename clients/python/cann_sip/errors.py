@@ -19,6 +19,7 @@ __all__ = [
     "UnimplementedError",
     "FailedPreconditionError",
     "PermissionDeniedError",
+    "UnauthenticatedError",
     "InternalError",
     "code_name",
     "code_value",
@@ -39,6 +40,7 @@ CODE_NAMES = (
     "FAILED_PRECONDITION",
     "PERMISSION_DENIED",
     "INTERNAL",
+    "UNAUTHENTICATED",
 )
 _CODE_BY_NAME = {name: i for i, name in enumerate(CODE_NAMES)}
 
@@ -105,12 +107,15 @@ UnimplementedError = _subclass("UnimplementedError", 8, "Unsupported message or 
 FailedPreconditionError = _subclass("FailedPreconditionError", 9, "Failed precondition.")
 PermissionDeniedError = _subclass("PermissionDeniedError", 10, "Permission denied.")
 InternalError = _subclass("InternalError", 11, "Backend failure or protocol violation.")
+UnauthenticatedError = _subclass(
+    "UnauthenticatedError", 12, "No valid token for the request's API group (docs/security.md).")
 
 _CLASS_BY_CODE = {
     cls.CODE: cls
     for cls in (InvalidArgumentError, NotFoundError, AlreadyExistsError, ResourceExhaustedError,
                 DeadlineExceededError, UnavailableError, CancelledError, UnimplementedError,
-                FailedPreconditionError, PermissionDeniedError, InternalError)
+                FailedPreconditionError, PermissionDeniedError, InternalError,
+                UnauthenticatedError)
 }
 
 

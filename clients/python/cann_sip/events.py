@@ -39,6 +39,8 @@ class SessionEvent(str, enum.Enum):
     INFERENCE_COMPLETE: request_id, latency_ms, queue_ms, batch_size.
     ERROR: request_id, code (a name such as "DEADLINE_EXCEEDED"), message, latency_ms.
     POOL_LOADED, POOL_FAILED (message), POOL_SCALED, POOL_FAILOVER (message).
+    ALERT: level ("warning", "critical"), state ("firing", "resolved"),
+    previous_level, reason (a pool's SLA alert, docs/sla.md).
     Every context has event, pool, session, time_us and dropped (events lost
     just before this one because the subscriber fell behind)."""
 
@@ -49,6 +51,7 @@ class SessionEvent(str, enum.Enum):
     POOL_FAILED = "POOL_FAILED"
     POOL_SCALED = "POOL_SCALED"
     POOL_FAILOVER = "POOL_FAILOVER"
+    ALERT = "ALERT"
 
     def __str__(self):
         return self.value
@@ -100,11 +103,28 @@ def _read_frame(sock, stop):
     return h, payload
 
 
+def _exchange(sock, msg_type, payload, what):
+    """Sends one frame and reads its INFO_RESPONSE; raises the server's error."""
+    sock.sendall(P.encode_frame(msg_type, 1, payload))
+    got = _read_frame(sock, threading.Event())
+    if got is None:
+        raise UnavailableError("the server closed the connection instead of answering " + what)
+    h, payload = got
+    if h.type == P.ERROR:
+        raise sip_error_from_code(*P.decode_error(payload, strict=False))
+    if h.type != P.INFO_RESPONSE:
+        raise InternalError("%s answered by frame type %d" % (what, h.type))
+    code, body = P.decode_info_response(payload)
+    if code != 0:
+        raise sip_error_from_code(code, (body or {}).get("error", what + " refused"))
+    return body
+
+
 class Subscription:
     """One SUBSCRIBE connection and its reader thread (internal; made by
     SessionClient.register_callbacks)."""
 
-    def __init__(self, sock, pool, buffer, timeout_s):
+    def __init__(self, sock, pool, buffer, timeout_s, token=None):
         self.sock = sock
         self.pool = pool or ""
         self.callbacks = []
@@ -114,19 +134,9 @@ class Subscription:
         self.error = None  # why the stream ended, when the server ended it
         sock.settimeout(timeout_s)
         try:
-            sock.sendall(P.encode_frame(P.SUBSCRIBE, 1, P.encode_subscribe(pool, buffer)))
-            got = _read_frame(sock, threading.Event())
-            if got is None:
-                raise UnavailableError("the server closed the connection instead of "
-                                       "answering SUBSCRIBE")
-            h, payload = got
-            if h.type == P.ERROR:
-                raise sip_error_from_code(*P.decode_error(payload, strict=False))
-            if h.type != P.INFO_RESPONSE:
-                raise InternalError("SUBSCRIBE answered by frame type %d" % h.type)
-            code, body = P.decode_info_response(payload)
-            if code != 0:
-                raise sip_error_from_code(code, (body or {}).get("error", "SUBSCRIBE refused"))
+            if token:
+                _exchange(sock, P.AUTH, P.encode_auth(token), "AUTH")
+            _exchange(sock, P.SUBSCRIBE, P.encode_subscribe(pool, buffer), "SUBSCRIBE")
         except BaseException:
             sock.close()
             raise

@@ -122,9 +122,9 @@ class MetricsCollector:
     snapshot to compute its window.
     """
 
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=10, client=None):
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=10, client=None, token=None):
         self._own = client is None
-        self._client = client or SessionClient(endpoint, timeout_s=timeout_s)
+        self._client = client or SessionClient(endpoint, timeout_s=timeout_s, token=token)
         self._prev = {}       # pool name -> (uptime_s, total hist, compute hist)
         self._prev_uptime = None
 

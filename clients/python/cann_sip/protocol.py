@@ -66,6 +66,7 @@ SUBSCRIBE = 11      # str16 pool ("" = every pool), u32 buffer -> INFO_RESPONSE,
 EVENT = 12          # server to client: one event as a JSON object
 MAX_EVENT_BUFFER = 65536
 ADMIN_REQUEST = 13  # JSON {"action": "fault" | "drain" | "resume", "pool": P, ...} -> INFO_RESPONSE
+AUTH = 14           # the token, the whole payload -> INFO_RESPONSE {"authenticated", "groups"}
 TENSOR_SHM = 0x1    # tensor reserved bit: the data is in a shared memory region
 
 PADDING = {"none": 0, "replicate_last": 1, "zero": 2}
@@ -690,6 +691,15 @@ def encode_shm_name(name):
     w = _Writer()
     w.str16(name or "", "region name")
     return b"".join(bytes(p) for p in w.finish())
+
+
+def encode_auth(token):
+    """AUTH payload: the token's bytes (docs/security.md)."""
+    if isinstance(token, str):
+        token = token.encode("utf-8")
+    if not isinstance(token, (bytes, bytearray)) or not token:
+        raise InvalidArgumentError("token must be a non-empty str or bytes")
+    return bytes(token)
 
 
 def encode_subscribe(pool=None, buffer=0):

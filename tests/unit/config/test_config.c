@@ -359,6 +359,9 @@ static void test_bad_enums(void **state) {
              NAME ":4:15: session_pools[0].priority: \"urgent\" is not valid; expected one of high, "
                   "medium, low");
   EXPECT_ERR(POOL("    priority: High\n"), "\"High\" is not valid");
+  EXPECT_ERR(POOL("    isolation: container\n"),
+             NAME ":4:16: session_pools[0].isolation: \"container\" is not valid; expected one of "
+                  "thread, process");
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),
@@ -1104,6 +1107,108 @@ static void test_drain_and_state_keys(void **state) {
   EXPECT_ERR("server: {state_dir: [a]}\nsession_pools: []\n", "state_dir");
 }
 
+/* sla (per pool) and alerts (top level): values, defaults, and the errors
+ * of docs/sla.md. */
+static void test_sla_and_alerts_keys(void **state) {
+  (void)state;
+  sip__config_t *cfg = load_ok(POOL("    sla: {latency_p99_ms: 2.5, availability: 0.999, "
+                                    "min_throughput_rps: 20, window_s: 5, horizon_windows: 12}\n"
+                                    "  - name: q\n    model_path: m.onnx\n"
+                                    "    sla: {availability: \"99.5%\"}\n"
+                                    "  - name: r\n    model_path: m.onnx\n"));
+  const sip__sla_config_t *a = &cfg->pools[0].sla, *b = &cfg->pools[1].sla, *c = &cfg->pools[2].sla;
+  assert_int_equal(a->enabled, 1);
+  assert_true(a->latency_p99_ms == 2.5 && a->availability == 0.999 && a->min_throughput_rps == 20);
+  assert_int_equal(a->window_s, 5);
+  assert_int_equal(a->horizon_windows, 12);
+  assert_int_equal(b->enabled, 1);
+  assert_true(b->availability > 0.99499 && b->availability < 0.99501); /* a percent, as a fraction */
+  assert_true(b->latency_p99_ms == 0 && b->min_throughput_rps == 0);     /* not set */
+  assert_int_equal(b->window_s, 10);                                    /* defaults */
+  assert_int_equal(b->horizon_windows, 60);
+  assert_int_equal(c->enabled, 0);
+  /* alerts defaults */
+  assert_int_equal(cfg->alerts.warning_after, 1);
+  assert_int_equal(cfg->alerts.critical_after, 3);
+  assert_int_equal(cfg->alerts.resolve_after, 2);
+  assert_int_equal(cfg->alerts.n_webhooks, 0);
+  assert_int_equal(cfg->alerts.timeout_ms, 2000);
+  assert_int_equal(cfg->alerts.retries, 3);
+  assert_int_equal(cfg->alerts.backoff_ms, 500);
+  assert_int_equal(cfg->alerts.queue_size, 256);
+  /* A changed target is a changed pool (a reload replaces it). */
+  sip__pool_config_t changed = cfg->pools[0];
+  assert_true(sip__config_pool_same(&cfg->pools[0], &changed));
+  changed.sla.latency_p99_ms = 3;
+  assert_false(sip__config_pool_same(&cfg->pools[0], &changed));
+  sip__config_free(cfg);
+
+  cfg = load_ok("alerts:\n  warning_after: 2\n  critical_after: 2\n  resolve_after: 5\n"
+                "  webhooks: [\"http://127.0.0.1:9/hook\", \"https://example.org/a?b=c\"]\n"
+                "  timeout_ms: 100\n  retries: 0\n  backoff_ms: 10\n  queue_size: 4\n"
+                "session_pools: []\n");
+  assert_int_equal(cfg->alerts.warning_after, 2);
+  assert_int_equal(cfg->alerts.critical_after, 2);
+  assert_int_equal(cfg->alerts.resolve_after, 5);
+  assert_int_equal(cfg->alerts.n_webhooks, 2);
+  assert_string_equal(cfg->alerts.webhooks[0], "http://127.0.0.1:9/hook");
+  assert_string_equal(cfg->alerts.webhooks[1], "https://example.org/a?b=c");
+  assert_int_equal(cfg->alerts.retries, 0);
+  assert_int_equal(cfg->alerts.queue_size, 4);
+  sip__config_free(cfg);
+
+  /* sla errors */
+  EXPECT_ERR(POOL("    sla: {window_s: 5}\n"), NAME ":4:10: session_pools[0].sla: sets no target",
+             "expected at least one of latency_p99_ms, availability, min_throughput_rps");
+  EXPECT_ERR(POOL("    sla:\n"), "session_pools[0].sla: sets no target");
+  EXPECT_ERR(POOL("    sla: {availability: 99.9}\n"),
+             "session_pools[0].sla.availability: \"99.9\" is above 1: availability is a fraction "
+             "(0.999) or a percent with a % sign (\"99.9%\")");
+  EXPECT_ERR(POOL("    sla: {availability: 100.5%}\n"), "sla.availability: \"100.5%\" is above 100%");
+  EXPECT_ERR(POOL("    sla: {availability: 0}\n"), "sla.availability: \"0\" is not above 0");
+  EXPECT_ERR(POOL("    sla: {availability: high}\n"), "sla.availability: \"high\" is not a number",
+             "expected a fraction of requests 0 < x <= 1");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: -5}\n"), "sla.latency_p99_ms: \"-5\" is not above 0",
+             "expected a number of milliseconds > 0");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: 50ms}\n"), "sla.latency_p99_ms: \"50ms\" is not a number");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: .nan}\n"), "sla.latency_p99_ms: \".nan\" is not a number");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: 0x10}\n"), "sla.latency_p99_ms: \"0x10\" is not a number");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: [5]}\n"), "sla.latency_p99_ms: is a list");
+  EXPECT_ERR(POOL("    sla: {min_throughput_rps: 0}\n"), "sla.min_throughput_rps: \"0\" is not above 0",
+             "requests per second");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: 5, window_s: 0}\n"), "sla.window_s",
+             "an integer 1..86400");
+  EXPECT_ERR(POOL("    sla: {latency_p99_ms: 5, horizon_windows: 0}\n"), "sla.horizon_windows");
+  EXPECT_ERR(POOL("    sla: {latency_p99: 5}\n"), "sla.latency_p99: unknown key",
+             "latency_p99_ms, availability, min_throughput_rps, window_s, horizon_windows");
+  /* alerts errors: the block's body, and what the message says */
+  static const struct {
+    const char *body, *want;
+  } bad_alerts[] = {
+      {"warning_after: 3, critical_after: 2",
+       "alerts.critical_after: 2 is below warning_after 3; expected critical_after >= "
+       "warning_after"},
+      {"resolve_after: 0", "alerts.resolve_after: 0 is out of range; expected an integer 1..10000"},
+      {"webhooks: \"http://a/b\"", "alerts.webhooks: is a scalar; expected a list of up to 8 URLs"},
+      {"webhooks: [\"ftp://a/b\"]",
+       "alerts.webhooks[0]: \"ftp://a/b\" is not an http:// or https:// URL"},
+      {"webhooks: [\"http://\"]", "alerts.webhooks[0]: \"http://\" is not an http:// or https://"},
+      {"webhooks: [\"http://a b/\"]", "alerts.webhooks[0]: \"http://a b/\" is not an http://"},
+      {"webhooks: [\"http://a/\", \"http://a/\"]",
+       "alerts.webhooks[1]: \"http://a/\" is listed twice"},
+      {"webhooks: [a, b, c, d, e, f, g, h, i]", "alerts.webhooks: has 9 items"},
+      {"timeout_ms: 0", "alerts.timeout_ms: 0 is out of range; expected an integer 10..600000"},
+      {"hooks: []",
+       "alerts.hooks: unknown key; expected one of: warning_after, critical_after, resolve_after, "
+       "webhooks"},
+  };
+  for (size_t i = 0; i < sizeof bad_alerts / sizeof bad_alerts[0]; i++) {
+    char yaml[256];
+    snprintf(yaml, sizeof yaml, "alerts: {%s}\nsession_pools: []\n", bad_alerts[i].body);
+    EXPECT_ERR(yaml, bad_alerts[i].want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),    cmocka_unit_test(test_defaults),
@@ -1121,6 +1226,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_affinity), cmocka_unit_test(test_pipeline_duplicate_keys),
       cmocka_unit_test(test_pool_same), cmocka_unit_test(test_pipelines_same),
       cmocka_unit_test(test_drain_and_state_keys), cmocka_unit_test(test_availability_keys),
+      cmocka_unit_test(test_sla_and_alerts_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -621,8 +621,127 @@ static void test_reconnect(void **state) {
   sip_server_free(srv);
 }
 
+/* A server with tokens: requests need AUTH first; sip_client_authenticate
+ * opens the groups and the token is sent again after a reconnection; a
+ * wrong token is UNAUTHENTICATED. */
+static void test_token(void **state) {
+  (void)state;
+  char path[64], ep[96], yaml[512];
+  snprintf(path, sizeof path, "/tmp/sip_test_token_%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: ['%s'], log_level: error,\n"
+           "         auth: {inference_tokens: [client-token-1]}}\n"
+           "session_pools:\n"
+           "  - {name: echo, backend: builtin, backend_options: {shape: '-1,3'}}\n", ep);
+  sip_server_t *srv = start_yaml(yaml);
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(ep, &c));
+  sip_client_set_reconnect(c, 5, 50, 20000);
+  char *json = NULL;
+  sip_error_t *e = sip_client_authenticate(c, "wrong-token-1", &json);
+  assert_int_equal(sip_error_code(e), SIP_UNAUTHENTICATED);
+  sip_error_free(e);
+  sip_tensor_t *t = vec3(3.0f, 1);
+  const sip_tensor_t *in[] = {t};
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1};
+  sip_client_response_t *r = NULL;
+  /* Until the client has reconnected after the server closed the connection. */
+  for (int i = 0; i < 400 && (e = sip_client_authenticate(c, "client-token-1", &json)); i++) {
+    sip_error_free(e);
+    usleep(5000);
+  }
+  assert_null(e);
+  assert_non_null(strstr(json, "\"inference\""));
+  sip_client_free_string(json);
+  assert_null(sip_client_infer(c, &req, &r));
+  check_echo(r, 3.0f, 1);
+  sip_client_response_free(r);
+  /* The server restarts: the client reconnects and authenticates by itself. */
+  sip_server_free(srv);
+  srv = start_yaml(yaml);
+  for (int i = 0; i < 400 && (e = sip_client_infer(c, &req, &r)); i++) {
+    assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE); /* never UNAUTHENTICATED */
+    sip_error_free(e);
+    usleep(5000);
+  }
+  assert_null(e);
+  check_echo(r, 3.0f, 1);
+  sip_client_response_free(r);
+  assert_true(sip_client_reconnects(c) >= 2);
+  sip_tensor_free(t);
+  sip_client_free(c);
+  sip_server_free(srv);
+}
+
+/* Events over a subscription of its own: the completions of requests sent
+ * on another connection arrive in order with their request ids; a bad
+ * buffer size is refused; unsubscribing stops the callbacks. */
+typedef struct events {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int n_complete, ended;
+  uint64_t ids[16];
+} events_t;
+
+static void on_event(const char *json, void *user) {
+  events_t *ev = user;
+  pthread_mutex_lock(&ev->mu);
+  if (!json) {
+    ev->ended = 1;
+  } else if (strstr(json, "\"event\":\"INFERENCE_COMPLETE\"") && ev->n_complete < 16) {
+    const char *id = strstr(json, "\"request_id\":");
+    ev->ids[ev->n_complete++] = id ? strtoull(id + 13, NULL, 10) : 0;
+  }
+  pthread_cond_broadcast(&ev->cv);
+  pthread_mutex_unlock(&ev->mu);
+}
+
+static void test_subscribe(void **state) {
+  (void)state;
+  events_t ev = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  sip_client_sub_t *sub = NULL;
+  sip_error_t *e = sip_client_subscribe(unix_ep, "echo", 70000, NULL, on_event, &ev, &sub);
+  assert_non_null(e);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_null(sub);
+  sip_error_free(e);
+  e = sip_client_subscribe("ipc:///nonexistent/sip.sock", "echo", 0, NULL, on_event, &ev, &sub);
+  assert_non_null(e);
+  assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
+  sip_error_free(e);
+  assert_null(sip_client_subscribe(unix_ep, "echo", 0, NULL, on_event, &ev, &sub));
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_tensor_t *t = vec3(0, 1);
+  const sip_tensor_t *in[] = {t};
+  for (uint64_t id = 1; id <= 3; id++) {
+    sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .request_id = id};
+    sip_client_response_t *r = NULL;
+    assert_null(sip_client_infer(c, &req, &r));
+    sip_client_response_free(r);
+  }
+  pthread_mutex_lock(&ev.mu);
+  while (ev.n_complete < 3) pthread_cond_wait(&ev.cv, &ev.mu);
+  assert_int_equal(ev.ids[0], 1);
+  assert_int_equal(ev.ids[1], 2);
+  assert_int_equal(ev.ids[2], 3);
+  pthread_mutex_unlock(&ev.mu);
+  sip_client_unsubscribe(sub);
+  assert_int_equal(ev.ended, 0); /* ended by us: no end-of-stream call */
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .request_id = 9};
+  sip_client_response_t *r = NULL;
+  assert_null(sip_client_infer(c, &req, &r));
+  sip_client_response_free(r);
+  assert_int_equal(ev.n_complete, 3);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_token),
+      cmocka_unit_test(test_subscribe),
       cmocka_unit_test(test_sync_unix),      cmocka_unit_test(test_sync_tcp),
       cmocka_unit_test(test_async_pipelined), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),

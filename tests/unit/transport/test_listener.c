@@ -153,7 +153,7 @@ static void connect_back(const listener_t *l) {
 static void test_listen_tcp(void **state) {
   (void)state;
   listener_t l = {0};
-  sip_error_t *e = sip__endpoint_listen("tcp://127.0.0.1:0", &l);
+  sip_error_t *e = sip__endpoint_listen("tcp://127.0.0.1:0", NULL, &l);
   assert_null(e);
   assert_true(l.fd >= 0);
   assert_int_equal(l.is_tcp, 1);
@@ -165,7 +165,7 @@ static void test_listen_tcp(void **state) {
   char again[64];
   snprintf(again, sizeof again, "%s", l.address);
   listener_t l2 = {0};
-  e = sip__endpoint_listen(again, &l2);
+  e = sip__endpoint_listen(again, NULL, &l2);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
   char want[96];
@@ -179,7 +179,7 @@ static void test_listen_tcp(void **state) {
 static void test_listen_ipv6(void **state) {
   (void)state;
   listener_t l = {0};
-  sip_error_t *e = sip__endpoint_listen("tcp://[::1]:0", &l);
+  sip_error_t *e = sip__endpoint_listen("tcp://[::1]:0", NULL, &l);
   if (e) { /* no IPv6 loopback on this machine */
     assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
     assert_true(strstr(sip_error_message(e), "tcp://[::1]:0") != NULL ||
@@ -202,7 +202,7 @@ static void test_listen_unix(void **state) {
   unlink(path);
   snprintf(ep, sizeof ep, "ipc://%s", path);
   listener_t l = {0};
-  sip_error_t *e = sip__endpoint_listen(ep, &l);
+  sip_error_t *e = sip__endpoint_listen(ep, NULL, &l);
   assert_null(e);
   assert_int_equal(l.is_tcp, 0);
   char want[160];
@@ -212,7 +212,7 @@ static void test_listen_unix(void **state) {
   connect_back(&l);
   /* A live server there: refused. */
   listener_t l2 = {0};
-  e = sip__endpoint_listen(ep, &l2);
+  e = sip__endpoint_listen(ep, NULL, &l2);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
   snprintf(want, sizeof want, "cannot listen on %s: another server is listening there", path);
@@ -222,7 +222,7 @@ static void test_listen_unix(void **state) {
   close(l.fd);
   l.fd = -1;
   snprintf(ep, sizeof ep, "unix://%s", path);
-  e = sip__endpoint_listen(ep, &l2);
+  e = sip__endpoint_listen(ep, NULL, &l2);
   assert_null(e);
   connect_back(&l2);
   close_listener(&l2);
@@ -231,7 +231,7 @@ static void test_listen_unix(void **state) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
   fclose(f);
-  e = sip__endpoint_listen(ep, &l2);
+  e = sip__endpoint_listen(ep, NULL, &l2);
   assert_non_null(e);
   snprintf(want, sizeof want, "cannot listen on %s: a file that is not a socket is in the way",
            path);

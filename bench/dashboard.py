@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""What an open dashboard costs inference (docs/dashboard.md): 10,000
+inferences on one pool with a dashboard open, against the same 10,000 with
+none, in the same run. "Open" is what the page does: the event stream
+GET /v2/events?exclude=INFERENCE_COMPLETE&executions=0 read as it comes, and
+GET /v2/dashboard/data once a second. The pool is the builtin identity
+backend (no compute), so the dashboard's share of each request is as large
+as it gets. Rounds alternate (none, open, none, ...); other work on the
+machine only ever slows a round down, so the best round of each is compared
+(the medians are printed too)."""
+import sys
+
+# bench/http.py would shadow the standard library's http package.
+_bench = sys.path.pop(0)
+import http.client  # noqa: E402
+sys.path.insert(0, _bench)
+
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from common import Sipd  # noqa: E402
+from cann_sip import InferenceRequest, SessionClient  # noqa: E402
+
+N = 10000
+WINDOW = 64  # requests in flight
+ROUNDS = 5
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(endpoint):
+    x = np.ones((1, 4), np.float32)
+    with SessionClient(endpoint, timeout_s=60) as c:
+        c.infer(InferenceRequest("echo", {"input": x}))  # connected, warm
+        t0 = time.perf_counter()
+        futs = []
+        for i in range(N):
+            futs.append(c.infer_async(InferenceRequest("echo", {"input": x})))
+            if len(futs) >= WINDOW:
+                futs.pop(0).result()
+        for f in futs:
+            f.result()
+        return N / (time.perf_counter() - t0)
+
+
+class Dashboard:
+    """The page's traffic: the filtered event stream and a read a second."""
+
+    def __init__(self, port):
+        self.port, self.stop, self.events, self.reads = port, threading.Event(), 0, 0
+        self.threads = [threading.Thread(target=f, daemon=True) for f in (self.stream, self.poll)]
+        for t in self.threads:
+            t.start()
+
+    def stream(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        c.request("GET", "/v2/events?exclude=INFERENCE_COMPLETE&executions=0")
+        r = c.getresponse()
+        while not self.stop.is_set():
+            try:
+                if r.fp.readline().startswith(b"data: "):
+                    self.events += 1
+            except socket.timeout:
+                pass
+        c.close()
+
+    def poll(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        while not self.stop.is_set():
+            c.request("GET", "/v2/dashboard/data")
+            c.getresponse().read()
+            self.reads += 1
+            self.stop.wait(1.0)
+        c.close()
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+port = free_port()
+with Sipd([{"name": "echo", "backend": "builtin", "pool_size": 1,
+            "backend_options": {"shape": "-1,4"}}],
+          server_extra="  http: '127.0.0.1:%d'\n" % port) as srv:
+    without, with_dash = [], []
+    run(srv.endpoint)  # warm-up, not counted
+    reads = 0
+    for _ in range(ROUNDS):
+        without.append(run(srv.endpoint))
+        d = Dashboard(port)
+        with_dash.append(run(srv.endpoint))
+        d.close()
+        reads += d.reads
+    load = open("/proc/loadavg").read().split()[:3]
+a, b = max(without), max(with_dash)
+print("machine load (1/5/15 min): %s" % " ".join(load))
+print("no dashboard  : best %6.0f  median %6.0f inferences/s  (rounds: %s)" %
+      (a, statistics.median(without), " ".join("%.0f" % v for v in without)))
+print("dashboard open: best %6.0f  median %6.0f inferences/s  (rounds: %s; %d data reads)" %
+      (b, statistics.median(with_dash), " ".join("%.0f" % v for v in with_dash), reads))
+print("median ratio = %.3f" % (statistics.median(with_dash) / statistics.median(without)))
+print("with / without (best) = %.3f" % (b / a))
