@@ -586,9 +586,26 @@ static sip_error_t *send_frame(sip_client_t *c, pending_t *p, sip__wbuf_t *w, in
   return NULL;
 }
 
-/* batch < 0: a plain INFER_REQUEST; else a BATCH_INFER_REQUEST. */
+/* `v` as a JSON string (owned, jansson's), or NULL when it is not UTF-8. */
+static char *json_str(const char *v) {
+  json_t *j = json_string(v);
+  char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+  json_decref(j);
+  return t;
+}
+
+/* Appends `"key": value` to the object text being built in *acc (owned);
+ * 0 when out of memory. */
+static int add_param(char **acc, const char *key, const char *value) {
+  char *n = sip__asprintf("%s%s\"%s\": %s", *acc ? *acc : "", *acc ? ", " : "", key, value);
+  sip__free(*acc);
+  *acc = n;
+  return n != NULL;
+}
+
 /* The request's parameters object as JSON text (owned), or NULL when it
- * has none: pipeline_config as given, the sequence keys. */
+ * has none: pipeline_config as given, the sequence keys, the idempotency
+ * key, the W3C trace context. */
 static sip_error_t *request_params(const sip_client_request_t *req, char **out) {
   *out = NULL;
   int seq = req->sequence_id || req->sequence_id_str;
@@ -599,42 +616,37 @@ static sip_error_t *request_params(const sip_client_request_t *req, char **out) 
   if (key && (!*key || strlen(key) > 1024))
     return sip_error_new(SIP_INVALID_ARGUMENT, "idempotency key of %zu bytes; expected 1..1024 "
                          "bytes of UTF-8", strlen(key));
-  if (!seq && !req->pipeline_config && !key) return NULL;
-  char *kj = NULL;
-  if (key) {
-    json_t *j = json_string(key);
-    kj = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    json_decref(j);
-    if (!kj) return sip_error_new(SIP_INVALID_ARGUMENT, "idempotency key is not valid UTF-8");
-  }
-  char *id = NULL;
-  if (req->sequence_id_str) {
-    json_t *j = json_string(req->sequence_id_str);
-    id = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    json_decref(j);
-    if (!id) {
-      free(kj);
-      return sip_error_new(SIP_INVALID_ARGUMENT, "sequence_id_str is not valid UTF-8");
-    }
-  }
+  if (!seq && !req->pipeline_config && !key && !req->traceparent) return NULL;
+  /* Strings the server reads as JSON strings, each checked to be UTF-8. */
+  const char *names[] = {"idempotency_key", "sequence_id", "traceparent", "tracestate"};
+  const char *vals[] = {key, req->sequence_id_str, req->traceparent,
+                        req->traceparent ? req->tracestate : NULL};
+  char *js[4] = {0};
+  sip_error_t *e = NULL;
+  for (int i = 0; i < 4 && !e; i++)
+    if (vals[i] && !(js[i] = json_str(vals[i])))
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "%s is not valid UTF-8",
+                        i == 0 ? "idempotency key" : i == 1 ? "sequence_id_str" : names[i]);
   char num[24];
   snprintf(num, sizeof num, "%llu", (unsigned long long)req->sequence_id);
-  char *seq_txt = seq ? sip__asprintf("\"sequence_id\": %s, \"sequence_start\": %s, "
-                                      "\"sequence_end\": %s",
-                                      id ? id : num, req->sequence_start ? "true" : "false",
-                                      req->sequence_end ? "true" : "false")
-                      : NULL;
-  free(id);
-  const char *pc = req->pipeline_config;
-  *out = (seq && !seq_txt) ? NULL
-         : sip__asprintf("{%s%s%s%s%s%s%s}", pc ? "\"pipeline_config\": " : "", pc ? pc : "",
-                         pc && seq ? ", " : "", seq ? seq_txt : "", (pc || seq) && kj ? ", " : "",
-                         kj ? "\"idempotency_key\": " : "", kj ? kj : "");
-  sip__free(seq_txt);
-  free(kj); /* jansson's */
+  char *acc = NULL;
+  int ok = !e;
+  if (ok && req->pipeline_config) ok = add_param(&acc, "pipeline_config", req->pipeline_config);
+  if (ok && seq)
+    ok = add_param(&acc, "sequence_id", js[1] ? js[1] : num) &&
+         add_param(&acc, "sequence_start", req->sequence_start ? "true" : "false") &&
+         add_param(&acc, "sequence_end", req->sequence_end ? "true" : "false");
+  if (ok && js[0]) ok = add_param(&acc, "idempotency_key", js[0]);
+  if (ok && js[2]) ok = add_param(&acc, "traceparent", js[2]);
+  if (ok && js[3]) ok = add_param(&acc, "tracestate", js[3]);
+  for (int i = 0; i < 4; i++) free(js[i]); /* jansson's */
+  if (!e && ok) *out = sip__asprintf("{%s}", acc);
+  sip__free(acc);
+  if (e) return e;
   return *out ? NULL : SIP__OOM();
 }
 
+/* batch < 0: a plain INFER_REQUEST; else a BATCH_INFER_REQUEST. */
 static sip_error_t *infer_async(sip_client_t *c, const sip_client_request_t *req, int64_t batch,
                                 int padding, sip_client_done_fn done, void *user) {
   if (!req || !req->pool || !done)

@@ -70,6 +70,10 @@ typedef struct sip_client_request {
    * then keeps a copy of the frame and resends it after a reconnection,
    * until timeout_ms (or the resend window when 0) after it was sent. */
   const char *idempotency_key;
+  /* NULL, or the caller's W3C trace context (docs/tracing.md): the
+   * traceparent header value, and a tracestate (NULL: none) sent with it.
+   * The server ignores an invalid traceparent. */
+  const char *traceparent, *tracestate;
 } sip_client_request_t;
 
 /* A successful answer. Owned by the caller: sip_client_response_free. */

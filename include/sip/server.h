@@ -257,6 +257,17 @@ sip_error_t *sip_request_add_output(sip_request_t *r, const char *name);
 sip_error_t *sip_request_adopt_inputs(sip_request_t *r, sip_tensor_t **inputs, size_t n);
 sip_error_t *sip_request_adopt_outputs(sip_request_t *r, char **names, size_t n);
 
+/* The caller's W3C trace context (docs/tracing.md): `traceparent` (the
+ * header's value, borrowed) makes a traced request part of the caller's
+ * trace, its root span a child of the caller's span; `tracestate` (may be
+ * NULL) is passed on. An invalid traceparent is ignored, as the W3C spec
+ * asks (and its tracestate with it): never an error. Whether the request
+ * is traced at all follows tracing.sample_ratio and the trace settings;
+ * a caller's context whose sampled flag is set is traced whenever tracing
+ * is on for the model. Errors: none but out of memory. */
+sip_error_t *sip_request_set_trace_context(sip_request_t *r, const char *traceparent,
+                                           const char *tracestate);
+
 /* A cancellation token: requests carrying it can be cancelled together
  * (for example every request of a client connection that closed). */
 typedef struct sip_cancel_token sip_cancel_token_t;

@@ -21,7 +21,7 @@ static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base
   return 0;
 }
 
-enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_COUNT };
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_COUNT };
 static const field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &cfg_server_section,
                   .doc = "Process-wide settings."},
@@ -35,6 +35,8 @@ static const field_t top_fields[T_COUNT] = {
     [T_ALERTS] = {.name = "alerts", .type = F_SECTION, .section = &cfg_alerts_section,
                   .doc = "When pools' SLA alerts fire and resolve, and the webhooks they are "
                          "posted to (docs/sla.md)."},
+    [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &cfg_tracing_section,
+                   .doc = "Request tracing: spans exported as OTLP/HTTP JSON (docs/tracing.md)."},
 };
 const section_t cfg_top_section = {top_fields, T_COUNT};
 _Static_assert(COUNT(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
@@ -406,6 +408,8 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->grpc);
   sip__free(cfg->dashboard);
   sip__free(cfg->model_repository);
+  sip__free(cfg->tracing.otlp_endpoint);
+  sip__free(cfg->tracing.service_name);
   sip__free(cfg->state_dir);
   cfg_security_free(cfg);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);

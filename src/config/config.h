@@ -201,6 +201,18 @@ typedef struct sip__pipeline_config {
   int line;
 } sip__pipeline_config_t;
 
+/* The top-level tracing block (docs/tracing.md). */
+typedef struct sip__tracing_config {
+  char *otlp_endpoint;  /* "http://host:port/v1/traces"; NULL: no export (tracing off) */
+  double sample_ratio;  /* 0..1, the share of requests without a caller's context sampled */
+  int sample_ratio_set; /* sample_ratio was written (default 1) */
+  char *service_name;   /* service.name of the spans; NULL: "sip" */
+  int max_queue;        /* finished traces waiting for the exporter; more are dropped */
+  int batch_traces;     /* traces per POST */
+  int timeout_ms;       /* one POST's limit */
+  int flush_ms;         /* a batch leaves this long after its first trace came, or when full */
+} sip__tracing_config_t;
+
 typedef struct sip__config {
   char *path;                 /* the file it came from ("<string>" for text) */
   char **endpoints;           /* "ipc:///p", "unix:///p", "tcp://host:port" */
@@ -243,6 +255,7 @@ typedef struct sip__config {
   sip__pipeline_config_t *pipelines; /* pipeline_sessions[] */
   size_t n_pipelines;
   sip__alerts_config_t alerts; /* alerts (docs/sla.md) */
+  sip__tracing_config_t tracing; /* tracing: (src/config/tracing.c) */
 } sip__config_t;
 
 /* 1 when two pool configs ask for the same pool: every setting equal (the

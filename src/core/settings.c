@@ -2,6 +2,7 @@
 #include "core/settings.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@ struct sip__trace_set {
   pthread_mutex_t mu;
   json_t *global;    /* the global settings */
   json_t *per_model; /* model name -> the settings it overrides */
+  /* Whether any model may be traced (the global level or a model's is not
+   * OFF): the one check an untraced request pays (sip__trace_rate). */
+  _Atomic int any_on;
 };
 
 /* ---- logging ------------------------------------------------------------- */
@@ -189,6 +193,34 @@ void sip__trace_set_free(sip__trace_set_t *t) {
   sip__free(t);
 }
 
+/* 1 when a trace_level list asks for timestamps (TENSORS implies them). */
+static int level_on(json_t *lv) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(lv, i, x) {
+    const char *s = json_string_value(x);
+    if (s && strcmp(s, "OFF")) return 1;
+  }
+  return 0;
+}
+
+int sip__trace_rate(sip__trace_set_t *t, const char *model) {
+  if (!atomic_load_explicit(&t->any_on, memory_order_relaxed)) return 0;
+  pthread_mutex_lock(&t->mu);
+  json_t *own = model ? json_object_get(t->per_model, model) : NULL;
+  json_t *lv = own ? json_object_get(own, "trace_level") : NULL;
+  json_t *rate = own ? json_object_get(own, "trace_rate") : NULL;
+  if (!lv) lv = json_object_get(t->global, "trace_level");
+  if (!rate) rate = json_object_get(t->global, "trace_rate");
+  int n = 0;
+  if (level_on(lv)) {
+    long long r = json_string_value(rate) ? strtoll(json_string_value(rate), NULL, 10) : 0;
+    n = r <= 0 ? 0 : r > INT32_MAX ? INT32_MAX : (int)r;
+  }
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}
+
 /* Caller holds t->mu. */
 static json_t *get_locked(sip__trace_set_t *t, const char *model) {
   json_t *d = json_deep_copy(t->global);
@@ -224,6 +256,10 @@ sip_error_t *sip__trace_apply(sip__trace_set_t *t, const char *model, json_t *b,
     if (json_is_null(v)) json_object_del(target, k);
     else json_object_set(target, k, v);
   }
+  int on = level_on(json_object_get(t->global, "trace_level"));
+  json_t *own;
+  json_object_foreach(t->per_model, k, own) on |= level_on(json_object_get(own, "trace_level"));
+  atomic_store(&t->any_on, on);
   *doc = get_locked(t, model);
   pthread_mutex_unlock(&t->mu);
   json_decref(set);

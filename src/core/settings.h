@@ -5,8 +5,9 @@
  * the front-ends: server/introspect.h).
  *
  * The log settings read and change the process's log level. Trace settings
- * are stored and reported, as Triton does, until sipd traces requests; a
- * model's own value set to null falls back to the global one. Values are
+ * drive request tracing (docs/tracing.md): trace_level OFF or not, and
+ * trace_rate (one request in N is sampled); a model's own value set to
+ * null falls back to the global one. Values are
  * JSON as the HTTP extension has them; trace counts are decimal strings.
  */
 #ifndef SIP_CORE_SETTINGS_H
@@ -44,5 +45,9 @@ json_t *sip__trace_get(sip__trace_set_t *t, const char *model);
 /* Checks `b` whole, then applies it to the global settings or to
  * `model`'s own; *doc gets the settings `model` now sees. Thread-safe. */
 sip_error_t *sip__trace_apply(sip__trace_set_t *t, const char *model, json_t *b, json_t **doc);
+/* The trace rate `model` (NULL: the global settings) is sampled at: 0 when
+ * its trace_level is OFF (or trace_rate is 0), else N for one request in N.
+ * One relaxed atomic load when no level is on anywhere. Thread-safe. */
+int sip__trace_rate(sip__trace_set_t *t, const char *model);
 
 #endif

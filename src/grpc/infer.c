@@ -12,6 +12,7 @@
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
 #include "server/introspect.h"
+#include "server/tracing.h"
 
 /* ---- model_version of answers ------------------------------------------------ */
 
@@ -97,6 +98,7 @@ static void on_done(sip_response_t *resp, void *user) {
   uint8_t *msg = NULL;
   size_t len = 0;
   sip_error_t *e = NULL;
+  uint64_t t_send = sip__trace_send_begin(resp);
   if (!resp) {
     e = SIP__OOM();
   } else if (sip_response_code(resp) != SIP_OK) {
@@ -110,19 +112,47 @@ static void on_done(sip_response_t *resp, void *user) {
     e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
     q->k->served_by = NULL; /* the response's, freed below */
   }
-  sip_response_free(resp);
   if (stream)
     stream_answer(c, q->k, e, msg, len);
   else
     sip__grpc_reply_bytes(c, e, msg, len);
+  sip__trace_sent(resp, t_send);
+  sip_response_free(resp);
   sip__grpc_infer_free(q->k);
   sip__free(q);
   sip__grpc_call_unref(c);
 }
 
+/* The call's metadata value for `key` (lowercase, as gRPC keeps keys) into
+ * buf, NUL-terminated; NULL when absent or longer than buf. */
+static const char *metadata(gcall_t *c, const char *key, char *buf, size_t n) {
+  for (size_t i = 0; i < c->md.count; i++) {
+    const grpc_metadata *m = &c->md.metadata[i];
+    size_t kl = GRPC_SLICE_LENGTH(m->key), vl = GRPC_SLICE_LENGTH(m->value);
+    if (kl != strlen(key) || memcmp(GRPC_SLICE_START_PTR(m->key), key, kl)) continue;
+    if (vl >= n) return NULL;
+    memcpy(buf, GRPC_SLICE_START_PTR(m->value), vl);
+    buf[vl] = '\0';
+    return buf;
+  }
+  return NULL;
+}
+
+/* The W3C trace context of the call (docs/tracing.md); an invalid
+ * traceparent is ignored. */
+static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
+  char tp[128], ts[520];
+  const char *p = metadata(c, "traceparent", tp, sizeof tp);
+  sip_error_t *e = p ? sip_request_set_trace_context(r, p, metadata(c, "tracestate", ts, sizeof ts))
+                     : NULL;
+  sip_error_free(e); /* out of memory: untraced by the caller */
+  sip__trace_received(r, t0);
+}
+
 /* Decodes and submits one request; an error is returned when nothing was
  * submitted (*k then holds what was decoded, if anything). */
 static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grpc_infer_t **kp) {
+  uint64_t t0 = sip__now_ns();
   sip__grpc_infer_t *k = NULL;
   sip_error_t *e = sip__grpc_decode_infer(data, len, sip__server_shm(c->g->s), &k);
   *kp = k;
@@ -153,6 +183,7 @@ static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grp
   }
   sip_request_t *r = k->req;
   k->req = NULL; /* the engine owns it from here, even on error */
+  trace_context(c, r, t0);
   e = sip_server_infer_async(c->g->s, r, on_done, q);
   if (e) {
     if (c->method->stream) {

@@ -153,6 +153,7 @@ struct hreq {
   int64_t header_len; /* -1: all JSON, 0: raw binary, > 0: JSON header length */
   int compressed;     /* Content-Encoding gzip or deflate: inflated before decoding */
   int compress_out;   /* Accept-Encoding: 0 none, 1 gzip, 2 deflate */
+  uint64_t trace_t0;  /* when its headers were in (the receive span's start) */
   int started;        /* decoded and submitted (or failed): the rest is the answer */
   int refused;        /* answered before its body was read (MHD drops the body) */
   sip_error_t *early; /* found in the headers; answered once the body is read */

@@ -17,6 +17,7 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
+#include "server/tracing.h"
 
 /* ---- the model metadata cache -------------------------------------------- */
 
@@ -153,6 +154,7 @@ static int accepts(const char *ae, const char *coding) {
 /* First call of an infer request: headers are in, the body is not. */
 static enum MHD_Result infer_begin(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
+  q->trace_t0 = sip__now_ns();
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   int64_t content_len = cl ? parse_len(cl) : -1;
   /* A Content-Length over server.http_max_body_bytes was answered 413
@@ -336,6 +338,12 @@ static enum MHD_Result infer_start(hreq_t *q) {
   sip_cancel_token_t *token = NULL;
   q->hc = sip__http_conns_watch(q->h, q->conn, &token);
   if (token) sip_request_set_cancel_token(r, token);
+  /* W3C trace context (docs/tracing.md): an invalid traceparent is ignored. */
+  const char *tp = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "traceparent");
+  if (tp && (e = sip_request_set_trace_context(
+                 r, tp, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "tracestate"))))
+    sip_error_free(e); /* out of memory: the request goes untraced by the caller */
+  sip__trace_received(r, q->trace_t0);
   /* Suspend before submitting, so the completion can resume at once. */
   MHD_suspend_connection(q->conn);
   e = sip_server_infer_async(q->h->s, r, on_done, q);
@@ -351,10 +359,13 @@ static enum MHD_Result infer_start(hreq_t *q) {
 typedef struct sent {
   sip__ks_body_t body;
   sip_response_t *resp; /* the outputs the body's segments point into */
+  uint64_t trace_t0;    /* a traced answer: when encoding began */
 } sent_t;
 
+/* MHD is done with the answer (written, or the connection closed). */
 static void sent_free(void *cls) {
   sent_t *s = cls;
+  sip__trace_sent(s->resp, s->trace_t0);
   sip__ks_body_clear(&s->body);
   sip_response_free(s->resp);
   sip__free(s);
@@ -425,9 +436,11 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   if (q->resp_oom) return sip__http_send_error_msg(c, 429, "out of memory");
   sip_response_t *resp = q->resp;
   q->resp = NULL;
+  uint64_t t_send = sip__trace_send_begin(resp);
   if (sip_response_code(resp) != SIP_OK) {
     enum MHD_Result r = sip__http_send_error_msg(
         c, (unsigned)sip_code_http_status(sip_response_code(resp)), sip_response_message(resp));
+    sip__trace_sent(resp, t_send);
     sip_response_free(resp);
     return r;
   }
@@ -447,6 +460,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
     return sip__http_send_error(c, e);
   }
   s->resp = resp;
+  s->trace_t0 = t_send;
   int binary = s->body.binary;
   size_t json_len = s->body.json_len;
   struct MHD_IoVec iov[65];

@@ -30,6 +30,7 @@ typedef struct sstate {
   int deps_left;
   uint64_t start_us, end_us;
   uint64_t queue_us, compute_us;
+  uint64_t span; /* a traced run: the stage's span id (its model request's parent) */
 } sstate_t;
 
 typedef struct run {
@@ -254,6 +255,11 @@ static void finish(run_t *r) {
   r->message = NULL;
   sip_response_t *resp = sip__response_new(r->code, msg, r->req->id, arr, arr ? n : 0, q, c,
                                            sip__now_us() - r->arrival_us);
+  if (resp && r->req->trace) { /* to the front-end's send span */
+    if (r->code != SIP_OK) sip__trace_root_end(r->req->trace, 0, 1);
+    resp->trace = r->req->trace;
+    r->req->trace = NULL;
+  }
   if (r->code != SIP_OK)
     sip__log_failure("pipeline=%s code=%s reason=\"%s\"", pl->cfg->name,
              sip_code_name(r->code), resp && resp->message ? resp->message : "");
@@ -273,6 +279,20 @@ static void finish(run_t *r) {
   }
 }
 
+/* A traced run's span of stage k (child of the request's root span): from
+ * its launch (microseconds, as its model request's arrival) to now. Caller
+ * holds r->mu. */
+static void trace_stage(run_t *r, int k, int status) {
+  sstate_t *ss = &r->st[k];
+  const char *name = r->pl->st[k].cfg->name;
+  sip__span_t sp = {.id = ss->span ? ss->span : sip__trace_rand64(), .parent = r->req->trace_parent,
+                    .start_ns = ss->start_us * 1000, .end_ns = sip__now_ns(),
+                    .str_key = "sip.stage", .error = status == ST_FAILED};
+  snprintf(sp.name, sizeof sp.name, "stage:%s", name);
+  snprintf(sp.str_val, sizeof sp.str_val, "%s", name);
+  sip__trace_add(r->req->trace, &sp);
+}
+
 /* A stage ended (ran, skipped, failed): record it, release its dependents,
  * launch those now ready, answer when nothing is left. `outs` is taken. */
 static void stage_end(run_t *r, int k, int status, sip_tensor_t **outs, size_t n_outs,
@@ -285,6 +305,7 @@ static void stage_end(run_t *r, int k, int status, sip_tensor_t **outs, size_t n
   sstate_t *ss = &r->st[k];
   ss->status = status;
   ss->end_us = ss->start_us ? sip__now_us() : 0;
+  if (r->req->trace && ss->start_us) trace_stage(r, k, status);
   ss->queue_us = queue_us;
   ss->compute_us = compute_us;
   if (status == ST_DONE) {
@@ -518,6 +539,11 @@ static void launch(run_t *r, int k) {
     sub->priority = r->req->priority;
     sub->timeout_ms = timeout;
     sip_request_set_cancel_token(sub, r->req->cancel);
+    if (r->req->trace) { /* the model's spans go under the stage's */
+      sip__trace_ref(r->req->trace);
+      sub->trace = r->req->trace;
+      sub->trace_parent = r->st[k].span = sip__trace_rand64();
+    }
     sc->r = r;
     sc->stage = k;
     /* The stage's pool, found once through the registry (its default

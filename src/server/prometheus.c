@@ -21,6 +21,7 @@
 #include "server/server_impl.h"
 #include "server/sla_monitor.h"
 #include "session/sla.h"
+#include "server/tracing.h"
 #include "sip/frontend.h"
 
 typedef struct sb {
@@ -572,6 +573,16 @@ char *sip__prometheus_text(sip_server_t *s) {
   for (size_t f = 0; f < s->n_frontends; f++)
     if (s->frontends[f].vt->connections)
       s->frontends[f].vt->connections(s->frontends[f].state, emit_connection, &b);
+  uint64_t tr_sampled, tr_exported, tr_dropped;
+  sip__tracer_counts(s->tracer, &tr_sampled, &tr_exported, &tr_dropped);
+  family(&b, "sip_traces_sampled_total", "counter", "Requests traced (docs/tracing.md).");
+  sb_add(&b, "sip_traces_sampled_total %llu\n", (unsigned long long)tr_sampled);
+  family(&b, "sip_trace_spans_exported_total", "counter",
+         "Spans the OTLP collector accepted.");
+  sb_add(&b, "sip_trace_spans_exported_total %llu\n", (unsigned long long)tr_exported);
+  family(&b, "sip_trace_spans_dropped_total", "counter",
+         "Spans dropped: the exporter's queue was full or the collector did not take them.");
+  sb_add(&b, "sip_trace_spans_dropped_total %llu\n", (unsigned long long)tr_dropped);
   family(&b, "sip_ready", "gauge", "1 when every pool has finished loading.");
   sb_add(&b, "sip_ready %d\n", sip_server_ready(s));
   family(&b, "sip_uptime_seconds", "gauge", "Seconds since the server started.");

@@ -16,6 +16,7 @@
 #include "server/idem_journal.h"
 #include "server/sla_monitor.h"
 #include "server/idempotency.h"
+#include "server/tracing.h"
 #include "backend/backends.h"
 
 #define SIP__VERSION_STRING "0.1.0"
@@ -305,6 +306,24 @@ static void *hk_main(void *arg) {
 /* Pools load on the loader thread (src/server/repository.c), which then
  * serves repository loads and unloads. */
 
+/* Starts the exporter when the config has tracing.otlp_endpoint and sets
+ * the global trace settings from tracing.sample_ratio (docs/tracing.md);
+ * /v2/trace/setting changes them later. Without memory tracing stays off. */
+static void start_tracing(sip_server_t *s) {
+  const sip__tracing_config_t *tc = &s->cfg->tracing;
+  if (!(s->tracer = sip__tracer_new(tc))) return;
+  double ratio = tc->sample_ratio_set ? tc->sample_ratio : 1.0;
+  char rate[32];
+  snprintf(rate, sizeof rate, "%lld", ratio > 0 ? (long long)(1.0 / ratio + 0.5) : 1000LL);
+  json_t *b = json_pack("{s:[s],s:s}", "trace_level", ratio > 0 ? "TIMESTAMPS" : "OFF",
+                        "trace_rate", rate),
+         *doc = NULL;
+  sip_error_t *e = b ? sip__trace_apply(s->trace, NULL, b, &doc) : NULL;
+  sip_error_free(e);
+  json_decref(b);
+  json_decref(doc);
+}
+
 sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **out) {
   *out = NULL;
   sip__config_t *cfg = NULL;
@@ -339,6 +358,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     sip__free(s);
     return SIP__OOM();
   }
+  start_tracing(s);
   s->started_us = sip__now_us();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   sip__engine_init(&s->eng, &cfg->engine,
@@ -531,6 +551,7 @@ void sip_server_free(sip_server_t *s) {
   sip__shm_set_free(s->shm); /* no front-end is left to view a region */
   sip__trace_set_free(s->trace);
   sip__engine_destroy(&s->eng);
+  sip__tracer_free(s->tracer); /* after the engine: every trace has finished */
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
   pthread_cond_destroy(&s->idem_cv);
@@ -598,6 +619,8 @@ void sip_request_free(sip_request_t *r) {
   sip__free(r->seq_sid);
   sip__free(r->idem_key);
   sip__free(r->client_id);
+  sip__free(r->tracestate);
+  sip__trace_unref(r->trace);
   sip_cancel_token_free(r->cancel);
   for (size_t i = 0; i < r->n_inputs; i++) sip_tensor_free(r->inputs[i]);
   sip__free(r->inputs);
@@ -790,6 +813,7 @@ static sip_error_t *infer(sip_server_t *s, sip_request_t *r, int batch, int max_
   }
   r->done = done;
   r->user = user;
+  if (s->tracer) sip__tracer_sample(s->tracer, s->trace, r);
   /* A keyed request runs at most once per model (docs/idempotency.md). */
   const sip__pool_config_t *pc = m->vt == &sip__pool_model_vt ? ((sip__pool_t *)m)->cfg : NULL;
   const char *key = r->idem_key ? r->idem_key : pc && pc->idem_enabled ? r->client_id : NULL;

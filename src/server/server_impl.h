@@ -42,6 +42,7 @@ struct sip_server {
   _Atomic uint64_t drain_deadline_us; /* 0: no drain; then queues are shed */
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
   sip__trace_set_t *trace; /* Triton's trace settings (core/settings.h) */
+  struct sip__tracer *tracer; /* the OTLP exporter (server/tracing.h); NULL: tracing off */
   /* Config reloads (src/server/reload.c): the file read again; the config
    * whose session_pools serve (cfg, then the last reload's); every config
    * a reload read, kept while pools point into them. cfg keeps the

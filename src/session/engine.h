@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "core/trace.h"
 #include "core/metrics.h"
 #include "sched/arbiter.h"
 #include "sched/queue.h"
@@ -51,6 +52,16 @@ struct sip_request {
   uint32_t retries;
   struct sip__pool *held_fallback;
   const char *served_by; /* a session's id (the pool outlives the answer) */
+  /* Tracing (src/server/tracing.c): the caller's context when it sent a
+   * valid traceparent (has_trace_ctx), its tracestate (owned), when the
+   * front-end began receiving it; once sampled, the trace (one reference)
+   * and the span engine spans go under (0: the root). */
+  int has_trace_ctx;
+  sip__trace_ctx_t trace_ctx;
+  char *tracestate;
+  uint64_t recv_ns;
+  sip__trace_t *trace;
+  uint64_t trace_parent;
 };
 
 struct sip_response {
@@ -63,6 +74,7 @@ struct sip_response {
   int replayed; /* answered from the idempotency cache (a duplicate's answer) */
   uint32_t retries; /* failover: retries before the answer */
   char *served_by;  /* failover: the session that answered a retried request; NULL: none */
+  sip__trace_t *trace; /* the request's trace (one reference), or NULL */
 };
 
 /* Session states (the seeds' state machine). */

@@ -324,6 +324,7 @@ typedef struct batch {
   sip_request_t *reqs[MAX_BATCH_REQUESTS];
   size_t n;
   int64_t rows;
+  uint64_t formed_ns; /* when its first request left the queue (0: not known) */
 } batch_t;
 
 /* Moves compatible queued requests into the batch while they fit, in
@@ -461,6 +462,24 @@ static void fault_wait(sip__pool_t *p, const sip__exec_t *x, sip__fault_kind_t k
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
+}
+
+/* The spans of a traced request's execution, under its parent: queue (from
+ * arrival until its batch began forming, or its own arrival when it joined
+ * a batch already forming), batch (forming and waiting for the compute
+ * slot, with the batch's request count) and execute (the backend). */
+static void trace_execution(sip_request_t *r, const batch_t *b, uint64_t start_us, uint64_t t_run,
+                            uint64_t t_done, size_t n) {
+  uint64_t arrival = r->sched.arrival_us * 1000, start = start_us * 1000;
+  uint64_t formed = b->formed_ns && b->formed_ns < start ? b->formed_ns : start;
+  if (formed < arrival) formed = arrival;
+  if (start < formed) start = formed;
+  sip__trace_span(r->trace, "queue", r->trace_parent, arrival, formed, NULL, 0);
+  sip__trace_span(r->trace, "batch", r->trace_parent, formed, start, "sip.batch_size",
+                  (int64_t)n);
+  if (t_done > t_run)
+    sip__trace_span(r->trace, "execute", r->trace_parent, t_run < start ? start : t_run, t_done,
+                    "sip.batch_rows", b->rows);
 }
 
 /* Runs the batch (one request or many) and answers every request in it;
@@ -606,6 +625,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   for (size_t k = 0; k < n; k++) {
     sip_request_t *r = b->reqs[k];
     uint64_t queue_us = start - r->sched.arrival_us;
+    if (r->trace) trace_execution(r, b, start, t_run, t_done, n);
     sip_tensor_t **mine = NULL;
     if (!e && direct) {
       mine = sip__calloc(n_out ? n_out : 1, sizeof *mine);
@@ -776,6 +796,7 @@ void *sip__session_main(void *arg) {
     b->reqs[0] = r;
     b->n = 1;
     b->rows = r->rows;
+    b->formed_ns = sip__now_ns();
     if (p->cfg->max_batch_size) form_batch(p, s, b);
     /* Let the next idle session start on what is left. */
     if (queued(p)) {

@@ -170,6 +170,11 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
   sip__pool_t *held = r->held, *fallback = r->held_fallback;
   r->held = r->held_fallback = NULL;
   if (resp && (r->retries || fallback)) sip__response_note_failover(resp, r->retries, r->served_by);
+  if (r->trace && resp) { /* the answer carries the trace to the front-end's send */
+    if (code != SIP_OK) sip__trace_root_end(r->trace, 0, 1);
+    resp->trace = r->trace;
+    r->trace = NULL;
+  }
   sip_request_free(r);
   done(resp, user);
   /* After the answer: a retired pool is freed only once every request

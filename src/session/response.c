@@ -93,6 +93,7 @@ void sip_response_free(sip_response_t *r) {
   sip__free(r->outputs);
   sip__free(r->message);
   sip__free(r->served_by);
+  sip__trace_unref(r->trace);
   sip__free(r);
 }
 

@@ -18,6 +18,8 @@ typedef struct split {
   uint64_t id;
   sip_infer_done_fn done;
   void *user;
+  sip__trace_t *trace; /* the request's, carried to the joined answer (or NULL) */
+  uint64_t trace_parent; /* the span the chunks' spans go under */
 } split_t;
 
 typedef struct chunk_ctx {
@@ -30,6 +32,7 @@ static void split_free(split_t *sp) {
   sip__free(sp->answers);
   sip__free(sp->rows);
   sip__free(sp->message);
+  sip__trace_unref(sp->trace);
   pthread_mutex_destroy(&sp->mu);
   sip__free(sp);
 }
@@ -75,6 +78,11 @@ static void split_finish(split_t *sp) {
       t = sp->answers[k]->total_us > t ? sp->answers[k]->total_us : t;
     }
   sip_response_t *resp = sip__response_new(code, msg, sp->id, outs, n_outs, q, c, t);
+  if (resp && sp->trace) { /* to the front-end's send span */
+    if (code != SIP_OK) sip__trace_root_end(sp->trace, 0, 1);
+    resp->trace = sp->trace;
+    sp->trace = NULL;
+  }
   sip_infer_done_fn done = sp->done;
   void *user = sp->user;
   split_free(sp);
@@ -150,6 +158,11 @@ static void refuse(sip__pool_t *p, sip_request_t *r) {
 
 /* Submits chunk `c` to `p` on a reference the caller took for it. */
 static sip_error_t *submit_chunk(sip__pool_t *p, sip_request_t *c, chunk_ctx_t *ctx) {
+  if (ctx->sp->trace) { /* each chunk's queue, batch and execute spans */
+    sip__trace_ref(ctx->sp->trace);
+    c->trace = ctx->sp->trace;
+    c->trace_parent = ctx->sp->trace_parent;
+  }
   c->done = chunk_done;
   c->user = ctx;
   return sip__pool_model_vt.submit(&p->base, c);
@@ -232,6 +245,9 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
       sp->id = r->id;
       sp->done = done;
       sp->user = user;
+      sp->trace = r->trace;
+      sp->trace_parent = r->trace_parent;
+      r->trace = NULL;
       ctx->sp = sp;
       ctx->index = 0;
       sip_request_free(r);
@@ -272,6 +288,9 @@ sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_b
   sp->id = r->id;
   sp->done = done;
   sp->user = user;
+  sp->trace = r->trace;
+  sp->trace_parent = r->trace_parent;
+  r->trace = NULL;
   for (size_t i = 0; i < n; i++) {
     int64_t row0 = (int64_t)i * max_batch_size;
     sp->rows[i] = rows - row0 < max_batch_size ? rows - row0 : max_batch_size;

@@ -20,6 +20,7 @@
 #include "sip/frontend.h"
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
+#include "server/tracing.h"
 
 /* ---- INFER_REQUEST and BATCH_INFER_REQUEST ---- */
 
@@ -79,6 +80,7 @@ static sip_error_t *write_shm_outputs(const pending_t *pd, const sip_tensor_t *c
 static void on_done(sip_response_t *resp, void *user) {
   pending_t *pd = user;
   sip__wbuf_t w = {0};
+  uint64_t t_send = sip__trace_send_begin(resp);
   if (!resp) {
     sip__encode_infer_response(&w, 0, SIP_RESOURCE_EXHAUSTED, "out of memory", 0, 0, 0, NULL, 0);
   } else {
@@ -105,9 +107,10 @@ static void on_done(sip_response_t *resp, void *user) {
       sip__encode_infer_response(&w, sip_response_request_id(resp), SIP_RESOURCE_EXHAUSTED,
                                  "out of memory encoding the response", 0, 0, 0, NULL, 0);
     }
-    sip_response_free(resp);
   }
   sip__conn_write_answer(pd->ls, pd->conn_id, &w);
+  sip__trace_sent(resp, t_send); /* queued to the connection's loop */
+  sip_response_free(resp);
   pending_free(pd);
 }
 
@@ -209,6 +212,14 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
           sip_request_set_batch_wait_ms(r, (uint32_t)json_integer_value(v));
         continue;
       }
+      if (!strcmp(key, "traceparent") || !strcmp(key, "tracestate")) {
+        /* W3C trace context (docs/tracing.md): an invalid value is ignored. */
+        if (!strcmp(key, "traceparent") && json_is_string(v)) {
+          json_t *st = json_object_get(root, "tracestate");
+          e = sip_request_set_trace_context(r, json_string_value(v), json_string_value(st));
+        }
+        continue;
+      }
       if (!strcmp(key, "idempotency_key")) {
         e = json_is_string(v) ? sip_request_set_idempotency_key(r, json_string_value(v))
                               : sip_error_new(SIP_INVALID_ARGUMENT, "request parameter "
@@ -219,8 +230,8 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
       if (strcmp(key, "pipeline_config")) {
         e = sip_error_new(SIP_INVALID_ARGUMENT,
                           "unknown request parameter '%s'; expected pipeline_config, "
-                          "batch_timeout_ms, sequence_id, sequence_start, sequence_end or "
-                          "idempotency_key",
+                          "batch_timeout_ms, sequence_id, sequence_start, sequence_end, "
+                          "idempotency_key, traceparent or tracestate",
                           key);
         break;
       }
@@ -234,6 +245,7 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
 }
 
 static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
+  uint64_t t0 = sip__now_ns();
   sip__wire_request_t wr;
   const uint8_t *payload = sip_buf_data(c->payload);
   size_t len = c->h.length;
@@ -278,6 +290,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   wr.outputs = NULL;
   wr.n_outputs = 0;
   if (!e && wr.parameters) e = sip__apply_request_parameters(r, wr.parameters);
+  sip__trace_received(r, t0);
   /* The backend may write straight into the destinations (no copy then). */
   for (size_t i = 0; !e && !batch && i < pd->n_dst; i++)
     e = sip_request_set_output_buffer(r, pd->dst[i].output, pd->dst[i].data, pd->dst[i].size,

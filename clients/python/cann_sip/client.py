@@ -82,15 +82,20 @@ class InferenceRequest:
     idempotency_key: a string naming the request for the server: it runs at
         most once while the server keeps the key (docs/idempotency.md), so the
         client sends it again after a dropped connection.
+    traceparent, tracestate: the caller's W3C trace context (docs/tracing.md):
+        a traced request joins the caller's trace, its root span a child of
+        the caller's span. The server ignores an invalid traceparent.
     """
 
     __slots__ = ("session_pool", "inputs", "timeout_ms", "priority", "request_id", "outputs",
                  "pipeline_config", "sequence_id", "sequence_start", "sequence_end",
-                 "idempotency_key")
+                 "idempotency_key", "traceparent", "tracestate")
 
     def __init__(self, session_pool, inputs, timeout_ms=None, priority=None, request_id=None,
                  outputs=None, pipeline_config=None, sequence_id=None, sequence_start=False,
-                 sequence_end=False, idempotency_key=None):
+                 sequence_end=False, idempotency_key=None, traceparent=None, tracestate=None):
+        self.traceparent = traceparent
+        self.tracestate = tracestate
         self.sequence_id = sequence_id
         self.sequence_start = sequence_start
         self.sequence_end = sequence_end
@@ -109,6 +114,19 @@ class InferenceRequest:
                 "request_id=%r, outputs=%r)" % (self.session_pool, ", ".join(self.inputs or ()),
                                                 self.timeout_ms, self.priority, self.request_id,
                                                 self.outputs))
+
+
+def _trace_parameters(request, params):
+    """`params` (a dict or None) with the request's traceparent and
+    tracestate added when it has them; raises InvalidArgumentError for a
+    value that is not a str."""
+    for name in ("traceparent", "tracestate"):
+        v = getattr(request, name, None)
+        if v is not None:
+            if not isinstance(v, str):
+                raise InvalidArgumentError("%s must be a str, not %s" % (name, type(v).__name__))
+            params = dict(params or {}, **{name: v})
+    return params
 
 
 def sequence_parameters(sequence_id, start=False, end=False):
@@ -184,13 +202,17 @@ class BatchInferenceRequest:
         longest a chunk waits in the pool's batcher for other requests to
         fill its batch, instead of the pool's max_queue_delay; not a
         deadline), "padding_strategy": "none" | "replicate_last" | "zero"}.
+    traceparent, tracestate: the caller's W3C trace context, as for
+        InferenceRequest (docs/tracing.md).
     """
 
     __slots__ = ("session_pool", "batch_inputs", "batch_config", "priority", "request_id",
-                 "outputs")
+                 "outputs", "traceparent", "tracestate")
 
     def __init__(self, session_pool, batch_inputs, batch_config=None, priority=None,
-                 request_id=None, outputs=None):
+                 request_id=None, outputs=None, traceparent=None, tracestate=None):
+        self.traceparent = traceparent
+        self.tracestate = tracestate
         self.session_pool = session_pool
         self.batch_inputs = list(batch_inputs)
         self.batch_config = dict(batch_config or {})
@@ -957,6 +979,7 @@ class SessionClient:
                 raise InvalidArgumentError("idempotency_key must be a string of 1 to 1024 bytes, "
                                            "not %r" % (key,))
             params = dict(params or {}, idempotency_key=key)
+        params = _trace_parameters(request, params)
         inputs = request.inputs
         if self._regions and inputs:
             inputs = [(k, self._by_reference(v)) for k, v in P._items(inputs)]
@@ -1181,12 +1204,13 @@ class SessionClient:
             raise InvalidArgumentError("unknown batch_config keys %s; expected max_batch_size, "
                                        "timeout_ms, padding_strategy" % sorted(unknown))
         stacked, rows = self._stack_items(request)
+        params = _trace_parameters(
+            request, {"batch_timeout_ms": cfg["timeout_ms"]} if cfg.get("timeout_ms") else None)
         try:
             parts = P.encode_batch_infer_request_parts(
                 request.session_pool, stacked, max_batch_size=cfg.get("max_batch_size", 0) or 0,
                 padding=cfg.get("padding_strategy", "none") or "none",
-                priority=request.priority, outputs=request.outputs,
-                parameters={"batch_timeout_ms": cfg["timeout_ms"]} if cfg.get("timeout_ms") else None)
+                priority=request.priority, outputs=request.outputs, parameters=params)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(str(e)) from None
         rid = request.request_id if request.request_id is not None else self._next_id()

@@ -411,6 +411,43 @@ static void test_sequence(void **state) {
   sip_client_free(c);
 }
 
+/* The W3C trace context travels in the request's parameters: the server
+ * takes a valid traceparent (with tracestate, and beside other parameters)
+ * and ignores an invalid one; neither is an error. */
+static void test_traceparent(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  sip_tensor_t *t = vec3(4, 2);
+  const sip_tensor_t *in[] = {t};
+  static const char *const tps[] = {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                                    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                                    "not a traceparent"};
+  for (size_t i = 0; i < 3; i++) {
+    sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1,
+                                .traceparent = tps[i], .tracestate = i ? NULL : "rojo=1",
+                                .pipeline_config = i == 2 ? "{}" : NULL};
+    sip_client_response_t *r = NULL;
+    sip_error_t *e = sip_client_infer(c, &req, &r);
+    if (e) fail_msg("traceparent '%s': %s", tps[i], sip_error_message(e));
+    check_echo(r, 4, 2);
+    sip_client_response_free(r);
+  }
+  /* A tracestate without a traceparent is not sent; a traceparent that is
+   * not UTF-8 is refused before sending. */
+  sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .tracestate = "x=1"};
+  sip_client_response_t *r = NULL;
+  assert_null(sip_client_infer(c, &req, &r));
+  sip_client_response_free(r);
+  req.traceparent = "\xff\xfe";
+  sip_error_t *e = sip_client_infer(c, &req, &r);
+  assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+  assert_non_null(strstr(sip_error_message(e), "traceparent is not valid UTF-8"));
+  sip_error_free(e);
+  sip_tensor_free(t);
+  sip_client_free(c);
+}
+
 /* Shared memory: the input read from a region by reference, the output
  * written into the same region and viewed there; the response outlives
  * the region's destruction. */
@@ -710,7 +747,7 @@ int main(void) {
       cmocka_unit_test(test_deadline),       cmocka_unit_test(test_info),
       cmocka_unit_test(test_connect_failures), cmocka_unit_test(test_batch_infer),
       cmocka_unit_test(test_connect_backlog_full),
-      cmocka_unit_test(test_sequence),
+      cmocka_unit_test(test_sequence),       cmocka_unit_test(test_traceparent),
       cmocka_unit_test(test_shared_memory),  cmocka_unit_test(test_reconnect),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
