@@ -182,19 +182,25 @@ static void entry_done(sip_response_t *resp, void *user) {
   pthread_mutex_lock(&c->mu);
   waiter_t *w = e->waiters;
   e->waiters = NULL;
+  uint64_t ttl = e->ttl_us;
+  char *key = NULL; /* for the sink: a kept answer's key */
   if (kept) {
+    uint32_t h = e->hash;
+    key = c->sink ? sip__strdup(e->key) : NULL;
     e->done = 1;
     e->resp = kept;
     e->bytes = response_bytes(kept);
     e->expires_us = c->now_us() + e->ttl_us;
     c->bytes += e->bytes;
     lru_push(c, e);
-    trim(c, SIZE_MAX, c->max_bytes, 0);
+    trim(c, SIZE_MAX, c->max_bytes, 0); /* may evict e itself (an answer over max_bytes) */
+    if (key && !find(c, key, h)) { /* not kept after all: nothing to record */
+      sip__free(key);
+      key = NULL;
+    }
   } else {
     unlink_entry(c, e);
   }
-  uint64_t ttl = e->ttl_us;
-  char *key = kept && c->sink ? sip__strdup(e->key) : NULL;
   pthread_mutex_unlock(&c->mu); /* a kept e may be evicted from here on */
   if (!kept) entry_free(e);
   if (key) { /* recorded before anyone hears the answer */
