@@ -109,8 +109,8 @@ sip_error_t *sip__profile_summary(const char *trace_text, const char *pool, int 
   if (a) {
     double total = 0;
     for (size_t k = 0; k < n_ops; k++) total += ops[k].total_us;
-    qsort(ops, n_ops, sizeof *ops, by_total);
-    qsort(nodes, n_nodes, sizeof *nodes, by_total);
+    if (n_ops) qsort(ops, n_ops, sizeof *ops, by_total);
+    if (n_nodes) qsort(nodes, n_nodes, sizeof *nodes, by_total);
     json_t *jo = json_array(), *jn = json_array();
     for (size_t k = 0; k < n_ops; k++)
       json_array_append_new(
