@@ -91,3 +91,22 @@ def inproc(*args):
     out = subprocess.run([os.path.join(BUILD, "bench_inproc")] + [str(a) for a in args],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
+
+
+def pipelined_rate(endpoint, pool, n, window):
+    """Requests per second of n requests of a (1, 4) float32 "input" to pool
+    `pool`, `window` of them in flight at a time, over one client."""
+    import numpy as np
+    from cann_sip import InferenceRequest
+    x = np.ones((1, 4), np.float32)
+    with SessionClient(endpoint, timeout_s=60) as c:
+        c.infer(InferenceRequest(pool, {"input": x}))  # connected, warm
+        t0 = time.perf_counter()
+        futs = []
+        for _ in range(n):
+            futs.append(c.infer_async(InferenceRequest(pool, {"input": x})))
+            if len(futs) >= window:
+                futs.pop(0).result()
+        for f in futs:
+            f.result()
+        return n / (time.perf_counter() - t0)

@@ -8,22 +8,13 @@ backend (no compute), so the dashboard's share of each request is as large
 as it gets. Rounds alternate (none, open, none, ...); other work on the
 machine only ever slows a round down, so the best round of each is compared
 (the medians are printed too)."""
-import sys
 
-# bench/http.py would shadow the standard library's http package.
-_bench = sys.path.pop(0)
-import http.client  # noqa: E402
-sys.path.insert(0, _bench)
+import http.client
+import socket
+import statistics
+import threading
 
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from common import Sipd  # noqa: E402
-from cann_sip import InferenceRequest, SessionClient  # noqa: E402
+from common import Sipd, pipelined_rate
 
 N = 10000
 WINDOW = 64  # requests in flight
@@ -37,18 +28,7 @@ def free_port():
 
 
 def run(endpoint):
-    x = np.ones((1, 4), np.float32)
-    with SessionClient(endpoint, timeout_s=60) as c:
-        c.infer(InferenceRequest("echo", {"input": x}))  # connected, warm
-        t0 = time.perf_counter()
-        futs = []
-        for i in range(N):
-            futs.append(c.infer_async(InferenceRequest("echo", {"input": x})))
-            if len(futs) >= WINDOW:
-                futs.pop(0).result()
-        for f in futs:
-            f.result()
-        return N / (time.perf_counter() - t0)
+    return pipelined_rate(endpoint, "echo", N, WINDOW)
 
 
 class Dashboard:

@@ -17,12 +17,9 @@ import os
 import socket
 import statistics
 import subprocess
-import time
 
-import numpy as np
-
-from common import BUILD, Sipd
-from cann_sip import InferenceRequest, SessionClient, protocol as P
+from common import BUILD, Sipd, pipelined_rate
+from cann_sip import protocol as P
 from cann_sip.client import parse_endpoint
 
 N = 10000
@@ -31,18 +28,7 @@ ROUNDS = 7
 
 
 def run(endpoint):
-    x = np.ones((1, 4), np.float32)
-    with SessionClient(endpoint, timeout_s=60) as c:
-        c.infer(InferenceRequest("echo", {"input": x}))  # connected, warm
-        t0 = time.perf_counter()
-        futs = []
-        for i in range(N):
-            futs.append(c.infer_async(InferenceRequest("echo", {"input": x})))
-            if len(futs) >= WINDOW:
-                futs.pop(0).result()
-        for f in futs:
-            f.result()
-        return N / (time.perf_counter() - t0)
+    return pipelined_rate(endpoint, "echo", N, WINDOW)
 
 
 def deaf_subscriber(endpoint):

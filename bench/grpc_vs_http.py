@@ -10,26 +10,22 @@ outstanding. Prints gRPC's ratios to HTTP binary; the target is within 1.3x.
 """
 import sys
 
-# bench/http.py would shadow the standard library's http package: take it
-# first, with bench/ out of the path.
-_BENCH = sys.path.pop(0)
-import http.client  # noqa: E402
-sys.path.insert(0, _BENCH)
+import http.client
 
-import json  # noqa: E402
-import os  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import json
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from common import BUILD, ROOT, Sipd, ensure_tiny, sip_bench  # noqa: E402
+from common import BUILD, ROOT, Sipd, ensure_tiny, sip_bench
 
-import grpc  # noqa: E402  (python3-grpcio)
+import grpc  # python3-grpcio
 
 ROUNDS = 5           # HTTP and gRPC alternate, so machine load hits both alike
 N_LATENCY = 500      # requests per round, one at a time

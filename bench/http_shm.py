@@ -10,18 +10,13 @@ import mmap
 import os
 import socket
 import statistics
-import sys
 import time
 
 import numpy as np
 
-# bench/http.py would shadow the standard library's http package.
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
-import http.client  # noqa: E402
+import http.client
 
-sys.path.insert(0, HERE)
-from common import Sipd  # noqa: E402
+from common import Sipd
 
 SIZES = [64 << 10, 1 << 20, 16 << 20]
 ROUNDS = {64 << 10: 400, 1 << 20: 100, 16 << 20: 20}

@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 
 import numpy as np

@@ -13,14 +13,9 @@ run); target: <= 10 MB. The baseline is sipd's own RSS at the end of
 warm-up in this run. Duration: SOAK_SECONDS (default 60; 600 for the
 ten-minute soak)."""
 import os
-import sys
 
-# bench/http.py would shadow the standard library's http package.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-import http.client  # noqa: E402
-sys.path.insert(0, _here)
-import json  # noqa: E402
+import http.client
+import json
 import random
 import shutil
 import signal

@@ -9,14 +9,10 @@ collector down (spans dropped). Rounds interleave and the best rate of each
 counts (the machine is shared). Prints each rate and its ratio to the
 baseline measured in this run."""
 import socket
-import sys
 import threading
 import time
 
-# bench/http.py would shadow the standard library's http package.
-_here = sys.path.pop(0)
-import http.server  # noqa: E402
-sys.path.insert(0, _here)
+import http.server
 
 import numpy as np
 
