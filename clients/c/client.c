@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/fdsend.h"
 #include "sip/client.h"
 #include "transport/frame.h"
 
@@ -347,29 +348,9 @@ static void ignore_info(char *json, sip_error_t *e, void *user) {
 /* Writes a whole frame to c->fd (wmu held); `fd` >= 0 goes with its first
  * bytes as SCM_RIGHTS. Returns 0 or errno. */
 static int write_frame(sip_client_t *c, const sip__wbuf_t *w, int fd) {
-  size_t off = 0;
-  while (off < w->len) {
-    struct iovec iov = {.iov_base = w->data + off, .iov_len = w->len - off};
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0 && off == 0) {
-      memset(&ctl, 0, sizeof ctl);
-      msg.msg_control = ctl.buf;
-      msg.msg_controllen = sizeof ctl.buf;
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    }
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
+  for (size_t off = 0; off < w->len;) {
+    ssize_t n = sip__send_with_fd(c->fd, w->data + off, w->len - off, off == 0 ? fd : -1);
+    if (n < 0) return errno;
     off += (size_t)n;
   }
   return 0;

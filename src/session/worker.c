@@ -25,6 +25,7 @@
 
 #include "backend/backends.h"
 #include "core/core.h"
+#include "core/fdsend.h"
 #include "core/spin.h"
 #include "session/engine.h"
 #include "session/isolation.h"
@@ -38,26 +39,7 @@
 /* ---- messages with a file descriptor ---- */
 
 int sip__wk_send(int sock, const void *msg, size_t len, int fd) {
-  struct iovec iov = {(void *)msg, len};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    memset(&u, 0, sizeof u);
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  ssize_t n;
-  while ((n = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
-  return n == (ssize_t)len ? 0 : -1;
+  return sip__send_with_fd(sock, msg, len, fd) == (ssize_t)len ? 0 : -1;
 }
 
 

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/wbuf.h"
 #include "sip/error.h"
 #include "sip/server.h"
 #include "sip/tensor.h"
@@ -75,18 +76,7 @@ sip_error_t *sip__frame_header_decode(const uint8_t *p, size_t max_payload,
                                       sip__frame_header_t *h);
 void sip__frame_header_encode(uint8_t *p, uint16_t type, uint32_t length, uint64_t request_id);
 
-/* A growable byte buffer for encoding. */
-typedef struct sip__wbuf {
-  uint8_t *data;
-  size_t len, cap;
-  int oom; /* sticky: set when any append failed */
-} sip__wbuf_t;
-void sip__wbuf_free(sip__wbuf_t *w);
-void sip__wbuf_put(sip__wbuf_t *w, const void *p, size_t n);
-void sip__wbuf_u8(sip__wbuf_t *w, uint8_t v);
-void sip__wbuf_u16(sip__wbuf_t *w, uint16_t v);
-void sip__wbuf_u32(sip__wbuf_t *w, uint32_t v);
-void sip__wbuf_u64(sip__wbuf_t *w, uint64_t v);
+/* The encoding buffer (sip__wbuf_t) is core's; a u16 length, then s. */
 void sip__wbuf_str16(sip__wbuf_t *w, const char *s);
 /* Appends a tensor; padding is computed relative to `payload_start`. */
 void sip__wbuf_tensor(sip__wbuf_t *w, size_t payload_start, const sip_tensor_t *t);
