@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "core/core.h"
+#include "core/wbuf.h"
 #include "server/state.h"
 #include "session/engine.h"
 
@@ -27,44 +28,15 @@ struct sip__journal {
   uint64_t last_error_us;
 };
 
-/* ---- encoding ---- */
-
-typedef struct wbuf {
-  uint8_t *p;
-  size_t n, cap;
-  int oom;
-} wbuf_t;
-
-static void put(wbuf_t *b, const void *v, size_t n) {
-  if (b->oom) return;
-  if (b->n + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n) cap *= 2;
-    uint8_t *np = sip__realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, v, n);
-  b->n += n;
-}
-
-#define PUT(b, type, v)   \
-  do {                    \
-    type v_ = (type)(v);  \
-    put(b, &v_, sizeof v_); \
-  } while (0)
+/* ---- encoding (little-endian, core/wbuf.h) ---- */
 
 /* A string with a length prefix of `width` bytes (2 or 4). */
-static int put_str(wbuf_t *b, const char *s, int width) {
+static int put_str(sip__wbuf_t *b, const char *s, int width) {
   size_t n = s ? strlen(s) : 0;
   if (width == 2 ? n > UINT16_MAX : n > UINT32_MAX) return -1;
-  if (width == 2) PUT(b, uint16_t, n);
-  else PUT(b, uint32_t, n);
-  put(b, s, n);
+  if (width == 2) sip__wbuf_u16(b, (uint16_t)n);
+  else sip__wbuf_u32(b, (uint32_t)n);
+  sip__wbuf_put(b, s, n);
   return 0;
 }
 
@@ -72,39 +44,38 @@ sip_error_t *sip__journal_encode(const char *model, const char *key, uint64_t ex
                                  const sip_response_t *r, uint8_t **out, size_t *len) {
   *out = NULL;
   *len = 0;
-  wbuf_t b = {0};
-  PUT(&b, uint32_t, 0); /* length and CRC, set below */
-  PUT(&b, uint32_t, 0);
-  PUT(&b, uint64_t, expires_wall_us);
+  sip__wbuf_t b = {0};
+  sip__wbuf_u64(&b, 0); /* length and CRC, set below */
+  sip__wbuf_u64(&b, expires_wall_us);
   int bad = put_str(&b, model, 2) || put_str(&b, key, 4);
-  PUT(&b, int32_t, r->code);
-  PUT(&b, uint64_t, r->queue_us);
-  PUT(&b, uint64_t, r->compute_us);
-  PUT(&b, uint64_t, r->total_us);
+  sip__wbuf_u32(&b, (uint32_t)r->code);
+  sip__wbuf_u64(&b, r->queue_us);
+  sip__wbuf_u64(&b, r->compute_us);
+  sip__wbuf_u64(&b, r->total_us);
   bad = bad || put_str(&b, r->message, 4);
-  PUT(&b, uint32_t, r->n_outputs);
+  sip__wbuf_u32(&b, (uint32_t)r->n_outputs);
   for (size_t i = 0; !bad && i < r->n_outputs; i++) {
     const sip_tensor_t *t = r->outputs[i];
     bad = put_str(&b, t->name, 2);
-    PUT(&b, int32_t, t->dtype);
-    PUT(&b, uint32_t, t->rank);
-    put(&b, t->dims, (size_t)t->rank * sizeof t->dims[0]);
-    PUT(&b, uint64_t, t->nbytes);
-    put(&b, t->data, t->nbytes);
+    sip__wbuf_u32(&b, (uint32_t)t->dtype);
+    sip__wbuf_u32(&b, (uint32_t)t->rank);
+    for (int k = 0; k < t->rank; k++) sip__wbuf_u64(&b, (uint64_t)t->dims[k]);
+    sip__wbuf_u64(&b, t->nbytes);
+    sip__wbuf_put(&b, t->data, t->nbytes);
   }
-  if (!bad && !b.oom && b.n - 8 >= MAX_RECORD) bad = 1;
+  if (!bad && !b.oom && b.len - 8 >= MAX_RECORD) bad = 1;
   if (bad || b.oom) {
-    sip__free(b.p);
+    sip__wbuf_free(&b);
     return bad ? sip_error_new(SIP_INVALID_ARGUMENT, "idempotency journal: an answer too large "
                                "to record (a name, key or message over its length limit, or "
                                "over 2 GiB in all)")
                : SIP__OOM();
   }
-  uint32_t plen = (uint32_t)(b.n - 8), crc = (uint32_t)crc32(0, b.p + 8, plen);
-  memcpy(b.p, &plen, 4);
-  memcpy(b.p + 4, &crc, 4);
-  *out = b.p;
-  *len = b.n;
+  uint32_t plen = (uint32_t)(b.len - 8);
+  sip__put_le(b.data, plen, 4);
+  sip__put_le(b.data + 4, (uint32_t)crc32(0, b.data + 8, plen), 4);
+  *out = b.data;
+  *len = b.len;
   return NULL;
 }
 
@@ -115,20 +86,20 @@ typedef struct rbuf {
   size_t n, off;
 } rbuf_t;
 
-static int get(rbuf_t *b, void *v, size_t n) {
-  if (n > b->n - b->off) return -1;
-  memcpy(v, b->p + b->off, n);
-  b->off += n;
+/* An unsigned little-endian integer of n bytes. */
+static int get_u(rbuf_t *b, int n, uint64_t *v) {
+  if ((size_t)n > b->n - b->off) return -1;
+  uint64_t x = 0;
+  for (int i = n - 1; i >= 0; i--) x = x << 8 | b->p[b->off + (size_t)i];
+  *v = x;
+  b->off += (size_t)n;
   return 0;
 }
 
 /* A string with a length prefix (owned, NUL-terminated) into *out. */
 static int get_str(rbuf_t *b, int width, char **out) {
-  uint32_t n = 0;
-  uint16_t n16 = 0;
-  if (width == 2 ? get(b, &n16, 2) : get(b, &n, 4)) return -1;
-  if (width == 2) n = n16;
-  if (n > b->n - b->off || memchr(b->p + b->off, 0, n)) return -1;
+  uint64_t n;
+  if (get_u(b, width, &n) || n > b->n - b->off || memchr(b->p + b->off, 0, n)) return -1;
   *out = sip__malloc((size_t)n + 1);
   if (!*out) return -1;
   memcpy(*out, b->p + b->off, n);
@@ -137,58 +108,52 @@ static int get_str(rbuf_t *b, int width, char **out) {
   return 0;
 }
 
+/* One output tensor (owned) into *out; 0 when whole and valid. */
+static int get_tensor(rbuf_t *b, sip_tensor_t **out) {
+  char *name = NULL;
+  uint64_t dtype = 0, rank = 0, nbytes = 0, d = 0;
+  int64_t dims[SIP_MAX_RANK];
+  int ok = !get_str(b, 2, &name) && !get_u(b, 4, &dtype) && !get_u(b, 4, &rank) &&
+           rank <= SIP_MAX_RANK;
+  for (uint64_t k = 0; ok && k < rank; k++)
+    if ((ok = !get_u(b, 8, &d))) dims[k] = (int64_t)d;
+  ok = ok && !get_u(b, 8, &nbytes) && nbytes <= b->n - b->off &&
+       (dtype == SIP_DTYPE_STRING || sip_dtype_size((sip_dtype_t)dtype) > 0);
+  *out = ok ? sip_tensor_new_copy(name, (sip_dtype_t)dtype, (int)rank, dims, b->p + b->off,
+                                  (size_t)nbytes)
+            : NULL;
+  sip__free(name);
+  if (!*out) return -1;
+  b->off += (size_t)nbytes;
+  sip_error_t *e = sip_tensor_validate(*out);
+  sip_error_free(e);
+  return e ? -1 : 0;
+}
+
 /* One payload into its parts; 0 when whole and valid. */
 static int decode(rbuf_t *b, char **model, char **key, uint64_t *expires, sip_response_t **resp) {
-  int32_t code = 0;
-  uint64_t q = 0, c = 0, t = 0;
-  uint32_t n_out = 0;
+  uint64_t code = 0, q = 0, c = 0, t = 0, n_out = 0;
   char *msg = NULL;
+  sip_tensor_t **outs = NULL;
   *model = *key = NULL;
   *resp = NULL;
-  if (get(b, expires, 8) || get_str(b, 2, model) || get_str(b, 4, key) || get(b, &code, 4) ||
-      get(b, &q, 8) || get(b, &c, 8) || get(b, &t, 8) || get_str(b, 4, &msg) ||
-      get(b, &n_out, 4) || code < 0 || code >= SIP_CODE_COUNT_ || n_out > 4096 ||
-      (size_t)n_out * 16 > b->n - b->off) {
-    sip__free(msg);
-    sip__free(*model);
-    sip__free(*key);
-    *model = *key = NULL;
-    return -1;
+  int ok = !get_u(b, 8, expires) && !get_str(b, 2, model) && !get_str(b, 4, key) &&
+           !get_u(b, 4, &code) && !get_u(b, 8, &q) && !get_u(b, 8, &c) && !get_u(b, 8, &t) &&
+           !get_str(b, 4, &msg) && !get_u(b, 4, &n_out) && code < SIP_CODE_COUNT_ &&
+           n_out <= 4096 && n_out * 16 <= b->n - b->off;
+  if (ok && n_out) ok = (outs = sip__calloc(n_out, sizeof *outs)) != NULL;
+  for (uint64_t i = 0; ok && i < n_out; i++) ok = !get_tensor(b, &outs[i]);
+  ok = ok && b->off == b->n; /* bytes left over: not a record of ours */
+  if (ok) {
+    *resp = sip__response_new((sip_code_t)code, msg, 0, outs, n_out, q, c, t);
+    msg = NULL;
+    outs = NULL; /* the response's now */
+    ok = *resp && (uint64_t)(*resp)->code == code;
   }
-  sip_tensor_t **outs = n_out ? sip__calloc(n_out, sizeof *outs) : NULL;
-  int ok = !n_out || outs;
-  for (uint32_t i = 0; ok && i < n_out; i++) {
-    char *name = NULL;
-    int32_t dtype = 0;
-    uint32_t rank = 0;
-    int64_t dims[SIP_MAX_RANK];
-    uint64_t nbytes = 0;
-    ok = !get_str(b, 2, &name) && !get(b, &dtype, 4) && !get(b, &rank, 4) &&
-         rank <= SIP_MAX_RANK && !get(b, dims, rank * sizeof dims[0]) && !get(b, &nbytes, 8) &&
-         nbytes <= b->n - b->off &&
-         (dtype == SIP_DTYPE_STRING || sip_dtype_size((sip_dtype_t)dtype) > 0);
-    if (ok) {
-      outs[i] = sip_tensor_new_copy(name, (sip_dtype_t)dtype, (int)rank, dims, b->p + b->off,
-                                    (size_t)nbytes);
-      b->off += (size_t)nbytes;
-      sip_error_t *e = outs[i] ? sip_tensor_validate(outs[i]) : NULL;
-      ok = outs[i] && !e;
-      sip_error_free(e);
-    }
-    sip__free(name);
-  }
-  if (ok && b->off != b->n) ok = 0; /* bytes left over: not a record of ours */
+  for (uint64_t i = 0; outs && i < n_out; i++) sip_tensor_free(outs[i]);
+  sip__free(outs);
+  sip__free(msg);
   if (!ok) {
-    for (uint32_t i = 0; outs && i < n_out; i++) sip_tensor_free(outs[i]);
-    sip__free(outs);
-    sip__free(msg);
-    sip__free(*model);
-    sip__free(*key);
-    *model = *key = NULL;
-    return -1;
-  }
-  *resp = sip__response_new((sip_code_t)code, msg, 0, outs, n_out, q, c, t);
-  if (!*resp || (int32_t)(*resp)->code != code) {
     sip_response_free(*resp);
     *resp = NULL;
     sip__free(*model);
@@ -208,13 +173,14 @@ size_t sip__journal_read(const uint8_t *buf, size_t len, sip__journal_fn fn, voi
   }
   size_t off = MAGIC_LEN;
   while (off < len) {
-    uint32_t plen, crc;
     if (len - off < 8) {
       *why = "a record cut short (its header)";
       break;
     }
-    memcpy(&plen, buf + off, 4);
-    memcpy(&crc, buf + off + 4, 4);
+    rbuf_t h = {buf + off, 8, 0};
+    uint64_t plen = 0, crc = 0;
+    get_u(&h, 4, &plen);
+    get_u(&h, 4, &crc);
     if (plen > len - off - 8) {
       *why = "a record cut short";
       break;
@@ -406,7 +372,7 @@ sip_error_t *sip__journal_open(const char *dir, sip__journal_fn fn, void *ctx,
   return NULL;
 }
 
-void sip__journal_append(sip__journal_t *j, const char *model, const char *key,
+uint64_t sip__journal_append(sip__journal_t *j, const char *model, const char *key,
                          uint64_t expires_wall_us, const sip_response_t *resp) {
   uint8_t *rec;
   size_t len;
@@ -420,9 +386,11 @@ void sip__journal_append(sip__journal_t *j, const char *model, const char *key,
   } else {
     j->size += len;
   }
+  uint64_t size = j->size;
   pthread_mutex_unlock(&j->mu);
   sip_error_free(e);
   sip__free(rec);
+  return size;
 }
 
 uint64_t sip__journal_size(sip__journal_t *j) {

@@ -5,10 +5,10 @@
  * running it a second time (docs/idempotency.md).
  *
  * The file is the 8 bytes "sipidem1", then records: u32 payload length, u32
- * CRC-32 of the payload, the payload (host byte order):
- *   u64 expires (wall clock, us) | u16 n + model | u32 n + key | i32 code |
+ * CRC-32 of the payload, the payload (integers little-endian):
+ *   u64 expires (wall clock, us) | u16 n + model | u32 n + key | u32 code |
  *   u64 queue_us, compute_us, total_us | u32 n + message | u32 outputs |
- *   per output: u16 n + name, i32 dtype, u32 rank, i64 dims[rank],
+ *   per output: u16 n + name, u32 dtype, u32 rank, i64 dims[rank],
  *               u64 nbytes, the bytes.
  * Each record is one write(2) on a file opened O_APPEND: a process killed
  * at any point leaves whole records in the kernel's page cache (a machine
@@ -53,9 +53,10 @@ size_t sip__journal_read(const uint8_t *buf, size_t len, sip__journal_fn fn, voi
  * logged, and what could be read is kept. */
 sip_error_t *sip__journal_open(const char *dir, sip__journal_fn fn, void *ctx,
                                sip__journal_t **out);
-/* Appends one kept answer. A write that fails is logged (at most once a
- * minute) and dropped: serving goes on. Thread-safe. */
-void sip__journal_append(sip__journal_t *j, const char *model, const char *key,
+/* Appends one kept answer; returns the journal's size after it (as
+ * sip__journal_size). A write that fails is logged (at most once a minute)
+ * and dropped: serving goes on. Thread-safe. */
+uint64_t sip__journal_append(sip__journal_t *j, const char *model, const char *key,
                          uint64_t expires_wall_us, const sip_response_t *resp);
 /* Bytes written since the journal was last started afresh. */
 uint64_t sip__journal_size(sip__journal_t *j);

@@ -95,9 +95,9 @@ static void journal_sink(void *ctx, const char *key, uint64_t expires_wall_us,
                          const sip_response_t *resp) {
   struct sip__idem_slot *sl = ctx;
   sip_server_t *s = sl->srv;
-  sip__journal_append(s->journal, sl->name, key, expires_wall_us, resp);
+  uint64_t size = sip__journal_append(s->journal, sl->name, key, expires_wall_us, resp);
   uint64_t floor = atomic_load(&s->journal_floor);
-  if (sip__journal_size(s->journal) > (floor * 4 > JOURNAL_MIN ? floor * 4 : JOURNAL_MIN) &&
+  if (size > (floor * 4 > JOURNAL_MIN ? floor * 4 : JOURNAL_MIN) &&
       !atomic_exchange(&s->journal_compact, 1)) {
     pthread_mutex_lock(&s->hk_mu);
     pthread_cond_signal(&s->hk_cv);
