@@ -80,10 +80,12 @@ static sip_error_t *update(sip_server_t *s, sip__pool_t *p, json_t *req, json_t 
   return NULL;
 }
 
-/* sip_server_admin, with done for a profile (NULL: answered at once). */
+/* sip_server_admin, with done for a profile (NULL: answered at once);
+ * *later is set when done answers (a profile given done). */
 static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **answer,
-                          sip_admin_done_fn done, void *user) {
+                          sip_admin_done_fn done, void *user, int *later) {
   *answer = NULL;
+  *later = 0;
   json_error_t je;
   json_t *req = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   const char *action = json_string_value(json_object_get(req, "action"));
@@ -107,6 +109,7 @@ static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **
   } else if (p && !strcmp(action, "profile")) {
     char *txt = NULL;
     e = sip__admin_profile(p, req, done, user, &txt);
+    *later = done != NULL;
     sip__pool_unref(p);
     json_decref(req);
     if (!e && !done) *answer = txt;
@@ -134,18 +137,16 @@ static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **
 }
 
 sip_error_t *sip_server_admin(sip_server_t *s, const char *text, size_t len, char **answer) {
-  return admin(s, text, len, answer, NULL, NULL);
+  int later;
+  return admin(s, text, len, answer, NULL, NULL, &later);
 }
 
 sip_error_t *sip_server_admin_async(sip_server_t *s, const char *text, size_t len,
                                     sip_admin_done_fn done, void *user) {
   char *answer = NULL;
-  json_t *req = json_loadb(text, len, 0, NULL);
-  const char *action = json_string_value(json_object_get(req, "action"));
-  int later = action && !strcmp(action, "profile");
-  json_decref(req);
-  sip_error_t *e = admin(s, text, len, &answer, later ? done : NULL, user);
-  if (e && later) return e; /* refused before it started: done is not called */
-  if (!later) done(e, answer, user);
+  int later;
+  sip_error_t *e = admin(s, text, len, &answer, done, user, &later);
+  if (later) return e; /* started (done answers), or refused before: done is not called */
+  done(e, answer, user);
   return NULL;
 }
