@@ -736,6 +736,24 @@ static void test_subscribe(void **state) {
   assert_int_equal(ev.n_complete, 3);
   sip_tensor_free(t);
   sip_client_free(c);
+
+  /* A server that goes away ends the stream: fn hears NULL once. */
+  char path[96], ep[128], yaml[512];
+  snprintf(path, sizeof path, "/tmp/sip_test_client_sub_%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  snprintf(yaml, sizeof yaml,
+           "server: {endpoints: ['%s'], log_level: error}\n"
+           "session_pools:\n  - {name: echo, backend: builtin, backend_options: {shape: '-1'}}\n",
+           ep);
+  sip_server_t *other = start_yaml(yaml);
+  events_t gone = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  assert_null(sip_client_subscribe(ep, NULL, 0, NULL, on_event, &gone, &sub));
+  sip_server_free(other);
+  pthread_mutex_lock(&gone.mu);
+  while (!gone.ended) pthread_cond_wait(&gone.cv, &gone.mu);
+  pthread_mutex_unlock(&gone.mu);
+  sip_client_unsubscribe(sub);
+  assert_int_equal(gone.ended, 1);
 }
 
 int main(void) {
