@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/wbuf.h"
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
@@ -40,41 +41,17 @@ static const asset_t assets[] = {
     {"script", "dashboard", sip__asset_js, &sip__asset_js_len},
 };
 
-/* ---- a growing string ------------------------------------------------------ */
+/* ---- a growing string (core's buffer) ---------------------------------------- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf_t;
-
-static void put(sbuf_t *b, const void *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = sip__realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-static void puts_(sbuf_t *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(sip__wbuf_t *b, const char *s) { sip__wbuf_put(b, s, strlen(s)); }
 
 /* JSON text made safe inside a <script> element: '<' only appears within
  * JSON strings, where \u003c means the same, so no "</script" or "<!--"
  * can end or confuse the element. */
-static void put_json_in_script(sbuf_t *b, const char *json) {
+static void put_json_in_script(sip__wbuf_t *b, const char *json) {
   for (const char *p = json; *p;) {
     size_t n = strcspn(p, "<");
-    put(b, p, n);
+    sip__wbuf_put(b, p, n);
     p += n;
     if (*p == '<') {
       puts_(b, "\\u003c");
@@ -86,17 +63,17 @@ static void put_json_in_script(sbuf_t *b, const char *json) {
 /* ---- the page ---------------------------------------------------------------- */
 
 char *sip__dash_render(const char *snapshot, size_t *len) {
-  sbuf_t b = {0};
+  sip__wbuf_t b = {0};
   const char *t = (const char *)sip__asset_html, *end = t + sip__asset_html_len;
   static const char open[] = "<!--sip:";
   while (t < end) {
     const char *m = strstr(t, open);
     const char *close = m ? strstr(m, "-->") : NULL;
     if (!m || !close) {
-      put(&b, t, (size_t)(end - t));
+      sip__wbuf_put(&b, t, (size_t)(end - t));
       break;
     }
-    put(&b, t, (size_t)(m - t));
+    sip__wbuf_put(&b, t, (size_t)(m - t));
     const char *word = m + sizeof open - 1;
     size_t wn = (size_t)(close - word);
     int done = 0;
@@ -115,19 +92,20 @@ char *sip__dash_render(const char *snapshot, size_t *len) {
           memcmp(word + kn + 1, assets[i].name, nn))
         continue;
       puts_(&b, !strcmp(assets[i].kind, "style") ? "<style>\n" : "<script>\n");
-      put(&b, assets[i].data, *assets[i].len);
+      sip__wbuf_put(&b, assets[i].data, *assets[i].len);
       puts_(&b, !strcmp(assets[i].kind, "style") ? "\n</style>" : "\n</script>");
       done = 1;
     }
-    if (!done) put(&b, m, (size_t)(close + 3 - m)); /* not ours: left as it is */
+    if (!done) sip__wbuf_put(&b, m, (size_t)(close + 3 - m)); /* not ours: left as it is */
     t = close + 3;
   }
-  if (b.oom || !b.p) {
-    sip__free(b.p);
+  sip__wbuf_u8(&b, 0); /* the text's end, not counted in *len */
+  if (b.oom) {
+    sip__wbuf_free(&b);
     return NULL;
   }
-  *len = b.n;
-  return b.p;
+  *len = b.len - 1;
+  return (char *)b.data;
 }
 
 /* ---- the data ---------------------------------------------------------------- */
