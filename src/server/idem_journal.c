@@ -164,6 +164,49 @@ static int decode(rbuf_t *b, char **model, char **key, uint64_t *expires, sip_re
   return 0;
 }
 
+/* Smallest payload: expires, two empty strings' lengths, code, three
+ * timings, an empty message's length and the output count. */
+#define MIN_PAYLOAD (8 + 2 + 4 + 4 + 24 + 4 + 4)
+
+/* The record at buf[off..len): its size (header included) when it is whole
+ * and valid, fn having been called with it; else 0 with *why set. Cheap
+ * checks come before the CRC so that resynchronising through damaged bytes
+ * (one candidate offset at a time) stays fast. */
+static size_t record_at(const uint8_t *buf, size_t len, size_t off, sip__journal_fn fn, void *ctx,
+                        const char **why) {
+  if (len - off < 8) {
+    *why = "a record cut short (its header)";
+    return 0;
+  }
+  rbuf_t h = {buf + off, 8, 0};
+  uint64_t plen = 0, crc = 0, mlen = 0, klen = 0;
+  get_u(&h, 4, &plen);
+  get_u(&h, 4, &crc);
+  if (plen > len - off - 8) {
+    *why = "a record cut short";
+    return 0;
+  }
+  rbuf_t f = {buf + off + 8, plen, 8}; /* past expires: the model's and key's lengths */
+  if (plen < MIN_PAYLOAD || get_u(&f, 2, &mlen) || mlen > plen - f.off ||
+      (f.off += mlen, get_u(&f, 4, &klen)) || klen > plen - f.off ||
+      (uint32_t)crc32(0, buf + off + 8, plen) != crc) {
+    *why = "a record whose CRC does not match";
+    return 0;
+  }
+  rbuf_t b = {buf + off + 8, plen, 0};
+  char *model, *key;
+  uint64_t expires;
+  sip_response_t *resp;
+  if (decode(&b, &model, &key, &expires, &resp)) {
+    *why = "a malformed record";
+    return 0;
+  }
+  fn(ctx, model, key, expires, resp);
+  sip__free(model);
+  sip__free(key);
+  return 8 + (size_t)plen;
+}
+
 size_t sip__journal_read(const uint8_t *buf, size_t len, sip__journal_fn fn, void *ctx,
                          const char **why) {
   *why = NULL;
@@ -171,38 +214,23 @@ size_t sip__journal_read(const uint8_t *buf, size_t len, sip__journal_fn fn, voi
     *why = "not an idempotency journal (no \"" SIP__JOURNAL_MAGIC "\" at its start)";
     return 0;
   }
-  size_t off = MAGIC_LEN;
+  size_t off = MAGIC_LEN, good = MAGIC_LEN;
   while (off < len) {
-    if (len - off < 8) {
-      *why = "a record cut short (its header)";
-      break;
+    const char *bad = NULL;
+    size_t n = record_at(buf, len, off, fn, ctx, &bad);
+    if (!n) {
+      /* Damage: the first reason is kept, and reading goes on at the next
+       * offset where a whole record with its own CRC starts, so the
+       * answers after a damaged stretch are not lost (and not run again). */
+      if (!*why) *why = bad;
+      while (++off < len && !(n = record_at(buf, len, off, fn, ctx, &bad))) {
+      }
+      if (!n) break;
     }
-    rbuf_t h = {buf + off, 8, 0};
-    uint64_t plen = 0, crc = 0;
-    get_u(&h, 4, &plen);
-    get_u(&h, 4, &crc);
-    if (plen > len - off - 8) {
-      *why = "a record cut short";
-      break;
-    }
-    if ((uint32_t)crc32(0, buf + off + 8, plen) != crc) {
-      *why = "a record whose CRC does not match";
-      break;
-    }
-    rbuf_t b = {buf + off + 8, plen, 0};
-    char *model, *key;
-    uint64_t expires;
-    sip_response_t *resp;
-    if (decode(&b, &model, &key, &expires, &resp)) {
-      *why = "a malformed record";
-      break;
-    }
-    fn(ctx, model, key, expires, resp);
-    sip__free(model);
-    sip__free(key);
-    off += 8 + (size_t)plen;
+    off += n;
+    good += n;
   }
-  return off < MAGIC_LEN ? 0 : off;
+  return good;
 }
 
 /* ---- the file ---- */
@@ -354,8 +382,8 @@ sip_error_t *sip__journal_open(const char *dir, sip__journal_fn fn, void *ctx,
   size_t used = buf ? sip__journal_read(buf, len, keep_live, &o, &why) : 0;
   sip__free(buf);
   if (why)
-    sip__log(SIP__LOG_ERROR, "idempotency journal read in part", "file=%s bytes=%zu read=%zu "
-             "reason=\"%s\"", j->path, len, used, why);
+    sip__log(SIP__LOG_ERROR, "idempotency journal damaged", "file=%s bytes=%zu read=%zu "
+             "skipped=%zu reason=\"%s\"", j->path, len, used, len - used, why);
   if (o.failed || commit_tmp(j, o.tfd, dir)) {
     if (!o.failed) o.tfd = -1; /* closed by commit_tmp */
     if (o.tfd >= 0) close(o.tfd);

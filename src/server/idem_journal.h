@@ -13,8 +13,9 @@
  * Each record is one write(2) on a file opened O_APPEND: a process killed
  * at any point leaves whole records in the kernel's page cache (a machine
  * that loses power may lose the last ones: the file is not synced per
- * record). A reader stops at the first record that is cut short or whose
- * CRC does not match, and keeps what came before. */
+ * record). A reader skips a record that is cut short, malformed or whose
+ * CRC does not match, and resynchronises on the next whole record whose
+ * CRC matches: damage loses only the records it touches. */
 #ifndef SIP_SERVER_IDEM_JOURNAL_H
 #define SIP_SERVER_IDEM_JOURNAL_H
 
@@ -39,10 +40,11 @@ typedef void (*sip__journal_fn)(void *ctx, const char *model, const char *key,
 sip_error_t *sip__journal_encode(const char *model, const char *key, uint64_t expires_wall_us,
                                  const sip_response_t *resp, uint8_t **out, size_t *len);
 /* Reads the records of a whole file image `buf` (magic included), calling
- * fn for each whole, valid one. Returns the bytes of valid records read
- * (the offset where reading stopped) and sets *why to the reason it stopped
- * early (static text; NULL: at the end). A buffer without the magic reads
- * nothing (why says so). */
+ * fn for each whole, valid one, in file order; damaged bytes are skipped up
+ * to the next valid record. Returns the bytes of the magic and the valid
+ * records (len when nothing was damaged) and sets *why to the first damage
+ * seen (static text; NULL: none). A buffer without the magic reads nothing
+ * (why says so). */
 size_t sip__journal_read(const uint8_t *buf, size_t len, sip__journal_fn fn, void *ctx,
                          const char **why);
 
