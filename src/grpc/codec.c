@@ -66,15 +66,17 @@ void sip__grpc_infer_free(sip__grpc_infer_t *k) {
 
 static void release_msg(void *m) { sip__grpc_msg_free(m); }
 
-/* An integer parameter (int64 or uint64 >= 0): 1 with *v set, 0 when the
- * parameter holds another type. */
+/* An integer parameter (int64 or uint64, 0..2^63-1): 1 with *v set, 0 when
+ * the parameter holds another type or a value past 2^63-1 (what a negative
+ * number cast to uint64 becomes: -1 must not turn into "forever"). */
 static int param_uint(const param_t *p, uint64_t *v) {
   if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
       p->int64_param >= 0) {
     *v = (uint64_t)p->int64_param;
     return 1;
   }
-  if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM) {
+  if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM &&
+      p->uint64_param <= (uint64_t)INT64_MAX) {
     *v = p->uint64_param;
     return 1;
   }
@@ -106,7 +108,7 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       else if (param_uint(p, &u))
         seq_id = u;
       else
-        return BAD("parameters.sequence_id is not an integer >= 0 or a string; expected "
+        return BAD("parameters.sequence_id is not an integer in 0..2^63-1 or a string; expected "
                    "int64_param, uint64_param or string_param");
       if (seq_sid && strlen(seq_sid) > 256)
         return BAD("parameters.sequence_id is a string of %zu bytes; expected 1..256",
@@ -116,11 +118,12 @@ static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
       if (e) return e;
       has_seq_flag = 1;
     } else if (!strcmp(key, "priority")) {
-      if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer >= 0");
+      if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer in 0..2^63-1");
       sip_error_t *e = sip_request_set_priority(r, u > 3 ? 3 : (int)u);
       if (e) return e;
     } else if (!strcmp(key, "timeout")) {
-      if (!param_uint(p, &u)) return BAD("parameters.timeout is not an integer >= 0 (microseconds)");
+      if (!param_uint(p, &u))
+        return BAD("parameters.timeout is not an integer in 0..2^63-1 (microseconds)");
       uint64_t ms = (u + 999) / 1000;
       sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
     } else if (!strcmp(key, "idempotency_key")) {

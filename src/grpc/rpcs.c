@@ -109,6 +109,12 @@ static void model_ready(gcall_t *c, const ProtobufCMessage *req) {
   sip_error_t *e = find(c, q->name, q->version, 0, &v, &n, &m);
   Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
   if (!e) r.ready = !strcmp(m->state, "READY");
+  /* As Triton: a model (or version) that is not served is simply not
+   * ready; clients poll ModelReady after a load and expect OK. */
+  if (e && sip_error_code(e) == SIP_NOT_FOUND) {
+    sip_error_free(e);
+    e = NULL;
+  }
   sip__server_models_free(v, n);
   sip__grpc_reply(c, e, &r.base);
 }

@@ -60,20 +60,35 @@ int sip__http_route_group(route_kind_t kind) {
   return SIP__AUTH_MANAGEMENT; /* a route added later is closed until it is placed here */
 }
 
+/* An optional ":port" after a host: 1..5 digits. */
+static int port_ok(const char *p) {
+  if (!*p) return 1;
+  if (*p++ != ':') return 0;
+  size_t n = strspn(p, "0123456789");
+  return n >= 1 && n <= 5 && !p[n];
+}
+
 /* The host part of an authority "host[:port]" or "[v6]:port": *len bytes
- * at the returned pointer (brackets removed). */
+ * at the returned pointer (brackets removed); NULL when the authority is
+ * not one (RFC 3986 3.2: "localhost:80@evil.example" has userinfo and no
+ * such port, so it names neither localhost nor anything else). */
 static const char *authority_host(const char *a, size_t *len) {
-  const char *rb = a[0] == '[' ? strchr(a, ']') : NULL;
-  if (rb) {
-    *len = (size_t)(rb - a - 1);
+  if (a[0] == '[') {
+    const char *rb = strchr(a, ']');
+    size_t n = rb ? (size_t)(rb - a - 1) : 0;
+    if (!rb || !n || strspn(a + 1, "0123456789abcdefABCDEF:.") != n || !port_ok(rb + 1))
+      return NULL;
+    *len = n;
     return a + 1;
   }
-  if (a[0] == '[') { /* no closing bracket: kept whole, it names no host */
-    *len = strlen(a);
-    return a;
-  }
   const char *colon = strchr(a, ':');
-  *len = colon && !strchr(colon + 1, ':') ? (size_t)(colon - a) : strlen(a);
+  if (colon && strchr(colon + 1, ':')) { /* an unbracketed IPv6 address ("::1") */
+    *len = strlen(a);
+    return strspn(a, "0123456789abcdefABCDEF:.") == *len ? a : NULL;
+  }
+  *len = colon ? (size_t)(colon - a) : strlen(a);
+  static const char reg_name[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~";
+  if (strspn(a, reg_name) != *len || !port_ok(a + *len)) return NULL;
   return a;
 }
 
@@ -92,6 +107,7 @@ int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header) {
   if (!host_header) return 1; /* HTTP/1.0 without Host: no name to be misled by */
   size_t n;
   const char *h = authority_host(host_header, &n);
+  if (!h) return 0;
   if (cfg->allowed_hosts) {
     for (size_t i = 0; i < cfg->n_allowed_hosts; i++)
       if (!strcmp(cfg->allowed_hosts[i], "*") || host_is(h, n, cfg->allowed_hosts[i])) return 1;
@@ -104,20 +120,25 @@ int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header) {
   if (!cfg->http) return 0;
   size_t ln;
   const char *listen = authority_host(cfg->http, &ln);
+  if (!listen) return 0;
   if (wildcard(listen, ln)) return cfg->auth.n_tokens[SIP__AUTH_MANAGEMENT] > 0;
   return ln == n && !strncasecmp(listen, h, n);
 }
 
-/* Why a management POST looks cross-site, or NULL. */
-static const char *cross_site(struct MHD_Connection *c) {
+/* Why a management POST looks cross-site, or NULL. `tls`: this server
+ * speaks HTTPS, so a same-site Origin is https://HOST and never http://. */
+static const char *cross_site(struct MHD_Connection *c, int tls) {
   const char *site = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Site");
   if (site && !strcasecmp(site, "cross-site")) return "the request is cross-site (Sec-Fetch-Site)";
   const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
   if (origin) {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    const char *auth = strstr(origin, "://");
-    if (!auth || !host || strcasecmp(auth + 3, host))
-      return "its Origin does not match the Host it was sent to";
+    const char *scheme = tls ? "https://" : "http://";
+    size_t k = strlen(scheme);
+    if (strncasecmp(origin, scheme, k) || !host || strcasecmp(origin + k, host))
+      return tls ? "its Origin is not https:// and the Host it was sent to"
+                 : "its Origin is not http:// and the Host it was sent to (this server does not "
+                   "speak HTTPS)";
   }
   const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   if (ct) {
@@ -159,7 +180,7 @@ void sip__http_guard(hreq_t *q, const char *method) {
       return deny(q, 421, 0, "this server does not answer management requests for Host "
                   "'%.100s'%s; expected one of server.allowed_hosts (docs/security.md)", host, "");
     }
-    const char *why = !strcmp(method, MHD_HTTP_METHOD_POST) ? cross_site(c) : NULL;
+    const char *why = !strcmp(method, MHD_HTTP_METHOD_POST) ? cross_site(c, cfg->tls_cert_file != NULL) : NULL;
     if (why) {
       sip__log(SIP__LOG_WARN, "http request refused", "reason=\"cross-site\" detail=\"%s\"", why);
       return deny(q, 403, 0, "cross-site management request refused: %s%s", why, "");

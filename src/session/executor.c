@@ -116,6 +116,13 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   if (is_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
   sip_error_t *e = p->seq ? sip__seq_check(p, r) : NULL;
+  /* A sequence id sent to a stateless pool would be dropped in silence and
+   * the client would believe its state is kept. */
+  if (!p->seq && (r->seq_flags & SIP__SEQF_SET))
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "pool '%s' does not serve sequences (no sequence_batching); expected no "
+                         "sequence_id, sequence_start or sequence_end parameters",
+                         p->cfg->name);
   if (e || (e = sip__pool_check_inputs(p, r))) return e;
   static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
   r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
