@@ -61,6 +61,8 @@ static void test_ring_order_and_drops(void **state) {
 }
 
 static void *close_later(void *r) {
+  /* Not synchronisation: a pause so that the reader is likely blocked in
+   * pop when the ring closes (a ring closed first answers 0 just the same). */
   usleep(50 * 1000);
   sip_event_ring_close(r);
   return NULL;

@@ -314,7 +314,9 @@ static void test_failover_paths(void **state) {
     sleep_ms(1);
   assert_int_equal(atomic_load(&n->sessions[0].state), SIP__SESSION_SUSPENDED);
   vt_submit_ok(t, "n", make_req("n", 5, 0, 0), &rec);
-  sleep_ms(50);
+  /* Queued behind the suspended session, and not run. */
+  for (int i = 0; i < 20000 && atomic_load(&n->queue.n) != 1; i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&n->queue.n), 1);
   assert_int_equal(rec_count(&rec), 4);
   assert_null(sip__session_drain(n, 0, 0));
   assert_int_equal(rec_wait(&rec, 5, 10000), 5);
@@ -662,7 +664,8 @@ static void test_deadline_in_queue(void **state) {
   assert_true(t->last_deadline >= before + 5000 && t->last_deadline <= after + 5000);
   pthread_mutex_unlock(&t->mu);
   vt_submit_ok(t, "d", make_req("d", 3, 0, 600000), &rec); /* 10 min: stays */
-  sleep_ms(30);
+  /* Until request 2's deadline has passed (the condition is the clock). */
+  while (sip__now_us() <= after + 5000) sleep_ms(1);
   uint64_t now = sip__now_us();
   uint64_t next = sip__pool_expire(p, now);
   /* Request 2 expired (here, or by its executor had it started first);
@@ -958,7 +961,10 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, drain_main, &d), 0);
   assert_int_equal(rec_wait(&o.rec, 3, 20000), 3);
-  sleep_ms(50);
+  /* Until the requests let go of the pool: only the drain's reference and
+   * the snapshot's are left, so the drain would return now but for the
+   * snapshot. */
+  wait_refs(p, 2);
   /* Every request answered OK, each before the drain returned; the drain
    * still waits for the snapshot's reference. */
   for (uint64_t id = 1; id <= 3; id++) assert_echo(find_id(&o.rec, id));

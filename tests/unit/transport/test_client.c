@@ -580,8 +580,16 @@ static void test_reconnect(void **state) {
   sip_client_request_t keyed = plain;
   keyed.idempotency_key = "reconnect-1";
   assert_null(sip_client_infer_async(c, &keyed, on_answer, &a));
-  usleep(50000);
-  srv = start_on(ep);
+  /* The server comes back only once its pool is loaded: it binds a path of
+   * its own and that socket is renamed onto the one the client reconnects
+   * to. (A client that reconnected while the pool still loaded would be
+   * answered "pool 'echo' is still loading", which is right but not what
+   * this test is about.) */
+  char path2[80], ep2[112];
+  snprintf(path2, sizeof path2, "%s.next", path);
+  snprintf(ep2, sizeof ep2, "ipc://%s", path2);
+  srv = start_on(ep2);
+  assert_int_equal(rename(path2, path), 0);
   pthread_mutex_lock(&a.mu);
   while (!a.done) pthread_cond_wait(&a.cv, &a.mu);
   pthread_mutex_unlock(&a.mu);
@@ -619,6 +627,7 @@ static void test_reconnect(void **state) {
   assert_null(sip_client_shm_destroy(c, region));
   sip_client_free(c); /* closed by its user: no reconnection, the thread ends */
   sip_server_free(srv);
+  unlink(path); /* renamed from path2: the server removed only the name it bound */
 }
 
 /* A server with tokens: requests need AUTH first; sip_client_authenticate
