@@ -88,4 +88,21 @@ sip_error_t *sip__model_view_need_loaded(const sip__model_view_t *m);
  * NOT_FOUND every front-end answers with (the engine's one wording). */
 sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const char *version);
 
+/* The front-ends, as metrics and logs name them. */
+typedef enum { SIP__PROTOCOL_HTTP, SIP__PROTOCOL_GRPC, SIP__PROTOCOL_NATIVE, SIP__PROTOCOLS } sip__protocol_t;
+/* Notes a request refused before it reached a model (rejections.c): its
+ * body or message could not be decoded (`malformed`), or `e` refused what
+ * it asked for while decoding (a wrong datatype, shape or parameter; an
+ * unknown model). Counted in sip_requests_rejected_total{model, protocol,
+ * reason} — model: the name asked for when the server serves it, else
+ * "unknown"; reason: malformed, invalid, unknown_model, too_large,
+ * unauthorized — and logged at info with a rate limit. Borrows everything;
+ * thread-safe; NULL `s` or `e` is fine. */
+void sip__server_note_rejected(sip_server_t *s, sip__protocol_t protocol, const char *model,
+                               int malformed, const sip_error_t *e);
+/* Each counted row, under the table's lock (prometheus.c). */
+typedef void (*sip__rejection_fn)(void *ctx, const char *model, const char *protocol,
+                                  const char *reason, uint64_t n);
+void sip__rejections_each(sip_server_t *s, sip__rejection_fn fn, void *ctx);
+
 #endif

@@ -344,6 +344,13 @@ static void idem_metrics(sb_t *b, sip_server_t *s) {
   }
 }
 
+static void emit_rejection(void *ctx, const char *model, const char *protocol, const char *reason,
+                           uint64_t n) {
+  char e[300];
+  sb_add(ctx, "sip_requests_rejected_total{model=\"%s\",protocol=\"%s\",reason=\"%s\"} %llu\n",
+         esc(e, sizeof e, model), protocol, reason, (unsigned long long)n);
+}
+
 /* Pools with an sla block only (docs/sla.md). */
 static void sla_metrics(sb_t *b, pool_row_t *pl, size_t n) {
   enum { COMPLIANCE, WINDOW_OK, P99, AVAIL, THROUGHPUT, LEVEL, NFAM };
@@ -565,6 +572,11 @@ char *sip__prometheus_text(sip_server_t *s) {
   sla_metrics(&b, pl, n);
   webhook_metrics(&b, s);
   idem_metrics(&b, s);
+  family(&b, "sip_requests_rejected_total", "counter",
+         "Requests refused before they reached a model (not decodable, or a wrong datatype, "
+         "shape, parameter or model name), by model (\"unknown\" when not served), protocol and "
+         "reason (malformed, invalid, unknown_model, too_large, unauthorized).");
+  sip__rejections_each(s, emit_rejection, &b);
 
   /* Pipelines are listed once built (before, the set is still LOADING). */
   pipeline_metrics(&b, atomic_load(&s->loaded) ? s->pipelines : NULL);

@@ -351,7 +351,9 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     sip__free(s);
     return SIP__OOM();
   }
+  s->rejections = sip__rejections_new(); /* NULL (out of memory): rejections are not counted */
   if (!(s->shm = sip__shm_set_new(0)) || !(s->trace = sip__trace_set_new())) {
+    sip__rejections_free(s->rejections);
     sip__shm_set_free(s->shm);
     sip__config_free(cfg);
     sip__free(s->config_path);
@@ -550,6 +552,7 @@ void sip_server_free(sip_server_t *s) {
   sip__repo_free(s);
   sip__shm_set_free(s->shm); /* no front-end is left to view a region */
   sip__trace_set_free(s->trace);
+  sip__rejections_free(s->rejections);
   sip__engine_destroy(&s->eng);
   sip__tracer_free(s->tracer); /* after the engine: every trace has finished */
   pthread_mutex_destroy(&s->hk_mu);

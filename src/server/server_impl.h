@@ -68,7 +68,13 @@ struct sip_server {
   pthread_cond_t idem_cv;
   struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
   struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/sla_monitor.c) */
+  struct sip__rejections *rejections; /* requests refused while decoding (rejections.c) */
 };
+
+/* The table of rejected requests (rejections.c); NULL when out of memory. */
+typedef struct sip__rejections sip__rejections_t;
+sip__rejections_t *sip__rejections_new(void);
+void sip__rejections_free(sip__rejections_t *r);
 
 /* Ends every event stream (src/server/events.c); before the engine goes. */
 void sip__event_streams_stop(sip_server_t *s);
