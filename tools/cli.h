@@ -2,7 +2,20 @@
 #ifndef SIP_TOOLS_CLI_H
 #define SIP_TOOLS_CLI_H
 
+#include <jansson.h>
+
 #include "sip/client.h"
+
+/* Prints `e` on stderr, frees it and returns the exit status for it
+ * (10 + the error code). */
+int sip_cli_fail(sip_error_t *e);
+/* `sip pools` and `sip status` from the INFO document `root`. */
+int sip_cli_pools(json_t *root);
+int sip_cli_status(json_t *root);
+/* `sip fault|session|pool|profile ...` (argv: the words after the command). */
+int sip_cli_admin(sip_client_t *c, const char *cmd, int argc, char **argv, int json_out);
+/* `sip models` (action "index", model NULL), `sip load|unload MODEL`. */
+int sip_cli_repo(sip_client_t *c, const char *action, const char *model, int json_out);
 
 /* NAME:DTYPE:SHAPE=VALUES → an owned tensor, or NULL with a message on stderr. */
 sip_tensor_t *sip_cli_parse_input(const char *spec);

@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]\n"
+          "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]   (sip --version, sip --help)\n"
           "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port (bench and report: also\n"
           "            http://host:port)\n"
           "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
@@ -56,328 +56,6 @@ static void usage(FILE *f) {
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
-}
-
-static int fail(sip_error_t *e) {
-  fprintf(stderr, "sip: %s: %s\n", sip_code_name(sip_error_code(e)), sip_error_message(e));
-  int code = (int)sip_error_code(e);
-  sip_error_free(e);
-  return code ? 10 + code : 1;
-}
-
-static void print_shape(json_t *shape) {
-  printf("[");
-  size_t i;
-  json_t *d;
-  json_array_foreach(shape, i, d) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(d));
-  printf("]");
-}
-
-/* A pool's or pipeline's inputs and outputs, one per line. */
-static void print_io(json_t *p) {
-  const char *kinds[] = {"inputs", "outputs"};
-  size_t j;
-  json_t *io;
-  for (int k = 0; k < 2; k++)
-    json_array_foreach(json_object_get(p, kinds[k]), j, io) {
-      const char *dt = json_string_value(json_object_get(io, "dtype"));
-      printf("  %-7s %-24s %-8s ", k ? "output" : "input",
-             json_string_value(json_object_get(io, "name")), dt ? dt : "(any)");
-      json_t *shape = json_object_get(io, "shape");
-      if (json_is_array(shape))
-        print_shape(shape);
-      else
-        printf("(any)");
-      printf("\n");
-    }
-}
-
-static int cmd_pools(json_t *root) {
-  size_t i, j;
-  json_t *p;
-  json_array_foreach(json_object_get(root, "pools"), i, p) {
-    const char *err = json_string_value(json_object_get(p, "error"));
-    printf("%s  state=%s backend=%s version=%s sessions=%lld priority=%s\n",
-           json_string_value(json_object_get(p, "name")),
-           json_string_value(json_object_get(p, "state")),
-           json_string_value(json_object_get(p, "backend")),
-           json_is_string(json_object_get(p, "version"))
-               ? json_string_value(json_object_get(p, "version"))
-               : "-",
-           (long long)json_integer_value(json_object_get(p, "pool_size")),
-           json_string_value(json_object_get(p, "priority")));
-    if (err) printf("  error: %s\n", err);
-    print_io(p);
-  }
-  /* Pipelines: their stages in order, then their inputs and outputs. */
-  json_array_foreach(json_object_get(root, "pipelines"), i, p) {
-    const char *err = json_string_value(json_object_get(p, "error"));
-    printf("%s  state=%s pipeline stages=", json_string_value(json_object_get(p, "name")),
-           json_string_value(json_object_get(p, "state")));
-    json_t *st;
-    json_array_foreach(json_object_get(p, "stages"), j, st) {
-      const char *pool = json_string_value(json_object_get(st, "pool"));
-      const char *op = json_string_value(json_object_get(st, "operation"));
-      printf("%s%s(%s)", j ? "," : "", json_string_value(json_object_get(st, "name")),
-             pool ? pool : op ? op : "?");
-    }
-    printf("\n");
-    if (err) printf("  error: %s\n", err);
-    print_io(p);
-  }
-  return 0;
-}
-
-/* A pool's sla object (docs/sla.md) on one line. */
-static void print_sla(json_t *sla) {
-  if (!sla) return;
-  json_t *c = json_object_get(sla, "compliance"), *lw = json_object_get(sla, "last_window");
-  json_t *al = json_object_get(sla, "alert");
-  printf("  sla: window %llds, compliance ", (long long)json_integer_value(json_object_get(sla, "window_s")));
-  if (json_is_number(c))
-    printf("%.1f%% (%lld/%lld windows)", json_number_value(c) * 100,
-           (long long)json_integer_value(json_object_get(sla, "good_windows")),
-           (long long)json_integer_value(json_object_get(sla, "windows")));
-  else
-    printf("-");
-  if (json_is_object(lw)) {
-    json_t *p99 = json_object_get(lw, "p99_ms"), *av = json_object_get(lw, "availability");
-    printf(", last window %s", json_is_true(json_object_get(lw, "ok")) ? "ok" : "MISSED");
-    if (json_is_number(p99)) printf(" p99 %.3f ms", json_number_value(p99));
-    if (json_is_number(av)) printf(" availability %.2f%%", json_number_value(av) * 100);
-    printf(" %.1f rps", json_number_value(json_object_get(lw, "throughput_rps")));
-  }
-  const char *level = json_string_value(json_object_get(al, "level"));
-  const char *why = json_string_value(json_object_get(al, "reason"));
-  printf(", alert %s", level ? level : "?");
-  if (level && strcmp(level, "none") && why) printf(": %s", why);
-  printf("\n");
-}
-
-static int cmd_status(json_t *root) {
-  printf("uptime %.1fs  ready=%s  version %s\n", json_real_value(json_object_get(root, "uptime_s")),
-         json_is_true(json_object_get(root, "ready")) ? "yes" : "no",
-         json_string_value(json_object_get(root, "version")));
-  printf("%-20s %-8s %7s %7s %9s %9s %10s\n", "POOL", "STATE", "ACTIVE", "QUEUED", "OK", "FAILED",
-         "MEAN_MS");
-  size_t i, j;
-  json_t *p, *s;
-  json_array_foreach(json_object_get(root, "pools"), i, p) {
-    json_t *req = json_object_get(p, "requests");
-    long long ok = 0, failed = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(req, k, v) {
-      if (strcmp(k, "OK") == 0)
-        ok += json_integer_value(v);
-      else
-        failed += json_integer_value(v);
-    }
-    json_t *tot = json_object_get(json_object_get(p, "latency_us"), "total");
-    long long cnt = json_integer_value(json_object_get(tot, "count"));
-    double mean = cnt ? (double)json_integer_value(json_object_get(tot, "sum")) / (double)cnt / 1e3
-                      : 0.0;
-    printf("%-20s %-8s %7lld %7lld %9lld %9lld %10.3f\n",
-           json_string_value(json_object_get(p, "name")),
-           json_string_value(json_object_get(p, "state")),
-           (long long)json_integer_value(json_object_get(p, "active_sessions")),
-           (long long)json_integer_value(json_object_get(p, "queued_requests")), ok, failed, mean);
-    const char *err = json_string_value(json_object_get(p, "error"));
-    if (err) printf("  error: %s\n", err);
-    print_sla(json_object_get(p, "sla"));
-    json_array_foreach(json_object_get(p, "sessions"), j, s) {
-      printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
-             json_string_value(json_object_get(s, "id")),
-             json_string_value(json_object_get(s, "state")),
-             (long long)json_integer_value(json_object_get(s, "inferences")),
-             (long long)json_integer_value(json_object_get(s, "errors")));
-    }
-    if (failed) {
-      printf("  failures:");
-      json_object_foreach(req, k, v) if (strcmp(k, "OK")) printf(" %s=%lld", k,
-                                                                 (long long)json_integer_value(v));
-      printf("\n");
-    }
-  }
-  return 0;
-}
-
-/* ---- operator requests on sessions (ADMIN_REQUEST) ---- */
-
-/* A JSON number or integer argument, or -1 after a message. */
-static int admin_arg(json_t *req, const char *key, const char *val, int real) {
-  char *end;
-  double d = strtod(val, &end);
-  if (!*val || *end || (!real && d != (double)(long long)d)) {
-    fprintf(stderr, "sip: %s takes %s; got '%s'\n", key, real ? "a number" : "an integer", val);
-    return -1;
-  }
-  json_object_set_new(req, key, real ? json_real(d) : json_integer((json_int_t)d));
-  return 0;
-}
-
-/* A profile's answer: the operators' table (or the JSON with --json), and
- * its trace written to `trace_file`. */
-static int print_profile(const char *answer, const char *trace_file, int json_out) {
-  json_t *a = json_loads(answer, 0, NULL);
-  if (!a) {
-    fprintf(stderr, "sip: server sent invalid JSON\n");
-    return 1;
-  }
-  int rc = 0;
-  if (trace_file) {
-    json_t *trace = json_object_get(a, "trace");
-    if (!trace || json_dump_file(trace, trace_file, JSON_COMPACT) != 0) {
-      fprintf(stderr, "sip: cannot write the trace to %s\n", trace_file);
-      rc = 1;
-    }
-    json_object_del(a, "trace");
-  }
-  if (json_out) {
-    char *t = json_dumps(a, JSON_INDENT(2));
-    printf("%s\n", t ? t : "{}");
-    free(t);
-    json_decref(a);
-    return rc;
-  }
-  printf("pool %s session %lld: %lld executions in %.1f s\n",
-         json_string_value(json_object_get(a, "pool")),
-         (long long)json_integer_value(json_object_get(a, "session")),
-         (long long)json_integer_value(json_object_get(a, "executions")),
-         json_number_value(json_object_get(a, "seconds")));
-  printf("%-24s %8s %12s %10s %10s %7s\n", "OPERATOR", "COUNT", "TOTAL_MS", "MEAN_US", "P99_US",
-         "SHARE");
-  size_t i;
-  json_t *o;
-  json_array_foreach(json_object_get(a, "operators"), i, o) {
-    printf("%-24s %8lld %12.3f %10.1f %10.1f %6.1f%%\n",
-           json_string_value(json_object_get(o, "op")),
-           (long long)json_integer_value(json_object_get(o, "count")),
-           json_number_value(json_object_get(o, "total_us")) / 1000.0,
-           json_number_value(json_object_get(o, "mean_us")),
-           json_number_value(json_object_get(o, "p99_us")),
-           100.0 * json_number_value(json_object_get(o, "share")));
-  }
-  if (trace_file) printf("trace: %s (open it in Perfetto or chrome://tracing)\n", trace_file);
-  json_decref(a);
-  return rc;
-}
-
-static int cmd_admin(sip_client_t *c, const char *cmd, int argc, char **argv, int json_out) {
-  json_t *req = json_object();
-  int bad = !req;
-  const char *trace_file = NULL;
-  if (!strcmp(cmd, "fault")) {
-    bad = bad || argc < 1;
-    if (!bad) json_object_set_new(req, "action", json_string("fault")),
-              json_object_set_new(req, "pool", json_string(argv[0]));
-    for (int k = 1; !bad && k < argc; k += 2) {
-      const char *o = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
-      if (!v) bad = 1;
-      else if (!strcmp(o, "--kind")) json_object_set_new(req, "kind", json_string(v));
-      else if (!strcmp(o, "--count")) bad = admin_arg(req, "count", v, 0) != 0;
-      else if (!strcmp(o, "--rate")) bad = admin_arg(req, "rate", v, 1) != 0;
-      else if (!strcmp(o, "--session")) bad = admin_arg(req, "session", v, 0) != 0;
-      else if (!strcmp(o, "--delay-ms")) bad = admin_arg(req, "delay_ms", v, 0) != 0;
-      else bad = 1;
-    }
-  } else if (!strcmp(cmd, "profile")) { /* profile POOL [--seconds S] [--session N] [--trace F] */
-    bad = bad || argc < 1 || argc % 2 == 0;
-    if (!bad) json_object_set_new(req, "action", json_string("profile")),
-              json_object_set_new(req, "pool", json_string(argv[0]));
-    for (int k = 1; !bad && k + 1 < argc; k += 2) {
-      const char *o = argv[k], *v = argv[k + 1];
-      if (!strcmp(o, "--seconds")) bad = admin_arg(req, "seconds", v, 1) != 0;
-      else if (!strcmp(o, "--session")) bad = admin_arg(req, "session", v, 0) != 0;
-      else if (!strcmp(o, "--trace")) trace_file = v;
-      else bad = 1;
-    }
-    if (!bad && !trace_file && !json_out) json_object_set_new(req, "trace", json_false());
-  } else if (!strcmp(cmd, "pool")) { /* pool update POOL --size N ... */
-    bad = bad || argc < 2 || strcmp(argv[0], "update") || argc % 2;
-    if (!bad) json_object_set_new(req, "action", json_string("update")),
-              json_object_set_new(req, "pool", json_string(argv[1]));
-    for (int k = 2; !bad && k + 1 < argc; k += 2) {
-      const char *o = argv[k], *v = argv[k + 1];
-      if (!strcmp(o, "--size")) bad = admin_arg(req, "pool_size", v, 0) != 0;
-      else if (!strcmp(o, "--max-memory-mb")) bad = admin_arg(req, "max_memory_mb", v, 0) != 0;
-      else if (!strcmp(o, "--max-compute-percent"))
-        bad = admin_arg(req, "max_compute_percent", v, 0) != 0;
-      else bad = 1;
-    }
-  } else { /* session drain|resume POOL/N */
-    const char *slash = argc == 2 ? strrchr(argv[1], '/') : NULL;
-    bad = bad || !slash || (strcmp(argv[0], "drain") && strcmp(argv[0], "resume"));
-    if (!bad) {
-      json_object_set_new(req, "action", json_string(argv[0]));
-      json_object_set_new(req, "pool", json_stringn(argv[1], (size_t)(slash - argv[1])));
-      bad = admin_arg(req, "session", slash + 1, 0) != 0;
-    }
-  }
-  if (bad) {
-    json_decref(req);
-    fprintf(stderr, "sip: usage: sip fault POOL --kind K (--count N | --rate R) [--session N] "
-                    "[--delay-ms D] | sip session drain|resume POOL/N | sip pool update POOL "
-                    "[--size N] [--max-memory-mb M] [--max-compute-percent C] | sip profile "
-                    "POOL [--seconds S] [--session N] [--trace FILE]\n");
-    return 2;
-  }
-  char *txt = json_dumps(req, JSON_COMPACT), *answer = NULL;
-  json_decref(req);
-  if (!txt) {
-    fprintf(stderr, "sip: out of memory\n");
-    return 1;
-  }
-  sip_error_t *e = sip_client_admin(c, txt, &answer);
-  free(txt);
-  if (e) return fail(e);
-  int rc = 0;
-  if (!strcmp(cmd, "profile") && (trace_file || !json_out)) rc = print_profile(answer, trace_file, json_out);
-  else printf("%s\n", json_out ? answer : "ok");
-  sip_client_free_string(answer);
-  return rc;
-}
-
-/* ---- model repository ---- */
-
-static int cmd_repo(sip_client_t *c, const char *action, const char *model, int json_out) {
-  json_t *req = model ? json_pack("{s:s,s:s}", "action", action, "model", model)
-                      : json_pack("{s:s}", "action", action);
-  char *txt = req ? json_dumps(req, JSON_COMPACT) : NULL, *answer = NULL;
-  json_decref(req);
-  if (!txt) {
-    fprintf(stderr, "sip: out of memory\n");
-    return 1;
-  }
-  sip_error_t *e = sip_client_repository(c, txt, &answer);
-  free(txt);
-  if (e) return fail(e);
-  json_t *root = json_loads(answer, 0, NULL);
-  sip_client_free_string(answer);
-  if (!root) {
-    fprintf(stderr, "sip: server sent invalid JSON\n");
-    return 1;
-  }
-  if (json_out) {
-    char *pretty = json_dumps(root, JSON_INDENT(2));
-    printf("%s\n", pretty);
-    free(pretty);
-  } else if (!strcmp(action, "index")) {
-    printf("%-24s %-8s %-12s %-8s %s\n", "MODEL", "VERSION", "STATE", "DEFAULT", "REASON");
-    size_t i;
-    json_t *m;
-    json_array_foreach(json_object_get(root, "models"), i, m) {
-      const char *v = json_string_value(json_object_get(m, "version"));
-      json_t *d = json_object_get(m, "default");
-      printf("%-24s %-8s %-12s %-8s %s\n", json_string_value(json_object_get(m, "name")),
-             v ? v : "-", json_string_value(json_object_get(m, "state")),
-             json_is_true(d) ? "yes" : "", json_string_value(json_object_get(m, "reason")));
-    }
-  } else {
-    printf("%s: %sed\n", model, action);
-  }
-  json_decref(root);
-  return 0;
 }
 
 /* ---- infer ---- */
@@ -776,7 +454,7 @@ static int cmd_infer(sip_client_t *c, int argc, char **argv) {
     if (!req.sequence_id && !req.sequence_id_str) req.sequence_start = req.sequence_end = 0;
     sip_error_t *e = sip_client_infer(c, &req, &resp);
     if (e) {
-      rc = fail(e);
+      rc = sip_cli_fail(e);
       goto done;
     }
     if (r == repeat - 1) {
@@ -807,6 +485,9 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return 0;
+    } else if (strcmp(argv[i], "-V") == 0 || strcmp(argv[i], "--version") == 0) {
+      printf("sip %s\n", SIP_CLI_VERSION);
+      return 0;
     } else {
       usage(stderr);
       return 2;
@@ -833,13 +514,20 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* A command's --help needs no server. */
+  for (int k = i + 1; k < argc; k++)
+    if (!strcmp(argv[k], "-h") || !strcmp(argv[k], "--help")) {
+      if (!strcmp(cmd, "bench")) return sip_cli_bench(NULL, ep, json_out, 1, argv + k);
+      usage(stdout);
+      return 0;
+    }
   sip_client_t *c = NULL;
   if (!strcmp(cmd, "bench") && !strncmp(ep, "http://", 7)) /* bench speaks HTTP itself */
     return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
   if (report && !strncmp(ep, "http://", 7)) /* straight from the HTTP address */
     return sip_cli_report(NULL, ep, argc - i - 1, argv + i + 1);
   sip_error_t *e = sip_client_connect(ep, &c);
-  if (e) return fail(e);
+  if (e) return sip_cli_fail(e);
   const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
   if (token && *token) {
     char *ok = NULL;
@@ -847,16 +535,16 @@ int main(int argc, char **argv) {
     sip_client_free_string(ok);
     if (e) {
       sip_client_free(c);
-      return fail(e);
+      return sip_cli_fail(e);
     }
   }
   int rc = 0;
   if (report) {
     rc = sip_cli_report(c, ep, argc - i - 1, argv + i + 1);
   } else if (admin) {
-    rc = cmd_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);
+    rc = sip_cli_admin(c, cmd, argc - i - 1, argv + i + 1, json_out);
   } else if (repo) {
-    rc = cmd_repo(c, !strcmp(cmd, "models") ? "index" : cmd,
+    rc = sip_cli_repo(c, !strcmp(cmd, "models") ? "index" : cmd,
                   !strcmp(cmd, "models") ? NULL : argv[i + 1], json_out);
   } else if (!strcmp(cmd, "bench")) {
     rc = sip_cli_bench(c, ep, json_out, argc - i - 1, argv + i + 1);
@@ -866,7 +554,7 @@ int main(int argc, char **argv) {
     char *txt = NULL;
     e = sip_client_info(c, kind, &txt);
     if (e) {
-      rc = fail(e);
+      rc = sip_cli_fail(e);
     } else {
       json_error_t je;
       json_t *root = json_loads(txt, 0, &je);
@@ -882,7 +570,7 @@ int main(int argc, char **argv) {
         printf("%s\n", ready ? "ready" : "not ready");
         rc = ready ? 0 : 1;
       } else {
-        rc = kind == 2 ? cmd_pools(root) : cmd_status(root);
+        rc = kind == 2 ? sip_cli_pools(root) : sip_cli_status(root);
       }
       json_decref(root);
     }
