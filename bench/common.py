@@ -4,6 +4,7 @@ against a baseline measured in the same run."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,9 +31,10 @@ def ensure_tiny():
 class Sipd:
     """sipd on a temporary unix socket with the given pools (YAML flow maps)."""
 
-    def __init__(self, pools, server_extra="", pipelines="", config=None):
+    def __init__(self, pools, server_extra="", pipelines="", config=None, env=None):
         """config: a whole config's text instead (its server.endpoints list is
-        replaced by this server's socket)."""
+        replaced by this server's socket); env: variables added to sipd's
+        environment. The temporary directory goes with close()."""
         self.dir = tempfile.mkdtemp(prefix="sipb", dir="/tmp")
         self.sock = os.path.join(self.dir, "s.sock")
         self.endpoint = "ipc://" + self.sock
@@ -49,7 +51,8 @@ class Sipd:
                     f.write("  - %s\n" % json.dumps(p))
                 f.write(pipelines)
         self.proc = subprocess.Popen([os.path.join(BUILD, "sipd"), "--config", cfg],
-                                     stdout=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL,
+                                     env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
@@ -59,6 +62,9 @@ class Sipd:
             except Exception:
                 pass
             time.sleep(0.1)
+        self.proc.kill()
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
         raise RuntimeError("sipd did not become ready")
 
     def status(self, pool):
@@ -67,7 +73,10 @@ class Sipd:
 
     def close(self):
         self.proc.terminate()
-        self.proc.wait(timeout=60)
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
