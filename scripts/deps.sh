@@ -19,7 +19,8 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
       python3-grpcio python3-grpc-tools
-      chromium chromium-driver python3-selenium)
+      chromium chromium-driver python3-selenium
+      python3-venv python3-setuptools python3-wheel mypy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,15 +6,16 @@
                                              inputs={"input_0": image}, timeout_ms=100))
         resp.outputs["output_0"].shape, resp.latency_ms
 
+The same calls as coroutines, for asyncio programs: ``cann_sip.aio.SessionClient``.
 See docs/protocol.md for the wire format; ``cann_sip.protocol`` holds the
 pure encode/decode functions.
 """
 
 from . import protocol
-from .client import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResponse,
-                     InferenceRequest, InferenceResponse, Sequence, SessionClient,
-                     SharedMemoryRegion,
-                     parse_endpoint)
+from .client import Sequence, SessionClient
+from .messages import (DEFAULT_ENDPOINT, BatchInferenceRequest, BatchInferenceResponse,
+                       InferenceRequest, InferenceResponse, parse_endpoint)
+from .shm import SharedMemoryRegion
 from .errors import (AlreadyExistsError, CancelledError, DeadlineExceededError,
                      FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, ResourceExhaustedError, SipError, UnavailableError,
@@ -24,6 +25,7 @@ from .events import SessionCallback, SessionEvent
 from .metrics import MetricsCollector, MetricsSnapshot, PoolMetrics, SessionMetrics
 from .protocol import ProtocolError
 
+# The package's version: the project's (CMakeLists.txt, project(sip VERSION ...)).
 __version__ = "0.1.0"
 
 __all__ = [

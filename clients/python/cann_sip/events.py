@@ -17,16 +17,19 @@ what does not fit, and tells the next event how many were lost
 (``context["dropped"]``).
 """
 
+from __future__ import annotations
+
 import enum
 import logging
 import select
 import socket
 import threading
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import protocol as P
-from .errors import InternalError, UnavailableError, sip_error_from_code
+from .errors import InternalError, SipError, UnavailableError, sip_error_from_code
 
-__all__ = ["SessionEvent", "SessionCallback"]
+__all__ = ["SessionEvent", "SessionCallback", "event_arguments"]
 
 _log = logging.getLogger("cann_sip.events")
 _POLL_MS = 200
@@ -53,7 +56,7 @@ class SessionEvent(str, enum.Enum):
     POOL_FAILOVER = "POOL_FAILOVER"
     ALERT = "ALERT"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.value
 
 
@@ -61,14 +64,28 @@ class SessionCallback:
     """Subclass and override on_event; register with
     ``SessionClient.register_callbacks(pool, callback)``."""
 
-    def on_event(self, session_id, event, context):
+    def on_event(self, session_id: str, event: Union[SessionEvent, str],
+                 context: Dict[str, Any]) -> Any:
         """Called on the subscription's thread for every event of the pool.
         session_id: the session ("<pool>/<index>"), or the pool's name for
         pool events and for errors of requests no session ran; event: a
         SessionEvent; context: a dict (see SessionEvent)."""
 
 
-def _recv_exact(sock, n, stop):
+def event_arguments(ctx: Dict[str, Any]) -> Tuple[str, Union[SessionEvent, str], Dict[str, Any]]:
+    """(session_id, event, context) of an EVENT's JSON object, as callbacks
+    get them: the event a SessionEvent (its name for a kind this client does
+    not know yet), session_id the session or, for pool events, the pool."""
+    name = ctx.get("event")
+    event: Union[SessionEvent, str]
+    try:
+        event = SessionEvent(name)
+    except ValueError:
+        event = str(name)  # a kind this client does not know yet
+    return ctx.get("session") or ctx.get("pool") or "", event, ctx
+
+
+def _recv_exact(sock: socket.socket, n: int, stop: threading.Event) -> Optional[bytearray]:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -89,7 +106,8 @@ def _recv_exact(sock, n, stop):
     return buf
 
 
-def _read_frame(sock, stop):
+def _read_frame(sock: socket.socket,
+                stop: threading.Event) -> Optional[Tuple[P.FrameHeader, bytearray]]:
     """(header, payload), or None when the connection ended or stop is set."""
     hbuf = _recv_exact(sock, P.HEADER_SIZE, stop)
     if hbuf is None:
@@ -103,7 +121,7 @@ def _read_frame(sock, stop):
     return h, payload
 
 
-def _exchange(sock, msg_type, payload, what):
+def _exchange(sock: socket.socket, msg_type: int, payload: bytes, what: str) -> Any:
     """Sends one frame and reads its INFO_RESPONSE; raises the server's error."""
     sock.sendall(P.encode_frame(msg_type, 1, payload))
     got = _read_frame(sock, threading.Event())
@@ -124,14 +142,15 @@ class Subscription:
     """One SUBSCRIBE connection and its reader thread (internal; made by
     SessionClient.register_callbacks)."""
 
-    def __init__(self, sock, pool, buffer, timeout_s, token=None):
+    def __init__(self, sock: socket.socket, pool: Optional[str], buffer: int, timeout_s: float,
+                 token: Optional[bytes] = None) -> None:
         self.sock = sock
         self.pool = pool or ""
-        self.callbacks = []
+        self.callbacks: List[SessionCallback] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.dropped = 0  # events lost so far (what the server told)
-        self.error = None  # why the stream ended, when the server ended it
+        self.error: Optional[SipError] = None  # why the stream ended, when the server ended it
         sock.settimeout(timeout_s)
         try:
             if token:
@@ -143,24 +162,19 @@ class Subscription:
         self.thread = threading.Thread(target=self._run, name="cann_sip-events", daemon=True)
         self.thread.start()
 
-    def add(self, cb):
+    def add(self, cb: SessionCallback) -> None:
         with self.lock:
             self.callbacks.append(cb)
 
-    def remove(self, cb):
+    def remove(self, cb: Optional[SessionCallback]) -> int:
         """Removes cb (None: all); returns how many are left."""
         with self.lock:
             self.callbacks = [c for c in self.callbacks if cb is not None and c is not cb]
             return len(self.callbacks)
 
-    def _dispatch(self, ctx):
-        name = ctx.get("event")
-        try:
-            event = SessionEvent(name)
-        except ValueError:
-            event = name  # a kind this client does not know yet
+    def _dispatch(self, ctx: Dict[str, Any]) -> None:
+        session_id, event, _ = event_arguments(ctx)
         self.dropped += int(ctx.get("dropped", 0) or 0)
-        session_id = ctx.get("session") or ctx.get("pool")
         with self.lock:
             callbacks = list(self.callbacks)
         for cb in callbacks:
@@ -169,7 +183,7 @@ class Subscription:
             except Exception:  # one bad callback must not end the stream
                 _log.exception("event callback %r failed", cb)
 
-    def _run(self):
+    def _run(self) -> None:
         try:
             while not self.stop.is_set():
                 got = _read_frame(self.sock, self.stop)
@@ -187,7 +201,7 @@ class Subscription:
         finally:
             self.sock.close()
 
-    def close(self):
+    def close(self) -> None:
         self.stop.set()
         if threading.current_thread() is not self.thread:
             self.thread.join(5.0)

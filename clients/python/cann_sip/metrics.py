@@ -14,14 +14,21 @@ time between this collect() and the previous one on the same collector, or since
 the server started for the first call.
 """
 
+from __future__ import annotations
+
 import time
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from .client import DEFAULT_ENDPOINT, SessionClient
 
 __all__ = ["MetricsCollector", "MetricsSnapshot", "PoolMetrics", "SessionMetrics"]
 
+# A pool's histograms at one collection: (uptime_s, total latency buckets,
+# their sum in us, compute buckets, their sum in us).
+_Window = Tuple[float, List[Tuple[float, int]], int, List[Tuple[float, int]], int]
 
-def _buckets(hist):
+
+def _buckets(hist: Optional[Mapping[str, Any]]) -> List[Tuple[float, int]]:
     """[(upper_bound_us or inf, cumulative count), ...] of a status histogram."""
     out = []
     for le, cum in (hist or {}).get("buckets", []):
@@ -29,7 +36,7 @@ def _buckets(hist):
     return out
 
 
-def _quantile_us(bounds, cum, q):
+def _quantile_us(bounds: Sequence[float], cum: Sequence[int], q: float) -> float:
     """Quantile q (0..1) of a cumulative histogram by linear interpolation inside
     the bucket, as the server does (src/core/metrics.c); 0.0 when empty."""
     total = cum[-1] if cum else 0
@@ -52,14 +59,15 @@ class SessionMetrics:
     SUSPENDED, FAILED, DESTROYED), ``inferences`` and ``error_count`` (executions
     that failed), both counted since the server started."""
 
-    def __init__(self, id, pool, state, inferences, error_count):
+    def __init__(self, id: str, pool: str, state: Optional[str], inferences: int,
+                 error_count: int) -> None:
         self.id = id
         self.pool = pool
         self.state = state
         self.inferences = inferences
         self.error_count = error_count
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "SessionMetrics(id=%r, state=%s, inferences=%d, error_count=%d)" % (
             self.id, self.state, self.inferences, self.error_count)
 
@@ -86,10 +94,24 @@ class PoolMetrics:
     ``error_count``       answers other than OK since start.
     """
 
-    def __init__(self, **kw):
+    name: str
+    state: Optional[str]
+    active_sessions: int
+    queued_requests: int
+    completed: int
+    avg_latency_ms: float
+    p99_latency_ms: float
+    throughput_rps: float
+    throughput_ratio: float
+    mean_compute_ms: float
+    requests: Dict[str, int]
+    error_count: int
+    window_s: float
+
+    def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("PoolMetrics(name=%r, state=%s, active_sessions=%d, queued_requests=%d, "
                 "avg_latency_ms=%.3f, p99_latency_ms=%.3f, throughput_ratio=%.3f)" % (
                     self.name, self.state, self.active_sessions, self.queued_requests,
@@ -101,7 +123,9 @@ class MetricsSnapshot:
     SessionMetrics}; ``interval_s``: the window's length; ``uptime_s``; ``timestamp``
     (time.time() of the collection)."""
 
-    def __init__(self, session_pools, sessions, interval_s, uptime_s, timestamp, raw):
+    def __init__(self, session_pools: Dict[str, PoolMetrics], sessions: Dict[str, SessionMetrics],
+                 interval_s: float, uptime_s: float, timestamp: float,
+                 raw: Dict[str, Any]) -> None:
         self.session_pools = session_pools
         self.sessions = sessions
         self.interval_s = interval_s
@@ -109,7 +133,7 @@ class MetricsSnapshot:
         self.timestamp = timestamp
         self.raw = raw  # the status JSON it was computed from
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "MetricsSnapshot(pools=%s, sessions=%d, interval_s=%.3f)" % (
             sorted(self.session_pools), len(self.sessions), self.interval_s)
 
@@ -122,16 +146,21 @@ class MetricsCollector:
     snapshot to compute its window.
     """
 
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout_s=10, client=None, token=None):
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, timeout_s: float = 10,
+                 client: Optional[SessionClient] = None,
+                 token: Optional[str] = None) -> None:
         self._own = client is None
         self._client = client or SessionClient(endpoint, timeout_s=timeout_s, token=token)
-        self._prev = {}       # pool name -> (uptime_s, total hist, compute hist)
-        self._prev_uptime = None
+        # pool name -> (uptime_s, total hist, its sum, compute hist, its sum)
+        self._prev: Dict[str, _Window] = {}
+        self._prev_uptime: Optional[float] = None
 
-    def collect(self):
+    def collect(self) -> MetricsSnapshot:
         status = self._client.status()
         uptime = float(status.get("uptime_s", 0.0))
-        pools, sessions, prev = {}, {}, {}
+        pools: Dict[str, PoolMetrics] = {}
+        sessions: Dict[str, SessionMetrics] = {}
+        prev: Dict[str, _Window] = {}
         for p in status.get("pools", []):
             name = p["name"]
             lat = p.get("latency_us", {})
@@ -139,7 +168,7 @@ class MetricsCollector:
             t_sum, c_sum = int(lat.get("total", {}).get("sum", 0)), int(lat.get("compute", {}).get("sum", 0))
             cur = (uptime, total, t_sum, compute, c_sum)
             prev[name] = cur
-            last = self._prev.get(name)
+            last: Optional[_Window] = self._prev.get(name)
             # A restarted server (uptime or counts going backwards) starts a new window.
             if (last is None or last[0] > uptime or len(last[1]) != len(total)
                     or (total and last[1][-1][1] > total[-1][1])):
@@ -178,12 +207,13 @@ class MetricsCollector:
         self._prev, self._prev_uptime = prev, uptime
         return MetricsSnapshot(pools, sessions, interval, uptime, time.time(), status)
 
-    def close(self):
+    def close(self) -> None:
         if self._own:
             self._client.close()
 
-    def __enter__(self):
+    def __enter__(self) -> MetricsCollector:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
+        return False
