@@ -61,7 +61,10 @@ static const field_t server_fields[S_COUNT] = {
                          .min = 0, .max = 3600000,
                          .doc = "Native protocol: a connection in the middle of a frame whose "
                                 "bytes stop coming for this long is closed (a frame header must "
-                                "be complete this long after its first byte); 0 = never."},
+                                "be complete this long after its first byte), also while it is "
+                                "not read from because its client does not read its answers; so "
+                                "is a connection closing after an ERROR frame whose client has "
+                                "not taken its last bytes this long after; 0 = never."},
     [S_RECV_TOTAL] = {.name = "max_receive_bytes", .type = F_SIZE,
                       .offset = offsetof(sip__config_t, max_receive_bytes),
                       .def = (int64_t)1 << 30, .min = 4096, .max = (int64_t)1 << 40,
@@ -76,13 +79,16 @@ static const field_t server_fields[S_COUNT] = {
     [S_HTTP_CONNS] = {.name = "http_max_connections", .type = F_INT,
                       .offset = offsetof(sip__config_t, http_max_connections), .def = 1000,
                       .min = 1, .max = 1048576,
-                      .doc = "HTTP connections open at once; one more is answered 503 and "
-                             "closed."},
+                      .doc = "HTTP connections open at once; at the limit a new one closes "
+                             "the connection waiting longest for a request's headers, or is "
+                             "answered 503 and closed when every connection has a request in "
+                             "progress."},
     [S_HTTP_PER_IP] = {.name = "http_max_connections_per_ip", .type = F_INT,
                        .offset = offsetof(sip__config_t, http_max_connections_per_ip),
                        .def = 256, .min = 0, .max = 1048576,
-                       .doc = "HTTP connections open at once from one client address; one "
-                              "more is answered 503 and closed; 0 = no per-address limit."},
+                       .doc = "HTTP connections open at once from one client address, held "
+                              "to half of http_max_connections; one more is answered 503 and "
+                              "closed; 0 = no per-address limit (e.g. behind a proxy)."},
     [S_HTTP_HEADER_TIMEOUT] = {.name = "http_header_timeout_ms", .type = F_INT,
                                .offset = offsetof(sip__config_t, http_header_timeout_ms),
                                .def = 30000, .min = 100, .max = 3600000,
@@ -137,7 +143,9 @@ static const field_t server_fields[S_COUNT] = {
                  .offset = offsetof(sip__config_t, drain_timeout_ms), .def = 30000, .min = 0,
                  .max = 3600000,
                  .doc = "On SIGTERM, how long requests already admitted may take to finish; "
-                        "what is still queued then is answered UNAVAILABLE."},
+                        "what is still queued then is answered UNAVAILABLE. Clients then get "
+                        "about a second in all to take their last answers, however many stopped "
+                        "reading, and the process exits."},
     [S_STATE] = {.name = "state_dir", .type = F_STRING,
                  .offset = offsetof(sip__config_t, state_dir),
                  .expect = "a writable directory",

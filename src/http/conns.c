@@ -1,8 +1,12 @@
 /* sip — the HTTP front-end's connections as sip sees them, beside MHD's
  * own: the limits checked when one is accepted (server.http_max_connections
- * in all, server.http_max_connections_per_ip from one address; one more is
- * answered 503 and closed), the header deadline (a request's headers must be
- * complete server.http_header_timeout_ms after the connection opened or its
+ * in all, server.http_max_connections_per_ip from one address, held to half
+ * the total; one more is answered 503 and closed, except that at the total
+ * the connection waiting longest for a request's headers is closed to make
+ * room, so clients that open connections and send nothing, or half a
+ * request line, cannot lock others out, from however many addresses), the
+ * header deadline (a request's headers must be complete
+ * server.http_header_timeout_ms after the connection opened or its
  * previous request ended, however fast bytes come: MHD's own timeout starts
  * again with each byte, so a client sending a byte at a time held a
  * connection forever), and the hang-up of a client: its request waiting
@@ -67,6 +71,7 @@ struct sip__http_conn {
   int polled;    /* in the epoll set (from STARTED until it closes) */
   int suspended; /* a request waits suspended: a hang-up cancels it */
   int overdue;   /* its deadline passed once before MHD took it */
+  int evicted;   /* shut down to make room; counted until MHD closes it */
   /* Its client's end came before MHD had read all its data: MHD is woken
    * once it has (the re-check list, in no order). */
   struct sip__http_conn *rprev, *rnext;
@@ -84,13 +89,14 @@ struct sip__http_conns {
   sip__http_conn_t *dhead, *dtail; /* waiting for headers */
   sip__http_conn_t *rhead;         /* hung up, MHD to be woken once it read all */
   long n;
+  long n_evicted; /* of n: shut down to make room, MHD yet to close them */
   uint64_t next_id;
   int epfd, wakefd;
   uint64_t timeout_us;
   /* "http connection refused" and "http header timeout" lines: at most one
    * a second each, with how many were left out. */
-  uint64_t refused_log_us, timeout_log_us;
-  unsigned long refused_suppressed, timeout_suppressed;
+  uint64_t refused_log_us, timeout_log_us, evicted_log_us;
+  unsigned long refused_suppressed, timeout_suppressed, evicted_suppressed;
 };
 
 #define WAKE_ID UINT64_MAX
@@ -218,6 +224,7 @@ static void unlink_conn(sip__http_conns_t *cs, sip__http_conn_t *hc) {
   if (hc->next) hc->next->prev = hc->prev;
   else cs->tail = hc->prev;
   cs->n--;
+  if (hc->evicted) cs->n_evicted--;
   conn_unref(hc);
 }
 
@@ -265,10 +272,40 @@ static void refuse(int fd, const char *why) {
   close(fd);
 }
 
+/* At the total limit: the connection waiting longest for its request's
+ * headers (the head of the deadline list: opened, or its previous answer
+ * sent, longest ago) that MHD has taken is shut down to make room; MHD sees
+ * the end and closes it. Returns 0 when there was none (all are busy with
+ * requests), or when `max` are already shut down and not yet closed: MHD
+ * counts them until it closes them, and its own limit leaves room for as
+ * many as sip's (SIP__HTTP_MHD_LIMIT). Caller holds cs->mu. */
+static int evict_oldest_waiting(sip__http_conns_t *cs, long max) {
+  if (cs->n_evicted >= max) return 0; /* MHD's room for them is full */
+  sip__http_conn_t *hc = cs->dhead;
+  while (hc && !hc->started) hc = hc->dnext;
+  if (!hc) return 0;
+  unlink_waiting(cs, hc);
+  hc->evicted = 1;
+  cs->n_evicted++;
+  shutdown(hc->fd, SHUT_RDWR);
+  char detail[300];
+  snprintf(detail, sizeof detail, "reason=\"%ld HTTP connections open, the limit "
+           "(server.http_max_connections): the one waiting longest for a request's headers is "
+           "closed\" waited_ms=%llu", max,
+           (unsigned long long)((sip__now_us() + cs->timeout_us - hc->deadline_us) / 1000));
+  log_limited(&cs->evicted_log_us, &cs->evicted_suppressed, "http connection evicted", detail);
+  return 1;
+}
+
 int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, socklen_t sl) {
   sip__http_conns_t *cs = h->cs;
   long max = h->cfg->http_max_connections > 0 ? h->cfg->http_max_connections : 1000;
+  /* One address never holds more than half the total, whatever the
+   * setting: the other half stays for everyone else. */
   long per_ip = h->cfg->http_max_connections_per_ip;
+  long share = max / 2 > 0 ? max / 2 : 1;
+  int capped = per_ip > share;
+  if (capped) per_ip = share;
   struct sockaddr_storage ss = {0};
   memcpy(&ss, sa, sl < sizeof ss ? sl : sizeof ss);
   char why[200];
@@ -280,14 +317,19 @@ int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, soc
     /* The same descriptor not yet started: MHD dropped that one without
      * telling (it closed the descriptor, which now is this one). */
     if (hc->fd == fd && !hc->started) unlink_conn(cs, hc);
-    else if (per_ip > 0 && same_address(&hc->addr, &ss)) from_peer++;
+    else if (per_ip > 0 && !hc->evicted && same_address(&hc->addr, &ss)) from_peer++;
   }
-  if (cs->n >= max)
-    snprintf(why, sizeof why, "the server has %ld HTTP connections open, its limit "
-             "(server.http_max_connections)", cs->n);
-  else if (per_ip > 0 && from_peer >= per_ip)
+  /* Connections shut down to make room are going: not counted. */
+  long open = cs->n - cs->n_evicted;
+  if (per_ip > 0 && from_peer >= per_ip)
     snprintf(why, sizeof why, "this address has %ld HTTP connections open, the limit per "
-             "address (server.http_max_connections_per_ip)", from_peer);
+             "address (server.http_max_connections_per_ip%s)", from_peer,
+             capped ? ", held to half of server.http_max_connections" : "");
+  else if (open >= max && !evict_oldest_waiting(cs, max))
+    snprintf(why, sizeof why, "the server has %ld HTTP connections open, its limit "
+             "(server.http_max_connections), %s", open,
+             cs->n_evicted >= max ? "and is closing idle ones to make room"
+                                  : "all with a request in progress");
   sip__http_conn_t *hc = why[0] ? NULL : sip__calloc(1, sizeof *hc);
   if (hc) {
     atomic_init(&hc->refs, 1);

@@ -429,9 +429,12 @@ static sip_error_t *start_on(sip_server_t *s, const sip__config_t *cfg, const ch
   struct MHD_OptionItem opts[] = {
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)CONN_MEMORY_LIMIT, NULL},
       /* The limits in all and per address are sip's (conns.c), over every
-       * daemon; MHD's own would count each daemon apart. */
-      {MHD_OPTION_CONNECTION_LIMIT, cfg->http_max_connections > 0 ? cfg->http_max_connections
-                                                                  : 1000, NULL},
+       * daemon; MHD's own would count each daemon apart, and is twice sip's:
+       * connections conns.c shut down to make room stay MHD's until it
+       * closes them. */
+      {MHD_OPTION_CONNECTION_LIMIT,
+       SIP__HTTP_MHD_LIMIT(cfg->http_max_connections > 0 ? cfg->http_max_connections : 1000),
+       NULL},
       {MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, NULL},
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},

@@ -261,8 +261,16 @@ unsigned sip__http_framing_problem(struct MHD_Connection *c, const char *version
 
 sip_error_t *sip__http_conns_init(sip__http_t *h);
 void sip__http_conns_free(sip__http_t *h);
+/* MHD's own connection limit for each daemon, from
+ * server.http_max_connections (max): the connections sip admits, and as
+ * many again shut down to make room (conns.c) that MHD has yet to close.
+ * Lower, MHD would drop connections sip admitted, unanswered. */
+#define SIP__HTTP_MHD_LIMIT(max) (2 * (max))
 /* Accept thread: admits a new connection (0), or answers it 503 and closes
- * it (-1) past server.http_max_connections or ..._per_ip. */
+ * it (-1) past server.http_max_connections_per_ip (held to half of
+ * server.http_max_connections), or at server.http_max_connections when no
+ * connection waits for a request's headers (else the one waiting longest
+ * is closed to make room). */
 int sip__http_conns_admit(sip__http_t *h, int fd, const struct sockaddr *sa, socklen_t sl);
 /* Accept thread: MHD_add_connection refused (and closed) fd. */
 void sip__http_conns_forget_fd(sip__http_t *h, int fd);

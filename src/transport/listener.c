@@ -223,21 +223,40 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
 
 /* Closes, with an ERROR frame saying why, every connection whose current
  * frame stalled: its header not complete frame_timeout after its first
- * byte, or no byte of its payload for that long. Connections not read from
- * (backpressure) wait on the server, not on their client: they are left. */
+ * byte, or no byte of its payload for that long. A connection not read
+ * from (backpressure) is no exception when it holds part of a frame: its
+ * client stopped taking its answers, which is why the frame's bytes stop
+ * coming (one between frames holds nothing of a frame and is left). The
+ * ERROR frame goes behind the answers still queued; when the client does
+ * not take them all at once the connection is closed without it, since a
+ * client that stopped reading would otherwise hold it for good. So is a
+ * connection closing for another reason (an ERROR frame after a malformed
+ * one) whose client has not taken its last bytes frame_timeout later. */
 static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
   uint64_t t = ls->frame_timeout_us;
   for (uint32_t i = 0; i < ls->n_slots; i++) {
     conn_t *c = ls->slots[i];
-    if (!c || c->closing || atomic_load(&c->read_paused)) continue;
+    if (!c) continue;
+    if (atomic_load(&c->closing)) {
+      if (!c->closing_us) {
+        c->closing_us = now;
+      } else if (now - c->closing_us > t) {
+        sip__log(SIP__LOG_WARN, "connection closed: its client did not take its last answers",
+                 "timeout_ms=%llu", (unsigned long long)(t / 1000));
+        sip__conn_close(ls, c);
+      }
+      continue;
+    }
     const char *what;
     if (c->in_payload || c->skip)
       what = now - c->last_rx_us > t ? "no byte of the frame's payload came for" : NULL;
     else
       what = c->hdr_got && now - c->frame_us > t ? "the frame header was not complete" : NULL;
     if (!what) continue;
-    sip__log(SIP__LOG_WARN, "frame stalled, connection closed", "got=%zu length=%u reason=\"%s\"",
-             c->in_payload ? c->got : c->hdr_got, c->in_payload ? c->h.length : 0, what);
+    sip__log(SIP__LOG_WARN, "frame stalled, connection closed",
+             "got=%zu length=%u reason=\"%s\" read_paused=%d",
+             c->in_payload ? c->got : c->hdr_got, c->in_payload ? c->h.length : 0, what,
+             atomic_load(&c->read_paused));
     sip__wbuf_t w = {0};
     char msg[200];
     snprintf(msg, sizeof msg, "%s %llu ms%s (server.frame_timeout_ms); connection closed", what,
@@ -245,7 +264,8 @@ static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
     sip__encode_error(&w, c->in_payload ? c->h.request_id : 0, SIP_DEADLINE_EXCEEDED, msg);
     sip__conn_queue_wbuf(ls, c, &w);
     atomic_store(&c->closing, 1);
-    sip__conn_flush(ls, c);
+    /* Not all sent (the connection is still open): closed without waiting. */
+    if (sip__conn_flush(ls, c) == 0) sip__conn_close(ls, c);
   }
 }
 
@@ -398,6 +418,34 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
   }
 }
 
+/* How long stop gives all connections together to take their last answers. */
+#define STOP_GRACE_US 1000000
+
+/* At stop (the pools have drained: every answer is written or queued):
+ * sends what is queued on every connection at once, for STOP_GRACE_US in
+ * all, however many clients stopped reading, then closes every connection. */
+static void flush_at_stop(sip__listener_set_t *ls) {
+  uint64_t until = sip__now_us() + STOP_GRACE_US;
+  struct pollfd *p = sip__calloc(ls->n_slots ? ls->n_slots : 1, sizeof *p);
+  for (;;) {
+    nfds_t n = 0;
+    for (uint32_t i = 0; i < ls->n_slots; i++) {
+      conn_t *c = ls->slots[i];
+      if (!c) continue;
+      pthread_mutex_lock(&c->wmu);
+      int left = sip__conn_send_queued(ls, c) == 0 && c->out.head;
+      pthread_mutex_unlock(&c->wmu);
+      if (left && p) p[n++] = (struct pollfd){.fd = c->fd, .events = POLLOUT};
+    }
+    uint64_t now = sip__now_us();
+    if (!n || now >= until) break;
+    if (poll(p, n, (int)((until - now + 999) / 1000)) < 0 && errno != EINTR) break;
+  }
+  sip__free(p);
+  for (uint32_t i = 0; i < ls->n_slots; i++)
+    if (ls->slots[i]) sip__conn_close(ls, ls->slots[i]);
+}
+
 static void *loop_main(void *arg) {
   sip__listener_set_t *ls = arg;
   struct epoll_event evs[64];
@@ -455,18 +503,7 @@ static void *loop_main(void *arg) {
       }
     }
   }
-  /* Pools are drained before stop: every answer is written or queued. */
-  for (uint32_t i = 0; i < ls->n_slots; i++) {
-    conn_t *c = ls->slots[i];
-    if (!c) continue;
-    /* Give a slow reader a moment to take the last answers, not forever. */
-    pthread_mutex_lock(&c->wmu);
-    uint64_t until = sip__now_us() + 1000000;
-    while (c->out.head && sip__now_us() < until && sip__conn_send_queued(ls, c) == 0)
-      if (c->out.head) poll(&(struct pollfd){.fd = c->fd, .events = POLLOUT}, 1, 100);
-    pthread_mutex_unlock(&c->wmu);
-    sip__conn_close(ls, c);
-  }
+  flush_at_stop(ls);
   return NULL;
 }
 

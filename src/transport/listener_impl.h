@@ -90,6 +90,7 @@ typedef struct conn {
    * once they drop below half of it (set and cleared under wmu). */
   atomic_int read_paused;
   atomic_int closing; /* close once the output is flushed; read nothing more */
+  uint64_t closing_us; /* when the stall sweep first saw it closing (0: not yet) */
   /* Descriptors that arrived (SCM_RIGHTS) with the frame being read: only
    * SHM_REGISTER takes one; the loop closes what is left after each frame. */
   int fds[SIP__CONN_MAX_FDS];
