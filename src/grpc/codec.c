@@ -27,9 +27,58 @@ static void pb_free(void *data, void *p) {
 }
 ProtobufCAllocator sip__grpc_pb_allocator = {pb_alloc, pb_free, NULL};
 
+/* A varint at p[*i] (n bytes in all) into *v; 0 when cut short. */
+static int varint(const uint8_t *p, size_t n, size_t *i, uint64_t *v) {
+  *v = 0;
+  for (unsigned sh = 0; *i < n && sh < 64; sh += 7) {
+    uint8_t b = p[(*i)++];
+    *v |= (uint64_t)(b & 0x7f) << sh;
+    if (!(b & 0x80)) return 1;
+  }
+  return 0;
+}
+
+/* 0 when a string field of the message in p[0, n) (of type d; nested
+ * messages and map entries too) holds a NUL byte. protobuf-c keeps strings
+ * as C strings, which end at the first NUL: a region named "a\0b" would be
+ * registered as "a", a model "m\0x" looked up as "m". The message unpacked
+ * already, so its framing is sound; what this cannot read is left to it. */
+static int strings_whole(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
+                         int depth) {
+  size_t i = 0;
+  uint64_t tag, v;
+  while (depth < 64 && i < n && varint(p, n, &i, &tag)) {
+    switch (tag & 7) {
+    case 0:
+      if (!varint(p, n, &i, &v)) return 1;
+      break;
+    case 1: i += 8; break;
+    case 5: i += 4; break;
+    case 2: {
+      if (!varint(p, n, &i, &v) || v > n - i) return 1;
+      const ProtobufCFieldDescriptor *f =
+          protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3));
+      if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)v)) return 0;
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+          !strings_whole(f->descriptor, p + i, (size_t)v, depth + 1))
+        return 0;
+      i += (size_t)v;
+      break;
+    }
+    default: return 1;
+    }
+  }
+  return 1;
+}
+
 ProtobufCMessage *sip__grpc_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *data,
                                    size_t len) {
-  return protobuf_c_message_unpack(d, &sip__grpc_pb_allocator, len, data);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, &sip__grpc_pb_allocator, len, data);
+  if (m && !strings_whole(d, data, len, 0)) { /* refused whole rather than read cut */
+    sip__grpc_msg_free(m);
+    return NULL;
+  }
+  return m;
 }
 
 void sip__grpc_msg_free(ProtobufCMessage *m) {
@@ -565,6 +614,19 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
     e = sip__grpc_pack(&s.base, out, len);
   } else {
     e = sip__grpc_pack(&r.base, out, len);
+  }
+  /* Outputs that point into a client's region (an identity's view of its
+   * input) were read by the packing, and outputs were written into
+   * regions: a region that shrank meanwhile gave zeros or took nothing. */
+  for (size_t i = 0; i < n_outputs && !e; i++) {
+    const sip__grpc_shm_out_t *o = shm_out_of(k, outputs[i]->name);
+    e = sip__shm_check_bytes(outputs[i]->data, outputs[i]->nbytes);
+    if (!e && o) e = sip__shm_check_bytes(o->data, o->size);
+    if (e) {
+      sip__free(*out);
+      *out = NULL;
+      *len = 0;
+    }
   }
 done:
   for (size_t i = 0; cls && i < n_outputs; i++) sip_tensor_free(cls[i]);

@@ -64,7 +64,8 @@ typedef struct sip__grpc_infer {
  * is kept alive by the tensors; one entry per input not in shared memory),
  * from each input's typed contents (converted) or, with the parameters
  * shared_memory_region, shared_memory_byte_size and shared_memory_offset,
- * from a region of `shm` (viewed in place; NULL: shared memory is refused).
+ * from a region of `shm` (viewed in place; NULL: shared memory is refused;
+ * a request's scope, sip__shm_scope_new, records the mappings it used).
  * Outputs with those parameters are written into their region by
  * sip__grpc_encode_infer. Request parameters: priority and timeout
  * (microseconds) are used, others are ignored. Errors: INVALID_ARGUMENT
@@ -84,7 +85,8 @@ void sip__grpc_infer_free(sip__grpc_infer_t *k);
  * parameters), wrapped in a ModelStreamInferResponse when `stream`.
  * `version` (may be NULL) becomes model_version. *out is owned by the
  * caller (sip__free). Errors: INVALID_ARGUMENT (an output larger than its
- * shared_memory_byte_size), RESOURCE_EXHAUSTED. */
+ * shared_memory_byte_size; a shared memory region an output was read from
+ * or written into shrank, core/shm.h), RESOURCE_EXHAUSTED. */
 sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *version,
                                     const sip_tensor_t *const *outputs, size_t n_outputs,
                                     int stream, uint8_t **out, size_t *len);

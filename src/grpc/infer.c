@@ -86,6 +86,7 @@ static char *default_version(sip__grpc_t *g, const char *model) {
 typedef struct ginfer {
   gcall_t *c;
   sip__grpc_infer_t *k;
+  sip__shm_set_t *scope; /* the shared memory regions it used (core/shm.h) */
 } ginfer_t;
 
 static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
@@ -109,7 +110,11 @@ static void on_done(sip_response_t *resp, void *user) {
     q->k->replayed = sip_response_replayed(resp);
     q->k->retries = sip_response_retries(resp);
     q->k->served_by = sip_response_served_by(resp);
-    e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
+    /* A region the execution read or wrote that its client shrank
+     * meanwhile: the outputs may be made of zeros. The encoder checks the
+     * bytes it reads and writes itself. */
+    e = sip__shm_scope_check(q->scope);
+    if (!e) e = sip__grpc_encode_infer(q->k, q->k->version, outs, n, stream, &msg, &len);
     q->k->served_by = NULL; /* the response's, freed below */
   }
   if (stream)
@@ -119,6 +124,7 @@ static void on_done(sip_response_t *resp, void *user) {
   sip__trace_sent(resp, t_send);
   sip_response_free(resp);
   sip__grpc_infer_free(q->k);
+  sip__shm_set_free(q->scope);
   sip__free(q);
   sip__grpc_call_unref(c);
 }
@@ -150,31 +156,48 @@ static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
 }
 
 /* Decodes and submits one request; an error is returned when nothing was
- * submitted (*k then holds what was decoded, if anything). */
+ * submitted (*k then holds what was decoded, if anything). Its shared
+ * memory regions are viewed through a scope of the server's set, checked
+ * and freed when it is answered. */
 static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grpc_infer_t **kp) {
   uint64_t t0 = sip__now_ns();
   sip__grpc_infer_t *k = NULL;
-  sip_error_t *e = sip__grpc_decode_infer(data, len, sip__server_shm(c->g->s), &k);
+  *kp = NULL;
+  sip__shm_set_t *scope = sip__shm_scope_new(sip__server_shm(c->g->s));
+  if (!scope) return SIP__OOM();
+  sip_error_t *e = sip__grpc_decode_infer(data, len, scope, &k);
   *kp = k;
-  if (e) return e;
+  if (e) {
+    /* No k: the bytes are not a ModelInferRequest at all. */
+    sip__server_note_rejected(c->g->s, SIP__PROTOCOL_GRPC, k ? k->model : NULL, !k, e);
+    goto fail;
+  }
   if (!k->version) k->version = default_version(c->g, k->model); /* only echoed */
   int64_t ms = sip__grpc_timeout_ms(c);
-  if (ms < 0)
-    return sip_error_new(SIP_DEADLINE_EXCEEDED, "the call's deadline passed before the request "
-                         "was submitted");
+  if (ms < 0) {
+    e = sip_error_new(SIP_DEADLINE_EXCEEDED, "the call's deadline passed before the request "
+                      "was submitted");
+    goto fail;
+  }
   if (ms > 0) sip_request_set_timeout_ms(k->req, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
   pthread_mutex_lock(&c->mu);
   if (!c->cancel) c->cancel = sip_cancel_token_new();
   sip_cancel_token_t *tok = c->cancel;
   int cancelled = c->closed && c->cancelled;
   pthread_mutex_unlock(&c->mu);
-  if (!tok) return SIP__OOM();
-  if (cancelled) return sip_error_new(SIP_CANCELLED, "the call was cancelled");
+  if (!tok || cancelled) {
+    e = tok ? sip_error_new(SIP_CANCELLED, "the call was cancelled") : SIP__OOM();
+    goto fail;
+  }
   sip_request_set_cancel_token(k->req, tok);
   ginfer_t *q = sip__calloc(1, sizeof *q);
-  if (!q) return SIP__OOM();
+  if (!q) {
+    e = SIP__OOM();
+    goto fail;
+  }
   q->c = c;
   q->k = k;
+  q->scope = scope;
   sip__grpc_call_ref(c);
   if (c->method->stream) {
     pthread_mutex_lock(&c->mu);
@@ -186,6 +209,8 @@ static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grp
   trace_context(c, r, t0);
   e = sip_server_infer_async(c->g->s, r, on_done, q);
   if (e) {
+    if (sip_error_code(e) == SIP_NOT_FOUND) /* no such model (or version) */
+      sip__server_note_rejected(c->g->s, SIP__PROTOCOL_GRPC, k->model, 0, e);
     if (c->method->stream) {
       pthread_mutex_lock(&c->mu);
       c->inflight--;
@@ -193,10 +218,13 @@ static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grp
     }
     sip__free(q);
     atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
-    return e;
+    goto fail;
   }
   *kp = NULL; /* on_done frees it */
   return NULL;
+fail:
+  sip__shm_set_free(scope);
+  return e;
 }
 
 void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len) {

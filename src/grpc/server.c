@@ -175,8 +175,11 @@ static void on_recv(gtag_t *t, int ok) {
   } else {
     ProtobufCMessage *req = sip__grpc_unpack(m->req, data, len);
     if (!req)
-      sip__grpc_reply(c, sip_error_new(SIP_INVALID_ARGUMENT, "the message is not a valid %s",
-                                       m->req->name), NULL);
+      sip__grpc_reply(c,
+                      sip_error_new(SIP_INVALID_ARGUMENT,
+                                    "the message is not a valid %s (or a string field holds a "
+                                    "NUL byte)", m->req->name),
+                      NULL);
     else
       m->unary(c, req);
     sip__grpc_msg_free(req);

@@ -104,6 +104,10 @@ sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const ch
                                 const uint8_t *body, size_t len, int64_t header_len,
                                 sip_buf_t *owner, const sip_io_desc_t *model_inputs,
                                 size_t n_model_inputs, sip__ks_request_t **out);
+/* 1 when `e` (from sip__ks_decode*) says the body is not a KServe request
+ * at all (malformed JSON, nesting, the binary header's length), not that
+ * what it asks for was refused: counted apart (sip__server_note_rejected). */
+int sip__ks_error_malformed(const sip_error_t *e);
 /* on: JSON tensor data is read through jansson only (the classic decoder),
  * not the fast path; for comparison (SIP_HTTP_JSON_CLASSIC=1 in sipd's
  * environment) and tests. */
@@ -139,7 +143,9 @@ typedef struct sip__ks_body {
  * shared_memory_byte_size (the bytes written) and shared_memory_offset.
  * Errors: INVALID_ARGUMENT (classification of a non-numeric output; a BYTES
  * element that is not UTF-8 asked as JSON; an output larger than its shared
- * memory region's byte size, naming the size needed), RESOURCE_EXHAUSTED.
+ * memory region's byte size, naming the size needed; a shared memory
+ * region an output was read from or written into shrank, core/shm.h),
+ * RESOURCE_EXHAUSTED.
  * On success the caller owns *out's contents (sip__ks_body_clear). */
 sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const char *version,
                             const sip_tensor_t *const *outputs, size_t n_outputs,

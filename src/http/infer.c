@@ -109,10 +109,30 @@ static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
 
 /* ---- inference ------------------------------------------------------------ */
 
+/* What the completion needs: the request, and the scope its shared memory
+ * regions were viewed through (core/shm.h). */
+typedef struct hinfer {
+  hreq_t *q;
+  sip__shm_set_t *scope;
+} hinfer_t;
+
+static void hinfer_free(hinfer_t *w) {
+  if (!w) return;
+  sip__shm_set_free(w->scope);
+  sip__free(w);
+}
+
 /* The completion, on an engine thread: hand the answer to the connection's
  * own thread. */
 static void on_done(sip_response_t *resp, void *user) {
-  hreq_t *q = user;
+  hinfer_t *w = user;
+  hreq_t *q = w->q;
+  /* A region the execution read or wrote that its client shrank meanwhile:
+   * the outputs may be made of zeros, so the answer is that error (the
+   * response is freed with the request). The encoder checks the bytes it
+   * reads and writes itself. */
+  if (resp && sip_response_code(resp) == SIP_OK) q->err = sip__shm_scope_check(w->scope);
+  hinfer_free(w);
   q->resp = resp;
   q->resp_oom = !resp;
   sip__http_conns_unwatch(q->h, q->hc);
@@ -324,14 +344,29 @@ static enum MHD_Result infer_start(hreq_t *q) {
       sip__server_models_free(views, n);
       if (!e && sip_server_draining(q->h->s))
         e = sip_error_new(SIP_UNAVAILABLE, "server is draining: it accepts no new requests");
+      if (e && sip_error_code(e) == SIP_NOT_FOUND)
+        sip__server_note_rejected(q->h->s, SIP__PROTOCOL_HTTP, q->model, 0, e);
       return sip__http_send_error(q->conn, e ? e : SIP__OOM());
     }
   }
-  sip_error_t *e = sip__ks_decode_shm(sip__server_shm(q->h->s), q->model, q->version,
+  hinfer_t *w = sip__calloc(1, sizeof *w);
+  if (w) w->scope = sip__shm_scope_new(sip__server_shm(q->h->s));
+  if (!w || !w->scope) {
+    hinfer_free(w);
+    sip_buf_unref(body);
+    return sip__http_send_error_msg(q->conn, 429, "out of memory");
+  }
+  w->q = q;
+  sip_error_t *e = sip__ks_decode_shm(w->scope, q->model, q->version,
                                       (const uint8_t *)base + q->pad, q->len, q->header_len, body,
                                       ins, n_ins, &q->ks);
   sip_buf_unref(body);
-  if (e) return sip__http_send_error(q->conn, e);
+  if (e) {
+    sip__server_note_rejected(q->h->s, SIP__PROTOCOL_HTTP, q->model, sip__ks_error_malformed(e),
+                              e);
+    hinfer_free(w);
+    return sip__http_send_error(q->conn, e);
+  }
   sip_request_t *r = q->ks->req;
   q->ks->req = NULL; /* the engine owns it from here, even on error */
   /* A client that hangs up while its request waits has it cancelled. */
@@ -346,8 +381,11 @@ static enum MHD_Result infer_start(hreq_t *q) {
   sip__trace_received(r, q->trace_t0);
   /* Suspend before submitting, so the completion can resume at once. */
   MHD_suspend_connection(q->conn);
-  e = sip_server_infer_async(q->h->s, r, on_done, q);
+  e = sip_server_infer_async(q->h->s, r, on_done, w);
   if (e) {
+    if (sip_error_code(e) == SIP_NOT_FOUND) /* no such model (or version) */
+      sip__server_note_rejected(q->h->s, SIP__PROTOCOL_HTTP, q->model, 0, e);
+    hinfer_free(w); /* the completion never comes */
     sip__http_conns_unwatch(q->h, q->hc);
     q->hc = NULL;
     q->err = e;
@@ -428,7 +466,7 @@ static sip_error_t *note_failover(sip__ks_body_t *b, const sip_response_t *resp)
 /* Called again after the resume: encode and queue the answer. */
 static enum MHD_Result infer_answer(hreq_t *q) {
   struct MHD_Connection *c = q->conn;
-  if (q->err) {
+  if (q->err) { /* not submitted, or a region shrank under it (q->resp goes with q) */
     sip_error_t *e = q->err;
     q->err = NULL;
     return sip__http_send_error(c, e);

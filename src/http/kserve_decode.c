@@ -648,3 +648,10 @@ sip_error_t *sip__ks_decode_shm(sip__shm_set_t *shm, const char *model, const ch
   return decode(shm, model, version, body, len, header_len, owner, model_inputs, n_model_inputs,
                 (const char *)body, hlen, NULL, out);
 }
+
+int sip__ks_error_malformed(const sip_error_t *e) {
+  /* The wordings decode() gives a body that is not a KServe request at all
+   * (the JSON itself, its nesting, the binary header's length). */
+  const char *m = e ? sip_error_message(e) : "";
+  return !strncmp(m, "request JSON ", 13) || !strncmp(m, "Inference-Header-Content-Length ", 32);
+}

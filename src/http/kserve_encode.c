@@ -5,8 +5,10 @@
  * Responses are written by hand into one growing buffer: a jansson node per
  * element would cost an allocation per number for tensors of millions of
  * elements, and binary outputs are not copied at all (the body lists
- * segments that point into the output tensors). Requests are read by
- * kserve_decode.c.
+ * segments that point into the output tensors), but for bytes in a client's
+ * shared memory region, which its client may shrink while they are sent
+ * (copied; every output read from or written into a region is checked
+ * afterwards, core/shm.h). Requests are read by kserve_decode.c.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -235,6 +237,20 @@ static int push_keep(sip__ks_body_t *b, sip_buf_t *buf) {
   return 0;
 }
 
+/* A binary section of `n` bytes at `data`. Bytes in a client's shared
+ * memory region (an identity's view of its input) are copied first: the
+ * client may shrink the object while the answer is written, and the
+ * socket's write would then fail (EFAULT) with the answer half sent. */
+static int push_binary(sip__ks_body_t *b, const void *data, size_t n, sip_buf_t *keep) {
+  if (!sip__shm_guarded(data, n)) return push_seg(b, data, n) || (keep && push_keep(b, keep));
+  sip_buf_t *copy = sip_buf_new(n);
+  if (!copy) return -1;
+  memcpy(sip_buf_data(copy), data, n);
+  int r = push_seg(b, sip_buf_data(copy), n) || push_keep(b, copy);
+  sip_buf_unref(copy);
+  return r;
+}
+
 sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const char *version,
                             const sip_tensor_t *const *outputs, size_t n_outputs,
                             sip__ks_body_t *out) {
@@ -254,7 +270,7 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
   if (k->replayed) jw_lit(&w, ",\"parameters\":{\"idempotent_replay\":true}");
   jw_lit(&w, ",\"outputs\":[");
   for (size_t i = 0; i < n_outputs && !e; i++) {
-    const sip_tensor_t *t = outputs[i];
+    const sip_tensor_t *t = outputs[i], *t0 = t;
     sip_tensor_t *cls = NULL;
     const sip__ks_output_t *ko = NULL;
     for (size_t j = 0; j < k->n_outputs && !ko; j++)
@@ -286,7 +302,7 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
     } else if (binary) {
       jw_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
       out->binary = 1;
-      if (t->nbytes && (push_seg(out, t->data, t->nbytes) || (cls && push_keep(out, cls->owner))))
+      if (t->nbytes && push_binary(out, t->data, t->nbytes, cls ? cls->owner : NULL))
         e = SIP__OOM();
     } else {
       jw_lit(&w, ",\"data\":");
@@ -294,6 +310,8 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
       jw_lit(&w, "}");
     }
     sip_tensor_free(cls); /* the body keeps its buffer when it is sent binary */
+    /* Read from a client's region: one that shrank meanwhile gave zeros. */
+    if (!e) e = sip__shm_check_bytes(t0->data, t0->nbytes);
   }
   jw_lit(&w, "]}");
   if (!e && w.oom) e = SIP__OOM();

@@ -9,7 +9,9 @@
  * the region's bytes (no copy); an output whose parameters name one is
  * copied into it when the answer is encoded. Views are refcounted, so a
  * region unregistered while a request uses it stays mapped until the request
- * is done.
+ * is done. An object its client shrinks under a request does not end the
+ * process (core/shm.h): the request's views are checked when it completes
+ * (infer.c), and what is written into a region right after the write.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -214,5 +216,6 @@ sip_error_t *sip__ks_shm_write(const sip__ks_output_t *o, const sip_tensor_t *t)
   /* memmove: an input may have been read from the very same bytes, and a
    * backend may hand that view back as its output. */
   if (t->nbytes && t->data != o->shm_data) memmove(o->shm_data, t->data, t->nbytes);
-  return NULL;
+  /* A region its client shrank meanwhile took nothing (core/shm.h). */
+  return sip__shm_check_bytes(o->shm_data, t->nbytes);
 }

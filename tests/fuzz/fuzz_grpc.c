@@ -1,6 +1,9 @@
 /* libFuzzer target for the gRPC front-end's request decoding
  * (src/grpc/codec.c and the protobuf-c messages of proto/grpc_service.proto).
  *
+ * Shared memory: fuzz_shm.c registers, lists, unregisters and uses regions
+ * over both front-ends' paths.
+ *
  * Input: byte 0 picks what the rest is: a ModelInferRequest (decoded into
  * an engine request, then its inputs encoded back as a ModelInferResponse
  * or a stream answer, which must read back the same), or the request
@@ -26,10 +29,14 @@
 
 static void infer(const uint8_t *data, size_t size, int stream) {
   sip__grpc_infer_t *k = NULL;
-    /* An empty set: shared-memory tensors reach the lookup and are not found. */
+  /* An empty set, through a request's scope of it as the front-end decodes:
+   * shared-memory tensors reach the lookup and are not found. */
   static sip__shm_set_t *set;
   if (!set) set = sip__shm_set_new(0);
-  sip_error_t *e = sip__grpc_decode_infer(data, size, set, &k);
+  sip__shm_set_t *scope = sip__shm_scope_new(set);
+  CHECK(scope);
+  sip_error_t *e = sip__grpc_decode_infer(data, size, scope, &k);
+  sip__shm_set_free(scope);
   if (e) {
     CHECK(sip_error_code(e) != SIP_OK && sip_error_message(e)[0]);
     CHECK(!k || !k->req);

@@ -16,7 +16,8 @@
  * that jansson parses (NaN/Infinity aside) followed by exactly the announced
  * binary sections. Inputs and outputs may name two shared memory regions of
  * a memfd ("r": 4096 bytes, "odd": 64 bytes from offset 3, misaligned):
- * views stay inside them and outputs are written into them. A registration
+ * views stay inside them and outputs are written into them, viewed through
+ * a request's scope of the set as the front-end does. A registration
  * body that passes the route's checks is registered (over the memfd, not
  * /dev/shm), listed and unregistered. JSON bodies are decoded twice, by the
  * fast path for number arrays (src/http/kserve_numbers.c) and by the classic
@@ -215,7 +216,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sip_buf_t *owner = sip_buf_wrap(copy, len, release, copy);
   if (!owner) return 0;
   sip__ks_request_t *k = (sip__ks_request_t *)1;
-  sip_error_t *e = sip__ks_decode_shm(regions, "model", (data[1] & 0x80) ? "1" : NULL, copy,
+  /* Through a request's scope of the regions, as the front-end decodes. */
+  sip__shm_set_t *scope = sip__shm_scope_new(regions);
+  CHECK(scope);
+  sip_error_t *e = sip__ks_decode_shm(scope, "model", (data[1] & 0x80) ? "1" : NULL, copy,
                                       len, header_len, owner, &raw, 1, &k);
   if (header_len != 0)
     check_classic((data[1] & 0x80) ? "1" : NULL, copy, len, header_len, owner, &raw, e, k);
@@ -225,6 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(c == SIP_INVALID_ARGUMENT || c == SIP_UNIMPLEMENTED || c == SIP_RESOURCE_EXHAUSTED);
     CHECK(strlen(sip_error_message(e)) > 0);
     sip_error_free(e);
+    sip__shm_set_free(scope);
     return 0;
   }
   CHECK(k && k->req && !strcmp(k->req->pool, "model"));
@@ -244,6 +249,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r->inputs[i]->name = n;
   }
   check_response(k, r);
+  /* The memfd regions are sealed, not guarded: nothing to report. */
+  CHECK(!sip__shm_scope_check(scope));
+  sip__shm_set_free(scope);
   sip__ks_request_free(k);
   return 0;
 }
