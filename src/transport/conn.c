@@ -105,6 +105,10 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
   pthread_mutex_lock(&ls->slots_mu);
   ls->slots[c->slot] = NULL;
   pthread_mutex_unlock(&ls->slots_mu);
+  if (c->paused_in_flight) {
+    c->paused_in_flight = 0;
+    ls->n_paused_in_flight--;
+  }
   pthread_mutex_lock(&c->wmu);
   c->dead = 1;
   free_chunks(c);
@@ -139,12 +143,43 @@ static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
   update_events(ls, c);
 }
 
-/* Reads from a paused connection again once its unsent answers drop below
- * half the bound. Caller holds c->wmu. */
+/* Reads from a paused connection again once its unsent answers and its
+ * requests in flight both drop below half the bound. Caller holds c->wmu. */
 static void maybe_resume(sip__listener_set_t *ls, conn_t *c) {
-  if (!atomic_load(&c->read_paused) || c->unsent > ls->max_unsent / 2) return;
+  if (!atomic_load(&c->read_paused) || c->unsent > ls->max_unsent / 2 ||
+      atomic_load(&c->budget->used) > ls->max_in_flight / 2)
+    return;
   atomic_store(&c->read_paused, 0);
   update_events(ls, c);
+}
+
+void sip__conn_pause_in_flight(sip__listener_set_t *ls, conn_t *c) {
+  if (atomic_load(&c->budget->used) <= ls->max_in_flight) return;
+  pthread_mutex_lock(&c->wmu);
+  if (!atomic_load(&c->read_paused)) {
+    atomic_store(&c->read_paused, 1);
+    update_events(ls, c);
+  }
+  pthread_mutex_unlock(&c->wmu);
+  if (!c->paused_in_flight) {
+    c->paused_in_flight = 1;
+    ls->n_paused_in_flight++;
+  }
+}
+
+void sip__conn_resume_in_flight(sip__listener_set_t *ls) {
+  for (uint32_t i = 0; ls->n_paused_in_flight > 0 && i < ls->n_slots; i++) {
+    conn_t *c = ls->slots[i];
+    if (!c || !c->paused_in_flight) continue;
+    pthread_mutex_lock(&c->wmu);
+    maybe_resume(ls, c);
+    int paused = atomic_load(&c->read_paused);
+    pthread_mutex_unlock(&c->wmu);
+    if (!paused) {
+      c->paused_in_flight = 0;
+      ls->n_paused_in_flight--;
+    }
+  }
 }
 
 /* Sends queued chunks until done or the socket is full. Caller holds

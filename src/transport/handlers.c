@@ -20,6 +20,7 @@
 #include "sip/frontend.h"
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
+#include "server/introspect.h"
 #include "server/tracing.h"
 
 /* ---- INFER_REQUEST and BATCH_INFER_REQUEST ---- */
@@ -259,6 +260,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
   }
   if (!e) e = sip__decode_infer_request(payload, len, c->payload, &wr);
   if (e) {
+    sip__note_rejected_frame(ls, payload, len, e);
     sip__conn_error(ls, c, c->h.request_id, e);
     return;
   }
@@ -304,6 +306,8 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
                                      padding, on_done, pd)
             : sip_server_infer_async(ls->srv, r, on_done, pd);
   if (e) {
+    if (sip_error_code(e) == SIP_NOT_FOUND) /* no such model (or version) */
+      sip__server_note_rejected(ls->srv, SIP__PROTOCOL_NATIVE, NULL, 0, e);
     pending_free(pd);
     sip__wbuf_t w = {0};
     sip__encode_infer_response(&w, rid, sip_error_code(e), sip_error_message(e), 0, 0, 0, NULL,

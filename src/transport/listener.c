@@ -154,6 +154,7 @@ static int frame_done(sip__listener_set_t *ls, conn_t *c) {
   c->payload = NULL;
   c->hdr_got = 0;
   sip__conn_close_fds(c); /* whatever the handler did not take */
+  sip__conn_pause_in_flight(ls, c);
   return sip__conn_flush(ls, c);
 }
 
@@ -471,6 +472,12 @@ static void *loop_main(void *arg) {
       int t = (int)((ls->next_sweep_us - now + 999) / 1000);
       if (timeout_ms < 0 || t < timeout_ms) timeout_ms = t;
     }
+    /* Connections paused for their requests in flight are read again as
+     * those are answered, which no event here tells: looked at every 5 ms. */
+    if (ls->n_paused_in_flight > 0) {
+      sip__conn_resume_in_flight(ls);
+      if (ls->n_paused_in_flight > 0 && (timeout_ms < 0 || timeout_ms > 5)) timeout_ms = 5;
+    }
     int n = epoll_wait(ls->epfd, evs, 64, timeout_ms);
     for (int i = 0; i < n; i++) {
       uint64_t tag = evs[i].data.u64 >> 56, v = evs[i].data.u64 & ((1ull << 56) - 1);
@@ -524,6 +531,7 @@ static sip_error_t *listeners_start(sip_server_t *srv, const void *options, void
   ls->max_frame = cfg->max_frame_bytes;
   ls->auth = &cfg->auth;
   ls->max_unsent = cfg->max_unsent_bytes ? cfg->max_unsent_bytes : (size_t)16 << 20;
+  ls->max_in_flight = ls->max_unsent > ((size_t)1 << 20) ? ls->max_unsent : (size_t)1 << 20;
   /* A zeroed setting (an embedder's config) takes the config's default. */
   ls->max_conns = cfg->max_connections > 0 ? cfg->max_connections : 1024;
   ls->frame_timeout_us = (uint64_t)cfg->frame_timeout_ms * 1000;

@@ -86,9 +86,12 @@ typedef struct conn {
   chunk_fifo_t out; /* zeroed: empty */
   size_t unsent;    /* bytes held by `out`, with each chunk's own size */
   int epollout;
-  /* Not read from while its unsent answers pass ls->max_unsent; read again
-   * once they drop below half of it (set and cleared under wmu). */
+  /* Not read from while its unsent answers pass ls->max_unsent, or the
+   * bytes of its requests in flight (budget->used) ls->max_in_flight; read
+   * again once both drop below half their bound (set and cleared under
+   * wmu). */
   atomic_int read_paused;
+  int paused_in_flight; /* paused for its requests in flight (loop only) */
   atomic_int closing; /* close once the output is flushed; read nothing more */
   uint64_t closing_us; /* when the stall sweep first saw it closing (0: not yet) */
   /* Descriptors that arrived (SCM_RIGHTS) with the frame being read: only
@@ -123,6 +126,7 @@ struct sip__listener_set {
   size_t n_ls;
   conn_t **slots; /* changed by the loop under slots_mu; writers look up under it */
   uint32_t n_slots;
+  long n_paused_in_flight; /* connections paused for their requests in flight (loop only) */
   uint32_t next_gen;
   pthread_mutex_t slots_mu;
   atomic_int stop;
@@ -140,6 +144,9 @@ struct sip__listener_set {
   /* A connection whose answers not yet sent pass max_unsent (bytes) is not
    * read from until they drop below half of it. */
   size_t max_unsent;
+  /* Request bytes in flight on one connection before it is not read from:
+   * max_unsent, and at least 1 MiB (pipelining that much costs little). */
+  size_t max_in_flight;
   /* Connection limit (server.max_connections); frame_timeout_us: a frame
    * whose bytes stop coming this long closes its connection (0: never),
    * checked by a sweep every sweep_us. */
@@ -244,6 +251,16 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c);
 int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c);
 /* Loop only: writes what it can. Returns -1 when the connection was closed. */
 int sip__conn_flush(sip__listener_set_t *ls, conn_t *c);
+/* Loop only: pauses reading `c` while the bytes of its requests in flight
+ * pass ls->max_in_flight (a client pipelining faster than its pool runs
+ * holds no more of the server's memory than one that stops reading);
+ * sip__conn_resume_in_flight reads such connections again once they and
+ * their unsent answers drop below half of it. */
+void sip__conn_pause_in_flight(sip__listener_set_t *ls, conn_t *c);
+/* Counts an INFER_REQUEST payload refused while decoding (rejected.c). */
+void sip__note_rejected_frame(sip__listener_set_t *ls, const uint8_t *payload, size_t len,
+                              const sip_error_t *e);
+void sip__conn_resume_in_flight(sip__listener_set_t *ls);
 /* Loop only: queues an encoded frame (taken); sip__conn_flush sends it. */
 void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w);
 /* Loop only: closes the descriptors that came with the last frame. */
