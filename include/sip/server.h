@@ -45,10 +45,17 @@ void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait);
 
 /* ---- server ---- */
 /* Parses and validates a config file without loading or serving anything
- * (sipd --check-config). On success *summary (free with sip_free) tells what
- * it holds: "3 pools, 2 endpoints, model repository /srv/models". Errors
- * name the file, line and column of the problem. */
+ * (sipd --check-config), and checks that every model file or directory it
+ * names exists and can be read. On success *summary (free with sip_free)
+ * tells what it holds: "3 pools, 2 endpoints, model repository /srv/models".
+ * Errors name the file, line and column of the problem; NOT_FOUND lists
+ * every model path that cannot be read, and why. */
 sip_error_t *sip_config_check_file(const char *path, char **summary);
+/* sip_config_check_file, then loads every pool and pipeline (nothing
+ * listens) and frees them again (sipd --check-config FILE --load). On
+ * success *summary (sip_free) says how many loaded. FAILED_PRECONDITION
+ * lists each model that failed to load with its reason. */
+sip_error_t *sip_config_check_load(const char *path, char **summary);
 
 /* Parses the config, starts listeners and pool loading. Errors: bad config
  * (INVALID_ARGUMENT with file:line:col), an endpoint that cannot be opened
@@ -68,8 +75,9 @@ void sip_server_drain(sip_server_t *s, int timeout_ms);
  * done), stops the front-ends, frees all. NULL is a no-op. Must not be
  * called from a completion callback. */
 void sip_server_free(sip_server_t *s);
-/* 1 when every pool has finished loading and no drain has begun.
- * Thread-safe. */
+/* 1 when every pool has finished loading, no drain has begun and, with
+ * server.strict_readiness (the default), every pool and pipeline is READY
+ * (none FAILED). Thread-safe. */
 int sip_server_ready(sip_server_t *s);
 /* Number of open listeners and their addresses as "unix:///p" / "tcp://h:port"
  * (with the real port when 0 was configured). Borrowed strings. */

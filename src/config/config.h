@@ -241,6 +241,7 @@ typedef struct sip__config {
   int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
   char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   int allow_fault_injection;  /* server.allow_fault_injection (docs/availability.md) */
+  int strict_readiness;       /* server.strict_readiness: ready only when every model is READY */
   /* Security settings (docs/security.md; config_security.c). */
   sip__auth_t auth;           /* server.auth: tokens per API group; none: open */
   char *tls_cert_file;        /* server.tls.cert_file, resolved; NULL: plain HTTP/gRPC */

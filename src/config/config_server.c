@@ -25,7 +25,7 @@ enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BOD
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
-       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_COUNT };
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -190,6 +190,12 @@ static const field_t server_fields[S_COUNT] = {
                      .doc = "Address serving only the live dashboard (/dashboard) and the read-only "
                             "data it shows (docs/dashboard.md); the seed's port is 10200, e.g. "
                             "\"0.0.0.0:10200\". The dashboard is also on server.http. Absent = off."},
+    [S_STRICT] = {.name = "strict_readiness", .type = F_BOOL,
+                  .offset = offsetof(sip__config_t, strict_readiness), .def = 1,
+                  .doc = "Server readiness (/v2/health/ready, gRPC ServerReady, sip ready, "
+                         "sip_ready) only when every configured pool and pipeline is READY, as "
+                         "Triton's default; false: ready once loading is over, serving the "
+                         "models that loaded and skipping the failed ones (seed 003)."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

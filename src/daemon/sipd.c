@@ -14,7 +14,9 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: sipd --config FILE       serve the pools and pipelines in FILE\n"
-          "       sipd --check-config FILE validate FILE and exit (0: valid, 1: invalid)\n"
+          "       sipd --check-config FILE [--load]\n"
+          "                                validate FILE and that its model files can be read;\n"
+          "                                --load: load every model too (0: valid, 1: invalid)\n"
           "       sipd --version\n");
 }
 
@@ -23,13 +25,15 @@ int main(int argc, char **argv) {
   int worker = sip_worker_main(argc, argv);
   if (worker >= 0) return worker;
   const char *config = NULL;
-  int check = 0;
+  int check = 0, load = 0;
   for (int i = 1; i < argc; i++) {
     if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) && i + 1 < argc) {
       config = argv[++i];
     } else if (strcmp(argv[i], "--check-config") == 0 && i + 1 < argc) {
       config = argv[++i];
       check = 1;
+    } else if (strcmp(argv[i], "--load") == 0) {
+      load = 1;
     } else if (strcmp(argv[i], "--version") == 0) {
       printf("sipd %s\n", sip_version());
       return 0;
@@ -42,13 +46,14 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!config) {
+  if (!config || (load && !check)) {
     usage(stderr);
     return 2;
   }
   if (check) {
     char *summary = NULL;
-    sip_error_t *e = sip_config_check_file(config, &summary);
+    sip_error_t *e = load ? sip_config_check_load(config, &summary)
+                          : sip_config_check_file(config, &summary);
     if (e) {
       fprintf(stderr, "%s\n", sip_error_message(e));
       sip_error_free(e);

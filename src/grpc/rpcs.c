@@ -24,16 +24,11 @@ static sip_error_t *not_ready(sip_server_t *s) {
   if (sip_server_draining(s))
     return sip_error_new(SIP_UNAVAILABLE, "server is draining: it answers requests in flight and "
                          "accepts no new ones");
+  char why[512];
+  if (sip__server_unready(s, why, sizeof why))
+    return sip_error_new(SIP_UNAVAILABLE, "server is not ready: %s", why);
   if (!sip_server_ready(s)) return sip_error_new(SIP_UNAVAILABLE, "server is not ready: starting");
-  size_t n = 0;
-  sip__model_view_t *v = sip__server_models(s, &n);
-  sip_error_t *e = NULL;
-  for (size_t i = 0; i < n && !e; i++)
-    if (!v[i].is_pipeline && !strcmp(v[i].state, "LOADING"))
-      e = sip_error_new(SIP_UNAVAILABLE, "server is not ready: model '%s' is still loading",
-                        v[i].name);
-  sip__server_models_free(v, n);
-  return e;
+  return NULL;
 }
 
 static void server_live(gcall_t *c, const ProtobufCMessage *req) {

@@ -28,23 +28,12 @@ enum MHD_Result sip__http_ready(hreq_t *q) {
   if (sip_server_draining(h->s))
     return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
                                                   "flight and accepts no new ones");
-  /* The pools still loading, a version other than the default named as
-   * "name:version". */
-  char loading[512] = "";
-  size_t n = 0;
-  sip__model_view_t *v = sip__server_models(h->s, &n);
-  for (size_t i = 0; i < n; i++) {
-    if (v[i].is_pipeline || strcmp(v[i].state, "LOADING")) continue;
-    snprintf(loading + strlen(loading), sizeof loading - strlen(loading), "%s'%s%s%s'",
-             loading[0] ? ", " : "", v[i].name, v[i].is_default || !v[i].version ? "" : ":",
-             v[i].is_default || !v[i].version ? "" : v[i].version);
-  }
-  sip__server_models_free(v, n);
-  int ready = sip_server_ready(h->s) && !loading[0];
-  if (!ready) {
+  /* The models still loading or (server.strict_readiness) FAILED. */
+  char why[512];
+  size_t bad = sip__server_unready(h->s, why, sizeof why);
+  if (bad || !sip_server_ready(h->s)) {
     char msg[600];
-    snprintf(msg, sizeof msg, "server is not ready: models still loading: %s",
-             loading[0] ? loading : "(starting)");
+    snprintf(msg, sizeof msg, "server is not ready: %s", bad ? why : "starting");
     return sip__http_send_error_msg(q->conn, 503, msg);
   }
   return sip__http_send_json(q->conn, 200, json_pack("{s:b}", "ready", 1));

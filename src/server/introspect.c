@@ -193,7 +193,14 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
         snprintf(key, sizeof key, "%s:%s", v[i]->cfg->name, v[i]->version);
       json_object_set_new(pools, key, json_string(sip__pool_state_name(atomic_load(&v[i]->state))));
     }
-    root = json_pack("{s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "pools", pools);
+    /* loading: start-up loads not over, or a model still loading; once it
+     * is false a server that is not ready has a model that failed
+     * (server.strict_readiness) or is draining. */
+    int loading = !atomic_load(&s->loaded);
+    for (size_t i = 0; i < n && !loading; i++)
+      loading = atomic_load(&v[i]->state) == SIP__POOL_LOADING;
+    root = json_pack("{s:b,s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "loading",
+                     loading, "pools", pools);
   } else {
     json_t *pools = json_array();
     for (size_t i = 0; i < n; i++) {

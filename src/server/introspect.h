@@ -88,6 +88,11 @@ sip_error_t *sip__model_view_need_loaded(const sip__model_view_t *m);
  * NOT_FOUND every front-end answers with (the engine's one wording). */
 sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const char *version);
 
+/* How many models hold readiness back (readiness.c): those still loading,
+ * and with server.strict_readiness those FAILED; `buf` (may be NULL) gets
+ * them as "'name' still loading, 'other' FAILED: reason". */
+size_t sip__server_unready(sip_server_t *s, char *buf, size_t cap);
+
 /* The front-ends, as metrics and logs name them. */
 typedef enum { SIP__PROTOCOL_HTTP, SIP__PROTOCOL_GRPC, SIP__PROTOCOL_NATIVE, SIP__PROTOCOLS } sip__protocol_t;
 /* Notes a request refused before it reached a model (rejections.c): its

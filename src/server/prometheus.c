@@ -595,7 +595,9 @@ char *sip__prometheus_text(sip_server_t *s) {
   family(&b, "sip_trace_spans_dropped_total", "counter",
          "Spans dropped: the exporter's queue was full or the collector did not take them.");
   sb_add(&b, "sip_trace_spans_dropped_total %llu\n", (unsigned long long)tr_dropped);
-  family(&b, "sip_ready", "gauge", "1 when every pool has finished loading.");
+  family(&b, "sip_ready", "gauge",
+         "1 when every pool has finished loading and, with server.strict_readiness, none "
+         "failed (as /v2/health/ready).");
   sb_add(&b, "sip_ready %d\n", sip_server_ready(s));
   family(&b, "sip_uptime_seconds", "gauge", "Seconds since the server started.");
   sb_add(&b, "sip_uptime_seconds %.3f\n", (double)(sip__now_us() - s->started_us) / 1e6);

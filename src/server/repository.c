@@ -252,7 +252,20 @@ static void initial_load(sip_server_t *s) {
   /* Pipelines hook (src/pipeline/): built once their pools have loaded. */
   sip__pipelines_build(s->pipelines);
   atomic_store(&s->loaded, 1);
-  sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu repository_models=%zu", n_pools, n);
+  /* Counted with strict readiness on, whatever the setting: the line says
+   * how many failed either way. */
+  size_t nv = 0, failed = 0;
+  sip__model_view_t *v = sip__server_models(s, &nv);
+  for (size_t i = 0; i < nv; i++) failed += !strcmp(v[i].state, "FAILED");
+  sip__server_models_free(v, nv);
+  if (failed)
+    sip__log(SIP__LOG_WARN, "pools loaded, some failed",
+             "pools=%zu repository_models=%zu failed=%zu ready=%s strict_readiness=%s", n_pools,
+             n, failed, s->cfg->strict_readiness ? "false" : "true",
+             s->cfg->strict_readiness ? "true" : "false");
+  else
+    sip__log(SIP__LOG_INFO, "all pools loaded", "pools=%zu repository_models=%zu failed=0", n_pools,
+             n);
 }
 
 SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)

@@ -414,21 +414,6 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   return NULL;
 }
 
-sip_error_t *sip_config_check_file(const char *path, char **summary) {
-  *summary = NULL;
-  sip__config_t *cfg = NULL;
-  sip_error_t *e = sip__config_load_file(path, sip__backend_catalog(), &cfg);
-  if (e) return e;
-  *summary = sip__asprintf("%zu pools, %zu pipelines, %zu endpoints%s%s%s%s%s%s", cfg->n_pools,
-                           cfg->n_pipelines, cfg->n_endpoints, cfg->http ? ", http " : "",
-                           cfg->http ? cfg->http : "", cfg->grpc ? ", grpc " : "",
-                           cfg->grpc ? cfg->grpc : "",
-                           cfg->model_repository ? ", model repository " : "",
-                           cfg->model_repository ? cfg->model_repository : "");
-  sip__config_free(cfg);
-  return *summary ? NULL : SIP__OOM();
-}
-
 /* The directories answers must not show (core/redact.h): the model
  * repository, the config file's, the state directory, each pool's model
  * directory and the working directory. */
@@ -571,10 +556,6 @@ void sip_server_free(sip_server_t *s) {
   sip__free(s->reloaded);
   sip__free(s->config_path);
   sip__free(s);
-}
-
-int sip_server_ready(sip_server_t *s) {
-  return atomic_load(&s->loaded) && !atomic_load(&s->draining);
 }
 
 uint64_t sip_server_generation(sip_server_t *s) { return atomic_load(&s->eng.reg_gen); }

@@ -22,8 +22,8 @@ def test_cli_status_pools_ready(start_sipd, model_dir, tmp_path):
     models.write_corrupt(bad)
     srv = start_sipd([{"name": "addmul", "model_path": str(model_dir["addmul"]), "pool_size": 2},
                       {"name": "broken", "model_path": str(bad)}])
-    r = sip(srv, "ready")
-    assert r.returncode == 0 and r.stdout.strip() == "ready"
+    r = sip(srv, "ready")  # a pool FAILED: not ready (server.strict_readiness)
+    assert r.returncode == 1 and r.stdout.strip() == "not ready"
 
     r = sip(srv, "status")
     assert r.returncode == 0, r.stderr

@@ -1,11 +1,17 @@
 """A pool whose model cannot load is FAILED (with a reason) while the others
-serve; requests to it get UNAVAILABLE; the server is still ready."""
+serve; requests to it get UNAVAILABLE; the server is not ready (Triton's
+strict readiness, the default) unless server.strict_readiness is false; the
+start-up log line counts the failures; sipd --check-config names model files
+that cannot be read, and --load the models that cannot load."""
+
+import subprocess
 
 import numpy as np
 import pytest
 
 from cann_sip import InferenceRequest, UnavailableError
-from harness import serve
+from harness import require_sipd, serve, to_yaml
+import kserve as K
 import models
 
 
@@ -21,7 +27,7 @@ def srv(sipd_bin, model_dir, tmp_path_factory):
         {"name": "empty", "model_path": str(empty), "pool_size": 1},
         {"name": "good2", "model_path": str(model_dir["two_out"]), "pool_size": 1},
     ]
-    with serve(d, pools) as s:
+    with serve(d, pools, server={"http": "127.0.0.1:0"}) as s:
         yield s
 
 
@@ -30,12 +36,61 @@ def client(srv):
     return srv.client()
 
 
-def test_ready_with_failed_pool(client):
+def test_not_ready_with_failed_pool(srv, client):
     doc = client.info(1)
-    assert doc["ready"] is True  # every pool finished loading: READY or FAILED
+    assert doc["ready"] is False and doc["loading"] is False  # loaded, two FAILED
     assert doc["pools"] == {"good": "READY", "broken": "FAILED", "empty": "FAILED",
                             "good2": "READY"}
-    assert client.ready() is True
+    assert client.ready() is False
+    r = K.get(K.http_base(srv) + "/v2/health/ready")
+    assert r.status == 503 and "'broken' FAILED" in r.json()["error"], r
+    assert K.get(K.http_base(srv) + "/v2/health/live").status == 200
+    assert "sip_ready 0\n" in K.get(K.http_base(srv) + "/metrics").body.decode()
+    line = [l for l in srv.log().splitlines() if "pools loaded, some failed" in l]
+    assert len(line) == 1 and "failed=2" in line[0] and "ready=false" in line[0], line
+    # the good pools serve all the same
+    a = np.ones((1, 4), np.float32)
+    client.infer(InferenceRequest("good", {"lhs": a, "rhs": a}))
+
+
+def test_ready_with_failed_pool_when_not_strict(sipd_bin, tmp_path):
+    pools = [{"name": "good", "backend": "builtin"},
+             {"name": "broken", "model_path": str(models.write_corrupt(tmp_path / "c.onnx"))}]
+    with serve(tmp_path, pools, server={"strict_readiness": False}) as s:
+        c = s.client()
+        assert c.info(1)["ready"] is True and c.ready() is True
+        assert "failed=1" in s.log() and "ready=true" in s.log()
+
+
+def check_config(path, *extra):
+    return subprocess.run([str(require_sipd()), "--check-config", str(path)] + list(extra),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_config_reads_model_files_and_loads_them(sipd_bin, model_dir, tmp_path):
+    corrupt = models.write_corrupt(tmp_path / "corrupt.onnx")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(to_yaml({"session_pools": [
+        {"name": "good", "model_path": str(model_dir["addmul"])},
+        {"name": "gone", "model_path": str(tmp_path / "missing.onnx")},
+        {"name": "echo", "backend": "builtin"}]}) + "\n")
+    r = check_config(cfg)
+    assert r.returncode == 1, r
+    assert "pool 'gone'" in r.stderr and "missing.onnx" in r.stderr and "No such file" in r.stderr
+    cfg.write_text(to_yaml({"session_pools": [
+        {"name": "good", "model_path": str(model_dir["addmul"])},
+        {"name": "broken", "model_path": str(corrupt)},
+        {"name": "echo", "backend": "builtin"}]}) + "\n")
+    r = check_config(cfg)  # every file is there: valid without --load
+    assert r.returncode == 0 and "OK" in r.stdout, r
+    r = check_config(cfg, "--load")
+    assert r.returncode == 1, r
+    assert "1 of 3 models failed to load" in r.stderr and "pool 'broken'" in r.stderr, r.stderr
+    cfg.write_text(to_yaml({"session_pools": [
+        {"name": "good", "model_path": str(model_dir["addmul"])},
+        {"name": "echo", "backend": "builtin"}]}) + "\n")
+    r = check_config(cfg, "--load")
+    assert r.returncode == 0 and "2 models loaded" in r.stdout, r
 
 
 @pytest.mark.parametrize("name", ["broken", "empty"])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import harness
+from harness import wait_until
 import kserve as K
 from cann_sip import (InferenceRequest, InternalError, InvalidArgumentError,
                       PermissionDeniedError, UnavailableError)
@@ -166,9 +167,10 @@ def test_slow_fault_adds_delay_to_one_session(start_sipd):
     t0 = time.monotonic()
     c.infer(req("p"))
     assert time.monotonic() - t0 >= 0.3
-    t0 = time.monotonic()
-    c.infer(req("p"))
-    assert time.monotonic() - t0 < 0.2
+    # The next one is not delayed (by sipd's own clock: this client's wall
+    # time would count a loaded machine's scheduling too).
+    r = c.infer(req("p"))
+    assert r.timings["total_us"] < 200000, r.timings
 
 
 def test_fault_injection_refused_unless_allowed(start_sipd):
@@ -206,10 +208,9 @@ def test_session_drain_and_resume(start_sipd):
     c = srv.client()
     r = sip_cli(srv, "session", "drain", "p/0")
     assert r.returncode == 0, r.stderr
-    deadline = time.monotonic() + 5  # the idle session moves to SUSPENDED when it wakes
-    while status_of(c, "p")["sessions"][0]["state"] != "SUSPENDED":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # the idle session moves to SUSPENDED when it wakes
+    wait_until(lambda: status_of(c, "p")["sessions"][0]["state"] == "SUSPENDED",
+               what="p/0 to be SUSPENDED")
     st = status_of(c, "p")
     assert [(s["state"], s["drained"]) for s in st["sessions"]] == [("SUSPENDED", True),
                                                                     ("READY", False)]
@@ -220,10 +221,8 @@ def test_session_drain_and_resume(start_sipd):
     reply = K.request("POST", K.http_base(srv) + "/v2/admin",
                       body=json.dumps({"action": "resume", "pool": "p", "session": 0}).encode())
     assert reply.status == 200 and json.loads(reply.body)["drained"] is False
-    deadline = time.monotonic() + 5
-    while status_of(c, "p")["sessions"][0]["state"] != "READY":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: status_of(c, "p")["sessions"][0]["state"] == "READY",
+               what="p/0 to be READY again")
     futs = [c.infer_async(req("p", float(i))) for i in range(8)]
     for f in futs:
         f.result(timeout=10)
@@ -243,6 +242,8 @@ def test_seed_yaml_accepted_and_fallback_checked(sipd_bin, tmp_path):
 """
     cfg = tmp_path / "seed.yaml"
     cfg.write_text(seed + backup)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mission_critical.onnx").write_bytes(b"")  # --check-config reads it
     r = subprocess.run([str(sipd_bin), "--check-config", str(cfg)], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 0, r.stderr
@@ -298,10 +299,8 @@ def test_hot_standby_promoted_on_failure(start_sipd, model_dir):
     c = srv.client()
 
     def standby_ready():
-        deadline = time.monotonic() + 10
-        while status_of(c, "m")["failover"]["standby_sessions"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: status_of(c, "m")["failover"]["standby_sessions"] == 1,
+                   what="one standby session")
 
     standby_ready()
     a = np.arange(4, dtype=F).reshape(1, 4)

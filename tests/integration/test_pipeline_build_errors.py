@@ -268,7 +268,9 @@ def check_everything(srv, reason, stages):
     # A pipeline that never built has no typed inputs or outputs to list.
     assert pls["broken"]["inputs"] == [] and pls["broken"]["outputs"] == []
     assert [s["name"] for s in pls["broken"]["stages"]] == stages
-    assert c.info(P.INFO_READY)["ready"] is True and c.ready() is True
+    # strict readiness (the default): a FAILED pipeline keeps the server unready
+    assert c.info(P.INFO_READY)["ready"] is False and c.ready() is False
+    assert c.info(P.INFO_READY)["loading"] is False
     status = c.status()
     st = by_name(status["pipelines"])
     assert st["broken"]["state"] == "FAILED" and st["broken"]["error"] == err
@@ -333,7 +335,8 @@ def check_everything(srv, reason, stages):
     assert K.get(base + "/v2/models/good").json()["platform"] == "ensemble"
     everyone = {s["name"] for s in K.get(base + "/v2/models/stats").json()["model_stats"]}
     assert {"echo", "two", "good", "broken"} <= everyone
-    assert K.get(base + "/v2/health/ready").status == 200
+    r = K.get(base + "/v2/health/ready")
+    assert r.status == 503 and "'broken' FAILED" in r.json()["error"], r
     assert K.get(base + "/v2/health/live").status == 200
     r = K.infer(base, "good", {"x": x})
     assert r.status == 200, r

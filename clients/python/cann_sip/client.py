@@ -416,8 +416,9 @@ class SessionClient:
         return self._wait(self.info_async(kind))
 
     def ready(self) -> bool:
-        """True when the server is up and every pool has finished loading;
-        False when it is unreachable or still loading."""
+        """True when the server is up, every pool has finished loading and
+        (server.strict_readiness, the default) none failed; False when it
+        is unreachable, still loading, has a failed model or drains."""
         try:
             obj = self.info(P.INFO_READY)
         except UnavailableError:
