@@ -102,10 +102,15 @@ int sip__ks_store_int(sip_dtype_t dt, uint8_t *dst, int64_t k, int64_t x);
 int sip__ks_fill(const char *p, size_t n, sip_dtype_t dt, void *dst, int64_t count);
 
 /* Number text for JSON responses, into out (at least 32 bytes, NUL-ended):
- * its length. A double exactly as printf's "%.<prec>g" writes it (prec 1..17;
- * NaN and infinities too), most without printf; an integer (v when
+ * its length. sip__ks_format_double: prec 9 (a float32 or float16 value)
+ * and 17 (float64) write the shortest text that reads back to the same
+ * float32 / float64 (core/fmt.h: NaN, Infinity, -Infinity for the values
+ * JSON lacks); other precisions as sip__ks_format_g. sip__ks_format_g:
+ * exactly what printf's "%.<prec>g" writes (prec 1..17; NaN and infinities
+ * too), most without printf. sip__ks_format_int: an integer (v when
  * is_signed, else u) in decimal. */
 size_t sip__ks_format_double(double v, int prec, char *out);
+size_t sip__ks_format_g(double v, int prec, char *out);
 size_t sip__ks_format_int(int64_t v, uint64_t u, int is_signed, char *out);
 
 #endif

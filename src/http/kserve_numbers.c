@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/fmt.h"
 #include "http/http.h"
 #include "http/kserve_impl.h"
 
@@ -433,6 +434,10 @@ int sip__ks_cut_index(const sip__ks_cut_t *c, const char *s, size_t len) {
 
 /* ---- writing numbers --------------------------------------------------- */
 
+/* Floats in responses are written shortest (core/fmt.h: the fewest digits
+ * that read back to the same float32 / float64); sip__ks_format_g, printf's
+ * %.<prec>g text without printf for most values, serves other precisions. */
+
 size_t sip__ks_format_int(int64_t v, uint64_t u, int is_signed, char *out) {
   char tmp[24];
   size_t n = 0, o = 0;
@@ -500,7 +505,7 @@ static int fast_digits(double v, int prec, uint64_t *digits, int *e10) {
 }
 #endif
 
-size_t sip__ks_format_double(double v, int prec, char *out) {
+size_t sip__ks_format_g(double v, int prec, char *out) {
   uint64_t d;
   int e;
   if (!isfinite(v) || v == 0 || prec < 1 || prec > 17 || !fast_digits(fabs(v), prec, &d, &e))
@@ -541,4 +546,10 @@ size_t sip__ks_format_double(double v, int prec, char *out) {
   }
   out[o] = '\0';
   return o;
+}
+
+size_t sip__ks_format_double(double v, int prec, char *out) {
+  if (prec == 9) return sip__fmt_float((float)v, out);
+  if (prec == 17) return sip__fmt_double(v, out);
+  return sip__ks_format_g(v, prec, out);
 }

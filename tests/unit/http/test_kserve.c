@@ -377,12 +377,12 @@ static void test_encode(void **state) {
   assert_string_equal(
       js,
       "{\"model_name\":\"m\",\"model_version\":\"2\",\"id\":\"q\\\"\\n\\u0001\",\"outputs\":["
-      "{\"name\":\"f\",\"datatype\":\"FP32\",\"shape\":[2,2],\"data\":[1.5,-0,NaN,-Infinity]},"
+      "{\"name\":\"f\",\"datatype\":\"FP32\",\"shape\":[2,2],\"data\":[1.5,-0.0,NaN,-Infinity]},"
       "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[3],\"data\":[0,1,18446744073709551615]},"
       "{\"name\":\"i\",\"datatype\":\"INT8\",\"shape\":[3],\"data\":[-128,0,127]},"
       "{\"name\":\"b\",\"datatype\":\"BOOL\",\"shape\":[3],\"data\":[true,false,true]},"
-      "{\"name\":\"h\",\"datatype\":\"FP16\",\"shape\":[3],\"data\":[1,0.0999755859,Infinity]},"
-      "{\"name\":\"d\",\"datatype\":\"FP64\",\"shape\":[3],\"data\":[0.10000000000000001,1.0000000000000001e+300,-2]},"
+      "{\"name\":\"h\",\"datatype\":\"FP16\",\"shape\":[3],\"data\":[1,0.099975586,Infinity]},"
+      "{\"name\":\"d\",\"datatype\":\"FP64\",\"shape\":[3],\"data\":[0.1,1e+300,-2]},"
       "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[3],\"data\":[\"\\\"\",\"\",\"\xe4\xb8\xad\"]}]}");
   assert_int_equal(b.json_len, strlen(js));
   assert_int_equal(b.binary, 0);
