@@ -135,7 +135,8 @@ static int jw_str(jw_t *w, const char *s, size_t len, int strict) {
   return 0;
 }
 
-/* A number of a data array (kserve_numbers.c writes it, as printf would). */
+/* A number of a data array: the shortest text that reads back to the same
+ * float32 (digits 9) or float64 (digits 17), kserve_numbers.c / core/fmt.h. */
 static void jw_double(jw_t *w, double v, int digits) {
   char num[32];
   if (isnan(v))
@@ -207,7 +208,7 @@ static sip_error_t *write_data(jw_t *w, const sip_tensor_t *t, int64_t count) {
       case SIP_DTYPE_UINT16: jw_int(w, 0, LOAD(uint16_t, d, i), 0); break;
       case SIP_DTYPE_UINT32: jw_int(w, 0, LOAD(uint32_t, d, i), 0); break;
       case SIP_DTYPE_UINT64: jw_int(w, 0, LOAD(uint64_t, d, i), 0); break;
-      /* 9 and 17 significant digits read back to the same float / double. */
+      /* float32 (and float16, exactly a float32) and float64: shortest text. */
       case SIP_DTYPE_FLOAT16: jw_double(w, sip__f16_to_f64(LOAD(uint16_t, d, i)), 9); break;
       case SIP_DTYPE_FLOAT32: jw_double(w, LOAD(float, d, i), 9); break;
       case SIP_DTYPE_FLOAT64: jw_double(w, LOAD(double, d, i), 17); break;
