@@ -55,8 +55,17 @@ docs: build
 	@$(BUILD)/docs/config_doc > docs/config.md.tmp && mv docs/config.md.tmp docs/config.md
 	@echo "docs: wrote docs/config.md"
 
+# Every benchmark in bench/, each run to its end whatever another one found;
+# then one table of every figure: target, measured, pass/fail/unstable.
+# Fails only when a benchmark stopped with an error.
+BENCH_RESULTS ?= $(BUILD)/bench-results.jsonl
 bench: build
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(BUILD) || exit 1; done
+	@rm -f $(BENCH_RESULTS); crashed=; \
+	for b in bench/*.py; do \
+	  [ $$b = bench/common.py ] && continue; echo "== $$b"; \
+	  SIP_BENCH_RESULTS=$(abspath $(BENCH_RESULTS)) $(PY) $$b $(BUILD) || crashed="$$crashed $$b"; \
+	done; \
+	$(PY) bench/common.py --table $(BENCH_RESULTS) $$crashed
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,10 +1,20 @@
 """Shared plumbing for the benchmarks: start a real sipd, drive it with
-`sip bench`, run the in-process baseline. Every benchmark prints ratios
-against a baseline measured in the same run."""
+`sip bench`, run the in-process baseline, and say how sure a figure is.
+
+Every benchmark measures its A and its B in the same run, taking turns
+(`interleave`: A B, B A, A B, ... at least 3 rounds), so that load on the
+machine that comes and goes falls on both; it prints each figure with
+`report`: the median over the rounds, their spread, the machine's load, and
+"unstable" when the rounds disagree. With SIP_BENCH_RESULTS set, `report`
+also appends the figure as a JSON line to that file; `make bench` prints
+them all as one table at the end (`python3 bench/common.py --table FILE`)."""
+import glob
 import json
 import os
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,8 +102,11 @@ def sip_bench(endpoint, pool, inputs, *args, window_ms=2000, max_windows=8, back
     cmd += ["--window-ms", str(window_ms), "--max-windows", str(max_windows)] + list(args)
     if background:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s exited with %d; expected 0:\n%s" % (" ".join(cmd), r.returncode,
+                                                                    r.stderr[-2000:]))
+    return json.loads(r.stdout)
 
 
 def inproc(*args):
@@ -119,3 +132,138 @@ def pipelined_rate(endpoint, pool, n, window):
         for f in futs:
             f.result()
         return n / (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------
+# rounds, figures and the table
+
+ROUNDS = int(os.environ.get("SIP_BENCH_ROUNDS", "3"))  # at least 3
+NAME = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+
+
+def interleave(rounds, fns):
+    """Runs each of `fns` (a dict, name -> a function of no arguments
+    returning a measurement) once per round for `rounds` rounds (at least
+    3), the order turning each round (A B C, B C A, C A B, ...), so that
+    load on the machine falls on every side alike and none always goes
+    first. Returns {name: [its measurement in each round]}."""
+    rounds = max(3, rounds)
+    names = list(fns)
+    out = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            out[n].append(fns[n]())
+    return out
+
+
+def ratios(a, b):
+    """a / b round by round (the rounds' pairs ran next to each other)."""
+    return [x / y for x, y in zip(a, b)]
+
+
+def median(v):
+    return statistics.median(v)
+
+
+def load():
+    """The machine's 1-minute load average and its CPU count, as printed."""
+    return "load %.2f on %d CPUs" % (os.getloadavg()[0], os.cpu_count() or 0)
+
+
+def _meets(v, target):
+    op, x = target.split()
+    x = float(x)
+    return {"<=": v <= x, ">=": v >= x, "<": v < x, ">": v > x}[op]
+
+
+def report(figure, values, target=None, fmt="%.3g", unit="", spread_limit=0.25):
+    """Prints one figure measured over rounds and returns its row:
+
+      figure: 1.23 (rounds 1.20 1.23 1.31: spread 9%), load 3.40 on 2 CPUs; target <= 1.3: pass
+
+    values: the figure in each round (a ratio B / A of the same round, or a
+    measurement); the median is the figure. spread: (max - min) / median.
+    target: None (reported only) or "<= X", ">= X", "< X", "> X".
+    Status: "pass" / "fail" by the median; "unstable" instead when the rounds
+    disagree: their spread is over spread_limit (None: not judged, for
+    figures near zero), some rounds meet the target and others do not, or
+    fewer than 3 rounds ran. "reported" for a stable figure without a target.
+    The row goes to $SIP_BENCH_RESULTS (a JSON line) when it is set."""
+    values = [float(v) for v in values]
+    m = median(values)
+    spread = (max(values) - min(values)) / abs(m) if m else 0.0
+    verdicts = {_meets(v, target) for v in values} if target else set()
+    unstable = (len(values) < 3 or len(verdicts) > 1 or
+                (spread_limit is not None and spread > spread_limit))
+    status = ("unstable" if unstable else
+              "reported" if not target else "pass" if _meets(m, target) else "fail")
+    why = ""
+    if unstable:
+        why = (" (fewer than 3 rounds)" if len(values) < 3 else
+               " (rounds disagree on the target)" if len(verdicts) > 1 else
+               " (spread over %.0f%%)" % (100 * spread_limit))
+        if target:
+            why += "; the median %s" % ("meets it" if _meets(m, target) else "misses it")
+    f = fmt + unit.replace("%", "%%")
+    line = "%s: %s (rounds %s: spread %.0f%%), %s" % (
+        figure, f % m, " ".join(fmt % v for v in values), 100 * spread, load())
+    if target:
+        line += "; target %s: %s" % (target, status)
+    elif unstable:
+        line += "; unstable"
+    print(line + why)
+    row = {"bench": NAME, "figure": figure, "target": target or "", "measured": f % m,
+           "median": m, "rounds": values, "spread": spread, "load": os.getloadavg()[0],
+           "cpus": os.cpu_count(), "status": status}
+    path = os.environ.get("SIP_BENCH_RESULTS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    sys.stdout.flush()
+    return row
+
+
+def children_cpu_s():
+    """CPU seconds (user + system) used so far by this process's finished
+    children (a `sip bench` run, once it exited)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def table(path, crashed=()):
+    """`make bench`'s closing table from the rows in `path`; benches that
+    stopped with an error (`crashed`) or wrote no figure are listed too.
+    Returns 1 when a bench stopped with an error, else 0."""
+    rows = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = sorted(os.path.splitext(os.path.basename(p))[0]
+                   for p in glob.glob(os.path.join(here, "*.py")) if not p.endswith("common.py"))
+    crashed = {os.path.splitext(os.path.basename(c))[0] for c in crashed}
+    wf = max([len(r["figure"]) for r in rows] + [6])
+    wb = max([len(n) for n in names] + [5])
+    print("\n%-*s  %-*s  %-10s  %-14s  %s" % (wb, "bench", wf, "figure", "target", "measured",
+                                             "status"))
+    counts = {}
+    for n in names:
+        mine = [r for r in rows if r["bench"] == n]
+        for r in mine:
+            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, r["figure"], r["target"] or "-",
+                                                   r["measured"], r["status"]))
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if n in crashed:
+            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, "(stopped with an error)", "-", "-",
+                                                   "error"))
+        elif not mine:
+            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, "(wrote no figure)", "-", "-", "-"))
+    print("%s; %s" % (", ".join("%d %s" % (v, k) for k, v in sorted(counts.items())) or
+                      "no figures", "benches stopped with an error: " + " ".join(sorted(crashed))
+                      if crashed else "every bench ran to its end"))
+    return 1 if crashed else 0
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--table":
+    sys.exit(table(sys.argv[2], sys.argv[3:]))

@@ -5,20 +5,17 @@ none, in the same run. "Open" is what the page does: the event stream
 GET /v2/events?exclude=INFERENCE_COMPLETE&executions=0 read as it comes, and
 GET /v2/dashboard/data once a second. The pool is the builtin identity
 backend (no compute), so the dashboard's share of each request is as large
-as it gets. Rounds alternate (none, open, none, ...); other work on the
-machine only ever slows a round down, so the best round of each is compared
-(the medians are printed too)."""
+as it gets. Rounds take turns (none, open; open, none; ...): the figure is
+the median of each round's ratio open / none."""
 
 import http.client
 import socket
-import statistics
 import threading
 
-from common import Sipd, pipelined_rate
+from common import ROUNDS, Sipd, interleave, pipelined_rate, ratios, report
 
 N = 10000
 WINDOW = 64  # requests in flight
-ROUNDS = 5
 
 
 def free_port():
@@ -68,24 +65,23 @@ class Dashboard:
 
 
 port = free_port()
+reads = 0
 with Sipd([{"name": "echo", "backend": "builtin", "pool_size": 1,
             "backend_options": {"shape": "-1,4"}}],
           server_extra="  http: '127.0.0.1:%d'\n" % port) as srv:
-    without, with_dash = [], []
     run(srv.endpoint)  # warm-up, not counted
-    reads = 0
-    for _ in range(ROUNDS):
-        without.append(run(srv.endpoint))
+
+    def with_dashboard():
+        global reads
         d = Dashboard(port)
-        with_dash.append(run(srv.endpoint))
-        d.close()
-        reads += d.reads
-    load = open("/proc/loadavg").read().split()[:3]
-a, b = max(without), max(with_dash)
-print("machine load (1/5/15 min): %s" % " ".join(load))
-print("no dashboard  : best %6.0f  median %6.0f inferences/s  (rounds: %s)" %
-      (a, statistics.median(without), " ".join("%.0f" % v for v in without)))
-print("dashboard open: best %6.0f  median %6.0f inferences/s  (rounds: %s; %d data reads)" %
-      (b, statistics.median(with_dash), " ".join("%.0f" % v for v in with_dash), reads))
-print("median ratio = %.3f" % (statistics.median(with_dash) / statistics.median(without)))
-print("with / without (best) = %.3f" % (b / a))
+        try:
+            return run(srv.endpoint)
+        finally:
+            d.close()
+            reads += d.reads
+    r = interleave(max(ROUNDS, 5), {"none": lambda: run(srv.endpoint), "open": with_dashboard})
+print("no dashboard  : %s inferences/s" % " ".join("%.0f" % v for v in r["none"]))
+print("dashboard open: %s inferences/s (%d data reads)" % (" ".join("%.0f" % v for v in r["open"]),
+                                                          reads))
+report("inferences/s with a dashboard open / with none", ratios(r["open"], r["none"]), None,
+       "%.3f")

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """gRPC benchmark: the tiny model over KServe v2 gRPC (raw tensors) against
-KServe v2 HTTP with binary tensors, measured in the same run, HTTP and gRPC
-alternating round by round so machine load hits both alike, twice: with C
-clients (`sip bench --http-format binary` over libcurl; bench_grpc_client over
-gRPC's C core), which show the servers' cost, and with Python clients
+KServe v2 HTTP with binary tensors, against the same sipd in one run, HTTP
+and gRPC taking turns round by round (common.interleave), twice: with C
+clients (`sip bench --http-format binary`, whose HTTP client is as light as
+wrk: kept-alive plain sockets, the request encoded once; bench_grpc_client
+over gRPC's C core), which show the servers' cost, and with Python clients
 (http.client keep-alive; python3-grpcio), which pay the interpreter's. Each:
 p50/p99 latency one request at a time and throughput with 8 requests
-outstanding. Prints gRPC's ratios to HTTP binary; the target is within 1.3x.
+outstanding. Prints gRPC's p50 over HTTP binary's and HTTP's throughput
+over gRPC's, medians of each round's ratio; the target is within 1.3x.
 """
 import sys
 
@@ -14,8 +16,8 @@ import http.client
 
 import json
 import os
+import shutil
 import socket
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -23,11 +25,10 @@ import time
 
 import numpy as np
 
-from common import BUILD, ROOT, Sipd, ensure_tiny, sip_bench
+from common import BUILD, ROOT, ROUNDS, Sipd, ensure_tiny, interleave, ratios, report, sip_bench
 
 import grpc  # python3-grpcio
 
-ROUNDS = 5           # HTTP and gRPC alternate, so machine load hits both alike
 N_LATENCY = 500      # requests per round, one at a time
 THROUGHPUT_S = 1.0   # seconds per round with CONCURRENCY clients
 CONCURRENCY = 8
@@ -35,12 +36,16 @@ CONCURRENCY = 8
 
 def stubs():
     out = tempfile.mkdtemp(prefix="sipgrpc")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(ROOT, "proto"),
-                    "--python_out", out, "--grpc_python_out", out, "grpc_service.proto"],
-                   check=True)
-    sys.path.insert(0, out)
-    import grpc_service_pb2
-    import grpc_service_pb2_grpc
+    try:
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I",
+                        os.path.join(ROOT, "proto"), "--python_out", out, "--grpc_python_out",
+                        out, "grpc_service.proto"], check=True)
+        sys.path.insert(0, out)
+        import grpc_service_pb2
+        import grpc_service_pb2_grpc
+    finally:
+        sys.path.remove(out) if out in sys.path else None
+        shutil.rmtree(out, ignore_errors=True)  # the modules are loaded
     return grpc_service_pb2, grpc_service_pb2_grpc
 
 
@@ -120,42 +125,43 @@ def main():
     extra = "  http: 127.0.0.1:%d\n  grpc: 127.0.0.1:%d\n" % (hport, gport)
     with Sipd([{"name": "tiny", "model_path": tiny, "pool_size": 2}], extra):
         addr = "127.0.0.1:%d" % gport
-        c_lat, c_qps = c_clients(hport, addr)
-        p_lat, p_qps = python_clients(pb, svc, hport, addr)
-    print("load: %.2f (1-minute load average, %d cores)" % (os.getloadavg()[0], os.cpu_count()))
-    for title, lat, qps in (("C clients", c_lat, c_qps), ("Python clients", p_lat, p_qps)):
+        c = interleave(ROUNDS, c_clients(hport, addr))
+        p = interleave(ROUNDS, python_clients(pb, svc, hport, addr))
+    for title, res in (("C clients", c), ("Python clients", p)):
         print(title + ":")
         for k, label in (("HTTP", "HTTP binary"), ("gRPC", "gRPC raw")):
-            print("  %-11s  p50 %7.1f us  p99 %7.1f us   %d outstanding: %7.0f req/s"
-                  % (label, lat[k][0], lat[k][1], CONCURRENCY, qps[k]))
-        print("  gRPC / HTTP binary: p50 latency ratio %.2f, throughput ratio (HTTP/gRPC) %.2f "
-              "(target <= 1.3)" % (lat["gRPC"][0] / lat["HTTP"][0], qps["HTTP"] / qps["gRPC"]))
+            print("  %-11s  p50 %s us  p99 %s us   %d outstanding: %s req/s"
+                  % (label, " ".join("%6.1f" % x[0] for x in res[k]),
+                     " ".join("%6.1f" % x[1] for x in res[k]), CONCURRENCY,
+                     " ".join("%6.0f" % x[2] for x in res[k])))
+        report("%s: gRPC / HTTP binary p50" % title,
+               ratios([x[0] for x in res["gRPC"]], [x[0] for x in res["HTTP"]]), "<= 1.3",
+               "%.2f")
+        report("%s: HTTP / gRPC throughput, %d outstanding" % (title, CONCURRENCY),
+               ratios([x[2] for x in res["HTTP"]], [x[2] for x in res["gRPC"]]), "<= 1.3",
+               "%.2f")
 
 
 def c_clients(hport, addr):
-    """(p50, p99) in us and req/s per protocol, medians over the rounds."""
-    def http(conc):
-        r = sip_bench("http://127.0.0.1:%d" % hport, "tiny", ["x:float32:1,4=ones"],
-                      "--concurrency", str(conc), "--http-format", "binary",
-                      window_ms=1000, max_windows=3)
-        return r["latency_ms"]["p50"] * 1000, r["latency_ms"]["p99"] * 1000, r["throughput_rps"]
+    """Per protocol, a round's (p50 us, p99 us, req/s with CONCURRENCY outstanding)."""
+    def http():
+        def one(conc):
+            return sip_bench("http://127.0.0.1:%d" % hport, "tiny", ["x:float32:1,4=ones"],
+                             "--concurrency", str(conc), "--http-format", "binary",
+                             window_ms=700, max_windows=3)
+        a, b = one(1), one(CONCURRENCY)
+        return (a["latency_ms"]["p50"] * 1000, a["latency_ms"]["p99"] * 1000,
+                b["throughput_rps"])
 
-    def grpc_c(conc):
-        out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"), addr, "tiny",
-                              str(THROUGHPUT_S * 2), str(conc)],
-                             check=True, capture_output=True, text=True).stdout
-        r = json.loads(out)
-        return r["p50_us"], r["p99_us"], r["throughput_rps"]
-    runs = {"HTTP": http, "gRPC": grpc_c}
-    one = {"HTTP": [], "gRPC": []}
-    many = {"HTTP": [], "gRPC": []}
-    for r in range(3):
-        for k in (("HTTP", "gRPC") if r % 2 == 0 else ("gRPC", "HTTP")):
-            one[k].append(runs[k](1))
-            many[k].append(runs[k](CONCURRENCY)[2])
-    lat = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-           for k, v in one.items()}
-    return lat, {k: statistics.median(v) for k, v in many.items()}
+    def grpc_c():
+        def one(conc):
+            out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"), addr, "tiny",
+                                  str(THROUGHPUT_S * 2), str(conc)],
+                                 check=True, capture_output=True, text=True).stdout
+            return json.loads(out)
+        a, b = one(1), one(CONCURRENCY)
+        return (a["p50_us"], a["p99_us"], b["throughput_rps"])
+    return {"HTTP": http, "gRPC": grpc_c}
 
 
 def python_clients(pb, svc, hport, addr):
@@ -167,14 +173,13 @@ def python_clients(pb, svc, hport, addr):
             one[k]()
         for c in many[k]:
             c()
-    lat = {"HTTP": [], "gRPC": []}
-    qps = {"HTTP": [], "gRPC": []}
-    for r in range(ROUNDS):
-        for k in (("HTTP", "gRPC") if r % 2 == 0 else ("gRPC", "HTTP")):
-            lat[k] += latency(one[k])
-            qps[k].append(throughput(many[k]))
-    return ({k: (pct(v, 0.5), pct(v, 0.99)) for k, v in lat.items()},
-            {k: statistics.median(v) for k, v in qps.items()})
+
+    def run(k):
+        def go():
+            ts = latency(one[k])
+            return (pct(ts, 0.5), pct(ts, 0.99), throughput(many[k]))
+        return go
+    return {k: run(k) for k in one}
 
 
 main()

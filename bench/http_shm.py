@@ -1,99 +1,92 @@
 #!/usr/bin/python3
 """HTTP system shared memory benchmark: round-trip latency of an identity
-(builtin backend, no compute) over KServe v2 HTTP for FP32 tensors of
-several sizes, the tensor sent and answered as binary data (the baseline,
-measured in the same run) and read from and written into registered shared
-memory regions instead; prints the ratio shm / binary per size.
+(builtin backend, no compute) over KServe v2 HTTP for FP32 tensors of 4 KB
+and 4 MB, one request at a time with `sip bench`'s HTTP client (kept-alive
+plain sockets, the request encoded once): the tensor sent and answered as
+binary data (`--http-format binary -o output`, the baseline), and read from
+and written into shared memory regions registered over HTTP instead (a JSON
+body naming them, sent with `--http-body`). Every round measures the four
+in turn, the order turning each round; prints shm / binary per size, the
+median of each round's ratio, and checks once that the output region holds
+the input.
 """
+import http.client
 import json
 import mmap
 import os
+import shutil
 import socket
-import statistics
-import time
+import tempfile
 
-import numpy as np
+from common import ROUNDS, Sipd, interleave, ratios, report, sip_bench
 
-import http.client
-
-from common import Sipd
-
-SIZES = [64 << 10, 1 << 20, 16 << 20]
-ROUNDS = {64 << 10: 400, 1 << 20: 100, 16 << 20: 20}
+SIZES = {"4KB": 4 << 10, "4MB": 4 << 20}
 
 with socket.socket() as sk:
     sk.bind(("127.0.0.1", 0))
     port = sk.getsockname()[1]
+url = "http://127.0.0.1:%d" % port
 pools = [{"name": "echo", "backend": "builtin", "backend_options": {"shape": "-1"}}]
 
 
-def post(conn, path, body, headers):
-    conn.request("POST", path, body=body, headers=headers)
+def post(conn, path, body):
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     data = r.read()
-    assert r.status == 200, (r.status, data[:300])
-    return r, data
+    assert r.status == 200, (path, r.status, data[:300])
+    return data
 
 
-def timed(fn, rounds):
-    fn()  # warm
-    t = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    return statistics.median(t) * 1e6
+def p50(inputs, *args):
+    def run():
+        r = sip_bench(url, "echo", inputs, *args, "--concurrency", "1", window_ms=400,
+                      max_windows=3)
+        assert r["errors"] == 0, r
+        return r["latency_ms"]["p50"] * 1000
+    return run
 
 
 name = "sip_bench_shm_%d" % os.getpid()
 path = "/dev/shm/" + name
-with Sipd(pools, "  http: 127.0.0.1:%d\n  http_max_body_bytes: 64MiB\n" % port) as s:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        os.ftruncate(fd, 2 * max(SIZES))
-        m = mmap.mmap(fd, 2 * max(SIZES))
-        rows = []
-        for size in SIZES:
+tmp = tempfile.mkdtemp(prefix="siphttpshm")
+total = 2 * sum(SIZES.values())
+fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+try:
+    os.ftruncate(fd, total)
+    m = mmap.mmap(fd, total)
+    with Sipd(pools, "  http: 127.0.0.1:%d\n  http_max_body_bytes: 64MiB\n" % port) as s:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        fns, off, regions = {}, 0, {}
+        for label, size in SIZES.items():
             n = size // 4
-            x = np.arange(n, dtype=np.float32)
-            m[:size] = x.tobytes()
-            post(conn, "/v2/systemsharedmemory/unregister", b"", {})
-            for region, off in (("in", 0), ("out", max(SIZES))):
-                post(conn, "/v2/systemsharedmemory/region/%s/register" % region,
-                     json.dumps({"key": "/" + name, "offset": off, "byte_size": size}).encode(),
-                     {"Content-Type": "application/json"})
-            head = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [n],
-                                           "parameters": {"binary_data_size": size}}],
-                               "outputs": [{"name": "output",
-                                            "parameters": {"binary_data": True}}]}).encode()
-            binary = head + x.tobytes()
-            bh = {"Inference-Header-Content-Length": str(len(head))}
-            shm = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [n],
-                                          "parameters": {"shared_memory_region": "in",
-                                                         "shared_memory_byte_size": size}}],
-                              "outputs": [{"name": "output", "parameters": {
-                                  "shared_memory_region": "out",
-                                  "shared_memory_byte_size": size}}]}).encode()
-            sh = {"Content-Type": "application/json"}
-
-            def run_binary():
-                r, data = post(conn, "/v2/models/echo/infer", binary, bh)
-                assert len(data) > size
-
-            def run_shm():
-                post(conn, "/v2/models/echo/infer", shm, sh)
-
-            b_us = timed(run_binary, ROUNDS[size])
-            s_us = timed(run_shm, ROUNDS[size])
-            assert m[max(SIZES):max(SIZES) + size] == m[:size]
-            rows.append((size, b_us, s_us))
-        m.close()
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    conn.close()
-print("load: %s" % " ".join("%.2f" % v for v in os.getloadavg()))
-for size, b_us, s_us in rows:
-    print("FP32 %6d KiB  binary p50 %9.1f us  shm p50 %9.1f us  shm/binary %5.2f" %
-          (size >> 10, b_us, s_us, s_us / b_us))
+            m[off:off + size] = bytes(range(256)) * (size // 256)  # the input's bytes
+            for io, at in (("in", off), ("out", off + size)):
+                post(conn, "/v2/systemsharedmemory/region/%s%s/register" % (io, label),
+                     json.dumps({"key": "/" + name, "offset": at, "byte_size": size}).encode())
+            regions[label] = (off, size)
+            off += 2 * size
+            body = os.path.join(tmp, "shm%s.json" % label)
+            with open(body, "w") as f:
+                json.dump({"inputs": [{"name": "input", "datatype": "FP32", "shape": [n],
+                                       "parameters": {"shared_memory_region": "in" + label,
+                                                      "shared_memory_byte_size": size}}],
+                           "outputs": [{"name": "output", "parameters": {
+                               "shared_memory_region": "out" + label,
+                               "shared_memory_byte_size": size}}]}, f)
+            fns[("binary", label)] = p50(["input:float32:%d=ones" % n], "-o", "output",
+                                         "--http-format", "binary")
+            fns[("shm", label)] = p50([], "--http-body", body)
+        conn.close()
+        res = interleave(ROUNDS, fns)
+        for label, (at, size) in regions.items():
+            assert m[at + size:at + 2 * size] == m[at:at + size], "the output region differs"
+    m.close()
+finally:
+    os.close(fd)
+    os.unlink(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+for key, v in res.items():
+    print("FP32 %-3s %-6s p50 %s us" % (key[1], key[0], " ".join("%9.1f" % x for x in v)))
+for label in SIZES:
+    report("%s: shm / binary p50" % label, ratios(res[("shm", label)], res[("binary", label)]),
+           None, "%.2f")

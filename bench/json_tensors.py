@@ -6,13 +6,15 @@ array of 27,648 floats (the PP-OCR cls input, 1x3x48x192 float32).
    (src/http/kserve_numbers.c) against the classic jansson decoder, for a body
    as Python's json module writes it (17 significant digits) and one with 6
    digits; MB/s of JSON text and the ratio fast / classic; and the time to
-   encode the tensor back as a JSON response.
+   encode the tensor back as a JSON response. Each round runs the two bodies.
 2. HTTP JSON inference with the real cls model at concurrency 1 and 8
    (`sip bench --http-format json`, one connection per outstanding request),
    the server with the fast path against the same server forced to the classic
-   decoder (SIP_HTTP_JSON_CLASSIC=1), both in this run; and the CPU seconds each
-   HTTP event-loop thread used at concurrency 8, to show the connections spread
-   over both threads.
+   decoder (SIP_HTTP_JSON_CLASSIC=1), both running at once and driven in turn
+   round by round; and the CPU seconds each HTTP event-loop thread used at
+   concurrency 8 in the last round, to show the connections spread over both
+   threads.
+Figures are medians over the rounds of each round's value.
 """
 import glob
 import json
@@ -23,7 +25,7 @@ import tempfile
 
 import numpy as np
 
-from common import BUILD, CLS, Sipd, sip_bench
+from common import BUILD, CLS, ROUNDS, Sipd, interleave, ratios, report, sip_bench
 
 SHAPE = (1, 3, 48, 192)
 
@@ -63,45 +65,56 @@ def http_threads_cpu(pid):
     return cpu
 
 
-def http_rates(classic):
+def server(classic):
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    if classic:
-        os.environ["SIP_HTTP_JSON_CLASSIC"] = "1"
-    try:
-        srv = Sipd([{"name": "cls", "model_path": CLS}],
-                   "  http: 127.0.0.1:%d\n  http_threads: 2\n" % port)
-    finally:
-        os.environ.pop("SIP_HTTP_JSON_CLASSIC", None)
-    url = "http://127.0.0.1:%d" % port
-    res = {}
-    with srv:
-        for c in (1, 8):
-            before = http_threads_cpu(srv.proc.pid)
-            r = sip_bench(url, "cls", ["x:float32:1,3,48,192=random"], "--concurrency", str(c),
-                          "--http-format", "json", window_ms=1500, max_windows=4)
-            after = http_threads_cpu(srv.proc.pid)
-            res[c] = (r["throughput_rps"], None,
-                      sorted(after[t] - before.get(t, 0) for t in after))
-    return res
+    srv = Sipd([{"name": "cls", "model_path": CLS}],
+               "  http: 127.0.0.1:%d\n  http_threads: 2\n" % port,
+               env={"SIP_HTTP_JSON_CLASSIC": "1"} if classic else None)
+    srv.url = "http://127.0.0.1:%d" % port
+    return srv
+
+
+def http_rate(srv, c, cpu):
+    def run():
+        before = http_threads_cpu(srv.proc.pid)
+        r = sip_bench(srv.url, "cls", ["x:float32:1,3,48,192=random"], "--concurrency", str(c),
+                      "--http-format", "json", window_ms=1000, max_windows=3)
+        after = http_threads_cpu(srv.proc.pid)
+        cpu[c] = sorted(after[t] - before.get(t, 0) for t in after)
+        return r["throughput_rps"]
+    return run
 
 
 print("== decode, one core (27,648 float32 values); target fast <= 1 ms, >= 300 MB/s")
-for label, r in decode_rates():
-    print("%-24s %7d bytes  fast %6.0f us %5.0f MB/s   classic %6.0f us %4.0f MB/s   ratio %4.1fx"
-          % (label, r["bytes"], r["fast_us"], r["fast_mb_s"], r["classic_us"], r["classic_mb_s"],
-             r["classic_us"] / r["fast_us"]))
-    print("%-24s encode back as a JSON response: %6.0f us %5.0f MB/s" %
-          ("", r["encode_us"], r["encode_mb_s"]))
+dec = interleave(ROUNDS, {"decode": decode_rates})["decode"]
+for i, (label, _) in enumerate(dec[0]):
+    rs = [d[i][1] for d in dec]
+    print("%-24s %7d bytes  fast %s us  classic %s us  encode %s us"
+          % (label, rs[0]["bytes"], " ".join("%6.0f" % r["fast_us"] for r in rs),
+             " ".join("%6.0f" % r["classic_us"] for r in rs),
+             " ".join("%6.0f" % r["encode_us"] for r in rs)))
+    report("%s: fast decode" % label, [r["fast_us"] for r in rs], "<= 1000", "%.0f", " us")
+    report("%s: fast decode rate" % label, [r["fast_mb_s"] for r in rs], ">= 300", "%.0f",
+           " MB/s")
+    report("%s: classic / fast decode time" % label,
+           [r["classic_us"] / r["fast_us"] for r in rs], None, "%.1f")
 
 print("== HTTP JSON infer, PP-OCR cls 1x3x48x192 (http_threads 2, %d cores)" % os.cpu_count())
-fast, classic = http_rates(False), http_rates(True)
+cpu = {"fast": {}, "classic": {}}
+with server(False) as fast, server(True) as classic:
+    fns = {}
+    for c in (1, 8):
+        fns[("fast", c)] = http_rate(fast, c, cpu["fast"])
+        fns[("classic", c)] = http_rate(classic, c, cpu["classic"])
+    r = interleave(ROUNDS, fns)
 for c in (1, 8):
-    print("concurrency %d: fast %6.1f req/s  classic %6.1f req/s  ratio %4.2fx" %
-          (c, fast[c][0], classic[c][0], fast[c][0] / classic[c][0]))
-for label, res in (("fast", fast), ("classic", classic)):
-    cpu = res[8][2]
-    print("concurrency 8, %-7s CPU s of the HTTP threads: %s" %
-          (label, "  ".join("%.2f" % s for s in cpu)))
-print("load average: %.2f %.2f %.2f" % os.getloadavg())
+    print("concurrency %d: fast %s req/s  classic %s req/s"
+          % (c, " ".join("%6.1f" % v for v in r[("fast", c)]),
+             " ".join("%6.1f" % v for v in r[("classic", c)])))
+    report("HTTP JSON cls at concurrency %d: fast / classic throughput" % c,
+           ratios(r[("fast", c)], r[("classic", c)]), None, "%.2f")
+for label in ("fast", "classic"):
+    print("concurrency 8, %-7s CPU s of the HTTP threads (last round): %s" %
+          (label, "  ".join("%.2f" % v for v in cpu[label][8])))

@@ -2,12 +2,14 @@
 """Memory benchmark: sessions of one pool share the model's weights.
 
 Generates a model with large weights (a MatMul against a WEIGHTS_MB float32
-initializer), starts sipd three times and reads its resident memory after
-every session has run at least once:
+initializer) and, in every round, starts sipd three times (the order turning
+each round), reading its resident memory after every session has run at
+least once:
   A: one pool of 1 session        (the baseline)
   B: one pool of 8 sessions       (weights shared: should be close to A)
   C: 8 pools of 1 session each    (separate copies: the cost sip avoids)
-Prints (B - A) / weights, the target being <= 0.25, and (C - A) / weights.
+Prints (B - A) / weights, the target being <= 0.25, and (C - A) / weights,
+medians over the rounds of each round's figure.
 Usage: bench/memory_sharing.py [BUILD_DIR] [WEIGHTS_MB]
 """
 import os
@@ -21,11 +23,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
-from cann_sip import InferenceRequest, SessionClient  # noqa: E402
+from common import BUILD, ROUNDS, interleave, report
+from cann_sip import InferenceRequest, SessionClient  # noqa: E402 (common sets the path)
 
-BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 WEIGHTS_MB = int(sys.argv[2]) if len(sys.argv) > 2 else 256
 K = 1024
 N_OUT = WEIGHTS_MB * 1024 * 1024 // (4 * K)
@@ -92,17 +92,20 @@ def measure(tmp, pools):
 def main():
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         make_model(os.path.join(tmp, "big.onnx"))
-        a, ra = measure(tmp, [("p", 1)])
-        b, rb = measure(tmp, [("p", 8)])
-        c, rc = measure(tmp, [(f"p{i}", 1) for i in range(8)])
+        r = interleave(ROUNDS, {"A": lambda: measure(tmp, [("p", 1)]),
+                                "B": lambda: measure(tmp, [("p", 8)]),
+                                "C": lambda: measure(tmp, [(f"p{i}", 1) for i in range(8)])})
     print(f"weights: {WEIGHTS_MB} MiB")
-    print(f"A  1 pool x 1 session : RSS {a:8.1f} MiB  (runs per session {ra})")
-    print(f"B  1 pool x 8 sessions: RSS {b:8.1f} MiB  (runs per session {rb})")
-    print(f"C  8 pools x 1 session: RSS {c:8.1f} MiB")
-    ratio_b = (b - a) / WEIGHTS_MB
-    ratio_c = (c - a) / WEIGHTS_MB
-    print(f"(B - A) / weights = {ratio_b:.3f}   target <= 0.25: {'PASS' if ratio_b <= 0.25 else 'FAIL'}")
-    print(f"(C - A) / weights = {ratio_c:.3f}   (separate copies, for comparison)")
+    for k, label in (("A", "1 pool x 1 session "), ("B", "1 pool x 8 sessions"),
+                     ("C", "8 pools x 1 session")):
+        print(f"{k}  {label}: RSS " + " ".join(f"{rss:8.1f}" for rss, _ in r[k]) +
+              f" MiB  (runs per session, last round: {r[k][-1][1]})")
+    a = [rss for rss, _ in r["A"]]
+    report("(B - A) / weights: 8 sessions sharing one model",
+           [(b - x) / WEIGHTS_MB for (b, _), x in zip(r["B"], a)], "<= 0.25", "%.3f",
+           spread_limit=None)
+    report("(C - A) / weights: 8 separate copies",
+           [(c - x) / WEIGHTS_MB for (c, _), x in zip(r["C"], a)], None, "%.3f")
 
 
 if __name__ == "__main__":

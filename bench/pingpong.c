@@ -3,7 +3,12 @@
  * a server thread waits in epoll (as sipd's transport does), reads the
  * message and writes it back. No decoding, no engine.
  *
- *   bench_pingpong BYTES N   -> {"p50_us", "p99_us", "mean_us"}
+ *   bench_pingpong BYTES N [SPIN_US]   -> {"p50_us", "p99_us", "mean_us", "spin_us"}
+ *
+ * SPIN_US > 0: after each answer the server thread polls the socket for the
+ * next message for up to SPIN_US microseconds before it sleeps in epoll, as
+ * sip's session threads poll their queue after work (SIP_IDLE_SPIN_US): the
+ * floor under the same idle policy as the server it is compared with.
  *
  * Results are JSON on stdout. */
 
@@ -19,6 +24,13 @@
 #include <unistd.h>
 
 static size_t msg_size;
+static long spin_us;
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -61,6 +73,18 @@ static void *server(void *arg) {
   epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
   char *buf = malloc(msg_size);
   for (;;) {
+    if (spin_us > 0) { /* poll for the next message before sleeping */
+      uint64_t until = now_ns() + (uint64_t)spin_us * 1000u;
+      ssize_t k = -1;
+      char c;
+      while ((k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT)) < 0 && now_ns() < until)
+        for (int i = 0; i < 32; i++) relax();
+      if (k == 0) break;
+      if (k > 0) {
+        if (read_all(fd, buf, msg_size) || write_all(fd, buf, msg_size)) break;
+        continue;
+      }
+    }
     struct epoll_event got;
     int n = epoll_wait(ep, &got, 1, -1);
     if (n < 0 && errno == EINTR) continue;
@@ -72,14 +96,15 @@ static void *server(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: bench_pingpong BYTES N\n");
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: bench_pingpong BYTES N [SPIN_US]\n");
     return 2;
   }
   msg_size = strtoul(argv[1], NULL, 10);
   long n = strtol(argv[2], NULL, 10);
-  if (!msg_size || n < 10) {
-    fprintf(stderr, "bench_pingpong: BYTES > 0 and N >= 10 expected\n");
+  spin_us = argc == 4 ? strtol(argv[3], NULL, 10) : 0;
+  if (!msg_size || n < 10 || spin_us < 0 || spin_us > 1000000) {
+    fprintf(stderr, "bench_pingpong: BYTES > 0, N >= 10 and SPIN_US 0..1000000 expected\n");
     return 2;
   }
   int sv[2];
@@ -107,8 +132,8 @@ int main(int argc, char **argv) {
   double sum = 0;
   for (long i = 0; i < n; i++) sum += (double)lat[i];
   qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
-  printf("{\"p50_us\": %.2f, \"p99_us\": %.2f, \"mean_us\": %.2f}\n", lat[n / 2] / 1000.0,
-         lat[n * 99 / 100] / 1000.0, sum / (double)n / 1000.0);
+  printf("{\"p50_us\": %.2f, \"p99_us\": %.2f, \"mean_us\": %.2f, \"spin_us\": %ld}\n",
+         lat[n / 2] / 1000.0, lat[n * 99 / 100] / 1000.0, sum / (double)n / 1000.0, spin_us);
   free(buf);
   free(lat);
   return 0;

@@ -12,23 +12,20 @@ alerts are posted to a webhook that is
                 retried with backoff).
 The servers run at once. Once both alerts are sent (and, with a
 webhook, its delivery is failing), `sip bench` measures each pool's latency
-at concurrency 1 over the native protocol, the servers taking turns ROUNDS
-times so that the machine's other load falls on all alike; the medians are
-compared with the baseline of the same run. "sla off" (no sla block at all)
+at concurrency 1 over the native protocol, the servers taking turns round by
+round (the order turning each round) so that the machine's other load falls
+on all alike; each figure is the median of each round's ratio to the
+baseline of the same round. "sla off" (no sla block at all)
 shows the cost of the per-request accounting itself.
 Target: p50 with a dead or blackholed webhook within 1.2 x of none, and p99
 within the spread of two identical servers ("none again" / "none", the noise
 floor measured in the same run).
 """
-import os
 import socket
-import statistics
 import time
 
-from common import Sipd, sip_bench
+from common import ROUNDS, Sipd, interleave, median, ratios, report, sip_bench
 from cann_sip import SessionClient
-
-ROUNDS = 15
 INPUT = ["input:float32:4=ones"]
 
 
@@ -73,21 +70,23 @@ def main():
     # "none again" is a second baseline: how far two identical servers
     # differ on this machine now (the noise floor of the ratios).
     kinds = ["none", "blackholed", "dead", "none again", "sla off"]
-    load0 = os.getloadavg()[0]
     # Every server runs at once and the measurements take turns, so the
     # machine's other load falls on all of them alike.
-    servers = {k: start(k, blackhole_url, dead_url) for k in kinds}
-    res = {k: [] for k in kinds}
+    servers = {}
     hooks = {}
     try:
+        for k in kinds:
+            servers[k] = start(k, blackhole_url, dead_url)
         for k in ("none", "blackholed", "dead", "none again"):
             wait_alerts(servers[k])
-        for _ in range(ROUNDS):
-            for k in kinds:
+
+        def measure(k):
+            def run():
                 r = sip_bench(servers[k].endpoint, "p", INPUT, "--concurrency", "1",
                               window_ms=300, max_windows=3)
-                res[k].append((r["latency_ms"]["p50"], r["latency_ms"]["p99"],
-                               r["throughput_rps"]))
+                return (r["latency_ms"]["p50"], r["latency_ms"]["p99"], r["throughput_rps"])
+            return run
+        res = interleave(max(ROUNDS, 7), {k: measure(k) for k in kinds})
         for k in ("blackholed", "dead"):
             with SessionClient(servers[k].endpoint) as c:
                 hooks[k] = c.status()["alerts"]["webhooks"][0]
@@ -95,30 +94,25 @@ def main():
         for s in servers.values():
             s.close()
         hole.close()
-    print("machine load (1 min): %.2f before, %.2f after; %d cores"
-          % (load0, os.getloadavg()[0], os.cpu_count()))
-    med = {k: tuple(statistics.median(x[i] for x in res[k]) for i in range(3)) for k in kinds}
     for k in kinds:
-        p50, p99, rps = med[k]
-        print("%-11s p50 %7.3f ms  p99 %7.3f ms  %8.0f req/s   (median of %d turns)"
-              % (k, p50, p99, rps, ROUNDS))
+        p50, p99, rps = (median(x[i] for x in res[k]) for i in range(3))
+        print("%-11s p50 %7.3f ms  p99 %7.3f ms  %8.0f req/s   (medians of %d turns)"
+              % (k, p50, p99, rps, len(res[k])))
     for k in ("blackholed", "dead"):
         h = hooks[k]
         print("  %-10s webhook after the runs: attempts %d, delivered %d, queued %d"
               % (k, h["attempts"], h["delivered"], h["queued"]))
-    ok = True
+
+    def col(k, i):
+        return [x[i] for x in res[k]]
     for k in ("blackholed", "dead", "none again"):
-        r50, r99 = med[k][0] / med["none"][0], med[k][1] / med["none"][1]
-        # Per turn, the servers ran one right after the other: the median of
-        # those paired ratios cancels the load drifting between turns.
-        pr99 = statistics.median(a[1] / b[1] for a, b in zip(res[k], res["none"]))
-        if k != "none again":
-            ok = ok and r50 <= 1.2
-        print("%-10s / none: p50 x%.3f  p99 x%.3f  (paired p99 x%.3f)" % (k, r50, r99, pr99))
-    print("sla on (no webhook) / sla off: p50 x%.3f  p99 x%.3f"
-          % (med["none"][0] / med["sla off"][0], med["none"][1] / med["sla off"][1]))
-    print("p50 with a dead or blackholed webhook within 1.2 x of none: %s"
-          % ("PASS" if ok else "FAIL"))
+        report("p50 with %s / none" % (k if k == "none again" else "a %s webhook" % k),
+               ratios(col(k, 0), col("none", 0)), None if k == "none again" else "<= 1.2",
+               "%.3f")
+        report("p99 with %s / none" % (k if k == "none again" else "a %s webhook" % k),
+               ratios(col(k, 1), col("none", 1)), None, "%.3f")
+    report("p50 sla on (no webhook) / sla off", ratios(col("none", 0), col("sla off", 0)), None,
+           "%.3f")
     print("(p99 is judged against 'none again / none', two identical servers: on a loaded "
           "machine it is the scheduler's noise)")
 

@@ -5,9 +5,9 @@ requests one at a time over the unix socket: no tracing block (baseline);
 tracing configured with sample_ratio 0 (the exporter runs, no request is
 traced: the cost of tracing off); every request traced, spans POSTed to a
 collector on a thread of this process; every request traced with the
-collector down (spans dropped). Rounds interleave and the best rate of each
-counts (the machine is shared). Prints each rate and its ratio to the
-baseline measured in this run."""
+collector down (spans dropped). Every round measures the four in turn (the
+order turning each round). Prints each rate and the medians of each round's
+ratio to the baseline."""
 import socket
 import threading
 import time
@@ -16,11 +16,10 @@ import http.server
 
 import numpy as np
 
-from common import Sipd
+from common import ROUNDS, Sipd, interleave, ratios, report
 from cann_sip import InferenceRequest, SessionClient
 
 N = 2000
-ROUNDS = 5
 X = np.arange(256, dtype=np.float32)
 POOL = [{"name": "p", "backend": "builtin", "pool_size": 1, "backend_options": {"shape": "-1"}}]
 
@@ -59,21 +58,24 @@ modes = [("no tracing (baseline)", ""),
          ("every request, collector", "tracing: {otlp_endpoint: '%s', sample_ratio: 1}\n" % live),
          ("every request, dead collector",
           "tracing: {otlp_endpoint: '%s', sample_ratio: 1, timeout_ms: 100}\n" % dead)]
-servers = [Sipd(POOL, pipelines=extra) for _, extra in modes]
+servers = []
 try:
+    for _, extra in modes:
+        servers.append(Sipd(POOL, pipelines=extra))
     clients = [SessionClient(s.endpoint, timeout_s=30) for s in servers]
-    best = [0.0] * len(modes)
-    for _ in range(ROUNDS):
-        for i, c in enumerate(clients):
-            best[i] = max(best[i], rate(c))
+    r = interleave(ROUNDS, {name: (lambda c=c: rate(c)) for (name, _), c in zip(modes, clients)})
     for c in clients:
         c.close()
 finally:
     for s in servers:
         s.close()
-httpd.shutdown()
-print("requests/s, one at a time over the unix socket, N=%d, best of %d:" % (N, ROUNDS))
-for (name, _), r in zip(modes, best):
-    print("  %-32s: %8.0f   ratio %.3f" % (name, r, r / best[0]))
+    httpd.shutdown()
+print("requests/s, one at a time over the unix socket, N=%d:" % N)
+base = r[modes[0][0]]
+for name, _ in modes:
+    print("  %-32s: %s" % (name, " ".join("%8.0f" % v for v in r[name])))
+for name, _ in modes[1:]:
+    report("requests/s, %s / no tracing" % name, ratios(r[name], base), None, "%.3f")
+rounds = len(base)
 print("spans the collector received: %d (6 per traced request: %d expected)"
-      % (Collector.spans, 6 * ROUNDS * (N + 1)))
+      % (Collector.spans, 6 * rounds * (N + 1)))

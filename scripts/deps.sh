@@ -18,7 +18,7 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       libmicrohttpd-dev curl libcurl4-openssl-dev python3-prometheus-client
       libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-      python3-grpcio python3-grpc-tools
+      python3-grpcio python3-grpc-tools wrk
       chromium chromium-driver python3-selenium
       python3-venv python3-setuptools python3-wheel mypy)
 missing=()

@@ -9,7 +9,6 @@
  * server cannot hide behind a generator that waits for it (coordinated
  * omission). Measurement runs in windows until the last three agree within
  * ±10% in throughput and p99, then reports those three together. */
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -46,12 +45,11 @@ typedef struct bench {
   window_t cur;
   uint64_t sent;
   unsigned seed;
-  /* HTTP (KServe v2) transport: worker threads with keep-alive connections. */
-  const char *http_url;
-  char *http_body;
-  size_t http_body_len;
-  char http_hdr[96];
-  int http_json;    /* --http-json: JSON tensors instead of binary */
+  /* HTTP (KServe v2) transport: a worker thread per keep-alive connection. */
+  sip_cli_http_t *http;
+  int http_json;             /* --http-format json: JSON tensors instead of binary */
+  const char *http_body;     /* --http-body FILE: that body as it is */
+  int http_err_said;         /* a connection error was printed */
   uint64_t next_ns; /* rate modes: the next intended send time */
   uint64_t period_end_ns;
   double period_rate;
@@ -89,7 +87,11 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Sleeps until t_ns unless it has passed: a sleep asked for a time already
+ * gone still parks the thread until the timer fires, tens of microseconds
+ * on a virtual machine, which a closed loop would count in every round trip. */
 static void sleep_until(uint64_t t_ns) {
+  if (now_ns() >= t_ns) return;
   struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
   }
@@ -220,118 +222,7 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
-/* ---- HTTP transport ---- */
-
-static const char *kserve_type(sip_dtype_t dt) {
-  switch (dt) {
-  case SIP_DTYPE_BOOL: return "BOOL";
-  case SIP_DTYPE_UINT8: return "UINT8";
-  case SIP_DTYPE_UINT16: return "UINT16";
-  case SIP_DTYPE_UINT32: return "UINT32";
-  case SIP_DTYPE_UINT64: return "UINT64";
-  case SIP_DTYPE_INT8: return "INT8";
-  case SIP_DTYPE_INT16: return "INT16";
-  case SIP_DTYPE_INT32: return "INT32";
-  case SIP_DTYPE_INT64: return "INT64";
-  case SIP_DTYPE_FLOAT16: return "FP16";
-  case SIP_DTYPE_FLOAT32: return "FP32";
-  case SIP_DTYPE_FLOAT64: return "FP64";
-  case SIP_DTYPE_STRING: return "BYTES";
-  default: return "?";
-  }
-}
-
-
-/* A KServe v2 request body all in JSON (`data` arrays; numeric inputs only). */
-static int build_http_json_body(bench_t *b) {
-  json_t *ins = json_array();
-  for (size_t i = 0; i < b->req.n_inputs; i++) {
-    const sip_tensor_t *t = b->req.inputs[i];
-    if (t->dtype == SIP_DTYPE_STRING || t->dtype == SIP_DTYPE_FLOAT16) {
-      json_decref(ins);
-      fprintf(stderr, "sip bench: --http-json supports numeric inputs other than float16\n");
-      return -1;
-    }
-    json_t *shape = json_array(), *data = json_array();
-    for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
-    int64_t n = sip_tensor_count(t);
-    for (int64_t k = 0; k < n; k++) {
-      double v = sip_cli_value(t->dtype, t->data, (size_t)k);
-      json_array_append_new(data, t->dtype == SIP_DTYPE_BOOL       ? json_boolean(v != 0)
-                                  : t->dtype == SIP_DTYPE_FLOAT32 ||
-                                          t->dtype == SIP_DTYPE_FLOAT64
-                                      ? json_real(v)
-                                      : json_integer((json_int_t)v));
-    }
-    json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:o}", "name", t->name, "shape", shape,
-                                         "datatype", kserve_type(t->dtype), "data", data));
-  }
-  json_t *root = json_pack("{s:o}", "inputs", ins);
-  b->http_body = json_dumps(root, JSON_COMPACT);
-  json_decref(root);
-  if (!b->http_body) return -1;
-  b->http_body_len = strlen(b->http_body);
-  b->http_hdr[0] = '\0'; /* no Inference-Header-Content-Length: the body is JSON */
-  return 0;
-}
-
-/* A KServe v2 request body with the binary tensor extension (the JSON
- * header, then every input's raw bytes; outputs asked for as binary). */
-static int build_http_body(bench_t *b) {
-  json_t *ins = json_array(), *root = json_object();
-  size_t data = 0;
-  for (size_t i = 0; i < b->req.n_inputs; i++) {
-    const sip_tensor_t *t = b->req.inputs[i];
-    json_t *shape = json_array();
-    for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
-    json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:{s:I}}", "name", t->name, "shape", shape,
-                                         "datatype", kserve_type(t->dtype), "parameters",
-                                         "binary_data_size", (json_int_t)t->nbytes));
-    data += t->nbytes;
-  }
-  json_object_set_new(root, "inputs", ins);
-  if (b->req.n_outputs) {
-    json_t *outs = json_array();
-    for (size_t i = 0; i < b->req.n_outputs; i++)
-      json_array_append_new(outs, json_pack("{s:s,s:{s:b}}", "name", b->req.outputs[i],
-                                            "parameters", "binary_data", 1));
-    json_object_set_new(root, "outputs", outs);
-  } else {
-    json_object_set_new(root, "parameters", json_pack("{s:b}", "binary_data_output", 1));
-  }
-  if (b->req.timeout_ms || b->req.priority) {
-    json_t *params = json_object_get(root, "parameters");
-    if (!params) json_object_set_new(root, "parameters", params = json_object());
-    if (b->req.timeout_ms)
-      json_object_set_new(params, "timeout", json_integer((json_int_t)b->req.timeout_ms * 1000));
-    if (b->req.priority) json_object_set_new(params, "priority", json_integer(b->req.priority));
-  }
-  char *hdr = json_dumps(root, JSON_COMPACT);
-  json_decref(root);
-  if (!hdr) return -1;
-  size_t hl = strlen(hdr);
-  b->http_body = malloc(hl + data + 1);
-  if (!b->http_body) {
-    free(hdr);
-    return -1;
-  }
-  memcpy(b->http_body, hdr, hl);
-  size_t off = hl;
-  for (size_t i = 0; i < b->req.n_inputs; i++) {
-    memcpy(b->http_body + off, b->req.inputs[i]->data, b->req.inputs[i]->nbytes);
-    off += b->req.inputs[i]->nbytes;
-  }
-  b->http_body_len = off;
-  snprintf(b->http_hdr, sizeof b->http_hdr, "Inference-Header-Content-Length: %zu", hl);
-  free(hdr);
-  return 0;
-}
-
-static size_t sink(char *p, size_t size, size_t n, void *user) {
-  (void)p;
-  (void)user;
-  return size * n;
-}
+/* ---- HTTP transport (tools/bench_http.c) ---- */
 
 static sip_code_t code_of_http(long status) {
   switch (status) {
@@ -361,34 +252,19 @@ static uint64_t next_intended(bench_t *b) {
 
 static void *http_worker(void *arg) {
   bench_t *b = arg;
-  CURL *h = curl_easy_init();
-  struct curl_slist *hdrs = curl_slist_append(
-      NULL, b->http_hdr[0] ? "Content-Type: application/octet-stream" : "Content-Type: application/json");
-  if (b->http_hdr[0]) hdrs = curl_slist_append(hdrs, b->http_hdr);
-  const char *token = getenv("SIP_TOKEN"); /* a token of server.auth (docs/security.md) */
-  if (token && *token) {
-    char auth[4200];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-    hdrs = curl_slist_append(hdrs, auth);
-  }
-  curl_easy_setopt(h, CURLOPT_URL, b->http_url);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, b->http_body);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->http_body_len);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  sip_cli_http_conn_t *conn = sip_cli_http_conn_new(b->http);
   for (;;) {
-    uint64_t intended = next_intended(b);
+    uint64_t intended = conn ? next_intended(b) : 0;
     if (!intended) break;
     sleep_until(intended);
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    int status = sip_cli_http_roundtrip(conn);
     uint64_t lat_us = (now_ns() - intended) / 1000;
+    if (status < 0 && !__atomic_exchange_n(&b->http_err_said, 1, __ATOMIC_RELAXED))
+      fprintf(stderr, "sip bench: %s (counted as UNAVAILABLE; said once)\n",
+              sip_cli_http_conn_error(conn));
+    sip_code_t code = status < 0 ? SIP_UNAVAILABLE : code_of_http(status);
     pthread_mutex_lock(&b->mu);
     record(&b->cur, lat_us);
-    sip_code_t code = rc == CURLE_OK ? code_of_http(status) : SIP_UNAVAILABLE;
     if (code == SIP_OK)
       b->cur.ok++;
     else
@@ -397,8 +273,8 @@ static void *http_worker(void *arg) {
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
   }
-  curl_slist_free_all(hdrs);
-  curl_easy_cleanup(h);
+  if (!conn) fprintf(stderr, "sip bench: out of memory for an HTTP connection\n");
+  sip_cli_http_conn_free(conn);
   return NULL;
 }
 
@@ -456,11 +332,52 @@ static int within(double a, double b, double tol) {
   return m == 0 || fabs(a - b) <= tol * m;
 }
 
+/* --shm: a region holding every input (sent by reference: only the frame
+ * travels on the socket) and room for each requested output ("separate":
+ * after the inputs, out_bytes each, default the largest input's size;
+ * "in-place": output k over input k's bytes). Outstanding requests share
+ * the region: their outputs overwrite each other. */
+static int set_up_shm(bench_t *b, const char *mode, uint64_t out_bytes,
+                      sip_client_shm_ref_t *in_refs, sip_client_shm_ref_t *out_refs,
+                      sip_client_shm_t **region) {
+  int in_place = !strcmp(mode, "in-place");
+  if (in_place && (!b->req.n_outputs || b->req.n_outputs > b->req.n_inputs)) {
+    fprintf(stderr, "sip bench: --shm in-place writes output k over input k: it needs 1..%zu "
+                    "outputs named with -o\n", b->req.n_inputs);
+    return -1;
+  }
+  uint64_t size = 0, largest = 0;
+  for (size_t i = 0; i < b->req.n_inputs; i++) {
+    uint64_t n = b->req.inputs[i]->nbytes;
+    in_refs[i] = (sip_client_shm_ref_t){"bench", size, n};
+    size += (n + 63) & ~63ull;
+    largest = n > largest ? n : largest;
+  }
+  if (!out_bytes) out_bytes = largest ? largest : 64;
+  for (size_t k = 0; k < b->req.n_outputs; k++) {
+    out_refs[k] = in_place ? in_refs[k] : (sip_client_shm_ref_t){"bench", size, out_bytes};
+    if (!in_place) size += (out_bytes + 63) & ~63ull;
+  }
+  sip_error_t *e = sip_client_shm_create(b->client, "bench", size ? size : 64, region);
+  if (e) {
+    fprintf(stderr, "sip bench: --shm: a region of %llu bytes: %s\n", (unsigned long long)size,
+            sip_error_message(e));
+    sip_error_free(e);
+    return -1;
+  }
+  char *base = sip_client_shm_data(*region);
+  for (size_t i = 0; i < b->req.n_inputs; i++)
+    memcpy(base + in_refs[i].offset, b->req.inputs[i]->data, b->req.inputs[i]->nbytes);
+  b->req.input_shm = in_refs;
+  if (b->req.n_outputs) b->req.output_shm = out_refs;
+  return 0;
+}
+
 static void usage_bench(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] bench POOL -i NAME:DTYPE:SHAPE=VALUES... [options]\n"
           "  ENDPOINT may also be http://HOST:PORT (KServe v2; --http-format binary|json,\n"
-          "  default binary tensors)\n"
+          "  default binary tensors; one kept-alive connection per outstanding request)\n"
           "  --concurrency N            N requests outstanding (default 1)\n"
           "  --rate R                   R requests/s instead (open loop)\n"
           "  --distribution constant|poisson   arrivals in --rate mode (default constant)\n"
@@ -473,6 +390,12 @@ static void usage_bench(FILE *f) {
           "  --sequence-length L        with --concurrency on a native endpoint: each\n"
           "                             outstanding chain sends sequences of L requests\n"
           "                             (a sequence_batching pool; docs/sequences.md)\n"
+          "  --shm separate|in-place    native unix socket: inputs in a shared memory\n"
+          "                             region (sent by reference), the -o outputs written\n"
+          "                             into it after them, or over the inputs (in-place)\n"
+          "  --shm-output-bytes N       room for each output (default the largest input)\n"
+          "  --http-body FILE           HTTP: send FILE as the JSON body (e.g. one naming\n"
+          "                             registered shared memory regions) instead of -i\n"
           "  --json                     machine-readable result on stdout\n");
 }
 
@@ -487,6 +410,10 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   size_t n_in = 0, n_out = 0;
   long window_ms = 2000, max_windows = 10;
   int rc = 0;
+  const char *shm_mode = NULL; /* --shm */
+  uint64_t shm_out_bytes = 0;
+  sip_client_shm_ref_t in_refs[64], out_refs[64];
+  sip_client_shm_t *region = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -529,6 +456,17 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
         goto done;
       }
       b.http_json = !strcmp(v, "json");
+    } else if (!strcmp(a, "--http-body")) {
+      b.http_body = v;
+    } else if (!strcmp(a, "--shm")) {
+      if (strcmp(v, "separate") && strcmp(v, "in-place")) {
+        fprintf(stderr, "sip bench: --shm %s; expected separate or in-place\n", v);
+        rc = 2;
+        goto done;
+      }
+      shm_mode = v;
+    } else if (!strcmp(a, "--shm-output-bytes")) {
+      shm_out_bytes = strtoull(v, NULL, 10);
     } else if (!strcmp(a, "--min-rate")) {
       b.min_rate = atof(v);
     } else if (!strcmp(a, "--max-rate")) {
@@ -569,6 +507,19 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
     rc = 2;
     goto done;
   }
+  int http = !strncmp(endpoint, "http", 4);
+  if ((shm_mode || shm_out_bytes) && (http || !shm_mode)) {
+    fprintf(stderr, "sip bench: --shm (and --shm-output-bytes with it) needs a native unix-socket "
+                    "endpoint (ipc:// or unix://); over HTTP, register regions and send a body "
+                    "naming them with --http-body\n");
+    rc = 2;
+    goto done;
+  }
+  if (b.http_body && !http) {
+    fprintf(stderr, "sip bench: --http-body needs an http:// endpoint\n");
+    rc = 2;
+    goto done;
+  }
   if (window_ms < 100 || max_windows < 3 || b.max_outstanding < 1) {
     fprintf(stderr, "sip bench: --window-ms >= 100, --max-windows >= 3, --max-outstanding >= 1\n");
     rc = 2;
@@ -596,22 +547,26 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
    * rate modes), each on its own keep-alive connection. */
   size_t n_workers = 0;
   pthread_t sender, *workers = NULL;
-  char url[512];
   b.next_ns = now_ns();
   if (b.client) {
-    pthread_create(&sender, NULL, sender_main, &b);
-  } else {
-    snprintf(url, sizeof url, "%s/v2/models/%s/infer", endpoint, b.req.pool);
-    b.http_url = url;
-    if ((b.http_json ? build_http_json_body(&b) : build_http_body(&b)) != 0) {
-      fprintf(stderr, "sip bench: out of memory\n");
+    if (shm_mode && set_up_shm(&b, shm_mode, shm_out_bytes, in_refs, out_refs, &region)) {
       rc = 1;
       goto done;
     }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    pthread_create(&sender, NULL, sender_main, &b);
+  } else {
+    if (sip_cli_http_new(endpoint, &b.req, b.http_json, b.http_body, &b.http)) {
+      rc = 1;
+      goto done;
+    }
     n_workers = b.concurrency ? (size_t)b.concurrency
                               : (size_t)(b.max_outstanding < 256 ? b.max_outstanding : 256);
     workers = calloc(n_workers, sizeof *workers);
+    if (!workers) {
+      fprintf(stderr, "sip bench: out of memory for %zu workers\n", n_workers);
+      rc = 1;
+      goto done;
+    }
     for (size_t k = 0; k < n_workers; k++) pthread_create(&workers[k], NULL, http_worker, &b);
   }
   window_t *ws = calloc((size_t)max_windows, sizeof *ws);
@@ -646,8 +601,6 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   if (b.client) pthread_join(sender, NULL);
   for (size_t k = 0; k < n_workers; k++) pthread_join(workers[k], NULL);
   free(workers);
-  free(b.http_body);
-  if (!b.client) curl_global_cleanup();
   /* Let outstanding requests finish so their callbacks don't outlive us. */
   pthread_mutex_lock(&b.mu);
   while (b.outstanding > 0) pthread_cond_wait(&b.cv, &b.mu);
@@ -695,6 +648,12 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   pthread_mutex_destroy(&b.mu);
   pthread_cond_destroy(&b.cv);
 done:
+  if (region) {
+    sip_error_t *e = sip_client_shm_destroy(c, region);
+    if (e) fprintf(stderr, "sip bench: unregistering the region: %s\n", sip_error_message(e));
+    sip_error_free(e);
+  }
+  sip_cli_http_free(b.http);
   for (size_t k = 0; k < n_in; k++) sip_tensor_free(inputs[k]);
   return rc;
 }

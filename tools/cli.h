@@ -24,6 +24,25 @@ double sip_cli_value(sip_dtype_t dt, const void *p, size_t i);
 /* `sip bench POOL ...`: argv[0] is the pool. Returns the exit status. */
 int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc, char **argv);
 
+/* sip bench's HTTP client (tools/bench_http.c): one request, encoded once,
+ * sent over kept-alive plain sockets. */
+typedef struct sip_cli_http sip_cli_http_t;
+typedef struct sip_cli_http_conn sip_cli_http_conn_t;
+/* Encodes `req` (borrowed) for endpoint http://HOST:PORT: KServe v2 with
+ * JSON tensors (json) or the binary extension, or (body_file non-NULL) that
+ * file's bytes as a JSON body. 0, or -1 with a message on stderr. */
+int sip_cli_http_new(const char *endpoint, const sip_client_request_t *req, int json,
+                     const char *body_file, sip_cli_http_t **out);
+void sip_cli_http_free(sip_cli_http_t *h);
+/* A connection (made at its first round trip); NULL when out of memory. */
+sip_cli_http_conn_t *sip_cli_http_conn_new(const sip_cli_http_t *h);
+void sip_cli_http_conn_free(sip_cli_http_conn_t *c);
+/* Sends the request and reads the whole response: its HTTP status, or -1
+ * when the connection failed (sip_cli_http_conn_error says how; the next
+ * round trip connects again). */
+int sip_cli_http_roundtrip(sip_cli_http_conn_t *c);
+const char *sip_cli_http_conn_error(const sip_cli_http_conn_t *c);
+
 /* `sip report --html FILE`: argv holds the options after "report"; `c`
  * may be NULL with an http:// endpoint. Returns the exit status. */
 int sip_cli_report(sip_client_t *c, const char *endpoint, int argc, char **argv);

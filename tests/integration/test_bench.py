@@ -84,3 +84,57 @@ def test_http_transport(srv):
     for fmt in ("binary", "json"):
         r = bench(ep, "echo", "--concurrency", "2", "--http-format", fmt)
         assert r["requests"] > 50 and r["errors"] == 0, (fmt, r)
+
+
+def test_http_errors_by_code(srv):
+    """A pool the server does not have: every request answered 404, counted
+    as NOT_FOUND (the response parsed, its body skipped, the connection
+    kept)."""
+    r = bench(http_endpoint(srv), "nope", "--concurrency", "1")
+    assert r["errors"] == r["requests"] > 50
+    assert set(r["errors_by_code"]) == {"NOT_FOUND"}
+
+
+def test_http_connection_refused_is_unavailable(srv):
+    port = harness.free_port()  # nothing listens there
+    r = subprocess.run([str(SIP), "-e", "http://127.0.0.1:%d" % port, "--json", "bench", "echo",
+                        "-i", "input:float32:1,4=ones", "--window-ms", "200",
+                        "--max-windows", "3"], capture_output=True, text=True, timeout=60)
+    assert "cannot connect to 127.0.0.1:%d" % port in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    assert out["errors"] == out["requests"] > 0
+    assert set(out["errors_by_code"]) == {"UNAVAILABLE"}
+
+
+def test_http_body_file(srv, tmp_path):
+    """--http-body sends a file's bytes as the JSON body, as they are."""
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"inputs": [{"name": "input", "shape": [1, 4],
+                                            "datatype": "FP32", "data": [1, 2, 3, 4]}]}))
+    r = subprocess.run([str(SIP), "-e", http_endpoint(srv), "--json", "bench", "echo",
+                        "--http-body", str(body), "--concurrency", "2", "--window-ms", "300",
+                        "--max-windows", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["requests"] > 50 and out["errors"] == 0, out
+    bad = subprocess.run([str(SIP), "-e", http_endpoint(srv), "bench", "echo", "--http-body",
+                          str(tmp_path / "missing.json")], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "expected a readable file" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["separate", "in-place"])
+def test_shm_on_the_unix_socket(srv, mode):
+    """--shm: the input travels by reference to a region, the output is
+    written into it; the server counts no error."""
+    r = bench(srv.unix_endpoint, "echo", "--concurrency", "2", "-o", "output", "--shm", mode)
+    assert r["requests"] > 50 and r["errors"] == 0, r
+
+
+def test_shm_needs_a_unix_socket(srv):
+    for ep in (http_endpoint(srv), srv.tcp_endpoint):
+        r = subprocess.run([str(SIP), "-e", ep, "bench", "echo", "-i", "input:float32:1,4=ones",
+                            "-o", "output", "--shm", "separate", "--window-ms", "200",
+                            "--max-windows", "3"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, (ep, r.stdout)
+        assert "unix" in r.stderr, (ep, r.stderr)
