@@ -28,6 +28,28 @@ ORT_LIB = REPO / "third_party" / "onnxruntime" / "lib"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 CLIENT_TIMEOUT_S = 20.0
+WAIT_TIMEOUT_S = 20.0  # wait_until's default bound: generous for a loaded 2-core machine
+
+
+# ---------------------------------------------------------------------------
+# waiting for a condition
+
+def wait_until(cond, timeout=WAIT_TIMEOUT_S, what=None, interval=0.02):
+    """Polls cond() until it returns something truthy and returns that value;
+    fails the test after `timeout` seconds, naming `what` (a string, or a
+    callable returning one, evaluated only on failure) and cond's last value.
+    Exceptions from cond() propagate: catch them in cond if they mean "not
+    yet"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            desc = what() if callable(what) else (what or getattr(cond, "__name__", "condition"))
+            raise AssertionError("not within %.0f s: %s (last value: %r)" % (timeout, desc, value))
+        time.sleep(interval)
+        interval = min(interval * 1.5, 0.05)
 
 
 def require_sipd():
@@ -103,13 +125,86 @@ def short_tmpdir():
 
 
 # ---------------------------------------------------------------------------
+# every sipd the tests start, for the end-of-run check (conftest.py)
+
+_started = []  # (subprocess.Popen, description)
+
+
+def track(proc, what):
+    """Records a sipd process a test started (SipServer does this itself): the
+    end-of-run check fails the run if it is still running then."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    _started.append((proc, "%s (pid %d, started by %s)" % (what, proc.pid, test or "?")))
+    return proc
+
+
+def _proc_table():
+    """{pid: (comm, state, ppid)} of every process /proc shows."""
+    table = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(d)] = (comm, fields[0], int(fields[1]))
+    return table
+
+
+def leftover_sipds():
+    """[(pid, description)] of the sipd processes still running that the tests
+    started: those SipServer or track() recorded, and any other sipd among
+    this process's descendants (a sipd started through a shell or the CLI)."""
+    table = _proc_table()
+    found = {}
+    for proc, what in _started:
+        if proc.poll() is None:
+            found[proc.pid] = what
+    children = {}
+    for pid, (_, _, ppid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        comm, state, _ = table[pid]
+        if comm == "sipd" and state != "Z" and pid not in found:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ")
+            except OSError:
+                cmd = b"sipd"
+            found[pid] = "%s (pid %d, untracked)" % (cmd.decode(errors="replace").strip(), pid)
+    return sorted(found.items())
+
+
+def kill_leftovers(leftovers):
+    """SIGKILLs the processes leftover_sipds() listed and reaps the tracked ones."""
+    for pid, _ in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for proc, _ in _started:
+        if proc.pid in dict(leftovers):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+# ---------------------------------------------------------------------------
 # server
 
 class SipServer:
     """One sipd process on a unix socket and a TCP port of its own."""
 
     def __init__(self, workdir, pools, server=None, tcp=True, unix=True, log_level="info",
-                 sockdir=None):
+                 sockdir=None, tcp_host="127.0.0.1"):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pools = pools
@@ -123,6 +218,7 @@ class SipServer:
         assert len(self.sock_path) < 107
         self.unix_endpoint = "ipc://" + self.sock_path if unix else None
         self.use_tcp = tcp
+        self.tcp_host = tcp_host  # "0.0.0.0": every address (clients use 127.0.0.1)
         self.port = None
         self.tcp_endpoint = None
         self.proc = None
@@ -157,38 +253,39 @@ class SipServer:
         for attempt in range(3):
             if self.use_tcp:
                 self.port = free_port()
-                self.tcp_endpoint = "tcp://127.0.0.1:%d" % self.port
+                self.tcp_endpoint = "tcp://%s:%d" % (self.tcp_host, self.port)
             self.write_config()
             self._log = open(self.log_path, "ab")
             self.proc = subprocess.Popen([str(sipd), "--config", str(self.config_path)],
                                          stdin=subprocess.DEVNULL, stdout=self._log,
                                          stderr=subprocess.STDOUT, env=sipd_env(),
                                          cwd=str(self.workdir))
+            track(self.proc, "sipd --config %s" % self.config_path)
             try:
                 self._wait_ready(ready_timeout, until_ready)
                 return self
             except _ExitedEarly:
                 # a port taken between free_port() and bind: try another one
                 if attempt < 2 and "in use" in self.log().lower():
+                    self._log.close()
                     continue
+                self.returncode = self.proc.returncode  # reported here, not again at teardown
                 raise AssertionError("sipd exited with %s during startup:\n%s"
                                      % (self.proc.returncode, self.log_tail()))
         raise AssertionError("unreachable")
 
     def _wait_ready(self, timeout, until_ready=True):
-        deadline = time.monotonic() + timeout
         probe = SessionClient(self.endpoint, timeout_s=5)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise _ExitedEarly()
+            return _loaded(probe) if until_ready else _answers(probe)
         try:
-            while True:
-                if self.proc.poll() is not None:
-                    raise _ExitedEarly()
-                if probe.ready() if until_ready else _answers(probe):
-                    return
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise AssertionError("sipd not ready within %.0f s:\n%s"
-                                         % (timeout, self.log_tail()))
-                time.sleep(0.05)
+            wait_until(ready, timeout, "sipd ready" if until_ready else "sipd answering")
+        except AssertionError:
+            self.kill()
+            raise AssertionError("sipd not ready within %.0f s:\n%s" % (timeout, self.log_tail()))
         finally:
             probe.close()
 
@@ -227,9 +324,14 @@ class SipServer:
         return rc
 
     def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """Ends sipd at once (SIGKILL); a fixture's teardown then takes it as
+        stopped on purpose, not as a server that died during the test."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            if self.returncode is None:
+                self.returncode = self.proc.returncode
         self._cleanup()
 
     def _cleanup(self):
@@ -257,6 +359,40 @@ class SipServer:
             if p.get("name") == name:
                 return p
         raise AssertionError("pool %r not in status" % name)
+
+
+def stop_all(servers):
+    """Stops every server a fixture started: SIGTERM, which must end each with
+    exit 0. Returns the failures (a server that died during the test, or exited
+    otherwise than 0), each with the end of its log."""
+    failures = []
+    for srv in servers:
+        if srv.returncode is not None:  # the test stopped it itself
+            srv.kill()
+            continue
+        if srv.proc is not None and srv.proc.poll() is not None:
+            failures.append("sipd died during the test (exit %s):\n%s"
+                            % (srv.proc.returncode, srv.log_tail()))
+            srv.kill()
+            continue
+        try:
+            rc = srv.stop()
+        except AssertionError as e:  # did not exit in time: killed
+            failures.append(str(e))
+            continue
+        if rc not in (0, None):
+            failures.append("sipd exited with %s after SIGTERM:\n%s" % (rc, srv.log_tail()))
+    return failures
+
+
+def _loaded(client):
+    """Start-up loading is over: the server is ready or, when a pool failed
+    (server.strict_readiness), says it is no longer loading."""
+    try:
+        info = client.info(1)
+    except Exception:
+        return False
+    return bool(info) and (bool(info.get("ready")) or info.get("loading") is False)
 
 
 def _answers(client):

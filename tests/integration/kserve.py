@@ -5,11 +5,12 @@ import http.client
 import json
 import re
 import struct
-import time
 import urllib.error
 import urllib.request
 
 import numpy as np
+
+from harness import WAIT_TIMEOUT_S, wait_until
 
 DATATYPE = {
     "bool": "BOOL", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
@@ -19,19 +20,14 @@ DATATYPE = {
 NUMPY = {v: k for k, v in DATATYPE.items()}
 
 
-def printed_address(srv, scheme, timeout=10.0):
+def printed_address(srv, scheme, timeout=WAIT_TIMEOUT_S):
     """The SCHEME://host:port sipd printed ("sipd: listening on http://...")."""
-    deadline = time.monotonic() + timeout
-    while True:
-        m = re.search(r"listening on (%s://[^\s]+)" % scheme, srv.log())
-        if m:
-            return m.group(1)
-        if time.monotonic() > deadline:
-            raise AssertionError("sipd printed no %s address:\n%s" % (scheme, srv.log_tail()))
-        time.sleep(0.02)
+    m = wait_until(lambda: re.search(r"listening on (%s://[^\s]+)" % scheme, srv.log()), timeout,
+                   lambda: "sipd to print its %s address:\n%s" % (scheme, srv.log_tail()))
+    return m.group(1)
 
 
-def http_base(srv, timeout=10.0):
+def http_base(srv, timeout=WAIT_TIMEOUT_S):
     """The http://host:port sipd printed."""
     return printed_address(srv, "http", timeout)
 

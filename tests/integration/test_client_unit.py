@@ -14,14 +14,15 @@ import pytest
 from cann_sip import (CancelledError, DeadlineExceededError, InferenceRequest, InternalError,
                       InvalidArgumentError, NotFoundError, ResourceExhaustedError, SessionClient,
                       UnavailableError, protocol as P)
-from harness import recv_exact, short_tmpdir
+from harness import recv_exact, short_tmpdir, wait_until
 
 
 class FakeServer:
     """Speaks the native protocol. Behaviour depends on the pool name:
     echo: returns the inputs as outputs, named out_<name>;
     batchN: holds answers until N requests arrived, then answers in reverse order;
-    slow: answers after 0.3 s (for the client timeout);
+    slow: answers once `release_slow` is set (late for the client timeout),
+      counting the answers sent in `slow_sent`;
     silent: never answers;
     error_frame: sends an ERROR frame (RESOURCE_EXHAUSTED) and closes;
     drop: closes the connection without answering;
@@ -43,6 +44,8 @@ class FakeServer:
         self.lsock.listen(64)
         self.connections = 0
         self.flaky_drops = 1
+        self.release_slow = threading.Event()
+        self.slow_sent = 0
         self.requests = []
         self.lock = threading.Lock()
         self.stopping = False
@@ -115,11 +118,14 @@ class FakeServer:
                         held = []
                 elif req.pool == "slow":
                     def later(rid=hdr.request_id, p=ok):
-                        time.sleep(0.3)
+                        if not self.release_slow.wait(30):
+                            return
                         try:
                             self._send(c, wlock, P.INFER_RESPONSE, rid, p)
                         except OSError:
                             pass
+                        with self.lock:
+                            self.slow_sent += 1
                     threading.Thread(target=later, daemon=True).start()
                 elif req.pool == "silent":
                     pass
@@ -282,7 +288,9 @@ def test_client_timeout(fake):
         # the answer arrives after the deadline: dropped, no crash
         with pytest.raises(DeadlineExceededError):
             c.infer(InferenceRequest("slow", {"x": 1}))
-        time.sleep(0.4)
+        fake.release_slow.set()
+        wait_until(lambda: fake.slow_sent == 1, what="the late answer to be sent")
+        # The echo's answer comes after the late one on the same connection.
         assert echo(c, 4).outputs["out_x"] == 4
 
 
@@ -449,6 +457,8 @@ def test_connect_retries_while_the_backlog_is_full():
     accepted, stop = [], threading.Event()
 
     def acceptor():
+        # Not a wait: the server accepts nothing for 0.3 s, so the client's
+        # first connects find the backlog full and must be retried.
         time.sleep(0.3)
         lsock.settimeout(0.05)
         while not stop.is_set():

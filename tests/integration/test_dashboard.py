@@ -88,16 +88,11 @@ class Console:
         return [e for e in self.read() if e.get("level") == "SEVERE"]
 
 
-def wait_for(what, fn, timeout):
+def wait_for(what, fn, timeout=harness.WAIT_TIMEOUT_S):
     """fn() until it is truthy; (value, seconds it took)."""
     t0 = time.monotonic()
-    while True:
-        v = fn()
-        if v:
-            return v, time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("not shown within %.1f s: %s" % (timeout, what))
-        time.sleep(0.02)
+    v = harness.wait_until(fn, timeout, "shown on the page: " + what)
+    return v, time.monotonic() - t0
 
 
 def attr_rows(driver, css):
@@ -181,25 +176,24 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
     cfg = srv.config()
     cfg["pipeline_sessions"] = [{"name": "chain", "stages": [{"name": "first", "pool": "beta"}]}]
     srv.config = lambda: cfg
-    srv.start()
-    base = K.http_base(srv)
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     driver = None
+    srv.start()
     try:
+        base = K.http_base(srv)
         driver = browser(downloads)
         console = Console(driver)
         driver.get(base + "/dashboard")
         # Every pool of the config, with its state (the broken one FAILED).
-        wait_for("every pool", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 3, 10)
+        wait_for("every pool", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 3)
         states = {r["data-pool"]: r["data-state"] for r in attr_rows(driver, "#pools tr[data-pool]")}
         assert states == {"alpha": "READY", "beta": "READY", "cracked": "FAILED"}, states
         assert "alpha/1" in text_of(driver, "#sessions")
         chain = attr_rows(driver, '#pipelines tr[data-pipeline="chain"]')
         assert len(chain) == 1 and chain[0]["data-state"] == "READY", chain
         assert "first (beta)" in chain[0]["text"]
-        wait_for("the event stream open", lambda: driver.find_element("id", "link").text == "live",
-                 10)
+        wait_for("the event stream open", lambda: driver.find_element("id", "link").text == "live")
         c = srv.client()
         from cann_sip import InferenceRequest
         import numpy as np
@@ -210,7 +204,7 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         r = sip(srv.endpoint, "session", "drain", "alpha/1")
         assert r.returncode == 0, r.stderr
         _, took = wait_for("alpha/1 drained", lambda: attr_rows(
-            driver, '#sessions [data-session="alpha/1"][data-drained="true"]'), 10)
+            driver, '#sessions [data-session="alpha/1"][data-drained="true"]'))
         assert took < SHOW_WITHIN_S, "the drain took %.2f s to show" % took
         drain_took = took
 
@@ -223,11 +217,11 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         assert reply.status >= 400, reply
         _, took = wait_for("brokenm's failure", lambda: [
             e for e in attr_rows(driver, '#repository tr[data-model="brokenm"]')
-            if e["data-state"] == "UNAVAILABLE" and "cannot load" in e["text"]], 10)
+            if e["data-state"] == "UNAVAILABLE" and "cannot load" in e["text"]])
         assert took < SHOW_WITHIN_S, "the failed load took %.2f s to show" % took
         _, took2 = wait_for("POOL_FAILED event", lambda: [
             e for e in attr_rows(driver, '#events tr[data-event="POOL_FAILED"]')
-            if "brokenm" in e["text"]], 10)
+            if "brokenm" in e["text"]])
         assert took + took2 < SHOW_WITHIN_S
         print("dashboard: drain shown after %.3f s, failed load after %.3f s, its event after "
               "%.3f s" % (drain_took, took, took + took2))
@@ -241,7 +235,7 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
         # Export: the report with this page's samples and events in it.
         driver.find_element("id", "export").click()
         files, _ = wait_for("the exported report", lambda: [
-            f for f in downloads.iterdir() if f.suffix == ".html"], 10)
+            f for f in downloads.iterdir() if f.suffix == ".html"])
         doc = files[0].read_text()
         snap, hist = check_self_contained(doc, ["alpha", "beta", "cracked"])
         hist = json.loads(hist)
@@ -253,8 +247,7 @@ def test_dashboard_in_browser(start_sipd, tmp_path):
 
         # The report opened from a file: it shows the same, fetching nothing.
         driver.get("file://" + str(files[0]))
-        wait_for("the report's pools", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 3,
-                 10)
+        wait_for("the report's pools", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 3)
         assert attr_rows(driver, '#sessions [data-session="alpha/1"][data-drained="true"]')
         assert attr_rows(driver, '#events tr[data-event="POOL_FAILED"]')
         assert driver.find_element("id", "link").text.startswith("report of")
@@ -422,7 +415,7 @@ def test_dashboard_shows_sla_and_alerts(start_sipd, tmp_path):
     try:
         console = Console(driver)
         driver.get("file://" + str(page))
-        wait_for("the pools", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 2, 10)
+        wait_for("the pools", lambda: len(attr_rows(driver, "#pools tr[data-pool]")) == 2)
         assert driver.find_element("id", "alerts").is_displayed()
         alerts = attr_rows(driver, "#alert-list li")
         assert [a["data-alert"] for a in alerts] == ["slow"]
@@ -477,8 +470,7 @@ def test_profile_heatmap_in_browser(start_sipd, tmp_path, model_dir):
         driver = browser(tmp_path)
         console = Console(driver)
         driver.get(K.http_base(srv) + "/dashboard")
-        wait_for("the pools to profile", lambda: len(attr_rows(driver, "#profile-pool option")) == 2,
-                 10)
+        wait_for("the pools to profile", lambda: len(attr_rows(driver, "#profile-pool option")) == 2)
         from selenium.webdriver.support.ui import Select
         Select(driver.find_element("id", "profile-pool")).select_by_value("m")
         seconds = driver.find_element("id", "profile-seconds")

@@ -1,7 +1,8 @@
 """Graceful drain of a real sipd: SIGTERM turns readiness false at once on
 every front-end, refuses new requests with UNAVAILABLE (503 over HTTP), lets
 the requests already admitted finish within server.drain_timeout_ms, answers
-what is still queued after it UNAVAILABLE, and exits 0."""
+what is still queued after it UNAVAILABLE, and exits 0, within
+drain_timeout_ms and a second or two whatever its clients do."""
 
 import re
 import shutil
@@ -14,6 +15,8 @@ import numpy as np
 import harness
 import kserve as K
 from cann_sip import InferenceRequest, SipError, UnavailableError
+from cann_sip import protocol as P
+from harness import wait_until
 
 F = np.float32
 
@@ -25,6 +28,16 @@ def slow_pool(delay_ms, pool_size):
 
 def http_ready_status(base):
     return K.get(base + "/v2/health/ready", timeout=5).status
+
+
+def wait_admitted(srv, client, n, running=1, pool="slow"):
+    """Waits until n requests sent to the pool are admitted: queued,
+    answered, or running (at most `running` at once)."""
+    def admitted():
+        p = srv.pool_status(pool, client)
+        busy = sum(1 for x in p["sessions"] if x["state"] == "RUNNING")
+        return p["queued_requests"] + sum(p["requests"].values()) + min(busy, running) >= n
+    wait_until(admitted, what="%d requests admitted to pool %s" % (n, pool))
 
 
 def test_sigterm_under_load(start_sipd):
@@ -96,7 +109,7 @@ def test_drain_timeout_answers_the_rest_unavailable(start_sipd):
     c = srv.client(timeout_s=30)
     futs = [c.infer_async(InferenceRequest("slow", {"input": np.full(2, i, F)}))
             for i in range(20)]  # 4 s of work for one session
-    time.sleep(0.1)
+    wait_admitted(srv, srv.client(), 20)
     t0 = time.monotonic()
     srv.send_signal(signal.SIGTERM)
     served = refused = 0
@@ -125,7 +138,10 @@ def test_drain_timeout_zero_refuses_queued_at_once(start_sipd):
     c = srv.client(timeout_s=30)
     futs = [c.infer_async(InferenceRequest("slow", {"input": np.full(2, i, F)}))
             for i in range(5)]
-    time.sleep(0.1)  # the first runs, four are queued
+    # The first runs, four are queued.
+    sc = srv.client()
+    wait_until(lambda: srv.pool_status("slow", sc)["queued_requests"] == 4,
+               what="four requests queued behind the first")
     srv.send_signal(signal.SIGTERM)
     np.testing.assert_array_equal(futs[0].result(timeout=10).outputs["output"], np.zeros(2, F))
     for f in futs[1:]:
@@ -135,6 +151,51 @@ def test_drain_timeout_zero_refuses_queued_at_once(start_sipd):
         except UnavailableError:
             pass
     assert srv.wait(10) == 0, srv.log_tail()
+
+
+def test_sigterm_with_clients_that_stopped_reading(start_sipd):
+    """20 clients each have 6 MB of answers they do not read queued in
+    sipd, and another has 4 s of work queued: SIGTERM drains for
+    drain_timeout_ms (1 s), gives every connection together a second to
+    take its last answers, and exits (before: a second per connection that
+    stopped reading, 21 s here, growing with their number)."""
+    srv = start_sipd([slow_pool(200, 1), {"name": "echo", "backend": "builtin",
+                                          "backend_options": {"shape": "-1"}}],
+                     server={"drain_timeout_ms": 1000})
+    sc = srv.client()
+    frame = P.encode_frame(P.INFER_REQUEST, 1, P.encode_infer_request(
+        "echo", {"input": np.ones(25600, F)}))  # a 100 KB answer each
+    stalled = []
+    try:
+        for _ in range(20):
+            s = harness.raw_connect(srv.unix_endpoint)
+            s.sendall(frame * 60)
+            stalled.append(s)
+        wait_until(lambda: srv.pool_status("echo", sc)["requests"].get("OK", 0) == 1200,
+                   what="the 1200 requests of the clients that do not read answered")
+        futs = [srv.client(timeout_s=30).infer_async(
+            InferenceRequest("slow", {"input": np.full(2, i, F)})) for i in range(20)]
+        wait_admitted(srv, sc, 20)
+        t0 = time.monotonic()
+        srv.send_signal(signal.SIGTERM)
+        assert srv.wait(30) == 0, srv.log_tail()
+        elapsed = time.monotonic() - t0
+        assert elapsed < 1.0 + 3.0, "SIGTERM to exit took %.1f s" % elapsed
+        for f in futs:  # each answered: served, or UNAVAILABLE at the drain deadline
+            try:
+                f.result(timeout=10)
+            except UnavailableError:
+                pass
+        for s in stalled:  # their connections closed: what they did take, then the end
+            s.settimeout(10)
+            try:
+                while s.recv(1 << 20):
+                    pass
+            except ConnectionResetError:
+                pass
+    finally:
+        for s in stalled:
+            s.close()
 
 
 def test_sigterm_lets_pipeline_requests_in_flight_finish(sipd_bin, tmp_path):
@@ -152,7 +213,8 @@ def test_sigterm_lets_pipeline_requests_in_flight_finish(sipd_bin, tmp_path):
         c = srv.client(timeout_s=30)
         futs = [c.infer_async(InferenceRequest("two", {"input": np.full(2, i, F)}))
                 for i in range(4)]
-        time.sleep(0.05)  # the first is in stage a, the others queued for it
+        # The first is in stage a, the others queued for it.
+        wait_admitted(srv, srv.client(), 4)
         srv.send_signal(signal.SIGTERM)
         for i, f in enumerate(futs):
             np.testing.assert_array_equal(f.result(timeout=30).outputs["output"],
@@ -269,13 +331,19 @@ def test_sighup_under_a_request_stream(start_sipd):
                for i, n in enumerate(("a", "b", "a"))]
     for t in threads:
         t.start()
+
+    def streaming(more):  # `more` requests answered since now, or a failure
+        target = done[0] + more
+        wait_until(lambda: done[0] >= target or errors,
+                   what=lambda: "%d more requests answered (%d)" % (more, done[0]))
+
     try:
-        time.sleep(0.2)
+        streaming(30)
         for size in (2, 3, 1):
             srv.pools = [builtin("a", pool_size=size, delay_ms=2), builtin("b", delay_ms=2)]
             srv.write_config()
             sighup(srv, "config reloaded")
-            time.sleep(0.1)
+            streaming(15)
     finally:
         stop.set()
         for t in threads:

@@ -49,7 +49,7 @@ def keyed(pool_name, v, key, **kw):
 
 @pytest.fixture
 def srv(start_sipd):
-    s = start_sipd([pool("count"), pool("slow", 300), pool("short", idem={"ttl_s": 1}),
+    s = start_sipd([pool("count"), pool("slow", 600), pool("short", idem={"ttl_s": 1}),
                     pool("byid", idem={"enabled": True}), pool("failing", fail_every=1)],
                    server={"http": "127.0.0.1:0", "grpc": "127.0.0.1:0"})
     s.http = K.http_base(s)
@@ -157,7 +157,7 @@ def test_expiry_and_transient_failures(srv):
     c = srv.client()
     c.infer(keyed("short", 1, "e-1"))
     assert c.infer(keyed("short", 2, "e-1")).replayed
-    time.sleep(1.2)  # ttl_s: 1
+    time.sleep(1.2)  # not a wait: ttl_s (1) passes
     r = c.infer(keyed("short", 3, "e-1"))
     assert not r.replayed
     np.testing.assert_array_equal(r.outputs["output"], np.full(3, 3, F))
@@ -195,10 +195,10 @@ class KeyedLoad:
                 self.errors.append((v, repr(e)))
 
     def wait_for(self, n, timeout=30):
-        deadline = time.monotonic() + timeout
-        while len(self.results) < n:
-            assert time.monotonic() < deadline and not self.errors, self.errors[:5]
-            time.sleep(0.01)
+        def answered():
+            assert not self.errors, self.errors[:5]
+            return len(self.results) >= n
+        harness.wait_until(answered, timeout, "%d answers" % n)
 
     def finish(self):
         """Joins the threads; asserts every request got its own answer."""
@@ -224,7 +224,9 @@ def test_sigkill_restart_under_load_loses_nothing(start_sipd, tmp_path):
     srv.proc.kill()
     srv.returncode = srv.proc.wait(10)
     before = len(load.results)
-    time.sleep(0.3)  # requests fail to connect and back off meanwhile
+    # Not a wait: sipd stays down a while, so requests fail to connect and
+    # back off meanwhile.
+    time.sleep(0.3)
     srv2 = harness.SipServer(tmp_path / "restarted", pools, sockdir=srv.sockdir)
     try:
         srv2.start()
@@ -270,7 +272,7 @@ def test_sigkill_restart_with_state_dir_runs_nothing_twice(start_sipd, tmp_path)
         other.infer(keyed("work", 99999, "orphan"))
     srv.proc.kill()
     srv.returncode = srv.proc.wait(10)
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: sipd stays down a while (requests back off meanwhile)
     srv2 = harness.SipServer(tmp_path / "restarted", pools, server=server, sockdir=srv.sockdir)
     try:
         srv2.start()
@@ -304,7 +306,7 @@ def test_journal_survives_restart_and_expires(start_sipd, tmp_path):
     assert not c.infer(keyed("short", 3, "k3")).replayed
     c.close()
     assert srv.stop() == 0
-    time.sleep(1.1)  # k3's TTL passes
+    time.sleep(1.1)  # not a wait: k3's TTL (1 s) passes while sipd is down
     srv = start_sipd(pools, server=server)
     c = srv.client()
     r = c.infer(keyed("work", 1, "k1"))
@@ -320,7 +322,7 @@ def test_journal_survives_restart_and_expires(start_sipd, tmp_path):
     srv = start_sipd(pools, server=server)
     c = srv.client()
     assert c.infer(keyed("work", 1, "k1")).replayed
-    assert "idempotency journal read in part" in srv.log() and "cut short" in srv.log()
+    assert "idempotency journal damaged" in srv.log() and "cut short" in srv.log()
     c.close()
 
 
@@ -331,7 +333,9 @@ def test_deadlines_expire_while_replays_flow(srv):
     c = srv.client()
     c.infer(keyed("count", 1, "flow"))
     busy = [c.infer_async(InferenceRequest("slow", {"input": np.full(3, v, F)})) for v in (1, 2)]
-    time.sleep(0.05)  # both sessions are busy for 300 ms
+    # both sessions are busy for 600 ms
+    harness.wait_until(lambda: [x["state"] for x in srv.pool_status("slow", c)["sessions"]]
+                       == ["RUNNING"] * 2, what="both sessions of pool slow to run")
     queued = c.infer_async(InferenceRequest("slow", {"input": np.full(3, 3, F)}, timeout_ms=100))
     stop = time.monotonic() + 0.4
     while time.monotonic() < stop:

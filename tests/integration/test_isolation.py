@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import kserve as K
+from harness import wait_until as wait_for
 import models
 from cann_sip import InferenceRequest, InternalError, UnavailableError
 
@@ -38,16 +39,6 @@ def status_of(c, name):
 
 def worker_pid(c, name):
     return status_of(c, name)["worker"]["pid"]
-
-
-def wait_for(cond, timeout=15.0, what="condition"):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def new_worker(c, name, old):
@@ -115,10 +106,11 @@ def test_sigkill_worker_under_load_no_failures_and_worker_back(start_sipd):
 
     t = threading.Thread(target=load)
     t.start()
-    time.sleep(0.3)
+    wait_for(lambda: done[0] >= 16 or errors, what="answers under load before the kill")
     os.kill(old, signal.SIGKILL)
     new = new_worker(c, "p", old)
-    time.sleep(0.3)
+    after = done[0]
+    wait_for(lambda: done[0] >= after + 16 or errors, what="answers from the new worker")
     stop.set()
     t.join(timeout=60)
     assert not errors, errors[:3]

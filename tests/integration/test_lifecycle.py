@@ -181,7 +181,11 @@ def test_sigterm_drains_in_flight(start_sipd):
     c = srv.client(timeout_s=20)
     futs = [c.infer_async(InferenceRequest("slow", {"input": np.full(2, i, F)}))
             for i in range(3)]
-    time.sleep(0.1)  # the first is executing, two are queued
+
+    def first_running_two_queued():
+        st = srv.pool_status("slow", c)
+        return st["sessions"][0]["state"] == "RUNNING" and st["queued_requests"] == 2
+    harness.wait_until(first_running_two_queued, what="the first executing, two queued")
     srv.send_signal(signal.SIGTERM)
     # the running request completes and is answered
     r = futs[0].result(timeout=10)
@@ -266,14 +270,16 @@ def test_new_requests_refused_while_draining(start_sipd):
     UNAVAILABLE - or its connection is closed - while the in-flight one
     completes."""
     srv = start_sipd([{"name": "slow", "backend": "builtin", "pool_size": 1,
-                       "backend_options": {"delay_ms": 500, "shape": "-1"}},
+                       "backend_options": {"delay_ms": 1000, "shape": "-1"}},
                       {"name": "fast", "backend": "builtin"}])
     c = srv.client(timeout_s=20)
     assert c.infer(InferenceRequest("fast", {"input": np.ones(1, F)}))
     running = c.infer_async(InferenceRequest("slow", {"input": np.ones(2, F)}))
-    time.sleep(0.1)
+    harness.wait_until(lambda: srv.pool_status("slow", c)["sessions"][0]["state"] == "RUNNING",
+                       what="the slow request to run")
     srv.send_signal(signal.SIGTERM)
-    time.sleep(0.1)  # the signal is handled; the slow request still runs
+    # the signal is handled (not ready any more); the slow request still runs
+    harness.wait_until(lambda: not c.ready(), what="sipd to turn not ready after SIGTERM")
     with pytest.raises(UnavailableError):
         c.infer(InferenceRequest("fast", {"input": np.ones(1, F)}))
     np.testing.assert_array_equal(running.result(timeout=10).outputs["output"], np.ones(2, F))

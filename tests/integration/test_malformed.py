@@ -15,7 +15,7 @@ import pytest
 from cann_sip import (InferenceRequest, ResourceExhaustedError, SessionClient, SipError,
                       UnavailableError, protocol as P)
 from cann_sip.errors import CODE_NAMES
-from harness import raw_connect, read_frame, read_until_closed, send_quietly, serve
+from harness import raw_connect, read_frame, read_until_closed, send_quietly, serve, wait_until
 import models
 
 MAX_FRAME = 4096
@@ -47,6 +47,16 @@ def check_serving(client, i=1):
     a = np.full((2, 4), i, F)
     r = client.infer(InferenceRequest("addmul", {"lhs": a, "rhs": a}))
     np.testing.assert_allclose(r.outputs["y"], models.addmul_ref(a, a))
+
+
+def hang_up(s):
+    """Ends the client's side (sipd reads EOF, as after a close) and returns
+    once sipd has closed its end: it has handled the hang-up."""
+    try:
+        s.shutdown(socket.SHUT_WR)
+        assert read_until_closed(s, 20) == b"", "sipd answered a cut frame"
+    finally:
+        s.close()
 
 
 def addmul_payload(a=None):
@@ -236,9 +246,15 @@ def test_oversize_request_pending_calls_fail(srv, bystander):
     fail too (with the ERROR's code), and the next call reconnects."""
     c = SessionClient(srv.unix_endpoint, timeout_s=20)
     try:
+        before = srv.pool_status("slow", bystander)["stats"]["inference_count"]
         pending = [c.infer_async(InferenceRequest("slow", {"input": np.ones(2, F)}))
                    for _ in range(3)]
-        time.sleep(0.05)
+
+        def arrived():  # run, running or queued
+            st = srv.pool_status("slow", bystander)
+            return (st["stats"]["inference_count"] - before + st["queued_requests"]
+                    + (st["sessions"][0]["state"] == "RUNNING")) >= 3
+        wait_until(arrived, what="the three requests to reach pool slow")
         big = np.zeros(2048, F)
         with pytest.raises(ResourceExhaustedError):
             c.infer(InferenceRequest("slow", {"input": big}))
@@ -300,8 +316,7 @@ def test_truncated_frame_then_close(srv, bystander, cut):
     data = frame(addmul_payload())
     s = raw_connect(srv.unix_endpoint)
     s.sendall(data[:cut])
-    s.close()
-    time.sleep(0.05)
+    hang_up(s)
     srv.assert_alive()
     check_serving(bystander)
 
@@ -311,8 +326,7 @@ def test_truncated_frame_then_close_tcp(srv, bystander):
     for cut in (10, 30, len(data) - 1):
         s = raw_connect(srv.tcp_endpoint)
         s.sendall(data[:cut])
-        s.close()
-    time.sleep(0.05)
+        hang_up(s)
     srv.assert_alive()
     check_serving(bystander)
 
@@ -467,10 +481,13 @@ def test_client_that_does_not_read(srv, bystander):
         s.sendall(blob)  # may block while the server pushes back: that is fine
         sent.set()
 
+    before = srv.pool_status("addmul", bystander)["stats"]["inference_count"]
     th = threading.Thread(target=writer, daemon=True)
     th.start()
     try:
-        time.sleep(0.5)
+        # The flood is being served while its client reads nothing.
+        wait_until(lambda: srv.pool_status("addmul", bystander)["stats"]["inference_count"]
+                   >= before + 100, what="100 of the flood's requests to run")
         for i in range(5):
             check_serving(bystander, i)  # not starved by the flood
         ids = set()

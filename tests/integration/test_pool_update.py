@@ -6,10 +6,10 @@ restart, with the sessions taken out of service, until the pool is
 reloaded."""
 
 import json
-import time
 
 import pytest
 
+import harness
 import kserve as K
 import onnx
 from cann_sip import (FailedPreconditionError, InvalidArgumentError,
@@ -55,7 +55,10 @@ def test_shrink_under_load_fails_nothing(start_sipd):
     srv = start_sipd([pool("p", 4, backend_options={"shape": "-1", "delay_ms": 20})])
     c = srv.client()
     futs = [c.infer_async(req("p", float(i))) for i in range(60)]
-    time.sleep(0.1)
+    # shrunk while some have run and the rest still queue
+    harness.wait_until(lambda: (lambda st: st["stats"]["inference_count"] >= 4
+                                and st["queued_requests"] > 0)(status_of(c, "p")),
+                       what="pool p to have run 4 requests with more queued")
     c.admin("update", "p", pool_size=1)
     got = [f.result(timeout=30)["output"][0] for f in futs]
     assert got == [float(i) for i in range(60)]

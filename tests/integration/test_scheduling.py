@@ -10,9 +10,10 @@ import pytest
 
 from cann_sip import (DeadlineExceededError, InferenceRequest, InternalError,
                       InvalidArgumentError, SessionClient)
-from harness import serve
+from harness import serve, wait_until
 
 DELAY_MS = 200
+PRIO_DELAY_MS = 400  # the blocker of the priority tests: long enough to queue behind it
 F = np.float32
 
 
@@ -27,7 +28,7 @@ def builtin(name, pool_size=1, **opts):
 def srv(sipd_bin, tmp_path_factory):
     pools = [
         builtin("deadline", delay_ms=DELAY_MS, shape="-1"),
-        builtin("prio", delay_ms=DELAY_MS, shape="-1"),
+        builtin("prio", delay_ms=PRIO_DELAY_MS, shape="-1"),
         builtin("flaky", fail_every=3, shape="-1"),
         builtin("typed", dtype="int32", shape="2,3"),
         builtin("batched", shape="-1,4"),
@@ -55,6 +56,18 @@ def req(pool, v, **kw):
 
 def session_inferences(srv, client, pool):
     return [s["inferences"] for s in srv.pool_status(pool, client)["sessions"]]
+
+
+def wait_running(srv, client, pool):
+    """Waits until the pool's (one) session executes a request."""
+    wait_until(lambda: srv.pool_status(pool, client)["sessions"][0]["state"] == "RUNNING",
+               what="pool %s to run a request" % pool)
+
+
+def wait_queued(srv, client, pool, n):
+    wait_until(lambda: srv.pool_status(pool, client)["queued_requests"] == n,
+               what=lambda: "%d requests queued in pool %s (status: %r)"
+               % (n, pool, srv.pool_status(pool, client)["queued_by_priority"]))
 
 
 # ---------------------------------------------------------------------------
@@ -122,10 +135,11 @@ def test_deadline_exceeded_in_queue(srv, client):
     # answered when the deadline passed (a timer), not only when the request
     # reached the front of the queue after the 200 ms one ended
     assert waited < DELAY_MS / 1000.0, waited
-    # the expired request was never executed
-    time.sleep(0.1)
+    # the expired request was never executed: one more (one session, first
+    # come first served) runs after it would have
+    client.infer(req("deadline", 3))
     after = sum(session_inferences(srv, client, "deadline"))
-    assert after - before == 1
+    assert after - before == 2
     st = srv.pool_status("deadline", client)
     assert st["requests"].get("DEADLINE_EXCEEDED", 0) >= 1
 
@@ -146,14 +160,14 @@ def test_many_expire_together(srv, client):
         with pytest.raises(DeadlineExceededError):
             f.result(timeout=10)
     first.result(timeout=10)
-    time.sleep(0.05)
-    assert sum(session_inferences(srv, client, "deadline")) - before == 1
+    client.infer(req("deadline", 11))  # runs after any wrongly kept one would have
+    assert sum(session_inferences(srv, client, "deadline")) - before == 2
 
 
 # ---------------------------------------------------------------------------
 # priorities
 
-def test_priority_order(client):
+def test_priority_order(srv, client):
     order = []
     lock = threading.Lock()
 
@@ -164,12 +178,13 @@ def test_priority_order(client):
         return cb
 
     blocker = client.infer_async(req("prio", 0, priority="high"))
-    time.sleep(0.05)  # the blocker is running; the next three queue behind it
+    wait_running(srv, client, "prio")  # the blocker is running; the next three queue behind it
     futs = {}
     for name in ("low", "medium", "high"):
         futs[name] = client.infer_async(req("prio", {"low": 3, "medium": 2, "high": 1}[name],
                                             priority=name))
         futs[name].add_done_callback(track(name))
+    wait_queued(srv, client, "prio", 3)
     blocker.result(timeout=10)
     for name, f in futs.items():
         r = f.result(timeout=10)
@@ -178,13 +193,13 @@ def test_priority_order(client):
     assert order == ["high", "medium", "low"]
 
 
-def test_priority_numeric_and_default(client):
+def test_priority_numeric_and_default(srv, client):
     """1/2/3 on the wire mean high/medium/low; 0 (the pool default, medium)
     ranks with medium, FIFO among equals."""
     order = []
     lock = threading.Lock()
     blocker = client.infer_async(req("prio", 0, priority=1))
-    time.sleep(0.05)
+    wait_running(srv, client, "prio")
     plan = [("low", 3), ("default", 0), ("medium", 2), ("high", 1)]
     futs = []
     for name, p in plan:
@@ -192,6 +207,7 @@ def test_priority_numeric_and_default(client):
         f.add_done_callback(lambda _f, name=name: (lock.acquire(), order.append(name),
                                                    lock.release()))
         futs.append(f)
+    wait_queued(srv, client, "prio", 4)
     blocker.result(timeout=10)
     for f in futs:
         f.result(timeout=10)
@@ -200,11 +216,10 @@ def test_priority_numeric_and_default(client):
 
 def test_queue_visible_in_status(srv, client):
     blocker = client.infer_async(req("prio", 0, priority="high"))
-    time.sleep(0.05)
+    wait_running(srv, client, "prio")
     futs = [client.infer_async(req("prio", 1, priority=p)) for p in ("low", "low", "high")]
-    time.sleep(0.05)
+    wait_queued(srv, client, "prio", 3)
     st = srv.pool_status("prio", client)
-    assert st["queued_requests"] == 3
     assert st["queued_by_priority"] == {"high": 1, "medium": 0, "low": 2, "delayed": 0}
     blocker.result(timeout=10)
     for f in futs:
@@ -269,10 +284,10 @@ def test_separate_clients_share_queue(srv):
     with SessionClient(srv.endpoint, timeout_s=30) as c1, \
             SessionClient(srv.tcp_endpoint, timeout_s=30) as c2:
         blocker = c1.infer_async(req("prio", 0, priority="high"))
-        time.sleep(0.05)
+        wait_running(srv, c1, "prio")
         lo = c1.infer_async(req("prio", 3, priority="low"))
         lo.add_done_callback(lambda _f: (lock.acquire(), order.append("low"), lock.release()))
-        time.sleep(0.02)
+        wait_queued(srv, c1, "prio", 1)  # the low one first: the high one overtakes it
         hi = c2.infer_async(req("prio", 1, priority="high"))
         hi.add_done_callback(lambda _f: (lock.acquire(), order.append("high"), lock.release()))
         for f in (blocker, lo, hi):

@@ -11,7 +11,6 @@ import socket
 import ssl
 import stat
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -20,7 +19,7 @@ import pytest
 
 from cann_sip import (InferenceRequest, PermissionDeniedError, SessionCallback, SessionClient,
                       UnauthenticatedError)
-from harness import BUILD_DIR, CLIENT_TIMEOUT_S, SipServer, free_port, serve
+from harness import BUILD_DIR, CLIENT_TIMEOUT_S, SipServer, serve, wait_until
 import kserve as K
 import models
 
@@ -282,12 +281,11 @@ def test_default_native_management_only_from_local_peers(sipd_bin, tmp_path):
     ip = other_address()
     if ip is None:
         pytest.skip("this host has no address other than loopback")
-    port = free_port()
-    s = SipServer(tmp_path, [ECHO], tcp=False)
-    s.server_opts["endpoints"] = [s.unix_endpoint, "tcp://0.0.0.0:%d" % port]
+    # Its TCP port is chosen at start (again if another process took it first).
+    s = SipServer(tmp_path, [ECHO], tcp_host="0.0.0.0")
     s.start()
-    local = SessionClient("tcp://127.0.0.1:%d" % port, timeout_s=CLIENT_TIMEOUT_S)
-    remote = SessionClient("tcp://%s:%d" % (ip, port), timeout_s=CLIENT_TIMEOUT_S)
+    local = s.client("tcp://127.0.0.1:%d" % s.port)
+    remote = s.client("tcp://%s:%d" % (ip, s.port))
     try:
         assert isinstance(local.repository_index(), list)
         assert isinstance(s.client().repository_index(), list)  # a unix socket is local
@@ -296,9 +294,7 @@ def test_default_native_management_only_from_local_peers(sipd_bin, tmp_path):
         out = remote.infer(InferenceRequest(session_pool="echo", inputs={"input": X}))
         np.testing.assert_array_equal(out.outputs["output"], X)
     finally:
-        local.close()
-        remote.close()
-        assert s.stop() == 0
+        assert s.stop() == 0, s.log_tail()  # closes the clients too
 
 
 # ---- Host and Origin --------------------------------------------------------------------
@@ -461,10 +457,8 @@ def test_no_server_paths_in_answers(sipd_bin, model_dir, tmp_path, pb):  # noqa:
         with pytest.raises(Exception) as ei:
             c.load_model("badrepo")
         answers.append(str(ei.value))
-        deadline = time.monotonic() + 10
-        while not any("model.onnx" in e for e in events.seen) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert any("model.onnx" in e for e in events.seen), events.seen  # the failure's reason
+        wait_until(lambda: any("model.onnx" in e for e in events.seen),  # the failure's reason
+                   what=lambda: "an event naming model.onnx, got %r" % events.seen)
         answers.extend(events.seen)
         with grpc.insecure_channel(grpc_address(s)) as ch:
             stub = pb.svc.GRPCInferenceServiceStub(ch)

@@ -73,19 +73,29 @@ def models(tmp_path_factory):
     return d
 
 
-def start(tmp_path, config):
-    """sipd on `config` (the seed's YAML, paths filled in) alone: no
-    session_pools unless the YAML has them."""
-    s = harness.SipServer(tmp_path / "sipd", [])
-    base = s.config
+@pytest.fixture
+def start(sipd_bin, tmp_path):
+    """start(config): sipd on `config` (the seed's YAML, paths filled in)
+    alone: no session_pools unless the YAML has them. Its directory is
+    tmp_path/sipd. At teardown it is sent SIGTERM and must exit 0."""
+    servers = []
 
-    def write_config():
-        s.config_path.write_text(config + harness.to_yaml({"server": base()["server"]}) + "\n")
-        return s.config_path
+    def run(config):
+        s = harness.SipServer(tmp_path / "sipd", [])
+        base = s.config
 
-    s.write_config = write_config
-    s.start()
-    return s
+        def write_config():
+            s.config_path.write_text(config + harness.to_yaml({"server": base()["server"]}) + "\n")
+            return s.config_path
+
+        s.write_config = write_config
+        servers.append(s)
+        s.start()
+        return s
+
+    yield run
+    failures = harness.stop_all(servers)
+    assert not failures, "\n\n".join(failures)
 
 
 # Seed 000, scenario 2: the configuration as written (".om" -> ".onnx").
@@ -134,8 +144,8 @@ def scenario_2(client, video_frame):
     return response
 
 
-def test_scenario_2_as_written(tmp_path, models, capsys):
-    srv = start(tmp_path, SCENARIO_2_CONFIG.format(models=models))
+def test_scenario_2_as_written(models, capsys, start):
+    srv = start(SCENARIO_2_CONFIG.format(models=models))
     client = SessionClient(endpoint=srv.endpoint)
     video_frame = frame()
     # The seed's stage timeouts (50, 20, 30 ms) are wall-clock limits: on a
@@ -202,8 +212,8 @@ def load_and_preprocess(path):
     return np.broadcast_to(np.array([i, 2 * i, 255 - i], F)[:, None, None], (3, 224, 224)).copy()
 
 
-def test_code_6_as_written(tmp_path, models, capsys):
-    srv = start(tmp_path, SCENARIO_1_CONFIG.format(models=models))
+def test_code_6_as_written(models, capsys, start):
+    srv = start(SCENARIO_1_CONFIG.format(models=models))
     client = SessionClient(endpoint=srv.endpoint)
 
     # ---- seed 000, code 6, as written ----
@@ -252,11 +262,11 @@ def nchw_model(path, hw):
     onnx.save(m, str(path))
 
 
-def test_hwc_uint8_converted_for_a_model(tmp_path):
+def test_hwc_uint8_converted_for_a_model(tmp_path, start):
     """resize (uint8 HWC, target_size) -> a model taking float32 NCHW, no
     input_mapping: the image is transposed and cast on the way."""
     nchw_model(tmp_path / "m.onnx", 8)
-    srv = start(tmp_path, """\
+    srv = start("""\
 pipeline_sessions:
   - name: p
     stages:
@@ -276,11 +286,11 @@ pipeline_sessions:
     c.close()
 
 
-def test_crop_takes_the_pipeline_image_and_nearest_boxes(tmp_path, models):
+def test_crop_takes_the_pipeline_image_and_nearest_boxes(models, start):
     """The crop's image comes from the pipeline (float32 NCHW, converted to
     uint8 HWC: values rounded and saturated), its boxes from the nearest
     earlier stage that has them, across a stage that has none."""
-    srv = start(tmp_path, """\
+    srv = start("""\
 pipeline_sessions:
   - name: p
     stages:
@@ -325,8 +335,8 @@ def test_pipelines_only_config_errors(tmp_path, models):
     assert "stages[0].pool: 'nowhere' is not a pool of this config" in r.stderr
 
 
-def test_stage_timeout_list_checked(tmp_path, models):
-    srv = start(tmp_path, SCENARIO_2_CONFIG.format(models=models))
+def test_stage_timeout_list_checked(models, start):
+    srv = start(SCENARIO_2_CONFIG.format(models=models))
     c = SessionClient(endpoint=srv.endpoint)
     with pytest.raises(InvalidArgumentError, match="at most 3"):
         c.infer(InferenceRequest("video_analysis_pipeline", {"input_0": frame()},
@@ -360,11 +370,11 @@ pipeline_sessions:
 """
 
 
-def test_stage_timeout_list_in_the_config(tmp_path):
+def test_stage_timeout_list_in_the_config(start):
     """A pipeline's stage_timeout_ms (stage order) applies to every request;
     a request's pipeline_config.stage_timeout_ms replaces the whole list."""
     from cann_sip import DeadlineExceededError as Late
-    srv = start(tmp_path, SLOW_PIPELINE % "[100, 0]")
+    srv = start(SLOW_PIPELINE % "[100, 0]")
     c = SessionClient(endpoint=srv.endpoint)
     x = {"input": np.ones((1, 4), F)}
     with pytest.raises(Late, match="stage 'first'.*stage_timeout_ms of 100"):
@@ -385,7 +395,7 @@ def test_stage_timeout_list_config_errors(tmp_path, value, message):
     assert "pipeline_sessions[0].stage_timeout_ms" in r.stderr and message in r.stderr, r.stderr
 
 
-def test_predictions_with_labels(tmp_path, models):
+def test_predictions_with_labels(tmp_path, models, start):
     """A topk stage with a labels_file (relative to the config) after the
     classifier: .predictions names the classes."""
     cfg = SCENARIO_2_CONFIG.format(models=models) + """\
@@ -393,7 +403,7 @@ def test_predictions_with_labels(tmp_path, models):
 """
     (tmp_path / "sipd").mkdir()  # the config's directory
     (tmp_path / "sipd" / "classes.txt").write_text("red\ngreen\nyellow\nblue\n")
-    srv = start(tmp_path, cfg)
+    srv = start(cfg)
     c = SessionClient(endpoint=srv.endpoint)
     r = c.infer(InferenceRequest("video_analysis_pipeline", {"input_0": frame()}))
     logits = COLOURS @ CLS_W

@@ -4,7 +4,6 @@ generated model whose output shows the control inputs the server filled
 native protocol (cann_sip) and KServe HTTP."""
 
 import threading
-import time
 
 import numpy as np
 import onnx
@@ -14,6 +13,7 @@ from onnx import TensorProto as T, helper
 import kserve as K
 from cann_sip import FailedPreconditionError, InferenceRequest, ResourceExhaustedError
 from cann_sip.errors import InvalidArgumentError
+import harness
 from harness import serve
 from test_grpc import pb  # noqa: F401  (the generated gRPC stubs, a fixture)
 
@@ -109,13 +109,13 @@ def metric(srv, name, pool_name):
     raise AssertionError("no %s for %s in /metrics" % (name, pool_name))
 
 
-def wait_metric(srv, name, pool_name, want, timeout=5.0):
-    """A slot frees just after its END request was answered: wait for it."""
-    deadline = time.monotonic() + timeout
-    while metric(srv, name, pool_name) != want:
-        assert time.monotonic() < deadline, "%s of %s stays %s, not %s" % (
-            name, pool_name, metric(srv, name, pool_name), want)
-        time.sleep(0.01)
+def wait_metric(srv, name, pool_name, want, timeout=harness.WAIT_TIMEOUT_S):
+    """Waits until /metrics shows `want` for the pool's metric (a slot frees
+    just after its END request was answered, an idle sequence expires on a
+    timer)."""
+    harness.wait_until(lambda: metric(srv, name, pool_name) == want, timeout,
+                       lambda: "%s of %s to be %s (it is %s)" % (
+                           name, pool_name, want, metric(srv, name, pool_name)))
 
 
 def test_control_inputs_native(srv):
@@ -190,7 +190,7 @@ def test_idle_timeout(srv):
     expired = metric(srv, "sip_sequences_expired_total", "seq_idle")
     seq = srv.c.sequence("seq_idle", 7)
     assert value(seq.infer(x(1))) == (1011.0, 7)
-    time.sleep(5 * SHORT_IDLE_US / 1e6)
+    wait_metric(srv, "sip_sequences_expired_total", "seq_idle", expired + 1)
     with pytest.raises(FailedPreconditionError,
                        match="sequence 7 is not active .*idle timeout of 100000 us"):
         seq.infer(x(2))
@@ -211,9 +211,8 @@ def test_end_frees_the_slot_for_the_backlog(srv):
     # ... which is then full.
     with pytest.raises(ResourceExhaustedError, match="max_backlog"):
         srv.c.sequence("seq_one", 3).infer(x(1))
-    time.sleep(0.2)
+    wait_metric(srv, "sip_sequences_waiting", "seq_one", 1)
     assert not w1.done() and not w2.done()
-    assert metric(srv, "sip_sequences_waiting", "seq_one") == 1
     # END of sequence 1 frees the slot: sequence 2 starts, in order.
     assert value(first.end(x(4))) == (114.0, 1)
     assert value(w1.result(timeout=10)) == (1012.0, 2)

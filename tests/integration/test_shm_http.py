@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from harness import serve
+from harness import serve, wait_until
 import kserve as K
 import models
 
@@ -386,6 +386,7 @@ def test_unregister_while_in_use(base, srv, shm):
     s_in.write(0, x.tobytes())
     assert register(base, "in", s_in.key, 0, 4096).status == 200
     assert register(base, "out", s_out.key, 0, 4096).status == 200
+    c = srv.client()
     for how in ("/region/in/unregister", "/unregister"):
         s_out.write(0, b"\0" * x.nbytes)
         replies = []
@@ -393,7 +394,8 @@ def test_unregister_while_in_use(base, srv, shm):
             base, "slow", [shm_input("input", x, "in")],
             outputs=[("output", shm_param("out", x.nbytes))])))
         t.start()
-        time.sleep(0.2)  # decoded and running (600 ms)
+        wait_until(lambda: srv.pool_status("slow", c)["sessions"][0]["state"] == "RUNNING",
+                   what="the request decoded and running (600 ms)")
         assert post(base, "/v2/systemsharedmemory" + how).status == 200
         assert "in" not in [r["name"] for r in status(base).json()]
         t.join(10)

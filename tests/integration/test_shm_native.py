@@ -11,13 +11,13 @@ import fcntl
 import os
 import socket
 import tempfile
-import time
 
 import numpy as np
 import pytest
 
 from cann_sip import (FailedPreconditionError, InferenceRequest, InvalidArgumentError,
                       NotFoundError, protocol as P)
+from harness import wait_until
 
 CODE_OK, CODE_INVALID, CODE_NOT_FOUND, CODE_EXISTS = 0, 1, 2, 3
 
@@ -393,7 +393,10 @@ def test_unregister_while_a_request_uses_the_region(server):
     x[:] = np.arange(256, dtype=np.float32)
     fut = c.infer_async(InferenceRequest("slow", {"input": x},
                                          outputs={"output": region.output(4096, 1024)}))
-    time.sleep(0.05)  # the request is queued or running, holding its views
+    # the request is queued or running, holding its views
+    wait_until(lambda: (lambda st: st["queued_requests"] > 0 or st["sessions"][0]["state"]
+                        == "RUNNING")(server.pool_status("slow", c)),
+               what="the request to queue or run in pool slow")
     c.unregister_shared_memory("busy")
     assert c.shared_memory_status() == []
     resp = fut.result(timeout=20)
@@ -410,13 +413,8 @@ def sipd_memfd_maps(server):
         return sum("memfd:" in line for line in f)
 
 
-def wait_for(fn, want, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = fn()
-        if got == want or time.monotonic() > deadline:
-            return got
-        time.sleep(0.05)
+def wait_for(fn, want, what):
+    wait_until(lambda: fn() == want, what=lambda: "%s to be %r (it is %r)" % (what, want, fn()))
 
 
 def test_closing_a_connection_releases_its_regions(server):
@@ -440,8 +438,8 @@ def test_closing_a_connection_releases_its_regions(server):
         os.close(fd)
         raw.close()
         c.close()
-        assert wait_for(lambda: sipd_fds(server), base_fds) == base_fds
-        assert wait_for(lambda: sipd_memfd_maps(server), 0) == 0
+        wait_for(lambda: sipd_fds(server), base_fds, "sipd's open descriptors")
+        wait_for(lambda: sipd_memfd_maps(server), 0, "sipd's memfd mappings")
     server.assert_alive()
 
 
@@ -460,8 +458,8 @@ def test_closing_the_connection_with_a_request_in_flight(server):
                                          outputs={"output": P.OutputDestination("r", 64, 64)})
     raw.send(P.INFER_REQUEST, b"".join(bytes(p) for p in parts))
     raw.close()
-    assert wait_for(lambda: sipd_fds(server), base_fds) == base_fds
-    assert wait_for(lambda: sipd_memfd_maps(server), 0) == 0
+    wait_for(lambda: sipd_fds(server), base_fds, "sipd's open descriptors")
+    wait_for(lambda: sipd_memfd_maps(server), 0, "sipd's memfd mappings")
     server.assert_alive()
 
 
@@ -473,9 +471,7 @@ def test_reconnect_registers_the_regions_again(server):
     # Drop the connection under the client: the next call opens a new one
     # and registers the region on it.
     c._conn.sock.shutdown(socket.SHUT_RDWR)
-    deadline = time.monotonic() + 5
-    while not c._conn.dead and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: c._conn.dead, what="the client to see its connection gone")
     resp = c.infer(InferenceRequest("echo", {"input": x}, outputs={"output": region.output(64)}))
     np.testing.assert_array_equal(resp.outputs["output"], x)
     assert [r["name"] for r in c.shared_memory_status()] == ["again"]

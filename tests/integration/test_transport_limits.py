@@ -1,11 +1,15 @@
 """Native transport limits: a client batch cannot pad beyond what the pool
 runs in one execution, a client that never reads its answers is not read
-from either (server.max_unsent_bytes), and running out of file descriptors
-neither spins the transport thread nor floods the log."""
+from either (server.max_unsent_bytes), running out of file descriptors
+neither spins the transport thread nor floods the log, and a frame whose
+bytes stop coming closes its connection (server.frame_timeout_ms), whether
+or not its client reads its answers."""
 
+import fcntl
 import os
 import resource
 import socket
+import termios
 import threading
 import time
 
@@ -16,7 +20,7 @@ from cann_sip import (BatchInferenceRequest, InferenceRequest, InvalidArgumentEr
                       ResourceExhaustedError)
 from cann_sip import protocol as P
 from cann_sip.errors import code_name
-from harness import raw_connect, read_frame, read_until_closed
+from harness import raw_connect, read_frame, read_until_closed, wait_until
 
 F = np.float32
 ROW = 256  # floats per row of the echo pools
@@ -34,6 +38,33 @@ def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def unread_by_server(sock):
+    """Bytes sent on a unix socket that its peer has not read yet."""
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4), "little")
+
+
+def wait_read_by_server(*socks):
+    """Waits until sipd has read every byte sent on these unix sockets."""
+    wait_until(lambda: all(unread_by_server(s) == 0 for s in socks),
+               what="sipd reading what was sent")
+
+
+def wait_progress_stops(srv, pool, client, still=0.5, timeout=20):
+    """Waits until the pool's answered requests stop growing for `still`
+    seconds (sipd stopped reading a connection); returns that count."""
+    seen = [None, 0.0]
+
+    def stopped():
+        ok = srv.pool_status(pool, client)["requests"].get("OK", 0)
+        now = time.monotonic()
+        if ok != seen[0]:
+            seen[:] = [ok, now]
+        return ok > 0 and now - seen[1] >= still
+
+    wait_until(stopped, timeout=timeout, what="the pool's answered requests to stop growing")
+    return seen[0]
 
 
 def check_echo(client, value=3.0):
@@ -124,9 +155,10 @@ def test_client_that_does_not_read_is_not_read_from(start_sipd):
 
     t = threading.Thread(target=sender, daemon=True)
     t.start()
-    time.sleep(1.5)
+    answered = wait_progress_stops(srv, "echo", srv.client())
     # sipd stopped reading: the requests wait in the socket, not in sipd.
     assert not sent, "sipd read every request of a client that reads no answers"
+    assert answered < n, answered
     grew = rss_kib(srv.proc.pid) - before
     # Bounded: what sipd holds is its queue and allocator slack (4-6 MB
     # measured), far below the 32 MB the answers would take unbounded.
@@ -162,9 +194,10 @@ def flood_out_of_descriptors(srv, connect, headroom, log_line):
                 held.append(connect())
             except OSError:
                 break
-        time.sleep(0.3)
+        wait_until(lambda: srv.log().count(log_line) > log_before,
+                   what="sipd running out of descriptors (%s)" % log_line)
         cpu0 = cpu_seconds(pid)
-        time.sleep(1.0)
+        time.sleep(1.0)  # the window sipd's CPU time is measured over
         used = cpu_seconds(pid) - cpu0
         assert used < 0.3, "sipd used %.2f s of CPU in 1 s while out of descriptors" % used
         lines = srv.log().count(log_line) - log_before
@@ -173,7 +206,6 @@ def flood_out_of_descriptors(srv, connect, headroom, log_line):
         for h in held:
             h.close()
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
-    time.sleep(0.2)
 
 
 def test_out_of_descriptors_backs_off(srv):
@@ -227,7 +259,7 @@ def test_announced_frames_are_not_allocated_before_their_bytes(srv):
             s = raw_connect(srv.unix_endpoint)
             s.sendall(P.encode_header(P.INFER_REQUEST, 256 << 20, i + 1) + b"\x00" * 100)
             socks.append(s)
-        time.sleep(0.5)
+        wait_read_by_server(*socks)  # every header and its first bytes
         vm_grew = vm_kib(pid) - vm0
         rss_grew = vm_kib(pid, "VmRSS") - rss0
         assert vm_grew < 256 * 1024, "VmSize grew by %d KiB for 32 announced frames" % vm_grew
@@ -260,7 +292,7 @@ def test_frames_past_the_receive_budgets_are_refused_and_skipped(start_sipd):
     held = [raw_connect(srv.unix_endpoint) for _ in range(3)]
     for h in held[:2]:
         h.sendall(part[:-10])
-    time.sleep(0.3)
+    wait_read_by_server(*held[:2])  # 1.8 MiB charged to the total
     held[2].sendall(part)
     hdr, payload = read_frame(held[2])
     r = P.decode_infer_response(payload)
@@ -289,7 +321,7 @@ def test_stalled_frame_closes_the_connection(start_sipd):
     steady.sendall(whole[:200])
     t0 = time.monotonic()
     for chunk in range(200, len(whole), (len(whole) - 200) // 4 + 1):
-        time.sleep(0.3)
+        time.sleep(0.3)  # the steady client's pace: 1.2 s in all, each gap under the timeout
         steady.sendall(whole[chunk:chunk + (len(whole) - 200) // 4 + 1])
     hdr, payload = read_frame(steady)
     assert hdr.request_id == 7 and P.decode_infer_response(payload).code == 0
@@ -304,10 +336,18 @@ def test_stalled_frame_closes_the_connection(start_sipd):
     check_echo(srv.client())
 
 
+def info_answered(sock):
+    """Sends an INFO request on a raw connection and reads its answer."""
+    sock.sendall(P.encode_frame(P.INFO_REQUEST, 1, P.encode_info_request(P.INFO_READY)))
+    hdr, _ = read_frame(sock)
+    assert hdr.type == P.INFO_RESPONSE, hdr
+
+
 def test_connections_past_the_limit_are_refused(start_sipd):
     srv = start_sipd(POOLS, server={"max_connections": 4})
     held = [raw_connect(srv.unix_endpoint) for _ in range(4)]
-    time.sleep(0.2)
+    for h in held:  # each one accepted by now
+        info_answered(h)
     extra = raw_connect(srv.unix_endpoint)
     data = read_until_closed(extra, timeout=5)
     assert P.decode_header(data[:P.HEADER_SIZE]).type == P.ERROR
@@ -318,14 +358,43 @@ def test_connections_past_the_limit_are_refused(start_sipd):
     with pytest.raises(ResourceExhaustedError, match="server.max_connections"):
         c.infer(InferenceRequest("echo", {"input": np.ones((1, ROW), F)}))
     held.pop().close()
-    for _ in range(50):  # the close is seen by the server's loop soon after
-        time.sleep(0.05)
+
+    def accepted():  # the close is seen by the server's loop soon after
         try:
             check_echo(srv.client())
-            break
-        except Exception:
-            continue
-    else:
-        raise AssertionError("no connection accepted after one closed")
+            return True
+        except ResourceExhaustedError:
+            return False
+
+    wait_until(accepted, what="a connection accepted after one closed")
     for h in held:
         h.close()
+
+
+def test_half_sent_frame_of_a_client_that_does_not_read_is_timed_out(start_sipd):
+    """A client sends four requests with 100 KB answers, then half of a
+    fifth frame, and reads nothing: its answers fill the socket, then sipd's
+    queue, and sipd stops reading it (max_unsent_bytes). The half-sent frame
+    still times out: the connection is closed about frame_timeout_ms after
+    the frame's last byte came (before: open and silent for good, the ERROR
+    frame queued behind answers never taken, or the connection not even
+    looked at while not read from)."""
+    srv = start_sipd(POOLS + [{"name": "slow", "backend": "builtin",
+                               "backend_options": {"shape": "-1,%d" % ROW, "delay_ms": 100}}],
+                     server={"frame_timeout_ms": 1000, "max_unsent_bytes": 4096})
+    c = srv.client()
+    assert c.status()["connections"]["unix"] == 1  # this client's
+    frame = infer_frame(1, rows=100, pool="slow")
+    s = raw_connect(srv.unix_endpoint)
+    try:
+        s.sendall(frame * 4 + frame[:len(frame) // 2])
+        t0 = time.monotonic()
+        wait_until(lambda: c.status()["connections"]["unix"] == 1, timeout=10,
+                   what="sipd closing the connection holding half a frame")
+        open_s = time.monotonic() - t0
+        assert 0.9 < open_s < 5, open_s
+        assert srv.log().count("frame stalled") == 1, srv.log_tail()
+        read_until_closed(s, timeout=10)  # the answers it took, then the end
+        check_echo(c)
+    finally:
+        s.close()
