@@ -221,6 +221,17 @@ static inline sip_server_t *new_server_ex(const char *server_yaml, const char *p
   return new_server_yaml(yaml);
 }
 
+/* A test that cannot run here (no python3-onnx to make its models): a skip,
+ * but a failure in CI (CI set, not "0" or "false"): there every test must
+ * run, and scripts/deps.sh installs what they need. */
+#define SKIP_UNLESS_CI(why)                                                              \
+  do {                                                                                   \
+    const char *ci_ = getenv("CI");                                                      \
+    if (ci_ && *ci_ && strcmp(ci_, "0") && strcmp(ci_, "false"))                         \
+      fail_msg("%s: with CI set every test must run (scripts/deps.sh installs it)", why); \
+    skip();                                                                              \
+  } while (0)
+
 /* Runs Python script `py` (python3-onnx) with a new temporary directory
  * /tmp/<prefix>_XXXXXX (written to dir, 64 bytes) as its argument, to
  * generate models there. 1: made; 0: no python3 + onnx (tests skip);
