@@ -16,10 +16,14 @@
  *      expanded rectangle as its minimum-area box); skipped when the short
  *      side is then < min_size + 2;
  *   6. scale to the source image (src_size) and clip; corners ordered
- *      clockwise from the top-left as PaddleOCR's get_mini_boxes does.
- * Boxes come out in raster order of each component's first pixel (top to
- * bottom), at most max_candidates components being examined. */
+ *      clockwise from the top-left as PaddleOCR's get_mini_boxes does;
+ *   7. reading order, as tools/infer/predict_system.py's sorted_boxes: by
+ *      top-left corner (y, then x), then boxes of one line (top-left y
+ *      within LINE_TOLERANCE source pixels) left to right.
+ * At most max_candidates components (raster order of their first pixel)
+ * are examined. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -179,6 +183,53 @@ static void order_box(pt_t *p) {
   p[3] = bl;
 }
 
+/* sorted_boxes' "same line": top-left corners less than this many source
+ * pixels apart vertically. */
+#define LINE_TOLERANCE 10.0
+
+typedef struct db_box {
+  float b[8], score;
+  int64_t found; /* position in detection order: ties keep it (Python's sort is stable) */
+} db_box_t;
+
+static int by_top_left(const void *pa, const void *pb) {
+  const db_box_t *a = pa, *b = pb;
+  if (a->b[1] != b->b[1]) return a->b[1] < b->b[1] ? -1 : 1;
+  if (a->b[0] != b->b[0]) return a->b[0] < b->b[0] ? -1 : 1;
+  return (a->found > b->found) - (a->found < b->found);
+}
+
+/* PaddleOCR's sorted_boxes on n boxes (corner 0 the top-left): a stable
+ * sort by (y, x) of that corner, then each box moves left past its
+ * predecessors while they are on its line (|dy| < LINE_TOLERANCE) and to
+ * its right. The second pass only moves boxes within one line's band. */
+static sip_error_t *sort_reading_order(float *boxes, float *scores, int64_t n) {
+  if (n < 2) return NULL;
+  db_box_t *r = sip__calloc((size_t)n, sizeof *r);
+  if (!r) return SIP__OOM();
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(r[i].b, boxes + i * 8, sizeof r[i].b);
+    r[i].score = scores[i];
+    r[i].found = i;
+  }
+  qsort(r, (size_t)n, sizeof *r, by_top_left);
+  for (int64_t i = 0; i + 1 < n; i++)
+    for (int64_t j = i; j >= 0; j--) {
+      if (!(fabs((double)r[j + 1].b[1] - (double)r[j].b[1]) < LINE_TOLERANCE &&
+            r[j + 1].b[0] < r[j].b[0]))
+        break;
+      db_box_t t = r[j];
+      r[j] = r[j + 1];
+      r[j + 1] = t;
+    }
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(boxes + i * 8, r[i].b, sizeof r[i].b);
+    scores[i] = r[i].score;
+  }
+  sip__free(r);
+  return NULL;
+}
+
 typedef struct db_work {
   unsigned char *seen;
   int64_t *queue;        /* pixel indices of one component */
@@ -293,6 +344,7 @@ static sip_error_t *db_run(const sip__transform_t *t, const sip_tensor_t *const 
     }
     w.scores[kept++] = (float)score;
   }
+  if (!e) e = sort_reading_order(w.boxes, w.scores, kept);
   int64_t bd[3] = {kept, 4, 2}, sd = kept;
   void *ob, *os;
   if (!e && !(e = sip__tf_alloc(t->out[0].name, SIP_DTYPE_FLOAT32, 3, bd, &out[0], &ob)) &&

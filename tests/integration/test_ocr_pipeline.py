@@ -2,8 +2,10 @@
 crops -> angle classifier -> rotate180 -> rec -> CTC) on rendered text.
 
 Known lines, Latin and Chinese, one of them upside down, are drawn on a
-white image, sent as PNG bytes, and must come back exactly; an image without
-text must end after detection (early exit) without recognition ever running.
+white image, sent as PNG bytes, and must come back exactly (word gaps,
+capital I against lowercase l, digits and punctuation included), in reading
+order; an image without text must end after detection (early exit) without
+recognition ever running.
 The pipeline is the shipped examples/ocr.yaml, with only its endpoints (and
 relative paths) adapted to the test's server."""
 
@@ -22,7 +24,8 @@ from harness import OCR_DIR, REPO
 Image = pytest.importorskip("PIL.Image", reason="python3-pil missing (run scripts/deps.sh)")
 from PIL import ImageDraw, ImageFont  # noqa: E402
 
-LATIN = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf")
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
+LATIN = DEJAVU / "DejaVuSans-Bold.ttf"
 CJK = Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
 MODELS = [OCR_DIR / f for f in ("ch_PP-OCRv4_det_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx",
                                 "ch_PP-OCRv4_rec_infer.onnx", "ppocr_keys_v1.txt")]
@@ -30,37 +33,30 @@ MODELS = [OCR_DIR / f for f in ("ch_PP-OCRv4_det_infer.onnx", "ch_ppocr_mobile_v
 pytestmark = [
     pytest.mark.skipif(not all(p.is_file() for p in MODELS),
                        reason="third_party/models/ocr missing (run scripts/deps.sh)"),
-    pytest.mark.skipif(not (LATIN.is_file() and CJK.is_file()),
+    pytest.mark.skipif(not all(p.is_file() for p in (LATIN, DEJAVU / "DejaVuSans.ttf",
+                                                     DEJAVU / "DejaVuSerif.ttf", CJK)),
                        reason="fonts-dejavu-core / fonts-wqy-zenhei missing (run scripts/deps.sh)"),
 ]
 
-# (text, font, pixel size, upside down). PP-OCRv4's recogniser (a Chinese
-# model) reads Latin words run together when their gaps are narrow, and DB
-# splits a line when they are very wide: bold 40 px with gaps of 1.75 spaces
-# read right in every placement we tried (60 of 60).
+# (text, font, pixel size, upside down), drawn as typeset (ordinary word gaps).
 LINES = [
     ("Hello sip 2026", LATIN, 40, False),
     ("你好世界", CJK, 40, False),
     ("Pipelines exit early", LATIN, 40, True),
     ("深度学习推理服务", CJK, 36, False),
 ]
-WORD_GAP = 1.75  # spaces
+
+# A printed document's lines: word gaps next to punctuation, a capital I
+# (which a crop without margin above the letters reads as l), digits.
+INVOICE = ["Invoice No. 123", "Total due: 45.60 EUR", "Pay by 2026-01-31, thanks!"]
 
 
 def line_tile(text, font, px, flip):
-    """One line on a white tile, word by word with WORD_GAP-space gaps."""
+    """One line on a white tile with a 12 px border."""
     f = ImageFont.truetype(str(font), px)
-    words = text.split(" ")
-    gap = f.getlength(" ") * WORD_GAP
-    widths = [f.getlength(w) for w in words]
     ascent, descent = f.getmetrics()
-    tile = Image.new("RGB", (int(sum(widths) + gap * (len(words) - 1)) + 24, ascent + descent + 24),
-                     "white")
-    draw = ImageDraw.Draw(tile)
-    x = 12.0
-    for w, width in zip(words, widths):
-        draw.text((x, 12), w, font=f, fill="black")
-        x += width + gap
+    tile = Image.new("RGB", (int(f.getlength(text)) + 24, ascent + descent + 24), "white")
+    ImageDraw.Draw(tile).text((12, 12), text, font=f, fill="black")
     return tile.rotate(180) if flip else tile
 
 
@@ -150,6 +146,39 @@ def test_robust_to_placement(client, variant):
                     left=int(rng.integers(10, 80)), top=int(rng.integers(10, 60)),
                     gap=int(rng.integers(30, 60)))
     assert texts(ocr(client, png)) == [line[0] for line in LINES]
+
+
+@pytest.mark.parametrize("font,px", [("DejaVuSans.ttf", 32), ("DejaVuSans.ttf", 38),
+                                     ("DejaVuSans-Bold.ttf", 34), ("DejaVuSans-Bold.ttf", 42),
+                                     ("DejaVuSerif.ttf", 31)])
+def test_keeps_word_gaps_and_capital_i(client, font, px):
+    # The invoice lines, and the second one again upside down, come back
+    # exactly: spaces kept, "Invoice" not "lnvoice". With PaddleOCR's
+    # unclip_ratio 1.5 the boxes hug the ink, and every one of these pages
+    # lost a word gap ("Totaldue:45.60EUR", "Total due:45.60 EUR").
+    lines = [(t, DEJAVU / font, px, False) for t in INVOICE]
+    lines.append((INVOICE[1], DEJAVU / font, px, True))
+    png, _ = render(lines, size=(820, 520))
+    r = ocr(client, png)
+    assert texts(r) == [line[0] for line in lines], (font, px, texts(r))
+    assert np.all(r.outputs["scores"] > 0.8), r.outputs["scores"]
+
+
+def test_words_of_one_line_read_left_to_right(client):
+    # Two columns of one row, the right cell 2 px higher than the left, are
+    # read left to right (PaddleOCR's sorted_boxes), not in the order the
+    # detector met them (the higher one first).
+    f = ImageFont.truetype(str(DEJAVU / "DejaVuSans.ttf"), 40)
+    img = Image.new("RGB", (900, 240), "white")
+    draw = ImageDraw.Draw(img)
+    for y, left, right in ((60, "Date:", "31.01.2026"), (150, "Total", "45.60")):
+        draw.text((40, y), left, font=f, fill="black")
+        draw.text((520, y - 2), right, font=f, fill="black")
+    b = io.BytesIO()
+    img.save(b, "PNG")
+    r = ocr(client, b.getvalue())
+    assert texts(r) == ["Date:", "31.01.2026", "Total", "45.60"], texts(r)
+    assert np.all(np.diff(r.outputs["boxes"][:, 0, 0].reshape(2, 2), axis=1) > 0)
 
 
 def test_jpeg_too(client):
