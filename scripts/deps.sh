@@ -28,19 +28,42 @@ done
 # npm comes with the machine's Node.js where present; Debian's npm otherwise.
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "deps: installing ${missing[*]}"
+  echo "deps: installing ${missing[*]} (Debian packages)"
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! $SUDO apt-get update -qq || ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+       --no-install-recommends "${missing[@]}" >/dev/null; then
+    echo "deps: apt-get could not install ${missing[*]} (its error is above): check the network" \
+         "and /etc/apt/sources.list, that you are root or may sudo, and free disk space" >&2
+    exit 1
+  fi
 fi
 
 # fetch NAME@VERSION FILE INTEGRITY: npm pack into the cache, verify sha512.
+# Each download says what it fetches and its size; on a terminal npm shows
+# its progress; when npm fails, its own error is printed and what to check.
 fetch() {
   local spec=$1 file=$2 want=$3
   mkdir -p "$cache"
   if [ ! -f "$cache/$file" ]; then
-    echo "deps: fetching $spec"
-    (cd "$cache" && npm pack --silent "$spec" >/dev/null)
+    echo "deps: fetching $spec from $(npm config get registry 2>/dev/null || echo 'the npm registry')"
+    local log rc=0
+    log=$(mktemp)
+    if [ -t 2 ]; then
+      (cd "$cache" && npm pack --progress=true "$spec" >"$log" 2> >(tee -a "$log" >&2)) || rc=$?
+    else
+      (cd "$cache" && npm pack --progress=false "$spec" >"$log" 2>&1) || rc=$?
+    fi
+    if [ "$rc" -ne 0 ] || [ ! -f "$cache/$file" ]; then
+      echo "deps: npm pack $spec failed (exit $rc); npm said:" >&2
+      sed 's/^/  | /' "$log" >&2
+      echo "deps: check the network and the registry ($(npm config get registry 2>/dev/null))," \
+           "its TLS certificate (ca-certificates; npm config get cafile / strict-ssl)," \
+           "and free disk space in $cache ($(df -h --output=avail "$cache" 2>/dev/null | tail -1 | tr -d ' ') free)" >&2
+      rm -f "$log"
+      exit 1
+    fi
+    rm -f "$log"
+    echo "deps: fetched $file ($(du -h "$cache/$file" | cut -f1))"
   fi
   local got="sha512-$(openssl dgst -sha512 -binary "$cache/$file" | base64 -w0)"
   if [ "$got" != "$want" ]; then
