@@ -518,6 +518,9 @@ static void format_cpus(const cpu_set_t *set, char *buf, size_t n) {
  * (the global intra-op pool) are created beforehand and keep theirs. */
 void sip__pool_load(sip__pool_t *p) {
   const sip__pool_config_t *c = p->cfg;
+  /* A large model takes a while: its start is logged, not only its end. */
+  sip__log(SIP__LOG_INFO, "pool loading", "pool=%s model=\"%s\" version=%s sessions=%d", c->name,
+           c->model_path ? c->model_path : "-", p->version ? p->version : "-", c->pool_size);
   if (!c->n_cpus) {
     load(p);
     return;

@@ -4,6 +4,7 @@ strict readiness, the default) unless server.strict_readiness is false; the
 start-up log line counts the failures; sipd --check-config names model files
 that cannot be read, and --load the models that cannot load."""
 
+import re
 import subprocess
 
 import numpy as np
@@ -46,6 +47,9 @@ def test_not_ready_with_failed_pool(srv, client):
     assert r.status == 503 and "'broken' FAILED" in r.json()["error"], r
     assert K.get(K.http_base(srv) + "/v2/health/live").status == 200
     assert "sip_ready 0\n" in K.get(K.http_base(srv) + "/metrics").body.decode()
+    log = srv.log()  # each load's start and end are logged, the end with its time and memory
+    assert log.index('msg="pool loading" pool=good') < log.index('msg="pool loaded" pool=good')
+    assert re.search(r'msg="pool loaded" pool=good .*load_ms=[0-9.]+ .*memory_bytes=\d+', log)
     line = [l for l in srv.log().splitlines() if "pools loaded, some failed" in l]
     assert len(line) == 1 and "failed=2" in line[0] and "ready=false" in line[0], line
     # the good pools serve all the same
