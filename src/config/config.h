@@ -228,6 +228,7 @@ typedef struct sip__config {
   int http_max_connections_per_ip; /* server.http_max_connections_per_ip, default 256, 0: none */
   int http_header_timeout_ms; /* server.http_header_timeout_ms, default 30000 */
   sip__log_level_t log_level;  /* server.log_level: debug|info|warn|error, default info */
+  int log_format;              /* server.log_format: SIP__LOG_TEXT or SIP__LOG_JSON */
   char *http;                 /* server.http "host:port" (KServe v2 HTTP front-end); NULL: off */
   size_t http_max_body_bytes; /* server.http_max_body_bytes, default 64 MiB, 1 KiB..4 GiB */
   int http_threads;           /* server.http_threads, 1..64, default 2 */

@@ -14,6 +14,7 @@ static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base
 static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const model_control_names[] = {"startup", "explicit", NULL};
 
 #define ENDPOINT_EXPECT                                                                          \
@@ -25,7 +26,7 @@ enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BOD
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
-       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_COUNT };
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -98,6 +99,12 @@ static const field_t server_fields[S_COUNT] = {
                                       "closed (this also ends idle keep-alive connections)."},
     [S_LOG] = {.name = "log_level", .type = F_ENUM, .offset = offsetof(sip__config_t, log_level),
                .names = log_level_names, .def = SIP__LOG_INFO, .doc = "Least severe level logged."},
+    [S_LOG_FORMAT] = {.name = "log_format", .type = F_ENUM,
+                      .offset = offsetof(sip__config_t, log_format), .names = log_format_names,
+                      .def = SIP__LOG_TEXT,
+                      .doc = "How log lines are written on stderr: text (logfmt: ts=... level=... "
+                             "msg=\"...\" key=value ...) or json (one JSON object per line with the "
+                             "same keys, values as strings)."},
     /* KServe v2 HTTP/REST front-end (src/http/). */
     [S_HTTP] = {.name = "http", .type = F_STRING, .offset = offsetof(sip__config_t, http),
                 .valid = valid_http_address, .expect = HTTP_EXPECT,

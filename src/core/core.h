@@ -33,6 +33,10 @@ char *sip__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * `kv` is a preformatted suffix such as "pool=a code=NOT_FOUND" (may be NULL). */
 enum { SIP__LOG_DEBUG = 0, SIP__LOG_INFO, SIP__LOG_WARN, SIP__LOG_ERROR };
 void sip__log_set_level(int level);
+/* Line format: logfmt (the default) or one JSON object per line with the
+ * same keys (server.log_format). */
+enum { SIP__LOG_TEXT = 0, SIP__LOG_JSON = 1 };
+void sip__log_set_format(int format);
 int sip__log_enabled(int level);
 void sip__log(int level, const char *msg, const char *kv_fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -2,14 +2,84 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/core.h"
 
 static atomic_int log_level = SIP__LOG_INFO;
+static atomic_int log_format = SIP__LOG_TEXT;
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
 void sip__log_set_level(int level) { atomic_store(&log_level, level); }
+void sip__log_set_format(int format) { atomic_store(&log_format, format); }
+
+/* ---- JSON lines (server.log_format: json) ---- */
+
+typedef struct jbuf {
+  char p[12288];
+  size_t n;
+} jbuf_t;
+
+static void jput(jbuf_t *b, const char *s, size_t n) {
+  if (n > sizeof b->p - 8 - b->n) n = sizeof b->p - 8 - b->n; /* cut: room for the closing */
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+}
+
+/* s[0..n) as a JSON string, quotes included (bytes from 0x80 up pass as
+ * they are: the engine's text is UTF-8). */
+static void jstr(jbuf_t *b, const char *s, size_t n) {
+  jput(b, "\"", 1);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[8];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\', esc[1] = (char)c;
+      jput(b, esc, 2);
+    } else if (c < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", c);
+      jput(b, esc, 6);
+    } else {
+      jput(b, (const char *)&c, 1);
+    }
+  }
+  jput(b, "\"", 1);
+}
+
+/* The logfmt pairs of `kv` (key=value, key="value") as JSON members. A
+ * quoted value runs to the quote followed by a space or the end (values
+ * quote messages, which may hold quotes of their own); a word without '='
+ * is kept under its own name with an empty value. */
+static void kv_members(jbuf_t *b, const char *kv) {
+  const char *p = kv;
+  while (*p) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    const char *key = p;
+    while (*p && *p != '=' && *p != ' ') p++;
+    size_t klen = (size_t)(p - key);
+    const char *val = p;
+    size_t vlen = 0;
+    if (*p == '=') {
+      p++;
+      if (*p == '"') {
+        const char *end = ++p;
+        while (*end && !(*end == '"' && (end[1] == ' ' || !end[1]))) end++;
+        val = p, vlen = (size_t)(end - p);
+        p = *end ? end + 1 : end;
+      } else {
+        val = p;
+        while (*p && *p != ' ') p++;
+        vlen = (size_t)(p - val);
+      }
+    }
+    jput(b, ",", 1);
+    jstr(b, key, klen);
+    jput(b, ":", 1);
+    jstr(b, val, vlen);
+  }
+}
 int sip__log_enabled(int level) { return level >= atomic_load(&log_level); }
 
 void sip__log(int level, const char *msg, const char *kv_fmt, ...) {
@@ -27,9 +97,23 @@ void sip__log(int level, const char *msg, const char *kv_fmt, ...) {
   gmtime_r(&ts.tv_sec, &tm);
   char when[32];
   strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+  const char *lv = level_names[level < 0 ? 0 : level > 3 ? 3 : level];
+  if (atomic_load(&log_format) == SIP__LOG_JSON) {
+    jbuf_t b;
+    b.n = 0;
+    char head[64];
+    int hn = snprintf(head, sizeof head, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":", when,
+                      ts.tv_nsec / 1000000, lv);
+    jput(&b, head, (size_t)hn);
+    jstr(&b, msg, strlen(msg));
+    kv_members(&b, kv);
+    memcpy(b.p + b.n, "}\n", 2); /* jput keeps room for it */
+    fwrite(b.p, 1, b.n + 2, stderr);
+    return;
+  }
   /* One fprintf per line so concurrent lines do not interleave (stdio locks). */
-  fprintf(stderr, "ts=%s.%03ldZ level=%s msg=\"%s\"%s%s\n", when, ts.tv_nsec / 1000000,
-          level_names[level < 0 ? 0 : level > 3 ? 3 : level], msg, kv[0] ? " " : "", kv);
+  fprintf(stderr, "ts=%s.%03ldZ level=%s msg=\"%s\"%s%s\n", when, ts.tv_nsec / 1000000, lv, msg,
+          kv[0] ? " " : "", kv);
 }
 
 /* Failed requests are logged one line each, but a client hammering a bad

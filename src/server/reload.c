@@ -212,6 +212,7 @@ sip_error_t *sip__server_reload(sip_server_t *s) {
     sip__log(SIP__LOG_WARN, "server settings changed; they are read at start only",
              "file=%s applied=log_level,drain_timeout_ms", s->config_path);
   sip__log_set_level((int)ncfg->log_level);
+  sip__log_set_format(ncfg->log_format);
   atomic_store(&s->drain_timeout_ms, ncfg->drain_timeout_ms);
   atomic_store(&s->pools_cfg, ncfg);
   sip__log(SIP__LOG_INFO, "config reloaded",

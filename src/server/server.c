@@ -337,6 +337,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     e = sip_error_new(SIP_INVALID_ARGUMENT, "no config: set a file or a string in the options");
   if (e) return e;
   sip__log_set_level((int)cfg->log_level);
+  sip__log_set_format(cfg->log_format);
 
   sip_server_t *s = sip__calloc(1, sizeof *s);
   if (!s) {

@@ -4,6 +4,7 @@ strict readiness, the default) unless server.strict_readiness is false; the
 start-up log line counts the failures; sipd --check-config names model files
 that cannot be read, and --load the models that cannot load."""
 
+import json
 import re
 import subprocess
 
@@ -64,6 +65,19 @@ def test_ready_with_failed_pool_when_not_strict(sipd_bin, tmp_path):
         c = s.client()
         assert c.info(1)["ready"] is True and c.ready() is True
         assert "failed=1" in s.log() and "ready=true" in s.log()
+
+
+def test_json_log_lines(sipd_bin, tmp_path):
+    pools = [{"name": "good", "backend": "builtin"},
+             {"name": "broken", "model_path": str(models.write_corrupt(tmp_path / "c.onnx"))}]
+    with serve(tmp_path, pools, server={"strict_readiness": False, "log_format": "json"}) as s:
+        lines = [json.loads(l) for l in s.log().splitlines() if l.startswith("{")]
+    by_msg = {l["msg"]: l for l in lines}
+    assert by_msg["pool loaded"]["pool"] == "good" and float(by_msg["pool loaded"]["load_ms"]) >= 0
+    failed = by_msg["pool failed to load"]
+    assert failed["pool"] == "broken" and failed["level"] == "error" and failed["reason"]
+    assert by_msg["pools loaded, some failed"]["failed"] == "1"
+    assert all(set(l) >= {"ts", "level", "msg"} for l in lines)
 
 
 def check_config(path, *extra):
