@@ -42,6 +42,14 @@ sip_error_t *sip_server_options_set_config_string(sip_server_options_t *o, const
 void sip_server_options_set_listen(sip_server_options_t *o, int listen);
 /* Load pools synchronously inside sip_server_new (default 0: in the background). */
 void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait);
+/* Listening addresses that replace the config's server.http, server.grpc
+ * and server.endpoints (every endpoint added replaces the config's list).
+ * Copied. Errors: INVALID_ARGUMENT for an empty address; an address the
+ * config's grammar refuses makes sip_server_new fail with INVALID_ARGUMENT
+ * naming it. */
+sip_error_t *sip_server_options_set_http_address(sip_server_options_t *o, const char *address);
+sip_error_t *sip_server_options_set_grpc_address(sip_server_options_t *o, const char *address);
+sip_error_t *sip_server_options_add_endpoint(sip_server_options_t *o, const char *url);
 
 /* ---- server ---- */
 /* Parses and validates a config file without loading or serving anything

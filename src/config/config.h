@@ -275,6 +275,13 @@ int sip__config_security_same(const sip__config_t *x, const sip__config_t *y);
  * by the caller (sip__config_free). `name` labels the text in messages.
  * `backends` is the table backend names and capabilities are checked
  * against (the server passes sip__backend_catalog()). */
+/* Replaces the listening addresses of a loaded config (the server
+ * options' overrides: sipd --http / --grpc / --endpoint, SIP_HTTP,
+ * SIP_GRPC): `http`, `grpc` (NULL: kept) and `endpoints` (n 0: kept), each
+ * checked against the grammar server.http and server.endpoints have.
+ * INVALID_ARGUMENT names the address, what is wrong and what is expected. */
+sip_error_t *sip__config_set_addresses(sip__config_t *cfg, const char *http, const char *grpc,
+                                       const char *const *endpoints, size_t n);
 sip_error_t *sip__config_load_file(const char *path, const sip__backend_catalog_t *backends,
                                    sip__config_t **out);
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,

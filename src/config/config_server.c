@@ -296,3 +296,43 @@ static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base
   }
   return 0;
 }
+
+sip_error_t *sip__config_set_addresses(sip__config_t *cfg, const char *http, const char *grpc,
+                                       const char *const *endpoints, size_t n) {
+  char why[128];
+  const char *addr[2] = {http, grpc}, *flag[2] = {"--http / SIP_HTTP", "--grpc / SIP_GRPC"};
+  for (int k = 0; k < 2; k++)
+    if (addr[k] && !valid_http_address(addr[k], strlen(addr[k])))
+      return sip_error_new(SIP_INVALID_ARGUMENT, "%s address '%.200s' is not one; expected %s",
+                           flag[k], addr[k], HTTP_EXPECT);
+  for (size_t i = 0; i < n; i++) {
+    const char *problem = endpoint_problem(endpoints[i], strlen(endpoints[i]), why, sizeof why);
+    if (problem)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "--endpoint '%.200s' %s; expected %s",
+                           endpoints[i], problem, ENDPOINT_EXPECT);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(endpoints[i], endpoints[j]))
+        return sip_error_new(SIP_INVALID_ARGUMENT, "--endpoint '%.200s' is given twice; expected "
+                             "each endpoint once", endpoints[i]);
+  }
+  char *nh = http ? sip__strdup(http) : NULL, *ng = grpc ? sip__strdup(grpc) : NULL;
+  char **ne = n ? sip__calloc(n, sizeof *ne) : NULL;
+  int oom = (http && !nh) || (grpc && !ng) || (n && !ne);
+  for (size_t i = 0; !oom && i < n; i++) oom = !(ne[i] = sip__strdup(endpoints[i]));
+  if (oom) {
+    sip__free(nh);
+    sip__free(ng);
+    for (size_t i = 0; ne && i < n; i++) sip__free(ne[i]);
+    sip__free(ne);
+    return SIP__OOM();
+  }
+  if (nh) sip__free(cfg->http), cfg->http = nh;
+  if (ng) sip__free(cfg->grpc), cfg->grpc = ng;
+  if (ne) {
+    for (size_t i = 0; i < cfg->n_endpoints; i++) sip__free(cfg->endpoints[i]);
+    sip__free(cfg->endpoints);
+    cfg->endpoints = ne;
+    cfg->n_endpoints = n;
+  }
+  return NULL;
+}

@@ -17,7 +17,12 @@ static void usage(FILE *f) {
           "       sipd --check-config FILE [--load]\n"
           "                                validate FILE and that its model files can be read;\n"
           "                                --load: load every model too (0: valid, 1: invalid)\n"
-          "       sipd --version\n");
+          "       sipd --version\n"
+          "Listening addresses (replace the config's; the command line wins over the environment):\n"
+          "  --http HOST:PORT      server.http        (environment: SIP_HTTP)\n"
+          "  --grpc HOST:PORT      server.grpc        (environment: SIP_GRPC)\n"
+          "  --endpoint URL        server.endpoints, repeatable: ipc://PATH, unix:///PATH,\n"
+          "                        tcp://HOST:PORT\n");
 }
 
 int main(int argc, char **argv) {
@@ -26,12 +31,25 @@ int main(int argc, char **argv) {
   if (worker >= 0) return worker;
   const char *config = NULL;
   int check = 0, load = 0;
+  const char *http = getenv("SIP_HTTP"), *grpc = getenv("SIP_GRPC");
+  const char *endpoints[64];
+  int n_endpoints = 0;
   for (int i = 1; i < argc; i++) {
     if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) && i + 1 < argc) {
       config = argv[++i];
     } else if (strcmp(argv[i], "--check-config") == 0 && i + 1 < argc) {
       config = argv[++i];
       check = 1;
+    } else if (strcmp(argv[i], "--http") == 0 && i + 1 < argc) {
+      http = argv[++i];
+    } else if (strcmp(argv[i], "--grpc") == 0 && i + 1 < argc) {
+      grpc = argv[++i];
+    } else if (strcmp(argv[i], "--endpoint") == 0 && i + 1 < argc) {
+      if (n_endpoints == (int)(sizeof endpoints / sizeof *endpoints)) {
+        fprintf(stderr, "sipd: more than %d --endpoint arguments\n", n_endpoints);
+        return 2;
+      }
+      endpoints[n_endpoints++] = argv[++i];
     } else if (strcmp(argv[i], "--load") == 0) {
       load = 1;
     } else if (strcmp(argv[i], "--version") == 0) {
@@ -76,6 +94,9 @@ int main(int argc, char **argv) {
 
   sip_server_options_t *o = sip_server_options_new();
   sip_error_t *e = o ? sip_server_options_set_config_file(o, config) : NULL;
+  if (o && !e && http && *http) e = sip_server_options_set_http_address(o, http);
+  if (o && !e && grpc && *grpc) e = sip_server_options_set_grpc_address(o, grpc);
+  for (int k = 0; o && !e && k < n_endpoints; k++) e = sip_server_options_add_endpoint(o, endpoints[k]);
   sip_server_t *srv = NULL;
   if (o && !e) e = sip_server_new(o, &srv);
   sip_server_options_free(o);

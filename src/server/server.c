@@ -23,60 +23,6 @@
 const char *sip_version(void) { return SIP__VERSION_STRING; }
 int sip_api_version(void) { return 100; }
 
-/* ---- options ---- */
-
-struct sip_server_options {
-  char *config_file;
-  char *config_text;
-  char *base_dir;
-  int listen;
-  int wait_for_load;
-};
-
-sip_server_options_t *sip_server_options_new(void) {
-  sip_server_options_t *o = sip__calloc(1, sizeof *o);
-  if (o) o->listen = 1;
-  return o;
-}
-
-void sip_server_options_free(sip_server_options_t *o) {
-  if (!o) return;
-  sip__free(o->config_file);
-  sip__free(o->config_text);
-  sip__free(o->base_dir);
-  sip__free(o);
-}
-
-sip_error_t *sip_server_options_set_config_file(sip_server_options_t *o, const char *path) {
-  if (!path) return sip_error_new(SIP_INVALID_ARGUMENT, "config path is NULL");
-  char *p = sip__strdup(path);
-  if (!p) return SIP__OOM();
-  sip__free(o->config_file);
-  o->config_file = p;
-  return NULL;
-}
-
-sip_error_t *sip_server_options_set_config_string(sip_server_options_t *o, const char *yaml,
-                                                  const char *base_dir) {
-  if (!yaml) return sip_error_new(SIP_INVALID_ARGUMENT, "config text is NULL");
-  char *t = sip__strdup(yaml), *b = sip__strdup(base_dir ? base_dir : ".");
-  if (!t || !b) {
-    sip__free(t);
-    sip__free(b);
-    return SIP__OOM();
-  }
-  sip__free(o->config_text);
-  sip__free(o->base_dir);
-  o->config_text = t;
-  o->base_dir = b;
-  return NULL;
-}
-
-void sip_server_options_set_listen(sip_server_options_t *o, int listen) { o->listen = listen; }
-void sip_server_options_set_wait_for_load(sip_server_options_t *o, int wait) {
-  o->wait_for_load = wait;
-}
-
 /* ---- idempotency caches and the answers they replay ---- */
 
 struct sip__idem_slot {
@@ -335,6 +281,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
                                 &cfg);
   else
     e = sip_error_new(SIP_INVALID_ARGUMENT, "no config: set a file or a string in the options");
+  if (!e && (e = sip__server_options_apply(o, cfg))) sip__config_free(cfg);
   if (e) return e;
   sip__log_set_level((int)cfg->log_level);
   sip__log_set_format(cfg->log_format);

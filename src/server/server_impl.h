@@ -10,6 +10,24 @@
 
 #define SIP__MAX_FRONTENDS 8
 
+/* sip_server_options_t (options.c). */
+struct sip_server_options {
+  char *config_file;
+  char *config_text;
+  char *base_dir;
+  int listen;
+  int wait_for_load;
+  /* Listening addresses that replace the config's (sipd --http, --grpc,
+   * --endpoint; SIP_HTTP, SIP_GRPC): NULL / none: the config's. */
+  char *http, *grpc;
+  char **endpoints;
+  size_t n_endpoints;
+};
+
+/* Puts the options' address overrides into cfg, checked as the config's
+ * own are (INVALID_ARGUMENT naming the address and what is expected). */
+sip_error_t *sip__server_options_apply(const sip_server_options_t *o, sip__config_t *cfg);
+
 typedef struct sip__repo sip__repo_t;
 
 struct sip_server {
