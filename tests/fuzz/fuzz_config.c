@@ -539,10 +539,13 @@ static void serve(const sip__config_t *cfg, const char *yaml) {
     sip_error_free(e);
     return;
   }
-  CHECK(sip_server_ready(s) && sip_server_endpoint_count(s) == 0);
+  CHECK(sip_server_endpoint_count(s) == 0);
 
+  /* Loaded; ready unless (server.strict_readiness) a pool or pipeline FAILED. */
   json_t *ready = info(s, SIP_INFO_READY);
-  CHECK(json_is_true(json_object_get(ready, "ready")));
+  CHECK(json_is_false(json_object_get(ready, "loading")));
+  CHECK(json_is_true(json_object_get(ready, "ready")) == !!sip_server_ready(s));
+  if (!cfg->strict_readiness) CHECK(sip_server_ready(s));
   CHECK(json_object_size(json_object_get(ready, "pools")) <= cfg->n_pools);
   json_decref(ready);
   json_t *pools_doc = info(s, SIP_INFO_POOLS);
