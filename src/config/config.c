@@ -21,7 +21,7 @@ static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base
   return 0;
 }
 
-enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_COUNT };
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_METRICS, T_COUNT };
 static const field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &cfg_server_section,
                   .doc = "Process-wide settings."},
@@ -37,6 +37,8 @@ static const field_t top_fields[T_COUNT] = {
                          "posted to (docs/sla.md)."},
     [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &cfg_tracing_section,
                    .doc = "Request tracing: spans exported as OTLP/HTTP JSON (docs/tracing.md)."},
+    [T_METRICS] = {.name = "metrics", .type = F_SECTION, .section = &cfg_metrics_section,
+                   .doc = "What /metrics exports besides the sip_* families (docs/metrics.md)."},
 };
 const section_t cfg_top_section = {top_fields, T_COUNT};
 _Static_assert(COUNT(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -258,6 +258,9 @@ typedef struct sip__config {
   size_t n_pipelines;
   sip__alerts_config_t alerts; /* alerts (docs/sla.md) */
   sip__tracing_config_t tracing; /* tracing: (src/config/tracing.c) */
+  struct {
+    int triton_names; /* metrics.triton_names: Triton's nv_* families on /metrics, default 1 */
+  } metrics;          /* metrics: (src/config/metrics.c; docs/metrics.md) */
 } sip__config_t;
 
 /* 1 when two pool configs ask for the same pool: every setting equal (the

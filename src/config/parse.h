@@ -132,6 +132,7 @@ extern const section_t cfg_server_section;         /* config_server.c */
 extern const section_t cfg_auth_section;           /* config_security.c: server.auth */
 extern const section_t cfg_tls_section;            /* config_security.c: server.tls */
 extern const section_t cfg_tracing_section;        /* tracing.c */
+extern const section_t cfg_metrics_section;        /* metrics.c */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */

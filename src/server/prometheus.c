@@ -17,6 +17,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline.h"
 #include "server/prometheus.h"
+#include "server/prometheus_impl.h"
 #include "session/counters.h"
 #include "server/server_impl.h"
 #include "server/sla_monitor.h"
@@ -24,14 +25,15 @@
 #include "server/tracing.h"
 #include "sip/frontend.h"
 
-typedef struct sb {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sb_t;
+/* The builder and helpers prometheus_triton.c shares (prometheus_impl.h),
+ * under short names here. */
+typedef sip__sb_t sb_t;
+typedef sip__prom_pool_row_t pool_row_t;
+#define sb_add sip__sb_add
+#define esc sip__prom_esc
+#define family sip__prom_family
 
-static void sb_add(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sb_t *b, const char *fmt, ...) {
+void sip__sb_add(sb_t *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
@@ -56,7 +58,7 @@ static void sb_add(sb_t *b, const char *fmt, ...) {
 }
 
 /* A label value, escaped as the format requires (\\, \", \n). */
-static const char *esc(char *buf, size_t n, const char *s) {
+const char *sip__prom_esc(char *buf, size_t n, const char *s) {
   size_t o = 0;
   for (; s && *s && o + 3 < n; s++) {
     if (*s == '\\' || *s == '"') buf[o++] = '\\', buf[o++] = *s;
@@ -67,16 +69,9 @@ static const char *esc(char *buf, size_t n, const char *s) {
   return buf;
 }
 
-static void family(sb_t *b, const char *name, const char *type, const char *help) {
+void sip__prom_family(sb_t *b, const char *name, const char *type, const char *help) {
   sb_add(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
-
-/* One pool: its label set {pool="...",version="..."} and its counters. */
-typedef struct pool_row {
-  sip__pool_t *pool;
-  sip__pool_counters_t c;
-  char labels[700];
-} pool_row_t;
 
 typedef uint64_t (*pool_num_fn)(const sip__pool_counters_t *c);
 static uint64_t n_inference(const sip__pool_counters_t *c) { return c->inference_count; }
@@ -235,18 +230,12 @@ static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
                                              "SUSPENDED", "FAILED", "DESTROYED"};
 static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
-/* Pipelines: requests end to end, early exits, and each stage's runs. */
-static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
-  size_t n = sip__pipelines_count(ps);
+/* Pipelines: requests end to end, early exits, and each stage's runs;
+ * `all`: the n pipelines' counters, read once for the page. */
+static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps,
+                             const sip__pipeline_counters_t *all, size_t n) {
   char e1[300], e2[300], labels[320];
   sip__stage_counters_t sc;
-  /* Read once: every family below reports the same instant. */
-  sip__pipeline_counters_t *all = sip__calloc(n ? n : 1, sizeof *all);
-  if (!all) {
-    b->oom = 1;
-    return;
-  }
-  for (size_t i = 0; i < n; i++) sip__pipelines_counters(ps, i, &all[i]);
   family(b, "sip_pipeline_requests_total", "counter",
          "Pipeline requests answered, by result code.");
   for (size_t i = 0; i < n; i++) {
@@ -298,7 +287,6 @@ static void pipeline_metrics(sb_t *b, const sip__pipeline_set_t *ps) {
              esc(e2, sizeof e2, sc.name), (unsigned long long)sc.total_us);
     }
   }
-  sip__free(all);
 }
 
 static void emit_connection(void *ctx, const char *kind, long open) {
@@ -492,14 +480,21 @@ char *sip__prometheus_text(sip_server_t *s) {
   /* Pools in service: a retired version still draining is not listed. */
   sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
   pool_row_t *pl = sip__calloc(n ? n : 1, sizeof *pl);
+  /* Pipelines are listed once built (before, the set is still LOADING);
+   * their counters are read once: every family reports the same instant. */
+  const sip__pipeline_set_t *ps = atomic_load(&s->loaded) ? s->pipelines : NULL;
+  size_t np = sip__pipelines_count(ps);
+  sip__pipeline_counters_t *pc = sip__calloc(np ? np : 1, sizeof *pc);
   sb_t b = {0};
-  if (!pl) {
+  if (!pl || !pc) {
     b.oom = 1;
     goto done;
   }
   for (size_t i = 0; i < n; i++) {
     char e1[300], e2[300];
     pl[i].pool = v[i];
+    pl[i].name = v[i]->cfg->name;
+    pl[i].version = v[i]->version ? v[i]->version : "";
     sip__pool_counters_read(v[i], &pl[i].c);
     snprintf(pl[i].labels, sizeof pl[i].labels, "pool=\"%s\",version=\"%s\"",
              esc(e1, sizeof e1, v[i]->cfg->name), esc(e2, sizeof e2, v[i]->version ? v[i]->version : ""));
@@ -578,8 +573,9 @@ char *sip__prometheus_text(sip_server_t *s) {
          "reason (malformed, invalid, unknown_model, too_large, unauthorized).");
   sip__rejections_each(s, emit_rejection, &b);
 
-  /* Pipelines are listed once built (before, the set is still LOADING). */
-  pipeline_metrics(&b, atomic_load(&s->loaded) ? s->pipelines : NULL);
+  for (size_t i = 0; i < np; i++) sip__pipelines_counters(ps, i, &pc[i]);
+  pipeline_metrics(&b, ps, pc, np);
+  if (s->cfg->metrics.triton_names) sip__prometheus_triton(&b, pl, n, pc, np);
 
   family(&b, "sip_open_connections", "gauge", "Open client connections by transport.");
   for (size_t f = 0; f < s->n_frontends; f++)
@@ -603,6 +599,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   sb_add(&b, "sip_uptime_seconds %.3f\n", (double)(sip__now_us() - s->started_us) / 1e6);
   process_metrics(&b);
 done:
+  sip__free(pc);
   sip__free(pl);
   sip__registry_release(v, n);
   if (b.oom) {
