@@ -24,24 +24,36 @@ static void sleep_until_next_second(void) {
   nanosleep(&ts, NULL);
 }
 
-static void test_failure_lines_are_rate_limited(void **state) {
-  (void)state;
-  char path[] = "/tmp/sip_test_log_XXXXXX";
+/* stderr into a new temporary file named from `path` (a mkstemp
+ * template); release_stderr puts it back and returns the file, rewound. */
+static int capture_stderr(char *path, int *saved) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   fflush(stderr);
-  int saved = dup(2);
+  *saved = dup(2);
   dup2(fd, 2);
-  sip__log_set_level(SIP__LOG_INFO);
-  sleep_until_next_second(); /* all 120 calls fall in one second */
-  for (int i = 0; i < 120; i++) sip__log_failure("pool=p code=NOT_FOUND n=%d", i);
-  sleep_until_next_second();
-  sip__log_failure("pool=p code=NOT_FOUND n=last");
+  return fd;
+}
+
+static FILE *release_stderr(int fd, int saved) {
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
   FILE *f = fdopen(fd, "r");
   rewind(f);
+  return f;
+}
+
+static void test_failure_lines_are_rate_limited(void **state) {
+  (void)state;
+  char path[] = "/tmp/sip_test_log_XXXXXX";
+  int saved, fd = capture_stderr(path, &saved);
+  sip__log_set_level(SIP__LOG_INFO);
+  sleep_until_next_second(); /* all 120 calls fall in one second */
+  for (int i = 0; i < 120; i++) sip__log_failure("pool=p code=NOT_FOUND n=%d", i);
+  sleep_until_next_second();
+  sip__log_failure("pool=p code=NOT_FOUND n=last");
+  FILE *f = release_stderr(fd, saved);
   char line[4096];
   int lines = 0, last_ok = 0;
   while (fgets(line, sizeof line, f)) {
@@ -61,22 +73,14 @@ static void test_failure_lines_are_rate_limited(void **state) {
 static void test_json_lines(void **state) {
   (void)state;
   char path[] = "/tmp/sip_test_log_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
+  int saved, fd = capture_stderr(path, &saved);
   sip__log_set_level(SIP__LOG_INFO);
   sip__log_set_format(SIP__LOG_JSON);
   sip__log(SIP__LOG_WARN, "pool \"x\" failed", "pool=x code=NOT_FOUND reason=\"model 'a' said \"no\"\tthen\x01 \xe4\xb8\xad\" n=3");
   sip__log(SIP__LOG_INFO, "plain", NULL);
   sip__log_set_format(SIP__LOG_TEXT);
   sip__log(SIP__LOG_INFO, "text again", "k=v");
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  FILE *f = fdopen(fd, "r");
-  rewind(f);
+  FILE *f = release_stderr(fd, saved);
   char line[4096];
   assert_non_null(fgets(line, sizeof line, f));
   json_error_t je;
