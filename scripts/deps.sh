@@ -20,7 +20,7 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
       python3-grpcio python3-grpc-tools wrk
       chromium chromium-driver python3-selenium
-      python3-venv python3-setuptools python3-wheel mypy)
+      python3-venv python3-setuptools python3-wheel mypy python3-pip dpkg-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -74,17 +74,20 @@ fetch() {
 }
 
 ort_ver=1.29.0
-if [ ! -f "$tp/onnxruntime/.version" ] || [ "$(cat "$tp/onnxruntime/.version")" != "$ort_ver" ]; then
+if [ ! -f "$tp/onnxruntime/.version" ] || [ "$(cat "$tp/onnxruntime/.version")" != "$ort_ver" ] ||
+   [ ! -f "$tp/onnxruntime/LICENSE" ]; then
   fetch com.github.asus4.onnxruntime@0.4.9 com.github.asus4.onnxruntime-0.4.9.tgz \
     "sha512-BkzxduSZ9IkeDP6Q8lz2TFU2ie7hSSvS7ZIfzMooExoq0CNzJnuuGaUJ7IsojBgqO4ouD1jXah8OYyJbCN29Fg=="
   rm -rf "$tp/onnxruntime"; mkdir -p "$tp/onnxruntime/lib" "$tp/onnxruntime/include"
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   hdr='package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64_x86_64-simulator/onnxruntime.framework/Headers'
   tar -xzf "$cache/com.github.asus4.onnxruntime-0.4.9.tgz" -C "$tmp" \
-    package/Plugins/Linux/x64/libonnxruntime.so "$hdr"
+    package/Plugins/Linux/x64/libonnxruntime.so "$hdr" package/LICENSE package/ThirdPartyNotices.txt
   cp "$tmp/package/Plugins/Linux/x64/libonnxruntime.so" "$tp/onnxruntime/lib/libonnxruntime.so.1"
   ln -sf libonnxruntime.so.1 "$tp/onnxruntime/lib/libonnxruntime.so"
   cp "$tmp/$hdr"/*.h "$tp/onnxruntime/include/"
+  # Installed beside the library (make install, make deb): its licence and notices.
+  cp "$tmp/package/LICENSE" "$tmp/package/ThirdPartyNotices.txt" "$tp/onnxruntime/"
   echo "$ort_ver" > "$tp/onnxruntime/.version"
   rm -rf "$tmp"; trap - EXIT
 fi
