@@ -238,6 +238,49 @@ sip_error_t *sip_request_add_input(sip_request_t *r, sip_tensor_t *t);
  * Checked when the request is submitted to a pipeline (INVALID_ARGUMENT
  * naming the problem); ignored by pools. */
 sip_error_t *sip_request_set_pipeline_config(sip_request_t *r, const char *json);
+
+/* ---- request parameters: one table for every front-end ----
+ * A parameter by name, as KServe's "parameters" carry them (HTTP/REST and
+ * gRPC) and the native protocol's parameter object does:
+ *   priority          integer >= 0 (0: the pool's default, 1 the highest;
+ *                     past 3 the lowest)
+ *   timeout           integer >= 0, microseconds (rounded up to ms; 0: none)
+ *   batch_timeout_ms  integer 0..86400000 (sip_request_set_batch_wait_ms)
+ *   sequence_id       integer >= 0 or string of 0..256 bytes (0, "": none)
+ *   sequence_start, sequence_end   booleans (true only with a sequence_id)
+ *   idempotency_key   string (sip_request_set_idempotency_key)
+ *   traceparent, tracestate        W3C strings (invalid ones are ignored)
+ *   pipeline_config   JSON object, or a string holding one
+ *                     (sip_request_set_pipeline_config)
+ * Setting a parameter again replaces it. */
+typedef enum sip_param_type {
+  SIP_PARAM_INT = 0,
+  SIP_PARAM_UINT,
+  SIP_PARAM_BOOL,
+  SIP_PARAM_DOUBLE,
+  SIP_PARAM_STRING,
+  SIP_PARAM_JSON
+} sip_param_type_t;
+
+/* One value; only the member of its type is read. */
+typedef struct sip_param_value {
+  sip_param_type_t type;
+  int64_t i;
+  uint64_t u;
+  int b;
+  double d;
+  const char *s;    /* STRING: NUL-terminated, borrowed */
+  const void *json; /* JSON: a jansson json_t * (any JSON value), borrowed */
+} sip_param_value_t;
+
+/* Sets parameter `key` (borrowed; values are copied). Errors: NOT_FOUND for
+ * a key that is no request parameter (the message lists them; KServe
+ * front-ends ignore those, the native protocol refuses them),
+ * INVALID_ARGUMENT naming the parameter and what was expected. */
+sip_error_t *sip_request_set_parameter(sip_request_t *r, const char *key,
+                                               const sip_param_value_t *v);
+/* The names sip_request_set_parameter takes, ", "-separated (static). */
+const char *sip_request_parameter_names(void);
 /* Offers [data, data + size) for output `name` (a client's shared memory
  * region, say), kept alive by a reference to `owner` (may be NULL when the
  * caller keeps the memory alive until the response is freed). When the

@@ -132,61 +132,38 @@ static int param_uint(const param_t *p, uint64_t *v) {
   return 0;
 }
 
-/* sequence_start / sequence_end: booleans. */
-static sip_error_t *param_flag(const param_t *p, const char *key, int *out) {
-  if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
-    return BAD("parameters.%s is not a bool_param; expected true or false", key);
-  *out = p->bool_param != 0;
-  return NULL;
-}
-
+/* The request's parameters, each through the engine's parameter table
+ * (sip_request_set_parameter); keys it does not know are other clients'
+ * (KServe lets them add their own) and pass. */
 static sip_error_t *decode_params(const infer_req_t *m, sip_request_t *r) {
-  /* Sequence batching (docs/sequences.md): sequence_id an integer (int64 or
-   * uint64 param) or a string; 0 and "" mean no sequence, as in Triton. */
-  uint64_t seq_id = 0;
-  const char *seq_sid = NULL;
-  int seq_start = 0, seq_end = 0, has_seq_flag = 0;
   for (size_t i = 0; i < m->n_parameters; i++) {
     const char *key = m->parameters[i]->key;
     const param_t *p = m->parameters[i]->value;
-    uint64_t u = 0;
     if (!p) continue;
-    if (!strcmp(key, "sequence_id")) {
-      if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
-        seq_sid = p->string_param && *p->string_param ? p->string_param : NULL;
-      else if (param_uint(p, &u))
-        seq_id = u;
-      else
-        return BAD("parameters.sequence_id is not an integer in 0..2^63-1 or a string; expected "
-                   "int64_param, uint64_param or string_param");
-      if (seq_sid && strlen(seq_sid) > 256)
-        return BAD("parameters.sequence_id is a string of %zu bytes; expected 1..256",
-                   strlen(seq_sid));
-    } else if (!strcmp(key, "sequence_start") || !strcmp(key, "sequence_end")) {
-      sip_error_t *e = param_flag(p, key, key[9] == 's' ? &seq_start : &seq_end);
-      if (e) return e;
-      has_seq_flag = 1;
-    } else if (!strcmp(key, "priority")) {
-      if (!param_uint(p, &u)) return BAD("parameters.priority is not an integer in 0..2^63-1");
-      sip_error_t *e = sip_request_set_priority(r, u > 3 ? 3 : (int)u);
-      if (e) return e;
-    } else if (!strcmp(key, "timeout")) {
-      if (!param_uint(p, &u))
-        return BAD("parameters.timeout is not an integer in 0..2^63-1 (microseconds)");
-      uint64_t ms = (u + 999) / 1000;
-      sip_request_set_timeout_ms(r, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
-    } else if (!strcmp(key, "idempotency_key")) {
-      if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
-        return BAD("parameters.idempotency_key is not a string");
-      sip_error_t *e = sip_request_set_idempotency_key(r, p->string_param);
-      if (e) return e;
+    sip_param_value_t v = {0};
+    switch (p->parameter_choice_case) {
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+      v = (sip_param_value_t){.type = SIP_PARAM_BOOL, .b = p->bool_param != 0};
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+      v = (sip_param_value_t){.type = SIP_PARAM_INT, .i = p->int64_param};
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
+      v = (sip_param_value_t){.type = SIP_PARAM_UINT, .u = p->uint64_param};
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
+      v = (sip_param_value_t){.type = SIP_PARAM_DOUBLE, .d = p->double_param};
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+      v = (sip_param_value_t){.type = SIP_PARAM_STRING, .s = p->string_param};
+      break;
+    default:
+      continue; /* no value set */
     }
+    sip_error_t *e = sip_request_set_parameter(r, key, &v);
+    if (e && sip_error_code(e) != SIP_NOT_FOUND) return e;
+    sip_error_free(e);
   }
-  if (seq_sid) return sip_request_set_sequence_str(r, seq_sid, seq_start, seq_end);
-  if (seq_id) return sip_request_set_sequence(r, seq_id, seq_start, seq_end);
-  if (has_seq_flag && (seq_start || seq_end))
-    return BAD("parameters.sequence_start/sequence_end need a sequence_id (an integer >= 1 or a "
-               "non-empty string)");
   return NULL;
 }
 

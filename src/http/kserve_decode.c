@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "core/seqparam.h"
 #include "http/http.h"
 #include "http/kserve_impl.h"
 
@@ -321,38 +320,27 @@ static sip_error_t *decode_raw(const uint8_t *body, size_t len, sip_buf_t *owner
   return sip_request_add_input(k->req, t);
 }
 
+/* The request's "parameters": binary_data_output is this front-end's own;
+ * every other key goes through the engine's parameter table
+ * (sip_request_set_parameter), which ignores none it knows; keys it does not
+ * know are other clients' (KServe lets them add their own) and pass. */
 static sip_error_t *decode_params(const json_t *params, sip__ks_request_t *k) {
   if (!params) return NULL;
   if (!json_is_object(params)) return BAD("parameters is not an object");
+  const char *key;
   json_t *v;
-  uint64_t u;
-  if ((v = json_object_get(params, "priority"))) {
-    if (!as_uint(v, &u)) return BAD("parameters.priority is not an integer >= 0");
-    /* KServe/Triton: 0 is the default, 1 the highest; sip has 3 levels, so
-     * everything past 3 is the lowest. */
-    sip_error_t *e = sip_request_set_priority(k->req, u > 3 ? 3 : (int)u);
-    if (e) return e;
+  json_object_foreach((json_t *)params, key, v) {
+    if (!strcmp(key, "binary_data_output")) {
+      if (!json_is_boolean(v)) return BAD("parameters.binary_data_output is not a boolean");
+      k->binary_output = json_is_true(v);
+      continue;
+    }
+    sip_param_value_t pv = {.type = SIP_PARAM_JSON, .json = v};
+    sip_error_t *e = sip_request_set_parameter(k->req, key, &pv);
+    if (e && sip_error_code(e) != SIP_NOT_FOUND) return e;
+    sip_error_free(e);
   }
-  if ((v = json_object_get(params, "timeout"))) {
-    if (!as_uint(v, &u)) return BAD("parameters.timeout is not an integer >= 0 (microseconds)");
-    uint64_t ms = u / 1000 + (u % 1000 != 0); /* round up: never earlier than asked */
-    sip_request_set_timeout_ms(k->req, ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms);
-  }
-  if ((v = json_object_get(params, "idempotency_key"))) {
-    if (!json_is_string(v)) return BAD("parameters.idempotency_key is not a string");
-    sip_error_t *e = sip_request_set_idempotency_key(k->req, json_string_value(v));
-    if (e) return e;
-  }
-  if ((v = json_object_get(params, "binary_data_output"))) {
-    if (!json_is_boolean(v)) return BAD("parameters.binary_data_output is not a boolean");
-    k->binary_output = json_is_true(v);
-  }
-  sip__seq_params_t sq; /* sequence_id, sequence_start, sequence_end */
-  sip_error_t *e = sip__seq_params_read(params, &sq);
-  if (!e && sq.present)
-    e = sq.sid ? sip_request_set_sequence_str(k->req, sq.sid, sq.start, sq.end)
-               : sip_request_set_sequence(k->req, sq.id, sq.start, sq.end);
-  return e;
+  return NULL;
 }
 
 /* What the model takes, when known: datatypes are checked against it. */

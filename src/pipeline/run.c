@@ -573,73 +573,43 @@ static void launch(run_t *r, int k) {
 
 /* ---- submission (the model interface) ---- */
 
-/* Reads a request's pipeline_config JSON. NULL or an owned error. */
-static sip_error_t *read_config(run_t *r, const char *text) {
-  json_error_t je;
-  json_t *root = json_loads(text, 0, &je);
-  if (!root || !json_is_object(root)) {
-    json_decref(root);
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "pipeline_config is not a JSON object (%s); expected {\"stage_timeout_ms\": "
-                         "[...], \"early_exit_condition\": \"...\"}",
-                         root ? "another JSON value" : je.text);
+/* Applies a request's pipeline_config (read by the parameter table,
+ * src/session/request_params.c) to this pipeline: the stage time limits
+ * and the early-exit condition, checked against its stages. NULL or an
+ * owned error. */
+static sip_error_t *apply_config(run_t *r, const sip_request_t *req) {
+  if (req->has_stage_timeouts) {
+    if (req->n_stage_timeouts > r->pl->n)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "pipeline_config.stage_timeout_ms: %zu values; expected a list of at "
+                           "most %zu millisecond values, one per stage in config order (0: none)",
+                           req->n_stage_timeouts, r->pl->n);
+    memset(r->stage_timeout_ms, 0, sizeof r->stage_timeout_ms); /* replaces the config's */
+    memcpy(r->stage_timeout_ms, req->stage_timeout_ms,
+           req->n_stage_timeouts * sizeof *req->stage_timeout_ms);
   }
-  sip_error_t *e = NULL;
-  const char *key;
-  json_t *v;
-  json_object_foreach(root, key, v) {
-    if (!strcmp(key, "stage_timeout_ms")) {
-      if (!json_is_array(v) || json_array_size(v) > r->pl->n) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "pipeline_config.stage_timeout_ms: expected a list of at most %zu "
-                          "millisecond values, one per stage in config order (0: none)",
-                          r->pl->n);
-        break;
-      }
-      memset(r->stage_timeout_ms, 0, sizeof r->stage_timeout_ms); /* replaces the config's */
-      for (size_t i = 0; i < json_array_size(v) && !e; i++) {
-        json_t *x = json_array_get(v, i);
-        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 86400000)
-          e = sip_error_new(SIP_INVALID_ARGUMENT,
-                            "pipeline_config.stage_timeout_ms[%zu]: expected an integer 0..86400000",
-                            i);
-        else
-          r->stage_timeout_ms[i] = (uint32_t)json_integer_value(x);
-      }
-    } else if (!strcmp(key, "early_exit_condition")) {
-      if (!json_is_string(v)) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "pipeline_config.early_exit_condition: expected a string");
-        break;
-      }
-      sip_error_t *pe = sip__expr_parse(json_string_value(v), &r->exit);
-      if (pe) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline_config.early_exit_condition: %s",
-                          sip_error_message(pe));
-        sip_error_free(pe);
-        break;
-      }
-      const char *const *refs;
-      size_t n = sip__expr_refs(r->exit, &refs);
-      for (size_t i = 0; i < n && !e; i++) {
-        const char *dot = strchr(refs[i], '.');
-        if (dot && !((size_t)(dot - refs[i]) == 8 && !strncmp(refs[i], "pipeline", 8)) &&
-            stage_index(r->pl, refs[i], (size_t)(dot - refs[i])) < 0)
-          e = sip_error_new(SIP_INVALID_ARGUMENT,
-                            "pipeline_config.early_exit_condition: '%s' names no stage of "
-                            "pipeline '%s'",
-                            refs[i], r->pl->cfg->name);
-      }
-    } else {
-      e = sip_error_new(SIP_INVALID_ARGUMENT,
-                        "pipeline_config has no key '%s'; expected stage_timeout_ms or "
-                        "early_exit_condition",
-                        key);
-      break;
-    }
+  if (!req->early_exit) return NULL;
+  sip__expr_free(r->exit);
+  r->exit = NULL;
+  sip_error_t *pe = sip__expr_parse(req->early_exit, &r->exit);
+  if (pe) {
+    sip_error_t *e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline_config.early_exit_condition: %s",
+                                   sip_error_message(pe));
+    sip_error_free(pe);
+    return e;
   }
-  json_decref(root);
-  return e;
+  const char *const *refs;
+  size_t n = sip__expr_refs(r->exit, &refs);
+  for (size_t i = 0; i < n; i++) {
+    const char *dot = strchr(refs[i], '.');
+    if (dot && !((size_t)(dot - refs[i]) == 8 && !strncmp(refs[i], "pipeline", 8)) &&
+        stage_index(r->pl, refs[i], (size_t)(dot - refs[i])) < 0)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "pipeline_config.early_exit_condition: '%s' names no stage of "
+                           "pipeline '%s'",
+                           refs[i], r->pl->cfg->name);
+  }
+  return NULL;
 }
 
 /* pipeline_vt.submit: takes `req` (its done/user set), also on error. */
@@ -696,7 +666,7 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     pthread_mutex_init(&r->mu, NULL);
     for (size_t i = 0; i < pl->cfg->n_stage_timeout_ms; i++)
       r->stage_timeout_ms[i] = pl->cfg->stage_timeout_ms[i];
-    if (req->pipeline_config) e = read_config(r, req->pipeline_config);
+    e = apply_config(r, req);
     if (e) {
       sip__expr_free(r->exit);
       pthread_mutex_destroy(&r->mu);

@@ -26,20 +26,6 @@ struct sip__tracer {
 
 /* ---- the caller's context ------------------------------------------------ */
 
-sip_error_t *sip_request_set_trace_context(sip_request_t *r, const char *traceparent,
-                                           const char *tracestate) {
-  sip__trace_ctx_t c;
-  sip__free(r->tracestate);
-  r->tracestate = NULL;
-  r->has_trace_ctx = traceparent && sip__traceparent_parse(traceparent, strlen(traceparent), &c);
-  if (!r->has_trace_ctx) return NULL; /* ignored, tracestate with it (W3C) */
-  r->trace_ctx = c;
-  if (tracestate && sip__tracestate_ok(tracestate, strlen(tracestate)) &&
-      !(r->tracestate = sip__strdup(tracestate)))
-    return SIP__OOM();
-  return NULL;
-}
-
 void sip__trace_received(sip_request_t *r, uint64_t t0_ns) { r->recv_ns = t0_ns; }
 
 /* ---- sampling ------------------------------------------------------------ */
@@ -54,7 +40,8 @@ void sip__tracer_sample(sip__tracer_t *t, sip__trace_set_t *settings, sip_reques
   if (r->has_trace_ctx ? !r->trace_ctx.sampled : sip__trace_rand64() % (uint64_t)rate != 0) return;
   uint64_t now = sip__now_ns(), t0 = r->recv_ns && r->recv_ns <= now ? r->recv_ns : now;
   t0 -= t0 % 1000; /* engine spans start at microseconds (arrival_us): never before the root */
-  r->trace = sip__trace_new(r->has_trace_ctx ? &r->trace_ctx : NULL, r->tracestate, "request", t0,
+  r->trace = sip__trace_new(r->has_trace_ctx ? &r->trace_ctx : NULL,
+                            r->has_trace_ctx ? r->tracestate : NULL, "request", t0,
                             enqueue, t);
   if (!r->trace) return;
   atomic_fetch_add(&t->sampled, 1);

@@ -97,3 +97,4 @@ void sip_response_free(sip_response_t *r) {
   sip__free(r);
 }
 
+int sip_response_replayed(const sip_response_t *resp) { return resp->replayed; }

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "core/seqparam.h"
 #include "sip/frontend.h"
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
@@ -181,9 +180,9 @@ static sip_error_t *view_shm_outputs(conn_t *c, const sip__wire_request_t *wr, p
   return NULL;
 }
 
-/* A request's parameters (a JSON object): pipeline_config, the sequence
- * keys (core/seqparam.h) and idempotency_key. A bad one is the request's
- * error, not the connection's. */
+/* A request's parameters (a JSON object), each through the engine's
+ * parameter table (sip_request_set_parameter); an unknown key is refused.
+ * A bad one is the request's error, not the connection's. */
 sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
   json_error_t je;
   json_t *root = json_loads(text, 0, &je);
@@ -196,49 +195,14 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
   } else {
     const char *key;
     json_t *v;
-    sip__seq_params_t sq;
-    if (!(e = sip__seq_params_read(root, &sq)) && sq.present)
-      e = sq.sid ? sip_request_set_sequence_str(r, sq.sid, sq.start, sq.end)
-                 : sip_request_set_sequence(r, sq.id, sq.start, sq.end);
     json_object_foreach(root, key, v) {
-      if (e) break;
-      if (sip__seq_param_key(key)) continue;
-      if (!strcmp(key, "batch_timeout_ms")) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > 86400000)
-          e = sip_error_new(SIP_INVALID_ARGUMENT,
-                            "request parameter batch_timeout_ms: expected an integer 0..86400000 "
-                            "(milliseconds a request may wait for its batch to fill)");
-        else
-          sip_request_set_batch_wait_ms(r, (uint32_t)json_integer_value(v));
-        continue;
-      }
-      if (!strcmp(key, "traceparent") || !strcmp(key, "tracestate")) {
-        /* W3C trace context (docs/tracing.md): an invalid value is ignored. */
-        if (!strcmp(key, "traceparent") && json_is_string(v)) {
-          json_t *st = json_object_get(root, "tracestate");
-          e = sip_request_set_trace_context(r, json_string_value(v), json_string_value(st));
-        }
-        continue;
-      }
-      if (!strcmp(key, "idempotency_key")) {
-        e = json_is_string(v) ? sip_request_set_idempotency_key(r, json_string_value(v))
-                              : sip_error_new(SIP_INVALID_ARGUMENT, "request parameter "
-                                              "idempotency_key is not a string; expected one");
-        if (e) break;
-        continue;
-      }
-      if (strcmp(key, "pipeline_config")) {
-        e = sip_error_new(SIP_INVALID_ARGUMENT,
-                          "unknown request parameter '%s'; expected pipeline_config, "
-                          "batch_timeout_ms, sequence_id, sequence_start, sequence_end, "
-                          "idempotency_key, traceparent or tracestate",
-                          key);
-        break;
-      }
-      char *pc = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-      e = pc ? sip_request_set_pipeline_config(r, pc) : SIP__OOM();
-      free(pc);
+      sip_param_value_t pv = {.type = SIP_PARAM_JSON, .json = v};
+      if ((e = sip_request_set_parameter(r, key, &pv))) break;
+    }
+    if (e && sip_error_code(e) == SIP_NOT_FOUND) { /* the native protocol knows every key */
+      sip_error_t *u = sip_error_new(SIP_INVALID_ARGUMENT, "%s", sip_error_message(e));
+      sip_error_free(e);
+      e = u;
     }
   }
   json_decref(root);

@@ -98,7 +98,7 @@ def test_http_duplicates_run_once(srv):
     assert executions(srv.http, "byid") == 1
     assert executions(srv.http, "count") == 2
     r = K.infer(srv.http, "count", {"input": np.full(3, 1, F)}, params={"idempotency_key": 5})
-    assert r.status == 400 and b"idempotency_key is not a string" in r.body
+    assert r.status == 400 and b"parameters.idempotency_key is 5; expected a string" in r.body
 
 
 def grpc_stubs(tmp_path):

@@ -222,14 +222,14 @@ def test_end_frees_the_slot_for_the_backlog(srv):
 
 
 @pytest.mark.parametrize("params,text", [
-    ({"sequence_id": 1.5}, "parameters.sequence_id is neither an integer nor a string"),
-    ({"sequence_id": -3}, "parameters.sequence_id is a negative integer"),
+    ({"sequence_id": 1.5}, "parameters.sequence_id is a number with a fraction; expected an integer in 0..2^63-1 or a string"),
+    ({"sequence_id": -3}, "parameters.sequence_id is -3; expected an integer in 0..2^63-1"),
     ({"sequence_id": "x" * 257}, "parameters.sequence_id is a string of 257 bytes"),
     ({"sequence_id": 0}, "every request needs a sequence id"),  # 0: no sequence, as in Triton
-    ({"sequence_id": "", "sequence_end": True}, "sequence_end is true without a sequence"),
-    ({"sequence_id": 3, "sequence_start": "yes"}, "parameters.sequence_start is not a boolean"),
-    ({"sequence_id": 3, "sequence_end": 1}, "parameters.sequence_end is not a boolean"),
-    ({"sequence_start": True}, "sequence_start is true without a sequence"),
+    ({"sequence_id": "", "sequence_end": True}, "sequence_start/sequence_end need a sequence_id"),
+    ({"sequence_id": 3, "sequence_start": "yes"}, "parameters.sequence_start is a string; expected true or false"),
+    ({"sequence_id": 3, "sequence_end": 1}, "parameters.sequence_end is 1; expected true or false"),
+    ({"sequence_start": True}, "sequence_start/sequence_end need a sequence_id"),
     ({}, "every request needs a sequence id"),
     ({"sequence_id": "abc", "sequence_start": True}, "expected a numeric sequence_id"),
 ])
@@ -383,7 +383,7 @@ def test_sequences_over_grpc(srv, pb):
         with pytest.raises(grpc.RpcError) as ei:
             stub.ModelInfer(bad, timeout=10)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "sequence_start is not a bool_param" in ei.value.details()
+        assert "parameters.sequence_start is a string; expected true or false" in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
             stub.ModelInfer(grpc_seq_request(pb, "seq", 1, start=True), timeout=10)
         assert "need a sequence_id" in ei.value.details()

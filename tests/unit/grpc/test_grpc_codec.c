@@ -277,7 +277,7 @@ static void test_errors(void **state) {
   b_input(&b, "x", "FP32", 1, (int64_t)1);
   b_raw(&b, x, 4);
   b_param_int(&b, "priority", -1);
-  expect_error(&b, SIP_INVALID_ARGUMENT, "parameters.priority is not an integer in 0..2^63-1");
+  expect_error(&b, SIP_INVALID_ARGUMENT, "parameters.priority is -1; expected an integer in 0..2^63-1");
 
   b_init(&b, "m");
   b_output(&b, "");
