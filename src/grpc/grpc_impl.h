@@ -5,8 +5,9 @@
  *   server.c  lifecycle, the completion-queue threads, accepting calls,
  *             the method table and the answers
  *   infer.c   ModelInfer and ModelStreamInfer
- *   rpcs.c    every other RPC: health, metadata, configuration,
- *             statistics, repository, shared memory, trace and log settings
+ *   rpcs.c    every other RPC: health, metadata, statistics, repository,
+ *             shared memory, trace and log settings; the method table
+ *   model_config.c  ModelConfig
  *   codec.c   protobuf-c helpers and the inference codec (grpc_frontend.h)
  */
 #ifndef SIP_GRPC_IMPL_H
@@ -126,6 +127,18 @@ sip_error_t *sip__grpc_authorize(gcall_t *c);
 
 extern const gmethod_t sip__grpc_methods[];
 extern const size_t sip__grpc_n_methods;
+
+struct sip__model_view;
+/* The models (*v, *n: owned, sip__server_models_free) and the one asked
+ * for (`version` "" is the default), or an error (nothing left owned);
+ * `loaded`: metadata and config need its inputs and outputs. */
+sip_error_t *sip__grpc_find_model(gcall_t *c, const char *name, const char *version, int loaded,
+                                  struct sip__model_view **v, size_t *n,
+                                  const struct sip__model_view **m);
+
+/* ---- model_config.c ------------------------------------------------------ */
+
+void sip__grpc_model_config(gcall_t *c, const ProtobufCMessage *req);
 
 /* ---- codec.c ------------------------------------------------------------ */
 
