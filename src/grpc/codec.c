@@ -1,5 +1,6 @@
 /* sip — the gRPC inference codec: ModelInferRequest messages (protobuf-c)
- * to engine requests, engine outputs to ModelInferResponse messages.
+ * to engine requests (engine outputs to ModelInferResponse messages:
+ * encode.c).
  */
 #include <inttypes.h>
 #include <string.h>
@@ -286,9 +287,83 @@ static sip_error_t *typed_contents(const input_t *in, sip_dtype_t dt, int64_t co
   return NULL;
 }
 
+/* raw_input_contents (field 7 of ModelInferRequest) read in place: the
+ * message's other fields are unpacked from a copy without them (small),
+ * and each raw entry is a view of the received bytes, so a tensor's bytes
+ * are never copied on their way in (protobuf-c copies every bytes field it
+ * unpacks). */
+#define RAW_FIELD 7
+
+typedef struct raw_views {
+  const uint8_t **data;
+  size_t *len;
+  size_t n;
+} raw_views_t;
+
+/* Splits `data` into the raw entries (views, in order) and the rest
+ * (*rest, owned, NULL when there were no raw entries). 0 when the bytes
+ * are not a well-formed message: the caller then unpacks them as they
+ * are, and protobuf-c says no. */
+static int split_raw(const uint8_t *data, size_t len, raw_views_t *rv, uint8_t **rest,
+                     size_t *rest_len) {
+  size_t i = 0, n = 0;
+  *rest = NULL;
+  *rest_len = 0;
+  memset(rv, 0, sizeof *rv);
+  while (i < len) { /* first pass: count and check */
+    uint64_t key, v;
+    if (!varint(data, len, &i, &key)) return 0;
+    switch (key & 7) {
+    case 0: if (!varint(data, len, &i, &v)) return 0; break;
+    case 1: if (len - i < 8) return 0; i += 8; break;
+    case 5: if (len - i < 4) return 0; i += 4; break;
+    case 2:
+      if (!varint(data, len, &i, &v) || v > len - i) return 0;
+      n += (key >> 3) == RAW_FIELD;
+      i += (size_t)v;
+      break;
+    default: return 0;
+    }
+  }
+  if (!n) return 1;
+  rv->data = sip__calloc(n, sizeof *rv->data);
+  rv->len = sip__calloc(n, sizeof *rv->len);
+  *rest = sip__malloc(len);
+  if (!rv->data || !rv->len || !*rest) return -1;
+  for (i = 0; i < len;) { /* second pass: views out, everything else copied */
+    size_t start = i;
+    uint64_t key, v = 0;
+    varint(data, len, &i, &key);
+    switch (key & 7) {
+    case 0: varint(data, len, &i, &v); break;
+    case 1: i += 8; break;
+    case 5: i += 4; break;
+    default:
+      varint(data, len, &i, &v);
+      if ((key >> 3) == RAW_FIELD) {
+        rv->data[rv->n] = data + i;
+        rv->len[rv->n++] = (size_t)v;
+        i += (size_t)v;
+        continue;
+      }
+      i += (size_t)v;
+    }
+    memcpy(*rest + *rest_len, data + start, i - start);
+    *rest_len += i - start;
+  }
+  return 1;
+}
+
+static void raw_views_clear(raw_views_t *rv) {
+  sip__free(rv->data);
+  sip__free(rv->len);
+  memset(rv, 0, sizeof *rv);
+}
+
 /* Decodes input i; *raw_i counts the raw_input_contents entries used. */
-static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, sip_buf_t *owner,
-                                 sip__shm_set_t *set, sip_request_t *r) {
+static sip_error_t *decode_input(const infer_req_t *m, const raw_views_t *rv, size_t i,
+                                 size_t *raw_i, sip_buf_t *owner, sip__shm_set_t *set,
+                                 sip_request_t *r) {
   const input_t *in = m->inputs[i];
   const char *name = in->name;
   if (!name[0]) return BAD("inputs[%zu] has no name; expected the model's input name", i);
@@ -334,20 +409,19 @@ static sip_error_t *decode_input(const infer_req_t *m, size_t i, size_t *raw_i, 
     if ((e = sip__shm_view(set, shm.region, shm.offset, shm.size, what, &view, &p))) return e;
     t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, p, shm.size, view);
     sip_buf_unref(view);
-  } else if (m->n_raw_input_contents) {
+  } else if (rv->n) {
     if (has_typed)
       return BAD("input '%s' has both contents and raw_input_contents; expected one of them",
                  name);
     size_t ri = (*raw_i)++;
-    if (ri >= m->n_raw_input_contents)
+    if (ri >= rv->n)
       return BAD("raw_input_contents has %zu entries; expected one per input not in shared "
-                 "memory", m->n_raw_input_contents);
-    const ProtobufCBinaryData *raw = &m->raw_input_contents[ri];
-    if (dt != SIP_DTYPE_STRING && raw->len != want)
+                 "memory", rv->n);
+    if (dt != SIP_DTYPE_STRING && rv->len[ri] != want)
       return BAD("input '%s': raw_input_contents[%zu] holds %zu bytes; expected %" PRIu64
-                 " (shape %s of %s)", name, ri, raw->len, want, shape, in->datatype);
-    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape, raw->len ? raw->data : NULL,
-                            raw->len, owner);
+                 " (shape %s of %s)", name, ri, rv->len[ri], want, shape, in->datatype);
+    t = sip_tensor_new_view(name, dt, (int)in->n_shape, in->shape,
+                            rv->len[ri] ? (void *)rv->data[ri] : NULL, rv->len[ri], owner);
   } else {
     if (!has_typed)
       return BAD("input '%s' has no data; expected contents or raw_input_contents", name);
@@ -393,13 +467,53 @@ static sip_error_t *shm_output(sip__grpc_infer_t *k, const char *name, const shm
 
 sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_set_t *set,
                                     sip__grpc_infer_t **out) {
+  return sip__grpc_decode_infer_in(data, len, NULL, set, out);
+}
+
+sip_error_t *sip__grpc_decode_infer_in(const uint8_t *data, size_t len, sip_buf_t *backing,
+                                       sip__shm_set_t *set, sip__grpc_infer_t **out) {
   *out = NULL;
-  infer_req_t *m = (infer_req_t *)sip__grpc_unpack(&inference__model_infer_request__descriptor,
-                                                   data, len);
-  if (!m) return BAD("the message is not a valid inference.ModelInferRequest");
-  /* The message backs the raw inputs: it lives as long as they do. */
+  raw_views_t rv;
+  uint8_t *rest = NULL;
+  size_t rest_len = 0;
+  int split = split_raw(data, len, &rv, &rest, &rest_len);
+  sip_buf_t *raw_owner = NULL; /* what the raw views point into */
+  if (split > 0 && rv.n) {
+    if (backing) {
+      raw_owner = sip_buf_ref(backing);
+    } else { /* nobody keeps the received bytes: one copy of them, not one per tensor */
+      uint8_t *copy = sip__malloc(len ? len : 1);
+      if (copy) memcpy(copy, data, len);
+      raw_owner = copy ? sip_buf_wrap(copy, len, sip__free, copy) : NULL; /* frees on failure */
+      for (size_t i = 0; raw_owner && i < rv.n; i++) rv.data[i] = copy + (rv.data[i] - data);
+    }
+  }
+  infer_req_t *m = split < 0 || (rv.n && !raw_owner) ? NULL
+                   : (infer_req_t *)sip__grpc_unpack(&inference__model_infer_request__descriptor,
+                                                      rv.n ? rest : data, rv.n ? rest_len : len);
+  sip__free(rest);
+  if (!m) {
+    int oom = split < 0 || (rv.n && !raw_owner);
+    raw_views_clear(&rv);
+    sip_buf_unref(raw_owner);
+    return oom ? SIP__OOM() : BAD("the message is not a valid inference.ModelInferRequest");
+  }
+  /* The message backs what was unpacked from it: it lives as long as that does. */
   sip_buf_t *owner = sip_buf_wrap(m, len, release_msg, m);
-  if (!owner) return SIP__OOM();
+  if (!owner) { /* sip_buf_wrap freed the message */
+    raw_views_clear(&rv);
+    sip_buf_unref(raw_owner);
+    return SIP__OOM();
+  }
+  if (!rv.n && m->n_raw_input_contents) { /* not split above: read from the message */
+    rv.data = sip__calloc(m->n_raw_input_contents, sizeof *rv.data);
+    rv.len = sip__calloc(m->n_raw_input_contents, sizeof *rv.len);
+    for (size_t i = 0; rv.data && rv.len && i < m->n_raw_input_contents; i++, rv.n++) {
+      rv.data[i] = m->raw_input_contents[i].data;
+      rv.len[i] = m->raw_input_contents[i].len;
+    }
+  }
+  if (!raw_owner) raw_owner = sip_buf_ref(owner);
   sip_error_t *e = NULL;
   sip__grpc_infer_t *k = sip__calloc(1, sizeof *k);
   if (!k) {
@@ -423,10 +537,10 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
     goto done;
   size_t raw_i = 0;
   for (size_t i = 0; i < m->n_inputs && !e; i++)
-    e = decode_input(m, i, &raw_i, owner, set, k->req);
-  if (!e && raw_i != m->n_raw_input_contents)
+    e = decode_input(m, &rv, i, &raw_i, raw_owner, set, k->req);
+  if (!e && raw_i != rv.n)
     e = BAD("raw_input_contents has %zu entries; expected one per input not in shared memory "
-            "(%zu)", m->n_raw_input_contents, raw_i);
+            "(%zu)", rv.n, raw_i);
   if (!e && m->n_outputs &&
       (!(k->shm_out = sip__calloc(m->n_outputs, sizeof *k->shm_out)) ||
        !(k->cls_name = sip__calloc(m->n_outputs, sizeof *k->cls_name)) ||
@@ -452,178 +566,12 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
   }
 done:
   sip_buf_unref(owner);
+  sip_buf_unref(raw_owner);
+  raw_views_clear(&rv);
   if (e && k) { /* the model and id stay, for a stream's error answer */
     sip_request_free(k->req);
     k->req = NULL;
   }
   *out = k;
   return e;
-}
-
-/* ---- encoding ---------------------------------------------------------------- */
-
-typedef Inference__ModelInferResponse__InferOutputTensor otensor_t;
-typedef Inference__ModelInferResponse__InferOutputTensor__ParametersEntry oparam_t;
-
-/* Per output: the tensor message, its shape and, when written to shared
- * memory, the three parameters that say where. */
-typedef struct out_parts {
-  otensor_t t, *tp;
-  int64_t shape[SIP_MAX_RANK];
-  oparam_t pe[3], *pep[3];
-  param_t pv[3];
-} out_parts_t;
-
-static const sip__grpc_shm_out_t *shm_out_of(const sip__grpc_infer_t *k, const char *name) {
-  for (size_t i = 0; i < k->n_shm_out; i++)
-    if (!strcmp(k->shm_out[i].name, name)) return &k->shm_out[i];
-  return NULL;
-}
-
-/* Copies output `t` into its region and describes it in `p`. */
-static sip_error_t *write_shm(const sip__grpc_shm_out_t *o, const sip_tensor_t *t, out_parts_t *p) {
-  if (t->nbytes > o->size)
-    return BAD("output '%s' holds %zu bytes; its shared_memory_byte_size is %" PRIu64
-               "; expected a region at least that large", t->name, t->nbytes, o->size);
-  if (t->nbytes && t->data != o->data) memmove(o->data, t->data, t->nbytes);
-  static const char *const keys[3] = {"shared_memory_region", "shared_memory_byte_size",
-                                      "shared_memory_offset"};
-  for (int j = 0; j < 3; j++) {
-    oparam_t e = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
-    param_t v = INFERENCE__INFER_PARAMETER__INIT;
-    p->pe[j] = e, p->pv[j] = v;
-    p->pe[j].key = (char *)keys[j];
-    p->pe[j].value = &p->pv[j];
-    p->pep[j] = &p->pe[j];
-  }
-  p->pv[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
-  p->pv[0].string_param = o->region;
-  p->pv[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-  p->pv[1].int64_param = (int64_t)t->nbytes;
-  p->pv[2].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-  p->pv[2].int64_param = (int64_t)o->offset;
-  p->t.parameters = p->pep;
-  p->t.n_parameters = 3;
-  return NULL;
-}
-
-sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *version,
-                                    const sip_tensor_t *const *outputs, size_t n_outputs,
-                                    int stream, uint8_t **out, size_t *len) {
-  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-  r.model_name = k->model;
-  r.model_version = (char *)(version ? version : "");
-  r.id = k->id ? k->id : "";
-  /* Response parameters: idempotent_replay; retries and served_by after
-   * a failover. */
-  Inference__ModelInferResponse__ParametersEntry rp[3], *rpp[3];
-  param_t rv[3];
-  size_t np = 0;
-  for (size_t i = 0; i < 3; i++) {
-    Inference__ModelInferResponse__ParametersEntry e0 =
-        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
-    param_t v0 = INFERENCE__INFER_PARAMETER__INIT;
-    rp[i] = e0;
-    rv[i] = v0;
-    rp[i].value = &rv[i];
-    rpp[i] = &rp[i];
-  }
-  if (k->replayed) {
-    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-    rv[np].bool_param = 1;
-    rp[np++].key = (char *)"idempotent_replay";
-  }
-  if (k->served_by) {
-    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-    rv[np].int64_param = k->retries;
-    rp[np++].key = (char *)"retries";
-    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
-    rv[np].string_param = (char *)k->served_by;
-    rp[np++].key = (char *)"served_by";
-  }
-  if (np) {
-    r.parameters = rpp;
-    r.n_parameters = np;
-  }
-  out_parts_t *parts = sip__calloc(n_outputs + 1, sizeof *parts);
-  otensor_t **tp = sip__calloc(n_outputs + 1, sizeof *tp);
-  ProtobufCBinaryData *raw = sip__calloc(n_outputs + 1, sizeof *raw);
-  sip_tensor_t **cls = sip__calloc(n_outputs + 1, sizeof *cls); /* classifications made */
-  sip_error_t *e = NULL;
-  if (!parts || !tp || !raw || !cls) {
-    e = SIP__OOM();
-    goto done;
-  }
-  for (size_t i = 0; i < n_outputs && !e; i++) {
-    const sip_tensor_t *t = outputs[i];
-    for (size_t c = 0; c < k->n_cls; c++)
-      if (!strcmp(k->cls_name[c], t->name)) {
-        if ((e = sip__classify(t, k->cls_topn[c], &cls[i]))) break;
-        t = cls[i];
-      }
-    if (e) break;
-    out_parts_t *p = &parts[i];
-    otensor_t init = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
-    p->t = init;
-    p->t.name = t->name;
-    const char *dt = sip__dtype_protocol_name(t->dtype);
-    p->t.datatype = (char *)(dt ? dt : "");
-    size_t rank = (size_t)(t->rank > 0 ? t->rank : 0);
-    if (rank) memcpy(p->shape, t->dims, sizeof t->dims[0] * rank);
-    p->t.n_shape = rank;
-    p->t.shape = p->shape;
-    tp[i] = &p->t;
-    const sip__grpc_shm_out_t *o = shm_out_of(k, t->name);
-    if (o) {
-      e = write_shm(o, t, p); /* its raw entry stays empty, keeping the order */
-    } else {
-      raw[i].data = (uint8_t *)t->data;
-      raw[i].len = t->nbytes;
-    }
-  }
-  if (e) goto done;
-  r.n_outputs = r.n_raw_output_contents = n_outputs;
-  r.outputs = tp;
-  r.raw_output_contents = raw;
-  if (stream) {
-    Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
-    s.infer_response = &r;
-    e = sip__grpc_pack(&s.base, out, len);
-  } else {
-    e = sip__grpc_pack(&r.base, out, len);
-  }
-  /* Outputs that point into a client's region (an identity's view of its
-   * input) were read by the packing, and outputs were written into
-   * regions: a region that shrank meanwhile gave zeros or took nothing. */
-  for (size_t i = 0; i < n_outputs && !e; i++) {
-    const sip__grpc_shm_out_t *o = shm_out_of(k, outputs[i]->name);
-    e = sip__shm_check_bytes(outputs[i]->data, outputs[i]->nbytes);
-    if (!e && o) e = sip__shm_check_bytes(o->data, o->size);
-    if (e) {
-      sip__free(*out);
-      *out = NULL;
-      *len = 0;
-    }
-  }
-done:
-  for (size_t i = 0; cls && i < n_outputs; i++) sip_tensor_free(cls[i]);
-  sip__free(cls);
-  sip__free(parts);
-  sip__free(tp);
-  sip__free(raw);
-  return e;
-}
-
-sip_error_t *sip__grpc_encode_stream_error(const sip__grpc_infer_t *k, const char *msg,
-                                           uint8_t **out, size_t *len) {
-  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-  Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
-  s.error_message = (char *)msg;
-  if (k) {
-    r.model_name = k->model;
-    r.model_version = k->version ? k->version : "";
-    r.id = k->id ? k->id : "";
-    s.infer_response = &r;
-  }
-  return sip__grpc_pack(&s.base, out, len);
 }

@@ -77,6 +77,11 @@ typedef struct sip__grpc_infer {
  * model and id decoded so far (req NULL), for a stream's error answer. */
 sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_set_t *shm,
                                     sip__grpc_infer_t **out);
+/* The same where `backing` (a reference is taken; NULL: none) holds `data`
+ * for as long as it lives: raw_input_contents are then tensors viewing the
+ * received bytes, never copied. Without it they view one copy of `data`. */
+sip_error_t *sip__grpc_decode_infer_in(const uint8_t *data, size_t len, sip_buf_t *backing,
+                                       sip__shm_set_t *shm, sip__grpc_infer_t **out);
 void sip__grpc_infer_free(sip__grpc_infer_t *k);
 
 /* Encodes the outputs as a serialized inference.ModelInferResponse for `k`

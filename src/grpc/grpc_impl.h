@@ -8,7 +8,8 @@
  *   rpcs.c    every other RPC: health, metadata, statistics, repository,
  *             shared memory, trace and log settings; the method table
  *   model_config.c  ModelConfig
- *   codec.c   protobuf-c helpers and the inference codec (grpc_frontend.h)
+ *   codec.c   protobuf-c helpers and the inference decoder (grpc_frontend.h)
+ *   encode.c  the inference answers (grpc_frontend.h)
  */
 #ifndef SIP_GRPC_IMPL_H
 #define SIP_GRPC_IMPL_H
@@ -57,7 +58,7 @@ typedef struct gmethod {
   const char *path;
   const ProtobufCMessageDescriptor *req;
   void (*unary)(gcall_t *c, const ProtobufCMessage *req);
-  void (*raw)(gcall_t *c, const uint8_t *data, size_t len);
+  void (*raw)(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
   int stream;
 } gmethod_t;
 
@@ -109,12 +110,14 @@ grpc_byte_buffer *sip__grpc_bytes(uint8_t *msg, size_t len);
 
 /* ---- infer.c ------------------------------------------------------------ */
 
-void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len);
+/* `backing` holds data (NULL: nothing does past the call). */
+void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
 /* Empties the default-version cache (at stop). */
 void sip__grpc_vcache_clear(sip__grpc_t *g);
 /* One message of a ModelStreamInfer call (NULL data: the client closed its
  * side). */
-void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, int closed);
+void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+                              int closed);
 /* A stream answer finished sending (ok: it was sent). */
 void sip__grpc_stream_sent(gcall_t *c, int ok);
 

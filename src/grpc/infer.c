@@ -159,13 +159,14 @@ static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
  * submitted (*k then holds what was decoded, if anything). Its shared
  * memory regions are viewed through a scope of the server's set, checked
  * and freed when it is answered. */
-static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip__grpc_infer_t **kp) {
+static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+                           sip__grpc_infer_t **kp) {
   uint64_t t0 = sip__now_ns();
   sip__grpc_infer_t *k = NULL;
   *kp = NULL;
   sip__shm_set_t *scope = sip__shm_scope_new(sip__server_shm(c->g->s));
   if (!scope) return SIP__OOM();
-  sip_error_t *e = sip__grpc_decode_infer(data, len, scope, &k);
+  sip_error_t *e = sip__grpc_decode_infer_in(data, len, backing, scope, &k);
   *kp = k;
   if (e) {
     /* No k: the bytes are not a ModelInferRequest at all. */
@@ -227,9 +228,9 @@ fail:
   return e;
 }
 
-void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len) {
+void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing) {
   sip__grpc_infer_t *k = NULL;
-  sip_error_t *e = submit(c, data, len, &k);
+  sip_error_t *e = submit(c, data, len, backing, &k);
   sip__grpc_infer_free(k);
   if (e) sip__grpc_reply(c, e, NULL);
 }
@@ -324,7 +325,8 @@ static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e
   pthread_mutex_unlock(&c->mu);
 }
 
-void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, int closed) {
+void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+                              int closed) {
   if (closed) {
     pthread_mutex_lock(&c->mu);
     c->half_closed = 1;
@@ -333,7 +335,7 @@ void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, int c
     return;
   }
   sip__grpc_infer_t *k = NULL;
-  sip_error_t *e = submit(c, data, len, &k);
+  sip_error_t *e = submit(c, data, len, backing, &k);
   if (e) {
     pthread_mutex_lock(&c->mu);
     c->inflight++; /* stream_answer counts it out */

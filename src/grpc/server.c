@@ -147,31 +147,54 @@ static void on_close(gtag_t *t, int ok) {
   sip__grpc_call_unref(c);
 }
 
+static void slice_release(void *p) {
+  grpc_slice_unref(*(grpc_slice *)p);
+  sip__free(p);
+}
+
+/* The message's bytes as one slice (a reference): the received slice itself
+ * when the message came in one and uncompressed (no copy), else all of it
+ * copied into one. */
+static grpc_slice message_slice(grpc_byte_buffer *bb) {
+  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+      bb->data.raw.slice_buffer.count == 1)
+    return grpc_slice_ref(bb->data.raw.slice_buffer.slices[0]);
+  grpc_slice s = grpc_empty_slice();
+  grpc_byte_buffer_reader r;
+  if (grpc_byte_buffer_reader_init(&r, bb)) {
+    s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+  }
+  return s;
+}
+
 static void on_recv(gtag_t *t, int ok) {
   gcall_t *c = CONTAINER(t, gcall_t, recv_tag);
   grpc_byte_buffer *bb = c->recv;
   c->recv = NULL;
-  grpc_slice s = grpc_empty_slice();
-  if (ok && bb) {
-    grpc_byte_buffer_reader r;
-    if (grpc_byte_buffer_reader_init(&r, bb)) {
-      s = grpc_byte_buffer_reader_readall(&r);
-      grpc_byte_buffer_reader_destroy(&r);
-    }
-  }
+  grpc_slice s = ok && bb ? message_slice(bb) : grpc_empty_slice();
   if (bb) grpc_byte_buffer_destroy(bb);
   const uint8_t *data = GRPC_SLICE_START_PTR(s);
   size_t len = GRPC_SLICE_LENGTH(s);
   const gmethod_t *m = c->method;
+  /* A handler's tensors may view the bytes: they hold the slice. */
+  sip_buf_t *backing = NULL;
+  if ((m->stream || m->raw) && ok && bb) {
+    grpc_slice *held = sip__malloc(sizeof *held);
+    if (held) {
+      *held = grpc_slice_ref(s);
+      backing = sip_buf_wrap((void *)data, len, slice_release, held); /* releases on failure */
+    }
+  }
   if (m->stream) {
-    sip__grpc_stream_message(c, data, len, !(ok && bb));
+    sip__grpc_stream_message(c, data, len, backing, !(ok && bb));
     if (ok && bb) start_recv(c);
   } else if (!ok || !bb) {
     sip__grpc_reply(c, sip_error_new(SIP_INVALID_ARGUMENT, "the call carried no request "
                                      "message; expected one %s", m->req ? m->req->name :
                                      "inference.ModelInferRequest"), NULL);
   } else if (m->raw) {
-    m->raw(c, data, len);
+    m->raw(c, data, len, backing);
   } else {
     ProtobufCMessage *req = sip__grpc_unpack(m->req, data, len);
     if (!req)
@@ -184,6 +207,7 @@ static void on_recv(gtag_t *t, int ok) {
       m->unary(c, req);
     sip__grpc_msg_free(req);
   }
+  sip_buf_unref(backing);
   grpc_slice_unref(s);
   sip__grpc_call_unref(c);
 }

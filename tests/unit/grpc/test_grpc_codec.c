@@ -169,6 +169,37 @@ static void test_raw_inputs(void **state) {
   sip__grpc_infer_free(k);
 }
 
+/* With the received bytes held by a buffer, raw inputs view them in place:
+ * no copy on the way in, and the buffer lives as long as the tensors do. */
+static void test_raw_inputs_in_place(void **state) {
+  (void)state;
+  builder_t b;
+  b_init(&b, "m");
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[2] = {7, 8};
+  b_input(&b, "x", "FP32", 2, (int64_t)2, (int64_t)3);
+  b_raw(&b, x, sizeof x);
+  b_input(&b, "y", "FP32", 1, (int64_t)2);
+  b_raw(&b, y, sizeof y);
+  b_param_int(&b, "priority", 2);
+  size_t n = protobuf_c_message_get_packed_size(&b.r.base);
+  sip_buf_t *held = sip_buf_new(n);
+  uint8_t *buf = sip_buf_data(held);
+  protobuf_c_message_pack(&b.r.base, buf);
+  sip__grpc_infer_t *k = NULL;
+  assert_null(sip__grpc_decode_infer_in(buf, n, held, NULL, &k));
+  sip_buf_unref(held); /* the tensors keep it */
+  sip_request_t *r = k->req;
+  assert_int_equal(r->n_inputs, 2);
+  for (size_t i = 0; i < 2; i++) {
+    const uint8_t *d = r->inputs[i]->data;
+    assert_true(d >= buf && d + r->inputs[i]->nbytes <= buf + n); /* a view, not a copy */
+  }
+  assert_memory_equal(r->inputs[0]->data, x, sizeof x);
+  assert_memory_equal(r->inputs[1]->data, y, sizeof y);
+  assert_int_equal(r->priority, 2); /* the other fields still read */
+  sip__grpc_infer_free(k);
+}
+
 static void test_typed_inputs(void **state) {
   (void)state;
   builder_t b;
@@ -447,7 +478,7 @@ static void test_shared_memory(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_raw_inputs),     cmocka_unit_test(test_typed_inputs),
+      cmocka_unit_test(test_raw_inputs),     cmocka_unit_test(test_raw_inputs_in_place),     cmocka_unit_test(test_typed_inputs),
       cmocka_unit_test(test_errors),         cmocka_unit_test(test_alloc_failures),
       cmocka_unit_test(test_encode),         cmocka_unit_test(test_shared_memory),
   };
