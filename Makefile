@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 20
 CONFIG     ?= examples/sip.yaml
 PY         := /usr/bin/python3
 
-.PHONY: all deps build run test test-unit test-asan fuzz bench docs clean install install-only deb deb-only
+.PHONY: all deps build run test test-unit test-asan fuzz bench docs clean install install-only deb deb-only image
 
 all: build
 
@@ -38,7 +38,7 @@ test-asan: deps
 
 # Every parser's libFuzzer target, for a bounded time each.
 fuzz: deps
-	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSIP_FUZZ=ON -DSIP_SANITIZE=ON >/dev/null
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSIP_FUZZ=ON -DSIP_SANITIZE=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$$//' | tr '\n' ' ') -- --no-print-directory
 	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do \
 	  name=$$(basename $$f); mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
@@ -104,6 +104,8 @@ deb-only:
 	@$(MAKE) --no-print-directory install-only PREFIX=/usr DESTDIR=$(abspath $(DEB_DIR))/debian/sip \
 	  INSTALL_STRIP=--strip >/dev/null
 	@cp LICENSE $(DEB_DIR)/debian/sip/usr/share/doc/sip/copyright
+	@# dpkg keeps an edited sip.yaml on upgrade (sipd.service reads it; docs/deploy.md).
+	@printf '/etc/sip/sip.yaml\n' > $(DEB_DIR)/debian/sip/DEBIAN/conffiles
 	@cd $(DEB_DIR) && printf 'Source: sip\n\nPackage: sip\nArchitecture: any\n' > debian/control && \
 	  dpkg-shlibdeps -O --ignore-missing-info -ldebian/sip/usr/lib -ldebian/sip/usr/lib/sip \
 	    debian/sip/usr/bin/sipd debian/sip/usr/bin/sip debian/sip/usr/lib/lib*.so.*.*.* \
@@ -118,6 +120,15 @@ deb-only:
 	    $(CURDIR)/cmake/deb-control.in > debian/sip/DEBIAN/control && \
 	  dpkg-deb --root-owner-group $(DEB_COMPRESS) --build debian/sip $(abspath $(BUILD))/sip_$${version}_$$arch.deb >/dev/null && \
 	  echo "deb: $(BUILD)/sip_$${version}_$$arch.deb"
+
+# The container image from Containerfile (docs/deploy.md): buildah or podman.
+# IMAGE_BASE=debian builds the Debian 12 bases from Debian's packages
+# (mmdebstrap) where no container registry is reachable.
+IMAGE      ?= localhost/sip:latest
+IMAGE_BASE ?= registry
+IMAGE_JOBS ?= 2
+image: deps
+	@IMAGE=$(IMAGE) IMAGE_BASE=$(IMAGE_BASE) IMAGE_JOBS=$(IMAGE_JOBS) packaging/image.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks that no include points up the engine's layers (docs/architecture.md).
+"""Checks the engine's layers (docs/architecture.md) and the file-size limit.
 
 Takes the include graph from the compiler: every translation unit in the
 build's compile_commands.json is run again with -MM (same flags), and each
@@ -11,10 +11,31 @@ the engine's internals (backend, sched, session, pipeline), and
 src/server/server_impl.h is private to src/server. The daemon and the tools may
 include only include/sip/ and their own folder.
 
-usage: check_layers.py BUILD_DIR   (exit 1 with one line per bad include)
+The same rule at link level: the symbols each of the engine's objects
+(CMakeFiles/sip_obj.dir, the objects named in compile_commands.json) defines
+and references, read with nm. An object that references a symbol defined in
+a higher layer, or in a sibling front-end, calls up or across even when no
+header says so (a declaration copied by hand, a prototype in a shared header).
+
+The shared libraries export the public API and nothing else: every symbol
+`nm -D --defined-only` lists in libsip.so is a function declared in
+include/sip/*.h, and each of those but the client's is there; libsipclient.so
+exports include/sip/client.h's functions and those of the headers it
+includes (error.h, tensor.h), nothing more. Everything else is built hidden
+(-fvisibility=hidden; SIP_API in include/sip/export.h marks the public
+declarations).
+
+And no source file in the repository's own folders (FOLDERS; generated
+files live in the build tree, third-party code in third_party/) is longer
+than MAX_LINES.
+
+usage: check_layers.py BUILD_DIR   (exit 1 with one line per bad include,
+                                    bad call and long file)
 """
+import glob
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -43,6 +64,12 @@ ENGINE_INTERNALS = ("backend", "sched", "session", "pipeline")
 PRIVATE_HEADERS = ("src/server/server_impl.h",)
 # Folders outside src/ with their own rules.
 PUBLIC_ONLY = ("src/daemon", "tools")
+# One file, one job: no source file longer than this.
+MAX_LINES = 700
+FOLDERS = ("src", "include", "tools", "clients", "tests", "bench", "scripts", "docs/gen")
+SOURCE_EXT = (".c", ".h", ".cc", ".py", ".js", ".css", ".html")
+# Not the project's own text: vendored code, build trees, caches, fuzz corpora.
+SKIP_DIRS = ("third_party", "__pycache__", "node_modules", "corpus")
 
 
 def layer_of(path):
@@ -117,9 +144,152 @@ def check(src, dep):
     return None
 
 
+def call_check(src, dst, public=True):
+    """None when an object built from `src` may reference a symbol defined
+    in `dst`, else why not (the include rule at link level). `public`: the
+    symbol is a function include/sip declares."""
+    s, d = layer_of(src), layer_of(dst)
+    if s is None or d is None or s[0] != "src" or d[0] != "src" or s[1] == d[1]:
+        return None
+    if s[1] not in RANK or d[1] not in RANK:
+        return None  # the include check names the unknown folder
+    if s[1] in FRONTENDS and d[1] in ENGINE_INTERNALS and not public:
+        return "a front-end uses the public calls, not the engine's %s internals" % d[1]
+    if RANK[d[1]] > RANK[s[1]]:
+        return "%s is above %s" % (d[1], s[1])
+    if RANK[d[1]] == RANK[s[1]]:
+        return "%s and %s are sibling front-ends" % (d[1], s[1])
+    return None
+
+
+def object_of(entry):
+    """The object file an entry of compile_commands.json writes (its -o)."""
+    args = entry.get("arguments") or shlex.split(entry["command"])
+    for i, a in enumerate(args[:-1]):
+        if a == "-o":
+            return os.path.join(entry["directory"], args[i + 1])
+    return None
+
+
+def nm_symbols(obj):
+    """(defined, undefined) global symbol names of one object file."""
+    r = subprocess.run(["nm", "-P", obj], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit("check_layers: nm %s failed:\n%s" % (obj, r.stderr))
+    defined, undefined = set(), set()
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) < 2:
+            continue
+        name, kind = f[0], f[1]
+        if kind == "U":
+            undefined.add(name)
+        elif kind in "TDBRVWGSC":  # upper case: global (local ones are static)
+            defined.add(name)
+    return defined, undefined
+
+
+def link_violations(entries):
+    """One line per symbol an engine object references from a layer it may
+    not call: 'caller -> symbol (defining file): why'. Objects are those of
+    sip_obj named in compile_commands.json (a stale object of a deleted
+    source is never read)."""
+    objs = {}
+    for e in entries:
+        o = object_of(e)
+        if not o or os.sep + "sip_obj.dir" + os.sep not in o:
+            continue
+        src = os.path.realpath(os.path.join(e["directory"], e["file"]))
+        if not os.path.exists(o):
+            raise SystemExit("check_layers: %s is not built (build before the check)" % o)
+        objs[src] = nm_symbols(o)
+    public = set().union(*(public_functions(h) for h in
+                            glob.glob(os.path.join(ROOT, "include", "sip", "*.h"))))
+    where = {}
+    for src, (defined, _) in objs.items():
+        for name in defined:
+            where[name] = src
+    bad = []
+    for src, (_, undefined) in objs.items():
+        for name in sorted(undefined):
+            dst = where.get(name)
+            why = call_check(src, dst, name in public) if dst else None
+            if why:
+                bad.append("%s -> %s (%s): %s" % (os.path.relpath(src, ROOT), name,
+                                                 os.path.relpath(dst, ROOT), why))
+    return bad, len(objs)
+
+
+_DECL = re.compile(r"^(?!typedef\b)(?:SIP_API\s+)?[A-Za-z_][\w \t*]*?[\s*]\(?(sip_\w+)\s*\(", re.M)
+
+
+def public_functions(header):
+    """The sip_* functions a public header declares (comments and
+    preprocessor lines aside; typedefs of function pointers are not
+    functions)."""
+    with open(header) as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"^[ \t]*#[^\n]*", "", text, flags=re.M)
+    return set(_DECL.findall(text))
+
+
+# The client library's public headers; every other include/sip header is the
+# engine's (libsip).
+CLIENT_HEADERS = ("client.h", "error.h", "tensor.h")
+
+
+def exported(lib):
+    """The names of the symbols a shared library defines in its dynamic
+    symbol table."""
+    r = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit("check_layers: nm -D %s failed:\n%s" % (lib, r.stderr))
+    return {line.split()[-1].split("@")[0] for line in r.stdout.splitlines() if line.strip()}
+
+
+def export_violations(build, root=ROOT):
+    """One line per symbol a shared library exports that include/sip does
+    not declare for it, and per public function it lacks."""
+    inc = os.path.join(root, "include", "sip")
+    decl = {os.path.basename(h): public_functions(h) for h in sorted(glob.glob(os.path.join(inc, "*.h")))}
+    engine = set().union(*(v for k, v in decl.items() if k != "client.h"))
+    client = set().union(*(decl.get(k, set()) for k in CLIENT_HEADERS))
+    bad = []
+    for lib, allowed, required in (("libsip.so", engine, engine),
+                                   ("libsipclient.so", client, decl.get("client.h", set()))):
+        path = os.path.join(build, lib)
+        if not os.path.exists(path):
+            raise SystemExit("check_layers: %s is not built (build before the check)" % path)
+        names = exported(path)
+        for n in sorted(names - allowed):
+            bad.append("%s exports %s, which include/sip does not declare for it" % (lib, n))
+        for n in sorted(required - names):
+            bad.append("%s does not export %s, declared in include/sip" % (lib, n))
+    return bad
+
+
+def long_files(root=ROOT):
+    """'path: N lines (limit MAX_LINES)' for each source file over the limit."""
+    out = []
+    for top in FOLDERS:
+        for d, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith("build"))
+            for name in sorted(files):
+                if not name.endswith(SOURCE_EXT):
+                    continue
+                p = os.path.join(d, name)
+                with open(p, "rb") as f:
+                    n = sum(1 for _ in f)
+                if n > MAX_LINES:
+                    out.append("%s: %d lines (limit %d)" % (os.path.relpath(p, root), n, MAX_LINES))
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-1])
+        print(__doc__[__doc__.index("usage:"):].strip())
         return 2
     db = os.path.join(sys.argv[1], "compile_commands.json")
     with open(db) as f:
@@ -154,7 +324,21 @@ def main():
         print(b)
     print("check_layers: %d files, %d includes, %d pointing up or across"
           % (len(seen), checked, len(set(bad))))
-    return 1 if bad else 0
+    calls, nobj = link_violations(entries)
+    for c in sorted(set(calls)):
+        print(c)
+    print("check_layers: %d objects, %d calls pointing up or across" % (nobj, len(set(calls))))
+    exports = export_violations(sys.argv[1])
+    for x in exports[:50]:
+        print(x)
+    if len(exports) > 50:
+        print("... and %d more" % (len(exports) - 50))
+    print("check_layers: %d symbols exported against include/sip" % len(exports))
+    longs = long_files()
+    for l in longs:
+        print(l)
+    print("check_layers: %d files over %d lines" % (len(longs), MAX_LINES))
+    return 1 if bad or calls or exports or longs else 0
 
 
 _direct = {}

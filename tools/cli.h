@@ -17,6 +17,9 @@ int sip_cli_admin(sip_client_t *c, const char *cmd, int argc, char **argv, int j
 /* `sip models` (action "index", model NULL), `sip load|unload MODEL`. */
 int sip_cli_repo(sip_client_t *c, const char *action, const char *model, int json_out);
 
+/* `sip import-triton DIR` (argv: the words after the command). */
+int sip_cli_import_triton(int argc, char **argv);
+
 /* NAME:DTYPE:SHAPE=VALUES → an owned tensor, or NULL with a message on stderr. */
 sip_tensor_t *sip_cli_parse_input(const char *spec);
 /* Element i of numeric data of type dt as a double (float16 decoded). */

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "  report --html FILE     the dashboard's self-contained HTML report of the server\n"
           "                         now (FILE - : standard output; from its server.http or\n"
           "                         server.dashboard address, or -e http://HOST:PORT)\n"
+          "  import-triton DIR      print the config.yaml equivalent to a Triton model\n"
+          "                         directory's config.pbtxt (no server needed)\n"
           "  bench POOL [options]   load generator: --concurrency N | --rate R\n"
           "                         [--distribution poisson] | --pattern spike ...\n"
           "                         (sip bench --help for all options)\n");
@@ -498,6 +500,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[i];
+  if (!strcmp(cmd, "import-triton")) /* offline: reads a model directory */
+    return sip_cli_import_triton(argc - i - 1, argv + i + 1);
   int kind = strcmp(cmd, "status") == 0 ? 3 : strcmp(cmd, "pools") == 0 ? 2
              : strcmp(cmd, "ready") == 0 ? 1 : 0;
   int repo = !strcmp(cmd, "models") || !strcmp(cmd, "load") || !strcmp(cmd, "unload");

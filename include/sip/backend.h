@@ -12,6 +12,8 @@
 #ifndef SIP_BACKEND_H
 #define SIP_BACKEND_H
 
+#include "sip/export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,8 +32,10 @@ typedef struct sip_io_desc {
   int64_t dims[SIP_MAX_RANK];
 } sip_io_desc_t;
 
-/* Key/value options from the pool's `backend_options` (strings as written in
- * the config; lists are not allowed there). */
+/* Key/value options from the pool's `backend_options`: scalars as written in
+ * the config; an option of type SIP_OPTION_LIST arrives as JSON text, an
+ * array of objects each with a "name" and its other keys as strings
+ * (`[cuda, {name: cpu}]` → `[{"name":"cuda"},{"name":"cpu"}]`). */
 typedef struct sip_kv {
   const char *key;
   const char *value;
@@ -64,6 +68,28 @@ enum {
    * the config file's folder. */
   SIP_BACKEND_PATH_OPTIONS = 1u << 2,
 };
+
+/* The type of one backend option, checked by the config before the
+ * backend sees it. */
+typedef enum sip_option_type {
+  SIP_OPTION_STRING = 0, /* any scalar, passed as written */
+  SIP_OPTION_BOOL = 1,   /* true/false (also yes/no, on/off, 1/0) */
+  SIP_OPTION_INT = 2,    /* an integer within [min, max] */
+  SIP_OPTION_ENUM = 3,   /* one of `values` */
+  SIP_OPTION_LIST = 4,   /* a list of names or maps with a name: [cuda, {name: cpu}] */
+} sip_option_type_t;
+
+/* One entry of a backend's option table (sip_backend_vtable_t.options):
+ * what a pool's backend_options may hold, for the config check and the
+ * generated reference (docs/config.md). */
+typedef struct sip_backend_option {
+  const char *name;
+  sip_option_type_t type;
+  const char *def;           /* the default, as documented ("all"); NULL: none */
+  const char *doc;           /* one sentence */
+  const char *const *values; /* ENUM: the allowed values, NULL-terminated */
+  int64_t min, max;          /* INT: the range */
+} sip_backend_option_t;
 
 typedef struct sip_backend_vtable {
   const char *name; /* "onnxruntime", "builtin"; letters, digits, '_' and '-' */
@@ -117,6 +143,45 @@ typedef struct sip_backend_vtable {
    * session_free. */
   sip_error_t *(*session_new_profiled)(void *model, const char *prefix, void **session);
   sip_error_t *(*profile_end)(void *session, char **trace_json);
+
+  /* ---- The backend's formats. Every field is optional; NULL keeps the
+   * behaviour of a backend that has none. ---- */
+  /* Claims a model: 1 when the file at `path` is one this backend loads
+   * (by its extension, or by its first bytes), else 0. Called for a
+   * model_path that names a file and no backend, and for the files of a
+   * version directory; must not load the model. */
+  int (*probe)(const char *path);
+  /* The file names a version directory <dir>/<version>/ holds for this
+   * backend, in order of preference, NULL-terminated ("model.onnx"). */
+  const char *const *default_files;
+  /* The options a pool's backend_options may set (n_options entries). The
+   * config refuses other keys and values of the wrong type. NULL: any key,
+   * passed as written. */
+  const sip_backend_option_t *options;
+  size_t n_options;
+  /* Checks option values beyond their type at config check (an execution
+   * provider this build lacks...): NULL or an owned INVALID_ARGUMENT error
+   * that says what was wrong and what is available. */
+  sip_error_t *(*check_options)(const sip_kv_t *options, size_t n_options);
+
+  /* ---- Memory types. NULL hooks: inputs and outputs in host memory. ---- */
+  /* Where the model's sessions want input `index` (of describe's inputs;
+   * is_input) or put output `index`: *type and *device_id. When any is not
+   * SIP_MEMORY_CPU, the engine copies request inputs there before execute
+   * (in one place, counted: sip_memory_copies_total) and outputs that come
+   * back elsewhere than host memory to host memory after it; execute then
+   * receives inputs in that memory and may return outputs in it (the
+   * tensors' memory_type says where). */
+  void (*memory)(void *model, int is_input, size_t index, sip_memory_type_t *type,
+                 int *device_id);
+  /* Allocates `size` bytes of `type` memory on `device_id` as a buffer whose
+   * release frees it. Needed when memory() names a type other than CPU. */
+  sip_error_t *(*alloc)(void *model, sip_memory_type_t type, int device_id, size_t size,
+                        sip_buf_t **out);
+  /* Copies `size` bytes from src (src_type/src_device) to dst
+   * (dst_type/dst_device), waiting until the bytes are there. */
+  sip_error_t *(*copy)(void *model, void *dst, sip_memory_type_t dst_type, int dst_device,
+                       const void *src, sip_memory_type_t src_type, int src_device, size_t size);
 } sip_backend_vtable_t;
 
 /* Makes `vt` (which must outlive every server) available to configs as
@@ -125,7 +190,7 @@ typedef struct sip_backend_vtable {
  * INVALID_ARGUMENT (no name, a name taken, missing load/describe/
  * session_new/execute/session_free/model_free), RESOURCE_EXHAUSTED (more
  * than 16 backends). Thread-safe. */
-sip_error_t *sip_backend_register(const sip_backend_vtable_t *vt);
+SIP_API sip_error_t *sip_backend_register(const sip_backend_vtable_t *vt);
 
 #ifdef __cplusplus
 }

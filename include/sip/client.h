@@ -18,6 +18,8 @@
 #ifndef SIP_CLIENT_H
 #define SIP_CLIENT_H
 
+#include "sip/export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,7 +92,7 @@ typedef struct sip_client_response {
  * socket connect refused because the server's listen backlog is full
  * (EAGAIN) is retried, with a backoff from 1 ms to 100 ms, for up to 5 s.
  * Errors: INVALID_ARGUMENT (bad endpoint), UNAVAILABLE (cannot connect). */
-sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
+SIP_API sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
 /* Sends an AUTH message with a bearer token of the server's server.auth
  * (docs/security.md) and waits for its answer: *json (owned; free with
  * sip_client_free_string) is {"authenticated": true, "groups": [...]}. The
@@ -98,22 +100,22 @@ sip_error_t *sip_client_connect(const char *endpoint, sip_client_t **out);
  * Thread-safe. Errors: INVALID_ARGUMENT (NULL or empty token),
  * UNAUTHENTICATED (the server takes no such token; it then closes the
  * connection and the client reconnects without a token), UNAVAILABLE. */
-sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json);
+SIP_API sip_error_t *sip_client_authenticate(sip_client_t *c, const char *token, char **json);
 /* Closes the connection for good; pending requests complete with
  * UNAVAILABLE. NULL is a no-op. */
-void sip_client_free(sip_client_t *c);
+SIP_API void sip_client_free(sip_client_t *c);
 /* Reconnection: the first delay between attempts (default 50 ms), doubled
  * after each failure up to max_backoff_ms (default 2000; each delay is
  * jittered down to half), and how long keyed requests without a timeout_ms
  * are resent (default 30000 ms). Thread-safe. */
-void sip_client_set_reconnect(sip_client_t *c, uint32_t backoff_ms, uint32_t max_backoff_ms,
+SIP_API void sip_client_set_reconnect(sip_client_t *c, uint32_t backoff_ms, uint32_t max_backoff_ms,
                               uint32_t resend_window_ms);
 /* How many times the client reconnected. */
-uint64_t sip_client_reconnects(sip_client_t *c);
+SIP_API uint64_t sip_client_reconnects(sip_client_t *c);
 
 /* Synchronous inference. On success *out is owned by the caller; otherwise
  * the returned error carries the server's code and message. */
-sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
+SIP_API sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
                               sip_client_response_t **out);
 
 /* Completion of an asynchronous request: exactly one of resp / err is
@@ -121,7 +123,7 @@ sip_error_t *sip_client_infer(sip_client_t *c, const sip_client_request_t *req,
 typedef void (*sip_client_done_fn)(sip_client_response_t *resp, sip_error_t *err, void *user);
 /* Sends the request and returns; `done` fires later, exactly once, unless
  * this call returns an error. */
-sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
+SIP_API sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t *req,
                                     sip_client_done_fn done, void *user);
 
 /* A client-side batch (BatchInferenceRequest): the request's inputs stack
@@ -129,27 +131,27 @@ sip_error_t *sip_client_infer_async(sip_client_t *c, const sip_client_request_t 
  * max_batch_size rows (0: the pool's), pads the last chunk per `padding`
  * (0 none, 1 replicate_last, 2 zero) and answers once with outputs in input
  * order (padding removed). Same ownership rules as sip_client_infer*. */
-sip_error_t *sip_client_batch_infer(sip_client_t *c, const sip_client_request_t *req,
+SIP_API sip_error_t *sip_client_batch_infer(sip_client_t *c, const sip_client_request_t *req,
                                     uint32_t max_batch_size, int padding,
                                     sip_client_response_t **out);
-sip_error_t *sip_client_batch_infer_async(sip_client_t *c, const sip_client_request_t *req,
+SIP_API sip_error_t *sip_client_batch_infer_async(sip_client_t *c, const sip_client_request_t *req,
                                           uint32_t max_batch_size, int padding,
                                           sip_client_done_fn done, void *user);
 
 /* Introspection (INFO_REQUEST kinds 1 ready, 2 pools, 3 status): *json is an
  * owned NUL-terminated string (free with sip_client_free_string). */
-sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);
+SIP_API sip_error_t *sip_client_info(sip_client_t *c, int kind, char **json);
 /* Model repository request (REPO_REQUEST): `request` is the JSON text
  * {"action": "index" | "load" | "unload", "model": NAME} (borrowed). Blocks
  * until the server answers (a load answers once the model serves). *json
  * is the answer's JSON, owned (sip_client_free_string); the error carries
  * the server's code and message. */
-sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json);
+SIP_API sip_error_t *sip_client_repository(sip_client_t *c, const char *request, char **json);
 /* An operator request on sessions (ADMIN_REQUEST; docs/availability.md):
  * injected faults, drain and resume. *json is the answer (free with
  * sip_client_free_string). */
-sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json);
-void sip_client_free_string(char *s);
+SIP_API sip_error_t *sip_client_admin(sip_client_t *c, const char *request, char **json);
+SIP_API void sip_client_free_string(char *s);
 
 /* ---- engine events (docs/events.md) ----
  * A subscription is a connection of its own to `endpoint`: SUBSCRIBE, then
@@ -166,14 +168,14 @@ void sip_client_free_string(char *s);
  * does not exist yet is subscribed to), UNAVAILABLE (cannot connect). */
 typedef struct sip_client_sub sip_client_sub_t;
 typedef void (*sip_client_event_fn)(const char *event_json, void *user);
-sip_error_t *sip_client_subscribe(const char *endpoint, const char *pool, uint32_t buffer,
+SIP_API sip_error_t *sip_client_subscribe(const char *endpoint, const char *pool, uint32_t buffer,
                                   const char *token, sip_client_event_fn fn, void *user,
                                   sip_client_sub_t **out);
 /* Ends a subscription: once it returns fn is not called again. Not from
  * inside fn. NULL is a no-op. */
-void sip_client_unsubscribe(sip_client_sub_t *sub);
+SIP_API void sip_client_unsubscribe(sip_client_sub_t *sub);
 
-void sip_client_response_free(sip_client_response_t *r);
+SIP_API void sip_client_response_free(sip_client_response_t *r);
 
 /* ---- shared memory (unix socket connections only) ---- */
 
@@ -186,21 +188,21 @@ typedef struct sip_client_shm sip_client_shm_t;
  * Errors: INVALID_ARGUMENT (bad name or size), ALREADY_EXISTS (the name is
  * in use on this connection), FAILED_PRECONDITION (a TCP connection),
  * RESOURCE_EXHAUSTED (too many regions; memfd_create or mmap failed). */
-sip_error_t *sip_client_shm_create(sip_client_t *c, const char *name, size_t byte_size,
+SIP_API sip_error_t *sip_client_shm_create(sip_client_t *c, const char *name, size_t byte_size,
                                    sip_client_shm_t **out);
 /* The region's first byte (write inputs there, read outputs there) and size. */
-void *sip_client_shm_data(const sip_client_shm_t *r);
-size_t sip_client_shm_size(const sip_client_shm_t *r);
+SIP_API void *sip_client_shm_data(const sip_client_shm_t *r);
+SIP_API size_t sip_client_shm_size(const sip_client_shm_t *r);
 /* Unregisters the region and drops the client's hold on it; response
  * tensors that view it keep the mapping until they are freed. NULL is a
  * no-op. Returns the server's error, if any (the region is released
  * anyway). */
-sip_error_t *sip_client_shm_destroy(sip_client_t *c, sip_client_shm_t *r);
+SIP_API sip_error_t *sip_client_shm_destroy(sip_client_t *c, sip_client_shm_t *r);
 /* The connection's regions as JSON {"regions": [{"name", "offset",
  * "byte_size"}]} (`name` NULL: all); *json owned (sip_client_free_string). */
-sip_error_t *sip_client_shm_status(sip_client_t *c, const char *name, char **json);
+SIP_API sip_error_t *sip_client_shm_status(sip_client_t *c, const char *name, char **json);
 /* Output by name (borrowed), NULL when absent. */
-const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name);
+SIP_API const sip_tensor_t *sip_client_response_output(const sip_client_response_t *r, const char *name);
 
 #ifdef __cplusplus
 }

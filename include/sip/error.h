@@ -7,6 +7,8 @@
 #ifndef SIP_ERROR_H
 #define SIP_ERROR_H
 
+#include "sip/export.h"
+
 #include <stdarg.h>
 
 #ifdef __cplusplus
@@ -35,25 +37,25 @@ typedef struct sip_error sip_error_t;
 /* Creates an error with a printf-style message. Returns owned memory; never
  * NULL (falls back to a static out-of-memory error that sip_error_free
  * recognises). Thread-safe. */
-sip_error_t *sip_error_new(sip_code_t code, const char *fmt, ...)
+SIP_API sip_error_t *sip_error_new(sip_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-sip_error_t *sip_error_newv(sip_code_t code, const char *fmt, va_list ap);
+SIP_API sip_error_t *sip_error_newv(sip_code_t code, const char *fmt, va_list ap);
 
 /* Borrowed accessors; valid until sip_error_free. */
-sip_code_t sip_error_code(const sip_error_t *err);
-const char *sip_error_message(const sip_error_t *err);
+SIP_API sip_code_t sip_error_code(const sip_error_t *err);
+SIP_API const char *sip_error_message(const sip_error_t *err);
 
 /* Frees an error; NULL is a no-op. */
-void sip_error_free(sip_error_t *err);
+SIP_API void sip_error_free(sip_error_t *err);
 
 /* Stable upper-case name of a code ("INVALID_ARGUMENT"); "UNKNOWN" when out
  * of range. Static storage. */
-const char *sip_code_name(sip_code_t code);
+SIP_API const char *sip_code_name(sip_code_t code);
 /* Parses a name from sip_code_name; returns -1 when unknown. */
-int sip_code_from_name(const char *name);
+SIP_API int sip_code_from_name(const char *name);
 /* The HTTP status and gRPC status code that stand for a code. */
-int sip_code_http_status(sip_code_t code);
-int sip_code_grpc_status(sip_code_t code);
+SIP_API int sip_code_http_status(sip_code_t code);
+SIP_API int sip_code_grpc_status(sip_code_t code);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #ifndef SIP_EVENTS_H
 #define SIP_EVENTS_H
 
+#include "sip/export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,7 +57,7 @@ typedef struct sip_event {
 
 /* "STATE_CHANGE", "INFERENCE_COMPLETE", "ERROR", "POOL_LOADED", ...;
  * "UNKNOWN" for other values. */
-const char *sip_event_type_name(sip_event_type_t t);
+SIP_API const char *sip_event_type_name(sip_event_type_t t);
 
 /* The event as a JSON object (owned, free with sip_free), with
  * "dropped": events lost before it; NULL when out of memory. Keys:
@@ -63,7 +65,7 @@ const char *sip_event_type_name(sip_event_type_t t);
  * request_id/latency_ms/queue_ms/batch_size, request_id/code/message,
  * (ALERT) level/state/previous_level/reason: level is the level that fired
  * or (state "resolved") the one that ended; state "firing" or "resolved". */
-char *sip_event_json(const sip_event_t *ev, uint64_t dropped);
+SIP_API char *sip_event_json(const sip_event_t *ev, uint64_t dropped);
 
 typedef void (*sip_event_fn)(const sip_event_t *ev, void *user);
 
@@ -74,34 +76,34 @@ typedef struct sip_event_sub sip_event_sub_t;
  * every pool) from now until sip_server_unsubscribe_events. *out is the
  * subscription (owned; unsubscribe frees it). Thread-safe.
  * Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip_server_subscribe_events(sip_server_t *srv, const char *pool, sip_event_fn fn,
+SIP_API sip_error_t *sip_server_subscribe_events(sip_server_t *srv, const char *pool, sip_event_fn fn,
                                          void *user, sip_event_sub_t **out);
 /* Ends a subscription: once it returns fn is not called again. Frees
  * `sub`; NULL is a no-op. Not from inside an event callback. */
-void sip_server_unsubscribe_events(sip_server_t *srv, sip_event_sub_t *sub);
+SIP_API void sip_server_unsubscribe_events(sip_server_t *srv, sip_event_sub_t *sub);
 
 /* ---- a bounded buffer between the emitting threads and one reader ---- */
 typedef struct sip_event_ring sip_event_ring_t;
 
 /* A ring holding up to `capacity` events (0: 1024). NULL when out of memory. */
-sip_event_ring_t *sip_event_ring_new(size_t capacity);
+SIP_API sip_event_ring_t *sip_event_ring_new(size_t capacity);
 /* Frees the ring (no push or pop may be running); NULL is a no-op. */
-void sip_event_ring_free(sip_event_ring_t *r);
+SIP_API void sip_event_ring_free(sip_event_ring_t *r);
 /* Appends a copy of `ev`; when the ring is full the event is dropped and
  * counted instead. Returns 1 when kept. Never blocks for long (one short
  * lock). A sip_event_fn: sip_server_subscribe_events(srv, pool,
  * sip_event_ring_push_fn, ring, &sub) fills a ring. */
-int sip_event_ring_push(sip_event_ring_t *r, const sip_event_t *ev);
-void sip_event_ring_push_fn(const sip_event_t *ev, void *ring);
+SIP_API int sip_event_ring_push(sip_event_ring_t *r, const sip_event_t *ev);
+SIP_API void sip_event_ring_push_fn(const sip_event_t *ev, void *ring);
 /* Takes the oldest event into *ev, waiting up to timeout_ms (0: do not
  * wait; < 0: until one comes or the ring is closed). *dropped is the
  * number of events lost (ring full) since the previous pop. Returns 1 with
  * an event, 0 on timeout or when closed and empty. */
-int sip_event_ring_pop(sip_event_ring_t *r, sip_event_t *ev, uint64_t *dropped, int timeout_ms);
+SIP_API int sip_event_ring_pop(sip_event_ring_t *r, sip_event_t *ev, uint64_t *dropped, int timeout_ms);
 /* Wakes every waiting pop; later pops do not wait. */
-void sip_event_ring_close(sip_event_ring_t *r);
+SIP_API void sip_event_ring_close(sip_event_ring_t *r);
 /* Events dropped so far in all (for tests and status). */
-uint64_t sip_event_ring_dropped_total(sip_event_ring_t *r);
+SIP_API uint64_t sip_event_ring_dropped_total(sip_event_ring_t *r);
 
 #ifdef __cplusplus
 }

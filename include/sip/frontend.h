@@ -14,6 +14,8 @@
 #ifndef SIP_FRONTEND_H
 #define SIP_FRONTEND_H
 
+#include "sip/export.h"
+
 #include <stddef.h>
 
 #include "sip/error.h"
@@ -43,7 +45,7 @@ typedef struct sip_frontend_vtable {
 
 /* Starts `vt` on `s` and keeps it until sip_server_free (at most 8 per
  * server). Errors: what `start` returned; RESOURCE_EXHAUSTED when full. */
-sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
+SIP_API sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_t *vt,
                                      const void *options);
 
 /* Encodes one event for the wire: owned bytes (free with sip_free) and
@@ -60,7 +62,7 @@ typedef void *(*sip_event_encode_fn)(const sip_event_t *ev, uint64_t dropped, si
  * inference never waits for a reader. The stream ends when the peer closes
  * or a write fails, and at sip_server_free. At most 64 streams at once.
  * Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip_server_stream_events(sip_server_t *s, int fd, const char *pool,
+SIP_API sip_error_t *sip_server_stream_events(sip_server_t *s, int fd, const char *pool,
                                       size_t capacity, const void *first, size_t first_len,
                                       sip_event_encode_fn enc, void *user);
 

@@ -8,6 +8,8 @@
 #ifndef SIP_WORKER_H
 #define SIP_WORKER_H
 
+#include "sip/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,7 +21,7 @@ extern "C" {
  * the worker until the server closes its channel and returns the process's
  * exit status; otherwise returns -1 at once and touches nothing.
  * Call from main() before any other thread exists. */
-int sip_worker_main(int argc, char **argv);
+SIP_API int sip_worker_main(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -183,6 +183,21 @@ static void model_free(void *model) {
   sip__free(m);
 }
 
+static const sip_backend_option_t options[] = {
+    {.name = "dtype", .type = SIP_OPTION_STRING, .def = "float32",
+     .doc = "The input's (and output's) dtype, a numpy name (float32, int64, string...)."},
+    {.name = "shape", .type = SIP_OPTION_STRING, .def = "-1",
+     .doc = "The input's dims, comma-separated (-1: dynamic)."},
+    {.name = "delay_ms", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 3600000,
+     .doc = "Milliseconds each execution sleeps."},
+    {.name = "load_delay_ms", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 3600000,
+     .doc = "Milliseconds the load sleeps (a slow load)."},
+    {.name = "fail_every", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 1000000000,
+     .doc = "Every N-th execution fails (0: none)."},
+    {.name = "record_file", .type = SIP_OPTION_STRING,
+     .doc = "A file each successful execution appends its float32 input's values to, one line each."},
+};
+
 const sip_backend_vtable_t sip__backend_builtin = {
     .name = "builtin",
     .load = load,
@@ -191,4 +206,6 @@ const sip_backend_vtable_t sip__backend_builtin = {
     .execute = execute,
     .session_free = session_free,
     .model_free = model_free,
+    .options = options,
+    .n_options = sizeof options / sizeof options[0],
 };

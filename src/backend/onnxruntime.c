@@ -51,6 +51,11 @@ static void ort_api_init(void) {
   sip__ort = base ? base->GetApi(ORT_API_MIN) : NULL;
 }
 
+const OrtApi *sip__ort_api(void) {
+  pthread_once(&ort_once, ort_api_init);
+  return sip__ort;
+}
+
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -207,130 +212,6 @@ static void ort_shutdown(void *backend_state) {
   if (backend_state) backend_unref(backend_state);
 }
 
-/* ---- options ----------------------------------------------------------- */
-
-static int parse_bool(const char *v, int *out) {
-  static const char *const yes[] = {"true", "1", "yes", "on"};
-  static const char *const no[] = {"false", "0", "no", "off"};
-  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-    if (!strcasecmp(v, yes[i])) return *out = 1, 0;
-    if (!strcasecmp(v, no[i])) return *out = 0, 0;
-  }
-  return -1;
-}
-
-typedef sip_error_t *(*option_fn)(const char *key, const char *value, load_options_t *lo);
-
-static sip_error_t *opt_graph_level(const char *key, const char *v, load_options_t *lo) {
-  static const struct {
-    const char *name;
-    GraphOptimizationLevel level;
-  } levels[] = {{"disable", ORT_DISABLE_ALL},
-                {"basic", ORT_ENABLE_BASIC},
-                {"extended", ORT_ENABLE_EXTENDED},
-                {"all", ORT_ENABLE_ALL}};
-  for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
-    if (!strcasecmp(v, levels[i].name)) {
-      lo->opt_level = levels[i].level;
-      return NULL;
-    }
-  }
-  return sip_error_new(SIP_INVALID_ARGUMENT,
-                       "onnxruntime: backend option '%s' is '%s'; expected one of disable, basic, "
-                       "extended, all",
-                       key, v);
-}
-
-static sip_error_t *opt_provider(const char *key, const char *v, load_options_t *lo) {
-  (void)lo;
-  if (!strcasecmp(v, "cpu") || !strcmp(v, "CPUExecutionProvider")) return NULL;
-  return sip_error_new(SIP_UNIMPLEMENTED,
-                       "onnxruntime: backend option '%s' is '%s', but this build of sip has only "
-                       "the 'cpu' execution provider",
-                       key, v);
-}
-
-static sip_error_t *opt_bool(const char *key, const char *v, int *out) {
-  if (parse_bool(v, out) == 0) return NULL;
-  return sip_error_new(SIP_INVALID_ARGUMENT,
-                       "onnxruntime: backend option '%s' is '%s'; expected true or false", key, v);
-}
-
-static sip_error_t *opt_arena(const char *key, const char *v, load_options_t *lo) {
-  return opt_bool(key, v, &lo->mem_arena);
-}
-
-static sip_error_t *opt_pattern(const char *key, const char *v, load_options_t *lo) {
-  return opt_bool(key, v, &lo->mem_pattern);
-}
-
-/* For comparison (bench/threads.py): a model with its own intra-op pool,
- * as ORT does by default, instead of the shared global one. */
-static sip_error_t *opt_own_threads(const char *key, const char *v, load_options_t *lo) {
-  char *end;
-  long n = strtol(v, &end, 10);
-  if (end == v || *end || n < 0 || n > 256)
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "onnxruntime: backend option '%s' is '%s'; expected 0 (share the global "
-                         "pool) or a thread count 1..256",
-                         key, v);
-  lo->own_threads = (int)n;
-  return NULL;
-}
-
-/* Thread settings are engine-wide because every model shares the one
- * global pool; accepting them per model would silently do nothing. */
-static sip_error_t *opt_engine_wide(const char *key, const char *v, load_options_t *lo) {
-  (void)v;
-  (void)lo;
-  return sip_error_new(SIP_INVALID_ARGUMENT,
-                       "onnxruntime: '%s' is not a per-model backend option: all models share one "
-                       "global thread pool; set server.%s instead",
-                       key, key);
-}
-
-static const struct {
-  const char *name;
-  option_fn fn;
-} known_options[] = {
-    {"graph_optimization_level", opt_graph_level}, /* disable|basic|extended|all */
-    {"execution_provider", opt_provider},          /* cpu */
-    {"enable_cpu_mem_arena", opt_arena},           /* true|false */
-    {"enable_mem_pattern", opt_pattern},           /* true|false */
-    {"own_intra_op_threads", opt_own_threads},     /* 0 | N */
-    /* Recognised only to explain where they belong. */
-    {"intra_op_threads", opt_engine_wide},
-    {"inter_op_threads", opt_engine_wide},
-    {"allow_spinning", opt_engine_wide},
-};
-
-static sip_error_t *parse_options(const sip_kv_t *options, size_t n, load_options_t *lo) {
-  lo->opt_level = ORT_ENABLE_ALL;
-  lo->mem_arena = -1;
-  lo->mem_pattern = -1;
-  lo->own_threads = 0;
-  if (n && !options)
-    return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: %zu backend options but no array", n);
-  for (size_t i = 0; i < n; i++) {
-    const char *key = options[i].key, *value = options[i].value;
-    if (!key || !value)
-      return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: backend option %zu has no %s", i,
-                           key ? "value" : "name");
-    size_t k = 0;
-    while (k < sizeof known_options / sizeof known_options[0] && strcmp(key, known_options[k].name))
-      k++;
-    if (k == sizeof known_options / sizeof known_options[0])
-      return sip_error_new(SIP_INVALID_ARGUMENT,
-                           "onnxruntime: unknown backend option '%s' (known: "
-                           "graph_optimization_level, execution_provider, enable_cpu_mem_arena, "
-                           "enable_mem_pattern, own_intra_op_threads)",
-                           key);
-    sip_error_t *err = known_options[k].fn(key, value, lo);
-    if (err) return err;
-  }
-  return NULL;
-}
-
 /* ---- load / describe --------------------------------------------------- */
 
 /* A clear message for the common mistakes before ORT's more cryptic one. */
@@ -481,6 +362,7 @@ static OrtStatus *session_options(const load_options_t *lo, OrtSessionOptions **
     st = lo->mem_arena ? sip__ort->EnableCpuMemArena(*so) : sip__ort->DisableCpuMemArena(*so);
   if (!st && lo->mem_pattern >= 0)
     st = lo->mem_pattern ? sip__ort->EnableMemPattern(*so) : sip__ort->DisableMemPattern(*so);
+  if (!st) st = sip__ort_append_providers(lo, *so);
   if (st && *so) {
     sip__ort->ReleaseSessionOptions(*so);
     *so = NULL;
@@ -498,21 +380,31 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: a model_path is required");
 
   load_options_t lo;
-  sip_error_t *err = parse_options(options, n_options, &lo);
+  sip_error_t *err = sip__ort_parse_options(options, n_options, &lo);
   if (!err) err = check_model_file(path);
-  if (err) return err;
+  if (err) {
+    sip__ort_load_options_clear(&lo);
+    return err;
+  }
 
   OrtSessionOptions *so = NULL;
   OrtStatus *st = session_options(&lo, &so);
-  if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
+  if (st) {
+    sip__ort_load_options_clear(&lo);
+    return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
+  }
 
   OrtSession *sess = NULL;
   st = sip__ort->CreateSession(be->env, path, so, &sess);
   sip__ort->ReleaseSessionOptions(so);
-  if (st) return sip__ort_status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
+  if (st) {
+    sip__ort_load_options_clear(&lo);
+    return sip__ort_status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
+  }
 
   model_t *m = sip__calloc(1, sizeof *m);
   if (!m) {
+    sip__ort_load_options_clear(&lo);
     sip__ort->ReleaseSession(sess);
     return SIP__OOM();
   }
@@ -549,6 +441,7 @@ void sip__ort_model_unref(model_t *m) {
     sip__free(m);
     return;
   }
+  sip__ort_load_options_clear(&m->lo);
   free_descs(m->inputs, m->n_inputs);
   free_descs(m->outputs, m->n_outputs);
   free_syms(m->in_syms, m->n_inputs);
@@ -570,6 +463,7 @@ static void ort_session_free(void *session) {
   if (!s) return;
   if (s->run_options) sip__ort->ReleaseRunOptions(s->run_options);
   if (s->mem_info) sip__ort->ReleaseMemoryInfo(s->mem_info);
+  sip__ort_session_device_free(s);
   sip__free(s->in_names);
   sip__free(s->in_values);
   sip__free(s->out_values);
@@ -599,6 +493,11 @@ static sip_error_t *ort_session_new(void *model, void **session) {
   if (st) {
     ort_session_free(s);
     return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot create a session");
+  }
+  sip_error_t *e = m->lo.device ? sip__ort_session_device(s) : NULL;
+  if (e) {
+    ort_session_free(s);
+    return e;
   }
   *session = s;
   return NULL;
@@ -674,6 +573,17 @@ static sip_error_t *ort_profile_end(void *session, char **trace) {
   return e;
 }
 
+/* ---- formats -------------------------------------------------------------- */
+
+/* An ONNX model is a protobuf ModelProto: claimed by its extension. */
+static int ort_probe(const char *path) {
+  const char *base = strrchr(path, '/');
+  const char *dot = strrchr(base ? base + 1 : path, '.');
+  return dot && !strcasecmp(dot, ".onnx");
+}
+
+static const char *const ort_files[] = {"model.onnx", NULL};
+
 const sip_backend_vtable_t sip__backend_onnxruntime = {
     .name = "onnxruntime",
     .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA,
@@ -689,4 +599,12 @@ const sip_backend_vtable_t sip__backend_onnxruntime = {
     .model_free = ort_model_free,
     .session_new_profiled = ort_session_new_profiled,
     .profile_end = ort_profile_end,
+    .probe = ort_probe,
+    .default_files = ort_files,
+    .options = sip__ort_options,
+    .n_options = SIP__ORT_N_OPTIONS,
+    .check_options = sip__ort_check_options,
+    .memory = sip__ort_memory,
+    .alloc = sip__ort_alloc,
+    .copy = sip__ort_copy,
 };

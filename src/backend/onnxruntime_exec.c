@@ -133,8 +133,21 @@ static sip_error_t *make_input(session_t *s, const sip_tensor_t *t, const char *
   /* Zero-copy: ORT reads the caller's bytes in place and never writes an
    * input, so dropping const is safe. */
   void *data = t->nbytes ? (void *)t->data : (void *)empty_data;
+  /* Device memory is read in place through the I/O binding (a session of a
+   * model on that device); pinned memory is host memory to ORT. */
+  const OrtMemoryInfo *mi = s->mem_info;
+  if (t->memory_type == SIP_MEMORY_DEVICE) {
+    if (!s->dev_mem_info || t->device_id != s->model->lo.device_id)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' is in the memory of "
+                           "device %d; this model runs on %s", name, t->device_id,
+                           s->dev_mem_info ? "another device" : "the CPU (host memory expected)");
+    if (!t->nbytes)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' is empty device memory; "
+                           "expected empty tensors in host memory", name);
+    mi = s->dev_mem_info;
+  }
   OrtStatus *st =
-      sip__ort->CreateTensorWithDataAsOrtValue(s->mem_info, data, t->nbytes, t->dims, (size_t)t->rank,
+      sip__ort->CreateTensorWithDataAsOrtValue(mi, data, t->nbytes, t->dims, (size_t)t->rank,
                                           (ONNXTensorElementDataType)t->dtype, out);
   if (st) return sip__ort_status_error(st, run_code(st), "onnxruntime: input '%s'", name);
   return NULL;
@@ -206,6 +219,16 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
                                 const sip_tensor_t *const *inputs, size_t n_inputs,
                                 sip_tensor_t **out) {
   sip_error_t *err = NULL;
+  /* Outputs bound to a device (I/O binding) stay there: a view of them. */
+  int on_device = 0;
+  const OrtMemoryInfo *vmi = NULL;
+  OrtStatus *mst = m->lo.device ? sip__ort->GetTensorMemoryInfo(v, &vmi) : NULL;
+  if (mst) sip__ort->ReleaseStatus(mst);
+  else if (vmi) {
+    OrtMemoryInfoDeviceType dt_ = OrtMemoryInfoDeviceType_CPU;
+    sip__ort->MemoryInfoGetDeviceType(vmi, &dt_);
+    on_device = dt_ != OrtMemoryInfoDeviceType_CPU;
+  }
   enum ONNXType otype = ONNX_TYPE_UNKNOWN;
   OrtStatus *st = sip__ort->GetValueType(v, &otype);
   if (st) {
@@ -269,7 +292,7 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
       sip__ort->ReleaseValue(v);
       data = empty_data;
       nbytes = 0;
-    } else if (points_into_inputs(data, inputs, n_inputs)) {
+    } else if (!on_device && points_into_inputs(data, inputs, n_inputs)) {
       buf = sip_buf_new(nbytes);
       if (buf) memcpy(sip_buf_data(buf), data, nbytes);
       sip__ort->ReleaseValue(v);
@@ -292,6 +315,10 @@ static sip_error_t *make_output(model_t *m, OrtValue *v, const char *name,
   }
   *out = sip_tensor_new_view(name, dt, (int)rank, dims, data, nbytes, buf);
   sip_buf_unref(buf); /* the tensor holds its own reference; NULL is a no-op */
+  if (*out && on_device && data != empty_data) {
+    (*out)->memory_type = SIP_MEMORY_DEVICE;
+    (*out)->device_id = m->lo.device_id;
+  }
   return *out ? NULL : SIP__OOM();
 }
 
@@ -409,6 +436,16 @@ static sip_error_t *run(session_t *s, const sip_tensor_t *const *inputs, size_t 
     if (err) goto out;
   }
 
+  if (s->binding) { /* a model on a device: its outputs stay there */
+    err = sip__ort_run_bound(s, n_inputs, out_names, n_outputs);
+    if (err) goto out;
+    for (; done < n_outputs; done++) {
+      OrtValue *v = s->out_values[done];
+      s->out_values[done] = NULL;
+      if ((err = make_output(m, v, out_names[done], inputs, n_inputs, &outputs[done]))) goto out;
+    }
+    goto out;
+  }
   bind_destinations(s, inputs, n_inputs, out_names, n_outputs, dests);
   OrtStatus *st =
       sip__ort->Run(m->session, s->run_options, s->in_names, (const OrtValue *const *)s->in_values,

@@ -37,13 +37,26 @@ typedef struct dim_syms {
   char *name[SIP_MAX_RANK];
 } dim_syms_t;
 
-/* What a model was loaded with (options.c's parse): kept so that a
- * profiled copy of its OrtSession can be made the same way. */
+/* One execution provider of execution_providers: ORT's name
+ * ("CUDAExecutionProvider") and its provider options (all owned). */
+typedef struct sip__ort_provider {
+  char *name;
+  char **keys, **values;
+  size_t n;
+  int device_id; /* its device_id option (0 when absent) */
+} sip__ort_provider_t;
+
+/* What a model was loaded with (onnxruntime_options.c's parse): kept so
+ * that a profiled copy of its OrtSession can be made the same way. */
 typedef struct load_options {
   GraphOptimizationLevel opt_level;
   int mem_arena;   /* -1: ORT default */
   int mem_pattern; /* -1: ORT default */
   int own_threads; /* > 0: this model gets its own intra-op pool of that many threads */
+  sip__ort_provider_t *providers; /* in order; owned by the model (NULL: CPU only) */
+  size_t n_providers;
+  int device;      /* the first provider is a device's (cuda, tensorrt): tensors live there */
+  int device_id;
 } load_options_t;
 
 typedef struct model {
@@ -79,6 +92,10 @@ typedef struct session {
   /* Per output: the request's destination memory Run writes into (an
    * OrtValue over it, given to Run pre-allocated), or NULL. */
   OrtValue **out_bound;
+  /* A model on a device (load_options_t.device): its memory, and the I/O
+   * binding device tensors go through (onnxruntime_device.c). */
+  OrtMemoryInfo *dev_mem_info;
+  OrtIoBinding *binding;
 } session_t;
 
 /* Turns an OrtStatus into a sip error with `code`, prefixing ORT's message
@@ -92,6 +109,41 @@ sip_dtype_t sip__ort_dtype(ONNXTensorElementDataType t);
 const char *sip__ort_type_name(enum ONNXType t);
 /* Drops a reference on a model; the last one releases its OrtSession. */
 void sip__ort_model_unref(model_t *m);
+
+/* The OrtApi, initialised once (NULL when the library lacks the version). */
+const OrtApi *sip__ort_api(void);
+
+/* ---- options (src/backend/onnxruntime_options.c) ---- */
+#define SIP__ORT_N_OPTIONS 6
+extern const sip_backend_option_t sip__ort_options[SIP__ORT_N_OPTIONS];
+/* Parses a pool's backend_options into *lo (providers owned by *lo: clear
+ * with sip__ort_load_options_clear) and checks that this build has every
+ * provider. */
+sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, load_options_t *lo);
+void sip__ort_load_options_clear(load_options_t *lo);
+void sip__ort_providers_free(sip__ort_provider_t *p, size_t n);
+/* The vtable's check_options: the same parse, at config check. */
+sip_error_t *sip__ort_check_options(const sip_kv_t *options, size_t n);
+/* Appends lo's providers to `so`, in order (cpu is implicit). */
+OrtStatus *sip__ort_append_providers(const load_options_t *lo, OrtSessionOptions *so);
+
+/* ---- device memory (src/backend/onnxruntime_device.c) ---- */
+/* The vtable's memory, alloc and copy hooks. */
+void sip__ort_memory(void *model, int is_input, size_t index, sip_memory_type_t *type,
+                     int *device_id);
+sip_error_t *sip__ort_alloc(void *model, sip_memory_type_t type, int device_id, size_t size,
+                            sip_buf_t **out);
+sip_error_t *sip__ort_copy(void *model, void *dst, sip_memory_type_t dst_type, int dst_device,
+                           const void *src, sip_memory_type_t src_type, int src_device,
+                           size_t size);
+/* A device model's session: its device memory info and I/O binding. */
+sip_error_t *sip__ort_session_device(session_t *s);
+void sip__ort_session_device_free(session_t *s);
+/* Runs with the I/O binding: inputs (their OrtValues built already, in
+ * s->in_values) bound as they are, outputs bound to the device; fills
+ * s->out_values with the bound outputs (owned). */
+sip_error_t *sip__ort_run_bound(session_t *s, size_t n_inputs, const char *const *out_names,
+                                size_t n_outputs);
 
 /* The vtable's execute (src/backend/onnxruntime_exec.c). */
 sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,

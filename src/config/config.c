@@ -260,12 +260,19 @@ static int parse_model_body(ctx_t *c, void *arg) {
   if (root->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, root, "", exp);
   if (cfg_parse_map(c, root, "", &cfg_pool_section, exp, pool, vals)) return -1;
   if (cfg_check_sla(c, pool, vals[P_SLA], "")) return -1;
-  return cfg_check_scheduling(c, pool, vals, "");
+  if (cfg_check_scheduling(c, pool, vals, "")) return -1;
+  if (!pool->backend && pool->model_path) { /* the version's file decides */
+    const char *b = cfg_backend_for(c, pool->model_path);
+    if (b && !(pool->backend = sip__strdup(b))) return cfg_oom(c);
+  }
+  return cfg_check_backend_options(c, pool, vals[P_OPTIONS], "");
 }
 
-sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
-                                    const sip__backend_catalog_t *backends,
-                                    sip__pool_config_t **out) {
+/* sip__config_load_model, or with `text` (not NULL) read in place of the
+ * file, `path` naming it in messages. */
+static sip_error_t *load_model(const char *path, const char *text, size_t text_len,
+                               const char *name, const char *model_path,
+                               const sip__backend_catalog_t *backends, sip__pool_config_t **out) {
   *out = NULL;
   if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
   sip__pool_config_t *pool = sip__calloc(1, sizeof *pool);
@@ -276,7 +283,10 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
   sip_error_t *e = NULL;
   if (!(pool->name = sip__strdup(name)) || (model_path && !(pool->model_path = sip__strdup(model_path))))
     e = SIP__OOM();
-  if (!e && path) {
+  if (!e && text) {
+    ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
+    e = parse_text(&c, text, text_len, parse_model_body, pool);
+  } else if (!e && path) {
     char *buf = NULL;
     size_t n = 0;
     e = read_file(path, &buf, &n);
@@ -286,13 +296,37 @@ sip_error_t *sip__config_load_model(const char *path, const char *name, const ch
     }
     sip__free(buf);
   }
-  if (!e && !pool->backend && !(pool->backend = sip__strdup("onnxruntime"))) e = SIP__OOM();
+  if (!e && !pool->backend) {
+    /* No config.yaml, or one without a backend: the version's file decides,
+     * else the default backend of model directories. */
+    const char *b = model_path && backends->probe ? backends->probe(model_path) : NULL;
+    if (!b) b = backends->default_backend ? backends->default_backend() : NULL;
+    if (!b)
+      e = sip_error_new(SIP_INVALID_ARGUMENT, "model '%s': no backend claims %s; expected a "
+                        "backend in its config.yaml", name, model_path ? model_path : "its files");
+    else if (!(pool->backend = sip__strdup(b)))
+      e = SIP__OOM();
+  }
+  if (!e && backends->platform_of) pool->platform = backends->platform_of(pool->backend);
   if (e) {
     sip__config_pool_free(pool);
     return e;
   }
   *out = pool;
   return NULL;
+}
+
+sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
+                                    const sip__backend_catalog_t *backends,
+                                    sip__pool_config_t **out) {
+  return load_model(path, NULL, 0, name, model_path, backends, out);
+}
+
+sip_error_t *sip__config_load_model_text(const char *text, size_t len, const char *source,
+                                         const char *name, const char *model_path,
+                                         const sip__backend_catalog_t *backends,
+                                         sip__pool_config_t **out) {
+  return load_model(source, text, len, name, model_path, backends, out);
 }
 
 static void pool_clear(sip__pool_config_t *p) {
@@ -339,7 +373,7 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
       !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
       !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
-      !SAME(isolation))
+      !SAME(isolation) || !SAME(response_cache))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||
@@ -412,6 +446,7 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->model_repository);
   sip__free(cfg->tracing.otlp_endpoint);
   sip__free(cfg->tracing.service_name);
+  sip__free(cfg->response_cache.redis_address);
   sip__free(cfg->state_dir);
   cfg_security_free(cfg);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);

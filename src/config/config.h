@@ -106,7 +106,8 @@ typedef struct sip__preprocess_step {
 typedef struct sip__pool_config {
   char *name;
   char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
-  char *backend;        /* "onnxruntime" (default for .onnx and directories) or "builtin" */
+  char *backend;        /* a backend's name (default: the one claiming model_path) */
+  const char *platform; /* its platform (static storage; repository models only, else NULL) */
   int pool_size;        /* 1..256, default 1 */
   sip__priority_level_t priority; /* default medium */
   int64_t max_memory_mb;         /* 0: unlimited; else 1..1048576 */
@@ -167,6 +168,7 @@ typedef struct sip__pool_config {
   char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
                                            corrid); NULL: none */
   sip__sla_config_t sla;         /* sla (docs/sla.md) */
+  int response_cache;            /* answers kept in the server's response cache */
 } sip__pool_config_t;
 
 typedef enum sip__isolation { SIP__ISOLATION_THREAD = 0, SIP__ISOLATION_PROCESS } sip__isolation_t;
@@ -200,6 +202,16 @@ typedef struct sip__pipeline_config {
   size_t n_stage_timeout_ms;
   int line;
 } sip__pipeline_config_t;
+
+/* server.response_cache (docs/response_cache.md; src/config/response_cache.c). */
+typedef enum sip__rcache_backend { SIP__RCACHE_MEMORY = 0, SIP__RCACHE_REDIS } sip__rcache_backend_t;
+typedef struct sip__rcache_config {
+  int backend;          /* sip__rcache_backend_t, default memory */
+  size_t max_bytes;     /* memory: bytes of kept answers, default 64 MiB */
+  char *redis_address;  /* redis: "HOST:PORT"; NULL: 127.0.0.1:6379 */
+  int redis_ttl_s;      /* redis: SET EX seconds, 0: none */
+  int redis_timeout_ms; /* redis: connect and command timeout */
+} sip__rcache_config_t;
 
 /* The top-level tracing block (docs/tracing.md). */
 typedef struct sip__tracing_config {
@@ -258,6 +270,7 @@ typedef struct sip__config {
   size_t n_pipelines;
   sip__alerts_config_t alerts; /* alerts (docs/sla.md) */
   sip__tracing_config_t tracing; /* tracing: (src/config/tracing.c) */
+  sip__rcache_config_t response_cache; /* server.response_cache (src/config/response_cache.c) */
   struct {
     int triton_names; /* metrics.triton_names: Triton's nv_* families on /metrics, default 1 */
   } metrics;          /* metrics: (src/config/metrics.c; docs/metrics.md) */
@@ -300,6 +313,12 @@ void sip__config_free(sip__config_t *cfg);
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
                                     const sip__backend_catalog_t *backends,
                                     sip__pool_config_t **out);
+/* The same from YAML text (len bytes) in place of a file; `source` names
+ * it in FILE:LINE:COL messages (a config.yaml made from config.pbtxt). */
+sip_error_t *sip__config_load_model_text(const char *text, size_t len, const char *source,
+                                         const char *name, const char *model_path,
+                                         const sip__backend_catalog_t *backends,
+                                         sip__pool_config_t **out);
 /* Frees a pool config from sip__config_load_model; NULL is a no-op. */
 void sip__config_pool_free(sip__pool_config_t *p);
 
@@ -327,6 +346,9 @@ sip_error_t *sip__model_override_check_io(const sip__model_override_t *o,
 /* Writes the configuration reference (docs/config.md) as Markdown, from
  * the parser's tables. 0, or -1 when writing failed. */
 int sip__config_doc_markdown(FILE *out);
+/* Writes the reference's backends section: each backend of `b`, its
+ * platform, model files and option table. 0, or -1 when writing failed. */
+int sip__config_doc_backends(FILE *out, const sip__backend_catalog_t *b);
 
 /* "high" | "medium" | "low" */
 const char *sip__priority_name(sip__priority_level_t p);

@@ -26,7 +26,7 @@ enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BOD
        S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
-       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_COUNT };
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_RCACHE, S_COUNT };
 static const field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -124,7 +124,7 @@ static const field_t server_fields[S_COUNT] = {
                         "pool priority and compute share); 0 = number of cores."},
     [S_REPO] = {.name = "model_repository", .type = F_STRING,
                 .offset = offsetof(sip__config_t, model_repository),
-                .expect = "a directory of <model>/<version>/model.onnx",
+                .expect = "a directory of <model>/<version>/<model file>",
                 .doc = "Model repository: every <model> directory is a pool per served version; "
                        "relative to the config file."},
     [S_CONTROL] = {.name = "model_control", .type = F_ENUM,
@@ -203,6 +203,10 @@ static const field_t server_fields[S_COUNT] = {
                          "sip_ready) only when every configured pool and pipeline is READY, as "
                          "Triton's default; false: ready once loading is over, serving the "
                          "models that loaded and skipping the failed ones (seed 003)."},
+    [S_RCACHE] = {.name = "response_cache", .type = F_SECTION,
+                  .section = &cfg_response_cache_section,
+                  .doc = "Where pools with response_cache: true keep their answers "
+                         "(docs/response_cache.md); absent = memory, 64 MiB."},
 };
 const section_t cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

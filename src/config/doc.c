@@ -186,3 +186,57 @@ int sip__config_doc_markdown(FILE *out) {
   keys(out, cfg_stage_keys, "pipeline_sessions[].stages[]");
   return ferror(out) ? -1 : 0;
 }
+
+static const char *const option_types[] = {"string", "true or false", "an integer", "one of",
+                                           "a list of names or maps with a name"};
+
+int sip__config_doc_backends(FILE *out, const sip__backend_catalog_t *b) {
+  char buf[1024];
+  fputs("\n## Backends\n\n"
+        "A pool's `backend` and its `backend_options`, as this build carries them. A pool that\n"
+        "names no backend gets the one that claims its model file (by the file's extension);\n"
+        "a model directory's versions hold a backend's default file. `backend_options` keys\n"
+        "are checked against the backend's table: an unknown key or a value of the wrong type\n"
+        "is an error naming the keys the backend knows.\n", out);
+  for (size_t i = 0; b->name_at(i); i++) {
+    const char *name = b->name_at(i);
+    const char *const *files = b->files_of(name);
+    size_t n = 0;
+    const sip_backend_option_t *o = b->options_of(name, &n);
+    fprintf(out, "\n### `backend: %s`\n\nPlatform `%s`", name, b->platform_of(name));
+    if (files[0]) {
+      fputs("; model files: ", out);
+      for (size_t k = 0; files[k]; k++) fprintf(out, "%s`%s`", k ? ", " : "", files[k]);
+    }
+    fputs(".\n", out);
+    if (!o) {
+      fputs("\nIts options are its own (not checked by the config); see its documentation.\n",
+            out);
+      continue;
+    }
+    if (!n) {
+      fputs("\nIt takes no options.\n", out);
+      continue;
+    }
+    fputc('\n', out);
+    table_head(out);
+    for (size_t k = 0; k < n; k++) {
+      fprintf(out, "| `%s` |", o[k].name);
+      size_t at = (size_t)snprintf(buf, sizeof buf, "%s", (unsigned)o[k].type < COUNT(option_types)
+                                   ? option_types[o[k].type] : "?");
+      for (size_t v = 0; o[k].type == SIP_OPTION_ENUM && o[k].values[v] && at < sizeof buf; v++)
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%s", v ? ", " : " ", o[k].values[v]);
+      cell(out, buf);
+      cell(out, o[k].def ? o[k].def : "—");
+      if (o[k].type == SIP_OPTION_INT) {
+        snprintf(buf, sizeof buf, "%lld..%lld", (long long)o[k].min, (long long)o[k].max);
+        cell(out, buf);
+      } else {
+        cell(out, "—");
+      }
+      cell(out, o[k].doc ? o[k].doc : "");
+      fputc('\n', out);
+    }
+  }
+  return ferror(out) ? -1 : 0;
+}

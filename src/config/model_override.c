@@ -6,8 +6,8 @@
  * max_queue_delay_microseconds, and sip's padding_strategy); instance_group
  * counts (KIND_CPU, KIND_AUTO, KIND_MODEL) → pool_size; version_policy;
  * sip's own priority and resource_quota, as the config endpoint reports
- * them. What is checked: name (the model's), platform/backend (ONNX
- * Runtime), input/output (names, data types and dims against the loaded
+ * them. What is checked: name (the model's), platform/backend (the
+ * model's backend's), input/output (names, data types and dims against the loaded
  * model). Triton's other fields are accepted only when they hold their
  * defaults (an empty object, list or string, false, 0), since sip has no
  * meaning for them; any other field is a 400 naming it. The text applied
@@ -49,6 +49,7 @@ struct sip__model_override {
   int64_t max_memory_mb;         /* -1: not given */
   int max_compute_percent;       /* -1: not given */
   json_t *backend_options;       /* NULL: not given */
+  char *platform, *backend;      /* as given (non-empty), checked at apply; NULL: not given */
   ov_io_t *io[2];                /* inputs, outputs */
   size_t n_io[2];
   char *canonical;
@@ -359,14 +360,12 @@ static sip_error_t *parse_field(sip__model_override_t *o, const char *model, con
   if (!strcmp(k, "name")) {
     if (!json_is_string(v) || strcmp(json_string_value(v), model))
       return bad("name is not the model's; expected \"%s\" (or leave it out)", model);
-  } else if (!strcmp(k, "platform")) {
-    if (!json_is_string(v) || (json_string_length(v) &&
-                               strcmp(json_string_value(v), "onnxruntime_onnx")))
-      return bad("platform is not onnxruntime_onnx; this model is served by ONNX Runtime");
-  } else if (!strcmp(k, "backend")) {
-    if (!json_is_string(v) || (json_string_length(v) &&
-                               strcmp(json_string_value(v), "onnxruntime")))
-      return bad("backend is not onnxruntime; this model is served by ONNX Runtime");
+  } else if (!strcmp(k, "platform") || !strcmp(k, "backend")) {
+    /* Checked against the model's backend when applied. */
+    char **slot = k[0] == 'p' ? &o->platform : &o->backend;
+    if (!json_is_string(v))
+      return bad("%s is not a string; expected the model's %s, or leave it out", k, k);
+    if (json_string_length(v) && !(*slot = sip__strdup(json_string_value(v)))) return SIP__OOM();
   } else if (!strcmp(k, "max_batch_size")) {
     int64_t n;
     if ((e = get_int(v, "max_batch_size", 0, 65536, &n))) return e;
@@ -410,6 +409,8 @@ void sip__model_override_free(sip__model_override_t *o) {
     sip__free(o->io[k]);
   }
   json_decref(o->backend_options);
+  sip__free(o->platform);
+  sip__free(o->backend);
   sip__free(o->canonical);
   sip__free(o);
 }
@@ -486,6 +487,12 @@ static int same_options(const sip__pool_config_t *pc, json_t *want) {
 
 sip_error_t *sip__model_override_apply(const sip__model_override_t *o, sip__pool_config_t *pc) {
   if (!o) return NULL;
+  if (o->backend && (!pc->backend || strcmp(o->backend, pc->backend)))
+    return bad("backend is not %s; this model is served by the %s backend", pc->backend,
+               pc->backend);
+  if (o->platform && (!pc->platform || strcmp(o->platform, pc->platform)))
+    return bad("platform is not %s; this model is served by the %s backend",
+               pc->platform ? pc->platform : "-", pc->backend);
   /* backend_options may name files (custom operator libraries): a load
    * request cannot change them, only repeat them. */
   if (o->backend_options && !same_options(pc, o->backend_options))

@@ -413,7 +413,7 @@ bool cfg_is_path_option(const char *key) {
   return n > 5 && !strcmp(key + n - 5, "_file");
 }
 
-/* The extension of the last path component (".onnx"), or NULL. */
+/* The extension of the last path component (".bin"), or NULL. */
 const char *cfg_path_ext(const char *p) {
   const char *slash = strrchr(p, '/');
   const char *last = slash ? slash + 1 : p;

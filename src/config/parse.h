@@ -52,7 +52,7 @@ enum {
 };
 
 #define DEFAULT_ENDPOINT "ipc:///tmp/sip_service.sock"
-#define MODEL_PATH_EXPECT "a path to an .onnx file or a model directory"
+#define MODEL_PATH_EXPECT "a path to a model file a backend claims or a model directory"
 #define PREPROCESS_EXPECT                                                                   \
   "a map of steps in order: input, decode, color_convert, resize, letterbox, to_tensor, " \
   "normalize, cast (docs/preprocess.md)"
@@ -125,7 +125,7 @@ typedef struct cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_RCACHE, P_COUNT };
 extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const section_t cfg_pool_section;           /* pools.c */
 extern const section_t cfg_server_section;         /* config_server.c */
@@ -133,6 +133,7 @@ extern const section_t cfg_auth_section;           /* config_security.c: server.
 extern const section_t cfg_tls_section;            /* config_security.c: server.tls */
 extern const section_t cfg_tracing_section;        /* tracing.c */
 extern const section_t cfg_metrics_section;        /* metrics.c */
+extern const section_t cfg_response_cache_section; /* response_cache.c: server.response_cache */
 extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
 extern const section_t cfg_queue_section;          /* scheduling.c: queue */
 extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
@@ -226,7 +227,7 @@ int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
 char *cfg_resolve_path(const char *base_dir, const char *p);
 /* Options naming files (ending in _file): resolved like model_path. */
 bool cfg_is_path_option(const char *key);
-/* The extension of the last path component (".onnx"), or NULL. */
+/* The extension of the last path component (".bin"), or NULL. */
 const char *cfg_path_ext(const char *p);
 /* Fails when an earlier key of hand-parsed `map` equals kn (`what`: "key", "step"). */
 int cfg_dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
@@ -251,6 +252,15 @@ int cfg_check_security(ctx_t *c, sip__config_t *cfg, yaml_node_t *server);
 void cfg_security_free(sip__config_t *cfg);
 
 int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
+/* backend_options (backend_options.c): one value as the backend gets it
+ * (a scalar as written, a list as JSON text; *out owned); the pool's
+ * options against its backend's option table and check; the backend a
+ * model file or directory `path` gets when none is named (its probe's,
+ * else the catalogue's default; NULL when there is none). */
+int cfg_option_value(ctx_t *c, yaml_node_t *val, const char *okey, char **out);
+int cfg_check_backend_options(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *opts,
+                              const char *key);
+const char *cfg_backend_for(ctx_t *c, const char *path);
 int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
 /* Cross-field rules of the scheduling sections (scheduling.c). */
 int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals, const char *key);

@@ -10,7 +10,7 @@
  *         - {name: det, pool: ocr_det}                    # a model stage on an existing pool
  *         - {name: post, type: transform, operation: db_postprocess, thresh: 0.3,
  *            input_mapping: {probs: det.sigmoid_0.tmp_0}}
- *         - {name: cls, model_path: models/cls.onnx, pool_size: 2,   # an implicit pool "ocr.cls"
+ *         - {name: cls, model_path: models/cls.model, pool_size: 2,  # an implicit pool "ocr.cls"
  *            input_mapping: {x: crop.output}, when: "len(post.boxes) > 0"}
  *
  * Stage keys: name, type (model | transform), pool, model_path, pool_size, operation,
@@ -315,8 +315,9 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     if (ext && !strcasecmp(ext, ".om"))
       return cfg_fail(c, model_path->start_mark, k,
                       "%s is a CANN offline model (.om), but this build has no CANN backend; "
-                      "expected an .onnx file or a model directory",
-                      cfg_show(shown, sizeof shown, written, model_path->data.scalar.length));
+                      "expected one of %s, or a model directory",
+                      cfg_show(shown, sizeof shown, written, model_path->data.scalar.length),
+                      c->backends->formats());
     char *own = sip__asprintf("%s.%s", pl->name, st->name);
     if (!own) return cfg_oom(c);
     for (size_t j = 0; j < cfg->n_pools; j++) {
@@ -342,7 +343,12 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     pool->line = st->line;
     pool->name = own;
     pool->model_path = cfg_resolve_path(c->base_dir, written);
-    pool->backend = sip__strdup("onnxruntime");
+    const char *backend = pool->model_path ? cfg_backend_for(c, pool->model_path) : NULL;
+    if (pool->model_path && !backend)
+      return cfg_fail(c, model_path->start_mark, k, "no backend claims %s; expected one of %s, "
+                      "or a model directory", cfg_show(shown, sizeof shown, written,
+                      model_path->data.scalar.length), c->backends->formats());
+    pool->backend = backend ? sip__strdup(backend) : NULL;
     if (!pool->name || !pool->model_path || !pool->backend) return cfg_oom(c);
     if (pool_size) {
       const field_t *f = &cfg_pool_fields[P_POOL_SIZE];

@@ -23,7 +23,7 @@ static int parse_backend(ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
 static const char *const isolation_names[] = {"thread", "process", NULL};
-#define BACKEND_EXPECT "the name of a backend of this server (built in: onnxruntime, builtin, transform; or one the embedding program registered)"
+#define BACKEND_EXPECT "the name of a backend of this server (built in, or one the embedding program registered)"
 
 #define CPUS_EXPECT                                                                        \
   "logical CPU numbers 0..1023 as a list ([0, 1]) or ranges in taskset's form (\"0-3,8\" or " \
@@ -118,8 +118,9 @@ const field_t cfg_pool_fields[P_COUNT] = {
                              "(builtin, transform)."},
     [P_BACKEND] = {.name = "backend", .type = F_CUSTOM, .parse = parse_backend,
                    .expect = BACKEND_EXPECT,
-                   .doc = "Backend; default inferred from model_path (.onnx or directory: "
-                          "onnxruntime)."},
+                   .doc = "Backend; default: the backend whose probe claims model_path's "
+                          "file (its extension: see Backends), or for a model directory the "
+                          "first backend with default file names."},
     [P_POOL_SIZE] = {.name = "pool_size", .type = F_INT,
                      .offset = offsetof(sip__pool_config_t, pool_size),
                      .def = 1, .min = 1, .max = 256,
@@ -132,8 +133,10 @@ const field_t cfg_pool_fields[P_COUNT] = {
     [P_QUOTA] = {.name = "resource_quota", .type = F_SECTION, .section = &quota_section,
                  .doc = "Per-pool resource limits."},
     [P_OPTIONS] = {.name = "backend_options", .type = F_CUSTOM, .parse = parse_options,
-                   .expect = "a map of scalar values (strings, numbers or bools)",
-                   .doc = "Options passed to the backend as strings."},
+                   .expect = "a map of scalar values (strings, numbers or bools) or lists of "
+                             "names and maps",
+                   .doc = "Options of the pool's backend, checked against its option table "
+                          "(see Backends)."},
     [P_BATCHING] = {.name = "dynamic_batching", .type = F_SECTION, .section = &cfg_batching_section,
                     .doc = "Merge queued requests along dim 0 into one execution."},
     [P_QUEUE] = {.name = "queue", .type = F_SECTION, .section = &cfg_queue_section,
@@ -181,6 +184,11 @@ const field_t cfg_pool_fields[P_COUNT] = {
     [P_SLA] = {.name = "sla", .type = F_SECTION, .section = &cfg_sla_section,
                .doc = "Service-level targets checked per window, with compliance and alerts "
                       "(docs/sla.md)."},
+    [P_RCACHE] = {.name = "response_cache", .type = F_BOOL,
+                  .offset = offsetof(sip__pool_config_t, response_cache), .def = 0,
+                  .doc = "Keep OK answers in the server's response cache (server.response_cache) "
+                         "and answer identical requests from it without running the model; "
+                         "never for sequences (docs/response_cache.md)."},
 };
 const section_t cfg_pool_section = {cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(cfg_pool_fields) <= MAX_FIELDS &&
@@ -216,19 +224,12 @@ static int parse_options(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
       if (strlen(pool->backend_options[j].key) == kl &&
           !memcmp(pool->backend_options[j].key, ks, kl))
         return cfg_fail(c, k->start_mark, okey, "duplicate key; expected each key at most once");
-    if (val->type != YAML_SCALAR_NODE || is_null(val))
-      return cfg_fail_kind(c, val, okey, "a scalar value (string, number or bool)");
-    const char *vs = text(val);
-    size_t vl = val->data.scalar.length;
-    if (memchr(vs, '\0', vl))
-      return cfg_fail(c, val->start_mark, okey, "%s contains a NUL byte; expected a string without one",
-                      cfg_show(shown, sizeof shown, vs, vl));
     /* Stored one at a time so config_free sees only finished entries. */
+    char *vc = NULL;
+    if (cfg_option_value(c, val, okey, &vc)) return -1;
     char *kc = sip__strndup(ks, kl);
-    if (!kc) return cfg_oom(c);
-    char *vc = sip__strndup(vs, vl);
-    if (!vc) {
-      sip__free(kc);
+    if (!kc) {
+      sip__free(vc);
       return cfg_oom(c);
     }
     pool->backend_options[i].key = kc;
@@ -266,7 +267,7 @@ static int check_pool(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *map, yaml
     return -1;
 
   if (!pool->model_path) {
-    if (builtin) return 0;
+    if (builtin) return cfg_check_backend_options(c, pool, vals[P_OPTIONS], key);
     return cfg_fail(c, map->start_mark, mkey,
                     "missing; expected %s (required unless the backend needs no model file, "
                     "like builtin or transform)",
@@ -277,11 +278,11 @@ static int check_pool(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *map, yaml
   const char *ext = cfg_path_ext(written);
   size_t wl = strlen(written);
 
-  if (!builtin && ext && !strcasecmp(ext, ".om"))
+  if (!builtin && ext && !strcasecmp(ext, ".om") && !c->backends->probe(written))
     return cfg_fail(c, pm, mkey,
                     "%s is a CANN offline model (.om), but this build has no CANN backend; "
-                    "expected an .onnx file or a model directory",
-                    cfg_show(shown, sizeof shown, written, wl));
+                    "expected one of %s, or a model directory",
+                    cfg_show(shown, sizeof shown, written, wl), c->backends->formats());
 
   char *resolved = cfg_resolve_path(c->base_dir, written);
   if (!resolved) return cfg_oom(c);
@@ -290,21 +291,23 @@ static int check_pool(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *map, yaml
     /* No extension or a trailing slash reads as a directory (versioned model
      * dirs); an existing directory with a dot in its name is one too. */
     bool dir = !ext || written[wl - 1] == '/' || (stat(resolved, &st) == 0 && S_ISDIR(st.st_mode));
-    if (!dir && strcasecmp(ext, ".onnx")) {
+    const char *b = dir ? c->backends->default_backend() : c->backends->probe(resolved);
+    if (!b) {
       sip__free(resolved);
       return cfg_fail(c, pm, mkey,
-                      "%s has an unknown extension (%s); expected an .onnx file or a model directory "
+                      "%s has an unknown extension (%s); expected one of %s, a model directory "
                       "(or an explicit backend)",
-                      cfg_show(shown, sizeof shown, written, wl), ext);
+                      cfg_show(shown, sizeof shown, written, wl), ext ? ext : "none",
+                      c->backends->formats());
     }
-    if (!(pool->backend = sip__strdup("onnxruntime"))) {
+    if (!(pool->backend = sip__strdup(b))) {
       sip__free(resolved);
       return cfg_oom(c);
     }
   }
   sip__free(pool->model_path);
   pool->model_path = resolved;
-  return 0;
+  return cfg_check_backend_options(c, pool, vals[P_OPTIONS], key);
 }
 
 /* Adds "N" or "A-B" (s[0..len)) to the pool's CPU set; `at` locates it

@@ -155,8 +155,8 @@ static int parse_throughput(ctx_t *c, yaml_node_t *v, const char *key, void *bas
 static int parse_availability(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   char shown[SHOW_MAX * 4 + 8];
   const char *exp = AVAILABILITY_EXPECT;
-  int pct;
-  double x;
+  int pct = 0;
+  double x = 0;
   if (number(c, v, key, exp, '%', &x, &pct)) return -1;
   cfg_show(shown, sizeof shown, text(v), v->data.scalar.length);
   if (!(x > 0)) return cfg_fail(c, v->start_mark, key, "%s is not above 0; expected %s", shown, exp);

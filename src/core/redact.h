@@ -3,8 +3,8 @@
  * in (the model repository, the config file's directory, the state
  * directory, each model's directory, the working directory); answers
  * (error messages, model metadata and config, status JSON) then show paths
- * under them relative to them: "/srv/models/resnet/1/model.onnx" becomes
- * "resnet/1/model.onnx". The log keeps the full paths. Process-wide (a
+ * under them relative to them: "/srv/models/resnet/1/model.bin" becomes
+ * "resnet/1/model.bin". The log keeps the full paths. Process-wide (a
  * client library in the same process registers nothing); thread-safe. */
 #ifndef SIP_CORE_REDACT_H
 #define SIP_CORE_REDACT_H

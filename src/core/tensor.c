@@ -159,12 +159,29 @@ void sip_tensor_free(sip_tensor_t *t) {
   sip__free(t);
 }
 
+const char *sip_memory_type_name(sip_memory_type_t m) {
+  switch (m) {
+    case SIP_MEMORY_CPU: return "cpu";
+    case SIP_MEMORY_CPU_PINNED: return "cpu_pinned";
+    case SIP_MEMORY_DEVICE: return "device";
+  }
+  return "invalid";
+}
+
 sip_error_t *sip_tensor_validate(const sip_tensor_t *t) {
   if (t->dtype <= SIP_DTYPE_INVALID || t->dtype > DTYPE_MAX)
     return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "tensor '%s': unknown dtype %d; expected one of the ONNX element type "
-                         "numbers 1..13",
+                         "tensor '%s': unknown dtype %d; expected one of the element type "
+                         "numbers 1..13 (float32 1 .. uint64 13)",
                          t->name, (int)t->dtype);
+  if ((unsigned)t->memory_type > SIP_MEMORY_DEVICE)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "tensor '%s': unknown memory type %d; expected cpu (0), cpu_pinned (1) "
+                         "or device (2)", t->name, (int)t->memory_type);
+  if (t->dtype == SIP_DTYPE_STRING && t->memory_type == SIP_MEMORY_DEVICE)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "tensor '%s': a string tensor in device memory; expected string "
+                         "tensors in host memory", t->name);
   int64_t count = sip_tensor_count(t);
   if (count < 0)
     return sip_error_new(SIP_INVALID_ARGUMENT,

@@ -1,12 +1,16 @@
 /* sipd — the sip daemon: loads a YAML config of session pools and serves
  * them on the configured endpoints until SIGINT/SIGTERM, then drains
- * (server.drain_timeout_ms) and exits 0; SIGHUP reloads the file's pools. */
+ * (server.drain_timeout_ms) and exits 0; SIGHUP reloads the file's pools.
+ * Under a service manager ($NOTIFY_SOCKET) it reports its state with the
+ * sd_notify protocol (service.h, docs/deploy.md). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "notify.h"
+#include "service.h"
 #include "sip/sip.h"
 
 /* Internal: validation without starting anything. */
@@ -82,6 +86,9 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  /* Read (and taken out of the environment) before any thread exists. */
+  sipd_notify_t *notify = sipd_notify_open();
+
   /* Signals are taken synchronously by this thread only: block them before
    * any engine thread exists so they inherit the mask. */
   sigset_t set;
@@ -103,25 +110,33 @@ int main(int argc, char **argv) {
   if (!o || e) {
     fprintf(stderr, "sipd: %s\n", e ? sip_error_message(e) : "out of memory");
     sip_error_free(e);
+    sipd_notify_free(notify);
     return 1;
   }
   for (size_t i = 0; i < sip_server_endpoint_count(srv); i++)
     printf("sipd: listening on %s\n", sip_server_endpoint(srv, i));
   fflush(stdout);
+  /* READY=1 once start-up loading is over, STATUS= lines, WATCHDOG=1. */
+  sipd_service_t *service = sipd_service_start(srv, notify);
 
   int sig = 0;
   /* SIGHUP: the config file's pools are reloaded while serving; a config
    * that cannot be applied is refused (logged) and nothing changes. */
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
     fprintf(stderr, "sipd: SIGHUP received, reloading %s\n", config);
+    sipd_service_reloading(service, config);
     sip_error_t *re = sip_server_reload_config(srv);
     if (re) fprintf(stderr, "sipd: reload refused: %s\n", sip_error_message(re));
+    sipd_service_reloaded(service, re ? sip_error_message(re) : NULL);
     sip_error_free(re);
   }
   fprintf(stderr, "sipd: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  sipd_service_stopping(service, sig == SIGINT ? "SIGINT" : "SIGTERM");
   /* Readiness turns false at once; admitted requests get
    * server.drain_timeout_ms, then what is left is answered UNAVAILABLE. */
   sip_server_drain(srv, -1);
+  sipd_service_stop(service);
   sip_server_free(srv);
+  sipd_notify_free(notify);
   return 0;
 }

@@ -66,12 +66,12 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
   r.model_name = k->model;
   r.model_version = (char *)(version ? version : "");
   r.id = k->id ? k->id : "";
-  /* Response parameters: idempotent_replay; retries and served_by after
-   * a failover. */
-  Inference__ModelInferResponse__ParametersEntry rp[3], *rpp[3];
-  param_t rv[3];
+  /* Response parameters: idempotent_replay; cached; retries and served_by
+   * after a failover. */
+  Inference__ModelInferResponse__ParametersEntry rp[4], *rpp[4];
+  param_t rv[4];
   size_t np = 0;
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < 4; i++) {
     Inference__ModelInferResponse__ParametersEntry e0 =
         INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
     param_t v0 = INFERENCE__INFER_PARAMETER__INIT;
@@ -84,6 +84,11 @@ sip_error_t *sip__grpc_encode_infer(const sip__grpc_infer_t *k, const char *vers
     rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
     rv[np].bool_param = 1;
     rp[np++].key = (char *)"idempotent_replay";
+  }
+  if (k->cached) {
+    rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    rv[np].bool_param = 1;
+    rp[np++].key = (char *)"cached";
   }
   if (k->served_by) {
     rv[np].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;

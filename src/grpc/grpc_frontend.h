@@ -52,6 +52,7 @@ typedef struct sip__grpc_infer {
   uint32_t *cls_topn;
   size_t n_cls;
   int replayed; /* the answer is a duplicate's: parameter idempotent_replay */
+  int cached;   /* from the response cache: parameter cached */
   /* Failover: retries before the answer and the session that gave it
    * (borrowed from the response; NULL: not retried): parameters retries
    * and served_by, as over HTTP. */

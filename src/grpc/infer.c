@@ -108,6 +108,7 @@ static void on_done(sip_response_t *resp, void *user) {
     size_t n = 0;
     const sip_tensor_t *const *outs = sip_response_outputs(resp, &n);
     q->k->replayed = sip_response_replayed(resp);
+    q->k->cached = sip_response_cached(resp);
     q->k->retries = sip_response_retries(resp);
     q->k->served_by = sip_response_served_by(resp);
     /* A region the execution read or wrote that its client shrank

@@ -64,6 +64,7 @@ typedef struct sip__ks_request {
   size_t id_len;               /* (ids may hold NUL: echoed byte for byte) */
   int binary_output;           /* default for outputs without binary_data */
   int replayed;                /* the answer is a duplicate's: "idempotent_replay": true */
+  int cached;                  /* from the response cache: "cached": true */
   sip__ks_output_t *outputs;   /* as listed in "outputs" (none: all, default kind) */
   size_t n_outputs;
 } sip__ks_request_t;

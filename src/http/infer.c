@@ -488,6 +488,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   const char *version = q->version ? q->version : q->meta ? q->meta->version : NULL;
   sent_t *s = sip__calloc(1, sizeof *s);
   q->ks->replayed = sip_response_replayed(resp);
+  q->ks->cached = sip_response_cached(resp);
   sip_error_t *e = s ? sip__ks_encode(q->ks, q->model, version, outs, n < 64 ? n : 64, &s->body)
                      : SIP__OOM();
   if (!e && sip_response_served_by(resp)) e = note_failover(&s->body, resp);

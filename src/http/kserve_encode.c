@@ -269,6 +269,7 @@ sip_error_t *sip__ks_encode(const sip__ks_request_t *k, const char *model, const
     jw_str(&w, k->id, k->id_len, 0);
   }
   if (k->replayed) jw_lit(&w, ",\"parameters\":{\"idempotent_replay\":true}");
+  else if (k->cached) jw_lit(&w, ",\"parameters\":{\"cached\":true}");
   jw_lit(&w, ",\"outputs\":[");
   for (size_t i = 0; i < n_outputs && !e; i++) {
     const sip_tensor_t *t = outputs[i], *t0 = t;

@@ -417,7 +417,7 @@ static sip_error_t *nms_run(const sip__transform_t *t, const sip_tensor_t *const
   if (!cand || !box || !dead || !keep) e = SIP__OOM();
   int64_t m = 0, k = 0;
   for (int64_t i = 0; !e && i < n; i++) {
-    /* Corners in either order, as ONNX NonMaxSuppression accepts them. */
+    /* Corners in either order, as the NonMaxSuppression operator accepts them. */
     const float *b = bv + i * 4;
     double *d = box + i * 5;
     d[0] = fmin(b[0], b[2]);

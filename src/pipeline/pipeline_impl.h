@@ -154,4 +154,12 @@ void sip__pipeline_workers_start(sip__pipeline_set_t *ps);
 int sip__pipeline_describe_io(sip__model_t *m, sip__model_io_t *io);
 sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error);
 
+/* request_config.c: a request's own pipeline_config applied to a run of
+ * `pl`: its stage time limits replace stage_timeout_ms (MAX_STAGES
+ * entries) and its early-exit condition is parsed into *exit (owned),
+ * both checked against the pipeline's stages. NULL or an owned
+ * INVALID_ARGUMENT error. */
+sip_error_t *sip__pipeline_request_config(const pipeline_t *pl, const sip_request_t *req,
+                                          uint32_t *stage_timeout_ms, sip__expr_t **exit);
+
 #endif

@@ -573,45 +573,6 @@ static void launch(run_t *r, int k) {
 
 /* ---- submission (the model interface) ---- */
 
-/* Applies a request's pipeline_config (read by the parameter table,
- * src/session/request_params.c) to this pipeline: the stage time limits
- * and the early-exit condition, checked against its stages. NULL or an
- * owned error. */
-static sip_error_t *apply_config(run_t *r, const sip_request_t *req) {
-  if (req->has_stage_timeouts) {
-    if (req->n_stage_timeouts > r->pl->n)
-      return sip_error_new(SIP_INVALID_ARGUMENT,
-                           "pipeline_config.stage_timeout_ms: %zu values; expected a list of at "
-                           "most %zu millisecond values, one per stage in config order (0: none)",
-                           req->n_stage_timeouts, r->pl->n);
-    memset(r->stage_timeout_ms, 0, sizeof r->stage_timeout_ms); /* replaces the config's */
-    memcpy(r->stage_timeout_ms, req->stage_timeout_ms,
-           req->n_stage_timeouts * sizeof *req->stage_timeout_ms);
-  }
-  if (!req->early_exit) return NULL;
-  sip__expr_free(r->exit);
-  r->exit = NULL;
-  sip_error_t *pe = sip__expr_parse(req->early_exit, &r->exit);
-  if (pe) {
-    sip_error_t *e = sip_error_new(SIP_INVALID_ARGUMENT, "pipeline_config.early_exit_condition: %s",
-                                   sip_error_message(pe));
-    sip_error_free(pe);
-    return e;
-  }
-  const char *const *refs;
-  size_t n = sip__expr_refs(r->exit, &refs);
-  for (size_t i = 0; i < n; i++) {
-    const char *dot = strchr(refs[i], '.');
-    if (dot && !((size_t)(dot - refs[i]) == 8 && !strncmp(refs[i], "pipeline", 8)) &&
-        stage_index(r->pl, refs[i], (size_t)(dot - refs[i])) < 0)
-      return sip_error_new(SIP_INVALID_ARGUMENT,
-                           "pipeline_config.early_exit_condition: '%s' names no stage of "
-                           "pipeline '%s'",
-                           refs[i], r->pl->cfg->name);
-  }
-  return NULL;
-}
-
 /* pipeline_vt.submit: takes `req` (its done/user set), also on error. */
 static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
   pipeline_t *pl = (pipeline_t *)m;
@@ -666,7 +627,7 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
     pthread_mutex_init(&r->mu, NULL);
     for (size_t i = 0; i < pl->cfg->n_stage_timeout_ms; i++)
       r->stage_timeout_ms[i] = pl->cfg->stage_timeout_ms[i];
-    e = apply_config(r, req);
+    e = sip__pipeline_request_config(pl, req, r->stage_timeout_ms, &r->exit);
     if (e) {
       sip__expr_free(r->exit);
       pthread_mutex_destroy(&r->mu);

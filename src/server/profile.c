@@ -68,7 +68,7 @@ static void stats_free(op_stat_t *v, size_t n) {
   sip__free(v);
 }
 
-/* The answer for a trace (ONNX Runtime's profiler's Chrome trace): every
+/* The answer for a trace (the backend profiler's Chrome trace, profile_end): every
  * "Node" event named "<node>_kernel_time" is one execution of that node's
  * kernel; "model_run" events are executions of the model. */
 sip_error_t *sip__profile_summary(const char *trace_text, const char *pool, int session,

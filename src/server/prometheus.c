@@ -544,6 +544,19 @@ char *sip__prometheus_text(sip_server_t *s) {
          "Execution time charged to the pool by the compute arbiter (its share of the cores).");
   for (size_t i = 0; i < n; i++)
     sb_add(&b, "sip_compute_seconds_total{%s} %.9f\n", pl[i].labels, (double)pl[i].c.compute_ns / 1e9);
+  static const char *const copy_fam[2][2] = {
+      {"sip_memory_copies_total", "Tensor copies between host and device memory, by direction; "
+                                  "0 while the pool's backend works in host memory."},
+      {"sip_memory_copy_bytes_total", "Bytes copied between host and device memory, by direction."}};
+  for (int f = 0; f < 2; f++) {
+    family(&b, copy_fam[f][0], "counter", copy_fam[f][1]);
+    for (size_t i = 0; i < n; i++)
+      for (int d = 0; d < SIP__COPY_DIRECTIONS; d++)
+        sb_add(&b, "%s{%s,direction=\"%s\"} %llu\n", copy_fam[f][0], pl[i].labels,
+               sip__copy_direction_name(d),
+               (unsigned long long)atomic_load(f ? &pl[i].pool->copies.bytes[d]
+                                                 : &pl[i].pool->copies.copies[d]));
+  }
   family(&b, "sip_batch_level", "gauge",
          "Elastic batching: 1 for the traffic level the pool batches at now (batch_strategies).");
   for (size_t i = 0; i < n; i++) {
@@ -567,6 +580,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   sla_metrics(&b, pl, n);
   webhook_metrics(&b, s);
   idem_metrics(&b, s);
+  sip__prometheus_rcache(&b, s->rcache, s->cfg->metrics.triton_names);
   family(&b, "sip_requests_rejected_total", "counter",
          "Requests refused before they reached a model (not decodable, or a wrong datatype, "
          "shape, parameter or model name), by model (\"unknown\" when not served), protocol and "

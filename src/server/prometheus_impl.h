@@ -40,4 +40,9 @@ typedef struct sip__prom_pool_row {
 void sip__prometheus_triton(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t n,
                             const sip__pipeline_counters_t *pc, size_t np);
 
+/* The response cache's families (prometheus_rcache.c); Triton's nv_cache_*
+ * too with `triton`. c may be NULL (none written but the headers). */
+struct sip__rcache;
+void sip__prometheus_rcache(sip__sb_t *b, struct sip__rcache *c, int triton);
+
 #endif

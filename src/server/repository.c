@@ -1,6 +1,7 @@
 /* sip — the model repository (server.model_repository) and the loader.
  *
- * Layout: <repository>/<model>/<version>/model.onnx, an optional
+ * Layout: <repository>/<model>/<version>/<model file> (a backend's default
+ * file name, include/sip/backend.h), an optional
  * <model>/config.yaml (the pool's settings and its version_policy) and an
  * optional <model>/current link naming the default version. Every served
  * version is a pool of its own in the registry (src/session/registry.c),
@@ -317,7 +318,7 @@ sip_error_t *sip__repo_start(sip_server_t *s, int wait) {
     if (!S_ISDIR(st.st_mode))
       return sip_error_new(SIP_NOT_FOUND,
                            "server.model_repository %s is not a directory; expected a directory "
-                           "of <model>/<version>/model.onnx",
+                           "of <model>/<version>/<model file>",
                            s->cfg->model_repository);
     if (!(R->root = sip__strdup(real))) return SIP__OOM();
     R->root_len = strlen(real);

@@ -15,6 +15,7 @@
 
 #include "core/queue.h"
 #include "server/repository.h"
+#include "config/triton.h"
 #include "server/server_impl.h"
 
 enum { REC_LOADING, REC_READY, REC_UNLOADING, REC_UNLOADED, REC_FAILED };
@@ -114,5 +115,28 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
                                   const sip__model_override_t *config);
 /* Unloads one model; on the loader thread. */
 sip_error_t *sip__repo_unload_model(sip_server_t *s, const char *name);
+
+/* ---- a model's settings file (repository_triton.c) ---- */
+/* <model>/config.yaml, or else Triton's config.pbtxt read as one. */
+typedef struct sip__repo_cfg {
+  char *yaml_file;  /* config.yaml (resolved), or NULL */
+  char *pbtxt_file; /* config.pbtxt (resolved) when there is no config.yaml, or NULL */
+  sip__triton_import_t tri;  /* what config.pbtxt amounts to */
+  sip__model_override_t *io; /* the inputs and outputs it declares, or NULL */
+} sip__repo_cfg_t;
+/* Finds and reads the settings file of `model` in `dir` (config.pbtxt's
+ * unused fields are logged as warnings). Clear `c` with sip__repo_cfg_clear
+ * (also after an error). */
+sip_error_t *sip__repo_cfg_find(sip__repo_t *R, const char *model, const char *dir,
+                                sip__repo_cfg_t *c);
+/* The settings of one version's pool (model_path: its file). */
+sip_error_t *sip__repo_cfg_load(const sip__repo_cfg_t *c, const char *model,
+                                const char *model_path, sip__pool_config_t **out);
+/* The file the settings came from, or NULL (all defaults). */
+const char *sip__repo_cfg_file(const sip__repo_cfg_t *c);
+/* The declared inputs and outputs against a loaded version's. */
+sip_error_t *sip__repo_cfg_check_io(const sip__repo_cfg_t *c, const sip_io_desc_t *const d[2],
+                                    const size_t n[2]);
+void sip__repo_cfg_clear(sip__repo_cfg_t *c);
 
 #endif

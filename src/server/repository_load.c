@@ -35,12 +35,15 @@ static char *fingerprint(const char *model_file, const char *config_file,
 
 /* The inputs and outputs a load's model config declares, against the
  * loaded version's. */
-static sip_error_t *check_io(sip__pool_t *p, const sip__model_override_t *config) {
+static sip_error_t *check_io(sip__pool_t *p, const sip__model_override_t *config,
+                             const sip__repo_cfg_t *rc) {
   sip__model_io_t io;
-  if (!config || !p->base.vt->describe_io(&p->base, &io)) return NULL;
+  if (!p->base.vt->describe_io(&p->base, &io)) return NULL;
   const sip_io_desc_t *const d[2] = {io.inputs, io.outputs};
   const size_t n[2] = {io.n_inputs, io.n_outputs};
-  return sip__model_override_check_io(config, d, n, p->cfg->max_batch_size > 0);
+  sip_error_t *e = sip__repo_cfg_check_io(rc, d, n); /* what config.pbtxt declares */
+  if (!e && config) e = sip__model_override_check_io(config, d, n, p->cfg->max_batch_size > 0);
+  return e;
 }
 
 /* Live repository pools of `name`, each with a reference. */
@@ -103,7 +106,8 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
   failure_t *f = NULL;
   size_t nf = 0, nv = 0, n_old = 0, n_add = 0, n_retire = 0, n_sel = 0, n_missing = 0;
   sip__version_dir_t *v = NULL;
-  char *dir = NULL, *cfg_file = NULL;
+  char *dir = NULL;
+  sip__repo_cfg_t rc = {0};
   sip__pool_config_t *tmpl = NULL;
   int64_t *sel = NULL, missing[SIP__MAX_SPECIFIC_VERSIONS], current = -1;
   sip__pool_t **add = NULL, **retire = NULL;
@@ -116,14 +120,8 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
     return e;
   }
   sip__repo_rec_set_state(R, name, REC_LOADING);
-  if (!e) {
-    char *path = sip__asprintf("%s/config.yaml", dir);
-    struct stat st;
-    if (!path) e = SIP__OOM();
-    else if (lstat(path, &st) == 0) e = sip__repo_inside(R, path, "model config", &cfg_file);
-    sip__free(path);
-  }
-  if (!e) e = sip__config_load_model(cfg_file, name, NULL, sip__backend_catalog(), &tmpl);
+  if (!e) e = sip__repo_cfg_find(R, name, dir, &rc); /* config.yaml or config.pbtxt */
+  if (!e) e = sip__repo_cfg_load(&rc, name, NULL, &tmpl);
   if (!e) e = sip__model_override_apply(config, tmpl); /* refused before anything loads */
   if (!e) e = sip__repo_scan_versions(R, name, dir, &v, &nv, &f, &nf);
   /* Version directories that cannot be used (a link leaving the
@@ -146,16 +144,16 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
     char ver[24];
     snprintf(ver, sizeof ver, "%lld", (long long)missing[i]);
     sip_error_t *me = sip_error_new(SIP_NOT_FOUND, "version %s is listed in "
-                                    "version_policy.specific but %s/%s/model.onnx does not exist",
-                                    ver, dir, ver);
+                                    "version_policy.specific but %s/%s/%s does not exist",
+                                    ver, dir, ver, sip__backend_file_name(tmpl->backend));
     if (sip__repo_add_failure(&f, &nf, ver, me)) e = SIP__OOM();
     sip_error_free(me);
   }
   if (!e && !n_sel && nf == nf_scan)
     e = sip_error_new(SIP_NOT_FOUND,
-                      "model '%s' has no version to serve; expected %s/<version>/model.onnx with a "
+                      "model '%s' has no version to serve; expected %s/<version>/%s with a "
                       "numeric version",
-                      name, dir);
+                      name, dir, sip__backend_file_name(tmpl->backend));
   if (!e) {
     add = sip__calloc(n_sel + 1, sizeof *add);
     retire = sip__calloc(n_old + 1, sizeof *retire);
@@ -168,7 +166,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
     const sip__version_dir_t *ver = NULL;
     for (size_t k = 0; k < nv && !ver; k++)
       if (v[k].num == sel[i]) ver = &v[k];
-    char *fp = fingerprint(ver->file, cfg_file, config);
+    char *fp = fingerprint(ver->file, sip__repo_cfg_file(&rc), config);
     if (!fp) {
       e = SIP__OOM();
       break;
@@ -183,7 +181,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
       continue;
     }
     sip__pool_config_t *pc = NULL;
-    sip_error_t *le = sip__config_load_model(cfg_file, name, ver->file, sip__backend_catalog(), &pc);
+    sip_error_t *le = sip__repo_cfg_load(&rc, name, ver->file, &pc);
     if (!le) le = sip__model_override_apply(config, pc);
     if (le) sip__config_pool_free(pc);
     sip__pool_t *p = le ? NULL : sip__pool_new(&s->eng, pc, pc, ver->name);
@@ -197,7 +195,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
     p->pinned = ver->num == current;
     p->fingerprint = fp;
     sip__pool_load(p);
-    sip_error_t *ie = atomic_load(&p->state) == SIP__POOL_READY ? check_io(p, config) : NULL;
+    sip_error_t *ie = atomic_load(&p->state) == SIP__POOL_READY ? check_io(p, config, &rc) : NULL;
     if (atomic_load(&p->state) == SIP__POOL_READY && !ie) {
       add[n_add++] = p;
     } else {
@@ -281,7 +279,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
   sip__free(retire);
   sip__free(keep);
   sip__free(dir);
-  sip__free(cfg_file);
+  sip__repo_cfg_clear(&rc);
   sip__config_pool_free(tmpl);
   return e;
 }

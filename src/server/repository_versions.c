@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend/backends.h"
 #include "core/core.h"
 #include "server/repository_impl.h"
 
@@ -134,12 +135,14 @@ sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out) {
     /* The answer goes to clients: no server paths in it. */
     e = sip_error_new(SIP_NOT_FOUND, "Request for unknown model: '%s' is not found: it is not in "
                       "the model repository (expected a directory '%s' holding "
-                      "<version>/model.onnx)", name, name);
+                      "<version>/<model file>, one of %s)", name, name,
+                      sip__backend_catalog()->formats());
   }
   struct stat st;
   if (!e && (stat(*out, &st) != 0 || !S_ISDIR(st.st_mode)))
     e = sip_error_new(SIP_NOT_FOUND, "model '%s': its entry in the model repository is not a "
-                      "directory; expected a directory '%s' holding <version>/model.onnx", name, name);
+                      "directory; expected a directory '%s' holding <version>/<model file>, one "
+                      "of %s", name, name, sip__backend_catalog()->formats());
   if (e) {
     sip__free(*out);
     *out = NULL;
@@ -159,7 +162,7 @@ sip_error_t *sip__repo_scan_versions(sip__repo_t *R, const char *name, const cha
   *n_out = 0;
   sip__version_dir_t *v = NULL;
   size_t n = 0, kept = 0;
-  int err = sip__version_dirs(dir, &v, &n);
+  int err = sip__version_dirs(dir, sip__backend_files(NULL), &v, &n);
   if (err == ENOMEM) return SIP__OOM();
   if (err) {
     char eb[128];
@@ -214,7 +217,7 @@ sip_error_t *sip__repo_current_version(const char *name, const char *dir,
     }
   return sip_error_new(SIP_NOT_FOUND,
                        "model '%s': the 'current' link points to '%s', which is not a version "
-                       "directory of the model with a model.onnx",
+                       "directory of the model with a model file",
                        name, target);
 }
 

@@ -16,6 +16,7 @@
 #include "server/idem_journal.h"
 #include "server/sla_monitor.h"
 #include "server/idempotency.h"
+#include "server/response_cache.h"
 #include "server/tracing.h"
 #include "backend/backends.h"
 
@@ -50,13 +51,6 @@ static void journal_sink(void *ctx, const char *key, uint64_t expires_wall_us,
     pthread_mutex_unlock(&s->hk_mu);
   }
 }
-
-struct sip__replay {
-  sip_infer_done_fn done;
-  void *user;
-  sip_response_t *resp;
-  struct sip__replay *next;
-};
 
 /* The cache of model `name`, made on first use; NULL when out of memory. */
 static sip__idem_t *idem_cache(sip_server_t *s, const char *name) {
@@ -135,42 +129,6 @@ static void journal_compact(sip_server_t *s) {
            (double)(sip__now_us() - t0) / 1000.0);
 }
 
-/* Queues a kept answer for the housekeeping thread to deliver. */
-static void queue_replay(sip_server_t *s, sip_infer_done_fn done, void *user,
-                         sip_response_t *resp) {
-  struct sip__replay *rp = sip__malloc(sizeof *rp);
-  if (!rp) { /* out of memory: answer here rather than never */
-    done(resp, user);
-    return;
-  }
-  *rp = (struct sip__replay){done, user, resp, NULL};
-  pthread_mutex_lock(&s->hk_mu);
-  struct sip__replay **tail = &s->replays;
-  while (*tail) tail = &(*tail)->next;
-  *tail = rp;
-  s->replaying++;
-  pthread_cond_signal(&s->hk_cv);
-  pthread_mutex_unlock(&s->hk_mu);
-}
-
-/* With hk_mu held: delivers what is queued (unlocking meanwhile). */
-static void deliver_replays(sip_server_t *s) {
-  while (s->replays) {
-    struct sip__replay *rp = s->replays;
-    s->replays = NULL;
-    pthread_mutex_unlock(&s->hk_mu);
-    size_t n = 0;
-    for (struct sip__replay *next; rp; rp = next, n++) {
-      next = rp->next;
-      rp->done(rp->resp, rp->user);
-      sip__free(rp);
-    }
-    pthread_mutex_lock(&s->hk_mu);
-    s->replaying -= n;
-    pthread_cond_broadcast(&s->idem_cv);
-  }
-}
-
 /* ---- housekeeping: deadlines of queued requests ---- */
 
 static void note_deadline(void *ctx, uint64_t deadline_us) {
@@ -203,7 +161,7 @@ static void *hk_main(void *arg) {
       pthread_mutex_lock(&s->hk_mu);
     }
     if (s->replays) {
-      deliver_replays(s);
+      sip__server_deliver_replays(s);
       /* Woken for kept answers only: while no deadline is due and no drain
        * runs, the queues need no scan (it walks them under their locks). */
       uint64_t due = atomic_load(&s->hk_next_us);
@@ -322,6 +280,10 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   pthread_cond_init(&s->idem_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_store(&s->hk_next_us, UINT64_MAX);
+  if (!(s->rcache = sip__rcache_new(&cfg->response_cache, &e))) {
+    sip_server_free(s);
+    return e;
+  }
   /* Answers kept before a restart are kept again before anything runs. */
   if (cfg->state_dir &&
       (e = sip__journal_open(cfg->state_dir, journal_restore, s, &s->journal))) {
@@ -487,6 +449,7 @@ void sip_server_free(sip_server_t *s) {
   sip__trace_set_free(s->trace);
   sip__rejections_free(s->rejections);
   sip__engine_destroy(&s->eng);
+  sip__rcache_free(s->rcache); /* after the engine: no request runs through it */
   sip__tracer_free(s->tracer); /* after the engine: every trace has finished */
   pthread_mutex_destroy(&s->hk_mu);
   pthread_cond_destroy(&s->hk_cv);
@@ -603,15 +566,25 @@ static sip_error_t *infer(sip_server_t *s, sip_request_t *r, int batch, int max_
     sip__free(k);
     if (o != SIP__IDEM_RUN) {
       if (o == SIP__IDEM_REPLAY) {
-        queue_replay(s, r->done, r->user, replay);
+        sip__server_queue_replay(s, r->done, r->user, replay);
         sip_request_free(r);
       }
       m->vt->unref(m);
       return NULL;
     }
   }
+  /* An identical earlier request's answer (docs/response_cache.md). */
+  sip_response_t *hit = NULL;
+  sip__rcache_run_t *run = NULL;
+  if (sip__rcache_begin(s->rcache, m, r, &hit, &run) == SIP__RCACHE_HIT) {
+    sip__server_queue_replay(s, r->done, r->user, hit);
+    sip_request_free(r);
+    m->vt->unref(m);
+    return NULL;
+  }
   sip_error_t *err = batch && m->vt->submit_batch ? m->vt->submit_batch(m, r, max_batch_size, padding)
                                                   : m->vt->submit(m, r);
+  if (err) sip__rcache_abort(run);
   if (err && entry) sip__idem_abort(cache, entry, sip_error_code(err), sip_error_message(err));
   return err;
 }

@@ -82,12 +82,21 @@ struct sip_server {
   _Atomic uint64_t journal_floor;
   atomic_int journal_compact; /* the housekeeping thread starts it afresh */
   struct sip__replay *replays;
+  struct sip__replay **replays_tail; /* the last one's next (while replays is not NULL) */
   size_t replaying;
   pthread_cond_t idem_cv;
   struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
   struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/sla_monitor.c) */
   struct sip__rejections *rejections; /* requests refused while decoding (rejections.c) */
+  struct sip__rcache *rcache; /* the response cache (response_cache.c) */
 };
+
+/* Answers given without running a model (replay.c): queued for the
+ * housekeeping thread, which delivers them with hk_mu held (unlocked while
+ * it calls each `done`). */
+void sip__server_queue_replay(sip_server_t *s, sip_infer_done_fn done, void *user,
+                              sip_response_t *resp);
+void sip__server_deliver_replays(sip_server_t *s);
 
 /* The table of rejected requests (rejections.c); NULL when out of memory. */
 typedef struct sip__rejections sip__rejections_t;

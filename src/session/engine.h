@@ -13,6 +13,7 @@
 #include "sched/queue.h"
 #include "sip/backend.h"
 #include "sip/server.h"
+#include "session/memory.h"
 #include "session/request.h"
 
 /* Session states (the seeds' state machine). */
@@ -228,6 +229,10 @@ struct sip__pool {
   atomic_int worker_pid, standby_pid; /* 0: none running */
   atomic_uint_fast64_t worker_restarts;
   char worker_exit[192]; /* why the last worker ended ("" none); under mu */
+  /* A backend that wants device memory runs through a copying wrapper
+   * (src/session/memory.c) p->backend points to; its copies, counted. */
+  sip_backend_vtable_t mem_vt;
+  sip__copy_counters_t copies;
 };
 
 /* ---- availability (src/session/availability.c) ---- */
@@ -338,20 +343,23 @@ void sip__pool_shutdown(sip__pool_t *p);
 void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns);
 
 /* ---- versioned model directories (src/session/pool.c) ----
- * A model directory holds <dir>/<version>/model.onnx, <version> a name of
- * 1..18 decimal digits, and optionally a `current` link naming the version
+ * A model directory holds <dir>/<version>/<model file>, <version> a name of
+ * 1..18 decimal digits and <model file> a default file name of a backend
+ * (sip__backend_files), and optionally a `current` link naming the version
  * served by default. A config file's model_path that is a directory and the
  * model repository's models are both read through these. */
 typedef struct sip__version_dir {
   int64_t num;   /* the name as a number */
   char name[24]; /* the directory's name */
-  char *file;    /* "<dir>/<name>/model.onnx" as found, not resolved (owned) */
+  char *file;    /* "<dir>/<name>/<model file>" as found, not resolved (owned) */
 } sip__version_dir_t;
-/* The version directories of `dir` that hold a model.onnx (whatever it is:
+/* The version directories of `dir` that hold one of `files` (a NULL-
+ * terminated list of file names, the first present wins; whatever it is:
  * a link, even one that leads nowhere, or not a regular file; callers
  * check), sorted by number (then name). 0, or an errno (opendir's; ENOMEM)
  * with *out NULL. Free with sip__version_dirs_free. */
-int sip__version_dirs(const char *dir, sip__version_dir_t **out, size_t *n);
+int sip__version_dirs(const char *dir, const char *const *files, sip__version_dir_t **out,
+                      size_t *n);
 void sip__version_dirs_free(sip__version_dir_t *v, size_t n);
 /* Reads `dir`'s `current` link: 1 with its target in `target` (`cap`
  * bytes; trailing '/' dropped) and *base at the target's last part (the

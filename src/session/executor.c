@@ -1,5 +1,6 @@
-/* sip — the per-pool scheduler: admission, deadlines, queue limits,
- * cancellation, the dynamic batcher and the session executor loop.
+/* sip — the per-pool scheduler's session executors: the dynamic batcher
+ * and the executor loop (admission, deadlines in the queue, cancellation
+ * and completion are admission.c).
  *
  * Each pool embeds one queue per priority level plus a "delayed" queue
  * (src/sched/queue.h, which also picks the best request with ageing). Idle
@@ -19,6 +20,7 @@
 
 #include "core/core.h"
 #include "core/spin.h"
+#include "session/admission.h"
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
@@ -28,273 +30,6 @@
 #include "session/sla.h"
 
 #define MAX_BATCH_REQUESTS 1024
-#define RATE_WINDOW_US 200000
-
-/* ---- cancellation tokens ---- */
-
-sip_cancel_token_t *sip_cancel_token_new(void) {
-  sip_cancel_token_t *t = sip__calloc(1, sizeof *t);
-  if (t) atomic_init(&t->refs, 1);
-  return t;
-}
-
-static sip_cancel_token_t *token_ref(sip_cancel_token_t *t) {
-  if (t) atomic_fetch_add(&t->refs, 1);
-  return t;
-}
-
-void sip_cancel_token_free(sip_cancel_token_t *t) {
-  if (t && atomic_fetch_sub(&t->refs, 1) == 1) sip__free(t);
-}
-
-void sip_request_set_cancel_token(sip_request_t *r, sip_cancel_token_t *t) {
-  sip_cancel_token_free(r->cancel);
-  r->cancel = token_ref(t);
-}
-
-static int is_cancelled(const sip_request_t *r) {
-  return r->cancel && atomic_load(&r->cancel->cancelled);
-}
-
-/* ---- queues ---- */
-
-/* The request a queue item belongs to. */
-#define REQ(it) ((sip_request_t *)((char *)(it) - offsetof(sip_request_t, sched)))
-
-static size_t queued(const sip__pool_t *p) { return sip__sched_count(&p->queue); }
-
-/* The best queued request (src/sched/queue.h: lowest effective level after
- * ageing, then oldest; the delayed queue last). Caller holds p->mu. */
-static sip_request_t *q_pop(sip__pool_t *p, uint64_t now) {
-  sip__sched_item_t *it = sip__sched_pop(&p->queue, now, p->cfg->ageing_ms * 1000);
-  return it ? REQ(it) : NULL;
-}
-
-/* ---- admission ---- */
-
-/* Dim 0 shared by every input: the rows a request adds to a batch. */
-static int64_t request_rows(const sip_request_t *r) {
-  if (!r->n_inputs || r->inputs[0]->rank < 1) return -1;
-  int64_t rows = r->inputs[0]->dims[0];
-  for (size_t i = 1; i < r->n_inputs; i++)
-    if (r->inputs[i]->rank < 1 || r->inputs[i]->dims[0] != rows) return -1;
-  return rows;
-}
-
-/* Arrival-rate estimate for elastic batching: an exponentially weighted
- * average of the rate over 200 ms windows. The level is low below
- * rate_thresholds[0] req/s, medium below rate_thresholds[1], else high.
- * Caller holds p->mu. */
-static void note_arrival(sip__pool_t *p, uint64_t now) {
-  if (!p->cfg->batch_levels[0].max_batch) return;
-  if (!p->rate_win_start_us) p->rate_win_start_us = now;
-  p->rate_win_count++;
-  uint64_t el = now - p->rate_win_start_us;
-  if (el < RATE_WINDOW_US) return;
-  double inst = (double)p->rate_win_count * 1e6 / (double)el;
-  p->rate_rps = p->rate_rps > 0 ? 0.5 * p->rate_rps + 0.5 * inst : inst;
-  p->rate_win_start_us = now;
-  p->rate_win_count = 0;
-  int level = p->rate_rps < p->cfg->rate_thresholds[0]   ? 0
-              : p->rate_rps < p->cfg->rate_thresholds[1] ? 1
-                                                         : 2;
-  if (level != atomic_load(&p->batch_level)) {
-    sip__log(SIP__LOG_DEBUG, "batch level changed", "pool=%s level=%d rate_rps=%.1f",
-             p->cfg->name, level, p->rate_rps);
-    atomic_store(&p->batch_level, level);
-  }
-}
-
-sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
-  int st = atomic_load(&p->state);
-  if (st == SIP__POOL_LOADING)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is still loading", p->cfg->name);
-  if (st == SIP__POOL_FAILED)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' failed to load: %s", p->cfg->name,
-                         p->error ? p->error : "unknown reason");
-  if (st != SIP__POOL_READY)
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
-  if (is_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
-  sip_error_t *e = p->seq ? sip__seq_check(p, r) : NULL;
-  /* A sequence id sent to a stateless pool would be dropped in silence and
-   * the client would believe its state is kept. */
-  if (!p->seq && (r->seq_flags & SIP__SEQF_SET))
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "pool '%s' does not serve sequences (no sequence_batching); expected no "
-                         "sequence_id, sequence_start or sequence_end parameters",
-                         p->cfg->name);
-  if (e || (e = sip__pool_check_inputs(p, r))) return e;
-  static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
-  r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
-  r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
-                                          r->n_inputs)
-                   : request_rows(r);
-  r->sched.arrival_us = sip__now_us();
-  uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
-  r->timeout_ms = timeout;
-  r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
-  uint64_t deadline = r->deadline_us;
-  /* Read now: once queued, r may be answered and its pool reference
-   * dropped, after which a retired pool may be freed. */
-  sip__engine_t *srv = p->eng;
-  pthread_mutex_lock(&p->mu);
-  if (p->stopping) {
-    pthread_mutex_unlock(&p->mu);
-    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
-  }
-  if (p->seq) { /* behind its sequence, on the session the sequence is bound to */
-    int wake = 0;
-    e = sip__seq_admit(p, r, r->sched.arrival_us, &wake);
-    if (!e && wake) pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    if (!e && deadline) sip__engine_note_deadline(srv, deadline);
-    return e;
-  }
-  size_t n = queued(p);
-  if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
-    pthread_mutex_unlock(&p->mu);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
-                         "the queue of pool '%s' is full (%zu requests, queue.max_size); retry "
-                         "later",
-                         p->cfg->name, n);
-  }
-  note_arrival(p, r->sched.arrival_us);
-  sip__sched_push(&p->queue, r->sched.level, &r->sched);
-  /* A session forming a batch wants to see arrivals too; with a session
-   * drained, the one woken might be it. */
-  if (p->cfg->max_batch_size || atomic_load(&p->n_drained))
-    pthread_cond_broadcast(&p->cv);
-  else
-    pthread_cond_signal(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  /* r (and p) may already be completed and freed by an executor here. */
-  if (deadline) sip__engine_note_deadline(srv, deadline);
-  return NULL;
-}
-
-/* ---- completion ---- */
-
-void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns) {
-  if ((unsigned)code < SIP_CODE_COUNT_) atomic_fetch_add(&p->by_code[code], 1);
-  sip__stat_add(code == SIP_OK ? &p->st_success : &p->st_fail, total_ns);
-  if (p->sla) sip__sla_record(p->sla, code, total_ns / 1000);
-}
-
-/* Every queued request ends here: metrics, a log line for failures, the
- * answer. */
-static void finish(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                   sip_tensor_t **outs, size_t n_outs, uint64_t queue_us, uint64_t compute_us) {
-  uint64_t total_us = sip__now_us() - r->sched.arrival_us;
-  sip__hist_observe(&p->h_total, total_us);
-  sip__pool_count(p, code, total_us * 1000);
-  atomic_store(&p->last_inference_ms, sip__wall_us() / 1000);
-  if (code != SIP_OK)
-    sip__log_failure("pool=%s code=%s reason=\"%s\"", p->cfg->name,
-             sip_code_name(code), msg);
-  sip__events_request(p, r, code, msg, queue_us, total_us);
-  sip__request_complete(r, code, msg, outs, n_outs, queue_us, compute_us);
-}
-
-static void fail_request(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                         uint64_t queue_us) {
-  finish(p, r, code, msg, NULL, 0, queue_us, 0);
-}
-
-void sip__pool_finish_failed(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                             uint64_t queue_us) {
-  fail_request(p, r, code, msg, queue_us);
-}
-
-static void expire_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
-  uint64_t waited = now - r->sched.arrival_us;
-  sip__hist_observe(&p->h_queue, waited);
-  sip__stat_add(&p->st_queue, waited * 1000);
-  char msg[256];
-  snprintf(msg, sizeof msg,
-           "request waited %.1f ms in the queue of pool '%s', past its timeout of %u ms; it "
-           "was not executed",
-           (double)waited / 1000.0, p->cfg->name, r->timeout_ms);
-  fail_request(p, r, SIP_DEADLINE_EXCEEDED, msg, waited);
-}
-
-static void cancel_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
-  fail_request(p, r, SIP_CANCELLED, "request was cancelled before it ran (client gone)",
-               now - r->sched.arrival_us);
-}
-
-uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now) {
-  sip__sched_item_t *expired = NULL; /* linked through next, out of the queues */
-  uint64_t next = 0;
-  int delay = p->cfg->timeout_action == SIP__TIMEOUT_DELAY;
-  pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP__PRIO_LEVELS; l++) {
-    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
-      nx = it->next;
-      sip_request_t *r = REQ(it);
-      if (!r->deadline_us) continue;
-      if (r->deadline_us <= now) {
-        sip__sched_remove(&p->queue, l, it);
-        if (delay) { /* runs last, whenever the pool is otherwise idle */
-          r->deadline_us = 0;
-          sip__sched_push(&p->queue, SIP__SCHED_DELAYED, it);
-          continue;
-        }
-        it->next = expired;
-        expired = it;
-      } else if (!next || r->deadline_us < next) {
-        next = r->deadline_us;
-      }
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
-  uint64_t idle = sip__seq_expire(p, now);
-  if (idle && (!next || idle < next)) next = idle;
-  while (expired) {
-    sip__sched_item_t *it = expired;
-    expired = it->next;
-    it->next = NULL;
-    expire_request(p, REQ(it), now);
-  }
-  return next;
-}
-
-/* Takes the queued requests `match` picks (all when NULL) out of every
- * queue, and answers each with `answer`. */
-static void take_queued(sip__pool_t *p, const sip_cancel_token_t *match,
-                        void (*answer)(sip__pool_t *, sip_request_t *, uint64_t)) {
-  sip__sched_item_t *gone = NULL; /* linked through next, out of the queues */
-  pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
-    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
-      nx = it->next;
-      if (match && REQ(it)->cancel != match) continue;
-      sip__sched_remove(&p->queue, l, it);
-      it->next = gone;
-      gone = it;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
-  uint64_t now = sip__now_us();
-  while (gone) {
-    sip__sched_item_t *it = gone;
-    gone = it->next;
-    it->next = NULL;
-    answer(p, REQ(it), now);
-  }
-}
-
-void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t) {
-  take_queued(p, t, cancel_request);
-}
-
-static void shed_request(sip__pool_t *p, sip_request_t *r, uint64_t now) {
-  atomic_fetch_add(&p->eng->drain_shed, 1);
-  fail_request(p, r, SIP_UNAVAILABLE,
-               "server is shutting down: its drain_timeout_ms passed before this request ran",
-               now - r->sched.arrival_us);
-}
-
-void sip__pool_shed(sip__pool_t *p) { take_queued(p, NULL, shed_request); }
 
 /* ---- batching ---- */
 
@@ -340,7 +75,7 @@ static void gather(sip__pool_t *p, batch_t *b, int64_t max_rows) {
   for (int l = 0; l < SIP__SCHED_QUEUES && b->rows < max_rows; l++) {
     for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it && b->n < MAX_BATCH_REQUESTS; it = nx) {
       nx = it->next;
-      sip_request_t *r = REQ(it);
+      sip_request_t *r = SIP__QUEUED_REQ(it);
       if (b->rows + r->rows > max_rows || !can_join(p, b->reqs[0], r)) continue;
       sip__sched_remove(&p->queue, l, it);
       b->reqs[b->n++] = r;
@@ -429,7 +164,7 @@ static void preprocess_batch(sip__pool_t *p, batch_t *b, uint64_t start) {
       }
     }
     if (e) {
-      fail_request(p, r, sip_error_code(e), sip_error_message(e), start - r->sched.arrival_us);
+      sip__pool_finish_failed(p, r, sip_error_code(e), sip_error_message(e), start - r->sched.arrival_us);
       sip_error_free(e);
       continue;
     }
@@ -504,10 +239,10 @@ static int run_batch(sip__session_t *s, batch_t *b) {
   for (size_t i = 0; i < b->n; i++) {
     sip_request_t *r = b->reqs[i];
     uint64_t queue_us = start - r->sched.arrival_us;
-    if (is_cancelled(r)) {
-      cancel_request(p, r, start);
+    if (sip__request_cancelled(r)) {
+      sip__pool_cancel_request(p, r, start);
     } else if (r->deadline_us && start >= r->deadline_us) {
-      expire_request(p, r, start);
+      sip__pool_expire_request(p, r, start);
     } else {
       sip__hist_observe(&p->h_queue, queue_us);
       sip__stat_add(&p->st_queue, queue_us * 1000);
@@ -657,14 +392,14 @@ static int run_batch(sip__session_t *s, batch_t *b) {
       char *msg = e ? sip__asprintf("pool '%s' session %d: %s", p->cfg->name, s->index,
                                     sip_error_message(e))
                     : NULL;
-      fail_request(p, r, e ? sip_error_code(e) : SIP_RESOURCE_EXHAUSTED,
+      sip__pool_finish_failed(p, r, e ? sip_error_code(e) : SIP_RESOURCE_EXHAUSTED,
                    msg ? msg : "out of memory", queue_us);
       sip__free(msg);
       continue;
     }
     if (k == n - 1) sip__stat_add(&p->st_compute_output, sip__now_ns() - t_done);
     r->served_by = s->id;
-    finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
+    sip__pool_finish(p, r, SIP_OK, NULL, mine, n_out, queue_us, compute_us);
     if (s->failed_at_us) sip__session_first_answer(s);
   }
   sip__events_executing(NULL, 0);
@@ -677,7 +412,7 @@ static int run_batch(sip__session_t *s, batch_t *b) {
  * batching (*slot says which), else the best of the pool's queues. Caller
  * holds p->mu. */
 static sip_request_t *next_request(sip__pool_t *p, sip__session_t *s, int *slot) {
-  return p->seq ? sip__seq_pop(p, s->index, slot) : q_pop(p, sip__now_us());
+  return p->seq ? sip__seq_pop(p, s->index, slot) : sip__pool_pop(p, sip__now_us());
 }
 
 /* Runs one request of a sequence: the control inputs, then the model; the
@@ -688,7 +423,7 @@ static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
   pthread_mutex_unlock(&p->mu);
   sip_error_t *e = sip__seq_fill(p, r);
   if (e) {
-    fail_request(p, r, sip_error_code(e), sip_error_message(e), sip__now_us() - r->sched.arrival_us);
+    sip__pool_finish_failed(p, r, sip_error_code(e), sip_error_message(e), sip__now_us() - r->sched.arrival_us);
     sip_error_free(e);
   } else {
     batch_t one = {.reqs = {r}, .n = 1, .rows = r->rows};
@@ -779,7 +514,7 @@ void *sip__session_main(void *arg) {
     if (!s->ctx) { /* failed and not replaced: serves nothing */
       if (p->seq) {
         pthread_mutex_unlock(&p->mu);
-        fail_request(p, r, SIP_UNAVAILABLE, "the session of this sequence failed",
+        sip__pool_finish_failed(p, r, SIP_UNAVAILABLE, "the session of this sequence failed",
                      sip__now_us() - r->sched.arrival_us);
         pthread_mutex_lock(&p->mu);
         sip__seq_done(p, slot, sip__now_us());
@@ -806,7 +541,7 @@ void *sip__session_main(void *arg) {
     b->formed_ns = sip__now_ns();
     if (p->cfg->max_batch_size) form_batch(p, s, b);
     /* Let the next idle session start on what is left. */
-    if (queued(p)) {
+    if (sip__pool_queued(p)) {
       if (atomic_load(&p->n_drained))
         pthread_cond_broadcast(&p->cv);
       else
@@ -827,15 +562,15 @@ void *sip__session_main(void *arg) {
 }
 
 static void fail_shutdown(sip__pool_t *p, sip_request_t *r) {
-  fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
+  sip__pool_finish_failed(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
 }
 
 void sip__pool_shutdown(sip__pool_t *p) {
   sip__pool_stop_sessions(p, SIP__SESSION_DESTROYED);
   /* A pool that never started sessions may still hold queued requests. */
   sip_request_t *r;
-  while ((r = q_pop(p, sip__now_us())))
-    fail_request(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
+  while ((r = sip__pool_pop(p, sip__now_us())))
+    sip__pool_finish_failed(p, r, SIP_UNAVAILABLE, "server is shutting down", 0);
   sip__seq_drain(p, fail_shutdown);
   if (atomic_load(&p->state) != SIP__POOL_FAILED) atomic_store(&p->state, SIP__POOL_STOPPED);
 }

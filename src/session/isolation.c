@@ -1,5 +1,6 @@
-/* sip — process isolation of a pool, the server's side (isolation.h,
- * docs/availability.md; the worker is worker.c).
+/* sip — process isolation of a pool, the server's side: the supervisor
+ * (isolation.h, docs/availability.md; the forwarding backend the pool
+ * executes through is isolation_exec.c, the worker is worker.c).
  *
  * A supervisor thread per pool starts the worker (this program again,
  * /proc/self/exe, with a control channel as fd 3), loads the model there,
@@ -7,16 +8,7 @@
  * it ends: at once when it had been serving, with a growing delay when it
  * keeps dying young; crashes (a signal other than SIGKILL, a bad exit, a
  * failed load) five times within 60 s mark the pool FAILED. With
- * hot_standby a second worker is kept loaded and takes over at once.
- *
- * Each session context of the pool is a channel to a session context in
- * the worker, bound lazily on its first execution after a (re)start, and
- * up to 8 shared-memory regions the answers may hold: an execution copies
- * its inputs into a free region, the worker leaves the outputs there, and
- * the output tensors handed to the engine view the region, which is not
- * reused until the last of them is freed. With all 8 held, a ninth region
- * is used and its outputs are copied out. The hot path takes no lock: a
- * session compares its bound generation with the worker's. */
+ * hot_standby a second worker is kept loaded and takes over at once. */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,76 +31,10 @@
 #include "session/events.h"
 #include "session/isolation.h"
 #include "session/worker_proto.h"
+#include "session/isolation_impl.h"
 #include "sip/worker.h"
 
 extern char **environ;
-
-#define CRASH_LOOP 5             /* crashes ... */
-#define CRASH_WINDOW_US 60000000 /* ... within this long: the pool is FAILED */
-#define YOUNG_US 1000000         /* a worker dying younger restarts after a delay */
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
-#define PING_TIMEOUT_MS 1000
-#define BIND_TIMEOUT_MS 2000
-#define WAIT_UP_MS 30000 /* an execution waits this long for a worker */
-#define DEFAULT_PING_MS 1000
-#define LEASED 8 /* regions an answer may hold; one more is copied out */
-#define ALIGN 64
-#define ALIGN_UP(x) (((x) + (ALIGN - 1)) & ~(size_t)(ALIGN - 1))
-
-typedef struct worker {
-  pid_t pid; /* 0: none */
-  int pidfd, ctl;
-  uint64_t started_us;
-} worker_t;
-
-struct sip__iso {
-  sip__pool_t *p;
-  const sip_backend_vtable_t *real;
-  char exe[PATH_MAX];
-  char *load_msg;
-  size_t load_len;
-  sip_io_desc_t *ins, *outs;
-  size_t n_in, n_out;
-  char *batch_problem;
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC: a worker up, down, the load done */
-  worker_t act, sb;  /* the serving worker and the standby */
-  _Atomic uint64_t gen; /* the serving worker's generation; 0: none serving */
-  uint64_t gen_next;
-  int failed, stopping, loaded;
-  sip_error_t *load_err;
-  char down_why[192];  /* why the last worker ended */
-  char fail_why[320];  /* why the pool failed (crash loop) */
-  pid_t kill_pid;      /* killed by us, for kill_why */
-  char kill_why[192];
-  uint64_t crash_us[CRASH_LOOP];
-  int n_crash;
-  uint64_t backoff_ms, restart_at_us, sb_restart_at_us;
-  uint64_t ping_us, next_ping_us;
-  int evfd;
-  pthread_t sup;
-  atomic_uint next_id;
-};
-
-typedef struct region {
-  atomic_long refs; /* the session's + one per answer viewing it */
-  int fd;
-  void *base;
-  size_t size;
-  uint64_t sent_gen; /* the worker generation that has its fd */
-} region_t;
-
-typedef struct isess {
-  sip__iso_t *w;
-  uint32_t id;
-  int sock; /* -1: not bound */
-  uint64_t gen;
-  region_t *reg[SIP__WK_MAX_REGIONS];
-  int lost;
-  int fault;
-  int64_t fault_delay_ms;
-} isess_t;
 
 /* ---- worker processes ---- */
 
@@ -120,7 +46,7 @@ static int ms_until(uint64_t at_us) {
 /* One request and its answer on a worker's control channel; the answer's
  * length, or -1 with errno ETIMEDOUT when the worker did not answer in
  * time (timeout_ms < 0: waits as long as it lives), ESRCH when it ended. */
-static ssize_t ctl_call(worker_t *k, const void *msg, size_t len, int fd, void *reply,
+ssize_t sip__iso_ctl_call(sip__iso_worker_t *k, const void *msg, size_t len, int fd, void *reply,
                         size_t cap, int timeout_ms, int stop_fd) {
   errno = ESRCH;
   if (k->pid <= 0 || sip__wk_send(k->ctl, msg, len, fd) != 0) return errno = ESRCH, -1;
@@ -144,7 +70,7 @@ static ssize_t ctl_call(worker_t *k, const void *msg, size_t len, int fd, void *
 }
 
 /* Starts a worker process; -1 with errno when it could not. */
-static int spawn(sip__iso_t *w, worker_t *k) {
+static int spawn(sip__iso_t *w, sip__iso_worker_t *k) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   /* dup2 onto itself would keep close-on-exec: make sure the child's end
@@ -191,7 +117,7 @@ static int spawn(sip__iso_t *w, worker_t *k) {
 }
 
 /* Ends a worker (whatever its state) and reaps it; the exit status. */
-static int finish_worker(worker_t *k) {
+static int finish_worker(sip__iso_worker_t *k) {
   int st = 0;
   if (k->pid <= 0) return 0;
   kill(k->pid, SIGKILL);
@@ -199,7 +125,7 @@ static int finish_worker(worker_t *k) {
   }
   if (k->ctl >= 0) close(k->ctl);
   if (k->pidfd >= 0) close(k->pidfd);
-  *k = (worker_t){0, -1, -1, 0};
+  *k = (sip__iso_worker_t){0, -1, -1, 0};
   return st;
 }
 
@@ -226,12 +152,12 @@ static sip_error_t *take_loaded(sip__iso_t *w, const char *msg, size_t n) {
 }
 
 /* Spawns a worker and loads the model there (caller holds no lock). */
-static sip_error_t *start_worker(sip__iso_t *w, worker_t *k) {
+static sip_error_t *start_worker(sip__iso_t *w, sip__iso_worker_t *k) {
   if (spawn(w, k) != 0)
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start a worker process (%s): %s",
                          w->exe, strerror(errno));
   char *reply = sip__malloc(SIP__WK_MAX_MSG);
-  ssize_t n = reply ? ctl_call(k, w->load_msg, w->load_len, -1, reply, SIP__WK_MAX_MSG, -1,
+  ssize_t n = reply ? sip__iso_ctl_call(k, w->load_msg, w->load_len, -1, reply, SIP__WK_MAX_MSG, -1,
                                w->evfd)
                     : -1;
   sip_error_t *e = NULL;
@@ -248,7 +174,7 @@ static sip_error_t *start_worker(sip__iso_t *w, worker_t *k) {
   return e;
 }
 
-static void publish(sip__iso_t *w, const worker_t *k, uint64_t now) {
+static void publish(sip__iso_t *w, const sip__iso_worker_t *k, uint64_t now) {
   sip__pool_t *p = w->p;
   w->act = *k;
   w->next_ping_us = now + w->ping_us;
@@ -327,13 +253,13 @@ static void note_end(sip__iso_t *w, pid_t pid, int st, const char *load_error, u
 
 /* Pings a worker; -1 only when it is alive and did not answer in time
  * (one that ended is the pidfd's news). Caller holds w->mu. */
-static int ping(worker_t *k) {
+static int ping(sip__iso_worker_t *k) {
   wk_hdr_t h = {SIP__WK_PING, 0}, r;
-  ssize_t n = ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS, -1);
+  ssize_t n = sip__iso_ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS, -1);
   return n < 0 && errno == ETIMEDOUT ? -1 : 0;
 }
 
-static void kill_for(sip__iso_t *w, worker_t *k, const char *why) {
+void sip__iso_kill_for(sip__iso_t *w, sip__iso_worker_t *k, const char *why) {
   if (k->pid <= 0) return;
   w->kill_pid = k->pid;
   snprintf(w->kill_why, sizeof w->kill_why, "%s", why);
@@ -343,7 +269,7 @@ static void kill_for(sip__iso_t *w, worker_t *k, const char *why) {
 /* Starts a worker with w->mu released; installs it as `slot` (the serving
  * one when `serving`). */
 static void start_into(sip__iso_t *w, int serving) {
-  worker_t k = {0, -1, -1, 0};
+  sip__iso_worker_t k = {0, -1, -1, 0};
   pthread_mutex_unlock(&w->mu);
   uint64_t t0 = sip__now_us();
   sip_error_t *e = start_worker(w, &k);
@@ -370,7 +296,7 @@ static void *supervise(void *arg) {
   int want_sb = p->cfg->standby_enabled && p->cfg->standby_count > 0;
   pthread_mutex_lock(&w->mu);
   {
-    worker_t k = {0, -1, -1, 0};
+    sip__iso_worker_t k = {0, -1, -1, 0};
     pthread_mutex_unlock(&w->mu);
     sip_error_t *e = start_worker(w, &k);
     pthread_mutex_lock(&w->mu);
@@ -387,8 +313,8 @@ static void *supervise(void *arg) {
       continue;
     }
     if (!w->failed && w->act.pid <= 0 && w->sb.pid > 0) { /* the standby takes over */
-      worker_t k = w->sb;
-      w->sb = (worker_t){0, -1, -1, 0};
+      sip__iso_worker_t k = w->sb;
+      w->sb = (sip__iso_worker_t){0, -1, -1, 0};
       atomic_store(&p->standby_pid, 0);
       publish(w, &k, now);
       sip__log(SIP__LOG_INFO, "standby worker took over", "pool=%s pid=%ld", p->cfg->name,
@@ -424,11 +350,11 @@ static void *supervise(void *arg) {
       if (read(w->evfd, &v, sizeof v) < 0) { /* nothing to do: only a wake-up */
       }
     }
-    worker_t *ended[2] = {pf[1].revents && w->act.pid > 0 ? &w->act : NULL,
+    sip__iso_worker_t *ended[2] = {pf[1].revents && w->act.pid > 0 ? &w->act : NULL,
                           pf[2].revents && w->sb.pid > 0 ? &w->sb : NULL};
     for (int i = 0; i < 2; i++) {
       if (!ended[i]) continue;
-      worker_t k = *ended[i];
+      sip__iso_worker_t k = *ended[i];
       if (i == 0) {
         atomic_store(&w->gen, 0);
         atomic_store(&p->worker_pid, 0);
@@ -445,8 +371,8 @@ static void *supervise(void *arg) {
       char why[128];
       snprintf(why, sizeof why, "worker did not answer a heartbeat within %d ms",
                PING_TIMEOUT_MS);
-      if (w->act.pid > 0 && ping(&w->act) != 0) kill_for(w, &w->act, why);
-      if (w->sb.pid > 0 && ping(&w->sb) != 0) kill_for(w, &w->sb, why);
+      if (w->act.pid > 0 && ping(&w->act) != 0) sip__iso_kill_for(w, &w->act, why);
+      if (w->sb.pid > 0 && ping(&w->sb) != 0) sip__iso_kill_for(w, &w->sb, why);
     }
   }
   pthread_mutex_unlock(&w->mu);
@@ -457,299 +383,7 @@ static void *supervise(void *arg) {
   return NULL;
 }
 
-/* ---- the forwarding backend ---- */
-
-static void describe(void *model, const sip_io_desc_t **in, size_t *n_in,
-                     const sip_io_desc_t **out, size_t *n_out) {
-  sip__iso_t *w = model;
-  *in = w->ins;
-  *n_in = w->n_in;
-  *out = w->outs;
-  *n_out = w->n_out;
-}
-
-static const char *batch_problem(void *model) { return ((sip__iso_t *)model)->batch_problem; }
-
-static sip_error_t *session_new(void *model, void **session) {
-  sip__iso_t *w = model;
-  isess_t *s = sip__calloc(1, sizeof *s);
-  if (!s) return SIP__OOM();
-  s->w = w;
-  s->sock = -1;
-  s->id = atomic_fetch_add(&w->next_id, 1);
-  *session = s;
-  return NULL;
-}
-
-static void region_unref(region_t *r) {
-  if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
-  if (r->base) munmap(r->base, r->size);
-  if (r->fd >= 0) close(r->fd);
-  sip__free(r);
-}
-
-static void region_release(void *ctx) { region_unref(ctx); }
-
-static void session_free(void *session) {
-  isess_t *s = session;
-  if (!s) return;
-  if (s->sock >= 0) close(s->sock);
-  for (int i = 0; i < SIP__WK_MAX_REGIONS; i++) region_unref(s->reg[i]);
-  sip__free(s);
-}
-
-/* Binds `s` to the serving worker, waiting for one when none serves. */
-static sip_error_t *bind_session(isess_t *s) {
-  sip__iso_t *w = s->w;
-  const char *pool = w->p->cfg->name;
-  pthread_mutex_lock(&w->mu);
-  uint64_t until = sip__now_us() + (uint64_t)WAIT_UP_MS * 1000;
-  while (!w->stopping && !w->failed && !atomic_load(&w->gen) && sip__now_us() < until) {
-    struct timespec ts;
-    uint64_t t = sip__now_us() + 100000;
-    ts.tv_sec = (time_t)(t / 1000000);
-    ts.tv_nsec = (long)(t % 1000000) * 1000;
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-  }
-  sip_error_t *e = NULL;
-  uint64_t gen = atomic_load(&w->gen);
-  if (w->failed || w->stopping || !gen) {
-    e = sip_error_new(SIP_UNAVAILABLE, "no worker of pool '%s' is running: %s", pool,
-                      w->failed ? w->fail_why : w->stopping ? "the pool is stopping"
-                                                            : w->down_why);
-    pthread_mutex_unlock(&w->mu);
-    return e;
-  }
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    pthread_mutex_unlock(&w->mu);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "pool '%s': no socket for a session: %s", pool,
-                         strerror(errno));
-  }
-  wk_bind_t b = {SIP__WK_BIND, s->id};
-  char reply[1024];
-  ssize_t n = ctl_call(&w->act, &b, sizeof b, sv[1], reply, sizeof reply, BIND_TIMEOUT_MS, -1);
-  int err = errno;
-  close(sv[1]);
-  if (n < 0 || (size_t)n < sizeof(wk_hdr_t) || ((wk_hdr_t *)reply)->op != SIP__WK_BOUND) {
-    close(sv[0]);
-    if (n < 0) {
-      char why[128];
-      snprintf(why, sizeof why, "worker did not answer within %d ms", BIND_TIMEOUT_MS);
-      if (err == ETIMEDOUT && atomic_load(&w->gen) == gen) kill_for(w, &w->act, why);
-      s->lost = 1;
-      e = sip_error_new(SIP_UNAVAILABLE, "the worker of pool '%s' ended while a session was "
-                        "being bound", pool);
-    } else {
-      e = sip_error_new(SIP_INTERNAL, "pool '%s': the worker refused a session: %.*s", pool,
-                        (int)((size_t)n > sizeof(wk_error_t) ? (size_t)n - sizeof(wk_error_t) : 0),
-                        reply + sizeof(wk_error_t));
-    }
-    pthread_mutex_unlock(&w->mu);
-    return e;
-  }
-  pthread_mutex_unlock(&w->mu);
-  if (s->sock >= 0) close(s->sock);
-  s->sock = sv[0];
-  s->gen = gen;
-  return NULL;
-}
-
-/* A region of at least `size` bytes in slot i (free: only the session
- * holds it). */
-static region_t *region_get(isess_t *s, int i, size_t size) {
-  region_t *r = s->reg[i];
-  size_t want = 65536;
-  while (want < size) want *= 2;
-  if (r && r->size >= size) return r;
-  if (!r) {
-    r = sip__calloc(1, sizeof *r);
-    if (!r) return NULL;
-    atomic_init(&r->refs, 1);
-    r->fd = memfd_create("sip-session", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (r->fd < 0 || ftruncate(r->fd, (off_t)want) != 0 ||
-        fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
-      region_unref(r);
-      return NULL;
-    }
-    s->reg[i] = r;
-  } else {
-    munmap(r->base, r->size);
-    r->base = NULL;
-    r->size = 0;
-    /* The worker may have grown the file past what is mapped here. */
-    struct stat st;
-    if (fstat(r->fd, &st) == 0 && (size_t)st.st_size > want) want = (size_t)st.st_size;
-    if (ftruncate(r->fd, (off_t)want) != 0) return NULL;
-  }
-  r->base = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-  if (r->base == MAP_FAILED) {
-    r->base = NULL;
-    r->size = 0;
-    return NULL;
-  }
-  r->size = want;
-  return r;
-}
-
-/* Maps `r` again when the worker grew it. */
-static int region_follow(region_t *r, uint64_t size) {
-  if (size <= r->size) return 0;
-  struct stat st;
-  if (fstat(r->fd, &st) != 0 || (uint64_t)st.st_size < size) return -1;
-  munmap(r->base, r->size);
-  r->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-  r->size = r->base == MAP_FAILED ? 0 : (size_t)size;
-  if (r->base == MAP_FAILED) r->base = NULL;
-  return r->base ? 0 : -1;
-}
-
-static int index_of(const sip_io_desc_t *d, size_t n, const char *name) {
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(d[i].name, name)) return (int)i;
-  return -1;
-}
-
-/* The execution failed because the worker ended: waits briefly for the
- * supervisor to say why. */
-static sip_error_t *lost(isess_t *s, pid_t pid) {
-  sip__iso_t *w = s->w;
-  s->lost = 1;
-  close(s->sock);
-  s->sock = -1;
-  pthread_mutex_lock(&w->mu);
-  uint64_t until = sip__now_us() + 200000;
-  while (atomic_load(&w->gen) == s->gen && !w->stopping && sip__now_us() < until) {
-    struct timespec ts;
-    uint64_t t = sip__now_us() + 10000;
-    ts.tv_sec = (time_t)(t / 1000000);
-    ts.tv_nsec = (long)(t % 1000000) * 1000;
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-  }
-  sip_error_t *e = sip_error_new(SIP_UNAVAILABLE, "the worker process of pool '%s' (pid %ld) "
-                                 "ended during the execution: %s", w->p->cfg->name, (long)pid,
-                                 atomic_load(&w->gen) == s->gen ? "no reason known yet"
-                                                                : w->down_why);
-  pthread_mutex_unlock(&w->mu);
-  return e;
-}
-
-static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
-                            const char *const *out_names, size_t n_outputs,
-                            sip_tensor_t **outputs) {
-  isess_t *s = session;
-  sip__iso_t *w = s->w;
-  s->lost = 0;
-  int fault = s->fault;
-  s->fault = 0;
-  sip_error_t *e;
-  if (n_inputs > SIP__WK_MAX_IO || n_outputs > SIP__WK_MAX_IO)
-    return sip_error_new(SIP_UNIMPLEMENTED, "more than %d inputs or outputs", SIP__WK_MAX_IO);
-  if (s->sock < 0 || s->gen != atomic_load(&w->gen)) {
-    if ((e = bind_session(s))) return e;
-  }
-  /* A region no answer holds; the last one when all are held (copied out). */
-  int slot = -1;
-  for (int i = 0; i < LEASED && slot < 0; i++)
-    if (!s->reg[i] || atomic_load(&s->reg[i]->refs) == 1) slot = i;
-  int copy_out = slot < 0;
-  if (copy_out) slot = LEASED;
-  union {
-    char buf[sizeof(wk_exec_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t)];
-    wk_exec_t x;
-  } m;
-  wk_exec_t *x = &m.x;
-  memset(x, 0, sizeof *x);
-  wk_tensor_t *tin = (wk_tensor_t *)(m.buf + sizeof *x);
-  size_t at = 0;
-  for (size_t i = 0; i < n_inputs; i++) {
-    const sip_tensor_t *t = inputs[i];
-    memset(&tin[i], 0, sizeof tin[i]);
-    /* An unnamed tensor is the model's input at its position. */
-    tin[i].index = t->name ? index_of(w->ins, w->n_in, t->name) : (int)i;
-    tin[i].dtype = t->dtype;
-    tin[i].rank = t->rank;
-    memcpy(tin[i].dims, t->dims, sizeof tin[i].dims);
-    tin[i].off = at;
-    tin[i].nbytes = t->nbytes;
-    at = ALIGN_UP(at + t->nbytes);
-    if (tin[i].index < 0)
-      return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no input '%s'",
-                           t->name ? t->name : "(unnamed)");
-  }
-  size_t out_guess = 0;
-  int64_t rows = n_inputs && inputs[0]->rank > 0 ? inputs[0]->dims[0] : -1;
-  for (size_t j = 0; j < n_outputs; j++) {
-    x->out_index[j] = index_of(w->outs, w->n_out, out_names[j]);
-    if (x->out_index[j] < 0)
-      return sip_error_new(SIP_INVALID_ARGUMENT, "the model has no output '%s'", out_names[j]);
-    size_t bytes = sip__wk_out_bytes(&w->outs[x->out_index[j]], rows);
-    out_guess += ALIGN_UP(bytes ? bytes : at);
-  }
-  region_t *r = region_get(s, slot, at + out_guess);
-  if (!r)
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED, "pool '%s': no shared memory for %zu bytes: %s",
-                         w->p->cfg->name, at + out_guess, strerror(errno));
-  /* The one copy of the inputs: into memory the worker sees. */
-  for (size_t i = 0; i < n_inputs; i++)
-    if (inputs[i]->nbytes) memcpy((char *)r->base + tin[i].off, inputs[i]->data, inputs[i]->nbytes);
-  x->op = SIP__WK_EXEC;
-  x->region = slot;
-  x->region_size = r->size;
-  x->out_at = at;
-  x->fault = fault;
-  x->fault_delay_ms = s->fault_delay_ms;
-  x->n_in = (int32_t)n_inputs;
-  x->n_out = (int32_t)n_outputs;
-  pid_t pid = atomic_load(&w->p->worker_pid);
-  int send_fd = r->sent_gen != s->gen ? r->fd : -1;
-  if (sip__wk_send(s->sock, m.buf, sizeof *x + n_inputs * sizeof(wk_tensor_t), send_fd) != 0)
-    return lost(s, pid);
-  r->sent_gen = s->gen;
-  union {
-    char buf[sizeof(wk_done_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t) + 1024];
-    wk_done_t d;
-  } a;
-  ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, sip__wk_spin_us());
-  if (n <= 0) return lost(s, pid);
-  const wk_done_t *d = &a.d;
-  int32_t code;
-  const char *text;
-  int text_len;
-  if (sip__wk_check_done(a.buf, (size_t)n, n_outputs, &code, &text, &text_len) != 0 ||
-      (!code && region_follow(r, d->region_size) != 0))
-    return sip_error_new(SIP_INTERNAL, "pool '%s': a malformed answer from the worker",
-                         w->p->cfg->name);
-  if (code) return sip_error_new((sip_code_t)code, "%.*s", text_len, text);
-  const wk_tensor_t *to = (const wk_tensor_t *)(a.buf + sizeof *d);
-  sip_buf_t *owner = NULL;
-  if (!copy_out) {
-    atomic_fetch_add(&r->refs, 1);
-    if (!(owner = sip_buf_wrap(r->base, r->size, region_release, r))) return SIP__OOM();
-  }
-  e = NULL;
-  for (size_t j = 0; j < n_outputs && !e; j++) {
-    const wk_tensor_t *t = &to[j];
-    if (t->rank < 0 || t->rank > SIP_MAX_RANK || t->off > r->size ||
-        t->nbytes > r->size - t->off) {
-      e = sip_error_new(SIP_INTERNAL, "pool '%s': the worker put output '%s' outside its region",
-                        w->p->cfg->name, out_names[j]);
-      break;
-    }
-    const void *data = (const char *)r->base + t->off;
-    outputs[j] = copy_out ? sip_tensor_new_copy(out_names[j], (sip_dtype_t)t->dtype, t->rank,
-                                                t->dims, data, t->nbytes)
-                          : sip_tensor_new_view(out_names[j], (sip_dtype_t)t->dtype, t->rank,
-                                                t->dims, data, t->nbytes, owner);
-    if (!outputs[j]) e = SIP__OOM();
-  }
-  sip_buf_unref(owner);
-  if (e)
-    for (size_t j = 0; j < n_outputs; j++) sip_tensor_free(outputs[j]), outputs[j] = NULL;
-  return e;
-}
-
-static void model_free(void *model) {
+void sip__iso_model_free(void *model) {
   sip__iso_t *w = model;
   if (!w) return;
   pthread_mutex_lock(&w->mu);
@@ -772,19 +406,10 @@ static void model_free(void *model) {
   sip__free(w);
 }
 
-static const sip_backend_vtable_t forwarding = {
-    .describe = describe,
-    .session_new = session_new,
-    .execute = execute,
-    .session_free = session_free,
-    .model_free = model_free,
-    .batch_problem = batch_problem,
-};
-
-int sip__iso_lost(void *ctx) { return ctx && ((isess_t *)ctx)->lost; }
+int sip__iso_lost(void *ctx) { return ctx && ((sip__iso_sess_t *)ctx)->lost; }
 
 void sip__iso_fault(void *ctx, int kind, int64_t delay_ms) {
-  isess_t *s = ctx;
+  sip__iso_sess_t *s = ctx;
   s->fault = kind;
   s->fault_delay_ms = delay_ms;
 }
@@ -793,7 +418,7 @@ void sip__iso_kill(sip__iso_t *w, const char *why) {
   pthread_mutex_lock(&w->mu);
   char text[192];
   snprintf(text, sizeof text, "worker killed: %s", why);
-  kill_for(w, &w->act, text);
+  sip__iso_kill_for(w, &w->act, text);
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -838,7 +463,7 @@ sip_error_t *sip__iso_load(sip__pool_t *p, const sip_backend_vtable_t *real, con
   if (!w) return SIP__OOM();
   w->p = p;
   w->real = real;
-  w->act = w->sb = (worker_t){0, -1, -1, 0};
+  w->act = w->sb = (sip__iso_worker_t){0, -1, -1, 0};
   int64_t ping_ms = p->cfg->health_check_interval_ms ? p->cfg->health_check_interval_ms
                     : p->cfg->standby_health_ms       ? p->cfg->standby_health_ms
                                                       : DEFAULT_PING_MS;
@@ -876,11 +501,11 @@ sip_error_t *sip__iso_load(sip__pool_t *p, const sip_backend_vtable_t *real, con
   w->load_err = NULL;
   pthread_mutex_unlock(&w->mu);
   if (e) {
-    model_free(w);
+    sip__iso_model_free(w);
     return e;
   }
   p->iso = w;
-  p->iso_vt = forwarding;
+  p->iso_vt = sip__iso_forwarding;
   p->iso_vt.name = real->name;
   p->iso_vt.platform = real->platform;
   p->iso_vt.flags = real->flags;

@@ -29,7 +29,7 @@ const char *sip__pool_state_name(sip__pool_state_t s) {
   return (unsigned)s <= SIP__POOL_STOPPED ? pool_state_names[s] : "UNKNOWN";
 }
 
-/* ---- model path resolution: a file, or <dir>/<version>/model.onnx ---- */
+/* ---- model path resolution: a file, or <dir>/<version>/<model file> ---- */
 
 static int is_file(const char *p) {
   struct stat st;
@@ -46,7 +46,8 @@ void sip__version_dirs_free(sip__version_dir_t *v, size_t n) {
   sip__free(v);
 }
 
-int sip__version_dirs(const char *dir, sip__version_dir_t **out, size_t *n_out) {
+int sip__version_dirs(const char *dir, const char *const *files, sip__version_dir_t **out,
+                      size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   DIR *d = opendir(dir);
@@ -58,16 +59,17 @@ int sip__version_dirs(const char *dir, sip__version_dir_t **out, size_t *n_out) 
   while (!err && (de = readdir(d))) {
     size_t len = strlen(de->d_name);
     if (len == 0 || len > 18 || strspn(de->d_name, "0123456789") != len) continue;
-    char *file = sip__asprintf("%s/%s/model.onnx", dir, de->d_name);
-    if (!file) {
-      err = ENOMEM;
-      break;
-    }
+    char *file = NULL;
     struct stat st;
-    if (lstat(file, &st) != 0) { /* a directory without a model is not a version */
-      sip__free(file);
-      continue;
+    for (size_t k = 0; files[k] && !file && !err; k++) {
+      if (!(file = sip__asprintf("%s/%s/%s", dir, de->d_name, files[k]))) err = ENOMEM;
+      else if (lstat(file, &st) != 0) { /* not this backend's file */
+        sip__free(file);
+        file = NULL;
+      }
     }
+    if (err) break;
+    if (!file) continue; /* a directory without a model is not a version */
     sip__version_dir_t *nv = sip__reallocarray(v, n + 1, sizeof *v);
     if (!nv) {
       sip__free(file);
@@ -105,14 +107,15 @@ int sip__version_current(const char *dir, char *target, size_t cap, const char *
 }
 
 /* Picks the version a directory serves: the one `current` points to, else
- * the highest numeric version that has a model.onnx. */
-static sip_error_t *resolve_model(const char *path, char **file, char **version) {
+ * the highest numeric version that has one of the backend's `files`. */
+static sip_error_t *resolve_model(const char *path, const char *const *files, char **file,
+                                  char **version) {
   struct stat st;
   *file = *version = NULL;
   if (stat(path, &st) != 0)
-    return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s; expected an .onnx file or a model "
-                                        "directory <name>/<version>/model.onnx",
-                         path, strerror(errno));
+    return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s; expected a model file or a model "
+                                        "directory <name>/<version>/%s",
+                         path, strerror(errno), files[0] ? files[0] : "<model file>");
   if (!S_ISDIR(st.st_mode)) {
     *file = sip__strdup(path);
     return *file ? NULL : SIP__OOM();
@@ -128,7 +131,15 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
                            "version directory name",
                            path, target);
     *version = sip__strdup(base);
-    *file = sip__asprintf("%s/%s/model.onnx", path, base);
+    /* The first of the backend's files present (else the first, named in
+     * the error below). */
+    for (size_t k = 0; files[k] && !*file; k++) {
+      char *f = sip__asprintf("%s/%s/%s", path, base, files[k]);
+      if (!f) return SIP__OOM();
+      if (is_file(f)) *file = f;
+      else sip__free(f);
+    }
+    if (!*file) *file = sip__asprintf("%s/%s/%s", path, base, files[0] ? files[0] : "model");
     if (!*version || !*file) return SIP__OOM();
     if (!is_file(*file))
       return sip_error_new(SIP_NOT_FOUND,
@@ -138,7 +149,7 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
   }
   sip__version_dir_t *v = NULL;
   size_t n = 0;
-  int err = sip__version_dirs(path, &v, &n);
+  int err = sip__version_dirs(path, files, &v, &n);
   if (err == ENOMEM) return SIP__OOM();
   if (err) return sip_error_new(SIP_NOT_FOUND, "model_path %s: %s", path, strerror(err));
   const sip__version_dir_t *best = NULL;
@@ -148,8 +159,8 @@ static sip_error_t *resolve_model(const char *path, char **file, char **version)
     sip__version_dirs_free(v, n);
     return sip_error_new(SIP_NOT_FOUND,
                          "model_path %s is a directory without versions; expected "
-                         "%s/<version>/model.onnx with a numeric version (or a 'current' link)",
-                         path, path);
+                         "%s/<version>/%s with a numeric version (or a 'current' link)",
+                         path, path, files[0] ? files[0] : "<model file>");
   }
   *version = sip__strdup(best->name);
   *file = sip__strdup(best->file);
@@ -368,7 +379,11 @@ static void load(sip__pool_t *p) {
       return;
     }
   } else if (c->model_path &&
-             (e = resolve_model(c->model_path, &p->resolved_path, &p->version))) {
+             (e = resolve_model(c->model_path,
+                                /* a backend without file names reads any backend's */
+                                sip__backend_files(c->backend)[0] ? sip__backend_files(c->backend)
+                                                                  : sip__backend_files(NULL),
+                                &p->resolved_path, &p->version))) {
     pool_fail(p, e);
     return;
   }
@@ -382,10 +397,10 @@ static void load(sip__pool_t *p) {
     }
   }
   void *state = NULL;
-  /* A memory quota also caps growth after load: ONNX Runtime's CPU arena
-   * keeps the high-water mark of every run, so a pool with a quota runs
-   * without it (each run's scratch memory is returned), unless the pool's
-   * backend_options say otherwise. */
+  /* A memory quota also caps growth after load: a backend's CPU arena
+   * (SIP_BACKEND_MEMORY_ARENA) keeps the high-water mark of every run, so a
+   * pool with a quota runs without it (each run's scratch memory is
+   * returned), unless the pool's backend_options say otherwise. */
   sip_kv_t opts[64];
   if (c->n_backend_options > 63) {
     pool_fail(p, sip_error_new(SIP_INVALID_ARGUMENT, "%zu backend_options; at most 63 are supported",
@@ -412,6 +427,18 @@ static void load(sip__pool_t *p) {
                                    &p->model))) {
     pool_fail(p, e);
     return;
+  } else if (sip__memory_needs_copies(p->backend, p->model)) {
+    /* Its tensors live in device memory: requests run through the
+     * wrapper that copies them there and back (counted in p->copies). */
+    void *wrapped = NULL;
+    if ((e = sip__memory_wrap(p->backend, p->model, &p->copies, &p->mem_vt, &wrapped))) {
+      p->backend->model_free(p->model);
+      p->model = NULL;
+      pool_fail(p, e);
+      return;
+    }
+    p->model = wrapped;
+    p->backend = &p->mem_vt;
   }
   const sip_io_desc_t *ins, *outs;
   p->backend->describe(p->model, &ins, &p->n_inputs, &outs, &p->n_outputs);
@@ -543,7 +570,7 @@ void sip__pool_load(sip__pool_t *p) {
                                named, allowed[0] ? allowed : "(unknown)"));
     return;
   }
-  /* The backend's engine-wide state (ONNX Runtime's global thread pool)
+  /* The backend's engine-wide state (its global thread pool, say)
    * must not be born inside the pool's set. */
   const sip_backend_vtable_t *vt = sip__backend_find(c->backend);
   void *state;

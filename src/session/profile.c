@@ -59,7 +59,7 @@ sip_error_t *sip__pool_profile(sip__pool_t *p, int index, uint64_t ms, char **tr
                          "expected a pool with isolation: thread", p->cfg->name);
   if (!vt->session_new_profiled || !vt->profile_end)
     return sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s': backend %s has no operator "
-                         "profiler; expected a pool of the onnxruntime backend",
+                         "profiler; expected a pool whose backend has one (session_new_profiled)",
                          p->cfg->name, vt->name);
   if (p->seq)
     return sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s' batches sequences: its sessions hold "

@@ -77,6 +77,7 @@ struct sip_response {
   size_t n_outputs;
   uint64_t queue_us, compute_us, total_us;
   int replayed; /* answered from the idempotency cache (a duplicate's answer) */
+  int cached;   /* answered from the response cache (src/server/response_cache.c) */
   uint32_t retries; /* failover: retries before the answer */
   char *served_by;  /* failover: the session that answered a retried request; NULL: none */
   sip__trace_t *trace; /* the request's trace (one reference), or NULL */

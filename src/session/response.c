@@ -98,3 +98,4 @@ void sip_response_free(sip_response_t *r) {
 }
 
 int sip_response_replayed(const sip_response_t *resp) { return resp->replayed; }
+int sip_response_cached(const sip_response_t *resp) { return resp->cached; }

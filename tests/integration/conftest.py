@@ -41,6 +41,21 @@ def model_dir(tmp_path_factory):
     return models.write_all(d)
 
 
+@pytest.fixture(scope="session")
+def torch_model_dir(tmp_path_factory):
+    """The TorchScript twins of model_dir's models (tests/integration/torch_models.py)."""
+    import torch_models
+    return torch_models.write_all(tmp_path_factory.mktemp("torch_models"))
+
+
+@pytest.fixture(scope="module", params=["onnxruntime", "torchscript"])
+def backend(request):
+    """The backend a backend-agnostic test runs on: every such test runs once
+    with each (tests pin one with @pytest.mark.parametrize("backend", [...],
+    indirect=True) where the other has no equivalent model)."""
+    return request.param
+
+
 @pytest.fixture
 def start_sipd(sipd_bin, tmp_path):
     """Factory: start_sipd(pools, server={...}) -> a ready SipServer with a
@@ -104,6 +119,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 # (test file::test name, text in the skip's reason, why the skip is right even in CI)
 CI_ALLOWED_SKIPS = [
+    ("test_gpu.py::test_cuda_pool_copies_through_the_device",
+     "no NVIDIA GPU on this machine",
+     "CI machines have no GPU (nor the GPU build of ONNX Runtime, SIP_ORT_GPU=1); the test "
+     "runs on a machine that has both"),
+    ("test_gpu.py::test_cuda_pool_copies_through_the_device",
+     "ONNX Runtime is the CPU build",
+     "a machine with a GPU but the CPU build of ONNX Runtime (scripts/deps.sh without "
+     "SIP_ORT_GPU=1) cannot run the CUDA provider"),
     ("test_seed_snippets.py::test_scenario_2_as_written",
      "a sanitizer build exceeds the seed's stage timeouts",
      "the seed's 20 ms crop timeout is below what an ASan+UBSan build takes on "

@@ -1,7 +1,9 @@
 """Well-formed requests that cannot be served: wrong dtype, shape, rank,
 missing or unknown inputs, unknown pool. Each gets an INFER_RESPONSE with the
 error code and a message naming the input and what was expected vs received;
-the connection stays open and the server keeps serving."""
+the connection stays open and the server keeps serving. Every test runs on
+both backends (the `backend` fixture: ONNX models on onnxruntime, their
+TorchScript twins on torchscript) but the one about strings."""
 
 import re
 
@@ -12,17 +14,14 @@ from cann_sip import (InferenceRequest, InternalError, InvalidArgumentError, Not
                       SessionClient, SipError)
 from harness import serve
 import models
+import torch_models
 
 
 @pytest.fixture(scope="module")
-def srv(sipd_bin, model_dir, tmp_path_factory):
-    pools = [
-        {"name": "addmul", "model_path": str(model_dir["addmul"]), "pool_size": 1},
-        {"name": "id_int32", "model_path": str(model_dir["id_int32"]), "pool_size": 1},
-        {"name": "id_string", "model_path": str(model_dir["id_string"]), "pool_size": 1},
-        {"name": "scalar", "model_path": str(model_dir["scalar"]), "pool_size": 1},
-    ]
-    with serve(tmp_path_factory.mktemp("errors"), pools) as s:
+def srv(sipd_bin, backend, model_dir, torch_model_dir, tmp_path_factory):
+    names = ["addmul", "id_int32", "scalar"] + (["id_string"] if backend == "onnxruntime" else [])
+    pools = [torch_models.pool(n, backend, model_dir, torch_model_dir, pool_size=1) for n in names]
+    with serve(tmp_path_factory.mktemp("errors_" + backend), pools) as s:
         yield s
 
 
@@ -104,6 +103,7 @@ def test_unsigned_for_signed(client, srv):
     assert "data" in m and "uint32" in m and re.search(r"(?<!u)int32", m), err.message
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime"], indirect=True, scope="module")
 def test_numeric_for_string(client, srv):
     err = expect_error(client, srv, InvalidArgumentError, "id_string",
                        {"data": np.zeros((1, 1), np.int64), "scalar": "s"})

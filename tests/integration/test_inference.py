@@ -1,5 +1,8 @@
 """End-to-end inference through a real sipd: every dtype, scalars, empty
-tensors, dynamic batch, multiple outputs, introspection, both transports."""
+tensors, dynamic batch, multiple outputs, introspection, both transports.
+The model tests run once per backend (the `backend` fixture): ONNX models
+on onnxruntime and their TorchScript twins (torch_models.py) on torchscript;
+those about strings and the transports run on onnxruntime only."""
 
 import zlib
 
@@ -9,22 +12,25 @@ import pytest
 from cann_sip import (InferenceRequest, InvalidArgumentError, NotFoundError, SessionClient)
 from harness import serve
 import models
+import torch_models
 
 NUMERIC = [d for d in models.DTYPES if d != "string"]
+# The dtypes each backend's identity models cover.
+DTYPES_OF = {"onnxruntime": models.DTYPES, "torchscript": torch_models.TORCH_DTYPES}
+ONNX_ONLY = pytest.mark.parametrize("backend", ["onnxruntime"], indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
-def srv(sipd_bin, model_dir, tmp_path_factory):
-    pools = [{"name": "id_" + dt, "model_path": str(model_dir["id_" + dt]), "pool_size": 1}
-             for dt in models.DTYPES]
+def srv(sipd_bin, backend, model_dir, torch_model_dir, tmp_path_factory):
+    def pool(name, **kw):
+        return torch_models.pool(name, backend, model_dir, torch_model_dir, **kw)
+    pools = [pool("id_" + dt, pool_size=1) for dt in DTYPES_OF[backend]]
     pools += [
-        {"name": "addmul", "model_path": str(model_dir["addmul"]), "pool_size": 2,
-         "priority": "high"},
-        {"name": "scalar", "model_path": str(model_dir["scalar"]), "pool_size": 1},
-        {"name": "two_out", "model_path": str(model_dir["two_out"]), "pool_size": 1,
-         "backend": "onnxruntime", "priority": "low"},
+        pool("addmul", pool_size=2, priority="high"),
+        pool("scalar", pool_size=1),
+        pool("two_out", pool_size=1, backend=backend, priority="low"),
     ]
-    with serve(tmp_path_factory.mktemp("inference"), pools) as s:
+    with serve(tmp_path_factory.mktemp("inference_" + backend), pools) as s:
         yield s
 
 
@@ -61,7 +67,8 @@ def expect_same(out, ref, dtype):
         assert out.tobytes() == np.ascontiguousarray(ref).tobytes()
 
 
-@pytest.mark.parametrize("dtype", models.DTYPES)
+@pytest.mark.parametrize("backend, dtype", [(b, d) for b in DTYPES_OF for d in DTYPES_OF[b]],
+                         indirect=["backend"], scope="module")
 @pytest.mark.parametrize("shape", [(3, 5), (1, 1), (0, 4), (6, 0), (0, 0)])
 def test_identity_every_dtype(client, dtype, shape):
     rng = np.random.default_rng(zlib.crc32(repr((dtype, shape)).encode()))
@@ -83,8 +90,9 @@ def test_float16_special_values(client):
     assert r.outputs["scalar_out"].view(np.uint16) == 0x8000
 
 
-def test_integer_extremes(client):
-    for dt in ("int64", "uint64", "int8", "uint32"):
+def test_integer_extremes(client, backend):
+    for dt in [d for d in ("int64", "uint64", "int8", "uint32", "uint8", "int16")
+               if d in DTYPES_OF[backend]]:
         info = np.iinfo(dt)
         x = np.array([[info.min, info.max, 0, 1]], dtype=dt)
         r = client.infer(InferenceRequest("id_" + dt, {"data": x,
@@ -93,6 +101,7 @@ def test_integer_extremes(client):
         assert r.outputs["scalar_out"] == info.max
 
 
+@ONNX_ONLY
 def test_string_edge_cases(client):
     x = np.array([["", "\0", "a\0b"], ["\u00e9" * 1000, "\U0001F600", "plain"]], dtype=object)
     x[1, 2] = b"\xff\xfe raw bytes"  # not UTF-8: passed through as bytes
@@ -186,20 +195,20 @@ def test_request_id_and_timings(client):
     assert r.latency_ms * 1000 + 1000 >= t["total_us"]
 
 
-def test_ready_document(client):
+def test_ready_document(client, backend):
     doc = client.info(1)
     assert doc["ready"] is True and doc["live"] is True
     assert doc["pools"]["addmul"] == "READY"
-    assert set(doc["pools"]) >= {"id_" + d for d in models.DTYPES} | {"scalar", "two_out"}
+    assert set(doc["pools"]) >= {"id_" + d for d in DTYPES_OF[backend]} | {"scalar", "two_out"}
     assert client.ready() is True
 
 
-def test_pools_document(client, model_dir):
+def test_pools_document(client, backend):
     pools = {p["name"]: p for p in client.pools()}
-    assert len(pools) == len(models.DTYPES) + 3
+    assert len(pools) == len(DTYPES_OF[backend]) + 3
     am = pools["addmul"]
     assert am["state"] == "READY" and am["error"] is None
-    assert am["backend"] == "onnxruntime"
+    assert am["backend"] == backend
     assert am["pool_size"] == 2 and am["priority"] == "high"
     assert pools["two_out"]["priority"] == "low"
     assert pools["scalar"]["priority"] == "medium"  # the default
@@ -208,7 +217,7 @@ def test_pools_document(client, model_dir):
     assert am["outputs"] == [{"name": "y", "dtype": "float32", "shape": [-1, 4]}]
     assert pools["scalar"]["inputs"] == [{"name": "scale", "dtype": "float32", "shape": []},
                                          {"name": "vec", "dtype": "float32", "shape": [-1]}]
-    for dt in models.DTYPES:
+    for dt in DTYPES_OF[backend]:
         p = pools["id_" + dt]
         assert p["inputs"] == [{"name": "data", "dtype": dt, "shape": [-1, -1]},
                                {"name": "scalar", "dtype": dt, "shape": []}], p
@@ -249,6 +258,7 @@ def test_status_document(client):
     assert am["active_sessions"] == 2
 
 
+@ONNX_ONLY
 @pytest.mark.parametrize("which", ["unix", "unix_scheme", "tcp"])
 def test_endpoints(srv, which):
     ep = {"unix": srv.unix_endpoint, "unix_scheme": srv.unix_endpoint.replace("ipc://", "unix://"),
@@ -263,6 +273,7 @@ def test_endpoints(srv, which):
         assert r.outputs["data_out"].tolist() == [[b"tcp", b"and"], [b"unix", "é".encode()]]
 
 
+@ONNX_ONLY
 def test_large_tensor_over_tcp(srv):
     with SessionClient(srv.tcp_endpoint, timeout_s=60) as c:
         x = np.random.default_rng(4).standard_normal((1024, 4096)).astype(np.float32)  # 16 MiB

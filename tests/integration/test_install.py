@@ -21,7 +21,8 @@ import harness
 REPO = harness.REPO
 BUILD = harness.BUILD_DIR
 DEB_LIBS = ("libyaml-0-2", "libjansson4", "libmicrohttpd12", "libgrpc29", "libprotobuf-c1",
-            "libcurl4", "libpng16-16", "libjpeg62-turbo", "zlib1g", "libc6")
+            "libcurl4", "libpng16-16", "libjpeg62-turbo", "zlib1g", "libc6", "libhiredis0.14",
+            "libssl3")
 
 LIBSIP_PROG = r"""
 #include <stdio.h>

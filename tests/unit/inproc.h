@@ -1,5 +1,5 @@
 /* Helpers of the unit tests that run in-process servers. The completion
- * recorder (test_scheduler.c, test_batching.c): on_done() is the sip_infer_done_fn
+ * recorder (test_scheduler.c, test_batching_*.c): on_done() is the sip_infer_done_fn
  * that records each answer (code, message, timings, the first output's
  * name, shape and float32 values) in completion order; submit() and
  * EXPECT_REJECT() send requests to it; new_server_ex() and status()

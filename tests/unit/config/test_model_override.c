@@ -45,6 +45,8 @@ static sip__pool_config_t base_pool(void) {
   memset(&pc, 0, sizeof pc);
   pc.pool_size = 1;
   pc.priority = SIP__PRIO_MEDIUM;
+  pc.backend = (char *)"onnxruntime";
+  pc.platform = "onnxruntime_onnx";
   return pc;
 }
 
@@ -137,8 +139,24 @@ static void test_refusals(void **st) {
   expect_err("", "not valid JSON");
   expect_err("[]", "not a JSON object");
   expect_err("{\"name\": \"n\"}", "name is not the model's; expected \"m\"");
-  expect_err("{\"platform\": \"pytorch_libtorch\"}", "platform is not onnxruntime_onnx");
-  expect_err("{\"backend\": \"python\"}", "backend is not onnxruntime");
+  expect_err("{\"platform\": 3}", "platform is not a string");
+  /* platform and backend are checked against the model's backend. */
+  static const char *const wrong[] = {"{\"platform\": \"pytorch_libtorch\"}",
+                                      "{\"backend\": \"python\"}"};
+  static const char *const why[] = {"platform is not onnxruntime_onnx; this model is served by "
+                                    "the onnxruntime backend",
+                                    "backend is not onnxruntime"};
+  for (int i = 0; i < 2; i++) {
+    sip__model_override_t *o = parse_ok(wrong[i]);
+    sip__pool_config_t pc = base_pool();
+    sip_error_t *e = sip__model_override_apply(o, &pc);
+    assert_non_null(e);
+    assert_int_equal(sip_error_code(e), SIP_INVALID_ARGUMENT);
+    if (!strstr(sip_error_message(e), why[i]))
+      fail_msg("message '%s' lacks '%s'", sip_error_message(e), why[i]);
+    sip_error_free(e);
+    sip__model_override_free(o);
+  }
   expect_err("{\"max_batch_size\": 1.5}", "max_batch_size is not an integer");
   expect_err("{\"max_batch_size\": 70000}", "max_batch_size 70000 is out of range");
   expect_err("{\"max_batch_size\": \"x\"}", "max_batch_size \"x\" is not an integer");
