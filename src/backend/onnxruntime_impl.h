@@ -25,17 +25,17 @@ extern const OrtApi *sip__ort;
  * OrtEnv owns the thread pools every OrtSession uses). The last reference
  * releases the ORT object, whichever of shutdown/model_free/buffer release
  * comes last. */
-typedef struct backend {
+typedef struct sip__backend {
   OrtEnv *env;
   atomic_long refs;
-} backend_t;
+} sip__backend_t;
 
 /* The symbolic names of one tensor's dims ("batch", "N"; NULL for fixed
  * and unnamed dims): an output dim named like an input dim takes that
  * input's size, so an output's shape can be known before running. */
-typedef struct dim_syms {
+typedef struct sip__dim_syms {
   char *name[SIP_MAX_RANK];
-} dim_syms_t;
+} sip__dim_syms_t;
 
 /* One execution provider of execution_providers: ORT's name
  * ("CUDAExecutionProvider") and its provider options (all owned). */
@@ -48,7 +48,7 @@ typedef struct sip__ort_provider {
 
 /* What a model was loaded with (onnxruntime_options.c's parse): kept so
  * that a profiled copy of its OrtSession can be made the same way. */
-typedef struct load_options {
+typedef struct sip__load_options {
   GraphOptimizationLevel opt_level;
   int mem_arena;   /* -1: ORT default */
   int mem_pattern; /* -1: ORT default */
@@ -57,30 +57,30 @@ typedef struct load_options {
   size_t n_providers;
   int device;      /* the first provider is a device's (cuda, tensorrt): tensors live there */
   int device_id;
-} load_options_t;
+} sip__load_options_t;
 
-typedef struct model {
+typedef struct sip__model {
   OrtSession *session;
-  backend_t *backend;
+  sip__backend_t *backend;
   atomic_long refs;
   char *path;          /* the model file (for a profiled copy) */
-  load_options_t lo;
-  struct model *parent; /* a profiled copy: its describe arrays are the parent's */
+  sip__load_options_t lo;
+  struct sip__model *parent; /* a profiled copy: its describe arrays are the parent's */
   sip_io_desc_t *inputs;
   size_t n_inputs;
   sip_io_desc_t *outputs;
   size_t n_outputs;
-  dim_syms_t *in_syms, *out_syms; /* one per input / output */
-} model_t;
+  sip__dim_syms_t *in_syms, *out_syms; /* one per input / output */
+} sip__model_t;
 
 /* What a zero-copy output buffer owns. */
-typedef struct output_ref {
+typedef struct sip__output_ref {
   OrtValue *value;
-  model_t *model;
-} output_ref_t;
+  sip__model_t *model;
+} sip__output_ref_t;
 
-typedef struct session {
-  model_t *model;
+typedef struct sip__session {
+  sip__model_t *model;
   OrtRunOptions *run_options;
   OrtMemoryInfo *mem_info; /* CPU memory, for wrapping request bytes */
   OrtAllocator *allocator; /* ORT's default CPU allocator (not owned) */
@@ -92,11 +92,11 @@ typedef struct session {
   /* Per output: the request's destination memory Run writes into (an
    * OrtValue over it, given to Run pre-allocated), or NULL. */
   OrtValue **out_bound;
-  /* A model on a device (load_options_t.device): its memory, and the I/O
+  /* A model on a device (sip__load_options_t.device): its memory, and the I/O
    * binding device tensors go through (onnxruntime_device.c). */
   OrtMemoryInfo *dev_mem_info;
   OrtIoBinding *binding;
-} session_t;
+} sip__session_t;
 
 /* Turns an OrtStatus into a sip error with `code`, prefixing ORT's message
  * with a formatted context. Releases the status. */
@@ -108,7 +108,7 @@ sip_dtype_t sip__ort_dtype(ONNXTensorElementDataType t);
 /* "sequence", "map"...: an ONNX value type, for messages. */
 const char *sip__ort_type_name(enum ONNXType t);
 /* Drops a reference on a model; the last one releases its OrtSession. */
-void sip__ort_model_unref(model_t *m);
+void sip__ort_model_unref(sip__model_t *m);
 
 /* The OrtApi, initialised once (NULL when the library lacks the version). */
 const OrtApi *sip__ort_api(void);
@@ -119,13 +119,13 @@ extern const sip_backend_option_t sip__ort_options[SIP__ORT_N_OPTIONS];
 /* Parses a pool's backend_options into *lo (providers owned by *lo: clear
  * with sip__ort_load_options_clear) and checks that this build has every
  * provider. */
-sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, load_options_t *lo);
-void sip__ort_load_options_clear(load_options_t *lo);
+sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__load_options_t *lo);
+void sip__ort_load_options_clear(sip__load_options_t *lo);
 void sip__ort_providers_free(sip__ort_provider_t *p, size_t n);
 /* The vtable's check_options: the same parse, at config check. */
 sip_error_t *sip__ort_check_options(const sip_kv_t *options, size_t n);
 /* Appends lo's providers to `so`, in order (cpu is implicit). */
-OrtStatus *sip__ort_append_providers(const load_options_t *lo, OrtSessionOptions *so);
+OrtStatus *sip__ort_append_providers(const sip__load_options_t *lo, OrtSessionOptions *so);
 
 /* ---- device memory (src/backend/onnxruntime_device.c) ---- */
 /* The vtable's memory, alloc and copy hooks. */
@@ -137,12 +137,12 @@ sip_error_t *sip__ort_copy(void *model, void *dst, sip_memory_type_t dst_type, i
                            const void *src, sip_memory_type_t src_type, int src_device,
                            size_t size);
 /* A device model's session: its device memory info and I/O binding. */
-sip_error_t *sip__ort_session_device(session_t *s);
-void sip__ort_session_device_free(session_t *s);
+sip_error_t *sip__ort_session_device(sip__session_t *s);
+void sip__ort_session_device_free(sip__session_t *s);
 /* Runs with the I/O binding: inputs (their OrtValues built already, in
  * s->in_values) bound as they are, outputs bound to the device; fills
  * s->out_values with the bound outputs (owned). */
-sip_error_t *sip__ort_run_bound(session_t *s, size_t n_inputs, const char *const *out_names,
+sip_error_t *sip__ort_run_bound(sip__session_t *s, size_t n_inputs, const char *const *out_names,
                                 size_t n_outputs);
 
 /* The vtable's execute (src/backend/onnxruntime_exec.c). */

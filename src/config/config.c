@@ -15,32 +15,32 @@
 #define CONFIG_FILE_MAX ((size_t)16 << 20)
 
 /* pipeline_sessions is kept for after session_pools (see parse_document). */
-static int defer_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int defer_pipelines(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   (void)key, (void)base;
   c->pipelines = v;
   return 0;
 }
 
 enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_METRICS, T_COUNT };
-static const field_t top_fields[T_COUNT] = {
-    [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &cfg_server_section,
+static const sip__field_t top_fields[T_COUNT] = {
+    [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &sip__cfg_server_section,
                   .doc = "Process-wide settings."},
     /* Required unless server.model_repository is set (checked in parse_document). */
-    [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = cfg_parse_pools,
+    [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = sip__cfg_parse_pools,
                  .expect = POOLS_EXPECT,
                  .doc = "The model pools to serve."},
     [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = defer_pipelines,
                      .expect = "a list of pipelines (docs/pipelines.md)",
                      .doc = "Declarative multi-model pipelines."},
-    [T_ALERTS] = {.name = "alerts", .type = F_SECTION, .section = &cfg_alerts_section,
+    [T_ALERTS] = {.name = "alerts", .type = F_SECTION, .section = &sip__cfg_alerts_section,
                   .doc = "When pools' SLA alerts fire and resolve, and the webhooks they are "
                          "posted to (docs/sla.md)."},
-    [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &cfg_tracing_section,
+    [T_TRACING] = {.name = "tracing", .type = F_SECTION, .section = &sip__cfg_tracing_section,
                    .doc = "Request tracing: spans exported as OTLP/HTTP JSON (docs/tracing.md)."},
-    [T_METRICS] = {.name = "metrics", .type = F_SECTION, .section = &cfg_metrics_section,
+    [T_METRICS] = {.name = "metrics", .type = F_SECTION, .section = &sip__cfg_metrics_section,
                    .doc = "What /metrics exports besides the sip_* families (docs/metrics.md)."},
 };
-const section_t cfg_top_section = {top_fields, T_COUNT};
+const sip__section_t sip__cfg_top_section = {top_fields, T_COUNT};
 _Static_assert(COUNT(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 /* ---- entry points ----------------------------------------------------- */
@@ -76,55 +76,55 @@ static sip_error_t *syntax_error(const char *name, const yaml_parser_t *p, const
 }
 
 
-static int parse_document(ctx_t *c, sip__config_t *cfg) {
+static int parse_document(sip__ctx_t *c, sip__config_t *cfg) {
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
-  cfg_list_fields(exp, sizeof exp, &cfg_top_section, 0);
+  sip__cfg_list_fields(exp, sizeof exp, &sip__cfg_top_section, 0);
 
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   if (!root || is_null(root))
-    return cfg_fail(c, root ? root->start_mark : c->doc->start_mark, "",
+    return sip__cfg_fail(c, root ? root->start_mark : c->doc->start_mark, "",
                     "the document is empty; expected %s", exp);
-  if (root->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, root, "", exp);
+  if (root->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, root, "", exp);
   yaml_node_t *vals[MAX_FIELDS] = {0};
-  if (cfg_parse_map(c, root, "", &cfg_top_section, exp, cfg, vals)) return -1;
-  if (cfg_check_alerts(c, cfg, vals[T_ALERTS])) return -1;
+  if (sip__cfg_parse_map(c, root, "", &sip__cfg_top_section, exp, cfg, vals)) return -1;
+  if (sip__cfg_check_alerts(c, cfg, vals[T_ALERTS])) return -1;
   /* Stages refer to pools and add their own: pipelines come after every
    * session_pools entry, in whichever order the keys are written. */
-  if (c->pipelines && cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
+  if (c->pipelines && sip__cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
   /* Pipelines bring their own pools (stages naming a model_path); a stage
-   * naming a pool that no entry makes is cfg_check_pipelines' error. */
+   * naming a pool that no entry makes is sip__cfg_check_pipelines' error. */
   if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pipelines)
-    return cfg_fail(c, root->start_mark, "session_pools",
+    return sip__cfg_fail(c, root->start_mark, "session_pools",
                     "missing; expected %s, a server.model_repository, or pipeline_sessions whose "
                     "stages name a model_path", POOLS_EXPECT);
   if (cfg->model_repository) {
-    char *r = cfg_resolve_path(c->base_dir, cfg->model_repository);
-    if (!r) return cfg_oom(c);
+    char *r = sip__cfg_resolve_path(c->base_dir, cfg->model_repository);
+    if (!r) return sip__cfg_oom(c);
     sip__free(cfg->model_repository);
     cfg->model_repository = r;
   }
   if (cfg->state_dir) {
-    char *r = cfg_resolve_path(c->base_dir, cfg->state_dir);
-    if (!r) return cfg_oom(c);
+    char *r = sip__cfg_resolve_path(c->base_dir, cfg->state_dir);
+    if (!r) return sip__cfg_oom(c);
     sip__free(cfg->state_dir);
     cfg->state_dir = r;
   }
-  if (cfg_check_security(c, cfg, root)) return -1;
-  if (cfg_check_pipelines(c, cfg, root)) return -1;
+  if (sip__cfg_check_security(c, cfg, root)) return -1;
+  if (sip__cfg_check_pipelines(c, cfg, root)) return -1;
   if (cfg->n_endpoints == 0) {
     cfg->endpoints = sip__calloc(1, sizeof *cfg->endpoints);
-    if (!cfg->endpoints) return cfg_oom(c);
+    if (!cfg->endpoints) return sip__cfg_oom(c);
     cfg->n_endpoints = 1;
-    if (!(cfg->endpoints[0] = sip__strdup(DEFAULT_ENDPOINT))) return cfg_oom(c);
+    if (!(cfg->endpoints[0] = sip__strdup(DEFAULT_ENDPOINT))) return sip__cfg_oom(c);
   }
   return 0;
 }
 
 /* Runs libyaml over the text and `body` over its one document; refuses a
  * second document (it would be silently ignored). Returns c->err. */
-static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
-                               int (*body)(ctx_t *c, void *arg), void *arg) {
+static sip_error_t *parse_text(sip__ctx_t *c, const char *yaml, size_t len,
+                               int (*body)(sip__ctx_t *c, void *arg), void *arg) {
   yaml_parser_t parser;
   if (!yaml_parser_initialize(&parser)) return SIP__OOM();
   yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
@@ -140,7 +140,7 @@ static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
         c->err = syntax_error(c->name, &parser, yaml, len);
       } else {
         if (yaml_document_get_root_node(&extra))
-          cfg_fail(c, extra.start_mark, "", "a second YAML document starts here; expected exactly "
+          sip__cfg_fail(c, extra.start_mark, "", "a second YAML document starts here; expected exactly "
                    "one document");
         yaml_document_delete(&extra);
       }
@@ -152,7 +152,7 @@ static sip_error_t *parse_text(ctx_t *c, const char *yaml, size_t len,
   return c->err;
 }
 
-static int parse_document_body(ctx_t *c, void *cfg) { return parse_document(c, cfg); }
+static int parse_document_body(sip__ctx_t *c, void *cfg) { return parse_document(c, cfg); }
 
 sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *name,
                                      const char *base_dir, const sip__backend_catalog_t *backends,
@@ -170,9 +170,9 @@ sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *n
     sip__free(cfg);
     return SIP__OOM();
   }
-  cfg_apply_defaults(&cfg_top_section, cfg);
+  sip__cfg_apply_defaults(&sip__cfg_top_section, cfg);
 
-  ctx_t c = {.name = cfg->path, .base_dir = base_dir, .backends = backends};
+  sip__ctx_t c = {.name = cfg->path, .base_dir = base_dir, .backends = backends};
   sip_error_t *e = parse_text(&c, yaml, len, parse_document_body, cfg);
   if (e) {
     sip__config_free(cfg);
@@ -249,23 +249,23 @@ sip_error_t *sip__config_load_file(const char *path, const sip__backend_catalog_
 
 /* Field by field what a session_pools entry holds, minus name/model_path
  * (they come from the repository layout), plus version_policy. */
-static int parse_model_body(ctx_t *c, void *arg) {
+static int parse_model_body(sip__ctx_t *c, void *arg) {
   sip__pool_config_t *pool = arg;
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
-  cfg_list_fields(exp, sizeof exp, &cfg_pool_section, IN_MODEL);
+  sip__cfg_list_fields(exp, sizeof exp, &sip__cfg_pool_section, IN_MODEL);
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   yaml_node_t *vals[MAX_FIELDS] = {0};
   if (!root || is_null(root)) return 0; /* an empty file: every default */
-  if (root->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, root, "", exp);
-  if (cfg_parse_map(c, root, "", &cfg_pool_section, exp, pool, vals)) return -1;
-  if (cfg_check_sla(c, pool, vals[P_SLA], "")) return -1;
-  if (cfg_check_scheduling(c, pool, vals, "")) return -1;
+  if (root->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, root, "", exp);
+  if (sip__cfg_parse_map(c, root, "", &sip__cfg_pool_section, exp, pool, vals)) return -1;
+  if (sip__cfg_check_sla(c, pool, vals[P_SLA], "")) return -1;
+  if (sip__cfg_check_scheduling(c, pool, vals, "")) return -1;
   if (!pool->backend && pool->model_path) { /* the version's file decides */
-    const char *b = cfg_backend_for(c, pool->model_path);
-    if (b && !(pool->backend = sip__strdup(b))) return cfg_oom(c);
+    const char *b = sip__cfg_backend_for(c, pool->model_path);
+    if (b && !(pool->backend = sip__strdup(b))) return sip__cfg_oom(c);
   }
-  return cfg_check_backend_options(c, pool, vals[P_OPTIONS], "");
+  return sip__cfg_check_backend_options(c, pool, vals[P_OPTIONS], "");
 }
 
 /* sip__config_load_model, or with `text` (not NULL) read in place of the
@@ -277,21 +277,21 @@ static sip_error_t *load_model(const char *path, const char *text, size_t text_l
   if (!backends) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no backend table given");
   sip__pool_config_t *pool = sip__calloc(1, sizeof *pool);
   if (!pool) return SIP__OOM();
-  cfg_apply_defaults(&cfg_pool_section, pool);
+  sip__cfg_apply_defaults(&sip__cfg_pool_section, pool);
   pool->version_latest = 1;
   pool->line = 1;
   sip_error_t *e = NULL;
   if (!(pool->name = sip__strdup(name)) || (model_path && !(pool->model_path = sip__strdup(model_path))))
     e = SIP__OOM();
   if (!e && text) {
-    ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
+    sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
     e = parse_text(&c, text, text_len, parse_model_body, pool);
   } else if (!e && path) {
     char *buf = NULL;
     size_t n = 0;
     e = read_file(path, &buf, &n);
     if (!e) {
-      ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
+      sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
       e = parse_text(&c, buf, n, parse_model_body, pool);
     }
     sip__free(buf);
@@ -333,11 +333,11 @@ static void pool_clear(sip__pool_config_t *p) {
   sip__free(p->name);
   sip__free(p->model_path);
   sip__free(p->backend);
-  cfg_kv_free(p->backend_options, p->n_backend_options);
+  sip__cfg_kv_free(p->backend_options, p->n_backend_options);
   sip__free(p->preprocess_input);
   for (size_t j = 0; j < p->n_preprocess; j++) {
     sip__free(p->preprocess[j].op);
-    cfg_kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
+    sip__cfg_kv_free(p->preprocess[j].options, p->preprocess[j].n_options);
   }
   sip__free(p->preprocess);
   sip__free(p->fallback_pool);
@@ -448,11 +448,11 @@ void sip__config_free(sip__config_t *cfg) {
   sip__free(cfg->tracing.service_name);
   sip__free(cfg->response_cache.redis_address);
   sip__free(cfg->state_dir);
-  cfg_security_free(cfg);
+  sip__cfg_security_free(cfg);
   for (size_t i = 0; i < cfg->n_pools; i++) pool_clear(&cfg->pools[i]);
   sip__free(cfg->pools);
-  cfg_pipelines_free(cfg);
-  cfg_alerts_free(cfg);
+  sip__cfg_pipelines_free(cfg);
+  sip__cfg_alerts_free(cfg);
   sip__free(cfg);
 }
 

@@ -17,11 +17,11 @@
   "file:PATH (the file's first line; relative to the config file) or the token itself; a "   \
   "token is 8..4096 visible ASCII characters"
 
-static int parse_inference_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-static int parse_management_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-static int parse_metrics_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_inference_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_management_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_metrics_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
-static const field_t auth_fields[] = {
+static const sip__field_t auth_fields[] = {
     {.name = "inference_tokens", .type = F_CUSTOM, .parse = parse_inference_tokens,
      .expect = TOKENS_EXPECT,
      .doc = "Tokens for inference, model metadata and shared memory; absent = open."},
@@ -34,9 +34,9 @@ static const field_t auth_fields[] = {
      .expect = TOKENS_EXPECT,
      .doc = "Tokens for /metrics, statistics, status and events; absent = open."},
 };
-const section_t cfg_auth_section = {auth_fields, COUNT(auth_fields)};
+const sip__section_t sip__cfg_auth_section = {auth_fields, COUNT(auth_fields)};
 
-static const field_t tls_fields[] = {
+static const sip__field_t tls_fields[] = {
     {.name = "cert_file", .type = F_STRING, .offset = offsetof(sip__config_t, tls_cert_file),
      .expect = "a PEM certificate (chain) file",
      .doc = "Certificate of the HTTP and gRPC front-ends, PEM; relative to the config file."},
@@ -44,27 +44,27 @@ static const field_t tls_fields[] = {
      .expect = "a PEM private key file",
      .doc = "Its private key, PEM; relative to the config file."},
 };
-const section_t cfg_tls_section = {tls_fields, COUNT(tls_fields)};
+const sip__section_t sip__cfg_tls_section = {tls_fields, COUNT(tls_fields)};
 
 /* Reads one token source into an owned string, or fails saying why (never
  * quoting the token). */
-static int token_value(ctx_t *c, yaml_node_t *e, const char *ikey, char **out) {
+static int token_value(sip__ctx_t *c, yaml_node_t *e, const char *ikey, char **out) {
   const char *s = text(e);
   size_t len = e->data.scalar.length;
   char *tok = NULL;
   if (len > 4 && !strncmp(s, "env:", 4)) {
     const char *val = getenv(s + 4);
     if (!val || !*val)
-      return cfg_fail(c, e->start_mark, ikey, "environment variable %s is not set; expected "
+      return sip__cfg_fail(c, e->start_mark, ikey, "environment variable %s is not set; expected "
                       "it to hold the token", s + 4);
     tok = sip__strdup(val);
   } else if (len > 5 && !strncmp(s, "file:", 5)) {
-    char *path = cfg_resolve_path(c->base_dir, s + 5);
-    if (!path) return cfg_oom(c);
+    char *path = sip__cfg_resolve_path(c->base_dir, s + 5);
+    if (!path) return sip__cfg_oom(c);
     FILE *f = fopen(path, "r");
     if (!f) {
       int err = errno;
-      int rc = cfg_fail(c, e->start_mark, ikey, "cannot read token file %s: %s; expected a "
+      int rc = sip__cfg_fail(c, e->start_mark, ikey, "cannot read token file %s: %s; expected a "
                         "readable file holding the token", s + 5, strerror(err));
       sip__free(path);
       return rc;
@@ -79,7 +79,7 @@ static int token_value(ctx_t *c, yaml_node_t *e, const char *ikey, char **out) {
   } else {
     tok = sip__strndup(s, len);
   }
-  if (!tok) return cfg_oom(c);
+  if (!tok) return sip__cfg_oom(c);
   size_t n = strlen(tok);
   const char *why = n < TOKEN_MIN ? "is shorter than 8 characters"
                     : n > TOKEN_MAX ? "is longer than 4096 characters"
@@ -89,40 +89,40 @@ static int token_value(ctx_t *c, yaml_node_t *e, const char *ikey, char **out) {
       why = "holds a space, a control or a non-ASCII character";
   if (why) {
     sip__free(tok);
-    return cfg_fail(c, e->start_mark, ikey, "the token %s; expected %s", why, TOKENS_EXPECT);
+    return sip__cfg_fail(c, e->start_mark, ikey, "the token %s; expected %s", why, TOKENS_EXPECT);
   }
   *out = tok;
   return 0;
 }
 
-static int parse_tokens(ctx_t *c, yaml_node_t *v, const char *key, sip__auth_t *a, int group) {
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, TOKENS_EXPECT);
+static int parse_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, sip__auth_t *a, int group) {
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, TOKENS_EXPECT);
   size_t n = seq_len(v);
   if (!n) return 0; /* an empty list: the group stays open */
-  if (!(a->tokens[group] = sip__calloc(n, sizeof *a->tokens[group]))) return cfg_oom(c);
+  if (!(a->tokens[group] = sip__calloc(n, sizeof *a->tokens[group]))) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
     char ikey[KEY_MAX];
-    cfg_key_index(ikey, key, i);
-    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, TOKENS_EXPECT);
+    sip__cfg_key_index(ikey, key, i);
+    yaml_node_t *e = sip__cfg_seq_scalar(c, v, i, key, TOKENS_EXPECT);
     if (!e || token_value(c, e, ikey, &a->tokens[group][i])) return -1;
     a->n_tokens[group] = i + 1;
   }
   return 0;
 }
 
-static int parse_inference_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int parse_inference_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   return parse_tokens(c, v, key, &((sip__config_t *)base)->auth, SIP__AUTH_INFERENCE);
 }
-static int parse_management_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int parse_management_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   return parse_tokens(c, v, key, &((sip__config_t *)base)->auth, SIP__AUTH_MANAGEMENT);
 }
-static int parse_metrics_tokens(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int parse_metrics_tokens(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   return parse_tokens(c, v, key, &((sip__config_t *)base)->auth, SIP__AUTH_METRICS);
 }
 
-int cfg_parse_socket_mode(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+int sip__cfg_parse_socket_mode(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   const char *exp = CFG_SOCKET_MODE_EXPECT;
-  if (cfg_want_scalar(c, v, key, exp)) return -1;
+  if (sip__cfg_want_scalar(c, v, key, exp)) return -1;
   const char *s = text(v);
   size_t len = v->data.scalar.length;
   unsigned mode = 0;
@@ -132,60 +132,60 @@ int cfg_parse_socket_mode(ctx_t *c, yaml_node_t *v, const char *key, void *base)
     else mode = mode * 8 + (unsigned)(s[i] - '0');
   char shown[SHOW_MAX * 4 + 8];
   if (!ok || mode > 0777)
-    return cfg_fail(c, v->start_mark, key, "%s is not an octal permission mode; expected %s",
-                    cfg_show(shown, sizeof shown, s, len), exp);
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not an octal permission mode; expected %s",
+                    sip__cfg_show(shown, sizeof shown, s, len), exp);
   if ((mode & 0600) != 0600)
-    return cfg_fail(c, v->start_mark, key, "%s leaves the owner without read and write; "
-                    "expected %s", cfg_show(shown, sizeof shown, s, len), exp);
+    return sip__cfg_fail(c, v->start_mark, key, "%s leaves the owner without read and write; "
+                    "expected %s", sip__cfg_show(shown, sizeof shown, s, len), exp);
   ((sip__config_t *)base)->socket_mode = (int)mode;
   return 0;
 }
 
-int cfg_parse_allowed_hosts(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+int sip__cfg_parse_allowed_hosts(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__config_t *cfg = base;
   const char *exp = CFG_ALLOWED_HOSTS_EXPECT;
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, exp);
   size_t n = seq_len(v);
-  if (!(cfg->allowed_hosts = sip__calloc(n ? n : 1, sizeof *cfg->allowed_hosts))) return cfg_oom(c);
+  if (!(cfg->allowed_hosts = sip__calloc(n ? n : 1, sizeof *cfg->allowed_hosts))) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, exp);
+    yaml_node_t *e = sip__cfg_seq_scalar(c, v, i, key, exp);
     if (!e) return -1;
     const char *s = text(e);
     size_t len = e->data.scalar.length;
     char ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
-    cfg_key_index(ikey, key, i);
+    sip__cfg_key_index(ikey, key, i);
     int ok = len > 0 && len <= 255;
     for (size_t j = 0; ok && j < len; j++)
       ok = (s[j] >= 'a' && s[j] <= 'z') || (s[j] >= 'A' && s[j] <= 'Z') ||
            (s[j] >= '0' && s[j] <= '9') || strchr(".-_:[]*", s[j]);
     if (!ok)
-      return cfg_fail(c, e->start_mark, ikey, "%s is not a host name; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
-    if (!(cfg->allowed_hosts[i] = sip__strndup(s, len))) return cfg_oom(c);
+      return sip__cfg_fail(c, e->start_mark, ikey, "%s is not a host name; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
+    if (!(cfg->allowed_hosts[i] = sip__strndup(s, len))) return sip__cfg_oom(c);
     cfg->n_allowed_hosts = i + 1;
   }
   return 0;
 }
 
-int cfg_check_security(ctx_t *c, sip__config_t *cfg, yaml_node_t *server) {
+int sip__cfg_check_security(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *server) {
   if (!cfg->socket_mode) cfg->socket_mode = CFG_SOCKET_MODE_DEFAULT;
   if (!cfg->tls_cert_file != !cfg->tls_key_file)
-    return cfg_fail(c, server ? server->start_mark : (yaml_mark_t){0}, "server.tls",
+    return sip__cfg_fail(c, server ? server->start_mark : (yaml_mark_t){0}, "server.tls",
                     "has %s without %s; expected both cert_file and key_file",
                     cfg->tls_cert_file ? "cert_file" : "key_file",
                     cfg->tls_cert_file ? "key_file" : "cert_file");
   char **paths[] = {&cfg->tls_cert_file, &cfg->tls_key_file};
   for (size_t i = 0; i < COUNT(paths); i++) {
     if (!*paths[i]) continue;
-    char *r = cfg_resolve_path(c->base_dir, *paths[i]);
-    if (!r) return cfg_oom(c);
+    char *r = sip__cfg_resolve_path(c->base_dir, *paths[i]);
+    if (!r) return sip__cfg_oom(c);
     sip__free(*paths[i]);
     *paths[i] = r;
   }
   return 0;
 }
 
-void cfg_security_free(sip__config_t *cfg) {
+void sip__cfg_security_free(sip__config_t *cfg) {
   for (int g = 0; g < SIP__AUTH_GROUPS; g++) {
     for (size_t i = 0; i < cfg->auth.n_tokens[g]; i++) {
       /* Tokens are secrets: wipe them before the memory is reused. */

@@ -10,7 +10,7 @@
 _Static_assert(SIP__LOG_DEBUG == 0 && SIP__LOG_INFO == 1 && SIP__LOG_WARN == 2 && SIP__LOG_ERROR == 3,
                "log_level_names[] follows the enum order");
 
-static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_endpoints(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
@@ -27,7 +27,7 @@ enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BOD
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
        S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_RCACHE, S_COUNT };
-static const field_t server_fields[S_COUNT] = {
+static const sip__field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
                      .doc = "Addresses to listen on; default [" DEFAULT_ENDPOINT "]."},
@@ -165,13 +165,13 @@ static const field_t server_fields[S_COUNT] = {
                   .doc = "Accept fault injection requests (`sip fault`, POST /v2/admin; "
                          "docs/availability.md); for testing failover, never in production."},
     /* Security (docs/security.md; config_security.c). */
-    [S_AUTH] = {.name = "auth", .type = F_SECTION, .section = &cfg_auth_section,
+    [S_AUTH] = {.name = "auth", .type = F_SECTION, .section = &sip__cfg_auth_section,
                 .doc = "Bearer tokens per API group (HTTP Authorization, gRPC authorization "
                        "metadata, the native AUTH message); absent = open, management from "
                        "local peers only."},
-    [S_TLS] = {.name = "tls", .type = F_SECTION, .section = &cfg_tls_section,
+    [S_TLS] = {.name = "tls", .type = F_SECTION, .section = &sip__cfg_tls_section,
                .doc = "TLS for the HTTP and gRPC front-ends; absent = plain text."},
-    [S_SOCK_MODE] = {.name = "socket_mode", .type = F_CUSTOM, .parse = cfg_parse_socket_mode,
+    [S_SOCK_MODE] = {.name = "socket_mode", .type = F_CUSTOM, .parse = sip__cfg_parse_socket_mode,
                      .expect = CFG_SOCKET_MODE_EXPECT,
                      .doc = "Permissions of unix socket endpoints, set before they accept "
                             "connections; default 0600."},
@@ -185,7 +185,7 @@ static const field_t server_fields[S_COUNT] = {
                       .expect = "a group name or numeric gid",
                       .doc = "Group of unix socket endpoints (with socket_mode 0660: who may "
                              "connect); absent = the server's group."},
-    [S_HOSTS] = {.name = "allowed_hosts", .type = F_CUSTOM, .parse = cfg_parse_allowed_hosts,
+    [S_HOSTS] = {.name = "allowed_hosts", .type = F_CUSTOM, .parse = sip__cfg_parse_allowed_hosts,
                  .expect = CFG_ALLOWED_HOSTS_EXPECT,
                  .doc = "Host header values the HTTP front-end answers; absent = localhost "
                         "names, the listen address, and any Host when listening on a wildcard "
@@ -204,11 +204,11 @@ static const field_t server_fields[S_COUNT] = {
                          "Triton's default; false: ready once loading is over, serving the "
                          "models that loaded and skipping the failed ones (seed 003)."},
     [S_RCACHE] = {.name = "response_cache", .type = F_SECTION,
-                  .section = &cfg_response_cache_section,
+                  .section = &sip__cfg_response_cache_section,
                   .doc = "Where pools with response_cache: true keep their answers "
                          "(docs/response_cache.md); absent = memory, 64 MiB."},
 };
-const section_t cfg_server_section = {server_fields, S_COUNT};
+const sip__section_t sip__cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 /* Why `s` is not a valid endpoint, or NULL. */
@@ -254,7 +254,7 @@ static const char *endpoint_problem(const char *s, size_t len, char *why, size_t
     size_t pl = (size_t)(end - port);
     int64_t pv = 0;
     if (pl == 0) return "has no port";
-    if (pl > 5 || port[0] == '+' || port[0] == '-' || cfg_parse_int(port, pl, &pv) || pv > 65535)
+    if (pl > 5 || port[0] == '+' || port[0] == '-' || sip__cfg_parse_int(port, pl, &pv) || pv > 65535)
       return "has a port out of range";
     return NULL;
   }
@@ -270,33 +270,33 @@ static bool valid_http_address(const char *s, size_t len) {
   return endpoint_problem(buf, len + 6, why, sizeof why) == NULL;
 }
 
-static int parse_endpoints(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int parse_endpoints(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__config_t *cfg = base;
   const char *exp = server_fields[S_ENDPOINTS].expect;
   char ikey[KEY_MAX], shown[SHOW_MAX * 4 + 8], why[128];
 
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, exp);
   size_t n = seq_len(v);
-  if (n == 0) return cfg_fail(c, v->start_mark, key, "is empty; expected %s", exp);
+  if (n == 0) return sip__cfg_fail(c, v->start_mark, key, "is empty; expected %s", exp);
   cfg->endpoints = sip__calloc(n, sizeof *cfg->endpoints);
-  if (!cfg->endpoints) return cfg_oom(c);
+  if (!cfg->endpoints) return sip__cfg_oom(c);
   cfg->n_endpoints = n;
   for (size_t i = 0; i < n; i++) {
     yaml_node_t *e = seq_item(c, v, i);
-    cfg_key_index(ikey, key, i);
-    if (!e) return cfg_oom(c);
-    if (cfg_want_scalar(c, e, ikey, ENDPOINT_EXPECT)) return -1;
+    sip__cfg_key_index(ikey, key, i);
+    if (!e) return sip__cfg_oom(c);
+    if (sip__cfg_want_scalar(c, e, ikey, ENDPOINT_EXPECT)) return -1;
     const char *s = text(e);
     size_t len = e->data.scalar.length;
     const char *problem = endpoint_problem(s, len, why, sizeof why);
     if (problem)
-      return cfg_fail(c, e->start_mark, ikey, "%s %s; expected %s", cfg_show(shown, sizeof shown, s, len),
+      return sip__cfg_fail(c, e->start_mark, ikey, "%s %s; expected %s", sip__cfg_show(shown, sizeof shown, s, len),
                       problem, ENDPOINT_EXPECT);
     for (size_t j = 0; j < i; j++)
       if (strlen(cfg->endpoints[j]) == len && !memcmp(cfg->endpoints[j], s, len))
-        return cfg_fail(c, e->start_mark, ikey, "%s is listed twice (also [%zu]); expected each "
-                        "endpoint once", cfg_show(shown, sizeof shown, s, len), j);
-    if (!(cfg->endpoints[i] = sip__strndup(s, len))) return cfg_oom(c);
+        return sip__cfg_fail(c, e->start_mark, ikey, "%s is listed twice (also [%zu]); expected each "
+                        "endpoint once", sip__cfg_show(shown, sizeof shown, s, len), j);
+    if (!(cfg->endpoints[i] = sip__strndup(s, len))) return sip__cfg_oom(c);
   }
   return 0;
 }

@@ -27,7 +27,7 @@ static void cellf(FILE *out, const char *fmt, long long a, long long b) {
   cell(out, buf);
 }
 
-static const char *type_of(char *buf, size_t n, const field_t *f, const char *path) {
+static const char *type_of(char *buf, size_t n, const sip__field_t *f, const char *path) {
   switch (f->type) {
   case F_INT:
   case F_INT64:
@@ -45,7 +45,7 @@ static const char *type_of(char *buf, size_t n, const field_t *f, const char *pa
   case F_CUSTOM:
     break;
   }
-  return cfg_expected(buf, n, f, IN_POOL | IN_MODEL);
+  return sip__cfg_expected(buf, n, f, IN_POOL | IN_MODEL);
 }
 
 /* A byte size as the largest exact unit. */
@@ -61,7 +61,7 @@ static void size_text(char *buf, size_t n, long long v) {
   snprintf(buf, n, "%lld", v);
 }
 
-static void default_cell(FILE *out, const field_t *f) {
+static void default_cell(FILE *out, const sip__field_t *f) {
   char buf[64];
   bool numeric = f->type == F_INT || f->type == F_INT64 || f->type == F_SIZE;
   if (f->required) return cell(out, "required");
@@ -86,7 +86,7 @@ static void default_cell(FILE *out, const field_t *f) {
   cell(out, "—");
 }
 
-static void bounds_cell(FILE *out, const field_t *f) {
+static void bounds_cell(FILE *out, const sip__field_t *f) {
   char lo[64], hi[64], both[140];
   switch (f->type) {
   case F_INT:
@@ -110,14 +110,14 @@ static void table_head(FILE *out) {
 /* One section's table (the fields visible `where`) under the heading
  * `path` ("": the top level), then its nested sections; with `ref`, the
  * nested sections are those already written under `ref` instead. */
-static void section(FILE *out, const section_t *s, const char *path, unsigned where,
+static void section(FILE *out, const sip__section_t *s, const char *path, unsigned where,
                     const char *ref) {
   char buf[1024];
   if (path[0]) fprintf(out, "\n### `%s`\n\n", path);
   else fputs("\n### Top level\n\n", out);
   table_head(out);
   for (size_t i = 0; i < s->n; i++) {
-    const field_t *f = &s->fields[i];
+    const sip__field_t *f = &s->fields[i];
     if (!visible(f, where)) continue;
     fprintf(out, "| `%s` |", f->name);
     cell(out, type_of(buf, sizeof buf, f, ref ? ref : path));
@@ -127,7 +127,7 @@ static void section(FILE *out, const section_t *s, const char *path, unsigned wh
     fputc('\n', out);
   }
   for (size_t i = 0; i < s->n; i++) {
-    const field_t *f = &s->fields[i];
+    const sip__field_t *f = &s->fields[i];
     if (ref || f->type != F_SECTION || !visible(f, where)) continue;
     char sub[KEY_MAX];
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", f->name);
@@ -135,7 +135,7 @@ static void section(FILE *out, const section_t *s, const char *path, unsigned wh
   }
 }
 
-static void keys(FILE *out, const cfg_key_doc_t *k, const char *path) {
+static void keys(FILE *out, const sip__cfg_key_doc_t *k, const char *path) {
   fprintf(out, "\n### `%s`\n\n", path);
   table_head(out);
   for (; k->name; k++) {
@@ -161,29 +161,29 @@ int sip__config_doc_markdown(FILE *out) {
   fputs("\n## The config file\n", out);
   fputs("\n`session_pools` is required unless `server.model_repository` is set or\n"
         "`pipeline_sessions` stages bring their own pools (`model_path`).\n", out);
-  section(out, &cfg_top_section, "", 0, NULL);
+  section(out, &sip__cfg_top_section, "", 0, NULL);
 
   fputs("\n## Session pools\n\nEach entry of `session_pools` is a map:\n", out);
-  section(out, &cfg_pool_section, "session_pools[]", IN_POOL, NULL);
+  section(out, &sip__cfg_pool_section, "session_pools[]", IN_POOL, NULL);
   fputs("\n`preprocess` is a map of steps, run in the order written; every key but `input` is a\n"
         "step (docs/preprocess.md). A step's value is a map of its operation's options, `true`\n"
         "(the defaults), `false` (no such step), or a scalar or list setting its main option.\n",
         out);
-  keys(out, cfg_preprocess_keys, "session_pools[].preprocess");
+  keys(out, sip__cfg_preprocess_keys, "session_pools[].preprocess");
 
   fputs("\n## A repository model's config.yaml\n\n"
         "`<model_repository>/<model>/config.yaml` (optional) holds the settings of the model's\n"
         "pools: every `session_pools` key but `name` and `model_path` (they come from the\n"
         "directory), plus `version_policy`. Nested maps are as under `session_pools[]`.\n",
         out);
-  section(out, &cfg_pool_section, "config.yaml", IN_MODEL, "session_pools[]");
+  section(out, &sip__cfg_pool_section, "config.yaml", IN_MODEL, "session_pools[]");
 
   fputs("\n## Pipelines\n\nEach entry of `pipeline_sessions` is a map (docs/pipelines.md):\n", out);
-  keys(out, cfg_pipeline_keys, "pipeline_sessions[]");
+  keys(out, sip__cfg_pipeline_keys, "pipeline_sessions[]");
   fputs("\nA stage is a model stage (on a pool) or a transform stage; a transform stage's\n"
         "keys other than these are its operation's options (docs/transforms.md).\n",
         out);
-  keys(out, cfg_stage_keys, "pipeline_sessions[].stages[]");
+  keys(out, sip__cfg_stage_keys, "pipeline_sessions[].stages[]");
   return ferror(out) ? -1 : 0;
 }
 

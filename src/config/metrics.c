@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 enum { M_TRITON, M_COUNT };
-static const field_t metrics_fields[M_COUNT] = {
+static const sip__field_t metrics_fields[M_COUNT] = {
     [M_TRITON] = {.name = "triton_names", .type = F_BOOL,
                   .offset = offsetof(sip__config_t, metrics.triton_names), .def = 1,
                   .doc = "Also export Triton's families (nv_inference_request_success, "
@@ -13,5 +13,5 @@ static const field_t metrics_fields[M_COUNT] = {
                          "version, computed from the same counters as the sip_* families "
                          "(docs/metrics.md)."},
 };
-const section_t cfg_metrics_section = {metrics_fields, M_COUNT};
+const sip__section_t sip__cfg_metrics_section = {metrics_fields, M_COUNT};
 _Static_assert(COUNT(metrics_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -16,7 +16,7 @@ _Static_assert(sizeof(sip__log_level_t) == sizeof(int), "enum is not int-sized")
 
 /* ---- messages --------------------------------------------------------- */
 
-int cfg_fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...) {
+int sip__cfg_fail(sip__ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...) {
   char what[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -27,14 +27,14 @@ int cfg_fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...) {
   return -1;
 }
 
-int cfg_oom(ctx_t *c) {
+int sip__cfg_oom(sip__ctx_t *c) {
   c->err = SIP__OOM();
   return -1;
 }
 
 /* Quotes a user value for a message: escapes what would garble a terminal
  * and cuts long values, so fuzzed or binary input yields a readable line. */
-const char *cfg_show(char *buf, size_t n, const char *s, size_t len) {
+const char *sip__cfg_show(char *buf, size_t n, const char *s, size_t len) {
   size_t o = 0;
   buf[o++] = '"';
   for (size_t i = 0; i < len && i < SHOW_MAX && o + 6 < n; i++) {
@@ -57,8 +57,8 @@ const char *cfg_show(char *buf, size_t n, const char *s, size_t len) {
   return buf;
 }
 
-/* parent + "." + name, with the name sanitised and cut like cfg_show(). */
-void cfg_key_join(char *dst, const char *parent, const char *name, size_t len) {
+/* parent + "." + name, with the name sanitised and cut like sip__cfg_show(). */
+void sip__cfg_key_join(char *dst, const char *parent, const char *name, size_t len) {
   size_t o = 0;
   if (parent[0]) {
     int w = snprintf(dst, KEY_MAX, "%s.", parent);
@@ -75,7 +75,7 @@ void cfg_key_join(char *dst, const char *parent, const char *name, size_t len) {
   dst[o] = '\0';
 }
 
-void cfg_key_index(char *dst, const char *parent, size_t i) {
+void sip__cfg_key_index(char *dst, const char *parent, size_t i) {
   int w = snprintf(dst, KEY_MAX, "%s[%zu]", parent, i);
   if (w < 0) dst[0] = '\0';
 }
@@ -90,7 +90,7 @@ static void list_names(char *buf, size_t n, const char *const *names) {
   }
 }
 
-void cfg_list_fields(char *buf, size_t n, const section_t *s, unsigned where) {
+void sip__cfg_list_fields(char *buf, size_t n, const sip__section_t *s, unsigned where) {
   size_t o = strlen(buf);
   bool first = true;
   for (size_t i = 0; i < s->n && o < n; i++) {
@@ -103,7 +103,7 @@ void cfg_list_fields(char *buf, size_t n, const section_t *s, unsigned where) {
 }
 
 /* The "expected ..." text of a field: derived from its type and bounds. */
-const char *cfg_expected(char *buf, size_t n, const field_t *f, unsigned where) {
+const char *sip__cfg_expected(char *buf, size_t n, const sip__field_t *f, unsigned where) {
   buf[0] = '\0';
   switch (f->type) {
   case F_INT:
@@ -126,7 +126,7 @@ const char *cfg_expected(char *buf, size_t n, const field_t *f, unsigned where) 
     break;
   case F_SECTION:
     snprintf(buf, n, "a map with keys: ");
-    cfg_list_fields(buf, n, f->section, where);
+    sip__cfg_list_fields(buf, n, f->section, where);
     break;
   case F_STRING:
   case F_CUSTOM:
@@ -139,38 +139,38 @@ const char *cfg_expected(char *buf, size_t n, const field_t *f, unsigned where) 
 /* ---- scalars ---------------------------------------------------------- */
 
 /* Reports a node of the wrong kind (or with no value) for field text `exp`. */
-int cfg_fail_kind(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
-  if (is_null(v)) return cfg_fail(c, v->start_mark, key, "has no value; expected %s", exp);
+int sip__cfg_fail_kind(sip__ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
+  if (is_null(v)) return sip__cfg_fail(c, v->start_mark, key, "has no value; expected %s", exp);
   const char *kind = v->type == YAML_MAPPING_NODE    ? "a map"
                      : v->type == YAML_SEQUENCE_NODE ? "a list"
                                                      : "a scalar";
-  return cfg_fail(c, v->start_mark, key, "is %s; expected %s", kind, exp);
+  return sip__cfg_fail(c, v->start_mark, key, "is %s; expected %s", kind, exp);
 }
 
 /* A non-null scalar, or an error. */
-int cfg_want_scalar(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
-  if (v->type != YAML_SCALAR_NODE || is_null(v)) return cfg_fail_kind(c, v, key, exp);
+int sip__cfg_want_scalar(sip__ctx_t *c, const yaml_node_t *v, const char *key, const char *exp) {
+  if (v->type != YAML_SCALAR_NODE || is_null(v)) return sip__cfg_fail_kind(c, v, key, exp);
   return 0;
 }
 
-int cfg_pair(ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v) {
+int sip__cfg_pair(sip__ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v) {
   *k = yaml_document_get_node(c->doc, pr->key);
   *v = yaml_document_get_node(c->doc, pr->value);
-  return *k && *v ? 0 : cfg_oom(c);
+  return *k && *v ? 0 : sip__cfg_oom(c);
 }
 
-yaml_node_t *cfg_seq_scalar(ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
+yaml_node_t *sip__cfg_seq_scalar(sip__ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
                             const char *exp) {
   yaml_node_t *e = seq_item(c, v, i);
   char ik[KEY_MAX];
-  cfg_key_index(ik, key, i);
-  if (!e) return cfg_oom(c), NULL;
-  if (cfg_want_scalar(c, e, ik, exp)) return NULL;
+  sip__cfg_key_index(ik, key, i);
+  if (!e) return sip__cfg_oom(c), NULL;
+  if (sip__cfg_want_scalar(c, e, ik, exp)) return NULL;
   return e;
 }
 
 /* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
-int cfg_parse_int(const char *s, size_t len, int64_t *out) {
+int sip__cfg_parse_int(const char *s, size_t len, int64_t *out) {
   size_t i = 0;
   bool neg = false;
   if (i < len && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
@@ -188,7 +188,7 @@ int cfg_parse_int(const char *s, size_t len, int64_t *out) {
   return 0;
 }
 
-/* "268435456", "256MiB", "64 KiB", "1GiB", "2048B". 0 / -1 / -2 as cfg_parse_int. */
+/* "268435456", "256MiB", "64 KiB", "1GiB", "2048B". 0 / -1 / -2 as sip__cfg_parse_int. */
 static int parse_size(const char *s, size_t len, uint64_t *out) {
   size_t i = 0;
   uint64_t v = 0;
@@ -215,7 +215,7 @@ static int parse_size(const char *s, size_t len, uint64_t *out) {
   return -1;
 }
 
-bool cfg_valid_pool_name(const char *s, size_t len) {
+bool sip__cfg_valid_pool_name(const char *s, size_t len) {
   if (len < 1 || len > POOL_NAME_MAX) return false;
   for (size_t i = 0; i < len; i++)
     if (!sip__name_char(s[i])) return false;
@@ -226,9 +226,9 @@ bool cfg_valid_pool_name(const char *s, size_t len) {
 
 static void *at(void *base, size_t off) { return (char *)base + off; }
 
-void cfg_apply_defaults(const section_t *s, void *base) {
+void sip__cfg_apply_defaults(const sip__section_t *s, void *base) {
   for (size_t i = 0; i < s->n; i++) {
-    const field_t *f = &s->fields[i];
+    const sip__field_t *f = &s->fields[i];
     void *p = at(base, f->offset);
     switch (f->type) {
     case F_INT:
@@ -247,7 +247,7 @@ void cfg_apply_defaults(const section_t *s, void *base) {
       break;
     }
     case F_SECTION:
-      cfg_apply_defaults(f->section, base);
+      sip__cfg_apply_defaults(f->section, base);
       break;
     case F_WORD:
     case F_STRING:
@@ -257,18 +257,18 @@ void cfg_apply_defaults(const section_t *s, void *base) {
   }
 }
 
-int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key, void *base) {
+int sip__cfg_parse_value(sip__ctx_t *c, const sip__field_t *f, yaml_node_t *v, const char *key, void *base) {
   char exp[1024], shown[SHOW_MAX * 4 + 8];
-  cfg_expected(exp, sizeof exp, f, c->where);
+  sip__cfg_expected(exp, sizeof exp, f, c->where);
   void *p = at(base, f->offset);
 
   if (f->type == F_SECTION) {
     yaml_node_t *vals[MAX_FIELDS] = {0};
-    return cfg_parse_map(c, v, key, f->section, exp, base, vals);
+    return sip__cfg_parse_map(c, v, key, f->section, exp, base, vals);
   }
   if (f->type == F_CUSTOM) return f->parse(c, v, key, base);
 
-  if (cfg_want_scalar(c, v, key, exp)) return -1;
+  if (sip__cfg_want_scalar(c, v, key, exp)) return -1;
   const char *s = text(v);
   size_t len = v->data.scalar.length;
 
@@ -276,15 +276,15 @@ int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key,
   case F_INT:
   case F_INT64: {
     if (!is_plain(v))
-      return cfg_fail(c, v->start_mark, key, "%s is a quoted string; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s is a quoted string; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
     int64_t x = 0;
-    int rc = cfg_parse_int(s, len, &x);
+    int rc = sip__cfg_parse_int(s, len, &x);
     if (rc == -1)
-      return cfg_fail(c, v->start_mark, key, "%s is not an integer; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s is not an integer; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
     if (rc == -2 || x < f->min || x > f->max)
-      return cfg_fail(c, v->start_mark, key, "%.*s is out of range; expected %s",
+      return sip__cfg_fail(c, v->start_mark, key, "%.*s is out of range; expected %s",
                       (int)(len < SHOW_MAX ? len : SHOW_MAX), s, exp);
     if (f->type == F_INT) *(int *)p = (int)x;
     else *(int64_t *)p = x;
@@ -298,18 +298,18 @@ int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key,
         if (len == strlen(fl[i]) && !memcmp(s, fl[i], len)) return *(int *)p = 0, 0;
       }
     }
-    return cfg_fail(c, v->start_mark, key, "%s is not a boolean%s; expected %s",
-                    cfg_show(shown, sizeof shown, s, len), is_plain(v) ? "" : " (it is quoted)", exp);
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not a boolean%s; expected %s",
+                    sip__cfg_show(shown, sizeof shown, s, len), is_plain(v) ? "" : " (it is quoted)", exp);
   }
   case F_SIZE: {
     uint64_t x = 0;
     int rc = parse_size(s, len, &x);
     if (rc == -1)
-      return cfg_fail(c, v->start_mark, key, "%s is not a byte size; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s is not a byte size; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
     if (rc == -2 || x < (uint64_t)f->min || x > (uint64_t)f->max || x > SIZE_MAX)
-      return cfg_fail(c, v->start_mark, key, "%s is out of range; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s is out of range; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
     *(size_t *)p = (size_t)x;
     return 0;
   }
@@ -321,23 +321,23 @@ int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key,
         memcpy(p, &i, sizeof i);
       } else {
         char *copy = sip__strdup(f->names[i]);
-        if (!copy) return cfg_oom(c);
+        if (!copy) return sip__cfg_oom(c);
         *(char **)p = copy;
       }
       return 0;
     }
-    return cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
-                    cfg_show(shown, sizeof shown, s, len), exp);
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                    sip__cfg_show(shown, sizeof shown, s, len), exp);
   case F_STRING: {
     if (memchr(s, '\0', len))
-      return cfg_fail(c, v->start_mark, key, "%s contains a NUL byte; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
-    if (len == 0) return cfg_fail(c, v->start_mark, key, "is empty; expected %s", exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s contains a NUL byte; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
+    if (len == 0) return sip__cfg_fail(c, v->start_mark, key, "is empty; expected %s", exp);
     if (f->valid && !f->valid(s, len))
-      return cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
-                      cfg_show(shown, sizeof shown, s, len), exp);
+      return sip__cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                      sip__cfg_show(shown, sizeof shown, s, len), exp);
     char *copy = sip__strndup(s, len);
-    if (!copy) return cfg_oom(c);
+    if (!copy) return sip__cfg_oom(c);
     *(char **)p = copy;
     return 0;
   }
@@ -351,13 +351,13 @@ int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key,
 /* Walks map `m` against section `s`. `exp` describes the map itself; on
  * return vals[i] is the value node of field i (NULL when absent). A null
  * value ("server:" with every key commented out) counts as an empty map. */
-int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
+int sip__cfg_parse_map(sip__ctx_t *c, yaml_node_t *m, const char *key, const sip__section_t *s,
                   const char *exp, void *base, yaml_node_t **vals) {
   yaml_node_t *keys[MAX_FIELDS] = {0};
   char child[KEY_MAX], buf[1024];
 
   if (!is_null(m)) {
-    if (m->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, m, key, exp);
+    if (m->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, m, key, exp);
     for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
       yaml_node_t *k = yaml_document_get_node(c->doc, pr->key);
       yaml_node_t *v = yaml_document_get_node(c->doc, pr->value);
@@ -366,32 +366,32 @@ int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
         return -1;
       }
       buf[0] = '\0';
-      cfg_list_fields(buf, sizeof buf, s, c->where);
+      sip__cfg_list_fields(buf, sizeof buf, s, c->where);
       if (k->type != YAML_SCALAR_NODE)
-        return cfg_fail(c, k->start_mark, key, "a key is %s; expected a scalar key, one of: %s",
+        return sip__cfg_fail(c, k->start_mark, key, "a key is %s; expected a scalar key, one of: %s",
                         k->type == YAML_MAPPING_NODE ? "a map" : "a list", buf);
       const char *kn = text(k);
       size_t kl = k->data.scalar.length;
-      cfg_key_join(child, key, kn, kl);
+      sip__cfg_key_join(child, key, kn, kl);
       size_t i = 0;
       while (i < s->n && !(visible(&s->fields[i], c->where) && strlen(s->fields[i].name) == kl &&
                            !memcmp(s->fields[i].name, kn, kl)))
         i++;
-      if (i == s->n) return cfg_fail(c, k->start_mark, child, "unknown key; expected one of: %s", buf);
+      if (i == s->n) return sip__cfg_fail(c, k->start_mark, child, "unknown key; expected one of: %s", buf);
       if (vals[i])
-        return cfg_fail(c, k->start_mark, child,
+        return sip__cfg_fail(c, k->start_mark, child,
                         "duplicate key (first at line %zu); expected each key at most once",
                         keys[i]->start_mark.line + 1);
       keys[i] = k;
       vals[i] = v;
-      if (cfg_parse_value(c, &s->fields[i], v, child, base)) return -1;
+      if (sip__cfg_parse_value(c, &s->fields[i], v, child, base)) return -1;
     }
   }
   for (size_t i = 0; i < s->n; i++) {
     if (!s->fields[i].required || vals[i] || !visible(&s->fields[i], c->where)) continue;
-    cfg_key_join(child, key, s->fields[i].name, strlen(s->fields[i].name));
-    return cfg_fail(c, m->start_mark, child, "missing; expected %s",
-                    cfg_expected(buf, sizeof buf, &s->fields[i], c->where));
+    sip__cfg_key_join(child, key, s->fields[i].name, strlen(s->fields[i].name));
+    return sip__cfg_fail(c, m->start_mark, child, "missing; expected %s",
+                    sip__cfg_expected(buf, sizeof buf, &s->fields[i], c->where));
   }
   return 0;
 }
@@ -399,7 +399,7 @@ int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
 /* ---- paths and helpers of the hand-parsed maps ------------------------- */
 
 /* Joins a relative path to base_dir; absolute paths and no base_dir keep it. */
-char *cfg_resolve_path(const char *base_dir, const char *p) {
+char *sip__cfg_resolve_path(const char *base_dir, const char *p) {
   if (!base_dir || !base_dir[0] || p[0] == '/') return sip__strdup(p);
   size_t bl = strlen(base_dir);
   return sip__asprintf("%s%s%s", base_dir, base_dir[bl - 1] == '/' ? "" : "/", p);
@@ -408,13 +408,13 @@ char *cfg_resolve_path(const char *base_dir, const char *p) {
 /* Transform options naming files (ctc_greedy_decode's labels_file): their
  * relative paths resolve against the config file's directory, like
  * model_path, so a config works from any working directory. */
-bool cfg_is_path_option(const char *key) {
+bool sip__cfg_is_path_option(const char *key) {
   size_t n = strlen(key);
   return n > 5 && !strcmp(key + n - 5, "_file");
 }
 
 /* The extension of the last path component (".bin"), or NULL. */
-const char *cfg_path_ext(const char *p) {
+const char *sip__cfg_path_ext(const char *p) {
   const char *slash = strrchr(p, '/');
   const char *last = slash ? slash + 1 : p;
   return strrchr(last, '.');
@@ -422,7 +422,7 @@ const char *cfg_path_ext(const char *p) {
 
 /* Frees n owned key/value pairs (owned copies behind sip_kv_t's
  * borrowed-looking const pointers) and the array. */
-void cfg_kv_free(sip_kv_t *kv, size_t n) {
+void sip__cfg_kv_free(sip_kv_t *kv, size_t n) {
   for (size_t i = 0; kv && i < n; i++) {
     sip__free((void *)kv[i].key);
     sip__free((void *)kv[i].value);
@@ -434,32 +434,32 @@ void cfg_kv_free(sip_kv_t *kv, size_t n) {
  * libyaml keeps duplicate keys and the first would win silently, so the
  * pair `pr` of `map` fails when an earlier key is the same (`what`: "key",
  * "step"). */
-int cfg_dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
+int sip__cfg_dup_key(sip__ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
                 const yaml_node_t *kn, const char *key, const char *what) {
   for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pr; q++) {
     yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
     if (qk && qk->type == YAML_SCALAR_NODE && !strcmp(text(qk), text(kn)))
-      return cfg_fail(c, kn->start_mark, key, "duplicate key (first at line %zu); expected each %s "
+      return sip__cfg_fail(c, kn->start_mark, key, "duplicate key (first at line %zu); expected each %s "
                       "at most once", qk->start_mark.line + 1, what);
   }
   return 0;
 }
 
 /* A scalar as an owned string; a list of scalars as "a,b,c". */
-int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out) {
+int sip__cfg_scalar_or_list(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out) {
   if (v->type == YAML_SCALAR_NODE) {
     *out = sip__strndup(text(v), v->data.scalar.length);
-    return *out ? 0 : cfg_oom(c);
+    return *out ? 0 : sip__cfg_oom(c);
   }
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, exp);
   size_t n = seq_len(v), len = 0;
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, exp);
+    yaml_node_t *e = sip__cfg_seq_scalar(c, v, i, key, exp);
     if (!e) return -1;
     len += e->data.scalar.length + 1;
   }
   char *s = sip__malloc(len + 1), *p = s;
-  if (!s) return cfg_oom(c);
+  if (!s) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
     yaml_node_t *e = seq_item(c, v, i);
     if (i) *p++ = ',';

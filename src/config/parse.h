@@ -61,7 +61,7 @@ enum {
 /* Where a pool map is being read: fields marked `only` exist in one place. */
 enum { IN_POOL = 1, IN_MODEL = 2 };
 
-typedef struct ctx {
+typedef struct sip__ctx {
   const char *name;     /* label for messages: the file path or "<string>" */
   const char *base_dir; /* relative model paths are joined to it; NULL: kept */
   yaml_document_t *doc;
@@ -69,9 +69,9 @@ typedef struct ctx {
   unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
   const sip__backend_catalog_t *backends; /* names and flags of the backends this server has */
   yaml_node_t *pipelines; /* pipeline_sessions, read after session_pools wherever it is written */
-} ctx_t;
+} sip__ctx_t;
 
-typedef enum ftype {
+typedef enum sip__ftype {
   F_INT,     /* int, decimal plain scalar within [min, max] */
   F_INT64,   /* int64_t, same */
   F_BOOL,    /* int 0/1: true | false */
@@ -81,20 +81,20 @@ typedef enum ftype {
   F_STRING,  /* char *: any non-empty scalar, optionally checked by valid() */
   F_SECTION, /* nested map whose fields store into the same base struct */
   F_CUSTOM,  /* parse() does it all */
-} ftype_t;
+} sip__ftype_t;
 
-typedef struct section section_t;
-typedef int (*custom_fn)(ctx_t *c, yaml_node_t *v, const char *key, void *base);
+typedef struct sip__section sip__section_t;
+typedef int (*sip__custom_fn)(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
-typedef struct field {
+typedef struct sip__field {
   const char *name;
-  ftype_t type;
+  sip__ftype_t type;
   size_t offset;            /* into the base struct */
   int64_t def;              /* numeric default; may lie outside [min, max] (0 = unlimited) */
   int64_t min, max;         /* numeric bounds, inclusive */
   const char *const *names; /* F_ENUM / F_WORD: NULL-terminated */
-  const section_t *section; /* F_SECTION */
-  custom_fn parse;          /* F_CUSTOM */
+  const sip__section_t *section; /* F_SECTION */
+  sip__custom_fn parse;          /* F_CUSTOM */
   bool (*valid)(const char *s, size_t len); /* F_STRING, optional */
   bool required;
   /* 0: valid wherever the section is; IN_POOL: only in session_pools[]
@@ -102,10 +102,10 @@ typedef struct field {
   unsigned only;
   const char *expect; /* F_STRING / F_CUSTOM: what a valid value looks like */
   const char *doc;    /* one line for the reference documentation */
-} field_t;
+} sip__field_t;
 
-struct section {
-  const field_t *fields;
+struct sip__section {
+  const sip__field_t *fields;
   size_t n;
 };
 
@@ -114,60 +114,60 @@ struct section {
 /* A key the parser reads by hand (pipelines, stages, preprocess), for the
  * reference documentation; tests/unit/config/test_config_doc.c keeps these tables
  * and the parsers in step. */
-typedef struct cfg_key_doc {
+typedef struct sip__cfg_key_doc {
   const char *name;
   const char *type; /* what the value is */
   const char *def;  /* the default, or NULL when there is none */
   const char *doc;  /* one line */
-} cfg_key_doc_t;
+} sip__cfg_key_doc_t;
 
 /* ---- the schema (each table lives with the code that reads it) --------- */
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
        P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_RCACHE, P_COUNT };
-extern const field_t cfg_pool_fields[P_COUNT];     /* pools.c */
-extern const section_t cfg_pool_section;           /* pools.c */
-extern const section_t cfg_server_section;         /* config_server.c */
-extern const section_t cfg_auth_section;           /* config_security.c: server.auth */
-extern const section_t cfg_tls_section;            /* config_security.c: server.tls */
-extern const section_t cfg_tracing_section;        /* tracing.c */
-extern const section_t cfg_metrics_section;        /* metrics.c */
-extern const section_t cfg_response_cache_section; /* response_cache.c: server.response_cache */
-extern const section_t cfg_batching_section;       /* scheduling.c: dynamic_batching */
-extern const section_t cfg_queue_section;          /* scheduling.c: queue */
-extern const section_t cfg_elastic_section;        /* scheduling.c: batch_strategies */
-extern const section_t cfg_sequence_section;       /* scheduling.c: sequence_batching */
-extern const section_t cfg_top_section;            /* config.c: the document */
-extern const section_t cfg_sla_section;            /* sla.c: session_pools[].sla */
-extern const section_t cfg_alerts_section;         /* sla.c: alerts */
-extern const char *const cfg_priority_names[];     /* pools.c */
-extern const cfg_key_doc_t cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
-extern const cfg_key_doc_t cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
-extern const cfg_key_doc_t cfg_preprocess_keys[];  /* preprocess.c, NULL-name terminated */
+extern const sip__field_t sip__cfg_pool_fields[P_COUNT];     /* pools.c */
+extern const sip__section_t sip__cfg_pool_section;           /* pools.c */
+extern const sip__section_t sip__cfg_server_section;         /* config_server.c */
+extern const sip__section_t sip__cfg_auth_section;           /* config_security.c: server.auth */
+extern const sip__section_t sip__cfg_tls_section;            /* config_security.c: server.tls */
+extern const sip__section_t sip__cfg_tracing_section;        /* tracing.c */
+extern const sip__section_t sip__cfg_metrics_section;        /* metrics.c */
+extern const sip__section_t sip__cfg_response_cache_section; /* response_cache.c: server.response_cache */
+extern const sip__section_t sip__cfg_batching_section;       /* scheduling.c: dynamic_batching */
+extern const sip__section_t sip__cfg_queue_section;          /* scheduling.c: queue */
+extern const sip__section_t sip__cfg_elastic_section;        /* scheduling.c: batch_strategies */
+extern const sip__section_t sip__cfg_sequence_section;       /* scheduling.c: sequence_batching */
+extern const sip__section_t sip__cfg_top_section;            /* config.c: the document */
+extern const sip__section_t sip__cfg_sla_section;            /* sla.c: session_pools[].sla */
+extern const sip__section_t sip__cfg_alerts_section;         /* sla.c: alerts */
+extern const char *const sip__cfg_priority_names[];     /* pools.c */
+extern const sip__cfg_key_doc_t sip__cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
+extern const sip__cfg_key_doc_t sip__cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
+extern const sip__cfg_key_doc_t sip__cfg_preprocess_keys[];  /* preprocess.c, NULL-name terminated */
 
 /* ---- messages (parse.c) ------------------------------------------------- */
 
 /* Records `FILE:LINE:COL: KEY: what` in c->err; returns -1. */
-int cfg_fail(ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...)
+int sip__cfg_fail(sip__ctx_t *c, yaml_mark_t m, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Records out-of-memory in c->err; returns -1. */
-int cfg_oom(ctx_t *c);
+int sip__cfg_oom(sip__ctx_t *c);
 /* Quotes a user value for a message: escapes what would garble a terminal
  * and cuts long values (buf: SHOW_MAX * 4 + 8 bytes). */
-const char *cfg_show(char *buf, size_t n, const char *s, size_t len);
+const char *sip__cfg_show(char *buf, size_t n, const char *s, size_t len);
 /* dst (KEY_MAX bytes) = parent + "." + name, the name sanitised and cut. */
-void cfg_key_join(char *dst, const char *parent, const char *name, size_t len);
+void sip__cfg_key_join(char *dst, const char *parent, const char *name, size_t len);
 /* dst (KEY_MAX bytes) = parent + "[i]". */
-void cfg_key_index(char *dst, const char *parent, size_t i);
+void sip__cfg_key_index(char *dst, const char *parent, size_t i);
 /* Appends the names of s's fields visible `where` to buf, ", "-separated. */
-void cfg_list_fields(char *buf, size_t n, const section_t *s, unsigned where);
+void sip__cfg_list_fields(char *buf, size_t n, const sip__section_t *s, unsigned where);
 /* The "expected ..." text of a field: derived from its type and bounds. */
-const char *cfg_expected(char *buf, size_t n, const field_t *f, unsigned where);
+const char *sip__cfg_expected(char *buf, size_t n, const sip__field_t *f, unsigned where);
 /* Reports a node of the wrong kind (or with no value) for field text `exp`. */
-int cfg_fail_kind(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
+int sip__cfg_fail_kind(sip__ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
 /* A non-null scalar, or an error. */
-int cfg_want_scalar(ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
+int sip__cfg_want_scalar(sip__ctx_t *c, const yaml_node_t *v, const char *key, const char *exp);
 
 /* ---- scalars ------------------------------------------------------------ */
 
@@ -189,53 +189,53 @@ static inline size_t seq_len(const yaml_node_t *v) {
   return (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 }
 
-static inline yaml_node_t *seq_item(ctx_t *c, const yaml_node_t *v, size_t i) {
+static inline yaml_node_t *seq_item(sip__ctx_t *c, const yaml_node_t *v, size_t i) {
   return yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
 }
 
-/* Whether field f exists where the parser is (see field_t.only). */
-static inline bool visible(const field_t *f, unsigned where) {
+/* Whether field f exists where the parser is (see sip__field_t.only). */
+static inline bool visible(const sip__field_t *f, unsigned where) {
   return !f->only || (f->only & where);
 }
 
 /* The key and value nodes of a map's pair; -1 (out of memory) when libyaml
  * has none. */
-int cfg_pair(ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v);
+int sip__cfg_pair(sip__ctx_t *c, const yaml_node_pair_t *pr, yaml_node_t **k, yaml_node_t **v);
 /* Item i of list v (named key[i]) when it is a non-null scalar; else NULL,
  * with c->err set. */
-yaml_node_t *cfg_seq_scalar(ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
+yaml_node_t *sip__cfg_seq_scalar(sip__ctx_t *c, const yaml_node_t *v, size_t i, const char *key,
                             const char *exp);
 
 /* Decimal integer with optional sign. 0: ok, -1: not an integer, -2: overflow. */
-int cfg_parse_int(const char *s, size_t len, int64_t *out);
+int sip__cfg_parse_int(const char *s, size_t len, int64_t *out);
 /* 1..128 characters from A-Z a-z 0-9 _ . - */
-bool cfg_valid_pool_name(const char *s, size_t len);
+bool sip__cfg_valid_pool_name(const char *s, size_t len);
 
 /* ---- the table walker (parse.c) ----------------------------------------- */
 
-void cfg_apply_defaults(const section_t *s, void *base);
-int cfg_parse_value(ctx_t *c, const field_t *f, yaml_node_t *v, const char *key, void *base);
+void sip__cfg_apply_defaults(const sip__section_t *s, void *base);
+int sip__cfg_parse_value(sip__ctx_t *c, const sip__field_t *f, yaml_node_t *v, const char *key, void *base);
 /* Walks map `m` against section `s`. `exp` describes the map itself; on
  * return vals[i] is the value node of field i (NULL when absent). A null
  * value ("server:" with every key commented out) counts as an empty map. */
-int cfg_parse_map(ctx_t *c, yaml_node_t *m, const char *key, const section_t *s,
+int sip__cfg_parse_map(sip__ctx_t *c, yaml_node_t *m, const char *key, const sip__section_t *s,
                   const char *exp, void *base, yaml_node_t **vals);
 
 /* ---- paths and shared helpers (parse.c) --------------------------------- */
 
 /* Joins a relative path to base_dir; absolute paths and no base_dir keep it. */
-char *cfg_resolve_path(const char *base_dir, const char *p);
+char *sip__cfg_resolve_path(const char *base_dir, const char *p);
 /* Options naming files (ending in _file): resolved like model_path. */
-bool cfg_is_path_option(const char *key);
+bool sip__cfg_is_path_option(const char *key);
 /* The extension of the last path component (".bin"), or NULL. */
-const char *cfg_path_ext(const char *p);
+const char *sip__cfg_path_ext(const char *p);
 /* Fails when an earlier key of hand-parsed `map` equals kn (`what`: "key", "step"). */
-int cfg_dup_key(ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
+int sip__cfg_dup_key(sip__ctx_t *c, const yaml_node_t *map, const yaml_node_pair_t *pr,
                 const yaml_node_t *kn, const char *key, const char *what);
 /* Frees n owned key/value pairs and the array. */
-void cfg_kv_free(sip_kv_t *kv, size_t n);
+void sip__cfg_kv_free(sip_kv_t *kv, size_t n);
 /* A scalar as an owned string; a list of scalars as "a,b,c". */
-int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out);
+int sip__cfg_scalar_or_list(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char **out);
 
 /* ---- the sections' parsers and checks ----------------------------------- */
 
@@ -246,34 +246,34 @@ int cfg_scalar_or_list(ctx_t *c, yaml_node_t *v, const char *key, const char *ex
   "an octal mode of 3 or 4 digits giving the owner read and write, e.g. 0600 or 0660"
 #define CFG_ALLOWED_HOSTS_EXPECT \
   "a list of host names or addresses (without port; \"*\" allows any Host)"
-int cfg_parse_socket_mode(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-int cfg_parse_allowed_hosts(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-int cfg_check_security(ctx_t *c, sip__config_t *cfg, yaml_node_t *server);
-void cfg_security_free(sip__config_t *cfg);
+int sip__cfg_parse_socket_mode(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int sip__cfg_parse_allowed_hosts(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int sip__cfg_check_security(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *server);
+void sip__cfg_security_free(sip__config_t *cfg);
 
-int cfg_parse_pools(ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
+int sip__cfg_parse_pools(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);   /* pools.c */
 /* backend_options (backend_options.c): one value as the backend gets it
  * (a scalar as written, a list as JSON text; *out owned); the pool's
  * options against its backend's option table and check; the backend a
  * model file or directory `path` gets when none is named (its probe's,
  * else the catalogue's default; NULL when there is none). */
-int cfg_option_value(ctx_t *c, yaml_node_t *val, const char *okey, char **out);
-int cfg_check_backend_options(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *opts,
+int sip__cfg_option_value(sip__ctx_t *c, yaml_node_t *val, const char *okey, char **out);
+int sip__cfg_check_backend_options(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *opts,
                               const char *key);
-const char *cfg_backend_for(ctx_t *c, const char *path);
-int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
+const char *sip__cfg_backend_for(sip__ctx_t *c, const char *path);
+int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
 /* Cross-field rules of the scheduling sections (scheduling.c). */
-int cfg_check_scheduling(ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals, const char *key);
+int sip__cfg_check_scheduling(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals, const char *key);
 /* pipelines.c: pipeline_sessions, once every pool is read; after the whole
  * document, stages name existing pools and no pipeline is named like a pool. */
-int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base);
-int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root);
-void cfg_pipelines_free(sip__config_t *cfg);
+int sip__cfg_parse_pipelines(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+int sip__cfg_check_pipelines(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *root);
+void sip__cfg_pipelines_free(sip__config_t *cfg);
 /* sla.c: a pool's sla block (`sla`: its node, NULL when absent) sets at
  * least one target; the alerts block's levels are in order. */
-int cfg_check_sla(ctx_t *c, sip__pool_config_t *pool, yaml_node_t *sla, const char *key);
-int cfg_check_alerts(ctx_t *c, sip__config_t *cfg, yaml_node_t *alerts);
-void cfg_alerts_free(sip__config_t *cfg);
+int sip__cfg_check_sla(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *sla, const char *key);
+int sip__cfg_check_alerts(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *alerts);
+void sip__cfg_alerts_free(sip__config_t *cfg);
 
 #pragma GCC visibility pop
 

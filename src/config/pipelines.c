@@ -1,6 +1,6 @@
 /* sip — pipeline_sessions[] and their stages. Their keys are read by hand
  * (a transform stage's unknown keys are its operation's options); the
- * tables cfg_pipeline_keys and cfg_stage_keys below document them.
+ * tables sip__cfg_pipeline_keys and sip__cfg_stage_keys below document them.
  *
  *   pipeline_sessions:
  *     - name: ocr
@@ -33,7 +33,7 @@
 
 /* The keys above, for docs/config.md; tests/unit/config/test_config_doc.c checks
  * that they are the keys the parsers below accept. */
-const cfg_key_doc_t cfg_pipeline_keys[] = {
+const sip__cfg_key_doc_t sip__cfg_pipeline_keys[] = {
     {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ . -", "required",
      "Unique name clients address the pipeline by; no pool may have it too."},
     {"stages", "a non-empty list of stages (below)", "required",
@@ -48,7 +48,7 @@ const cfg_key_doc_t cfg_pipeline_keys[] = {
     {NULL, NULL, NULL, NULL},
 };
 
-const cfg_key_doc_t cfg_stage_keys[] = {
+const sip__cfg_key_doc_t sip__cfg_stage_keys[] = {
     {"name", "a name of 1..128 characters from A-Z a-z 0-9 _ - (no dots; not 'pipeline')",
      "required",
      "Unique name in the pipeline; later stages read its outputs as <stage>.<output>."},
@@ -77,8 +77,8 @@ static void stage_clear(sip__stage_config_t *st) {
   sip__free(st->pool);
   sip__free(st->operation);
   sip__free(st->when);
-  cfg_kv_free(st->options, st->n_options);
-  cfg_kv_free(st->input_mapping, st->n_input_mapping);
+  sip__cfg_kv_free(st->options, st->n_options);
+  sip__cfg_kv_free(st->input_mapping, st->n_input_mapping);
   for (size_t i = 0; i < st->n_output_filter; i++) sip__free(st->output_filter[i]);
   sip__free(st->output_filter);
 }
@@ -95,33 +95,33 @@ static void pipeline_clear(sip__pipeline_config_t *pl) {
 
 #define TIMEOUTS_EXPECT "a list of integers 0..86400000 (milliseconds per stage in stage order; 0: none)"
 
-static int timeout_list(ctx_t *c, yaml_node_t *v, const char *key, sip__pipeline_config_t *pl) {
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, TIMEOUTS_EXPECT);
+static int timeout_list(sip__ctx_t *c, yaml_node_t *v, const char *key, sip__pipeline_config_t *pl) {
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, TIMEOUTS_EXPECT);
   size_t n = seq_len(v);
   pl->stage_timeout_ms = sip__calloc(n ? n : 1, sizeof *pl->stage_timeout_ms);
-  if (!pl->stage_timeout_ms) return cfg_oom(c);
+  if (!pl->stage_timeout_ms) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, TIMEOUTS_EXPECT);
+    yaml_node_t *e = sip__cfg_seq_scalar(c, v, i, key, TIMEOUTS_EXPECT);
     int64_t ms;
     if (!e) return -1;
-    if (cfg_parse_int(text(e), e->data.scalar.length, &ms) || ms < 0 || ms > 86400000)
-      return cfg_fail_kind(c, e, key, TIMEOUTS_EXPECT);
+    if (sip__cfg_parse_int(text(e), e->data.scalar.length, &ms) || ms < 0 || ms > 86400000)
+      return sip__cfg_fail_kind(c, e, key, TIMEOUTS_EXPECT);
     pl->stage_timeout_ms[i] = (uint32_t)ms;
     pl->n_stage_timeout_ms = i + 1;
   }
   return 0;
 }
 
-static int string_list(ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char ***out,
+static int string_list(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, char ***out,
                        size_t *n_out) {
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, exp);
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, exp);
   size_t n = seq_len(v);
   *out = sip__calloc(n ? n : 1, sizeof **out);
-  if (!*out) return cfg_oom(c);
+  if (!*out) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
-    yaml_node_t *e = cfg_seq_scalar(c, v, i, key, exp);
+    yaml_node_t *e = sip__cfg_seq_scalar(c, v, i, key, exp);
     if (!e) return -1;
-    if (!((*out)[i] = sip__strndup(text(e), e->data.scalar.length))) return cfg_oom(c);
+    if (!((*out)[i] = sip__strndup(text(e), e->data.scalar.length))) return sip__cfg_oom(c);
     *n_out = i + 1;
   }
   return 0;
@@ -139,23 +139,23 @@ static int ref_stage(const sip__pipeline_config_t *pl, size_t n_known, const cha
   return -2;
 }
 
-static int check_expr(ctx_t *c, yaml_node_t *v, const char *key, const char *textv) {
+static int check_expr(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *textv) {
   sip__expr_t *e = NULL;
   sip_error_t *err = sip__expr_parse(textv, &e);
   sip__expr_free(e);
   if (!err) return 0;
-  int rc = cfg_fail(c, v->start_mark, key, "%s; expected a condition (docs/expressions.md)",
+  int rc = sip__cfg_fail(c, v->start_mark, key, "%s; expected a condition (docs/expressions.md)",
                     sip_error_message(err));
   sip_error_free(err);
   return rc;
 }
 
-static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl, size_t si,
+static int parse_stage(sip__ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl, size_t si,
                        yaml_node_t *m, const char *key) {
   sip__stage_config_t *st = &pl->stages[si];
   char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (m->type != YAML_MAPPING_NODE)
-    return cfg_fail_kind(c, m, key, "a map with keys: " STAGE_KEYS " (and a transform's options)");
+    return sip__cfg_fail_kind(c, m, key, "a map with keys: " STAGE_KEYS " (and a transform's options)");
   st->line = (int)m->start_mark.line + 1;
   yaml_node_t *type = NULL, *model_path = NULL, *pool_size = NULL, *when = NULL, *name = NULL;
   size_t n_pairs = (size_t)(m->data.mapping.pairs.top - m->data.mapping.pairs.start);
@@ -166,104 +166,104 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     if (kn && kn->type == YAML_SCALAR_NODE && !strcmp(text(kn), "type")) type = vn;
   }
   if (type) {
-    cfg_key_join(k, key, "type", 4);
-    if (cfg_want_scalar(c, type, k, "model or transform")) return -1;
+    sip__cfg_key_join(k, key, "type", 4);
+    if (sip__cfg_want_scalar(c, type, k, "model or transform")) return -1;
     if (!strcmp(text(type), "transform"))
       st->is_transform = 1;
     else if (strcmp(text(type), "model"))
-      return cfg_fail(c, type->start_mark, k, "%s; expected model or transform",
-                      cfg_show(shown, sizeof shown, text(type), type->data.scalar.length));
+      return sip__cfg_fail(c, type->start_mark, k, "%s; expected model or transform",
+                      sip__cfg_show(shown, sizeof shown, text(type), type->data.scalar.length));
   }
   if (st->is_transform) {
     st->options = sip__calloc(n_pairs ? n_pairs : 1, sizeof *st->options);
-    if (!st->options) return cfg_oom(c);
+    if (!st->options) return sip__cfg_oom(c);
   }
   for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
     yaml_node_t *kn, *vn;
-    if (cfg_pair(c, pr, &kn, &vn)) return -1;
+    if (sip__cfg_pair(c, pr, &kn, &vn)) return -1;
     if (kn->type != YAML_SCALAR_NODE)
-      return cfg_fail(c, kn->start_mark, key, "a key is not a scalar; expected one of: " STAGE_KEYS);
+      return sip__cfg_fail(c, kn->start_mark, key, "a key is not a scalar; expected one of: " STAGE_KEYS);
     const char *kt = text(kn);
-    cfg_key_join(k, key, kt, kn->data.scalar.length);
-    if (cfg_dup_key(c, m, pr, kn, k, "key")) return -1;
+    sip__cfg_key_join(k, key, kt, kn->data.scalar.length);
+    if (sip__cfg_dup_key(c, m, pr, kn, k, "key")) return -1;
     if (!strcmp(kt, "type")) continue;
     if (!strcmp(kt, "name")) {
-      if (cfg_want_scalar(c, vn, k, "a stage name [A-Za-z0-9_-]{1,128}")) return -1;
-      if (!cfg_valid_pool_name(text(vn), vn->data.scalar.length) || strchr(text(vn), '.') ||
+      if (sip__cfg_want_scalar(c, vn, k, "a stage name [A-Za-z0-9_-]{1,128}")) return -1;
+      if (!sip__cfg_valid_pool_name(text(vn), vn->data.scalar.length) || strchr(text(vn), '.') ||
           !strcmp(text(vn), "pipeline"))
-        return cfg_fail(c, vn->start_mark, k,
+        return sip__cfg_fail(c, vn->start_mark, k,
                         "%s; expected a stage name of 1..128 characters from A-Z a-z 0-9 _ - "
                         "(no dots; 'pipeline' is reserved)",
-                        cfg_show(shown, sizeof shown, text(vn), vn->data.scalar.length));
-      if (!(st->name = sip__strdup(text(vn)))) return cfg_oom(c);
+                        sip__cfg_show(shown, sizeof shown, text(vn), vn->data.scalar.length));
+      if (!(st->name = sip__strdup(text(vn)))) return sip__cfg_oom(c);
       name = vn;
     } else if (!strcmp(kt, "pool") && !st->is_transform) {
-      if (cfg_want_scalar(c, vn, k, "the name of a session pool")) return -1;
-      if (!(st->pool = sip__strdup(text(vn)))) return cfg_oom(c);
+      if (sip__cfg_want_scalar(c, vn, k, "the name of a session pool")) return -1;
+      if (!(st->pool = sip__strdup(text(vn)))) return sip__cfg_oom(c);
     } else if (!strcmp(kt, "model_path") && !st->is_transform) {
-      if (cfg_want_scalar(c, vn, k, MODEL_PATH_EXPECT)) return -1;
+      if (sip__cfg_want_scalar(c, vn, k, MODEL_PATH_EXPECT)) return -1;
       model_path = vn;
     } else if (!strcmp(kt, "pool_size") && !st->is_transform) {
       pool_size = vn;
     } else if (!strcmp(kt, "operation") && st->is_transform) {
-      if (cfg_want_scalar(c, vn, k, sip__transform_op_names())) return -1;
-      if (!(st->operation = sip__strdup(text(vn)))) return cfg_oom(c);
+      if (sip__cfg_want_scalar(c, vn, k, sip__transform_op_names())) return -1;
+      if (!(st->operation = sip__strdup(text(vn)))) return sip__cfg_oom(c);
     } else if (!strcmp(kt, "input_mapping")) {
       const char *exp = "a map input name -> \"pipeline.<input>\" or \"<stage>.<output>\"";
-      if (vn->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, vn, k, exp);
+      if (vn->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, vn, k, exp);
       size_t n = (size_t)(vn->data.mapping.pairs.top - vn->data.mapping.pairs.start);
       st->input_mapping = sip__calloc(n ? n : 1, sizeof *st->input_mapping);
-      if (!st->input_mapping) return cfg_oom(c);
+      if (!st->input_mapping) return sip__cfg_oom(c);
       for (yaml_node_pair_t *q = vn->data.mapping.pairs.start; q < vn->data.mapping.pairs.top; q++) {
         yaml_node_t *ik, *iv;
         char mk[KEY_MAX];
-        if (cfg_pair(c, q, &ik, &iv)) return -1;
-        if (cfg_want_scalar(c, ik, k, exp)) return -1;
-        cfg_key_join(mk, k, text(ik), ik->data.scalar.length);
-        if (cfg_dup_key(c, vn, q, ik, mk, "input")) return -1;
-        if (cfg_want_scalar(c, iv, mk, exp)) return -1;
+        if (sip__cfg_pair(c, q, &ik, &iv)) return -1;
+        if (sip__cfg_want_scalar(c, ik, k, exp)) return -1;
+        sip__cfg_key_join(mk, k, text(ik), ik->data.scalar.length);
+        if (sip__cfg_dup_key(c, vn, q, ik, mk, "input")) return -1;
+        if (sip__cfg_want_scalar(c, iv, mk, exp)) return -1;
         int src = ref_stage(pl, si, text(iv));
         if (src == -2)
-          return cfg_fail(c, iv->start_mark, mk,
+          return sip__cfg_fail(c, iv->start_mark, mk,
                           "%s names no earlier stage of pipeline '%s'; expected \"pipeline.<input>\" "
                           "or \"<stage>.<output>\" of a stage listed before this one",
-                          cfg_show(shown, sizeof shown, text(iv), iv->data.scalar.length), pl->name);
+                          sip__cfg_show(shown, sizeof shown, text(iv), iv->data.scalar.length), pl->name);
         sip_kv_t *kv = &st->input_mapping[st->n_input_mapping++];
         kv->key = sip__strdup(text(ik));
         kv->value = sip__strdup(text(iv));
-        if (!kv->key || !kv->value) return cfg_oom(c);
+        if (!kv->key || !kv->value) return sip__cfg_oom(c);
       }
     } else if (!strcmp(kt, "output_filter")) {
       if (string_list(c, vn, k, "a list of output names", &st->output_filter,
                       &st->n_output_filter))
         return -1;
     } else if (!strcmp(kt, "when")) {
-      if (cfg_want_scalar(c, vn, k, "a condition (docs/expressions.md)")) return -1;
+      if (sip__cfg_want_scalar(c, vn, k, "a condition (docs/expressions.md)")) return -1;
       if (check_expr(c, vn, k, text(vn))) return -1;
-      if (!(st->when = sip__strdup(text(vn)))) return cfg_oom(c);
+      if (!(st->when = sip__strdup(text(vn)))) return sip__cfg_oom(c);
       when = vn;
     } else if (st->is_transform) {
       sip_kv_t *kv = &st->options[st->n_options];
       char *val = NULL;
-      if (cfg_scalar_or_list(c, vn, k, "a scalar or a list of scalars", &val)) return -1;
-      if (val && cfg_is_path_option(kt)) { /* like model_path: relative to the config file */
-        char *r = cfg_resolve_path(c->base_dir, val);
+      if (sip__cfg_scalar_or_list(c, vn, k, "a scalar or a list of scalars", &val)) return -1;
+      if (val && sip__cfg_is_path_option(kt)) { /* like model_path: relative to the config file */
+        char *r = sip__cfg_resolve_path(c->base_dir, val);
         sip__free(val);
-        if (!(val = r)) return cfg_oom(c);
+        if (!(val = r)) return sip__cfg_oom(c);
       }
       kv->key = sip__strdup(kt);
       kv->value = val;
       st->n_options++;
-      if (!kv->key) return cfg_oom(c);
+      if (!kv->key) return sip__cfg_oom(c);
     } else {
-      return cfg_fail(c, kn->start_mark, k, "unknown key for a model stage; expected one of: " STAGE_KEYS);
+      return sip__cfg_fail(c, kn->start_mark, k, "unknown key for a model stage; expected one of: " STAGE_KEYS);
     }
   }
-  cfg_key_join(k, key, "name", 4);
-  if (!st->name) return cfg_fail(c, m->start_mark, k, "missing; expected a stage name");
+  sip__cfg_key_join(k, key, "name", 4);
+  if (!st->name) return sip__cfg_fail(c, m->start_mark, k, "missing; expected a stage name");
   for (size_t j = 0; j < si; j++)
     if (!strcmp(pl->stages[j].name, st->name))
-      return cfg_fail(c, name->start_mark, k, "'%s' is already the name of stages[%zu]; expected unique "
+      return sip__cfg_fail(c, name->start_mark, k, "'%s' is already the name of stages[%zu]; expected unique "
                       "stage names", st->name, j);
   if (when) {
     /* A condition may only look at stages that ran before this one. */
@@ -274,8 +274,8 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     size_t n = e ? sip__expr_refs(e, &refs) : 0;
     for (size_t i = 0; i < n; i++)
       if (ref_stage(pl, si, refs[i]) == -2) {
-        cfg_key_join(k, key, "when", 4);
-        int rc = cfg_fail(c, when->start_mark, k,
+        sip__cfg_key_join(k, key, "when", 4);
+        int rc = sip__cfg_fail(c, when->start_mark, k,
                           "'%s' names no earlier stage of pipeline '%s'; expected references to "
                           "stages listed before this one (or pipeline.<input>)",
                           refs[i], pl->name);
@@ -285,14 +285,14 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     sip__expr_free(e);
   }
   if (st->is_transform) {
-    cfg_key_join(k, key, "operation", 9);
+    sip__cfg_key_join(k, key, "operation", 9);
     if (!st->operation)
-      return cfg_fail(c, m->start_mark, k, "missing; expected one of: %s", sip__transform_op_names());
+      return sip__cfg_fail(c, m->start_mark, k, "missing; expected one of: %s", sip__transform_op_names());
     sip__transform_t *t = NULL;
     sip_error_t *err = sip__transform_new(st->operation, st->options, st->n_options, &t);
     sip__transform_free(t);
     if (err) {
-      int rc = cfg_fail(c, m->start_mark, key, "%s", sip_error_message(err));
+      int rc = sip__cfg_fail(c, m->start_mark, key, "%s", sip_error_message(err));
       sip_error_free(err);
       return rc;
     }
@@ -300,29 +300,29 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
   }
   /* A model stage runs on a pool: a named one, or an implicit pool of its
    * own model_path named "<pipeline>.<stage>". */
-  cfg_key_join(k, key, "pool", 4);
+  sip__cfg_key_join(k, key, "pool", 4);
   if (!!st->pool == !!model_path)
-    return cfg_fail(c, m->start_mark, k, "%s; expected exactly one of pool (an existing pool) or "
+    return sip__cfg_fail(c, m->start_mark, k, "%s; expected exactly one of pool (an existing pool) or "
                     "model_path (a model for this stage alone)", st->pool ? "both pool and model_path "
                     "are set" : "neither pool nor model_path is set");
   if (pool_size && !model_path)
-    return cfg_fail(c, pool_size->start_mark, key, "pool_size applies to a stage's own model_path; "
+    return sip__cfg_fail(c, pool_size->start_mark, key, "pool_size applies to a stage's own model_path; "
                     "expected it on the pool '%s' instead", st->pool);
   if (model_path) {
     const char *written = text(model_path);
-    const char *ext = cfg_path_ext(written);
-    cfg_key_join(k, key, "model_path", 10);
+    const char *ext = sip__cfg_path_ext(written);
+    sip__cfg_key_join(k, key, "model_path", 10);
     if (ext && !strcasecmp(ext, ".om"))
-      return cfg_fail(c, model_path->start_mark, k,
+      return sip__cfg_fail(c, model_path->start_mark, k,
                       "%s is a CANN offline model (.om), but this build has no CANN backend; "
                       "expected one of %s, or a model directory",
-                      cfg_show(shown, sizeof shown, written, model_path->data.scalar.length),
+                      sip__cfg_show(shown, sizeof shown, written, model_path->data.scalar.length),
                       c->backends->formats());
     char *own = sip__asprintf("%s.%s", pl->name, st->name);
-    if (!own) return cfg_oom(c);
+    if (!own) return sip__cfg_oom(c);
     for (size_t j = 0; j < cfg->n_pools; j++) {
       if (strcmp(cfg->pools[j].name, own)) continue;
-      int rc = cfg_fail(c, model_path->start_mark, k,
+      int rc = sip__cfg_fail(c, model_path->start_mark, k,
                         "this stage's own pool would be named '%s', but a pool of that name exists "
                         "(line %d); expected distinct names: rename the pool, the pipeline or the "
                         "stage, or run the stage on it with pool: %s",
@@ -333,69 +333,69 @@ static int parse_stage(ctx_t *c, sip__config_t *cfg, sip__pipeline_config_t *pl,
     sip__pool_config_t *v = sip__reallocarray(cfg->pools, cfg->n_pools + 1, sizeof *v);
     if (!v) {
       sip__free(own);
-      return cfg_oom(c);
+      return sip__cfg_oom(c);
     }
     cfg->pools = v;
     sip__pool_config_t *pool = &v[cfg->n_pools];
     memset(pool, 0, sizeof *pool);
-    cfg_apply_defaults(&cfg_pool_section, pool);
+    sip__cfg_apply_defaults(&sip__cfg_pool_section, pool);
     cfg->n_pools++;
     pool->line = st->line;
     pool->name = own;
-    pool->model_path = cfg_resolve_path(c->base_dir, written);
-    const char *backend = pool->model_path ? cfg_backend_for(c, pool->model_path) : NULL;
+    pool->model_path = sip__cfg_resolve_path(c->base_dir, written);
+    const char *backend = pool->model_path ? sip__cfg_backend_for(c, pool->model_path) : NULL;
     if (pool->model_path && !backend)
-      return cfg_fail(c, model_path->start_mark, k, "no backend claims %s; expected one of %s, "
-                      "or a model directory", cfg_show(shown, sizeof shown, written,
+      return sip__cfg_fail(c, model_path->start_mark, k, "no backend claims %s; expected one of %s, "
+                      "or a model directory", sip__cfg_show(shown, sizeof shown, written,
                       model_path->data.scalar.length), c->backends->formats());
     pool->backend = backend ? sip__strdup(backend) : NULL;
-    if (!pool->name || !pool->model_path || !pool->backend) return cfg_oom(c);
+    if (!pool->name || !pool->model_path || !pool->backend) return sip__cfg_oom(c);
     if (pool_size) {
-      const field_t *f = &cfg_pool_fields[P_POOL_SIZE];
-      cfg_key_join(k, key, "pool_size", 9);
-      if (cfg_parse_value(c, f, pool_size, k, pool)) return -1;
+      const sip__field_t *f = &sip__cfg_pool_fields[P_POOL_SIZE];
+      sip__cfg_key_join(k, key, "pool_size", 9);
+      if (sip__cfg_parse_value(c, f, pool_size, k, pool)) return -1;
     }
-    if (!(st->pool = sip__strdup(pool->name))) return cfg_oom(c);
+    if (!(st->pool = sip__strdup(pool->name))) return sip__cfg_oom(c);
   }
   return 0;
 }
 
-int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+int sip__cfg_parse_pipelines(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__config_t *cfg = base;
   char ik[KEY_MAX], k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (is_null(v)) return 0;
-  if (v->type != YAML_SEQUENCE_NODE) return cfg_fail_kind(c, v, key, "a list of pipelines");
+  if (v->type != YAML_SEQUENCE_NODE) return sip__cfg_fail_kind(c, v, key, "a list of pipelines");
   size_t n = seq_len(v);
   if (!n) return 0;
   cfg->pipelines = sip__calloc(n, sizeof *cfg->pipelines);
-  if (!cfg->pipelines) return cfg_oom(c);
+  if (!cfg->pipelines) return sip__cfg_oom(c);
   for (size_t i = 0; i < n; i++) {
     sip__pipeline_config_t *pl = &cfg->pipelines[i];
     cfg->n_pipelines = i + 1;
     yaml_node_t *m = seq_item(c, v, i), *stages = NULL, *exit_node = NULL;
-    cfg_key_index(ik, key, i);
-    if (!m) return cfg_oom(c);
-    if (m->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, m, ik, "a map with keys: " PIPELINE_KEYS);
+    sip__cfg_key_index(ik, key, i);
+    if (!m) return sip__cfg_oom(c);
+    if (m->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, m, ik, "a map with keys: " PIPELINE_KEYS);
     pl->line = (int)m->start_mark.line + 1;
     yaml_node_t *outputs = NULL, *timeouts = NULL;
     for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top; pr++) {
       yaml_node_t *kn, *vn;
-      if (cfg_pair(c, pr, &kn, &vn)) return -1;
-      if (cfg_want_scalar(c, kn, ik, PIPELINE_KEYS)) return -1;
-      cfg_key_join(k, ik, text(kn), kn->data.scalar.length);
-      if (cfg_dup_key(c, m, pr, kn, k, "key")) return -1;
+      if (sip__cfg_pair(c, pr, &kn, &vn)) return -1;
+      if (sip__cfg_want_scalar(c, kn, ik, PIPELINE_KEYS)) return -1;
+      sip__cfg_key_join(k, ik, text(kn), kn->data.scalar.length);
+      if (sip__cfg_dup_key(c, m, pr, kn, k, "key")) return -1;
       if (!strcmp(text(kn), "name")) {
-        if (cfg_want_scalar(c, vn, k, "a pipeline name [A-Za-z0-9_.-]{1,128}")) return -1;
-        if (!cfg_valid_pool_name(text(vn), vn->data.scalar.length))
-          return cfg_fail(c, vn->start_mark, k, "%s; expected a name of 1..128 characters from A-Z "
-                          "a-z 0-9 _ . -", cfg_show(shown, sizeof shown, text(vn), vn->data.scalar.length));
-        if (!(pl->name = sip__strdup(text(vn)))) return cfg_oom(c);
+        if (sip__cfg_want_scalar(c, vn, k, "a pipeline name [A-Za-z0-9_.-]{1,128}")) return -1;
+        if (!sip__cfg_valid_pool_name(text(vn), vn->data.scalar.length))
+          return sip__cfg_fail(c, vn->start_mark, k, "%s; expected a name of 1..128 characters from A-Z "
+                          "a-z 0-9 _ . -", sip__cfg_show(shown, sizeof shown, text(vn), vn->data.scalar.length));
+        if (!(pl->name = sip__strdup(text(vn)))) return sip__cfg_oom(c);
       } else if (!strcmp(text(kn), "stages")) {
         stages = vn;
       } else if (!strcmp(text(kn), "early_exit_condition")) {
-        if (cfg_want_scalar(c, vn, k, "a condition (docs/expressions.md)")) return -1;
+        if (sip__cfg_want_scalar(c, vn, k, "a condition (docs/expressions.md)")) return -1;
         if (check_expr(c, vn, k, text(vn))) return -1;
-        if (!(pl->early_exit_condition = sip__strdup(text(vn)))) return cfg_oom(c);
+        if (!(pl->early_exit_condition = sip__strdup(text(vn)))) return sip__cfg_oom(c);
         exit_node = vn;
       } else if (!strcmp(text(kn), "outputs")) {
         if (string_list(c, vn, k, "a list of \"<stage>.<output>\"", &pl->outputs, &pl->n_outputs))
@@ -405,29 +405,29 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
         if (timeout_list(c, vn, k, pl)) return -1;
         timeouts = vn;
       } else {
-        return cfg_fail(c, kn->start_mark, k, "unknown key; expected one of: " PIPELINE_KEYS);
+        return sip__cfg_fail(c, kn->start_mark, k, "unknown key; expected one of: " PIPELINE_KEYS);
       }
     }
-    cfg_key_join(k, ik, "name", 4);
-    if (!pl->name) return cfg_fail(c, m->start_mark, k, "missing; expected a pipeline name");
+    sip__cfg_key_join(k, ik, "name", 4);
+    if (!pl->name) return sip__cfg_fail(c, m->start_mark, k, "missing; expected a pipeline name");
     for (size_t j = 0; j < i; j++)
       if (!strcmp(cfg->pipelines[j].name, pl->name))
-        return cfg_fail(c, m->start_mark, k, "'%s' is already the name of pipeline_sessions[%zu]; "
+        return sip__cfg_fail(c, m->start_mark, k, "'%s' is already the name of pipeline_sessions[%zu]; "
                         "expected unique names", pl->name, j);
-    cfg_key_join(k, ik, "stages", 6);
+    sip__cfg_key_join(k, ik, "stages", 6);
     if (!stages || stages->type != YAML_SEQUENCE_NODE || !seq_len(stages))
-      return cfg_fail(c, stages ? stages->start_mark : m->start_mark, k,
+      return sip__cfg_fail(c, stages ? stages->start_mark : m->start_mark, k,
                       "%s; expected a non-empty list of stages", stages ? "is not a non-empty list"
                                                                     : "missing");
     size_t ns = seq_len(stages);
     pl->stages = sip__calloc(ns, sizeof *pl->stages);
-    if (!pl->stages) return cfg_oom(c);
+    if (!pl->stages) return sip__cfg_oom(c);
     for (size_t s = 0; s < ns; s++) {
       char sk[KEY_MAX];
-      cfg_key_index(sk, k, s);
+      sip__cfg_key_index(sk, k, s);
       pl->n_stages = s + 1;
       yaml_node_t *sm = seq_item(c, stages, s);
-      if (!sm) return cfg_oom(c);
+      if (!sm) return sip__cfg_oom(c);
       if (parse_stage(c, cfg, pl, s, sm, sk)) return -1;
     }
     const char *const *refs;
@@ -436,22 +436,22 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
     size_t nr = e ? sip__expr_refs(e, &refs) : 0;
     for (size_t r = 0; r < nr; r++)
       if (ref_stage(pl, pl->n_stages, refs[r]) == -2) {
-        cfg_key_join(k, ik, "early_exit_condition", 20);
-        int rc = cfg_fail(c, exit_node->start_mark, k, "'%s' names no stage of pipeline '%s'",
+        sip__cfg_key_join(k, ik, "early_exit_condition", 20);
+        int rc = sip__cfg_fail(c, exit_node->start_mark, k, "'%s' names no stage of pipeline '%s'",
                           refs[r], pl->name);
         sip__expr_free(e);
         return rc;
       }
     sip__expr_free(e);
     if (pl->n_stage_timeout_ms > pl->n_stages) {
-      cfg_key_join(k, ik, "stage_timeout_ms", 16);
-      return cfg_fail(c, timeouts->start_mark, k, "%zu values for %zu stages; expected at most one "
+      sip__cfg_key_join(k, ik, "stage_timeout_ms", 16);
+      return sip__cfg_fail(c, timeouts->start_mark, k, "%zu values for %zu stages; expected at most one "
                       "per stage, in stage order", pl->n_stage_timeout_ms, pl->n_stages);
     }
     for (size_t o = 0; o < pl->n_outputs; o++)
       if (ref_stage(pl, pl->n_stages, pl->outputs[o]) < 0) {
-        cfg_key_join(k, ik, "outputs", 7);
-        return cfg_fail(c, outputs->start_mark, k, "'%s' names no stage of pipeline '%s'; expected "
+        sip__cfg_key_join(k, ik, "outputs", 7);
+        return sip__cfg_fail(c, outputs->start_mark, k, "'%s' names no stage of pipeline '%s'; expected "
                         "\"<stage>.<output>\"", pl->outputs[o], pl->name);
       }
   }
@@ -460,14 +460,14 @@ int cfg_parse_pipelines(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
 
 /* After the whole document: stages name existing pools, and no pipeline is
  * named like a pool (requests name either). */
-int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root) {
+int sip__cfg_check_pipelines(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *root) {
   for (size_t i = 0; i < cfg->n_pipelines; i++) {
     sip__pipeline_config_t *pl = &cfg->pipelines[i];
     char k[KEY_MAX];
     for (size_t j = 0; j < cfg->n_pools; j++)
       if (!strcmp(cfg->pools[j].name, pl->name)) {
         snprintf(k, sizeof k, "pipeline_sessions[%zu].name", i);
-        return cfg_fail(c, root->start_mark, k, "'%s' is also the name of a pool (line %d); expected "
+        return sip__cfg_fail(c, root->start_mark, k, "'%s' is also the name of a pool (line %d); expected "
                         "pipelines and pools to have distinct names", pl->name, cfg->pools[j].line);
       }
     for (size_t s = 0; s < pl->n_stages; s++) {
@@ -479,7 +479,7 @@ int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root) {
         snprintf(k, sizeof k, "pipeline_sessions[%zu].stages[%zu].pool", i, s);
         yaml_mark_t m = root->start_mark;
         m.line = (size_t)st->line - 1;
-        return cfg_fail(c, m, k, "'%s' is not a pool of this config; expected the name of one of "
+        return sip__cfg_fail(c, m, k, "'%s' is not a pool of this config; expected the name of one of "
                         "session_pools", st->pool);
       }
     }
@@ -487,7 +487,7 @@ int cfg_check_pipelines(ctx_t *c, sip__config_t *cfg, yaml_node_t *root) {
   return 0;
 }
 
-void cfg_pipelines_free(sip__config_t *cfg) {
+void sip__cfg_pipelines_free(sip__config_t *cfg) {
   for (size_t i = 0; i < cfg->n_pipelines; i++) pipeline_clear(&cfg->pipelines[i]);
   sip__free(cfg->pipelines);
 }

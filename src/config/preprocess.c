@@ -1,5 +1,5 @@
 /* sip — session_pools[].preprocess: parsed by config.c (included there after
- * pipelines.inc, whose cfg_scalar_or_list it shares).
+ * pipelines.inc, whose sip__cfg_scalar_or_list it shares).
  *
  *   preprocess:
  *     input: x                     # optional when the model has one input
@@ -40,7 +40,7 @@ static const struct {
 /* The keys above, for docs/config.md; tests/unit/config/test_config_doc.c checks
  * that they are the keys parse_preprocess accepts. */
 #define PRE_VALUE "a map of options, true, false or "
-const cfg_key_doc_t cfg_preprocess_keys[] = {
+const sip__cfg_key_doc_t sip__cfg_preprocess_keys[] = {
     {"input", "a model input name", "its only input",
      "The model input the steps make (needed when the model has several)."},
     {"decode", PRE_VALUE "the mode: rgb (true), bgr or gray", NULL,
@@ -67,7 +67,7 @@ static int word_in(const char *s, const char *const *words) {
 }
 
 /* The step's options from its YAML value; *skip when it is `false`. */
-static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const char *main,
+static int pre_step_options(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *main,
                             sip__preprocess_step_t *st, int *skip) {
   static const char *const yes[] = {"true", "yes", "on", NULL}, *const no[] = {"false", "no", "off",
                                                                              NULL};
@@ -78,19 +78,19 @@ static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const cha
   if (v->type == YAML_MAPPING_NODE) {
     size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
     st->options = sip__calloc(n ? n : 1, sizeof *st->options);
-    if (!st->options) return cfg_oom(c);
+    if (!st->options) return sip__cfg_oom(c);
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
       yaml_node_t *kn, *vn;
       char ok[KEY_MAX];
-      if (cfg_pair(c, p, &kn, &vn)) return -1;
-      if (cfg_want_scalar(c, kn, key, "option names")) return -1;
-      cfg_key_join(ok, key, text(kn), kn->data.scalar.length);
-      if (cfg_dup_key(c, v, p, kn, ok, "option")) return -1;
+      if (sip__cfg_pair(c, p, &kn, &vn)) return -1;
+      if (sip__cfg_want_scalar(c, kn, key, "option names")) return -1;
+      sip__cfg_key_join(ok, key, text(kn), kn->data.scalar.length);
+      if (sip__cfg_dup_key(c, v, p, kn, ok, "option")) return -1;
       char *val = NULL;
-      if (cfg_scalar_or_list(c, vn, ok, "a scalar or a list of scalars", &val)) return -1;
+      if (sip__cfg_scalar_or_list(c, vn, ok, "a scalar or a list of scalars", &val)) return -1;
       sip_kv_t *kv = &st->options[st->n_options++];
       kv->value = val;
-      if (!(kv->key = sip__strndup(text(kn), kn->data.scalar.length))) return cfg_oom(c);
+      if (!(kv->key = sip__strndup(text(kn), kn->data.scalar.length))) return sip__cfg_oom(c);
     }
     return 0;
   }
@@ -99,17 +99,17 @@ static int pre_step_options(ctx_t *c, yaml_node_t *v, const char *key, const cha
     return 0;
   }
   if (v->type == YAML_SCALAR_NODE && !is_null(v) && word_in(text(v), yes)) return 0;
-  if (!main || is_null(v)) return cfg_fail_kind(c, v, key, exp);
+  if (!main || is_null(v)) return sip__cfg_fail_kind(c, v, key, exp);
   char *val = NULL;
-  if (cfg_scalar_or_list(c, v, key, exp, &val)) return -1;
+  if (sip__cfg_scalar_or_list(c, v, key, exp, &val)) return -1;
   st->options = sip__calloc(1, sizeof *st->options);
   if (!st->options) {
     sip__free(val);
-    return cfg_oom(c);
+    return sip__cfg_oom(c);
   }
   st->options[0].value = val;
   st->n_options = 1;
-  if (!(st->options[0].key = sip__strdup(main))) return cfg_oom(c);
+  if (!(st->options[0].key = sip__strdup(main))) return sip__cfg_oom(c);
   return 0;
 }
 
@@ -126,34 +126,34 @@ static void pre_desc(char *buf, size_t n, const sip_io_desc_t *d) {
     snprintf(buf, n, "%s of rank %d", sip_dtype_name(d->dtype), d->rank);
 }
 
-int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__pool_config_t *pool = base;
   char k[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   if (is_null(v)) return 0;
-  if (v->type != YAML_MAPPING_NODE) return cfg_fail_kind(c, v, key, PREPROCESS_EXPECT);
+  if (v->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, v, key, PREPROCESS_EXPECT);
   size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
   pool->preprocess = sip__calloc(n ? n : 1, sizeof *pool->preprocess);
-  if (!pool->preprocess) return cfg_oom(c);
+  if (!pool->preprocess) return sip__cfg_oom(c);
   sip_io_desc_t prev = {0}; /* the previous step's output (name unused) */
   const char *prev_op = NULL;
   for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
     yaml_node_t *kn, *vn;
-    if (cfg_pair(c, pr, &kn, &vn)) return -1;
-    if (cfg_want_scalar(c, kn, key, "step names: " PRE_STEPS)) return -1;
+    if (sip__cfg_pair(c, pr, &kn, &vn)) return -1;
+    if (sip__cfg_want_scalar(c, kn, key, "step names: " PRE_STEPS)) return -1;
     const char *kt = text(kn);
-    cfg_key_join(k, key, kt, kn->data.scalar.length);
-    if (cfg_dup_key(c, v, pr, kn, k, "step")) return -1;
+    sip__cfg_key_join(k, key, kt, kn->data.scalar.length);
+    if (sip__cfg_dup_key(c, v, pr, kn, k, "step")) return -1;
     if (!strcmp(kt, "input")) {
-      if (cfg_want_scalar(c, vn, k, "the name of the model input the steps make")) return -1;
+      if (sip__cfg_want_scalar(c, vn, k, "the name of the model input the steps make")) return -1;
       if (!(pool->preprocess_input = sip__strndup(text(vn), vn->data.scalar.length)))
-        return cfg_oom(c);
+        return sip__cfg_oom(c);
       continue;
     }
     size_t oi = 0;
     while (oi < sizeof pre_ops / sizeof pre_ops[0] && strcmp(pre_ops[oi].key, kt)) oi++;
     if (oi == sizeof pre_ops / sizeof pre_ops[0])
-      return cfg_fail(c, kn->start_mark, k, "%s is not a preprocess step; expected one of: " PRE_STEPS,
-                      cfg_show(shown, sizeof shown, kt, kn->data.scalar.length));
+      return sip__cfg_fail(c, kn->start_mark, k, "%s is not a preprocess step; expected one of: " PRE_STEPS,
+                      sip__cfg_show(shown, sizeof shown, kt, kn->data.scalar.length));
     sip__preprocess_step_t *st = &pool->preprocess[pool->n_preprocess];
     int skip = 0;
     if (pre_step_options(c, vn, k, pre_ops[oi].main, st, &skip)) {
@@ -161,13 +161,13 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
       return -1;
     }
     if (skip) continue; /* `step: false` allocated nothing */
-    if (!(st->op = sip__strdup(pre_ops[oi].op))) return cfg_oom(c);
+    if (!(st->op = sip__strdup(pre_ops[oi].op))) return sip__cfg_oom(c);
     pool->n_preprocess++;
     /* Created once here: option errors and chaining are config errors. */
     sip__transform_t *t = NULL;
     sip_error_t *err = sip__transform_new(st->op, st->options, st->n_options, &t);
     if (err) {
-      int rc = cfg_fail(c, vn->start_mark, k, "%s", sip_error_message(err));
+      int rc = sip__cfg_fail(c, vn->start_mark, k, "%s", sip_error_message(err));
       sip_error_free(err);
       return rc;
     }
@@ -177,17 +177,17 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
     sip_io_desc_t in0 = ins[0], out0 = outs[0];
     sip__transform_free(t);
     if (ni != 1)
-      return cfg_fail(c, vn->start_mark, k, "%s takes %zu inputs; expected a step of one input",
+      return sip__cfg_fail(c, vn->start_mark, k, "%s takes %zu inputs; expected a step of one input",
                       st->op, ni);
     if (!strcmp(st->op, "decode_image") && pool->n_preprocess > 1)
-      return cfg_fail(c, kn->start_mark, k, "decode comes after %s; expected it as the first step",
+      return sip__cfg_fail(c, kn->start_mark, k, "decode comes after %s; expected it as the first step",
                       prev_op);
     if (prev_op && (prev.dtype != in0.dtype ||
                     (prev.rank >= 0 && in0.rank >= 0 && prev.rank != in0.rank))) {
       char want[64], got[64];
       pre_desc(want, sizeof want, &in0);
       pre_desc(got, sizeof got, &prev);
-      return cfg_fail(c, vn->start_mark, k,
+      return sip__cfg_fail(c, vn->start_mark, k,
                       "takes %s but the step before (%s) gives %s; expected steps that fit "
                       "together (set this step's layout and dtype options, e.g. {layout: nchw})",
                       want, prev_op, got);
@@ -199,6 +199,6 @@ int cfg_parse_preprocess(ctx_t *c, yaml_node_t *v, const char *key, void *base) 
     prev_op = pre_ops[oi].key;
   }
   if (!pool->n_preprocess)
-    return cfg_fail(c, v->start_mark, key, "has no steps; expected at least one of: " PRE_STEPS);
+    return sip__cfg_fail(c, v->start_mark, key, "has no steps; expected at least one of: " PRE_STEPS);
   return 0;
 }

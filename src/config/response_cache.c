@@ -22,13 +22,13 @@ static bool valid_redis_address(const char *s, size_t len) {
   if (s[0] == '[' ? hl < 3 || s[hl - 1] != ']' : memchr(s, ':', hl) != NULL) return false;
   int64_t port = 0;
   size_t pl = len - hl - 1;
-  if (pl > 5 || colon[1] == '+' || colon[1] == '-' || cfg_parse_int(colon + 1, pl, &port))
+  if (pl > 5 || colon[1] == '+' || colon[1] == '-' || sip__cfg_parse_int(colon + 1, pl, &port))
     return false;
   return port >= 1 && port <= 65535;
 }
 
 enum { R_ADDRESS, R_TTL, R_TIMEOUT, R_COUNT };
-static const field_t redis_fields[R_COUNT] = {
+static const sip__field_t redis_fields[R_COUNT] = {
     [R_ADDRESS] = {.name = "address", .type = F_STRING,
                    .offset = offsetof(sip__config_t, response_cache.redis_address),
                    .valid = valid_redis_address, .expect = REDIS_ADDRESS_EXPECT,
@@ -44,10 +44,10 @@ static const field_t redis_fields[R_COUNT] = {
                           "fails) the request runs uncached, the error is counted, and Redis is "
                           "not tried again for 100 ms, doubling up to 5 s while it fails."},
 };
-static const section_t redis_section = {redis_fields, R_COUNT};
+static const sip__section_t redis_section = {redis_fields, R_COUNT};
 
 enum { C_BACKEND, C_BYTES, C_REDIS, C_COUNT };
-static const field_t rcache_fields[C_COUNT] = {
+static const sip__field_t rcache_fields[C_COUNT] = {
     [C_BACKEND] = {.name = "backend", .type = F_ENUM,
                    .offset = offsetof(sip__config_t, response_cache.backend),
                    .names = backend_names, .def = SIP__RCACHE_MEMORY,
@@ -61,6 +61,6 @@ static const field_t rcache_fields[C_COUNT] = {
     [C_REDIS] = {.name = "redis", .type = F_SECTION, .section = &redis_section,
                  .doc = "The redis backend's server, TTL and timeouts."},
 };
-const section_t cfg_response_cache_section = {rcache_fields, C_COUNT};
+const sip__section_t sip__cfg_response_cache_section = {rcache_fields, C_COUNT};
 _Static_assert(COUNT(rcache_fields) <= MAX_FIELDS && COUNT(redis_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");

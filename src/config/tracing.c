@@ -9,20 +9,20 @@
 
 #define RATIO_EXPECT "a number from 0 (none) to 1 (every request)"
 
-static int parse_ratio(ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+static int parse_ratio(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
   sip__config_t *cfg = base;
   char buf[64], shown[SHOW_MAX * 4 + 8], *end;
-  if (cfg_want_scalar(c, v, key, RATIO_EXPECT)) return -1;
+  if (sip__cfg_want_scalar(c, v, key, RATIO_EXPECT)) return -1;
   size_t len = v->data.scalar.length;
   if (len >= sizeof buf || !is_plain(v))
-    return cfg_fail(c, v->start_mark, key, "%s is not a number; expected " RATIO_EXPECT,
-                    cfg_show(shown, sizeof shown, text(v), len));
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not a number; expected " RATIO_EXPECT,
+                    sip__cfg_show(shown, sizeof shown, text(v), len));
   memcpy(buf, text(v), len);
   buf[len] = '\0';
   double r = strtod(buf, &end);
   if (end == buf || *end || !(r >= 0 && r <= 1))
-    return cfg_fail(c, v->start_mark, key, "%s is not a number from 0 to 1; expected " RATIO_EXPECT,
-                    cfg_show(shown, sizeof shown, text(v), len));
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not a number from 0 to 1; expected " RATIO_EXPECT,
+                    sip__cfg_show(shown, sizeof shown, text(v), len));
   cfg->tracing.sample_ratio = r;
   cfg->tracing.sample_ratio_set = 1;
   return 0;
@@ -40,7 +40,7 @@ static bool valid_url(const char *s, size_t len) {
 }
 
 enum { T_ENDPOINT, T_RATIO, T_SERVICE, T_QUEUE, T_BATCH, T_FLUSH, T_TIMEOUT, T_COUNT };
-static const field_t tracing_fields[T_COUNT] = {
+static const sip__field_t tracing_fields[T_COUNT] = {
     [T_ENDPOINT] = {.name = "otlp_endpoint", .type = F_STRING,
                     .offset = offsetof(sip__config_t, tracing.otlp_endpoint), .valid = valid_url,
                     .expect = "an OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces",
@@ -74,5 +74,5 @@ static const field_t tracing_fields[T_COUNT] = {
                    .doc = "How long one POST to the collector may take; a failed POST drops its "
                           "spans, and the next waits 1 s, doubling up to 30 s while POSTs fail."},
 };
-const section_t cfg_tracing_section = {tracing_fields, T_COUNT};
+const sip__section_t sip__cfg_tracing_section = {tracing_fields, T_COUNT};
 _Static_assert(COUNT(tracing_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

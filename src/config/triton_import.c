@@ -16,17 +16,17 @@
 #include "config/triton.h"
 #include "core/core.h"
 
-typedef struct ctx {
+typedef struct sip__ctx {
   const char *source;
   const sip__backend_catalog_t *backends;
   json_t *out; /* sip's settings */
   char *warn;  /* "\n"-separated */
   size_t warn_len;
   int oom;
-} ctx_t;
+} sip__ctx_t;
 
-static void warn(ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(ctx_t *c, const char *fmt, ...) {
+static void warn(sip__ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(sip__ctx_t *c, const char *fmt, ...) {
   char line[768];
   va_list ap;
   va_start(ap, fmt);
@@ -44,8 +44,8 @@ static void warn(ctx_t *c, const char *fmt, ...) {
                                   c->source, line);
 }
 
-static sip_error_t *bad(const ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sip_error_t *bad(const ctx_t *c, const char *fmt, ...) {
+static sip_error_t *bad(const sip__ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static sip_error_t *bad(const sip__ctx_t *c, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -70,20 +70,20 @@ static int get_int(json_t *v, long long *out) {
   return 1;
 }
 
-static int set(ctx_t *c, json_t *obj, const char *key, json_t *v) {
+static int set(sip__ctx_t *c, json_t *obj, const char *key, json_t *v) {
   if (!v || json_object_set_new(obj, key, v)) c->oom = 1;
   return !c->oom;
 }
 
 /* The child object `key` of `obj`, made when missing. */
-static json_t *child(ctx_t *c, json_t *obj, const char *key) {
+static json_t *child(sip__ctx_t *c, json_t *obj, const char *key) {
   json_t *o = json_object_get(obj, key);
   if (!o && set(c, obj, key, json_object())) o = json_object_get(obj, key);
   return o;
 }
 
 /* Warns for every key of `o` not in `known` (NULL-terminated), as `what`.KEY. */
-static void warn_others(ctx_t *c, json_t *o, const char *what, const char *const *known,
+static void warn_others(sip__ctx_t *c, json_t *o, const char *what, const char *const *known,
                         const char *why) {
   const char *k;
   json_t *v;
@@ -96,7 +96,7 @@ static void warn_others(ctx_t *c, json_t *o, const char *what, const char *const
 
 /* ---- backend ---- */
 
-static sip_error_t *map_backend(ctx_t *c, json_t *root) {
+static sip_error_t *map_backend(sip__ctx_t *c, json_t *root) {
   const char *platform = json_string_value(json_object_get(root, "platform"));
   const char *backend = json_string_value(json_object_get(root, "backend"));
   const sip__backend_catalog_t *b = c->backends;
@@ -121,7 +121,7 @@ static sip_error_t *map_backend(ctx_t *c, json_t *root) {
 
 /* ---- version_policy, instance_group ---- */
 
-static sip_error_t *map_versions(ctx_t *c, json_t *v) {
+static sip_error_t *map_versions(sip__ctx_t *c, json_t *v) {
   json_t *latest = json_object_get(v, "latest"), *specific = json_object_get(v, "specific");
   long long n = 1;
   if (json_object_get(v, "all")) return set(c, c->out, "version_policy", json_string("all")), NULL;
@@ -149,7 +149,7 @@ static sip_error_t *map_versions(ctx_t *c, json_t *v) {
   return NULL;
 }
 
-static sip_error_t *map_instances(ctx_t *c, json_t *v) {
+static sip_error_t *map_instances(sip__ctx_t *c, json_t *v) {
   long long total = 0;
   size_t i;
   json_t *g;
@@ -177,7 +177,7 @@ static sip_error_t *map_instances(ctx_t *c, json_t *v) {
 
 /* ---- dynamic_batching ---- */
 
-static sip_error_t *map_queue_policy(ctx_t *c, json_t *q, const char *what) {
+static sip_error_t *map_queue_policy(sip__ctx_t *c, json_t *q, const char *what) {
   long long us = 0, size = 0;
   json_t *queue = child(c, c->out, "queue");
   json_t *t = json_object_get(q, "default_timeout_microseconds");
@@ -197,7 +197,7 @@ static sip_error_t *map_queue_policy(ctx_t *c, json_t *q, const char *what) {
   return NULL;
 }
 
-static sip_error_t *map_dynamic(ctx_t *c, json_t *d, long long max_batch) {
+static sip_error_t *map_dynamic(sip__ctx_t *c, json_t *d, long long max_batch) {
   if (max_batch < 1)
     return bad(c, "dynamic_batching needs max_batch_size > 0 (the model's batch dimension)");
   json_t *b = child(c, c->out, "dynamic_batching");
@@ -262,7 +262,7 @@ static int zero_one(json_t *ctl) {
   return 1;
 }
 
-static sip_error_t *map_sequence(ctx_t *c, json_t *s) {
+static sip_error_t *map_sequence(sip__ctx_t *c, json_t *s) {
   json_t *sb = child(c, c->out, "sequence_batching");
   long long us = 0;
   json_t *idle = json_object_get(s, "max_sequence_idle_microseconds");
@@ -312,7 +312,7 @@ static sip_error_t *map_sequence(ctx_t *c, json_t *s) {
 static const char *const io_known[] = {"name", "data_type", "dims", NULL};
 
 /* The declared tensors with numeric dims, for the I/O check after loading. */
-static sip_error_t *map_io(ctx_t *c, json_t *root, json_t *io) {
+static sip_error_t *map_io(sip__ctx_t *c, json_t *root, json_t *io) {
   static const char *const kinds[] = {"input", "output"};
   for (int k = 0; k < 2; k++) {
     json_t *list = json_object_get(root, kinds[k]), *copy = json_array(), *t;
@@ -350,7 +350,7 @@ static sip_error_t *map_io(ctx_t *c, json_t *root, json_t *io) {
 
 /* ---- parameters ---- */
 
-static void map_params(ctx_t *c, json_t *params) {
+static void map_params(sip__ctx_t *c, json_t *params) {
   const char *backend = json_string_value(json_object_get(c->out, "backend"));
   size_t n = 0;
   const sip_backend_option_t *opt =
@@ -394,7 +394,7 @@ static int is_empty(json_t *v) {
          (json_is_string(v) && !*json_string_value(v)) || (json_is_integer(v) && !json_integer_value(v));
 }
 
-static sip_error_t *map_config(ctx_t *c, json_t *root, const char *model, json_t *io,
+static sip_error_t *map_config(sip__ctx_t *c, json_t *root, const char *model, json_t *io,
                                int *batched) {
   const char *name = json_string_value(json_object_get(root, "name"));
   if (name && *name && strcmp(name, model))
@@ -513,7 +513,7 @@ sip_error_t *sip__triton_import(const char *text, size_t len, const char *source
   json_error_t je;
   json_t *root = json_loads(json, 0, &je), *io = json_object();
   sip__free(json);
-  ctx_t c = {.source = source, .backends = backends, .out = json_object()};
+  sip__ctx_t c = {.source = source, .backends = backends, .out = json_object()};
   if (!root || !c.out || !io) e = SIP__OOM();
   if (!e) e = map_config(&c, root, model, io, &out->batched);
   if (!e && c.oom) e = SIP__OOM();

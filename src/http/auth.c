@@ -24,7 +24,7 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 
-int sip__http_route_group(route_kind_t kind) {
+int sip__http_route_group(sip__route_kind_t kind) {
   switch (kind) {
   case R_LIVE:
   case R_READY:
@@ -159,14 +159,14 @@ static const char *cross_site(struct MHD_Connection *c, int tls) {
   return NULL;
 }
 
-static void deny(hreq_t *q, unsigned status, int bearer, const char *fmt, const char *a,
+static void deny(sip__hreq_t *q, unsigned status, int bearer, const char *fmt, const char *a,
                  const char *b) {
   q->denied = status;
   q->deny_bearer = bearer;
   snprintf(q->deny_msg, sizeof q->deny_msg, fmt, a, b);
 }
 
-void sip__http_guard(hreq_t *q, const char *method) {
+void sip__http_guard(sip__hreq_t *q, const char *method) {
   struct MHD_Connection *c = q->conn;
   const sip__config_t *cfg = q->h->cfg;
   int group = sip__http_route_group(q->kind);
@@ -208,7 +208,7 @@ void sip__http_guard(hreq_t *q, const char *method) {
   }
 }
 
-int sip__http_deny_now(hreq_t *q) {
+int sip__http_deny_now(sip__hreq_t *q) {
   const char *cl = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
                                                MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (!cl) return 0;
@@ -218,7 +218,7 @@ int sip__http_deny_now(hreq_t *q) {
   return errno == ERANGE || (end != cl && n > q->h->cfg->http_max_body_bytes);
 }
 
-enum MHD_Result sip__http_send_denied(hreq_t *q) {
+enum MHD_Result sip__http_send_denied(sip__hreq_t *q) {
   size_t len;
   char *body = sip__ks_error_json(q->deny_msg, &len);
   if (!body) return MHD_NO;

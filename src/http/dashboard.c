@@ -164,7 +164,7 @@ json_t *sip__dash_data(sip_server_t *s) {
 /* ---- the routes -------------------------------------------------------------- */
 
 /* Sends a rendered page (owned; NULL: out of memory), never cached. */
-static enum MHD_Result send_page(hreq_t *q, char *page, size_t len, const char *disposition) {
+static enum MHD_Result send_page(sip__hreq_t *q, char *page, size_t len, const char *disposition) {
   if (!page) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   struct MHD_Response *r =
       MHD_create_response_from_buffer_with_free_callback(len, page, sip__free);
@@ -177,19 +177,19 @@ static enum MHD_Result send_page(hreq_t *q, char *page, size_t len, const char *
   return sip__http_queue(q->conn, 200, r, "text/html; charset=utf-8");
 }
 
-enum MHD_Result sip__http_dashboard(hreq_t *q) {
+enum MHD_Result sip__http_dashboard(sip__hreq_t *q) {
   size_t len = 0;
   char *page = sip__dash_render(NULL, &len);
   return send_page(q, page, len, NULL);
 }
 
-enum MHD_Result sip__http_dashboard_data(hreq_t *q) {
+enum MHD_Result sip__http_dashboard_data(sip__hreq_t *q) {
   json_t *d = sip__dash_data(q->h->s);
   if (!d) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   return sip__http_send_json(q->conn, 200, d);
 }
 
-enum MHD_Result sip__http_dashboard_report(hreq_t *q) {
+enum MHD_Result sip__http_dashboard_report(sip__hreq_t *q) {
   json_t *d = sip__dash_data(q->h->s);
   char *txt = d ? json_dumps(d, JSON_COMPACT) : NULL;
   json_decref(d);
@@ -199,7 +199,7 @@ enum MHD_Result sip__http_dashboard_report(hreq_t *q) {
   return send_page(q, page, len, "inline; filename=\"sip-report.html\"");
 }
 
-int sip__http_dashboard_route(route_kind_t kind) {
+int sip__http_dashboard_route(sip__route_kind_t kind) {
   switch (kind) {
   case R_DASHBOARD:
   case R_DASH_DATA:

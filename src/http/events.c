@@ -147,7 +147,7 @@ sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask) {
   return NULL;
 }
 
-enum MHD_Result sip__http_events(hreq_t *q) {
+enum MHD_Result sip__http_events(sip__hreq_t *q) {
   const char *pool = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "pool");
   uint64_t exclude = 0;
   sip_error_t *e = sip__http_event_exclude(

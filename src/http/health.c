@@ -11,19 +11,19 @@
 #include "server/introspect.h"
 #include "server/prometheus.h"
 
-enum MHD_Result sip__http_live(hreq_t *q) {
+enum MHD_Result sip__http_live(sip__hreq_t *q) {
   return sip__http_send_json(q->conn, 200, json_pack("{s:b}", "live", 1));
 }
 
 /* The status document the native protocol's INFO_STATUS sends (`sip
  * status`): pools with their sessions, counters and sla, the alerts. */
-enum MHD_Result sip__http_status(hreq_t *q) {
+enum MHD_Result sip__http_status(sip__hreq_t *q) {
   json_t *doc = sip__server_info(q->h->s, SIP_INFO_STATUS);
   if (!doc) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   return sip__http_send_json(q->conn, 200, doc);
 }
 
-enum MHD_Result sip__http_ready(hreq_t *q) {
+enum MHD_Result sip__http_ready(sip__hreq_t *q) {
   sip__http_t *h = q->h;
   if (sip_server_draining(h->s))
     return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
@@ -39,7 +39,7 @@ enum MHD_Result sip__http_ready(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, json_pack("{s:b}", "ready", 1));
 }
 
-enum MHD_Result sip__http_server_meta(hreq_t *q) {
+enum MHD_Result sip__http_server_meta(sip__hreq_t *q) {
   json_t *v = json_pack("{s:s,s:s,s:[s,s,s,s,s,s,s]}", "name", "sip", "version", sip_version(),
                         "extensions", "binary_tensor_data", "classification",
                         "model_configuration", "statistics", "logging", "trace",
@@ -54,7 +54,7 @@ enum MHD_Result sip__http_server_meta(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, v);
 }
 
-enum MHD_Result sip__http_metrics(hreq_t *q) {
+enum MHD_Result sip__http_metrics(sip__hreq_t *q) {
   char *txt = sip__prometheus_text(q->h->s);
   if (!txt) return sip__http_send_error_msg(q->conn, 500, "out of memory");
   return sip__http_send_owned(q->conn, 200, "text/plain; version=0.0.4; charset=utf-8", txt,

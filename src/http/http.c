@@ -115,7 +115,7 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
 /* ---- the MHD callbacks ----------------------------------------------------- */
 
 /* The POST route's phases when the request is a POST to one, else NULL. */
-static const http_post_ops_t *posting(const hreq_t *q, const char *method) {
+static const sip__http_post_ops_t *posting(const sip__hreq_t *q, const char *method) {
   return q->route && q->route->post && !strcmp(method, MHD_HTTP_METHOD_POST) ? q->route->post
                                                                              : NULL;
 }
@@ -127,7 +127,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
   sip__http_t *h = cls;
-  hreq_t *q = *con_cls;
+  sip__hreq_t *q = *con_cls;
   if (!q) {
     if (!(q = sip__calloc(1, sizeof *q))) return MHD_NO;
     q->h = h;
@@ -154,10 +154,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       q->refused = 1;
       return sip__http_send_error_msg(c, bad, msg);
     }
-    const http_post_ops_t *post = posting(q, method);
+    const sip__http_post_ops_t *post = posting(q, method);
     return post && post->begin && !q->denied ? post->begin(q) : MHD_YES;
   }
-  const http_post_ops_t *post = posting(q, method);
+  const sip__http_post_ops_t *post = posting(q, method);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0; /* bodies of other requests are ignored */
@@ -181,7 +181,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   sip__http_t *h = cls;
   sip__http_conns_request_done(h, c, toe);
-  hreq_t *q = *con_cls;
+  sip__hreq_t *q = *con_cls;
   if (!q) return;
   *con_cls = NULL;
   sip__free(q->model);
@@ -262,7 +262,7 @@ static sip_error_t *bind_listen(const char *key, const char *hostport, int *fd_o
 
 #define SMALL_BODY_MAX ((size_t)64 << 10)
 
-enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what) {
+enum MHD_Result sip__http_small_body(sip__hreq_t *q, const char *data, size_t n, const char *what) {
   if (q->early) return MHD_YES;
   if (q->len + n > SMALL_BODY_MAX) {
     q->early = sip_error_new(SIP_INVALID_ARGUMENT,
@@ -282,7 +282,7 @@ enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, cons
   return MHD_YES;
 }
 
-json_t *sip__http_body_object(hreq_t *q, const char *expect) {
+json_t *sip__http_body_object(sip__hreq_t *q, const char *expect) {
   json_error_t je;
   je.text[0] = '\0';
   json_t *b = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)

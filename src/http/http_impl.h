@@ -39,7 +39,7 @@
  * pools JSON when the pool is READY, per model and requested version, and
  * rebuilt when the server's pools changed since (a model repository load
  * or unload). Reference-counted: a request keeps the one it used. */
-typedef struct meta {
+typedef struct sip__meta {
   char *model;
   char *asked;   /* the version asked for, NULL: the default one */
   uint64_t gen;  /* the registry generation it describes */
@@ -47,8 +47,8 @@ typedef struct meta {
   sip_io_desc_t *inputs;
   size_t n_inputs;
   atomic_int refs;
-  struct meta *next;
-} meta_t;
+  struct sip__meta *next;
+} sip__meta_t;
 
 typedef struct sip__http_conns sip__http_conns_t;
 typedef struct sip__http_conn sip__http_conn_t;
@@ -70,7 +70,7 @@ struct sip__http {
   pthread_mutex_t mu;   /* with cv: stop waits for inflight to reach 0 */
   pthread_cond_t cv;
   pthread_mutex_t cache_mu;
-  meta_t *cache;
+  sip__meta_t *cache;
   pthread_mutex_t sse_mu; /* sse: the open event streams (events.c) */
   struct sip__http_sse *sse;
   sip__http_conns_t *cs; /* connection limits, header deadlines, hang-ups (conns.c) */
@@ -80,7 +80,7 @@ struct sip__http {
   int dashboard_only;
 };
 
-typedef enum route_kind {
+typedef enum sip__route_kind {
   R_NONE = 0,
   R_LIVE,
   R_READY,
@@ -105,26 +105,26 @@ typedef enum route_kind {
   R_DASHBOARD,   /* GET /dashboard: the live dashboard's page */
   R_DASH_DATA,   /* GET /v2/dashboard/data */
   R_DASH_REPORT, /* GET /v2/dashboard/report: the page with a snapshot, self-contained */
-} route_kind_t;
+} sip__route_kind_t;
 
-typedef struct hreq hreq_t;
+typedef struct sip__hreq sip__hreq_t;
 
 /* A GET route's answer (also for HEAD), called once the whole request is
  * in: answering earlier makes MHD close the connection. */
-typedef enum MHD_Result (*http_get_fn)(hreq_t *q);
+typedef enum MHD_Result (*sip__http_get_fn)(sip__hreq_t *q);
 
 /* A POST route's phases (http.c's on_request calls them in order). */
-typedef struct http_post_ops {
+typedef struct sip__http_post_ops {
   /* Headers are in, the body is not (NULL: nothing to do). May answer at
    * once and set q->refused, or leave an error in q->early. */
-  enum MHD_Result (*begin)(hreq_t *q);
+  enum MHD_Result (*begin)(sip__hreq_t *q);
   /* A chunk of the body. */
-  enum MHD_Result (*body)(hreq_t *q, const char *data, size_t n);
+  enum MHD_Result (*body)(sip__hreq_t *q, const char *data, size_t n);
   /* The whole body is in (q->early is answered before this is called). */
-  enum MHD_Result (*start)(hreq_t *q);
+  enum MHD_Result (*start)(sip__hreq_t *q);
   /* Called again after the connection was resumed: the answer. */
-  enum MHD_Result (*answer)(hreq_t *q);
-} http_post_ops_t;
+  enum MHD_Result (*answer)(sip__hreq_t *q);
+} sip__http_post_ops_t;
 
 /* One entry of the route table (routes.c). A pattern is matched literally
  * but for its placeholders: {model}, {version} and {region} take one
@@ -132,19 +132,19 @@ typedef struct http_post_ops {
  * bytes, a region name at most SIP__SHM_MAX_NAME); {path} takes
  * the rest of the path up to its last '/' (non-empty, any characters: the
  * engine checks repository names and says why one is refused). */
-typedef struct http_route {
+typedef struct sip__http_route {
   const char *pattern;
-  route_kind_t kind;
-  http_get_fn get;             /* GET and HEAD, or NULL */
-  const http_post_ops_t *post; /* POST, or NULL */
-} http_route_t;
+  sip__route_kind_t kind;
+  sip__http_get_fn get;             /* GET and HEAD, or NULL */
+  const sip__http_post_ops_t *post; /* POST, or NULL */
+} sip__http_route_t;
 
 /* One HTTP request (MHD's con_cls). */
-struct hreq {
+struct sip__hreq {
   sip__http_t *h;
   struct MHD_Connection *conn;
-  const http_route_t *route; /* NULL: no such endpoint */
-  route_kind_t kind;
+  const sip__http_route_t *route; /* NULL: no such endpoint */
+  sip__route_kind_t kind;
   char *model, *version;
   /* The body, written at buf + pad: pad puts the binary section (after the
    * JSON header) on a 64-byte boundary so binary inputs are used in place. */
@@ -161,7 +161,7 @@ struct hreq {
   int deny_bearer;    /* 401: 1 WWW-Authenticate Bearer, 2 with error="invalid_token" */
   char deny_msg[320];
   sip__ks_request_t *ks;
-  struct meta *meta; /* the model's metadata (a reference), or NULL */
+  struct sip__meta *meta; /* the model's metadata (a reference), or NULL */
   sip__http_conn_t *hc; /* watched for a hang-up while suspended (conns.c) */
   /* Set before the connection is resumed. */
   sip_response_t *resp;
@@ -173,24 +173,24 @@ struct hreq {
 /* ---- auth.c: Host, Origin and bearer-token checks (docs/security.md) ------ */
 
 /* The API group of a route (SIP__AUTH_OPEN: health and readiness). */
-int sip__http_route_group(route_kind_t kind);
+int sip__http_route_group(sip__route_kind_t kind);
 /* Whether a Host header value (NULL: none) names this server, by
  * server.allowed_hosts or the defaults. */
 int sip__http_host_allowed(const sip__config_t *cfg, const char *host_header);
 /* Once the headers are in: sets q->denied (and the message) when the
  * request may not go to its route. */
-void sip__http_guard(hreq_t *q, const char *method);
+void sip__http_guard(sip__hreq_t *q, const char *method);
 /* Whether a denied request is answered at once rather than once its body
  * is in: when the body it announces is over server.http_max_body_bytes
  * (MHD then closes the connection; a refused client does not get to send
  * gigabytes first). */
-int sip__http_deny_now(hreq_t *q);
+int sip__http_deny_now(sip__hreq_t *q);
 /* The answer of a denied request (401 with WWW-Authenticate, 403, 421). */
-enum MHD_Result sip__http_send_denied(hreq_t *q);
+enum MHD_Result sip__http_send_denied(sip__hreq_t *q);
 
 /* ---- events.c: GET /v2/events as Server-Sent Events ----------------------- */
 typedef struct sip__http_sse sip__http_sse_t;
-enum MHD_Result sip__http_events(hreq_t *q);
+enum MHD_Result sip__http_events(sip__hreq_t *q);
 /* ?exclude=: a comma-separated list of event type names (NULL or "": none;
  * empty items are skipped) into a bit set, bit t for type t; an unknown
  * name is INVALID_ARGUMENT listing the known ones. */
@@ -199,13 +199,13 @@ sip_error_t *sip__http_event_exclude(const char *list, uint64_t *mask);
 void sip__http_sse_stop(sip__http_t *h);
 
 /* ---- dashboard.c: the live dashboard (docs/dashboard.md) ------------------- */
-enum MHD_Result sip__http_dashboard(hreq_t *q);
-enum MHD_Result sip__http_dashboard_data(hreq_t *q);
-enum MHD_Result sip__http_dashboard_report(hreq_t *q);
+enum MHD_Result sip__http_dashboard(sip__hreq_t *q);
+enum MHD_Result sip__http_dashboard_data(sip__hreq_t *q);
+enum MHD_Result sip__http_dashboard_report(sip__hreq_t *q);
 /* 1 for the routes server.dashboard's own port serves: the page, its data
  * and report, the event stream, /metrics and the health checks (all
  * read-only). */
-int sip__http_dashboard_route(route_kind_t kind);
+int sip__http_dashboard_route(sip__route_kind_t kind);
 /* The page (owned, sip__free; *len its length; NULL when out of memory):
  * the template with its styles and scripts inlined. With `snapshot` (JSON
  * text of sip__dash_data, borrowed) it is the report: the snapshot in a
@@ -228,14 +228,14 @@ json_t *sip__dash_data(sip_server_t *s);
  * NULL when there is none (or out of memory). *model and *version get owned
  * copies of the path's {model}/{path} and {version} (left alone when the
  * pattern has none). */
-const http_route_t *sip__http_route_match(const char *url, char **model, char **version);
+const sip__http_route_t *sip__http_route_match(const char *url, char **model, char **version);
 /* 0 when `r` answers `method`. Else the status to answer: 404 (r is NULL)
  * or 405, with the message written to msg and, for 405, the Allow header's
  * value in *allow. */
-unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const char *method,
+unsigned sip__http_route_refusal(const sip__http_route_t *r, const char *url, const char *method,
                                  char *msg, size_t msg_n, const char **allow);
 /* Answers a request no POST route takes: the GET routes, 404 and 405. */
-enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method);
+enum MHD_Result sip__http_answer(sip__hreq_t *q, const char *url, const char *method);
 
 /* ---- framing.c: a request's framing headers (RFC 9112) ------------------- */
 
@@ -320,27 +320,27 @@ enum MHD_Result sip__http_send_json(struct MHD_Connection *c, unsigned status, j
 
 /* Collects a small JSON body (at most 64 KiB; `what` names the request in
  * the error past that). */
-enum MHD_Result sip__http_small_body(hreq_t *q, const char *data, size_t n, const char *what);
+enum MHD_Result sip__http_small_body(sip__hreq_t *q, const char *data, size_t n, const char *what);
 /* The small body as a JSON object (owned; an empty body is {}), or NULL
  * after answering 400 saying why, with `expect` naming what was expected. */
-json_t *sip__http_body_object(hreq_t *q, const char *expect);
+json_t *sip__http_body_object(sip__hreq_t *q, const char *expect);
 
 /* ---- settings.c: Triton's log and trace settings (core/settings.h) -------- */
-enum MHD_Result sip__http_logging_get(hreq_t *q);
-enum MHD_Result sip__http_trace_get(hreq_t *q);
-extern const http_post_ops_t sip__http_logging_ops;
-extern const http_post_ops_t sip__http_trace_ops;
-extern const http_post_ops_t sip__http_admin_ops; /* POST /v2/admin (docs/availability.md) */
+enum MHD_Result sip__http_logging_get(sip__hreq_t *q);
+enum MHD_Result sip__http_trace_get(sip__hreq_t *q);
+extern const sip__http_post_ops_t sip__http_logging_ops;
+extern const sip__http_post_ops_t sip__http_trace_ops;
+extern const sip__http_post_ops_t sip__http_admin_ops; /* POST /v2/admin (docs/availability.md) */
 
 /* ---- cudashm.c: Triton's CUDA shared memory extension, without GPUs ---------- */
-enum MHD_Result sip__http_cudashm_status(hreq_t *q);
-extern const http_post_ops_t sip__http_cudashm_unregister_ops;
-extern const http_post_ops_t sip__http_cudashm_register_ops;
+enum MHD_Result sip__http_cudashm_status(sip__hreq_t *q);
+extern const sip__http_post_ops_t sip__http_cudashm_unregister_ops;
+extern const sip__http_post_ops_t sip__http_cudashm_register_ops;
 
 /* ---- shm.c: system shared memory (the server's regions, core/shm.h) --------- */
-enum MHD_Result sip__http_shm_status(hreq_t *q);
-extern const http_post_ops_t sip__http_shm_unregister_ops;
-extern const http_post_ops_t sip__http_shm_register_ops;
+enum MHD_Result sip__http_shm_status(sip__hreq_t *q);
+extern const sip__http_post_ops_t sip__http_shm_unregister_ops;
+extern const sip__http_post_ops_t sip__http_shm_register_ops;
 /* The check behind register, on a parsed body object (fuzz_http): "key" a
  * string (required), "offset" an integer >= 0 (default 0), "byte_size" an
  * integer >= 0 (required); no other fields. *key points into `b`. The range
@@ -350,30 +350,30 @@ sip_error_t *sip__http_shm_register_args(const json_t *b, const char **key, uint
 
 /* ---- models.c ------------------------------------------------------------ */
 
-enum MHD_Result sip__http_model_meta(hreq_t *q);
-enum MHD_Result sip__http_model_config(hreq_t *q);
-enum MHD_Result sip__http_model_ready(hreq_t *q);
-enum MHD_Result sip__http_model_stats(hreq_t *q);
-enum MHD_Result sip__http_all_stats(hreq_t *q);
+enum MHD_Result sip__http_model_meta(sip__hreq_t *q);
+enum MHD_Result sip__http_model_config(sip__hreq_t *q);
+enum MHD_Result sip__http_model_ready(sip__hreq_t *q);
+enum MHD_Result sip__http_model_stats(sip__hreq_t *q);
+enum MHD_Result sip__http_all_stats(sip__hreq_t *q);
 
 /* ---- health.c ------------------------------------------------------------ */
 
-enum MHD_Result sip__http_live(hreq_t *q);
-enum MHD_Result sip__http_ready(hreq_t *q);
-enum MHD_Result sip__http_status(hreq_t *q);
-enum MHD_Result sip__http_server_meta(hreq_t *q);
-enum MHD_Result sip__http_metrics(hreq_t *q);
+enum MHD_Result sip__http_live(sip__hreq_t *q);
+enum MHD_Result sip__http_ready(sip__hreq_t *q);
+enum MHD_Result sip__http_status(sip__hreq_t *q);
+enum MHD_Result sip__http_server_meta(sip__hreq_t *q);
+enum MHD_Result sip__http_metrics(sip__hreq_t *q);
 
 /* ---- infer.c ------------------------------------------------------------- */
 
-extern const http_post_ops_t sip__http_infer_ops;
+extern const sip__http_post_ops_t sip__http_infer_ops;
 /* Drops a reference to a metadata cache entry (NULL: no-op). */
-void sip__http_meta_unref(meta_t *m);
+void sip__http_meta_unref(sip__meta_t *m);
 /* Empties the front-end's metadata cache (at stop). */
 void sip__http_meta_clear(sip__http_t *h);
 
 /* ---- repository.c -------------------------------------------------------- */
 
-extern const http_post_ops_t sip__http_repo_ops;
+extern const sip__http_post_ops_t sip__http_repo_ops;
 
 #endif

@@ -21,7 +21,7 @@
 
 /* ---- the model metadata cache -------------------------------------------- */
 
-static void meta_free(meta_t *m) {
+static void meta_free(sip__meta_t *m) {
   if (!m) return;
   sip__free(m->model);
   sip__free(m->asked);
@@ -31,21 +31,21 @@ static void meta_free(meta_t *m) {
   sip__free(m);
 }
 
-void sip__http_meta_unref(meta_t *m) {
+void sip__http_meta_unref(sip__meta_t *m) {
   if (m && atomic_fetch_sub(&m->refs, 1) == 1) meta_free(m);
 }
 
 void sip__http_meta_clear(sip__http_t *h) {
   while (h->cache) {
-    meta_t *m = h->cache;
+    sip__meta_t *m = h->cache;
     h->cache = m->next;
     sip__http_meta_unref(m);
   }
 }
 
-static meta_t *meta_build(const sip__model_view_t *v, const char *model, const char *asked,
+static sip__meta_t *meta_build(const sip__model_view_t *v, const char *model, const char *asked,
                           uint64_t gen) {
-  meta_t *m = sip__calloc(1, sizeof *m);
+  sip__meta_t *m = sip__calloc(1, sizeof *m);
   if (!m) return NULL;
   atomic_init(&m->refs, 1);
   m->gen = gen;
@@ -65,17 +65,17 @@ fail:
   return NULL;
 }
 
-static int meta_is(const meta_t *m, const char *model, const char *asked) {
+static int meta_is(const sip__meta_t *m, const char *model, const char *asked) {
   return !strcmp(m->model, model) && (asked ? m->asked && !strcmp(m->asked, asked) : !m->asked);
 }
 
 /* Metadata of a READY model (a reference for the caller: meta_unref), or
  * NULL (unknown, not ready, OOM). Entries describing an older set of pools
  * are replaced; requests still holding them keep them alive. */
-static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
+static sip__meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
   uint64_t gen = sip_server_generation(h->s);
   pthread_mutex_lock(&h->cache_mu);
-  meta_t **pp = &h->cache, *m;
+  sip__meta_t **pp = &h->cache, *m;
   while ((m = *pp) && !meta_is(m, model, asked)) pp = &m->next;
   if (m && m->gen != gen) { /* the pools changed since: build it again */
     *pp = m->next;
@@ -93,7 +93,7 @@ static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
   sip__server_models_free(views, n);
   if (!m) return NULL;
   pthread_mutex_lock(&h->cache_mu);
-  meta_t *old = h->cache;
+  sip__meta_t *old = h->cache;
   while (old && !(meta_is(old, model, asked) && old->gen == gen)) old = old->next;
   if (old) { /* another thread won the race */
     meta_free(m);
@@ -112,7 +112,7 @@ static meta_t *meta_get(sip__http_t *h, const char *model, const char *asked) {
 /* What the completion needs: the request, and the scope its shared memory
  * regions were viewed through (core/shm.h). */
 typedef struct hinfer {
-  hreq_t *q;
+  sip__hreq_t *q;
   sip__shm_set_t *scope;
 } hinfer_t;
 
@@ -126,7 +126,7 @@ static void hinfer_free(hinfer_t *w) {
  * own thread. */
 static void on_done(sip_response_t *resp, void *user) {
   hinfer_t *w = user;
-  hreq_t *q = w->q;
+  sip__hreq_t *q = w->q;
   /* A region the execution read or wrote that its client shrank meanwhile:
    * the outputs may be made of zeros, so the answer is that error (the
    * response is freed with the request). The encoder checks the bytes it
@@ -172,7 +172,7 @@ static int accepts(const char *ae, const char *coding) {
 }
 
 /* First call of an infer request: headers are in, the body is not. */
-static enum MHD_Result infer_begin(hreq_t *q) {
+static enum MHD_Result infer_begin(sip__hreq_t *q) {
   struct MHD_Connection *c = q->conn;
   q->trace_t0 = sip__now_ns();
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -219,7 +219,7 @@ static enum MHD_Result infer_begin(hreq_t *q) {
   return MHD_YES;
 }
 
-static enum MHD_Result infer_body(hreq_t *q, const char *data, size_t n) {
+static enum MHD_Result infer_body(sip__hreq_t *q, const char *data, size_t n) {
   if (q->early) return MHD_YES; /* answered once the body is in */
   size_t limit = q->h->cfg->http_max_body_bytes;
   if (n > limit - q->len) {
@@ -251,7 +251,7 @@ static unsigned too_big(char *msg, size_t msg_n, size_t limit) {
  * at the same padding; the body limit applies to what it inflates to (a
  * bomb is refused once past it). 0, or the HTTP status of the error in
  * *msg. */
-static unsigned inflate_body(hreq_t *q, char *msg, size_t msg_n) {
+static unsigned inflate_body(sip__hreq_t *q, char *msg, size_t msg_n) {
   size_t limit = q->h->cfg->http_max_body_bytes;
   if (q->len > UINT_MAX) {
     snprintf(msg, msg_n, "compressed request body of %zu bytes is larger than zlib takes at once",
@@ -310,7 +310,7 @@ static unsigned inflate_body(hreq_t *q, char *msg, size_t msg_n) {
   return 0;
 }
 
-static enum MHD_Result infer_start(hreq_t *q) {
+static enum MHD_Result infer_start(sip__hreq_t *q) {
   q->started = 1;
   if (q->compressed) {
     char msg[300];
@@ -464,7 +464,7 @@ static sip_error_t *note_failover(sip__ks_body_t *b, const sip_response_t *resp)
 }
 
 /* Called again after the resume: encode and queue the answer. */
-static enum MHD_Result infer_answer(hreq_t *q) {
+static enum MHD_Result infer_answer(sip__hreq_t *q) {
   struct MHD_Connection *c = q->conn;
   if (q->err) { /* not submitted, or a region shrank under it (q->resp goes with q) */
     sip_error_t *e = q->err;
@@ -536,7 +536,7 @@ static enum MHD_Result infer_answer(hreq_t *q) {
   return sip__http_queue(c, 200, r, binary ? "application/octet-stream" : "application/json");
 }
 
-const http_post_ops_t sip__http_infer_ops = {
+const sip__http_post_ops_t sip__http_infer_ops = {
     .begin = infer_begin,
     .body = infer_body,
     .start = infer_start,

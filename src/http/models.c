@@ -103,7 +103,7 @@ static json_t *pool_config(const sip__model_view_t *m) {
   return out;
 }
 
-static enum MHD_Result model_meta(hreq_t *q, int config) {
+static enum MHD_Result model_meta(sip__hreq_t *q, int config) {
   /* Pools' inputs and outputs are freed while the server drains. */
   if (sip_server_draining(q->h->s))
     return sip__http_send_error_msg(q->conn, 503,
@@ -133,7 +133,7 @@ static enum MHD_Result model_meta(hreq_t *q, int config) {
   return sip__http_send_json(q->conn, 200, out);
 }
 
-enum MHD_Result sip__http_model_ready(hreq_t *q) {
+enum MHD_Result sip__http_model_ready(sip__hreq_t *q) {
   size_t n = 0;
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   const sip__model_view_t *m = NULL;
@@ -153,7 +153,7 @@ static json_t *stat_pair(sip__stat_read_t s) {
 /* Triton's statistics extension. Pipelines count their requests end to
  * end; their stages' queue and compute time are in the stages' pools'
  * entries. */
-static enum MHD_Result stats(hreq_t *q, int all) {
+static enum MHD_Result stats(sip__hreq_t *q, int all) {
   size_t n = 0;
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   if (!all) {
@@ -188,7 +188,7 @@ static enum MHD_Result stats(hreq_t *q, int all) {
   return sip__http_send_json(q->conn, 200, json_pack("{s:o}", "model_stats", list));
 }
 
-enum MHD_Result sip__http_model_meta(hreq_t *q) { return model_meta(q, 0); }
-enum MHD_Result sip__http_model_config(hreq_t *q) { return model_meta(q, 1); }
-enum MHD_Result sip__http_model_stats(hreq_t *q) { return stats(q, 0); }
-enum MHD_Result sip__http_all_stats(hreq_t *q) { return stats(q, 1); }
+enum MHD_Result sip__http_model_meta(sip__hreq_t *q) { return model_meta(q, 0); }
+enum MHD_Result sip__http_model_config(sip__hreq_t *q) { return model_meta(q, 1); }
+enum MHD_Result sip__http_model_stats(sip__hreq_t *q) { return stats(q, 0); }
+enum MHD_Result sip__http_all_stats(sip__hreq_t *q) { return stats(q, 1); }

@@ -12,19 +12,19 @@
 #include "server/introspect.h"
 
 /* A repository request's (small JSON) body. */
-static enum MHD_Result repo_body(hreq_t *q, const char *data, size_t n) {
+static enum MHD_Result repo_body(sip__hreq_t *q, const char *data, size_t n) {
   return sip__http_small_body(q, data, n, "repository request");
 }
 
 /* A load or unload finished (the loader thread): resume the connection,
  * whose thread answers. */
 static void on_repo_done(sip_error_t *e, void *user) {
-  hreq_t *q = user;
+  sip__hreq_t *q = user;
   q->err = e;
   MHD_resume_connection(q->conn);
 }
 
-static enum MHD_Result repo_start(hreq_t *q) {
+static enum MHD_Result repo_start(sip__hreq_t *q) {
   struct MHD_Connection *c = q->conn;
   json_error_t je;
   json_t *body = q->len ? json_loadb((const char *)q->buf, q->len, JSON_REJECT_DUPLICATES, &je)
@@ -87,7 +87,7 @@ static enum MHD_Result repo_start(hreq_t *q) {
 
 /* Called again after the resume. Triton answers a load or unload 200 with
  * an empty body; {} keeps every answer JSON. */
-static enum MHD_Result repo_answer(hreq_t *q) {
+static enum MHD_Result repo_answer(sip__hreq_t *q) {
   if (q->err) {
     sip_error_t *e = q->err;
     q->err = NULL;
@@ -96,7 +96,7 @@ static enum MHD_Result repo_answer(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, json_object());
 }
 
-const http_post_ops_t sip__http_repo_ops = {
+const sip__http_post_ops_t sip__http_repo_ops = {
     .begin = NULL,
     .body = repo_body,
     .start = repo_start,

@@ -15,7 +15,7 @@
 
 /* In order: the first pattern that matches is the route (so the fixed
  * /v2/models/stats comes before /v2/models/{model}). */
-static const http_route_t routes[] = {
+static const sip__http_route_t routes[] = {
     {"/v2/health/live", R_LIVE, sip__http_live, NULL},
     {"/v2/health/ready", R_READY, sip__http_ready, NULL},
     {"/v2", R_SERVER, sip__http_server_meta, NULL},
@@ -111,7 +111,7 @@ static int match(const char *pat, const char *url, span_t *model, span_t *versio
   return *url == '\0';
 }
 
-const http_route_t *sip__http_route_match(const char *url, char **model, char **version) {
+const sip__http_route_t *sip__http_route_match(const char *url, char **model, char **version) {
   for (size_t i = 0; i < N_ROUTES; i++) {
     span_t m = {NULL, 0}, v = {NULL, 0};
     if (!match(routes[i].pattern, url, &m, &v)) continue;
@@ -122,7 +122,7 @@ const http_route_t *sip__http_route_match(const char *url, char **model, char **
   return NULL;
 }
 
-unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const char *method,
+unsigned sip__http_route_refusal(const sip__http_route_t *r, const char *url, const char *method,
                                  char *msg, size_t msg_n, const char **allow) {
   if (!r) {
     snprintf(msg, msg_n, "no such endpoint: %s %.200s", method, url);
@@ -137,7 +137,7 @@ unsigned sip__http_route_refusal(const http_route_t *r, const char *url, const c
   return 405;
 }
 
-enum MHD_Result sip__http_answer(hreq_t *q, const char *url, const char *method) {
+enum MHD_Result sip__http_answer(sip__hreq_t *q, const char *url, const char *method) {
   struct MHD_Connection *c = q->conn;
   char msg[300];
   const char *allow = NULL;

@@ -16,11 +16,11 @@
 
 /* ---- logging ------------------------------------------------------------- */
 
-enum MHD_Result sip__http_logging_get(hreq_t *q) {
+enum MHD_Result sip__http_logging_get(sip__hreq_t *q) {
   return sip__http_send_json(q->conn, 200, sip__log_settings_doc());
 }
 
-static enum MHD_Result logging_start(hreq_t *q) {
+static enum MHD_Result logging_start(sip__hreq_t *q) {
   json_t *b = sip__http_body_object(q, "{" SIP__LOG_SETTING_KEYS "}");
   if (!b) return MHD_YES;
   sip_error_t *e = sip__log_settings_apply(b);
@@ -29,24 +29,24 @@ static enum MHD_Result logging_start(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, sip__log_settings_doc());
 }
 
-static enum MHD_Result small_body(hreq_t *q, const char *data, size_t n) {
+static enum MHD_Result small_body(sip__hreq_t *q, const char *data, size_t n) {
   return sip__http_small_body(q, data, n, "settings request");
 }
 
-const http_post_ops_t sip__http_logging_ops = {.body = small_body, .start = logging_start};
+const sip__http_post_ops_t sip__http_logging_ops = {.body = small_body, .start = logging_start};
 
 /* ---- POST /v2/admin: faults, session drain and resume, pool updates,
  * profiles (sip_server_admin_async; a profile answers seconds later, with
  * the connection suspended meanwhile) ---- */
 
 static void on_admin_done(sip_error_t *e, char *answer, void *user) {
-  hreq_t *q = user;
+  sip__hreq_t *q = user;
   q->err = e;
   q->answer = answer;
   MHD_resume_connection(q->conn);
 }
 
-static enum MHD_Result admin_start(hreq_t *q) {
+static enum MHD_Result admin_start(sip__hreq_t *q) {
   json_t *b = sip__http_body_object(q, "{\"action\": \"fault\"|\"drain\"|\"resume\"|\"update\"|"
                                        "\"profile\", \"pool\": P, ...}");
   if (!b) return MHD_YES;
@@ -62,7 +62,7 @@ static enum MHD_Result admin_start(hreq_t *q) {
   return MHD_YES;
 }
 
-static enum MHD_Result admin_answer(hreq_t *q) {
+static enum MHD_Result admin_answer(sip__hreq_t *q) {
   if (q->err) {
     sip_error_t *e = q->err;
     q->err = NULL;
@@ -72,24 +72,24 @@ static enum MHD_Result admin_answer(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, a ? a : json_object());
 }
 
-const http_post_ops_t sip__http_admin_ops = {
+const sip__http_post_ops_t sip__http_admin_ops = {
     .body = small_body, .start = admin_start, .answer = admin_answer};
 
 /* ---- trace settings ------------------------------------------------------ */
 
 /* A model's settings need the model (the engine's not-found answer). */
-static sip_error_t *trace_model_check(hreq_t *q) {
+static sip_error_t *trace_model_check(sip__hreq_t *q) {
   if (!q->model) return NULL;
   return sip__server_model_check(q->h->s, q->model, NULL);
 }
 
-enum MHD_Result sip__http_trace_get(hreq_t *q) {
+enum MHD_Result sip__http_trace_get(sip__hreq_t *q) {
   sip_error_t *e = trace_model_check(q);
   if (e) return sip__http_send_error(q->conn, e);
   return sip__http_send_json(q->conn, 200, sip__trace_get(sip__server_trace(q->h->s), q->model));
 }
 
-static enum MHD_Result trace_start(hreq_t *q) {
+static enum MHD_Result trace_start(sip__hreq_t *q) {
   sip_error_t *e = trace_model_check(q);
   if (e) return sip__http_send_error(q->conn, e);
   json_t *b = sip__http_body_object(q, "{" SIP__TRACE_SETTING_KEYS "}");
@@ -101,4 +101,4 @@ static enum MHD_Result trace_start(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, doc);
 }
 
-const http_post_ops_t sip__http_trace_ops = {.body = small_body, .start = trace_start};
+const sip__http_post_ops_t sip__http_trace_ops = {.body = small_body, .start = trace_start};

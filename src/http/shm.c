@@ -26,7 +26,7 @@
 
 /* ---- the routes ------------------------------------------------------------ */
 
-enum MHD_Result sip__http_shm_status(hreq_t *q) {
+enum MHD_Result sip__http_shm_status(sip__hreq_t *q) {
   sip__shm_info_t *v = NULL;
   size_t n = 0;
   sip_error_t *e = sip__shm_status(sip__server_shm(q->h->s), q->model, &v, &n);
@@ -45,7 +45,7 @@ enum MHD_Result sip__http_shm_status(hreq_t *q) {
   return sip__http_send_json(q->conn, 200, a);
 }
 
-static enum MHD_Result small_body(hreq_t *q, const char *data, size_t n) {
+static enum MHD_Result small_body(sip__hreq_t *q, const char *data, size_t n) {
   return sip__http_small_body(q, data, n, "system shared memory request");
 }
 
@@ -88,7 +88,7 @@ sip_error_t *sip__http_shm_register_args(const json_t *b, const char **key, uint
   return NULL;
 }
 
-static enum MHD_Result register_start(hreq_t *q) {
+static enum MHD_Result register_start(sip__hreq_t *q) {
   json_t *b = sip__http_body_object(q, REGISTER_FIELDS);
   if (!b) return MHD_YES;
   const char *key = NULL;
@@ -104,14 +104,14 @@ static enum MHD_Result register_start(hreq_t *q) {
 }
 
 /* Unknown names succeed, as Triton's do. */
-static enum MHD_Result unregister_start(hreq_t *q) {
+static enum MHD_Result unregister_start(sip__hreq_t *q) {
   sip__shm_unregister(sip__server_shm(q->h->s), q->model);
   sip__log(SIP__LOG_INFO, "shared memory unregistered", "region=%s", q->model ? q->model : "*");
   return sip__http_send_json(q->conn, 200, json_object());
 }
 
-const http_post_ops_t sip__http_shm_register_ops = {.body = small_body, .start = register_start};
-const http_post_ops_t sip__http_shm_unregister_ops = {.body = small_body,
+const sip__http_post_ops_t sip__http_shm_register_ops = {.body = small_body, .start = register_start};
+const sip__http_post_ops_t sip__http_shm_unregister_ops = {.body = small_body,
                                                       .start = unregister_start};
 
 /* ---- the codec's part ------------------------------------------------------- */

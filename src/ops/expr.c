@@ -230,12 +230,12 @@ static int32_t new_node(parser_t *p, int kind, int type, size_t start, size_t en
     return fail(p, start, "the expression has more than %d values and operators", SIP__EXPR_MAX_NODES);
   if (e->n_nodes == p->cap_nodes) {
     size_t cap = p->cap_nodes ? p->cap_nodes * 2 : 16;
-    node_t *n = sip__reallocarray(e->nodes, cap, sizeof *n);
+    sip__node_t *n = sip__reallocarray(e->nodes, cap, sizeof *n);
     if (!n) return oom(p);
     e->nodes = n;
     p->cap_nodes = cap;
   }
-  node_t *n = &e->nodes[e->n_nodes];
+  sip__node_t *n = &e->nodes[e->n_nodes];
   memset(n, 0, sizeof *n);
   n->kind = (uint8_t)kind;
   n->type = (uint8_t)type;
@@ -245,7 +245,7 @@ static int32_t new_node(parser_t *p, int kind, int type, size_t start, size_t en
   return (int32_t)e->n_nodes++;
 }
 
-static node_t *N(parser_t *p, int32_t i) { return &p->e->nodes[i]; }
+static sip__node_t *N(parser_t *p, int32_t i) { return &p->e->nodes[i]; }
 
 /* Index of the reference s[start, end) ("stage.output..."), added if new. */
 static int32_t add_ref(parser_t *p, size_t start, size_t end) {
@@ -255,7 +255,7 @@ static int32_t add_ref(parser_t *p, size_t start, size_t end) {
     if (strlen(e->refs[i].full) == len && !memcmp(e->refs[i].full, p->s + start, len)) return (int32_t)i;
   if (e->n_refs == p->cap_refs) {
     size_t cap = p->cap_refs ? p->cap_refs * 2 : 4;
-    ref_t *r = sip__reallocarray(e->refs, cap, sizeof *r);
+    sip__ref_t *r = sip__reallocarray(e->refs, cap, sizeof *r);
     if (!r) return oom(p);
     e->refs = r;
     const char **names = sip__reallocarray(e->names, cap, sizeof *names);
@@ -270,7 +270,7 @@ static int32_t add_ref(parser_t *p, size_t start, size_t end) {
   full[len] = '\0';
   memcpy(full + len + 1, p->s + start, stage_len);
   full[len + 1 + stage_len] = '\0';
-  ref_t *r = &e->refs[e->n_refs];
+  sip__ref_t *r = &e->refs[e->n_refs];
   r->full = full;
   r->stage = full + len + 1;
   r->output = full + stage_len + 1;
@@ -284,7 +284,7 @@ static int32_t add_ref(parser_t *p, size_t start, size_t end) {
  * elements, and len() is a whole number, so it is rejected with the fix. */
 static int as_number(parser_t *p, int32_t i, const char *user) {
   if (i < 0) return -1;
-  node_t *n = N(p, i);
+  sip__node_t *n = N(p, i);
   char q[64], m[64];
   if (n->type == T_TENSOR) {
     quote_span(p->s, n->start, n->end, q, sizeof q);
@@ -297,9 +297,9 @@ static int as_number(parser_t *p, int32_t i, const char *user) {
                 q, user, w, t, w, t, w, t, w, t);
   }
   if (n->type == T_TCMP) {
-    node_t *num = N(p, n->b);
+    sip__node_t *num = N(p, n->b);
     if (num->kind == K_NUM && num->num != floor(num->num)) {
-      node_t *ref = N(p, n->a);
+      sip__node_t *ref = N(p, n->a);
       quote_span(p->s, n->start, n->end, q, sizeof q);
       quote_span(p->s, num->start, num->end, m, sizeof m);
       int w = (int)(ref->end - ref->start), x = (int)(n->end - n->start);
@@ -342,7 +342,7 @@ static int32_t parse_call(parser_t *p, int fn) {
                 found(p, b, sizeof b));
   }
   p->depth--;
-  node_t *a = N(p, arg);
+  sip__node_t *a = N(p, arg);
   if (fn == F_LEN ? a->type != T_TENSOR : a->type == T_NUM) {
     quote_span(p->s, a->start, a->end, b, sizeof b);
     if (fn == F_LEN)
@@ -465,7 +465,7 @@ static int32_t parse_unary(parser_t *p) {
     int32_t a = parse_unary(p);
     if (as_number(p, a, neg ? "unary '-'" : "unary '+'")) return -1;
     p->depth--;
-    node_t *n = N(p, a);
+    sip__node_t *n = N(p, a);
     if (!neg) {
       n->start = (uint32_t)start;
       return a;

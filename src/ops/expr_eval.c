@@ -42,7 +42,7 @@ static void shape_str(const sip_tensor_t *t, char *buf, size_t size) {
 
 /* Looks up reference r and checks its rank and dims; *count its elements. */
 static int get_tensor(eval_t *v, int32_t r, const sip_tensor_t **out, int64_t *count) {
-  const ref_t *ref = &v->e->refs[r];
+  const sip__ref_t *ref = &v->e->refs[r];
   const sip_tensor_t *t = v->lookup(v->ctx, ref->stage, ref->output);
   if (!t)
     return efail(v, "%s is not available: stage '%s' did not run (skipped or not reached) or has no output '%s'",
@@ -105,11 +105,11 @@ static int compare(double a, int op, double b) {
 static int eval_num(eval_t *v, int32_t i, double *out);
 
 /* fn (not len) over the tensor `arg` or the mask `arg` (a K_TCMP). */
-static int reduce(eval_t *v, const node_t *call, double *out) {
-  const node_t *arg = &v->e->nodes[call->a];
+static int reduce(eval_t *v, const sip__node_t *call, double *out) {
+  const sip__node_t *arg = &v->e->nodes[call->a];
   int masked = arg->kind == K_TCMP;
-  const node_t *tn = masked ? &v->e->nodes[arg->a] : arg;
-  const ref_t *ref = &v->e->refs[tn->ref];
+  const sip__node_t *tn = masked ? &v->e->nodes[arg->a] : arg;
+  const sip__ref_t *ref = &v->e->refs[tn->ref];
   const sip_tensor_t *t = NULL;
   int64_t count = 0;
   if (get_tensor(v, tn->ref, &t, &count)) return -1;
@@ -177,9 +177,9 @@ static int reduce(eval_t *v, const node_t *call, double *out) {
 }
 
 /* len() of the tensor of n: a len() call or a tensor-vs-number comparison. */
-static int tensor_len(eval_t *v, const node_t *n, double *out) {
-  const node_t *tn = &v->e->nodes[n->a];
-  const ref_t *ref = &v->e->refs[tn->ref];
+static int tensor_len(eval_t *v, const sip__node_t *n, double *out) {
+  const sip__node_t *tn = &v->e->nodes[n->a];
+  const sip__ref_t *ref = &v->e->refs[tn->ref];
   const sip_tensor_t *t = NULL;
   int64_t count = 0;
   if (get_tensor(v, tn->ref, &t, &count)) return -1;
@@ -200,7 +200,7 @@ static int eval_cond(eval_t *v, int32_t i, int *out) {
   double d = 0;
   if (eval_num(v, i, &d)) return -1;
   if (isnan(d)) {
-    const node_t *n = &v->e->nodes[i];
+    const sip__node_t *n = &v->e->nodes[i];
     return efail(v, "%.*s%s is NaN, which is neither true nor false", SPAN(v, n));
   }
   *out = d != 0;
@@ -208,7 +208,7 @@ static int eval_cond(eval_t *v, int32_t i, int *out) {
 }
 
 static int eval_num(eval_t *v, int32_t i, double *out) {
-  const node_t *n = &v->e->nodes[i];
+  const sip__node_t *n = &v->e->nodes[i];
   const sip_tensor_t *t = NULL;
   int64_t count = 0;
   int c = 0;

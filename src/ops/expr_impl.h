@@ -33,27 +33,27 @@ extern const char *const sip__expr_fn_names[F_COUNT_];
 
 enum op { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MOD, OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
 
-typedef struct node {
+typedef struct sip__node {
   uint8_t kind, type, op, fn;
   int32_t a, b;        /* children (node indices), -1 when unused */
   int32_t ref;         /* K_REF, K_SHAPE: index into refs */
   int32_t index;       /* K_SHAPE */
   uint32_t start, end; /* source span [start, end) */
   double num;          /* K_NUM */
-} node_t;
+} sip__node_t;
 
-typedef struct ref {
+typedef struct sip__ref {
   char *full;         /* "stage.output", then NUL, then "stage" NUL: one block */
   const char *stage;  /* inside full */
   const char *output; /* inside full */
-} ref_t;
+} sip__ref_t;
 
 struct sip__expr {
   char *text;
-  node_t *nodes;
+  sip__node_t *nodes;
   size_t n_nodes;
   int32_t root;
-  ref_t *refs;
+  sip__ref_t *refs;
   const char **names; /* refs[i].full, for sip__expr_refs */
   size_t n_refs;
 };

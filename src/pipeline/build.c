@@ -22,13 +22,13 @@ static void free_strs(char **v, size_t n) {
   sip__free(v);
 }
 
-static void add_dep(stage_t *s, int d) {
+static void add_dep(sip__stage_t *s, int d) {
   for (size_t i = 0; i < s->n_deps; i++)
     if (s->deps[i] == d) return;
   s->deps[s->n_deps++] = d;
 }
 
-static void add_input(pipeline_t *pl, const char *name) {
+static void add_input(sip__pipeline_t *pl, const char *name) {
   if (find_str(pl->inputs, pl->n_inputs, name) >= 0) return;
   char **v = sip__reallocarray(pl->inputs, pl->n_inputs + 1, sizeof *v);
   if (!v) return;
@@ -39,7 +39,7 @@ static void add_input(pipeline_t *pl, const char *name) {
 
 /* Resolves "stage.output" / "pipeline.input" into (src, out); NULL or an
  * owned message. */
-static char *resolve_ref(pipeline_t *pl, size_t before, const char *ref, int *src, char **out) {
+static char *resolve_ref(sip__pipeline_t *pl, size_t before, const char *ref, int *src, char **out) {
   const char *dot = strchr(ref, '.');
   if (!dot) return sip__asprintf("'%s' is not \"<stage>.<output>\"", ref);
   if ((size_t)(dot - ref) == 8 && !strncmp(ref, "pipeline", 8)) {
@@ -80,23 +80,23 @@ static int desc_as(const sip_io_desc_t *d, size_t n, const char *name, const cha
 /* The pipeline's inputs as the first stage that consumes each describes
  * them, and its outputs as the stages that make them do: what a client (or
  * KServe's model metadata) needs to call the pipeline like a model. */
-static char *describe(pipeline_t *pl) {
+static char *describe(sip__pipeline_t *pl) {
   pl->io_in = sip__calloc(pl->n_inputs ? pl->n_inputs : 1, sizeof *pl->io_in);
   pl->io_out = sip__calloc(pl->n_po ? pl->n_po : 1, sizeof *pl->io_out);
   if (!pl->io_in || !pl->io_out) return sip__strdup("out of memory");
   for (size_t i = 0; i < pl->n_inputs; i++) {
-    const stage_t *by = NULL;
+    const sip__stage_t *by = NULL;
     const char *as = "";
     for (size_t k = 0; k < pl->n && !by; k++)
       for (size_t w = 0; w < pl->st[k].n_in && !by; w++) {
-        const wire_t *wi = &pl->st[k].in[w];
+        const sip__wire_t *wi = &pl->st[k].in[w];
         if (wi->src == -1 && wi->out && !strcmp(wi->out, pl->inputs[i])) by = &pl->st[k], as = wi->name;
       }
     if (!desc_as(by ? by->in_desc : NULL, by ? by->n_in_desc : 0, as, pl->inputs[i], &pl->io_in[i]))
       return sip__strdup("out of memory");
   }
   for (size_t o = 0; o < pl->n_po; o++) {
-    const stage_t *st = &pl->st[pl->po[o].stage];
+    const sip__stage_t *st = &pl->st[pl->po[o].stage];
     if (!desc_as(st->out_desc, st->n_out_desc, pl->po[o].out, pl->po[o].name, &pl->io_out[o]))
       return sip__strdup("out of memory");
   }
@@ -111,7 +111,7 @@ static const sip_io_desc_t *desc_of(const sip_io_desc_t *d, size_t n, const char
 }
 
 /* What wire `w` delivers, as its source describes it (NULL: unknown). */
-static const sip_io_desc_t *wire_desc(const pipeline_t *pl, size_t before, const wire_t *w) {
+static const sip_io_desc_t *wire_desc(const sip__pipeline_t *pl, size_t before, const sip__wire_t *w) {
   if (w->src >= 0) return desc_of(pl->st[w->src].out_desc, pl->st[w->src].n_out_desc, w->out);
   for (size_t k = 0; k < before; k++)
     for (size_t i = 0; i < pl->st[k].n_in; i++)
@@ -143,7 +143,7 @@ static int wire_conv(const sip_io_desc_t *got, const sip_io_desc_t *want) {
   return CONV_NONE;
 }
 
-static int wire_to(wire_t *w, int src, const char *out) {
+static int wire_to(sip__wire_t *w, int src, const char *out) {
   w->src = src;
   return (w->out = sip__strdup(out)) != NULL ? 1 : -1;
 }
@@ -155,9 +155,9 @@ static int wire_to(wire_t *w, int src, const char *out) {
  * input, the pipeline's image (the first pipeline input an earlier stage
  * reads as an image); else the previous stage's positional output
  * regardless. 1: wired, 0: nothing fits, -1: out of memory. */
-static int wire_default(pipeline_t *pl, size_t k, size_t i, const char *name, wire_t *w) {
+static int wire_default(sip__pipeline_t *pl, size_t k, size_t i, const char *name, sip__wire_t *w) {
   const sip_io_desc_t *want = desc_of(pl->st[k].in_desc, pl->st[k].n_in_desc, name);
-  stage_t *prev = &pl->st[k - 1];
+  sip__stage_t *prev = &pl->st[k - 1];
   if (keeps(prev, name)) return wire_to(w, (int)k - 1, name);
   int positional = i < prev->n_outs && keeps(prev, prev->outs[i]);
   const sip_io_desc_t *got = positional ? desc_of(prev->out_desc, prev->n_out_desc, prev->outs[i])
@@ -169,13 +169,13 @@ static int wire_default(pipeline_t *pl, size_t k, size_t i, const char *name, wi
   if (find_str(pl->inputs, pl->n_inputs, name) >= 0) return wire_to(w, -1, name);
   if (is_image(want))
     for (size_t p = 0; p < pl->n_inputs; p++) {
-      wire_t probe = {.src = -1, .out = pl->inputs[p]};
+      sip__wire_t probe = {.src = -1, .out = pl->inputs[p]};
       if (is_image(wire_desc(pl, k, &probe))) return wire_to(w, -1, pl->inputs[p]);
     }
   return positional ? wire_to(w, (int)k - 1, prev->outs[i]) : 0;
 }
 
-static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
+static char *build_one(sip__pipeline_t *pl, sip__engine_t *eng) {
   const sip__pipeline_config_t *c = pl->cfg;
   if (c->n_stages > MAX_STAGES)
     return sip__asprintf("%zu stages; at most %d are supported", c->n_stages, MAX_STAGES);
@@ -186,7 +186,7 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
    * pipeline that failed to build reads them all. */
   for (size_t k = 0; k < pl->n; k++) pl->st[k].cfg = &c->stages[k];
   for (size_t k = 0; k < pl->n; k++) {
-    stage_t *s = &pl->st[k];
+    sip__stage_t *s = &pl->st[k];
     char **in_names = NULL;
     size_t n_in_names = 0;
     if (s->cfg->is_transform) {
@@ -258,7 +258,7 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
         err = sip__asprintf("stage '%s': input_mapping names '%s', which is not an input of the "
                             "stage", s->cfg->name, s->cfg->input_mapping[i].key);
     for (size_t i = 0; i < n_in_names && !err; i++) {
-      wire_t *w = &s->in[i];
+      sip__wire_t *w = &s->in[i];
       w->name = sip__strdup(in_names[i]);
       const char *mapped = NULL;
       for (size_t m = 0; m < s->cfg->n_input_mapping; m++)
@@ -314,7 +314,7 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
   }
   for (size_t k = 0; k < pl->n; k++)
     for (size_t d = 0; d < pl->st[k].n_deps; d++) {
-      stage_t *src = &pl->st[pl->st[k].deps[d]];
+      sip__stage_t *src = &pl->st[pl->st[k].deps[d]];
       src->users[src->n_users++] = (int)k;
     }
   if (c->early_exit_condition) {
@@ -344,7 +344,7 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
   pl->po = sip__calloc(cap + c->n_outputs + 1, sizeof *pl->po);
   if (!pl->po) return sip__strdup("out of memory");
   for (size_t o = 0; o < c->n_outputs; o++) {
-    pout_t *po = &pl->po[pl->n_po];
+    sip__pout_t *po = &pl->po[pl->n_po];
     char *e = resolve_ref(pl, pl->n, c->outputs[o], &po->stage, &po->out);
     if (e) {
       char *m = sip__asprintf("outputs: %s", e);
@@ -375,9 +375,9 @@ static char *build_one(pipeline_t *pl, sip__engine_t *eng) {
   return describe(pl);
 }
 
-static void pipeline_clear(pipeline_t *pl) {
+static void pipeline_clear(sip__pipeline_t *pl) {
   for (size_t k = 0; k < pl->n; k++) {
-    stage_t *s = &pl->st[k];
+    sip__stage_t *s = &pl->st[k];
     sip__transform_free(s->tf);
     sip__expr_free(s->when);
     for (size_t i = 0; i < s->n_in; i++) {
@@ -416,7 +416,7 @@ sip__pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip__config_t 
   pthread_cond_init(&ps->cv, NULL);
   pthread_cond_init(&ps->idle_cv, NULL);
   for (size_t i = 0; i < ps->n; i++) {
-    pipeline_t *pl = &ps->p[i];
+    sip__pipeline_t *pl = &ps->p[i];
     pl->base.vt = &sip__pipeline_vt;
     pl->ps = ps;
     pl->cfg = &cfg->pipelines[i];
@@ -433,7 +433,7 @@ sip__pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip__config_t 
 
 void sip__pipelines_build(sip__pipeline_set_t *ps) {
   for (size_t i = 0; ps && i < ps->n; i++) {
-    pipeline_t *pl = &ps->p[i];
+    sip__pipeline_t *pl = &ps->p[i];
     pl->error = build_one(pl, ps->eng);
     if (pl->error)
       sip__log(SIP__LOG_ERROR, "pipeline failed to build", "pipeline=%s reason=\"%s\"",
@@ -486,7 +486,7 @@ static char *shape_change(const sip_io_desc_t *was, const sip_io_desc_t *now, co
                        sip__shape_str(b, sizeof b, was->rank, was->dims, ", "));
 }
 
-static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
+static char *stage_fits(const sip__stage_t *s, const sip__model_io_t *io) {
   for (size_t i = 0; i < s->n_in; i++) {
     const sip_io_desc_t *now = desc_named(io->inputs, io->n_inputs, s->in[i].name);
     const sip_io_desc_t *was = desc_named(s->in_desc, s->n_in_desc, s->in[i].name);
@@ -523,10 +523,10 @@ static char *stage_fits(const stage_t *s, const sip__model_io_t *io) {
 char *sip__pipelines_check_pool(const sip__pipeline_set_t *ps, const char *name,
                                 const sip__model_io_t *io) {
   for (size_t i = 0; ps && i < ps->n; i++) {
-    const pipeline_t *pl = &ps->p[i];
+    const sip__pipeline_t *pl = &ps->p[i];
     if (atomic_load(&pl->state) != SIP__MODEL_READY) continue;
     for (size_t k = 0; k < pl->n; k++) {
-      const stage_t *s = &pl->st[k];
+      const sip__stage_t *s = &pl->st[k];
       if (s->cfg->is_transform || strcmp(s->cfg->pool, name)) continue;
       if (!io)
         return sip__asprintf("pipeline '%s' stage '%s' runs on it", pl->cfg->name, s->cfg->name);

@@ -25,24 +25,24 @@
 /* How a wire's tensor is converted for its consumer (default wiring only):
  * an image as a model takes it (float32 NCHW, one image) and as image
  * transforms take it (uint8 HWC). */
-typedef enum wire_conv {
+typedef enum sip__wire_conv {
   CONV_NONE = 0,
   CONV_NCHW_F32_TO_HWC_U8, /* rounded, saturated to 0..255 */
   CONV_HWC_U8_TO_NCHW_F32, /* [H,W,C] -> [1,C,H,W], values kept */
-} wire_conv_t;
+} sip__wire_conv_t;
 
-typedef struct wire {
+typedef struct sip__wire {
   char *name; /* the stage's input */
   int src;    /* -1: a pipeline input; else a stage index */
   char *out;  /* the source's output (or pipeline input) name */
-  int conv;   /* wire_conv_t */
-} wire_t;
+  int conv;   /* sip__wire_conv_t */
+} sip__wire_t;
 
-typedef struct stage {
+typedef struct sip__stage {
   const sip__stage_config_t *cfg;
   sip__transform_t *tf;
   sip__expr_t *when;
-  wire_t *in;
+  sip__wire_t *in;
   size_t n_in;
   char **outs; /* what the stage produces (model outputs or the transform's) */
   size_t n_outs;
@@ -53,20 +53,20 @@ typedef struct stage {
   int users[MAX_STAGES];
   size_t n_users;
   atomic_uint_fast64_t ran, skipped, failed, total_us;
-} stage_t;
+} sip__stage_t;
 
-typedef struct pout {
+typedef struct sip__pout {
   int stage;
   char *out;  /* the stage's output */
   char *name; /* the name in the response */
-} pout_t;
+} sip__pout_t;
 
-typedef struct pipeline {
+typedef struct sip__pipeline {
   sip__model_t base; /* first: a pipeline is a model (sip__pipeline_vt) */
   struct sip__pipeline_set *ps;
   _Atomic int state; /* sip__model_state_t: LOADING until built, then READY or FAILED */
   const sip__pipeline_config_t *cfg;
-  stage_t *st;
+  sip__stage_t *st;
   size_t n;
   sip__expr_t *exit;
   char **inputs; /* pipeline.<name> references */
@@ -74,7 +74,7 @@ typedef struct pipeline {
   /* The pipeline's inputs and outputs, typed as the stages that read and
    * make them; an input only conditions read has dtype INVALID, rank -1. */
   sip_io_desc_t *io_in, *io_out;
-  pout_t *po;
+  sip__pout_t *po;
   size_t n_po;
   char *error; /* non-NULL: FAILED */
   atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
@@ -82,25 +82,25 @@ typedef struct pipeline {
   /* End-to-end time of answered requests, successful and failed; when the
    * last one arrived (ms since the epoch). */
   atomic_uint_fast64_t ok_us, fail_us, last_ms;
-} pipeline_t;
+} sip__pipeline_t;
 
 /* A transform stage ready at submission, handed to a worker. */
-typedef struct job {
+typedef struct sip__job {
   struct run *r;
   int stage;
-  SIP__FIFO_LINK(struct job);
-} job_t;
+  SIP__FIFO_LINK(struct sip__job);
+} sip__job_t;
 
 /* The workers' queue of jobs (src/core/queue.h). */
-typedef struct job_queue {
-  SIP__FIFO_FIELDS(job_t);
-} job_queue_t;
+typedef struct sip__job_queue {
+  SIP__FIFO_FIELDS(sip__job_t);
+} sip__job_queue_t;
 
 #define N_WORKERS 4
 
 struct sip__pipeline_set {
   sip__engine_t *eng; /* its stages find their pools in eng's registry */
-  pipeline_t *p;
+  sip__pipeline_t *p;
   size_t n;
   /* Transform stages that are ready when a request arrives (decode_image,
    * resize, ...) would otherwise run on the submitting thread, which is a
@@ -109,7 +109,7 @@ struct sip__pipeline_set {
    * thread that completed their inputs. */
   pthread_mutex_t mu;
   pthread_cond_t cv, idle_cv;
-  job_queue_t jobs;
+  sip__job_queue_t jobs;
   int busy;   /* jobs being run */
   int closed; /* quiesced: submissions run their stages inline */
   _Atomic long runs; /* requests admitted and not answered (a drain waits for them) */
@@ -125,7 +125,7 @@ static inline int find_str(char *const *v, size_t n, const char *s) {
   return -1;
 }
 
-static inline int stage_index(const pipeline_t *pl, const char *name, size_t len) {
+static inline int stage_index(const sip__pipeline_t *pl, const char *name, size_t len) {
   for (size_t i = 0; i < pl->n; i++)
     if (strlen(pl->st[i].cfg->name) == len && !strncmp(pl->st[i].cfg->name, name, len))
       return (int)i;
@@ -133,7 +133,7 @@ static inline int stage_index(const pipeline_t *pl, const char *name, size_t len
 }
 
 /* Outputs a stage keeps: all it produces, or its output_filter. */
-static inline int keeps(const stage_t *s, const char *out) {
+static inline int keeps(const sip__stage_t *s, const char *out) {
   if (find_str(s->outs, s->n_outs, out) < 0) return 0;
   if (!s->cfg->n_output_filter) return 1;
   return find_str(s->cfg->output_filter, s->cfg->n_output_filter, out) >= 0;
@@ -159,7 +159,7 @@ sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error);
  * entries) and its early-exit condition is parsed into *exit (owned),
  * both checked against the pipeline's stages. NULL or an owned
  * INVALID_ARGUMENT error. */
-sip_error_t *sip__pipeline_request_config(const pipeline_t *pl, const sip_request_t *req,
+sip_error_t *sip__pipeline_request_config(const sip__pipeline_t *pl, const sip_request_t *req,
                                           uint32_t *stage_timeout_ms, sip__expr_t **exit);
 
 #endif

@@ -5,7 +5,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline_impl.h"
 
-sip_error_t *sip__pipeline_request_config(const pipeline_t *pl, const sip_request_t *req,
+sip_error_t *sip__pipeline_request_config(const sip__pipeline_t *pl, const sip_request_t *req,
                                           uint32_t *stage_timeout_ms, sip__expr_t **exit) {
   if (req->has_stage_timeouts) {
     if (req->n_stage_timeouts > pl->n)

@@ -34,7 +34,7 @@ typedef struct sstate {
 } sstate_t;
 
 typedef struct run {
-  pipeline_t *pl;
+  sip__pipeline_t *pl;
   pthread_mutex_t mu;
   sip_request_t *req; /* owns the inputs; id, priority, cancel token */
   uint64_t arrival_us, deadline_us;
@@ -58,14 +58,14 @@ static void launch(run_t *r, int k);
 
 /* ---- the workers ---- */
 
-SIP__FIFO_DEFINE(jobs, job_queue_t, job_t)
+SIP__FIFO_DEFINE(jobs, sip__job_queue_t, sip__job_t)
 
 static void *worker_main(void *arg) {
   sip__pipeline_set_t *ps = arg;
   pthread_mutex_lock(&ps->mu);
   for (;;) {
     while (!ps->jobs.head && !ps->closed) pthread_cond_wait(&ps->cv, &ps->mu);
-    job_t *j = jobs_pop(&ps->jobs);
+    sip__job_t *j = jobs_pop(&ps->jobs);
     if (!j) break; /* closed and drained */
     ps->busy++;
     pthread_mutex_unlock(&ps->mu);
@@ -117,7 +117,7 @@ void sip__pipelines_wait_runs(sip__pipeline_set_t *ps, uint64_t deadline_us) {
 /* Queues stage k of r for a worker; 0 when it must run here instead (no
  * workers, quiesced, out of memory). */
 static int hand_off(sip__pipeline_set_t *ps, run_t *r, int k) {
-  job_t *j = ps->n_workers ? sip__malloc(sizeof *j) : NULL;
+  sip__job_t *j = ps->n_workers ? sip__malloc(sizeof *j) : NULL;
   if (!j) return 0;
   j->r = r;
   j->stage = k;
@@ -186,7 +186,7 @@ static void stage_tensors_free(sip_tensor_t **t, size_t n) {
 /* The response: pipeline outputs, each ran stage's outputs as
  * "<stage>/<output>", and the stages' story as JSON in the message. */
 static void finish(run_t *r) {
-  pipeline_t *pl = r->pl;
+  sip__pipeline_t *pl = r->pl;
   json_t *stages = json_object();
   for (size_t k = 0; k < pl->n; k++) {
     sstate_t *ss = &r->st[k];
@@ -197,7 +197,7 @@ static void finish(run_t *r) {
       json_object_set_new(o, "compute_us", json_integer((json_int_t)ss->compute_us));
     }
     json_object_set_new(stages, pl->st[k].cfg->name, o);
-    stage_t *s = &pl->st[k];
+    sip__stage_t *s = &pl->st[k];
     if (ss->status == ST_DONE) {
       atomic_fetch_add(&s->ran, 1);
       atomic_fetch_add(&s->total_us, ss->end_us - ss->start_us);
@@ -298,8 +298,8 @@ static void trace_stage(run_t *r, int k, int status) {
 static void stage_end(run_t *r, int k, int status, sip_tensor_t **outs, size_t n_outs,
                       sip_code_t code, char *msg /* owned */, uint64_t queue_us,
                       uint64_t compute_us) {
-  pipeline_t *pl = r->pl;
-  stage_t *s = &pl->st[k];
+  sip__pipeline_t *pl = r->pl;
+  sip__stage_t *s = &pl->st[k];
   int ready[MAX_STAGES], n_ready = 0;
   pthread_mutex_lock(&r->mu);
   sstate_t *ss = &r->st[k];
@@ -389,11 +389,11 @@ static void model_done(sip_response_t *resp, void *user) {
 }
 
 /* The source tensor of an input wire (NULL when its stage did not run). */
-static const sip_tensor_t *source(run_t *r, const wire_t *w) {
+static const sip_tensor_t *source(run_t *r, const sip__wire_t *w) {
   return w->src < 0 ? req_input(r, w->out) : stage_output(r, w->src, w->out);
 }
 
-/* `t` converted per `conv` (wire_conv_t) into a tensor named `name`: NULL
+/* `t` converted per `conv` (sip__wire_conv_t) into a tensor named `name`: NULL
  * with *err set (owned) when it is not the image the wiring expected. */
 static sip_tensor_t *convert(const char *name, int conv, const sip_tensor_t *t, char **err) {
   int64_t n = 1, c, h, w;
@@ -441,8 +441,8 @@ static sip_tensor_t *convert(const char *name, int conv, const sip_tensor_t *t, 
 }
 
 static void launch(run_t *r, int k) {
-  pipeline_t *pl = r->pl;
-  stage_t *s = &pl->st[k];
+  sip__pipeline_t *pl = r->pl;
+  sip__stage_t *s = &pl->st[k];
   pthread_mutex_lock(&r->mu);
   int cancelled = r->req->cancel && atomic_load(&r->req->cancel->cancelled);
   if (cancelled) fail_locked(r, SIP_CANCELLED, sip__strdup("request was cancelled between stages"));
@@ -575,7 +575,7 @@ static void launch(run_t *r, int k) {
 
 /* pipeline_vt.submit: takes `req` (its done/user set), also on error. */
 static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
-  pipeline_t *pl = (pipeline_t *)m;
+  sip__pipeline_t *pl = (sip__pipeline_t *)m;
   sip__pipeline_set_t *ps = pl->ps;
   sip_infer_done_fn done = req->done;
   void *user = req->user;

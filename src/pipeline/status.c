@@ -7,7 +7,7 @@
 /* ---- the model interface: what it takes and gives, its state ---- */
 
 int sip__pipeline_describe_io(sip__model_t *m, sip__model_io_t *io) {
-  pipeline_t *pl = (pipeline_t *)m;
+  sip__pipeline_t *pl = (sip__pipeline_t *)m;
   if (atomic_load(&pl->state) != SIP__MODEL_READY) return 0;
   io->inputs = pl->io_in;
   io->n_inputs = pl->n_inputs;
@@ -17,7 +17,7 @@ int sip__pipeline_describe_io(sip__model_t *m, sip__model_io_t *io) {
 }
 
 sip__model_state_t sip__pipeline_state(sip__model_t *m, const char **error) {
-  pipeline_t *pl = (pipeline_t *)m;
+  sip__pipeline_t *pl = (sip__pipeline_t *)m;
   sip__model_state_t st = (sip__model_state_t)atomic_load(&pl->state);
   if (error) *error = st == SIP__MODEL_FAILED ? pl->error : NULL;
   return st;
@@ -41,7 +41,7 @@ const sip__pipeline_config_t *sip__pipelines_config(const sip__pipeline_set_t *p
 size_t sip__pipelines_count(const sip__pipeline_set_t *ps) { return ps ? ps->n : 0; }
 
 void sip__pipelines_counters(const sip__pipeline_set_t *ps, size_t i, sip__pipeline_counters_t *c) {
-  const pipeline_t *pl = &ps->p[i];
+  const sip__pipeline_t *pl = &ps->p[i];
   c->name = pl->cfg->name;
   c->state = (sip__model_state_t)atomic_load(&pl->state);
   for (int k = 0; k < SIP_CODE_COUNT_; k++) c->by_code[k] = atomic_load(&pl->by_code[k]);
@@ -54,7 +54,7 @@ void sip__pipelines_counters(const sip__pipeline_set_t *ps, size_t i, sip__pipel
 
 void sip__pipelines_stage_counters(const sip__pipeline_set_t *ps, size_t i, size_t k,
                                    sip__stage_counters_t *c) {
-  const stage_t *s = &ps->p[i].st[k];
+  const sip__stage_t *s = &ps->p[i].st[k];
   c->name = s->cfg->name;
   c->ran = atomic_load(&s->ran);
   c->skipped = atomic_load(&s->skipped);
@@ -67,7 +67,7 @@ void sip__pipelines_stage_counters(const sip__pipeline_set_t *ps, size_t i, size
 json_t *sip__pipelines_json(const sip__pipeline_set_t *ps, int kind) {
   json_t *a = json_array();
   for (size_t i = 0; i < sip__pipelines_count(ps); i++) {
-    const pipeline_t *pl = &ps->p[i];
+    const sip__pipeline_t *pl = &ps->p[i];
     static const char *states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
     sip__pipeline_counters_t pc;
     sip__pipelines_counters(ps, i, &pc);
@@ -75,7 +75,7 @@ json_t *sip__pipelines_json(const sip__pipeline_set_t *ps, int kind) {
                           pc.state == SIP__MODEL_FAILED ? json_string(pl->error) : json_null());
     json_t *stages = json_array();
     for (size_t k = 0; k < pl->n; k++) {
-      const stage_t *s = &pl->st[k];
+      const sip__stage_t *s = &pl->st[k];
       json_t *so = json_pack("{s:s,s:s}", "name", s->cfg->name, "type",
                              s->cfg->is_transform ? "transform" : "model");
       if (s->cfg->is_transform)

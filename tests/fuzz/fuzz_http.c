@@ -66,7 +66,7 @@ static void check_route(const uint8_t *name, size_t n) {
   int good = n >= 1 && n <= SIP__SHM_MAX_NAME;
   for (size_t i = 0; i < n; i++) good &= sip__name_char((char)name[i]);
   char *m = NULL, *v = NULL;
-  const http_route_t *r = sip__http_route_match(url, &m, &v);
+  const sip__http_route_t *r = sip__http_route_match(url, &m, &v);
   CHECK(!r == !good);
   if (r) CHECK(r->kind == R_SYS_SHM && r->post && m && strlen(m) == n && !memcmp(m, name, n) && !v);
   free(m);

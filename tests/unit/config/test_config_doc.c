@@ -33,9 +33,9 @@ static int has_row(const char *page, const char *key) {
   return strstr(page, row) != NULL;
 }
 
-static void check_section(const section_t *s, const char *page, const char *path) {
+static void check_section(const sip__section_t *s, const char *page, const char *path) {
   for (size_t i = 0; i < s->n; i++) {
-    const field_t *f = &s->fields[i];
+    const sip__field_t *f = &s->fields[i];
     if (!f->doc || !f->doc[0]) fail_msg("%s.%s has no doc line", path, f->name);
     if (strchr(f->doc, '\n')) fail_msg("%s.%s: the doc is more than one line", path, f->name);
     if (!has_row(page, f->name)) fail_msg("docs/config.md has no row for %s.%s", path, f->name);
@@ -43,7 +43,7 @@ static void check_section(const section_t *s, const char *page, const char *path
   }
 }
 
-static void check_keys(const cfg_key_doc_t *k, const char *page, const char *path) {
+static void check_keys(const sip__cfg_key_doc_t *k, const char *page, const char *path) {
   for (; k->name; k++) {
     if (!k->doc || !k->doc[0] || !k->type || !k->type[0])
       fail_msg("%s.%s has no doc line or type", path, k->name);
@@ -54,11 +54,11 @@ static void check_keys(const cfg_key_doc_t *k, const char *page, const char *pat
 static void test_every_key_documented(void **state) {
   (void)state;
   char *page = doc_page();
-  check_section(&cfg_top_section, page, "(top)");
-  check_section(&cfg_pool_section, page, "session_pools[]");
-  check_keys(cfg_preprocess_keys, page, "preprocess");
-  check_keys(cfg_pipeline_keys, page, "pipeline_sessions[]");
-  check_keys(cfg_stage_keys, page, "stages[]");
+  check_section(&sip__cfg_top_section, page, "(top)");
+  check_section(&sip__cfg_pool_section, page, "session_pools[]");
+  check_keys(sip__cfg_preprocess_keys, page, "preprocess");
+  check_keys(sip__cfg_pipeline_keys, page, "pipeline_sessions[]");
+  check_keys(sip__cfg_stage_keys, page, "stages[]");
   assert_non_null(strstr(page, "### `config.yaml`"));
   assert_non_null(strstr(page, "### `session_pools[].dynamic_batching`"));
   assert_non_null(strstr(page, "### `server`"));
@@ -77,7 +77,7 @@ static void load_msg(const char *yaml, char *msg, size_t n) {
 
 /* The keys the parser names after `marker` in its unknown-key message, in
  * order, against the table (`skip`: a table key the message leaves out). */
-static void check_listed(const char *msg, const char *marker, const cfg_key_doc_t *k,
+static void check_listed(const char *msg, const char *marker, const sip__cfg_key_doc_t *k,
                          const char *skip) {
   const char *p = strstr(msg, marker);
   if (!p) fail_msg("no \"%s\" in: %s", marker, msg);
@@ -99,16 +99,16 @@ static void test_pipeline_keys_match_parser(void **state) {
   (void)state;
   char msg[2048], yaml[1024];
   load_msg(PIPE_HEAD "  - {name: x, stages: [{name: a, pool: p}], bogus: 1}\n", msg, sizeof msg);
-  check_listed(msg, "unknown key; expected one of: ", cfg_pipeline_keys, NULL);
+  check_listed(msg, "unknown key; expected one of: ", sip__cfg_pipeline_keys, NULL);
   load_msg(PIPE_HEAD "  - {name: x, stages: [{name: a, pool: p, bogus: 1}]}\n", msg, sizeof msg);
-  check_listed(msg, "unknown key for a model stage; expected one of: ", cfg_stage_keys, NULL);
+  check_listed(msg, "unknown key for a model stage; expected one of: ", sip__cfg_stage_keys, NULL);
 
   /* Every documented key is one the parser takes. */
   load_msg(PIPE_HEAD "  - name: x\n    early_exit_condition: \"len(a.output) == 0\"\n"
                      "    outputs: [a.output]\n    stages: [{name: a, pool: p}]\n",
            msg, sizeof msg);
   assert_string_equal(msg, "");
-  for (const cfg_key_doc_t *k = cfg_stage_keys; k->name; k++) {
+  for (const sip__cfg_key_doc_t *k = sip__cfg_stage_keys; k->name; k++) {
     static const char *const model_stage =
         "  - {name: x, stages: [{name: a, pool: p}, {name: b, %s}]}\n";
     const char *v = !strcmp(k->name, "name")            ? "name: b"
@@ -137,9 +137,9 @@ static void test_preprocess_keys_match_parser(void **state) {
   snprintf(yaml, sizeof yaml, "%s{bogus: true}\n", head);
   load_msg(yaml, msg, sizeof msg);
   /* decode_image is another name for decode; the message names decode. */
-  check_listed(msg, "is not a preprocess step; expected one of: ", cfg_preprocess_keys,
+  check_listed(msg, "is not a preprocess step; expected one of: ", sip__cfg_preprocess_keys,
                "decode_image");
-  for (const cfg_key_doc_t *k = cfg_preprocess_keys; k->name; k++) {
+  for (const sip__cfg_key_doc_t *k = sip__cfg_preprocess_keys; k->name; k++) {
     snprintf(yaml, sizeof yaml, "%s{%s: %s}\n", head, k->name,
              !strcmp(k->name, "input") ? "x" : "true");
     load_msg(yaml, msg, sizeof msg);

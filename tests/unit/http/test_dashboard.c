@@ -85,14 +85,14 @@ static void test_routes(void **state) {
   (void)state;
   static const struct {
     const char *url;
-    route_kind_t kind;
+    sip__route_kind_t kind;
   } want[] = {{"/dashboard", R_DASHBOARD},
               {"/dashboard/", R_DASHBOARD},
               {"/v2/dashboard/data", R_DASH_DATA},
               {"/v2/dashboard/report", R_DASH_REPORT}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     char *m = NULL, *v = NULL;
-    const http_route_t *r = sip__http_route_match(want[i].url, &m, &v);
+    const sip__http_route_t *r = sip__http_route_match(want[i].url, &m, &v);
     assert_non_null(r);
     assert_int_equal(r->kind, want[i].kind);
     assert_non_null(r->get);
@@ -105,7 +105,7 @@ static void test_routes(void **state) {
   assert_true(sip__http_dashboard_route(R_EVENTS));
   assert_true(sip__http_dashboard_route(R_METRICS));
   assert_true(sip__http_dashboard_route(R_LIVE));
-  static const route_kind_t refused[] = {R_INFER,     R_ADMIN,       R_REPO_LOAD,   R_REPO_UNLOAD,
+  static const sip__route_kind_t refused[] = {R_INFER,     R_ADMIN,       R_REPO_LOAD,   R_REPO_UNLOAD,
                                          R_REPO_INDEX, R_LOGGING,    R_TRACE,       R_SYS_SHM,
                                          R_CUDA_SHM,  R_MODEL,       R_CONFIG,      R_SERVER};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)

@@ -17,10 +17,10 @@
 
 /* Matches `url`, expecting route `kind` with `model` and `version` (NULL:
  * none taken from the path). */
-static void expect_route(const char *url, route_kind_t kind, const char *model,
+static void expect_route(const char *url, sip__route_kind_t kind, const char *model,
                          const char *version) {
   char *m = NULL, *v = NULL;
-  const http_route_t *r = sip__http_route_match(url, &m, &v);
+  const sip__http_route_t *r = sip__http_route_match(url, &m, &v);
   if (!r) fail_msg("%s: no route, want kind %d", url, (int)kind);
   if (r->kind != kind) fail_msg("%s: kind %d, want %d", url, (int)r->kind, (int)kind);
   if (model) {
@@ -40,7 +40,7 @@ static void expect_route(const char *url, route_kind_t kind, const char *model,
 
 static void expect_none(const char *url) {
   char *m = NULL, *v = NULL;
-  const http_route_t *r = sip__http_route_match(url, &m, &v);
+  const sip__http_route_t *r = sip__http_route_match(url, &m, &v);
   sip__free(m);
   sip__free(v);
   if (r) fail_msg("%s: matched '%s', want no route (404)", url, r->pattern);
@@ -49,7 +49,7 @@ static void expect_none(const char *url) {
 /* A path and the route it must find. */
 typedef struct route_case {
   const char *url;
-  route_kind_t kind;
+  sip__route_kind_t kind;
   const char *model, *version;
 } route_case_t;
 
@@ -171,7 +171,7 @@ static void test_odd_paths(void **state) {
 static unsigned refusal(const char *url, const char *method, char *msg, size_t n,
                         const char **allow) {
   char *m = NULL, *v = NULL;
-  const http_route_t *r = sip__http_route_match(url, &m, &v);
+  const sip__http_route_t *r = sip__http_route_match(url, &m, &v);
   sip__free(m);
   sip__free(v);
   *allow = NULL;
@@ -278,7 +278,7 @@ static void test_handlers(void **state) {
                                           "/v2/repository/models/m/unload"};
   for (size_t i = 0; i < sizeof get_urls / sizeof *get_urls; i++) {
     char *m = NULL, *v = NULL;
-    const http_route_t *r = sip__http_route_match(get_urls[i], &m, &v);
+    const sip__http_route_t *r = sip__http_route_match(get_urls[i], &m, &v);
     assert_non_null(r);
     assert_non_null(r->get);
     assert_null(r->post);
@@ -287,7 +287,7 @@ static void test_handlers(void **state) {
   }
   for (size_t i = 0; i < sizeof post_urls / sizeof *post_urls; i++) {
     char *m = NULL, *v = NULL;
-    const http_route_t *r = sip__http_route_match(post_urls[i], &m, &v);
+    const sip__http_route_t *r = sip__http_route_match(post_urls[i], &m, &v);
     assert_non_null(r);
     assert_null(r->get);
     assert_non_null(r->post);
