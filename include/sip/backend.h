@@ -64,7 +64,7 @@ enum {
   /* Takes the option enable_cpu_mem_arena; a pool's max_memory_mb turns the
    * arena off unless the pool sets it. */
   SIP_BACKEND_MEMORY_ARENA = 1u << 1,
-  /* backend_options whose key ends in _path or _file name files, relative to
+  /* backend_options whose key ends in _file name files, relative to
    * the config file's folder. */
   SIP_BACKEND_PATH_OPTIONS = 1u << 2,
 };

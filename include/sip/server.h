@@ -184,6 +184,36 @@ SIP_API sip_error_t *sip_import_triton(const char *model_dir, char **yaml, char 
  * entries. Owned string (sip_free), NULL when out of memory. Thread-safe. */
 SIP_API char *sip_server_repository_index(sip_server_t *s, int ready_only);
 
+/* ---- models imported into the repository ----
+ * For a model manager that fetches model files itself (ModelMesh's puller;
+ * docs/grpc.md "ModelMesh model runtime"). */
+/* Queues an import of the model at `path` as repository model `name` (both
+ * borrowed): `path` is a model file some backend claims (x.onnx), a
+ * directory holding a default model file (model.onnx) or exactly one such
+ * file, or a directory of <version>/<model file>; a config.yaml beside them
+ * comes along. On the loader thread the files are hard-linked (copied when
+ * they cannot be) into <repository>/<name>/ with a marker file .sip-import,
+ * then the model loads as sip_server_load_model_async loads it. An import
+ * of the same name from the same path while it serves succeeds at once;
+ * from another path it replaces the earlier import. A load that fails
+ * leaves no files behind (its reason stays in the index). Errors, when
+ * `done` never fires: INVALID_ARGUMENT (an empty path, a bad name),
+ * NOT_FOUND (no such path), FAILED_PRECONDITION (no repository; a
+ * session_pools name), UNAVAILABLE (shutting down). Through `done`:
+ * NOT_FOUND (no model in the path), INVALID_ARGUMENT (a file of no known
+ * format), FAILED_PRECONDITION (a repository model of that name that was
+ * not imported), a load's errors. Thread-safe. */
+SIP_API sip_error_t *sip_server_import_model_async(sip_server_t *s, const char *name,
+                                                   const char *path, sip_repo_done_fn done,
+                                                   void *user);
+/* Queues a removal: unloads `name` (borrowed) and, when it was imported,
+ * deletes its files and forgets it. A name neither served nor in the
+ * repository succeeds (it is gone already). "" removes every imported
+ * model (a model manager's fresh start). Errors, when `done` never fires:
+ * as for sip_server_unload_model_async, but for NOT_FOUND. Thread-safe. */
+SIP_API sip_error_t *sip_server_remove_model_async(sip_server_t *s, const char *name,
+                                                   sip_repo_done_fn done, void *user);
+
 /* An operator request on sessions (docs/availability.md), JSON:
  * {"action": "fault", "pool": P, "kind": "crash"|"hang"|"slow"|"error"|"none",
  *  "count": N | "rate": R, "delay_ms": D, "session": N} (refused with

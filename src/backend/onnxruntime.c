@@ -174,7 +174,7 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
                          "inter_op_threads=%d)",
                          s.intra_op_threads, s.inter_op_threads);
 
-  sip__backend_t *be = sip__calloc(1, sizeof *be);
+  sip__ort_backend_t *be = sip__calloc(1, sizeof *be);
   if (!be) return SIP__OOM();
 
   OrtThreadingOptions *tp = NULL;
@@ -202,7 +202,7 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
   return NULL;
 }
 
-static void backend_unref(sip__backend_t *be) {
+static void backend_unref(sip__ort_backend_t *be) {
   if (atomic_fetch_sub_explicit(&be->refs, 1, memory_order_acq_rel) != 1) return;
   if (be->env) sip__ort->ReleaseEnv(be->env);
   sip__free(be);
@@ -237,7 +237,7 @@ static void free_descs(sip_io_desc_t *d, size_t n) {
   sip__free(d);
 }
 
-static void free_syms(sip__dim_syms_t *v, size_t n) {
+static void free_syms(sip__ort_dim_syms_t *v, size_t n) {
   if (!v) return;
   for (size_t i = 0; i < n; i++)
     for (int k = 0; k < SIP_MAX_RANK; k++) sip__free(v[i].name[k]);
@@ -246,7 +246,7 @@ static void free_syms(sip__dim_syms_t *v, size_t n) {
 
 /* Fills one input or output description from the session's metadata. */
 static sip_error_t *describe_one(OrtSession *sess, OrtAllocator *alloc, int is_input, size_t index,
-                                 const char *path, sip_io_desc_t *d, sip__dim_syms_t *syms) {
+                                 const char *path, sip_io_desc_t *d, sip__ort_dim_syms_t *syms) {
   const char *kind = is_input ? "input" : "output";
   char *ort_name = NULL;
   OrtStatus *st = is_input ? sip__ort->SessionGetInputName(sess, index, alloc, &ort_name)
@@ -326,7 +326,7 @@ out:
   return err;
 }
 
-static sip_error_t *describe_all(sip__model_t *m, const char *path) {
+static sip_error_t *describe_all(sip__ort_model_t *m, const char *path) {
   OrtAllocator *alloc = NULL;
   OrtStatus *st = sip__ort->GetAllocatorWithDefaultOptions(&alloc);
   if (!st) st = sip__ort->SessionGetInputCount(m->session, &m->n_inputs);
@@ -351,7 +351,7 @@ static sip_error_t *describe_all(sip__model_t *m, const char *path) {
 }
 
 /* The session options a model is loaded with (*so owned on success). */
-static OrtStatus *session_options(const sip__load_options_t *lo, OrtSessionOptions **so) {
+static OrtStatus *session_options(const sip__ort_load_options_t *lo, OrtSessionOptions **so) {
   *so = NULL;
   OrtStatus *st = sip__ort->CreateSessionOptions(so);
   if (!st && !lo->own_threads) st = sip__ort->DisablePerSessionThreads(*so);
@@ -373,13 +373,13 @@ static OrtStatus *session_options(const sip__load_options_t *lo, OrtSessionOptio
 static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv_t *options,
                              size_t n_options, void **model) {
   *model = NULL;
-  sip__backend_t *be = backend_state;
+  sip__ort_backend_t *be = backend_state;
   if (!be || !be->env)
     return sip_error_new(SIP_FAILED_PRECONDITION, "onnxruntime: load called before init");
   if (!path || !*path)
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: a model_path is required");
 
-  sip__load_options_t lo;
+  sip__ort_load_options_t lo;
   sip_error_t *err = sip__ort_parse_options(options, n_options, &lo);
   if (!err) err = check_model_file(path);
   if (err) {
@@ -402,7 +402,7 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
     return sip__ort_status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
   }
 
-  sip__model_t *m = sip__calloc(1, sizeof *m);
+  sip__ort_model_t *m = sip__calloc(1, sizeof *m);
   if (!m) {
     sip__ort_load_options_clear(&lo);
     sip__ort->ReleaseSession(sess);
@@ -424,14 +424,14 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
 
 static void ort_describe(void *model, const sip_io_desc_t **inputs, size_t *n_inputs,
                          const sip_io_desc_t **outputs, size_t *n_outputs) {
-  const sip__model_t *m = model;
+  const sip__ort_model_t *m = model;
   *inputs = m->inputs;
   *n_inputs = m->n_inputs;
   *outputs = m->outputs;
   *n_outputs = m->n_outputs;
 }
 
-void sip__ort_model_unref(sip__model_t *m) {
+void sip__ort_model_unref(sip__ort_model_t *m) {
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
   if (m->session) sip__ort->ReleaseSession(m->session);
   sip__free(m->path);
@@ -459,7 +459,7 @@ static void ort_model_free(void *model) {
 /* ---- sessions ---------------------------------------------------------- */
 
 static void ort_session_free(void *session) {
-  sip__session_t *s = session;
+  sip__ort_session_t *s = session;
   if (!s) return;
   if (s->run_options) sip__ort->ReleaseRunOptions(s->run_options);
   if (s->mem_info) sip__ort->ReleaseMemoryInfo(s->mem_info);
@@ -474,8 +474,8 @@ static void ort_session_free(void *session) {
 
 static sip_error_t *ort_session_new(void *model, void **session) {
   *session = NULL;
-  sip__model_t *m = model;
-  sip__session_t *s = sip__calloc(1, sizeof *s);
+  sip__ort_model_t *m = model;
+  sip__ort_session_t *s = sip__calloc(1, sizeof *s);
   if (!s) return SIP__OOM();
   s->model = m;
   atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
@@ -510,7 +510,7 @@ static sip_error_t *ort_session_new(void *model, void **session) {
  * the model is read again from its file, with the same options. */
 static sip_error_t *ort_session_new_profiled(void *model, const char *prefix, void **session) {
   *session = NULL;
-  sip__model_t *m = model;
+  sip__ort_model_t *m = model;
   OrtSessionOptions *so = NULL;
   OrtStatus *st = session_options(&m->lo, &so);
   if (!st) st = sip__ort->EnableProfiling(so, prefix);
@@ -520,7 +520,7 @@ static sip_error_t *ort_session_new_profiled(void *model, const char *prefix, vo
   if (st)
     return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot make a profiled session "
                                  "of '%s'", m->path);
-  sip__model_t *c = sip__calloc(1, sizeof *c);
+  sip__ort_model_t *c = sip__calloc(1, sizeof *c);
   if (!c) {
     sip__ort->ReleaseSession(sess);
     return SIP__OOM();
@@ -541,7 +541,7 @@ static sip_error_t *ort_session_new_profiled(void *model, const char *prefix, vo
  * (Chrome trace JSON, owned), removing its file. */
 static sip_error_t *ort_profile_end(void *session, char **trace) {
   *trace = NULL;
-  sip__session_t *s = session;
+  sip__ort_session_t *s = session;
   char *path = NULL;
   OrtStatus *st = sip__ort->SessionEndProfiling(s->model->session, s->allocator, &path);
   if (st) return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot end profiling");

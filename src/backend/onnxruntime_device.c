@@ -68,7 +68,7 @@ static sip_error_t *rt_check(int rc, const char *what, size_t size) {
 
 void sip__ort_memory(void *model, int is_input, size_t index, sip_memory_type_t *type,
                      int *device_id) {
-  const sip__model_t *m = model;
+  const sip__ort_model_t *m = model;
   const sip_io_desc_t *d = is_input ? (index < m->n_inputs ? &m->inputs[index] : NULL)
                                     : (index < m->n_outputs ? &m->outputs[index] : NULL);
   int dev = m->lo.device && (!d || d->dtype != SIP_DTYPE_STRING);
@@ -127,7 +127,7 @@ sip_error_t *sip__ort_copy(void *model, void *dst, sip_memory_type_t dst_type, i
 
 /* ---- sessions on a device ------------------------------------------------------ */
 
-sip_error_t *sip__ort_session_device(sip__session_t *s) {
+sip_error_t *sip__ort_session_device(sip__ort_session_t *s) {
   OrtStatus *st = sip__ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, s->model->lo.device_id,
                                              OrtMemTypeDefault, &s->dev_mem_info);
   if (!st) st = sip__ort->CreateIoBinding(s->model->session, &s->binding);
@@ -137,7 +137,7 @@ sip_error_t *sip__ort_session_device(sip__session_t *s) {
   return NULL;
 }
 
-void sip__ort_session_device_free(sip__session_t *s) {
+void sip__ort_session_device_free(sip__ort_session_t *s) {
   if (s->binding) sip__ort->ReleaseIoBinding(s->binding);
   if (s->dev_mem_info) sip__ort->ReleaseMemoryInfo(s->dev_mem_info);
   s->binding = NULL;
@@ -145,15 +145,15 @@ void sip__ort_session_device_free(sip__session_t *s) {
 }
 
 /* The model's output `name` is a string (those stay in host memory). */
-static int string_output(const sip__model_t *m, const char *name) {
+static int string_output(const sip__ort_model_t *m, const char *name) {
   for (size_t j = 0; j < m->n_outputs; j++)
     if (!strcmp(m->outputs[j].name, name)) return m->outputs[j].dtype == SIP_DTYPE_STRING;
   return 0;
 }
 
-sip_error_t *sip__ort_run_bound(sip__session_t *s, size_t n_inputs, const char *const *out_names,
+sip_error_t *sip__ort_run_bound(sip__ort_session_t *s, size_t n_inputs, const char *const *out_names,
                                 size_t n_outputs) {
-  sip__model_t *m = s->model;
+  sip__ort_model_t *m = s->model;
   OrtStatus *st = NULL;
   sip__ort->ClearBoundInputs(s->binding);
   sip__ort->ClearBoundOutputs(s->binding);

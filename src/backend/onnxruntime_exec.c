@@ -77,7 +77,7 @@ static void put_le32(unsigned char *p, uint32_t v) {
  * bytes per element). Each element is written straight into ORT's
  * std::string buffer, so embedded NULs survive and no NUL-terminated
  * temporaries are needed. */
-static sip_error_t *make_string_input(sip__session_t *s, const sip_tensor_t *t, const char *name,
+static sip_error_t *make_string_input(sip__ort_session_t *s, const sip_tensor_t *t, const char *name,
                                       int64_t count, OrtValue **out) {
   OrtValue *v = NULL;
   OrtStatus *st = sip__ort->CreateTensorAsOrtValue(s->allocator, t->dims, (size_t)t->rank,
@@ -110,7 +110,7 @@ malformed:
                        name, (long long)count, t->nbytes);
 }
 
-static sip_error_t *make_input(sip__session_t *s, const sip_tensor_t *t, const char *name,
+static sip_error_t *make_input(sip__ort_session_t *s, const sip_tensor_t *t, const char *name,
                                OrtValue **out) {
   if (t->rank < 0 || t->rank > SIP_MAX_RANK)
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: input '%s' has rank %d", name,
@@ -156,7 +156,7 @@ static sip_error_t *make_input(sip__session_t *s, const sip_tensor_t *t, const c
 /* ---- execute: outputs -------------------------------------------------- */
 
 static void release_output(void *ctx) {
-  sip__output_ref_t *r = ctx;
+  sip__ort_output_ref_t *r = ctx;
   sip__ort->ReleaseValue(r->value);
   sip__ort_model_unref(r->model);
   sip__free(r);
@@ -215,7 +215,7 @@ static sip_error_t *pack_strings(OrtValue *v, const char *name, size_t count, si
 /* Turns one output OrtValue into a sip tensor. Always takes ownership of
  * `v`: on success it lives on inside the tensor's buffer (numeric) or is
  * released after packing (STRING); on failure it is released. */
-static sip_error_t *make_output(sip__model_t *m, OrtValue *v, const char *name,
+static sip_error_t *make_output(sip__ort_model_t *m, OrtValue *v, const char *name,
                                 const sip_tensor_t *const *inputs, size_t n_inputs,
                                 sip_tensor_t **out) {
   sip_error_t *err = NULL;
@@ -301,7 +301,7 @@ static sip_error_t *make_output(sip__model_t *m, OrtValue *v, const char *name,
     } else {
       /* Zero-copy: the buffer owns the OrtValue and a model reference
        * (sip_buf_wrap releases them itself when it cannot allocate). */
-      sip__output_ref_t *r = sip__malloc(sizeof *r);
+      sip__ort_output_ref_t *r = sip__malloc(sizeof *r);
       if (!r) {
         sip__ort->ReleaseValue(v);
         return SIP__OOM();
@@ -327,7 +327,7 @@ static sip_error_t *make_output(sip__model_t *m, OrtValue *v, const char *name,
 /* Output `name`'s shape before running, from the model's fixed dims and
  * its symbolic dims named like a dim of a given input; 0 when some dim
  * cannot be known. */
-static int known_shape(const sip__model_t *m, const char *name, const sip_tensor_t *const *inputs,
+static int known_shape(const sip__ort_model_t *m, const char *name, const sip_tensor_t *const *inputs,
                        size_t n_inputs, sip_dtype_t *dt, int *rank, int64_t *dims) {
   size_t o = 0;
   while (o < m->n_outputs && strcmp(m->outputs[o].name, name)) o++;
@@ -357,7 +357,7 @@ static int known_shape(const sip__model_t *m, const char *name, const sip_tensor
 
 /* Pre-allocated outputs over the request's destinations, where an
  * output's shape is known and its bytes fit (s->out_values / out_bound). */
-static void bind_destinations(sip__session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
+static void bind_destinations(sip__ort_session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
                               const char *const *out_names, size_t n_outputs,
                               const sip_out_dest_t *dests) {
   for (size_t j = 0; dests && j < n_outputs; j++) {
@@ -384,7 +384,7 @@ static void bind_destinations(sip__session_t *s, const sip_tensor_t *const *inpu
   }
 }
 
-static void unbind_destinations(sip__session_t *s, size_t n_outputs) {
+static void unbind_destinations(sip__ort_session_t *s, size_t n_outputs) {
   for (size_t j = 0; j < n_outputs; j++) {
     if (!s->out_bound[j]) continue;
     if (s->out_values[j] == s->out_bound[j]) s->out_values[j] = NULL;
@@ -394,7 +394,7 @@ static void unbind_destinations(sip__session_t *s, size_t n_outputs) {
 }
 
 /* Output j written into its destination: a tensor viewing it. */
-static sip_error_t *bound_output(sip__session_t *s, size_t j, const char *name,
+static sip_error_t *bound_output(sip__ort_session_t *s, size_t j, const char *name,
                                  const sip_out_dest_t *dest, sip_tensor_t **out) {
   ONNXTensorElementDataType et;
   const int64_t *shape = NULL;
@@ -408,10 +408,10 @@ static sip_error_t *bound_output(sip__session_t *s, size_t j, const char *name,
   return *out ? NULL : SIP__OOM();
 }
 
-static sip_error_t *run(sip__session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
+static sip_error_t *run(sip__ort_session_t *s, const sip_tensor_t *const *inputs, size_t n_inputs,
                         const char *const *out_names, size_t n_outputs,
                         const sip_out_dest_t *dests, sip_tensor_t **outputs) {
-  sip__model_t *m = s->model;
+  sip__ort_model_t *m = s->model;
   for (size_t j = 0; j < n_outputs; j++) outputs[j] = NULL;
   if (n_inputs > m->n_inputs)
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: %zu inputs given; the model has %zu",

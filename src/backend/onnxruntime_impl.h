@@ -1,7 +1,9 @@
 /* sip — the ONNX Runtime backend's shared state, between
- * src/backend/onnxruntime.c (init, options, load, describe, sessions) and
- * src/backend/onnxruntime_exec.c (execute: request bytes in as OrtValues,
- * OrtValues out as zero-copy sip tensors). Internal to those two files. */
+ * src/backend/onnxruntime.c (init, load, describe, sessions),
+ * onnxruntime_exec.c (execute: request bytes in as OrtValues, OrtValues out
+ * as zero-copy sip tensors), onnxruntime_options.c (the option table,
+ * execution providers) and onnxruntime_device.c (device memory, I/O
+ * binding). Internal to those four files. */
 #ifndef SIP_BACKEND_ONNXRUNTIME_IMPL_H
 #define SIP_BACKEND_ONNXRUNTIME_IMPL_H
 
@@ -25,17 +27,17 @@ extern const OrtApi *sip__ort;
  * OrtEnv owns the thread pools every OrtSession uses). The last reference
  * releases the ORT object, whichever of shutdown/model_free/buffer release
  * comes last. */
-typedef struct sip__backend {
+typedef struct sip__ort_backend {
   OrtEnv *env;
   atomic_long refs;
-} sip__backend_t;
+} sip__ort_backend_t;
 
 /* The symbolic names of one tensor's dims ("batch", "N"; NULL for fixed
  * and unnamed dims): an output dim named like an input dim takes that
  * input's size, so an output's shape can be known before running. */
-typedef struct sip__dim_syms {
+typedef struct sip__ort_dim_syms {
   char *name[SIP_MAX_RANK];
-} sip__dim_syms_t;
+} sip__ort_dim_syms_t;
 
 /* One execution provider of execution_providers: ORT's name
  * ("CUDAExecutionProvider") and its provider options (all owned). */
@@ -48,7 +50,7 @@ typedef struct sip__ort_provider {
 
 /* What a model was loaded with (onnxruntime_options.c's parse): kept so
  * that a profiled copy of its OrtSession can be made the same way. */
-typedef struct sip__load_options {
+typedef struct sip__ort_load_options {
   GraphOptimizationLevel opt_level;
   int mem_arena;   /* -1: ORT default */
   int mem_pattern; /* -1: ORT default */
@@ -57,30 +59,30 @@ typedef struct sip__load_options {
   size_t n_providers;
   int device;      /* the first provider is a device's (cuda, tensorrt): tensors live there */
   int device_id;
-} sip__load_options_t;
+} sip__ort_load_options_t;
 
-typedef struct sip__model {
+typedef struct sip__ort_model {
   OrtSession *session;
-  sip__backend_t *backend;
+  sip__ort_backend_t *backend;
   atomic_long refs;
   char *path;          /* the model file (for a profiled copy) */
-  sip__load_options_t lo;
-  struct sip__model *parent; /* a profiled copy: its describe arrays are the parent's */
+  sip__ort_load_options_t lo;
+  struct sip__ort_model *parent; /* a profiled copy: its describe arrays are the parent's */
   sip_io_desc_t *inputs;
   size_t n_inputs;
   sip_io_desc_t *outputs;
   size_t n_outputs;
-  sip__dim_syms_t *in_syms, *out_syms; /* one per input / output */
-} sip__model_t;
+  sip__ort_dim_syms_t *in_syms, *out_syms; /* one per input / output */
+} sip__ort_model_t;
 
 /* What a zero-copy output buffer owns. */
-typedef struct sip__output_ref {
+typedef struct sip__ort_output_ref {
   OrtValue *value;
-  sip__model_t *model;
-} sip__output_ref_t;
+  sip__ort_model_t *model;
+} sip__ort_output_ref_t;
 
-typedef struct sip__session {
-  sip__model_t *model;
+typedef struct sip__ort_session {
+  sip__ort_model_t *model;
   OrtRunOptions *run_options;
   OrtMemoryInfo *mem_info; /* CPU memory, for wrapping request bytes */
   OrtAllocator *allocator; /* ORT's default CPU allocator (not owned) */
@@ -92,11 +94,11 @@ typedef struct sip__session {
   /* Per output: the request's destination memory Run writes into (an
    * OrtValue over it, given to Run pre-allocated), or NULL. */
   OrtValue **out_bound;
-  /* A model on a device (sip__load_options_t.device): its memory, and the I/O
+  /* A model on a device (sip__ort_load_options_t.device): its memory, and the I/O
    * binding device tensors go through (onnxruntime_device.c). */
   OrtMemoryInfo *dev_mem_info;
   OrtIoBinding *binding;
-} sip__session_t;
+} sip__ort_session_t;
 
 /* Turns an OrtStatus into a sip error with `code`, prefixing ORT's message
  * with a formatted context. Releases the status. */
@@ -108,7 +110,7 @@ sip_dtype_t sip__ort_dtype(ONNXTensorElementDataType t);
 /* "sequence", "map"...: an ONNX value type, for messages. */
 const char *sip__ort_type_name(enum ONNXType t);
 /* Drops a reference on a model; the last one releases its OrtSession. */
-void sip__ort_model_unref(sip__model_t *m);
+void sip__ort_model_unref(sip__ort_model_t *m);
 
 /* The OrtApi, initialised once (NULL when the library lacks the version). */
 const OrtApi *sip__ort_api(void);
@@ -119,13 +121,13 @@ extern const sip_backend_option_t sip__ort_options[SIP__ORT_N_OPTIONS];
 /* Parses a pool's backend_options into *lo (providers owned by *lo: clear
  * with sip__ort_load_options_clear) and checks that this build has every
  * provider. */
-sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__load_options_t *lo);
-void sip__ort_load_options_clear(sip__load_options_t *lo);
+sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__ort_load_options_t *lo);
+void sip__ort_load_options_clear(sip__ort_load_options_t *lo);
 void sip__ort_providers_free(sip__ort_provider_t *p, size_t n);
 /* The vtable's check_options: the same parse, at config check. */
 sip_error_t *sip__ort_check_options(const sip_kv_t *options, size_t n);
 /* Appends lo's providers to `so`, in order (cpu is implicit). */
-OrtStatus *sip__ort_append_providers(const sip__load_options_t *lo, OrtSessionOptions *so);
+OrtStatus *sip__ort_append_providers(const sip__ort_load_options_t *lo, OrtSessionOptions *so);
 
 /* ---- device memory (src/backend/onnxruntime_device.c) ---- */
 /* The vtable's memory, alloc and copy hooks. */
@@ -137,12 +139,12 @@ sip_error_t *sip__ort_copy(void *model, void *dst, sip_memory_type_t dst_type, i
                            const void *src, sip_memory_type_t src_type, int src_device,
                            size_t size);
 /* A device model's session: its device memory info and I/O binding. */
-sip_error_t *sip__ort_session_device(sip__session_t *s);
-void sip__ort_session_device_free(sip__session_t *s);
+sip_error_t *sip__ort_session_device(sip__ort_session_t *s);
+void sip__ort_session_device_free(sip__ort_session_t *s);
 /* Runs with the I/O binding: inputs (their OrtValues built already, in
  * s->in_values) bound as they are, outputs bound to the device; fills
  * s->out_values with the bound outputs (owned). */
-sip_error_t *sip__ort_run_bound(sip__session_t *s, size_t n_inputs, const char *const *out_names,
+sip_error_t *sip__ort_run_bound(sip__ort_session_t *s, size_t n_inputs, const char *const *out_names,
                                 size_t n_outputs);
 
 /* The vtable's execute (src/backend/onnxruntime_exec.c). */

@@ -85,7 +85,7 @@ void sip__ort_providers_free(sip__ort_provider_t *p, size_t n) {
 /* Parses execution_providers' JSON ([{"name": "cuda", "device_id": "0"}])
  * or one name (execution_provider) into lo->providers. */
 static sip_error_t *parse_providers(const char *key, const char *text, int list,
-                                    sip__load_options_t *lo) {
+                                    sip__ort_load_options_t *lo) {
   json_error_t je;
   json_t *arr = list ? json_loads(text, 0, &je) : json_pack("[{s:s}]", "name", text);
   if (!arr || !json_is_array(arr) || !json_array_size(arr)) {
@@ -148,7 +148,7 @@ static sip_error_t *parse_providers(const char *key, const char *text, int list,
 
 /* Every provider of lo is in this ORT build: else UNIMPLEMENTED naming the
  * missing one and listing the build's (OrtGetAvailableProviders). */
-static sip_error_t *check_available(const sip__load_options_t *lo) {
+static sip_error_t *check_available(const sip__ort_load_options_t *lo) {
   if (!lo->n_providers) return NULL;
   if (!sip__ort_api()) return sip_error_new(SIP_FAILED_PRECONDITION, "onnxruntime: no C API");
   char **have = NULL;
@@ -177,7 +177,7 @@ static sip_error_t *check_available(const sip__load_options_t *lo) {
   return e;
 }
 
-OrtStatus *sip__ort_append_providers(const sip__load_options_t *lo, OrtSessionOptions *so) {
+OrtStatus *sip__ort_append_providers(const sip__ort_load_options_t *lo, OrtSessionOptions *so) {
   OrtStatus *st = NULL;
   for (size_t i = 0; !st && i < lo->n_providers; i++) {
     const sip__ort_provider_t *p = &lo->providers[i];
@@ -231,7 +231,7 @@ static sip_error_t *opt_bool(const char *key, const char *v, int *out) {
                        "onnxruntime: backend option '%s' is '%s'; expected true or false", key, v);
 }
 
-static sip_error_t *parse_one(const char *key, const char *v, sip__load_options_t *lo) {
+static sip_error_t *parse_one(const char *key, const char *v, sip__ort_load_options_t *lo) {
   static const GraphOptimizationLevel level_of[] = {ORT_DISABLE_ALL, ORT_ENABLE_BASIC,
                                                     ORT_ENABLE_EXTENDED, ORT_ENABLE_ALL};
   if (!strcmp(key, "graph_optimization_level")) {
@@ -269,7 +269,7 @@ static sip_error_t *parse_one(const char *key, const char *v, sip__load_options_
                        "%s)", key, known);
 }
 
-sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__load_options_t *lo) {
+sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__ort_load_options_t *lo) {
   memset(lo, 0, sizeof *lo);
   lo->opt_level = ORT_ENABLE_ALL;
   lo->mem_arena = -1;
@@ -297,14 +297,14 @@ sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__load
   return e;
 }
 
-void sip__ort_load_options_clear(sip__load_options_t *lo) {
+void sip__ort_load_options_clear(sip__ort_load_options_t *lo) {
   sip__ort_providers_free(lo->providers, lo->n_providers);
   lo->providers = NULL;
   lo->n_providers = 0;
 }
 
 sip_error_t *sip__ort_check_options(const sip_kv_t *options, size_t n) {
-  sip__load_options_t lo;
+  sip__ort_load_options_t lo;
   sip_error_t *e = sip__ort_parse_options(options, n, &lo);
   if (!e) sip__ort_load_options_clear(&lo);
   return e;

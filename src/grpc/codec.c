@@ -472,6 +472,12 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
 
 sip_error_t *sip__grpc_decode_infer_in(const uint8_t *data, size_t len, sip_buf_t *backing,
                                        sip__shm_set_t *set, sip__grpc_infer_t **out) {
+  return sip__grpc_decode_infer_as(data, len, backing, set, NULL, out);
+}
+
+sip_error_t *sip__grpc_decode_infer_as(const uint8_t *data, size_t len, sip_buf_t *backing,
+                                       sip__shm_set_t *set, const char *model,
+                                       sip__grpc_infer_t **out) {
   *out = NULL;
   raw_views_t rv;
   uint8_t *rest = NULL;
@@ -520,14 +526,15 @@ sip_error_t *sip__grpc_decode_infer_in(const uint8_t *data, size_t len, sip_buf_
     e = SIP__OOM();
     goto done;
   }
-  if (!m->model_name[0]) {
+  if (!model) model = m->model_name;
+  if (!model[0]) {
     e = BAD("model_name is empty; expected the name of a model");
     goto done;
   }
-  k->model = sip__strdup(m->model_name);
+  k->model = sip__strdup(model);
   k->version = m->model_version[0] ? sip__strdup(m->model_version) : NULL;
   k->id = m->id[0] ? sip__strdup(m->id) : NULL;
-  k->req = sip_request_new(m->model_name);
+  k->req = sip_request_new(model);
   if (!k->model || (m->model_version[0] && !k->version) || (m->id[0] && !k->id) || !k->req) {
     e = SIP__OOM();
     goto done;

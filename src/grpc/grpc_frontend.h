@@ -83,6 +83,11 @@ sip_error_t *sip__grpc_decode_infer(const uint8_t *data, size_t len, sip__shm_se
  * received bytes, never copied. Without it they view one copy of `data`. */
 sip_error_t *sip__grpc_decode_infer_in(const uint8_t *data, size_t len, sip_buf_t *backing,
                                        sip__shm_set_t *shm, sip__grpc_infer_t **out);
+/* The same for model `model` (borrowed; NULL: the message's model_name),
+ * whatever model_name says: ModelMesh's `mm-model-id`. */
+sip_error_t *sip__grpc_decode_infer_as(const uint8_t *data, size_t len, sip_buf_t *backing,
+                                       sip__shm_set_t *shm, const char *model,
+                                       sip__grpc_infer_t **out);
 void sip__grpc_infer_free(sip__grpc_infer_t *k);
 
 /* Encodes the outputs as a serialized inference.ModelInferResponse for `k`

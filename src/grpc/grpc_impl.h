@@ -8,6 +8,7 @@
  *   rpcs.c    every other RPC: health, metadata, statistics, repository,
  *             shared memory, trace and log settings; the method table
  *   model_config.c  ModelConfig
+ *   mmesh.c   ModelMesh's model runtime SPI (mmesh.ModelRuntime)
  *   codec.c   protobuf-c helpers and the inference decoder (grpc_frontend.h)
  *   encode.c  the inference answers (grpc_frontend.h)
  */
@@ -138,6 +139,24 @@ struct sip__model_view;
 sip_error_t *sip__grpc_find_model(gcall_t *c, const char *name, const char *version, int loaded,
                                   struct sip__model_view **v, size_t *n,
                                   const struct sip__model_view **m);
+
+/* ---- mmesh.c: ModelMesh's model runtime SPI (mmesh.ModelRuntime) --------- */
+
+void sip__grpc_mmesh_load(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_unload(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_predict(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_size(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_status(gcall_t *c, const ProtobufCMessage *req);
+/* The repository model name of ModelMesh model id `id`: bytes of A-Z a-z
+ * 0-9 _ - as they are, every other byte as '.' and two lowercase hex
+ * digits ("a/b.c" -> "a.2fb.2ec"), so no two ids share a name. Into `out`
+ * (`cap` bytes, at least 129). INVALID_ARGUMENT for an empty id, one that
+ * starts with a byte that is escaped, or a name over 128 bytes. */
+sip_error_t *sip__grpc_mmesh_name(const char *id, char *out, size_t cap);
+/* The model a call's `mm-model-id` metadata names (ModelMesh forwarding an
+ * inference), mapped as above into `out`; NULL with out[0] = '\0' when the
+ * call has none (infer.c). */
+sip_error_t *sip__grpc_mm_model(gcall_t *c, char *out, size_t cap);
 
 /* ---- model_config.c ------------------------------------------------------ */
 

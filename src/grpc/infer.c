@@ -145,6 +145,19 @@ static const char *metadata(gcall_t *c, const char *key, char *buf, size_t n) {
   return NULL;
 }
 
+sip_error_t *sip__grpc_mm_model(gcall_t *c, char *out, size_t cap) {
+  char id[512];
+  out[0] = '\0';
+  for (size_t i = 0; i < c->md.count; i++) /* present but too long for id[] */
+    if (GRPC_SLICE_LENGTH(c->md.metadata[i].key) == 11 &&
+        !memcmp(GRPC_SLICE_START_PTR(c->md.metadata[i].key), "mm-model-id", 11) &&
+        GRPC_SLICE_LENGTH(c->md.metadata[i].value) >= sizeof id)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "mm-model-id metadata is too long; expected "
+                           "a ModelMesh model id");
+  /* mm-vmodel-id (the virtual model) changes nothing here. */
+  return metadata(c, "mm-model-id", id, sizeof id) ? sip__grpc_mmesh_name(id, out, cap) : NULL;
+}
+
 /* The W3C trace context of the call (docs/tracing.md); an invalid
  * traceparent is ignored. */
 static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
@@ -167,7 +180,13 @@ static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip_buf_
   *kp = NULL;
   sip__shm_set_t *scope = sip__shm_scope_new(sip__server_shm(c->g->s));
   if (!scope) return SIP__OOM();
-  sip_error_t *e = sip__grpc_decode_infer_in(data, len, backing, scope, &k);
+  char mm[160];
+  sip_error_t *e = sip__grpc_mm_model(c, mm, sizeof mm);
+  if (e) {
+    sip__server_note_rejected(c->g->s, SIP__PROTOCOL_GRPC, NULL, 0, e);
+    goto fail;
+  }
+  e = sip__grpc_decode_infer_as(data, len, backing, scope, mm[0] ? mm : NULL, &k);
   *kp = k;
   if (e) {
     /* No k: the bytes are not a ModelInferRequest at all. */

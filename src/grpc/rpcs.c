@@ -13,6 +13,7 @@
 #include "grpc/grpc_impl.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
+#include "mmesh_model_runtime.pb-c.h"
 #include "server/introspect.h"
 
 #define SVC "/inference.GRPCInferenceService/"
@@ -138,10 +139,12 @@ static void io_free(void **p, size_t n) {
 
 static void model_metadata(gcall_t *c, const ProtobufCMessage *req) {
   const Inference__ModelMetadataRequest *q = (const void *)req;
-  sip__model_view_t *v;
-  size_t n;
+  sip__model_view_t *v = NULL;
+  size_t n = 0;
   const sip__model_view_t *m;
-  sip_error_t *e = sip__grpc_find_model(c, q->name, q->version, 1, &v, &n, &m);
+  char mm[160]; /* forwarded by ModelMesh: the model its mm-model-id names */
+  sip_error_t *e = sip__grpc_mm_model(c, mm, sizeof mm);
+  if (!e) e = sip__grpc_find_model(c, mm[0] ? mm : q->name, q->version, 1, &v, &n, &m);
   if (e) {
     sip__grpc_reply(c, e, NULL);
     return;
@@ -552,6 +555,8 @@ static void log_settings(gcall_t *c, const ProtobufCMessage *req) {
 /* ---- the method table ------------------------------------------------------------------ */
 
 #define UNARY(name, type, fn) {SVC name, &inference__##type##__descriptor, fn, NULL, 0}
+/* ModelMesh's model runtime SPI (mmesh.c). */
+#define MMESH(name, type, fn) {"/mmesh.ModelRuntime/" name, &mmesh__##type##__descriptor, fn, NULL, 0}
 
 const gmethod_t sip__grpc_methods[] = {
     UNARY("ServerLive", server_live_request, server_live),
@@ -578,5 +583,10 @@ const gmethod_t sip__grpc_methods[] = {
     UNARY("LogSettings", log_settings_request, log_settings),
     {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
      health_check, NULL, 0},
+    MMESH("loadModel", load_model_request, sip__grpc_mmesh_load),
+    MMESH("unloadModel", unload_model_request, sip__grpc_mmesh_unload),
+    MMESH("predictModelSize", predict_model_size_request, sip__grpc_mmesh_predict),
+    MMESH("modelSize", model_size_request, sip__grpc_mmesh_size),
+    MMESH("runtimeStatus", runtime_status_request, sip__grpc_mmesh_status),
 };
 const size_t sip__grpc_n_methods = sizeof sip__grpc_methods / sizeof *sip__grpc_methods;

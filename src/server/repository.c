@@ -31,7 +31,7 @@
 static const char *const rec_state_names[] = {"LOADING", "READY", "UNLOADING", "UNAVAILABLE",
                                               "UNAVAILABLE"};
 
-static void failures_free(failure_t *f, size_t n) {
+static void failures_free(sip__failure_t *f, size_t n) {
   for (size_t i = 0; i < n; i++) {
     sip__free(f[i].version);
     sip__free(f[i].reason);
@@ -40,11 +40,11 @@ static void failures_free(failure_t *f, size_t n) {
 }
 
 /* The record of `name`, created when missing (NULL on OOM). Caller holds mu. */
-static model_rec_t *rec_get(sip__repo_t *R, const char *name, int create) {
-  for (model_rec_t *m = R->models; m; m = m->next)
+static sip__model_rec_t *rec_get(sip__repo_t *R, const char *name, int create) {
+  for (sip__model_rec_t *m = R->models; m; m = m->next)
     if (!strcmp(m->name, name)) return m;
   if (!create) return NULL;
-  model_rec_t *m = sip__calloc(1, sizeof *m);
+  sip__model_rec_t *m = sip__calloc(1, sizeof *m);
   if (!m || !(m->name = sip__strdup(name))) {
     sip__free(m);
     return NULL;
@@ -56,15 +56,15 @@ static model_rec_t *rec_get(sip__repo_t *R, const char *name, int create) {
 
 void sip__repo_rec_set_state(sip__repo_t *R, const char *name, int state) {
   pthread_mutex_lock(&R->mu);
-  model_rec_t *m = rec_get(R, name, 1);
+  sip__model_rec_t *m = rec_get(R, name, 1);
   if (m) m->state = state;
   pthread_mutex_unlock(&R->mu);
 }
 
 /* Sets the outcome of a load: its state and failures (taken). */
-void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, failure_t *f, size_t n) {
+void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, sip__failure_t *f, size_t n) {
   pthread_mutex_lock(&R->mu);
-  model_rec_t *m = rec_get(R, name, 1);
+  sip__model_rec_t *m = rec_get(R, name, 1);
   if (m) {
     failures_free(m->failed, m->n_failed);
     m->state = state;
@@ -72,6 +72,20 @@ void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, failure_t
     m->n_failed = n;
   } else {
     failures_free(f, n);
+  }
+  pthread_mutex_unlock(&R->mu);
+}
+
+void sip__repo_rec_drop(sip__repo_t *R, const char *name) {
+  pthread_mutex_lock(&R->mu);
+  for (sip__model_rec_t **pp = &R->models; *pp; pp = &(*pp)->next) {
+    sip__model_rec_t *m = *pp;
+    if (strcmp(m->name, name)) continue;
+    *pp = m->next;
+    failures_free(m->failed, m->n_failed);
+    sip__free(m->name);
+    sip__free(m);
+    break;
   }
   pthread_mutex_unlock(&R->mu);
 }
@@ -85,8 +99,8 @@ int sip__repo_rec_exists(sip__repo_t *R, const char *name) {
 
 /* Records what could not be served: `e` (borrowed) for version `version`
  * (NULL: the model). -1 when out of memory. */
-int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const sip_error_t *e) {
-  failure_t *v = sip__reallocarray(*f, *n + 1, sizeof *v);
+int sip__repo_add_failure(sip__failure_t **f, size_t *n, const char *version, const sip_error_t *e) {
+  sip__failure_t *v = sip__reallocarray(*f, *n + 1, sizeof *v);
   if (!v) return -1;
   *f = v;
   v[*n].version = version ? sip__strdup(version) : NULL;
@@ -156,7 +170,7 @@ static int pool_settings(sip__pool_t *p, sip__state_pool_t *c) {
 
 /* Records a load or unload that succeeded, and writes the file. A write
  * that fails is logged; serving goes on (the next change writes again). */
-static void checkpoint(sip_server_t *s, const repo_op_t *op) {
+static void checkpoint(sip_server_t *s, const sip__repo_op_t *op) {
   sip__repo_t *R = s->repo;
   if (!R->state) return;
   /* A model loaded again serves as its config says, unless its files did
@@ -269,12 +283,13 @@ static void initial_load(sip_server_t *s) {
              n);
 }
 
-SIP__FIFO_DEFINE(ops, repo_op_queue_t, repo_op_t)
+SIP__FIFO_DEFINE(ops, sip__repo_op_queue_t, sip__repo_op_t)
 
-static void op_free(repo_op_t *op) {
+static void op_free(sip__repo_op_t *op) {
   sip__model_override_free(op->config);
   sip__free(op->config_text);
   sip__free(op->name);
+  sip__free(op->source);
   sip__free(op);
 }
 
@@ -285,15 +300,18 @@ static void *loader_main(void *arg) {
   pthread_mutex_lock(&R->mu);
   for (;;) {
     while (!R->ops.head && !R->stop) pthread_cond_wait(&R->cv, &R->mu);
-    repo_op_t *op = ops_pop(&R->ops);
+    sip__repo_op_t *op = ops_pop(&R->ops);
     if (!op) break;
     int stopping = R->stop;
     pthread_mutex_unlock(&R->mu);
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
                      : op->reload ? sip__server_reload(s)
+                     : op->remove ? sip__repo_remove(s, op->name)
+                     : op->source ? sip__repo_import(s, op->name, op->source)
                      : op->unload ? sip__repo_unload_model(s, op->name)
                                   : sip__repo_load_model(s, op->name, op->config);
-    if (!e && !op->reload) checkpoint(s, op);
+    /* Imported models are their importer's to restore, not the checkpoint's. */
+    if (!e && !op->reload && !op->remove && !op->source) checkpoint(s, op);
     op->done(e, op->user);
     op_free(op);
     pthread_mutex_lock(&R->mu);
@@ -349,13 +367,13 @@ void sip__repo_stop(sip_server_t *s) {
 void sip__repo_free(sip_server_t *s) {
   sip__repo_t *R = s->repo;
   if (!R) return;
-  for (repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
+  for (sip__repo_op_t *op; (op = ops_pop(&R->ops));) { /* never started: nobody answered these */
     op->done(sip_error_new(SIP_UNAVAILABLE, "server is shutting down"), op->user);
     op_free(op);
   }
   sip__state_free(R->state);
   while (R->models) {
-    model_rec_t *m = R->models;
+    sip__model_rec_t *m = R->models;
     R->models = m->next;
     failures_free(m->failed, m->n_failed);
     sip__free(m->name);
@@ -374,7 +392,7 @@ sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
   if (!R || !R->root) return NULL;
   sip_error_t *e = NULL;
   pthread_mutex_lock(&R->mu);
-  model_rec_t *m = rec_get(R, name, 0);
+  sip__model_rec_t *m = rec_get(R, name, 0);
   if (m && m->state == REC_LOADING)
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is loading", name);
   else if (m && m->state == REC_UNLOADING)
@@ -408,26 +426,29 @@ sip_error_t *sip__repo_unavailable(sip_server_t *s, const char *name) {
 
 /* ---- public API ------------------------------------------------------------ */
 
-enum { OP_LOAD, OP_UNLOAD, OP_RELOAD };
+enum { OP_LOAD = SIP__REPO_OP_LOAD, OP_UNLOAD = SIP__REPO_OP_UNLOAD,
+       OP_RELOAD = SIP__REPO_OP_RELOAD };
 
-static sip_error_t *queue_op(sip_server_t *s, const char *name, int kind, const char *config,
-                             sip_repo_done_fn done, void *user) {
+sip_error_t *sip__repo_queue_op(sip_server_t *s, const char *name, int kind, const char *config,
+                                const char *source, sip_repo_done_fn done, void *user) {
   if (!name) return sip_error_new(SIP_INVALID_ARGUMENT, "model name is NULL");
   if (!done) return sip_error_new(SIP_INVALID_ARGUMENT, "completion callback is NULL");
-  int unload = kind == OP_UNLOAD;
-  sip_error_t *e = kind == OP_RELOAD ? NULL : sip__repo_check_request(s, name);
+  int unload = kind == OP_UNLOAD, remove_all = kind == SIP__REPO_OP_REMOVE && !name[0];
+  sip_error_t *e = kind == OP_RELOAD || (remove_all && s->repo->root)
+                       ? NULL
+                       : sip__repo_check_request(s, name); /* "": no repository, or a bad name */
   if (e) return e;
   if (atomic_load(&s->draining))
     return sip_error_new(SIP_UNAVAILABLE, "server is shutting down");
-  /* An unknown model is refused at once (the loader checks again). */
+  /* An unknown model is refused at once (the loader checks again); an
+   * import brings its files, and a removal of an unknown one succeeds. */
   char *dir = NULL;
-  if (kind != OP_RELOAD && (!unload || !sip__registry_has(&s->eng, name))) {
-    if (!unload || !sip__repo_rec_exists(s->repo, name))
-      e = sip__repo_model_dir(s->repo, name, &dir);
-  }
+  if (kind == OP_LOAD ||
+      (unload && !sip__registry_has(&s->eng, name) && !sip__repo_rec_exists(s->repo, name)))
+    e = sip__repo_model_dir(s->repo, name, &dir);
   sip__free(dir);
   if (e) return e;
-  repo_op_t *op = sip__calloc(1, sizeof *op);
+  sip__repo_op_t *op = sip__calloc(1, sizeof *op);
   if (!op || !(op->name = sip__strdup(name))) {
     sip__free(op);
     return SIP__OOM();
@@ -440,8 +461,13 @@ static sip_error_t *queue_op(sip_server_t *s, const char *name, int kind, const 
     op_free(op);
     return SIP__OOM();
   }
+  if (source && !(op->source = sip__strdup(source))) {
+    op_free(op);
+    return SIP__OOM();
+  }
   op->unload = unload;
   op->reload = kind == OP_RELOAD;
+  op->remove = kind == SIP__REPO_OP_REMOVE;
   op->done = done;
   op->user = user;
   sip__repo_t *R = s->repo;
@@ -481,18 +507,18 @@ sip_error_t *sip__repo_parameter_check(int load, const char *key, int typed,
 
 sip_error_t *sip_server_load_model_async(sip_server_t *s, const char *name, sip_repo_done_fn done,
                                          void *user) {
-  return queue_op(s, name, OP_LOAD, NULL, done, user);
+  return sip__repo_queue_op(s, name, OP_LOAD, NULL, NULL, done, user);
 }
 
 sip_error_t *sip_server_load_model_config_async(sip_server_t *s, const char *name,
                                                 const char *config, sip_repo_done_fn done,
                                                 void *user) {
-  return queue_op(s, name, OP_LOAD, config, done, user);
+  return sip__repo_queue_op(s, name, OP_LOAD, config, NULL, done, user);
 }
 
 sip_error_t *sip_server_unload_model_async(sip_server_t *s, const char *name,
                                            sip_repo_done_fn done, void *user) {
-  return queue_op(s, name, OP_UNLOAD, NULL, done, user);
+  return sip__repo_queue_op(s, name, OP_UNLOAD, NULL, NULL, done, user);
 }
 
 typedef struct op_wait {
@@ -515,7 +541,7 @@ static sip_error_t *run_op(sip_server_t *s, const char *name, int kind, const ch
   op_wait_t w = {.done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  sip_error_t *e = queue_op(s, name, kind, config, op_done, &w);
+  sip_error_t *e = sip__repo_queue_op(s, name, kind, config, NULL, op_done, &w);
   if (!e) {
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
@@ -605,12 +631,12 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only) {
   }
   if (R && R->root) {
     pthread_mutex_lock(&R->mu);
-    for (model_rec_t *m = R->models; m && !oom; m = m->next) {
+    for (sip__model_rec_t *m = R->models; m && !oom; m = m->next) {
       int live = 0;
       for (size_t i = 0; i < n_pools && !live; i++) live = !strcmp(pools[i]->cfg->name, m->name);
       int listed = 0;
       for (size_t k = 0; k < m->n_failed && !oom; k++) {
-        const failure_t *fl = &m->failed[k];
+        const sip__failure_t *fl = &m->failed[k];
         int served = 0;
         for (size_t i = 0; fl->version && i < n_pools && !served; i++)
           served = !strcmp(pools[i]->cfg->name, m->name) && pools[i]->version &&

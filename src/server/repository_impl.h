@@ -9,7 +9,9 @@
  *                          the registry swap, the retired versions drained
  *   repository.c           the loader thread and its queue, the records of
  *                          what each model's last load did, the public
- *                          load/unload calls and the repository index */
+ *                          load/unload calls and the repository index
+ *   repository_import.c    models imported from files outside the
+ *                          repository (linked in, loaded; removed again) */
 #ifndef SIP_SERVER_REPOSITORY_IMPL_H
 #define SIP_SERVER_REPOSITORY_IMPL_H
 
@@ -20,47 +22,49 @@
 
 enum { REC_LOADING, REC_READY, REC_UNLOADING, REC_UNLOADED, REC_FAILED };
 
-typedef struct failure {
+typedef struct sip__failure {
   char *version; /* NULL: the model as a whole */
   sip_code_t code;
   char *reason; /* "CODE: message", as the status shows it */
-} failure_t;
+} sip__failure_t;
 
 /* What the repository knows about one model beyond its pools. */
-typedef struct model_rec {
+typedef struct sip__model_rec {
   char *name;
   int state;
-  failure_t *failed; /* what the last load could not serve */
+  sip__failure_t *failed; /* what the last load could not serve */
   size_t n_failed;
-  struct model_rec *next;
-} model_rec_t;
+  struct sip__model_rec *next;
+} sip__model_rec_t;
 
-typedef struct repo_op {
+typedef struct sip__repo_op {
   int unload;
   int reload; /* the config file's pools (reload.c), not a model */
+  int remove; /* unload, then delete an imported model's files ("": every one) */
   char *name;
+  char *source; /* import: the files outside the repository (resolved); else NULL */
   sip__model_override_t *config; /* load with a Triton model config; NULL: none */
   char *config_text;             /* its text, for the state checkpoint */
   sip_repo_done_fn done;
   void *user;
-  SIP__FIFO_LINK(struct repo_op);
-} repo_op_t;
+  SIP__FIFO_LINK(struct sip__repo_op);
+} sip__repo_op_t;
 
 /* The loader's queue of operations (src/core/queue.h). */
-typedef struct repo_op_queue {
-  SIP__FIFO_FIELDS(repo_op_t);
-} repo_op_queue_t;
+typedef struct sip__repo_op_queue {
+  SIP__FIFO_FIELDS(sip__repo_op_t);
+} sip__repo_op_queue_t;
 
 struct sip__repo {
   char *root; /* realpath of server.model_repository; NULL: none */
   size_t root_len;
   pthread_mutex_t mu; /* ops, stop, models */
   pthread_cond_t cv;
-  repo_op_queue_t ops;
+  sip__repo_op_queue_t ops;
   int stop;
   pthread_t thread;
   int started;
-  model_rec_t *models;
+  sip__model_rec_t *models;
   /* server.state_dir's checkpoint (src/server/state.c); NULL: none. The
    * loader records the loads and unloads asked for, operator requests the
    * pools they change; under state_mu. */
@@ -73,12 +77,12 @@ struct sip__repo {
 /* Sets the state of `name`'s record, creating it. Takes mu. */
 void sip__repo_rec_set_state(sip__repo_t *R, const char *name, int state);
 /* Sets the outcome of a load: its state and failures (taken). Takes mu. */
-void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, failure_t *f, size_t n);
+void sip__repo_rec_finish(sip__repo_t *R, const char *name, int state, sip__failure_t *f, size_t n);
 /* 1 when the repository has a record of `name`. Takes mu. */
 int sip__repo_rec_exists(sip__repo_t *R, const char *name);
 /* Records what could not be served: `e` (borrowed) for version `version`
  * (NULL: the model). -1 when out of memory. */
-int sip__repo_add_failure(failure_t **f, size_t *n, const char *version, const sip_error_t *e);
+int sip__repo_add_failure(sip__failure_t **f, size_t *n, const char *version, const sip_error_t *e);
 
 /* ---- names, paths and versions (repository_versions.c) ---- */
 
@@ -91,7 +95,7 @@ sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out);
  * the repository and a regular file); versions that cannot be used are
  * added to the failures. Free *out with sip__version_dirs_free. */
 sip_error_t *sip__repo_scan_versions(sip__repo_t *R, const char *name, const char *dir,
-                                     sip__version_dir_t **out, size_t *n_out, failure_t **f,
+                                     sip__version_dir_t **out, size_t *n_out, sip__failure_t **f,
                                      size_t *nf);
 /* The version a `current` link names among `v` (*out -1: no link).
  * Errors: NOT_FOUND (a link to no usable version). */
@@ -115,6 +119,23 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
                                   const sip__model_override_t *config);
 /* Unloads one model; on the loader thread. */
 sip_error_t *sip__repo_unload_model(sip_server_t *s, const char *name);
+
+/* ---- models imported from outside the repository (repository_import.c) ---- */
+
+/* Links (or copies) the model at `source` into <repository>/<name>/ and
+ * loads it; on the loader thread. */
+sip_error_t *sip__repo_import(sip_server_t *s, const char *name, const char *source);
+/* Unloads `name` and deletes its files when they were imported ("": every
+ * imported model); on the loader thread. */
+sip_error_t *sip__repo_remove(sip_server_t *s, const char *name);
+/* Forgets the record of `name` (a removed import). Takes mu. */
+void sip__repo_rec_drop(sip__repo_t *R, const char *name);
+
+/* Queues an operation on the loader (repository.c). */
+enum { SIP__REPO_OP_LOAD, SIP__REPO_OP_UNLOAD, SIP__REPO_OP_RELOAD, SIP__REPO_OP_IMPORT,
+       SIP__REPO_OP_REMOVE };
+sip_error_t *sip__repo_queue_op(sip_server_t *s, const char *name, int kind, const char *config,
+                                const char *source, sip_repo_done_fn done, void *user);
 
 /* ---- a model's settings file (repository_triton.c) ---- */
 /* <model>/config.yaml, or else Triton's config.pbtxt read as one. */

@@ -103,7 +103,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
   sip_error_t *e = sip__repo_check_request(s, name);
   if (e) return e;
   uint64_t t0 = sip__now_us();
-  failure_t *f = NULL;
+  sip__failure_t *f = NULL;
   size_t nf = 0, nv = 0, n_old = 0, n_add = 0, n_retire = 0, n_sel = 0, n_missing = 0;
   sip__version_dir_t *v = NULL;
   char *dir = NULL;
@@ -261,7 +261,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
   if (e) {
     sip__repo_add_failure(&f, &nf, NULL, e);
   } else if (nf > nf_scan) {
-    const failure_t *first = &f[nf_scan];
+    const sip__failure_t *first = &f[nf_scan];
     e = sip_error_new(first->code, "model '%s'%s%s%s failed to load: %s%s", name,
                       first->version ? " version '" : "", first->version ? first->version : "",
                       first->version ? "'" : "", first->reason,

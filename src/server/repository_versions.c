@@ -156,7 +156,7 @@ sip_error_t *sip__repo_model_dir(sip__repo_t *R, const char *name, char **out) {
 /* Scans the model directory for versions (sorted); versions that cannot be
  * used are added to the failures. */
 sip_error_t *sip__repo_scan_versions(sip__repo_t *R, const char *name, const char *dir,
-                                     sip__version_dir_t **out, size_t *n_out, failure_t **f,
+                                     sip__version_dir_t **out, size_t *n_out, sip__failure_t **f,
                                      size_t *nf) {
   *out = NULL;
   *n_out = 0;
