@@ -54,7 +54,7 @@ static bool peer_is_local(const char *p) {
          !strncmp(p, "ipv6:[::ffff:127.", 17) || !strncmp(p, "ipv6:%5B::1%5D", 14);
 }
 
-sip_error_t *sip__grpc_authorize(gcall_t *c) {
+sip_error_t *sip__grpc_authorize(sip__gcall_t *c) {
   int group = sip__grpc_method_group(c->method->path);
   if (group == SIP__AUTH_OPEN) return NULL;
   const sip__auth_t *a = &c->g->cfg->auth;

@@ -26,12 +26,12 @@
 #include "grpc/grpc_frontend.h"
 
 typedef struct sip__grpc sip__grpc_t;
-typedef struct gcall gcall_t;
+typedef struct sip__gcall sip__gcall_t;
 
 /* Every completion-queue tag: what to run when its operation completes. */
-typedef struct gtag {
-  void (*fn)(struct gtag *t, int ok);
-} gtag_t;
+typedef struct sip__gtag {
+  void (*fn)(struct sip__gtag *t, int ok);
+} sip__gtag_t;
 
 struct sip__grpc {
   sip_server_t *s;
@@ -41,7 +41,7 @@ struct sip__grpc {
   pthread_t *threads;
   int n_threads;
   char address[300];
-  gtag_t shutdown_tag;
+  sip__gtag_t shutdown_tag;
   pthread_mutex_t mu; /* with cv: stop waits for the server's shutdown */
   pthread_cond_t cv;
   int down;
@@ -55,22 +55,22 @@ struct sip__grpc {
 /* One RPC method. Unary methods get their request unpacked (`req`
  * descriptor) and answer with sip__grpc_reply; `raw` ones take the
  * serialized message; `stream` ones are ModelStreamInfer. */
-typedef struct gmethod {
+typedef struct sip__gmethod {
   const char *path;
   const ProtobufCMessageDescriptor *req;
-  void (*unary)(gcall_t *c, const ProtobufCMessage *req);
-  void (*raw)(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
+  void (*unary)(sip__gcall_t *c, const ProtobufCMessage *req);
+  void (*raw)(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
   int stream;
-} gmethod_t;
+} sip__gmethod_t;
 
 /* A queued stream answer. */
-typedef struct gout {
+typedef struct sip__gout {
   grpc_byte_buffer *bb;
-  struct gout *next;
-} gout_t;
+  struct sip__gout *next;
+} sip__gout_t;
 
-struct gcall {
-  gtag_t accept_tag, recv_tag, send_tag, close_tag;
+struct sip__gcall {
+  sip__gtag_t accept_tag, recv_tag, send_tag, close_tag;
   sip__grpc_t *g;
   grpc_call *call;
   grpc_call_details details;
@@ -81,12 +81,12 @@ struct gcall {
   int has_details;
   int cancelled;           /* RECV_CLOSE_ON_SERVER: the call was cancelled */
   atomic_int refs;
-  const gmethod_t *method;
+  const sip__gmethod_t *method;
   uint64_t deadline_us;    /* monotonic; 0: none */
   sip_cancel_token_t *cancel;
   /* ModelStreamInfer: answers are sent one at a time, in completion order. */
   pthread_mutex_t mu;
-  gout_t *out_head, *out_tail;
+  sip__gout_t *out_head, *out_tail;
   int closed; /* the close arrived (under mu): cancel what is submitted later */
   int sending, md_sent, half_closed, status_sent, failed;
   long inflight;
@@ -96,15 +96,15 @@ struct gcall {
 
 /* Answers a unary call: `err` (consumed) as the status, else OK with `resp`
  * (may be NULL for an empty message). Exactly once per unary call. */
-void sip__grpc_reply(gcall_t *c, sip_error_t *err, const ProtobufCMessage *resp);
+void sip__grpc_reply(sip__gcall_t *c, sip_error_t *err, const ProtobufCMessage *resp);
 /* The same with an already serialized message (owned, sip__malloc). */
-void sip__grpc_reply_bytes(gcall_t *c, sip_error_t *err, uint8_t *msg, size_t len);
+void sip__grpc_reply_bytes(sip__gcall_t *c, sip_error_t *err, uint8_t *msg, size_t len);
 /* A reference to the call, for answers that come later. */
-void sip__grpc_call_ref(gcall_t *c);
-void sip__grpc_call_unref(gcall_t *c);
+void sip__grpc_call_ref(sip__gcall_t *c);
+void sip__grpc_call_unref(sip__gcall_t *c);
 /* Milliseconds left until the call's deadline: 0 when none, -1 when
  * already past. */
-int64_t sip__grpc_timeout_ms(const gcall_t *c);
+int64_t sip__grpc_timeout_ms(const sip__gcall_t *c);
 /* A byte buffer of one slice owning `msg` (sip__malloc'd); NULL on OOM
  * (msg freed). */
 grpc_byte_buffer *sip__grpc_bytes(uint8_t *msg, size_t len);
@@ -112,41 +112,41 @@ grpc_byte_buffer *sip__grpc_bytes(uint8_t *msg, size_t len);
 /* ---- infer.c ------------------------------------------------------------ */
 
 /* `backing` holds data (NULL: nothing does past the call). */
-void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
+void sip__grpc_infer(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing);
 /* Empties the default-version cache (at stop). */
 void sip__grpc_vcache_clear(sip__grpc_t *g);
 /* One message of a ModelStreamInfer call (NULL data: the client closed its
  * side). */
-void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+void sip__grpc_stream_message(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
                               int closed);
 /* A stream answer finished sending (ok: it was sent). */
-void sip__grpc_stream_sent(gcall_t *c, int ok);
+void sip__grpc_stream_sent(sip__gcall_t *c, int ok);
 
 /* ---- rpcs.c ------------------------------------------------------------- */
 
 /* auth.c: a method's API group (core/auth.h), and the check of a call's
  * bearer token: NULL when it may go on, else the error to answer. */
 int sip__grpc_method_group(const char *path);
-sip_error_t *sip__grpc_authorize(gcall_t *c);
+sip_error_t *sip__grpc_authorize(sip__gcall_t *c);
 
-extern const gmethod_t sip__grpc_methods[];
+extern const sip__gmethod_t sip__grpc_methods[];
 extern const size_t sip__grpc_n_methods;
 
 struct sip__model_view;
 /* The models (*v, *n: owned, sip__server_models_free) and the one asked
  * for (`version` "" is the default), or an error (nothing left owned);
  * `loaded`: metadata and config need its inputs and outputs. */
-sip_error_t *sip__grpc_find_model(gcall_t *c, const char *name, const char *version, int loaded,
+sip_error_t *sip__grpc_find_model(sip__gcall_t *c, const char *name, const char *version, int loaded,
                                   struct sip__model_view **v, size_t *n,
                                   const struct sip__model_view **m);
 
 /* ---- mmesh.c: ModelMesh's model runtime SPI (mmesh.ModelRuntime) --------- */
 
-void sip__grpc_mmesh_load(gcall_t *c, const ProtobufCMessage *req);
-void sip__grpc_mmesh_unload(gcall_t *c, const ProtobufCMessage *req);
-void sip__grpc_mmesh_predict(gcall_t *c, const ProtobufCMessage *req);
-void sip__grpc_mmesh_size(gcall_t *c, const ProtobufCMessage *req);
-void sip__grpc_mmesh_status(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_load(sip__gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_unload(sip__gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_predict(sip__gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_size(sip__gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_mmesh_status(sip__gcall_t *c, const ProtobufCMessage *req);
 /* The repository model name of ModelMesh model id `id`: bytes of A-Z a-z
  * 0-9 _ - as they are, every other byte as '.' and two lowercase hex
  * digits ("a/b.c" -> "a.2fb.2ec"), so no two ids share a name. Into `out`
@@ -156,11 +156,11 @@ sip_error_t *sip__grpc_mmesh_name(const char *id, char *out, size_t cap);
 /* The model a call's `mm-model-id` metadata names (ModelMesh forwarding an
  * inference), mapped as above into `out`; NULL with out[0] = '\0' when the
  * call has none (infer.c). */
-sip_error_t *sip__grpc_mm_model(gcall_t *c, char *out, size_t cap);
+sip_error_t *sip__grpc_mm_model(sip__gcall_t *c, char *out, size_t cap);
 
 /* ---- model_config.c ------------------------------------------------------ */
 
-void sip__grpc_model_config(gcall_t *c, const ProtobufCMessage *req);
+void sip__grpc_model_config(sip__gcall_t *c, const ProtobufCMessage *req);
 
 /* ---- codec.c ------------------------------------------------------------ */
 

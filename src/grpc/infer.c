@@ -84,17 +84,17 @@ static char *default_version(sip__grpc_t *g, const char *model) {
 /* ---- inference ----------------------------------------------------------------- */
 
 typedef struct ginfer {
-  gcall_t *c;
+  sip__gcall_t *c;
   sip__grpc_infer_t *k;
   sip__shm_set_t *scope; /* the shared memory regions it used (core/shm.h) */
 } ginfer_t;
 
-static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
+static void stream_answer(sip__gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
                           size_t len);
 
 static void on_done(sip_response_t *resp, void *user) {
   ginfer_t *q = user;
-  gcall_t *c = q->c;
+  sip__gcall_t *c = q->c;
   int stream = c->method->stream;
   uint8_t *msg = NULL;
   size_t len = 0;
@@ -132,7 +132,7 @@ static void on_done(sip_response_t *resp, void *user) {
 
 /* The call's metadata value for `key` (lowercase, as gRPC keeps keys) into
  * buf, NUL-terminated; NULL when absent or longer than buf. */
-static const char *metadata(gcall_t *c, const char *key, char *buf, size_t n) {
+static const char *metadata(sip__gcall_t *c, const char *key, char *buf, size_t n) {
   for (size_t i = 0; i < c->md.count; i++) {
     const grpc_metadata *m = &c->md.metadata[i];
     size_t kl = GRPC_SLICE_LENGTH(m->key), vl = GRPC_SLICE_LENGTH(m->value);
@@ -145,7 +145,7 @@ static const char *metadata(gcall_t *c, const char *key, char *buf, size_t n) {
   return NULL;
 }
 
-sip_error_t *sip__grpc_mm_model(gcall_t *c, char *out, size_t cap) {
+sip_error_t *sip__grpc_mm_model(sip__gcall_t *c, char *out, size_t cap) {
   char id[512];
   out[0] = '\0';
   for (size_t i = 0; i < c->md.count; i++) /* present but too long for id[] */
@@ -160,7 +160,7 @@ sip_error_t *sip__grpc_mm_model(gcall_t *c, char *out, size_t cap) {
 
 /* The W3C trace context of the call (docs/tracing.md); an invalid
  * traceparent is ignored. */
-static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
+static void trace_context(sip__gcall_t *c, sip_request_t *r, uint64_t t0) {
   char tp[128], ts[520];
   const char *p = metadata(c, "traceparent", tp, sizeof tp);
   sip_error_t *e = p ? sip_request_set_trace_context(r, p, metadata(c, "tracestate", ts, sizeof ts))
@@ -173,7 +173,7 @@ static void trace_context(gcall_t *c, sip_request_t *r, uint64_t t0) {
  * submitted (*k then holds what was decoded, if anything). Its shared
  * memory regions are viewed through a scope of the server's set, checked
  * and freed when it is answered. */
-static sip_error_t *submit(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+static sip_error_t *submit(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
                            sip__grpc_infer_t **kp) {
   uint64_t t0 = sip__now_ns();
   sip__grpc_infer_t *k = NULL;
@@ -248,7 +248,7 @@ fail:
   return e;
 }
 
-void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing) {
+void sip__grpc_infer(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing) {
   sip__grpc_infer_t *k = NULL;
   sip_error_t *e = submit(c, data, len, backing, &k);
   sip__grpc_infer_free(k);
@@ -259,14 +259,14 @@ void sip__grpc_infer(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *bac
 
 /* Sends the next queued answer, or the final status once the client has
  * closed its side and every request was answered. Caller holds c->mu. */
-static void send_next_locked(gcall_t *c) {
+static void send_next_locked(sip__gcall_t *c) {
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   if (c->sending || c->status_sent) return;
   if (c->failed) { /* the client is gone: drop what is queued */
     while (c->out_head) {
-      gout_t *o = c->out_head;
+      sip__gout_t *o = c->out_head;
       c->out_head = o->next;
       grpc_byte_buffer_destroy(o->bb);
       sip__free(o);
@@ -275,7 +275,7 @@ static void send_next_locked(gcall_t *c) {
     return;
   }
   if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-  gout_t *o = c->out_head;
+  sip__gout_t *o = c->out_head;
   if (o) {
     c->out_head = o->next;
     if (!c->out_head) c->out_tail = NULL;
@@ -301,7 +301,7 @@ static void send_next_locked(gcall_t *c) {
   }
 }
 
-void sip__grpc_stream_sent(gcall_t *c, int ok) {
+void sip__grpc_stream_sent(sip__gcall_t *c, int ok) {
   pthread_mutex_lock(&c->mu);
   if (c->sent) grpc_byte_buffer_destroy(c->sent);
   c->sent = NULL;
@@ -311,7 +311,7 @@ void sip__grpc_stream_sent(gcall_t *c, int ok) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
+static void stream_answer(sip__gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e, uint8_t *msg,
                           size_t len) {
   if (e) {
     msg = NULL;
@@ -326,7 +326,7 @@ static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e
       msg = NULL, len = 0;
     }
   }
-  gout_t *o = msg ? sip__calloc(1, sizeof *o) : NULL;
+  sip__gout_t *o = msg ? sip__calloc(1, sizeof *o) : NULL;
   if (o && !(o->bb = sip__grpc_bytes(msg, len))) {
     sip__free(o);
     o = NULL;
@@ -345,7 +345,7 @@ static void stream_answer(gcall_t *c, const sip__grpc_infer_t *k, sip_error_t *e
   pthread_mutex_unlock(&c->mu);
 }
 
-void sip__grpc_stream_message(gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
+void sip__grpc_stream_message(sip__gcall_t *c, const uint8_t *data, size_t len, sip_buf_t *backing,
                               int closed) {
   if (closed) {
     pthread_mutex_lock(&c->mu);

@@ -135,7 +135,7 @@ static uint64_t capacity_bytes(void) {
 /* ---- the RPCs ------------------------------------------------------------------- */
 
 typedef struct mm_load {
-  gcall_t *c;
+  sip__gcall_t *c;
   char name[NAME_MAX_LEN + 1];
 } mm_load_t;
 
@@ -150,7 +150,7 @@ static void on_loaded(sip_error_t *e, void *user) {
   sip__free(q);
 }
 
-void sip__grpc_mmesh_load(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_mmesh_load(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Mmesh__LoadModelRequest *q = (const void *)req;
   mm_load_t *l = sip__calloc(1, sizeof *l);
   sip_error_t *e = l ? sip__grpc_mmesh_name(q->modelid, l->name, sizeof l->name) : SIP__OOM();
@@ -172,7 +172,7 @@ void sip__grpc_mmesh_load(gcall_t *c, const ProtobufCMessage *req) {
 /* An unload, or runtimeStatus's removal of every imported model. */
 static void on_removed(sip_error_t *e, void *user);
 
-static void remove_model(gcall_t *c, const char *name) {
+static void remove_model(sip__gcall_t *c, const char *name) {
   sip__grpc_call_ref(c);
   sip_error_t *e = sip_server_remove_model_async(c->g->s, name, on_removed, c);
   if (e) {
@@ -181,7 +181,7 @@ static void remove_model(gcall_t *c, const char *name) {
   }
 }
 
-void sip__grpc_mmesh_unload(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_mmesh_unload(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Mmesh__UnloadModelRequest *q = (const void *)req;
   char name[NAME_MAX_LEN + 1];
   sip_error_t *e = sip__grpc_mmesh_name(q->modelid, name, sizeof name);
@@ -189,7 +189,7 @@ void sip__grpc_mmesh_unload(gcall_t *c, const ProtobufCMessage *req) {
   else remove_model(c, name);
 }
 
-void sip__grpc_mmesh_predict(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_mmesh_predict(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Mmesh__PredictModelSizeRequest *q = (const void *)req;
   char name[NAME_MAX_LEN + 1];
   struct stat st;
@@ -205,7 +205,7 @@ void sip__grpc_mmesh_predict(gcall_t *c, const ProtobufCMessage *req) {
   sip__grpc_reply(c, e, &r.base);
 }
 
-void sip__grpc_mmesh_size(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_mmesh_size(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Mmesh__ModelSizeRequest *q = (const void *)req;
   char name[NAME_MAX_LEN + 1];
   Mmesh__ModelSizeResponse r = MMESH__MODEL_SIZE_RESPONSE__INIT;
@@ -217,7 +217,7 @@ void sip__grpc_mmesh_size(gcall_t *c, const ProtobufCMessage *req) {
 
 typedef Mmesh__RuntimeStatusResponse status_t;
 
-static void status_reply(gcall_t *c, sip_error_t *e, int ready) {
+static void status_reply(sip__gcall_t *c, sip_error_t *e, int ready) {
   status_t r = MMESH__RUNTIME_STATUS_RESPONSE__INIT;
   Mmesh__RuntimeStatusResponse__MethodInfo info = MMESH__RUNTIME_STATUS_RESPONSE__METHOD_INFO__INIT;
   Mmesh__RuntimeStatusResponse__MethodInfosEntry ent[2] = {
@@ -246,7 +246,7 @@ static void status_reply(gcall_t *c, sip_error_t *e, int ready) {
 }
 
 static void on_removed(sip_error_t *e, void *user) {
-  gcall_t *c = user;
+  sip__gcall_t *c = user;
   if (c->method->req == &mmesh__runtime_status_request__descriptor) {
     status_reply(c, e, 1);
   } else {
@@ -259,7 +259,7 @@ static void on_removed(sip_error_t *e, void *user) {
 /* STARTING until the server is ready (its models loaded); then, as the SPI
  * asks before READY, every model imported earlier is removed (ModelMesh
  * restarted and no longer knows them). */
-void sip__grpc_mmesh_status(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_mmesh_status(sip__gcall_t *c, const ProtobufCMessage *req) {
   (void)req;
   if (!sip_server_ready(c->g->s) || sip_server_draining(c->g->s)) status_reply(c, NULL, 0);
   else remove_model(c, "");

@@ -141,7 +141,7 @@ static int fill_config(const sip__model_view_t *m, Inference__ModelConfig *cfg, 
   return 1;
 }
 
-void sip__grpc_model_config(gcall_t *c, const ProtobufCMessage *req) {
+void sip__grpc_model_config(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__ModelConfigRequest *q = (const void *)req;
   sip__model_view_t *v;
   size_t n;

@@ -32,14 +32,14 @@ static sip_error_t *not_ready(sip_server_t *s) {
   return NULL;
 }
 
-static void server_live(gcall_t *c, const ProtobufCMessage *req) {
+static void server_live(sip__gcall_t *c, const ProtobufCMessage *req) {
   (void)req;
   Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
   r.live = 1;
   sip__grpc_reply(c, NULL, &r.base);
 }
 
-static void server_ready(gcall_t *c, const ProtobufCMessage *req) {
+static void server_ready(sip__gcall_t *c, const ProtobufCMessage *req) {
   (void)req;
   Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
   sip_error_t *e = not_ready(c->g->s);
@@ -48,7 +48,7 @@ static void server_ready(gcall_t *c, const ProtobufCMessage *req) {
   sip__grpc_reply(c, NULL, &r.base);
 }
 
-static void health_check(gcall_t *c, const ProtobufCMessage *req) {
+static void health_check(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Grpc__Health__V1__HealthCheckRequest *q = (const void *)req;
   if (q->service[0] && strcmp(q->service, "inference.GRPCInferenceService")) {
     sip__grpc_reply(c, sip_error_new(SIP_NOT_FOUND, "unknown service '%s'; expected \"\" or "
@@ -63,7 +63,7 @@ static void health_check(gcall_t *c, const ProtobufCMessage *req) {
   sip__grpc_reply(c, NULL, &r.base);
 }
 
-static void server_metadata(gcall_t *c, const ProtobufCMessage *req) {
+static void server_metadata(sip__gcall_t *c, const ProtobufCMessage *req) {
   (void)req;
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
   char *ext[] = {"model_configuration", "statistics", "system_shared_memory",
@@ -78,7 +78,7 @@ static void server_metadata(gcall_t *c, const ProtobufCMessage *req) {
 
 /* ---- models ------------------------------------------------------------------------ */
 
-sip_error_t *sip__grpc_find_model(gcall_t *c, const char *name, const char *version, int loaded,
+sip_error_t *sip__grpc_find_model(sip__gcall_t *c, const char *name, const char *version, int loaded,
                                   sip__model_view_t **v, size_t *n, const sip__model_view_t **m) {
   *v = NULL, *n = 0;
   if (!name[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "name is empty; expected a model name");
@@ -95,7 +95,7 @@ sip_error_t *sip__grpc_find_model(gcall_t *c, const char *name, const char *vers
   return e;
 }
 
-static void model_ready(gcall_t *c, const ProtobufCMessage *req) {
+static void model_ready(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__ModelReadyRequest *q = (const void *)req;
   sip__model_view_t *v;
   size_t n;
@@ -137,7 +137,7 @@ static void io_free(void **p, size_t n) {
   sip__free(p);
 }
 
-static void model_metadata(gcall_t *c, const ProtobufCMessage *req) {
+static void model_metadata(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__ModelMetadataRequest *q = (const void *)req;
   sip__model_view_t *v = NULL;
   size_t n = 0;
@@ -187,7 +187,7 @@ static void duration(Inference__StatisticDuration *d, sip__stat_read_t s) {
   d->ns = s.ns;
 }
 
-static void model_statistics(gcall_t *c, const ProtobufCMessage *req) {
+static void model_statistics(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__ModelStatisticsRequest *q = (const void *)req;
   size_t n = 0;
   sip__model_view_t *v = sip__server_models(c->g->s, &n);
@@ -245,7 +245,7 @@ static void model_statistics(gcall_t *c, const ProtobufCMessage *req) {
 
 /* ---- model repository --------------------------------------------------------------- */
 
-static void repository_index(gcall_t *c, const ProtobufCMessage *req) {
+static void repository_index(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryIndexRequest *q = (const void *)req;
   char *txt = sip_server_repository_index(c->g->s, q->ready);
   json_t *root = txt ? json_loads(txt, 0, NULL) : NULL;
@@ -276,14 +276,14 @@ static void repository_index(gcall_t *c, const ProtobufCMessage *req) {
 
 /* A load or unload finished (the loader thread). */
 static void on_repo_done(sip_error_t *e, void *user) {
-  gcall_t *c = user;
+  sip__gcall_t *c = user;
   Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
   sip__grpc_reply(c, e, &r.base);
   sip__grpc_call_unref(c);
 }
 
 /* `config`: a load's Triton model config (JSON text), or NULL. */
-static void repo_action(gcall_t *c, const char *model, int load, const char *config) {
+static void repo_action(sip__gcall_t *c, const char *model, int load, const char *config) {
   if (!model[0]) {
     sip__grpc_reply(c, sip_error_new(SIP_INVALID_ARGUMENT, "model_name is empty; expected the "
                                      "name of a repository model"), NULL);
@@ -299,7 +299,7 @@ static void repo_action(gcall_t *c, const char *model, int load, const char *con
   }
 }
 
-static void repository_load(gcall_t *c, const ProtobufCMessage *req) {
+static void repository_load(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryModelLoadRequest *q = (const void *)req;
   const char *config = NULL;
   for (size_t i = 0; i < q->n_parameters; i++) {
@@ -317,7 +317,7 @@ static void repository_load(gcall_t *c, const ProtobufCMessage *req) {
   repo_action(c, q->model_name, 1, config);
 }
 
-static void repository_unload(gcall_t *c, const ProtobufCMessage *req) {
+static void repository_unload(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__RepositoryModelUnloadRequest *q = (const void *)req;
   for (size_t i = 0; i < q->n_parameters; i++) {
     const Inference__ModelRepositoryParameter *p = q->parameters[i]->value;
@@ -335,7 +335,7 @@ static void repository_unload(gcall_t *c, const ProtobufCMessage *req) {
 
 /* ---- shared memory -------------------------------------------------------------------- */
 
-static void sysshm_status(gcall_t *c, const ProtobufCMessage *req) {
+static void sysshm_status(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__SystemSharedMemoryStatusRequest *q = (const void *)req;
   sip__shm_info_t *info = NULL;
   size_t n = 0;
@@ -368,7 +368,7 @@ static void sysshm_status(gcall_t *c, const ProtobufCMessage *req) {
   sip__shm_info_free(info, n);
 }
 
-static void sysshm_register(gcall_t *c, const ProtobufCMessage *req) {
+static void sysshm_register(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__SystemSharedMemoryRegisterRequest *q = (const void *)req;
   sip_error_t *e = sip__shm_register(sip__server_shm(c->g->s), q->name, q->key, q->offset,
                                      q->byte_size);
@@ -377,7 +377,7 @@ static void sysshm_register(gcall_t *c, const ProtobufCMessage *req) {
   sip__grpc_reply(c, e, &r.base);
 }
 
-static void sysshm_unregister(gcall_t *c, const ProtobufCMessage *req) {
+static void sysshm_unregister(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__SystemSharedMemoryUnregisterRequest *q = (const void *)req;
   sip__shm_unregister(sip__server_shm(c->g->s), q->name);
   Inference__SystemSharedMemoryUnregisterResponse r =
@@ -387,7 +387,7 @@ static void sysshm_unregister(gcall_t *c, const ProtobufCMessage *req) {
 
 /* CUDA shared memory as a server without GPUs answers it: nothing is ever
  * registered. */
-static void cudashm_status(gcall_t *c, const ProtobufCMessage *req) {
+static void cudashm_status(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__CudaSharedMemoryStatusRequest *q = (const void *)req;
   Inference__CudaSharedMemoryStatusResponse r = INFERENCE__CUDA_SHARED_MEMORY_STATUS_RESPONSE__INIT;
   sip__grpc_reply(c, q->name[0] ? sip_error_new(SIP_NOT_FOUND, "no CUDA shared memory region "
@@ -397,14 +397,14 @@ static void cudashm_status(gcall_t *c, const ProtobufCMessage *req) {
                   &r.base);
 }
 
-static void cudashm_register(gcall_t *c, const ProtobufCMessage *req) {
+static void cudashm_register(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__CudaSharedMemoryRegisterRequest *q = (const void *)req;
   sip__grpc_reply(c, sip_error_new(SIP_INVALID_ARGUMENT, "cannot register CUDA shared memory "
                                    "region '%s': this server has no GPUs; expected system shared "
                                    "memory instead", q->name), NULL);
 }
 
-static void cudashm_unregister(gcall_t *c, const ProtobufCMessage *req) {
+static void cudashm_unregister(sip__gcall_t *c, const ProtobufCMessage *req) {
   (void)req;
   Inference__CudaSharedMemoryUnregisterResponse r =
       INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
@@ -418,7 +418,7 @@ typedef Inference__TraceSettingResponse__SettingValue tvalue_t;
 
 /* The settings document as the response's map: every value a list of
  * strings. */
-static void trace_reply(gcall_t *c, json_t *doc) {
+static void trace_reply(sip__gcall_t *c, json_t *doc) {
   size_t n = json_object_size(doc), i = 0, n_str = 0;
   const char *k;
   json_t *v;
@@ -452,7 +452,7 @@ static void trace_reply(gcall_t *c, json_t *doc) {
   sip__free(ents), sip__free(ep), sip__free(vals), sip__free(strs);
 }
 
-static void trace_setting(gcall_t *c, const ProtobufCMessage *req) {
+static void trace_setting(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__TraceSettingRequest *q = (const void *)req;
   const char *model = q->model_name[0] ? q->model_name : NULL;
   sip_error_t *e = model ? sip__server_model_check(c->g->s, model, NULL) : NULL;
@@ -489,7 +489,7 @@ static void trace_setting(gcall_t *c, const ProtobufCMessage *req) {
 typedef Inference__LogSettingsResponse__SettingsEntry lentry_t;
 typedef Inference__LogSettingsResponse__SettingValue lvalue_t;
 
-static void log_settings(gcall_t *c, const ProtobufCMessage *req) {
+static void log_settings(sip__gcall_t *c, const ProtobufCMessage *req) {
   const Inference__LogSettingsRequest *q = (const void *)req;
   json_t *b = json_object();
   sip_error_t *e = b ? NULL : SIP__OOM();
@@ -558,7 +558,7 @@ static void log_settings(gcall_t *c, const ProtobufCMessage *req) {
 /* ModelMesh's model runtime SPI (mmesh.c). */
 #define MMESH(name, type, fn) {"/mmesh.ModelRuntime/" name, &mmesh__##type##__descriptor, fn, NULL, 0}
 
-const gmethod_t sip__grpc_methods[] = {
+const sip__gmethod_t sip__grpc_methods[] = {
     UNARY("ServerLive", server_live_request, server_live),
     UNARY("ServerReady", server_ready_request, server_ready),
     UNARY("ModelReady", model_ready_request, model_ready),

@@ -1,7 +1,7 @@
 /* sip — the gRPC front-end's lifecycle and call handling on gRPC's C core.
  *
  * One completion queue, server.grpc_threads threads taking its events.
- * Every operation's tag is a gtag_t naming what to run. A call is accepted
+ * Every operation's tag is a sip__gtag_t naming what to run. A call is accepted
  * (grpc_server_request_call, one outstanding per thread), its first message
  * received, decoded and dispatched by method path; answers are started from
  * whichever thread has them (an engine thread for inference). A call is
@@ -24,11 +24,11 @@
 #define CONTAINER(p, T, m) ((T *)(void *)((char *)(p) - offsetof(T, m)))
 
 static void request_next(sip__grpc_t *g);
-static void start_recv(gcall_t *c);
+static void start_recv(sip__gcall_t *c);
 
 /* ---- calls ------------------------------------------------------------------- */
 
-static void call_free(gcall_t *c) {
+static void call_free(sip__gcall_t *c) {
   if (c->call) grpc_call_unref(c->call);
   grpc_call_details_destroy(&c->details);
   grpc_metadata_array_destroy(&c->md);
@@ -36,7 +36,7 @@ static void call_free(gcall_t *c) {
   if (c->sent) grpc_byte_buffer_destroy(c->sent);
   if (c->has_details) grpc_slice_unref(c->status_details);
   while (c->out_head) {
-    gout_t *o = c->out_head;
+    sip__gout_t *o = c->out_head;
     c->out_head = o->next;
     grpc_byte_buffer_destroy(o->bb);
     sip__free(o);
@@ -46,13 +46,13 @@ static void call_free(gcall_t *c) {
   sip__free(c);
 }
 
-void sip__grpc_call_ref(gcall_t *c) { atomic_fetch_add(&c->refs, 1); }
+void sip__grpc_call_ref(sip__gcall_t *c) { atomic_fetch_add(&c->refs, 1); }
 
-void sip__grpc_call_unref(gcall_t *c) {
+void sip__grpc_call_unref(sip__gcall_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) == 1) call_free(c);
 }
 
-int64_t sip__grpc_timeout_ms(const gcall_t *c) {
+int64_t sip__grpc_timeout_ms(const sip__gcall_t *c) {
   gpr_timespec d = c->details.deadline;
   if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0) return 0;
   gpr_timespec left = gpr_time_sub(d, gpr_now(d.clock_type));
@@ -75,7 +75,7 @@ grpc_byte_buffer *sip__grpc_bytes(uint8_t *msg, size_t len) {
 }
 
 /* Starts `ops` on the call with `tag`, holding a reference until it completes. */
-static void start(gcall_t *c, const grpc_op *ops, size_t n, gtag_t *tag) {
+static void start(sip__gcall_t *c, const grpc_op *ops, size_t n, sip__gtag_t *tag) {
   sip__grpc_call_ref(c);
   grpc_call_error err = grpc_call_start_batch(c->call, ops, n, tag, NULL);
   if (err != GRPC_CALL_OK) {
@@ -84,7 +84,7 @@ static void start(gcall_t *c, const grpc_op *ops, size_t n, gtag_t *tag) {
   }
 }
 
-void sip__grpc_reply_bytes(gcall_t *c, sip_error_t *err, uint8_t *msg, size_t len) {
+void sip__grpc_reply_bytes(sip__gcall_t *c, sip_error_t *err, uint8_t *msg, size_t len) {
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
@@ -116,7 +116,7 @@ void sip__grpc_reply_bytes(gcall_t *c, sip_error_t *err, uint8_t *msg, size_t le
   start(c, ops, n, &c->send_tag);
 }
 
-void sip__grpc_reply(gcall_t *c, sip_error_t *err, const ProtobufCMessage *resp) {
+void sip__grpc_reply(sip__gcall_t *c, sip_error_t *err, const ProtobufCMessage *resp) {
   uint8_t *msg = NULL;
   size_t len = 0;
   if (!err && resp) err = sip__grpc_pack(resp, &msg, &len);
@@ -125,8 +125,8 @@ void sip__grpc_reply(gcall_t *c, sip_error_t *err, const ProtobufCMessage *resp)
 
 /* ---- the operations' completions ------------------------------------------------ */
 
-static void on_send(gtag_t *t, int ok) {
-  gcall_t *c = CONTAINER(t, gcall_t, send_tag);
+static void on_send(sip__gtag_t *t, int ok) {
+  sip__gcall_t *c = CONTAINER(t, sip__gcall_t, send_tag);
   if (c->method && c->method->stream) {
     sip__grpc_stream_sent(c, ok);
   } else if (c->sent) {
@@ -136,8 +136,8 @@ static void on_send(gtag_t *t, int ok) {
   sip__grpc_call_unref(c);
 }
 
-static void on_close(gtag_t *t, int ok) {
-  gcall_t *c = CONTAINER(t, gcall_t, close_tag);
+static void on_close(sip__gtag_t *t, int ok) {
+  sip__gcall_t *c = CONTAINER(t, sip__gcall_t, close_tag);
   (void)ok;
   pthread_mutex_lock(&c->mu);
   c->closed = 1;
@@ -168,15 +168,15 @@ static grpc_slice message_slice(grpc_byte_buffer *bb) {
   return s;
 }
 
-static void on_recv(gtag_t *t, int ok) {
-  gcall_t *c = CONTAINER(t, gcall_t, recv_tag);
+static void on_recv(sip__gtag_t *t, int ok) {
+  sip__gcall_t *c = CONTAINER(t, sip__gcall_t, recv_tag);
   grpc_byte_buffer *bb = c->recv;
   c->recv = NULL;
   grpc_slice s = ok && bb ? message_slice(bb) : grpc_empty_slice();
   if (bb) grpc_byte_buffer_destroy(bb);
   const uint8_t *data = GRPC_SLICE_START_PTR(s);
   size_t len = GRPC_SLICE_LENGTH(s);
-  const gmethod_t *m = c->method;
+  const sip__gmethod_t *m = c->method;
   /* A handler's tensors may view the bytes: they hold the slice. */
   sip_buf_t *backing = NULL;
   if ((m->stream || m->raw) && ok && bb) {
@@ -212,7 +212,7 @@ static void on_recv(gtag_t *t, int ok) {
   sip__grpc_call_unref(c);
 }
 
-static void start_recv(gcall_t *c) {
+static void start_recv(sip__gcall_t *c) {
   grpc_op op;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
@@ -220,7 +220,7 @@ static void start_recv(gcall_t *c) {
   start(c, &op, 1, &c->recv_tag);
 }
 
-static const gmethod_t *find_method(grpc_slice path) {
+static const sip__gmethod_t *find_method(grpc_slice path) {
   size_t n = GRPC_SLICE_LENGTH(path);
   const char *p = (const char *)GRPC_SLICE_START_PTR(path);
   for (size_t i = 0; i < sip__grpc_n_methods; i++)
@@ -229,8 +229,8 @@ static const gmethod_t *find_method(grpc_slice path) {
   return NULL;
 }
 
-static void on_accept(gtag_t *t, int ok) {
-  gcall_t *c = CONTAINER(t, gcall_t, accept_tag);
+static void on_accept(sip__gtag_t *t, int ok) {
+  sip__gcall_t *c = CONTAINER(t, sip__gcall_t, accept_tag);
   if (!ok) { /* shutting down: the request for a call was cancelled */
     call_free(c);
     return;
@@ -258,7 +258,7 @@ static void on_accept(gtag_t *t, int ok) {
 
 /* Asks gRPC for the next call. */
 static void request_next(sip__grpc_t *g) {
-  gcall_t *c = sip__calloc(1, sizeof *c);
+  sip__gcall_t *c = sip__calloc(1, sizeof *c);
   if (!c) {
     sip__log(SIP__LOG_ERROR, "grpc cannot accept calls", "reason=\"out of memory\"");
     return;
@@ -284,12 +284,12 @@ static void *cq_thread(void *arg) {
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-    if (ev.type == GRPC_OP_COMPLETE) ((gtag_t *)ev.tag)->fn(ev.tag, ev.success);
+    if (ev.type == GRPC_OP_COMPLETE) ((sip__gtag_t *)ev.tag)->fn(ev.tag, ev.success);
   }
   return NULL;
 }
 
-static void on_shutdown(gtag_t *t, int ok) {
+static void on_shutdown(sip__gtag_t *t, int ok) {
   sip__grpc_t *g = CONTAINER(t, sip__grpc_t, shutdown_tag);
   (void)ok;
   pthread_mutex_lock(&g->mu);
@@ -305,7 +305,7 @@ static void drain_cq(grpc_completion_queue *cq) {
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-    if (ev.type == GRPC_OP_COMPLETE) ((gtag_t *)ev.tag)->fn(ev.tag, ev.success);
+    if (ev.type == GRPC_OP_COMPLETE) ((sip__gtag_t *)ev.tag)->fn(ev.tag, ev.success);
   }
 }
 

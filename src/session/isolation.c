@@ -254,7 +254,7 @@ static void note_end(sip__iso_t *w, pid_t pid, int st, const char *load_error, u
 /* Pings a worker; -1 only when it is alive and did not answer in time
  * (one that ended is the pidfd's news). Caller holds w->mu. */
 static int ping(sip__iso_worker_t *k) {
-  wk_hdr_t h = {SIP__WK_PING, 0}, r;
+  sip__wk_hdr_t h = {SIP__WK_PING, 0}, r;
   ssize_t n = sip__iso_ctl_call(k, &h, sizeof h, -1, &r, sizeof r, PING_TIMEOUT_MS, -1);
   return n < 0 && errno == ETIMEDOUT ? -1 : 0;
 }
@@ -425,12 +425,12 @@ void sip__iso_kill(sip__iso_t *w, const char *why) {
 /* The LOAD message: settings, backend, path, options. */
 static int build_load(sip__iso_t *w, const char *path, const sip_kv_t *opts, size_t n_opts) {
   const sip_engine_settings_t *st = w->p->eng->settings;
-  size_t len = sizeof(wk_load_t) + strlen(w->real->name) + 1 + (path ? strlen(path) : 0) + 1;
+  size_t len = sizeof(sip__wk_load_t) + strlen(w->real->name) + 1 + (path ? strlen(path) : 0) + 1;
   for (size_t i = 0; i < n_opts; i++) len += strlen(opts[i].key) + strlen(opts[i].value) + 2;
   if (len > SIP__WK_MAX_MSG || n_opts > 64) return -1;
   char *m = sip__calloc(1, len);
   if (!m) return -1;
-  wk_load_t *h = (wk_load_t *)m;
+  sip__wk_load_t *h = (sip__wk_load_t *)m;
   h->op = SIP__WK_LOAD;
   if (st) {
     h->intra_op_threads = st->intra_op_threads;

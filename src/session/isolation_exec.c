@@ -92,12 +92,12 @@ static sip_error_t *bind_session(sip__iso_sess_t *s) {
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "pool '%s': no socket for a session: %s", pool,
                          strerror(errno));
   }
-  wk_bind_t b = {SIP__WK_BIND, s->id};
+  sip__wk_bind_t b = {SIP__WK_BIND, s->id};
   char reply[1024];
   ssize_t n = sip__iso_ctl_call(&w->act, &b, sizeof b, sv[1], reply, sizeof reply, BIND_TIMEOUT_MS, -1);
   int err = errno;
   close(sv[1]);
-  if (n < 0 || (size_t)n < sizeof(wk_hdr_t) || ((wk_hdr_t *)reply)->op != SIP__WK_BOUND) {
+  if (n < 0 || (size_t)n < sizeof(sip__wk_hdr_t) || ((sip__wk_hdr_t *)reply)->op != SIP__WK_BOUND) {
     close(sv[0]);
     if (n < 0) {
       char why[128];
@@ -108,8 +108,8 @@ static sip_error_t *bind_session(sip__iso_sess_t *s) {
                         "being bound", pool);
     } else {
       e = sip_error_new(SIP_INTERNAL, "pool '%s': the worker refused a session: %.*s", pool,
-                        (int)((size_t)n > sizeof(wk_error_t) ? (size_t)n - sizeof(wk_error_t) : 0),
-                        reply + sizeof(wk_error_t));
+                        (int)((size_t)n > sizeof(sip__wk_error_t) ? (size_t)n - sizeof(sip__wk_error_t) : 0),
+                        reply + sizeof(sip__wk_error_t));
     }
     pthread_mutex_unlock(&w->mu);
     return e;
@@ -221,12 +221,12 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   int copy_out = slot < 0;
   if (copy_out) slot = LEASED;
   union {
-    char buf[sizeof(wk_exec_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t)];
-    wk_exec_t x;
+    char buf[sizeof(sip__wk_exec_t) + SIP__WK_MAX_IO * sizeof(sip__wk_tensor_t)];
+    sip__wk_exec_t x;
   } m;
-  wk_exec_t *x = &m.x;
+  sip__wk_exec_t *x = &m.x;
   memset(x, 0, sizeof *x);
-  wk_tensor_t *tin = (wk_tensor_t *)(m.buf + sizeof *x);
+  sip__wk_tensor_t *tin = (sip__wk_tensor_t *)(m.buf + sizeof *x);
   size_t at = 0;
   for (size_t i = 0; i < n_inputs; i++) {
     const sip_tensor_t *t = inputs[i];
@@ -269,16 +269,16 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   x->n_out = (int32_t)n_outputs;
   pid_t pid = atomic_load(&w->p->worker_pid);
   int send_fd = r->sent_gen != s->gen ? r->fd : -1;
-  if (sip__wk_send(s->sock, m.buf, sizeof *x + n_inputs * sizeof(wk_tensor_t), send_fd) != 0)
+  if (sip__wk_send(s->sock, m.buf, sizeof *x + n_inputs * sizeof(sip__wk_tensor_t), send_fd) != 0)
     return lost(s, pid);
   r->sent_gen = s->gen;
   union {
-    char buf[sizeof(wk_done_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t) + 1024];
-    wk_done_t d;
+    char buf[sizeof(sip__wk_done_t) + SIP__WK_MAX_IO * sizeof(sip__wk_tensor_t) + 1024];
+    sip__wk_done_t d;
   } a;
   ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, sip__wk_spin_us());
   if (n <= 0) return lost(s, pid);
-  const wk_done_t *d = &a.d;
+  const sip__wk_done_t *d = &a.d;
   int32_t code;
   const char *text;
   int text_len;
@@ -287,7 +287,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
     return sip_error_new(SIP_INTERNAL, "pool '%s': a malformed answer from the worker",
                          w->p->cfg->name);
   if (code) return sip_error_new((sip_code_t)code, "%.*s", text_len, text);
-  const wk_tensor_t *to = (const wk_tensor_t *)(a.buf + sizeof *d);
+  const sip__wk_tensor_t *to = (const sip__wk_tensor_t *)(a.buf + sizeof *d);
   sip_buf_t *owner = NULL;
   if (!copy_out) {
     atomic_fetch_add(&r->refs, 1);
@@ -295,7 +295,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   }
   e = NULL;
   for (size_t j = 0; j < n_outputs && !e; j++) {
-    const wk_tensor_t *t = &to[j];
+    const sip__wk_tensor_t *t = &to[j];
     if (t->rank < 0 || t->rank > SIP_MAX_RANK || t->off > r->size ||
         t->nbytes > r->size - t->off) {
       e = sip_error_new(SIP_INTERNAL, "pool '%s': the worker put output '%s' outside its region",

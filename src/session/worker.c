@@ -141,7 +141,7 @@ static void sleep_ms(int64_t ms) {
 }
 
 static size_t fail_reply(char *reply, sip_code_t code, const char *msg) {
-  wk_done_t *d = (wk_done_t *)reply;
+  sip__wk_done_t *d = (sip__wk_done_t *)reply;
   memset(d, 0, sizeof *d);
   d->op = SIP__WK_DONE;
   d->code = code ? (int32_t)code : SIP_INTERNAL;
@@ -155,7 +155,7 @@ static size_t fail_reply(char *reply, sip_code_t code, const char *msg) {
 
 /* An injected fault (sip fault) taken here, where a real one would
  * happen; 1 when the execution is to fail with "injected error". */
-static int take_fault(const wk_exec_t *x) {
+static int take_fault(const sip__wk_exec_t *x) {
   switch (x->fault) {
   case SIP__FAULT_CRASH: {
     /* A real crash: the server sees this process end on SIGSEGV. No core
@@ -174,7 +174,7 @@ static int take_fault(const wk_exec_t *x) {
 }
 
 /* Runs one execution in region `r`; fills `reply`, returns its length. */
-static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregion_t *r,
+static size_t run(wsess_t *s, const sip__wk_exec_t *x, const sip__wk_tensor_t *tin, wregion_t *r,
                   char *reply) {
   if (take_fault(x)) return fail_reply(reply, SIP_INTERNAL, "injected error");
   sip_tensor_t *in[SIP__WK_MAX_IO] = {0}, *out[SIP__WK_MAX_IO] = {0};
@@ -183,7 +183,7 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
   memset(dests, 0, sizeof dests);
   sip_error_t *e = NULL;
   for (int i = 0; i < x->n_in && !e; i++) {
-    const wk_tensor_t *t = &tin[i];
+    const sip__wk_tensor_t *t = &tin[i];
     if (t->index < 0 || (size_t)t->index >= n_ins || t->rank < 0 || t->rank > SIP_MAX_RANK ||
         t->off > r->size || t->nbytes > r->size - t->off)
       e = sip_error_new(SIP_INTERNAL, "worker: input %d lies outside its region", i);
@@ -220,7 +220,7 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
   if (!e) {
     /* Outputs already in the region (written there, or a view of an
      * input) stay where they are; the others are copied after them. */
-    wk_tensor_t *to = (wk_tensor_t *)(reply + sizeof(wk_done_t));
+    sip__wk_tensor_t *to = (sip__wk_tensor_t *)(reply + sizeof(sip__wk_done_t));
     size_t end = at;
     for (int j = 0; j < x->n_out; j++) {
       const sip_tensor_t *o = out[j];
@@ -251,12 +251,12 @@ static size_t run(wsess_t *s, const wk_exec_t *x, const wk_tensor_t *tin, wregio
         memcpy((char *)r->base + to[j].off, d, out[j]->nbytes);
     }
     if (!e) {
-      wk_done_t *done = (wk_done_t *)reply;
+      sip__wk_done_t *done = (sip__wk_done_t *)reply;
       memset(done, 0, sizeof *done);
       done->op = SIP__WK_DONE;
       done->region_size = r->size;
       done->n_out = x->n_out;
-      len = sizeof *done + (size_t)x->n_out * sizeof(wk_tensor_t);
+      len = sizeof *done + (size_t)x->n_out * sizeof(sip__wk_tensor_t);
     }
   }
   if (e) len = fail_reply(reply, sip_error_code(e), sip_error_message(e));
@@ -270,16 +270,16 @@ static void *serve(void *arg) {
   wsess_t *s = arg;
   int64_t spin_us = 0; /* after an answer: poll for the next request before sleeping */
   static _Thread_local union {
-    char buf[sizeof(wk_exec_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t)];
-    wk_exec_t x;
+    char buf[sizeof(sip__wk_exec_t) + SIP__WK_MAX_IO * sizeof(sip__wk_tensor_t)];
+    sip__wk_exec_t x;
   } msg;
-  static _Thread_local char reply[sizeof(wk_done_t) + SIP__WK_MAX_IO * sizeof(wk_tensor_t) + 1024];
+  static _Thread_local char reply[sizeof(sip__wk_done_t) + SIP__WK_MAX_IO * sizeof(sip__wk_tensor_t) + 1024];
   for (;;) {
     int fd = -1;
     ssize_t n = sip__wk_recv(s->sock, msg.buf, sizeof msg.buf, &fd, spin_us);
     spin_us = sip__wk_spin_us();
     if (n <= 0) break;
-    const wk_exec_t *x = &msg.x;
+    const sip__wk_exec_t *x = &msg.x;
     size_t len;
     if (sip__wk_check_exec(msg.buf, (size_t)n, n_ins, n_outs) != 0) {
       if (fd >= 0) close(fd);
@@ -295,7 +295,7 @@ static void *serve(void *arg) {
       if (r->fd < 0 || region_map(r, x->region_size) != 0)
         len = fail_reply(reply, SIP_INTERNAL, "worker: cannot map the session's region");
       else
-        len = run(s, x, (const wk_tensor_t *)(msg.buf + sizeof *x), r, reply);
+        len = run(s, x, (const sip__wk_tensor_t *)(msg.buf + sizeof *x), r, reply);
     }
     if (sip__wk_send(s->sock, reply, len, -1) != 0) break;
   }
@@ -314,7 +314,7 @@ static void *serve(void *arg) {
 /* ---- the control channel ---- */
 
 static size_t error_msg(char *buf, sip_error_t *e) {
-  wk_error_t *h = (wk_error_t *)buf;
+  sip__wk_error_t *h = (sip__wk_error_t *)buf;
   h->op = SIP__WK_ERROR;
   h->code = (int32_t)sip_error_code(e);
   int n = snprintf(buf + sizeof *h, SIP__WK_MAX_MSG - sizeof *h, "%s", sip_error_message(e));
@@ -375,16 +375,16 @@ static size_t load(const char *msg, size_t n, char *buf) {
   if (e) return error_msg(buf, e);
   vt->describe(model, &ins, &n_ins, &outs, &n_outs);
   if (a.warm) warm_up();
-  wk_loaded_t *l = (wk_loaded_t *)buf;
-  *l = (wk_loaded_t){.op = SIP__WK_LOADED, .n_in = (uint32_t)n_ins, .n_out = (uint32_t)n_outs};
+  sip__wk_loaded_t *l = (sip__wk_loaded_t *)buf;
+  *l = (sip__wk_loaded_t){.op = SIP__WK_LOADED, .n_in = (uint32_t)n_ins, .n_out = (uint32_t)n_outs};
   size_t len = sizeof *l;
   for (size_t i = 0; i < n_ins + n_outs; i++) {
     const sip_io_desc_t *d = i < n_ins ? &ins[i] : &outs[i - n_ins];
     size_t nl = strlen(d->name) + 1, padded = (nl + 7) & ~(size_t)7;
-    if (len + sizeof(wk_desc_t) + padded + 1024 > SIP__WK_MAX_MSG)
+    if (len + sizeof(sip__wk_desc_t) + padded + 1024 > SIP__WK_MAX_MSG)
       return error_msg(buf, sip_error_new(SIP_UNIMPLEMENTED, "worker: the model's inputs and "
                                           "outputs do not fit in one message"));
-    wk_desc_t *w = (wk_desc_t *)(buf + len);
+    sip__wk_desc_t *w = (sip__wk_desc_t *)(buf + len);
     memset(w, 0, sizeof *w);
     w->dtype = d->dtype;
     w->rank = d->rank;
@@ -400,7 +400,7 @@ static size_t load(const char *msg, size_t n, char *buf) {
 }
 
 static size_t bind_session(int sock, size_t n, char *buf) {
-  if (n < sizeof(wk_bind_t) || sock < 0) {
+  if (n < sizeof(sip__wk_bind_t) || sock < 0) {
     if (sock >= 0) close(sock);
     return error_msg(buf, sip_error_new(SIP_INTERNAL, "worker: malformed bind message"));
   }
@@ -424,8 +424,8 @@ static size_t bind_session(int sock, size_t n, char *buf) {
     sip__free(s);
     return error_msg(buf, e);
   }
-  *(wk_hdr_t *)buf = (wk_hdr_t){SIP__WK_BOUND, 0};
-  return sizeof(wk_hdr_t);
+  *(sip__wk_hdr_t *)buf = (sip__wk_hdr_t){SIP__WK_BOUND, 0};
+  return sizeof(sip__wk_hdr_t);
 }
 
 static atomic_int worker_capable;
@@ -464,8 +464,8 @@ int sip_worker_main(int argc, char **argv) {
       len = bind_session(fd, (size_t)n, buf);
       fd = -1;
     } else if (op == SIP__WK_PING) {
-      *(wk_hdr_t *)buf = (wk_hdr_t){SIP__WK_PONG, 0};
-      len = sizeof(wk_hdr_t);
+      *(sip__wk_hdr_t *)buf = (sip__wk_hdr_t){SIP__WK_PONG, 0};
+      len = sizeof(sip__wk_hdr_t);
     } else {
       len = error_msg(buf, sip_error_new(SIP_INTERNAL, "worker: unexpected message %u", op));
     }

@@ -21,7 +21,7 @@ static const char *next_str(const char **at, const char *end) {
 }
 
 int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a) {
-  wk_load_t h;
+  sip__wk_load_t h;
   if (n < sizeof h) return -1;
   memcpy(&h, msg, sizeof h);
   if (h.op != SIP__WK_LOAD || h.n_options > SIP__WK_MAX_OPTIONS) return -1;
@@ -43,14 +43,14 @@ int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a) {
 
 sip_error_t *sip__wk_parse_loaded(const char *msg, size_t n, sip_io_desc_t **descs,
                                   size_t *n_in, size_t *n_out, char **why) {
-  wk_loaded_t l;
+  sip__wk_loaded_t l;
   *descs = NULL;
   *why = NULL;
   *n_in = *n_out = 0;
   uint32_t op = 0;
   if (n >= sizeof op) memcpy(&op, msg, sizeof op);
-  if (n >= sizeof(wk_error_t) && op == SIP__WK_ERROR) {
-    wk_error_t h;
+  if (n >= sizeof(sip__wk_error_t) && op == SIP__WK_ERROR) {
+    sip__wk_error_t h;
     memcpy(&h, msg, sizeof h);
     const char *text = msg + sizeof h;
     size_t len = n - sizeof h;
@@ -68,7 +68,7 @@ sip_error_t *sip__wk_parse_loaded(const char *msg, size_t n, sip_io_desc_t **des
   sip_io_desc_t *d = sip__calloc(total ? total : 1, sizeof *d);
   if (!d) return SIP__OOM();
   for (size_t i = 0; i < total; i++) {
-    wk_desc_t x;
+    sip__wk_desc_t x;
     if (at + sizeof x > n) goto bad;
     memcpy(&x, msg + at, sizeof x);
     const char *name = msg + at + sizeof x;
@@ -102,17 +102,17 @@ bad:
 }
 
 int sip__wk_check_exec(const char *msg, size_t n, size_t n_ins, size_t n_outs) {
-  wk_exec_t x;
+  sip__wk_exec_t x;
   if (n < sizeof x) return -1;
   memcpy(&x, msg, sizeof x);
   if (x.op != SIP__WK_EXEC || x.region < 0 || x.region >= SIP__WK_MAX_REGIONS || x.n_in < 0 ||
       x.n_in > SIP__WK_MAX_IO || x.n_out < 0 || x.n_out > SIP__WK_MAX_IO ||
-      n != sizeof x + (size_t)x.n_in * sizeof(wk_tensor_t) || x.out_at > x.region_size)
+      n != sizeof x + (size_t)x.n_in * sizeof(sip__wk_tensor_t) || x.out_at > x.region_size)
     return -1;
   for (int j = 0; j < x.n_out; j++)
     if (x.out_index[j] < 0 || (size_t)x.out_index[j] >= n_outs) return -1;
   for (int i = 0; i < x.n_in; i++) {
-    wk_tensor_t t;
+    sip__wk_tensor_t t;
     memcpy(&t, msg + sizeof x + (size_t)i * sizeof t, sizeof t);
     if (t.index < 0 || (size_t)t.index >= n_ins || t.rank < 0 || t.rank > SIP_MAX_RANK ||
         t.off > x.region_size || t.nbytes > x.region_size - t.off ||
@@ -124,7 +124,7 @@ int sip__wk_check_exec(const char *msg, size_t n, size_t n_ins, size_t n_outs) {
 
 int sip__wk_check_done(const char *msg, size_t n, size_t n_outputs, int32_t *code,
                        const char **text, int *text_len) {
-  wk_done_t d;
+  sip__wk_done_t d;
   *code = 0;
   *text = "";
   *text_len = 0;
@@ -140,10 +140,10 @@ int sip__wk_check_done(const char *msg, size_t n, size_t n_outputs, int32_t *cod
     return 0;
   }
   if (d.n_out < 0 || (size_t)d.n_out != n_outputs ||
-      n < sizeof d + n_outputs * sizeof(wk_tensor_t))
+      n < sizeof d + n_outputs * sizeof(sip__wk_tensor_t))
     return -1;
   for (size_t j = 0; j < n_outputs; j++) {
-    wk_tensor_t t;
+    sip__wk_tensor_t t;
     memcpy(&t, msg + sizeof d + j * sizeof t, sizeof t);
     if (t.rank < 0 || t.rank > SIP_MAX_RANK || t.off > d.region_size ||
         t.nbytes > d.region_size - t.off || !dtype_ok(t.dtype))

@@ -23,69 +23,69 @@
 #define SIP__WK_MAX_MSG 65536 /* largest control message (load: path, options) */
 
 enum {
-  SIP__WK_LOAD = 1, /* server → worker: wk_load_t + strings */
-  SIP__WK_LOADED,   /* wk_loaded_t + io descriptions */
-  SIP__WK_ERROR,    /* wk_error_t + message */
-  SIP__WK_BIND,     /* wk_bind_t, with the session channel's fd */
-  SIP__WK_BOUND,    /* wk_hdr_t */
-  SIP__WK_PING,     /* wk_hdr_t */
-  SIP__WK_PONG,     /* wk_hdr_t */
-  SIP__WK_EXEC,     /* wk_exec_t + wk_tensor_t[n_in], maybe with a region's fd */
-  SIP__WK_DONE,     /* wk_done_t + wk_tensor_t[n_out] + message */
+  SIP__WK_LOAD = 1, /* server → worker: sip__wk_load_t + strings */
+  SIP__WK_LOADED,   /* sip__wk_loaded_t + io descriptions */
+  SIP__WK_ERROR,    /* sip__wk_error_t + message */
+  SIP__WK_BIND,     /* sip__wk_bind_t, with the session channel's fd */
+  SIP__WK_BOUND,    /* sip__wk_hdr_t */
+  SIP__WK_PING,     /* sip__wk_hdr_t */
+  SIP__WK_PONG,     /* sip__wk_hdr_t */
+  SIP__WK_EXEC,     /* sip__wk_exec_t + sip__wk_tensor_t[n_in], maybe with a region's fd */
+  SIP__WK_DONE,     /* sip__wk_done_t + sip__wk_tensor_t[n_out] + message */
 };
 
-typedef struct wk_hdr {
+typedef struct sip__wk_hdr {
   uint32_t op;
   uint32_t pad;
-} wk_hdr_t;
+} sip__wk_hdr_t;
 
 /* Followed by the backend's name, the model path (empty: none) and
  * n_options key/value pairs, each NUL-terminated. */
-typedef struct wk_load {
+typedef struct sip__wk_load {
   uint32_t op;
   int32_t intra_op_threads, inter_op_threads, allow_spinning;
   uint32_t n_options;
   uint32_t warm; /* run one execution on zeros after loading (hot_standby) */
-} wk_load_t;
+} sip__wk_load_t;
 
-typedef struct wk_error {
+typedef struct sip__wk_error {
   uint32_t op;
   int32_t code; /* sip_code_t */
-} wk_error_t;   /* + message, NUL-terminated */
+} sip__wk_error_t;   /* + message, NUL-terminated */
 
 /* Followed by n_in + n_out of: dtype, rank, dims, then the name
  * (NUL-terminated, padded to 8 bytes); then the batch problem (empty:
  * none), NUL-terminated. */
-typedef struct wk_loaded {
+typedef struct sip__wk_loaded {
   uint32_t op;
   uint32_t n_in, n_out;
   uint32_t pad;
-} wk_loaded_t;
+} sip__wk_loaded_t;
 
-typedef struct wk_desc {
+typedef struct sip__wk_desc {
   int32_t dtype, rank;
   int64_t dims[SIP_MAX_RANK];
   uint32_t name_len; /* with its NUL and padding */
   uint32_t pad;
-} wk_desc_t;
+} sip__wk_desc_t;
 
-typedef struct wk_bind {
+typedef struct sip__wk_bind {
   uint32_t op;
   uint32_t session; /* the server's id for it (logs) */
-} wk_bind_t;
+} sip__wk_bind_t;
 
 /* One tensor in a region: `index` is the model's input or output number
  * (describe order). */
-typedef struct wk_tensor {
+typedef struct sip__wk_tensor {
   int32_t index, dtype, rank, pad;
   int64_t dims[SIP_MAX_RANK];
   uint64_t off, nbytes;
-} wk_tensor_t;
+} sip__wk_tensor_t;
 
 /* An execution: inputs in region `region` (its size now region_size; a fd
  * attached when the worker does not have it yet), the outputs wanted by
  * index. `fault` (sip__fault_kind_t) is an injected fault to take. */
-typedef struct wk_exec {
+typedef struct sip__wk_exec {
   uint32_t op;
   int32_t region;
   uint64_t region_size;
@@ -94,16 +94,16 @@ typedef struct wk_exec {
   int32_t n_in, n_out, pad;
   int64_t fault_delay_ms;
   int32_t out_index[SIP__WK_MAX_IO];
-} wk_exec_t;
+} sip__wk_exec_t;
 
 /* The answer: outputs in the same region (which the worker may have
  * grown to region_size), in the order asked; or code != 0 and a message. */
-typedef struct wk_done {
+typedef struct sip__wk_done {
   uint32_t op;
   int32_t code;
   uint64_t region_size;
   int32_t n_out, msg_len;
-} wk_done_t;
+} sip__wk_done_t;
 
 #define SIP__WK_MAX_REGIONS 9 /* per session: 8 the answers may hold, 1 copied out */
 #define SIP__WK_MAX_OPTIONS 64

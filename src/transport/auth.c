@@ -17,7 +17,7 @@
 #include "transport/listener_impl.h"
 
 /* The group of the frame being handled (SIP__AUTH_OPEN: no check). */
-static int frame_group(const conn_t *c) {
+static int frame_group(const sip__conn_t *c) {
   switch (c->h.type) {
   case SIP__MSG_INFER_REQUEST:
   case SIP__MSG_BATCH_INFER_REQUEST:
@@ -44,13 +44,13 @@ static int frame_group(const conn_t *c) {
   }
 }
 
-void sip__conn_auth_init(sip__listener_set_t *ls, conn_t *c, bool local) {
+void sip__conn_auth_init(sip__listener_set_t *ls, sip__conn_t *c, bool local) {
   c->local = local;
   c->groups = sip__auth_groups(ls->auth, NULL, 0, local);
 }
 
 /* AUTH: the whole payload is the token. */
-static void handle_auth(sip__listener_set_t *ls, conn_t *c) {
+static void handle_auth(sip__listener_set_t *ls, sip__conn_t *c) {
   const char *tok = c->payload ? (const char *)sip_buf_data(c->payload) : "";
   size_t len = c->h.length;
   unsigned got = 0;
@@ -79,7 +79,7 @@ static void handle_auth(sip__listener_set_t *ls, conn_t *c) {
   sip__conn_queue_wbuf(ls, c, &w);
 }
 
-int sip__conn_authorize(sip__listener_set_t *ls, conn_t *c) {
+int sip__conn_authorize(sip__listener_set_t *ls, sip__conn_t *c) {
   if (c->h.type == SIP__MSG_AUTH) {
     handle_auth(ls, c);
     return 0;

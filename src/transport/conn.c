@@ -17,10 +17,10 @@
 #include "transport/listener_impl.h"
 
 /* A referenced connection by id, or NULL when it is gone. Any thread. */
-static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
+static sip__conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
   uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
   pthread_mutex_lock(&ls->slots_mu);
-  conn_t *c = slot < ls->n_slots ? ls->slots[slot] : NULL;
+  sip__conn_t *c = slot < ls->n_slots ? ls->slots[slot] : NULL;
   if (c && c->gen == gen)
     atomic_fetch_add(&c->refs, 1);
   else
@@ -31,8 +31,8 @@ static conn_t *conn_acquire(sip__listener_set_t *ls, uint64_t id) {
 
 /* ---- receive budgets ---- */
 
-rx_budget_t *sip__rx_budget_new(size_t limit, rx_budget_t *parent) {
-  rx_budget_t *b = sip__calloc(1, sizeof *b);
+sip__rx_budget_t *sip__rx_budget_new(size_t limit, sip__rx_budget_t *parent) {
+  sip__rx_budget_t *b = sip__calloc(1, sizeof *b);
   if (!b) return NULL;
   atomic_init(&b->refs, 1);
   atomic_init(&b->used, 0);
@@ -42,19 +42,19 @@ rx_budget_t *sip__rx_budget_new(size_t limit, rx_budget_t *parent) {
   return b;
 }
 
-void sip__rx_budget_unref(rx_budget_t *b) {
+void sip__rx_budget_unref(sip__rx_budget_t *b) {
   if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
   sip__rx_budget_unref(b->parent);
   sip__free(b);
 }
 
-static int charge_one(rx_budget_t *b, size_t n) {
+static int charge_one(sip__rx_budget_t *b, size_t n) {
   if (atomic_fetch_add(&b->used, n) + n <= b->limit) return 0;
   atomic_fetch_sub(&b->used, n);
   return -1;
 }
 
-int sip__rx_budget_charge(rx_budget_t *b, size_t n) {
+int sip__rx_budget_charge(sip__rx_budget_t *b, size_t n) {
   if (charge_one(b, n)) return 1;
   if (b->parent && charge_one(b->parent, n)) {
     atomic_fetch_sub(&b->used, n);
@@ -63,12 +63,12 @@ int sip__rx_budget_charge(rx_budget_t *b, size_t n) {
   return 0;
 }
 
-void sip__rx_budget_release(rx_budget_t *b, size_t n) {
+void sip__rx_budget_release(sip__rx_budget_t *b, size_t n) {
   atomic_fetch_sub(&b->used, n);
   if (b->parent) atomic_fetch_sub(&b->parent->used, n);
 }
 
-void sip__conn_drop_rx(conn_t *c) {
+void sip__conn_drop_rx(sip__conn_t *c) {
   if (c->rx) sip__rx_budget_release(c->budget, c->rx_cap);
   sip__free(c->rx);
   c->rx = NULL;
@@ -76,18 +76,18 @@ void sip__conn_drop_rx(conn_t *c) {
   c->in_payload = 0;
 }
 
-static void free_chunk(conn_t *c, chunk_t *k) {
+static void free_chunk(sip__conn_t *c, sip__chunk_t *k) {
   c->unsent -= k->len + sizeof *k;
   sip__free(k->data);
   sip__free(k);
 }
 
-static void free_chunks(conn_t *c) {
-  chunk_t *k;
+static void free_chunks(sip__conn_t *c) {
+  sip__chunk_t *k;
   while ((k = chunks_pop(&c->out))) free_chunk(c, k);
 }
 
-void sip__conn_unref(conn_t *c) {
+void sip__conn_unref(sip__conn_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
   close(c->fd);
   free_chunks(c);
@@ -96,7 +96,7 @@ void sip__conn_unref(conn_t *c) {
 }
 
 /* Loop only. */
-void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
+void sip__conn_close(sip__listener_set_t *ls, sip__conn_t *c) {
   /* Nobody will read the answers: queued requests of this client are
    * cancelled instead of run. */
   if (c->cancel && !atomic_load(&ls->stop)) sip_server_cancel(ls->srv, c->cancel);
@@ -128,7 +128,7 @@ void sip__conn_close(sip__listener_set_t *ls, conn_t *c) {
 }
 
 /* Sets the events the loop waits for on `c`. Caller holds c->wmu. */
-static void update_events(sip__listener_set_t *ls, conn_t *c) {
+static void update_events(sip__listener_set_t *ls, sip__conn_t *c) {
   struct epoll_event ev = {
       .events = (atomic_load(&c->read_paused) ? 0u : EPOLLIN | EPOLLRDHUP) |
                 (c->epollout ? EPOLLOUT : 0u),
@@ -137,7 +137,7 @@ static void update_events(sip__listener_set_t *ls, conn_t *c) {
 }
 
 /* Caller holds c->wmu. */
-static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
+static void set_epollout(sip__listener_set_t *ls, sip__conn_t *c, int on) {
   if (c->epollout == on) return;
   c->epollout = on;
   update_events(ls, c);
@@ -145,7 +145,7 @@ static void set_epollout(sip__listener_set_t *ls, conn_t *c, int on) {
 
 /* Reads from a paused connection again once its unsent answers and its
  * requests in flight both drop below half the bound. Caller holds c->wmu. */
-static void maybe_resume(sip__listener_set_t *ls, conn_t *c) {
+static void maybe_resume(sip__listener_set_t *ls, sip__conn_t *c) {
   if (!atomic_load(&c->read_paused) || c->unsent > ls->max_unsent / 2 ||
       atomic_load(&c->budget->used) > ls->max_in_flight / 2)
     return;
@@ -153,7 +153,7 @@ static void maybe_resume(sip__listener_set_t *ls, conn_t *c) {
   update_events(ls, c);
 }
 
-void sip__conn_pause_in_flight(sip__listener_set_t *ls, conn_t *c) {
+void sip__conn_pause_in_flight(sip__listener_set_t *ls, sip__conn_t *c) {
   if (atomic_load(&c->budget->used) <= ls->max_in_flight) return;
   pthread_mutex_lock(&c->wmu);
   if (!atomic_load(&c->read_paused)) {
@@ -169,7 +169,7 @@ void sip__conn_pause_in_flight(sip__listener_set_t *ls, conn_t *c) {
 
 void sip__conn_resume_in_flight(sip__listener_set_t *ls) {
   for (uint32_t i = 0; ls->n_paused_in_flight > 0 && i < ls->n_slots; i++) {
-    conn_t *c = ls->slots[i];
+    sip__conn_t *c = ls->slots[i];
     if (!c || !c->paused_in_flight) continue;
     pthread_mutex_lock(&c->wmu);
     maybe_resume(ls, c);
@@ -184,9 +184,9 @@ void sip__conn_resume_in_flight(sip__listener_set_t *ls) {
 
 /* Sends queued chunks until done or the socket is full. Caller holds
  * c->wmu. Returns -1 on a socket error. */
-int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
+int sip__conn_send_queued(sip__listener_set_t *ls, sip__conn_t *c) {
   while (c->out.head) {
-    chunk_t *k = c->out.head;
+    sip__chunk_t *k = c->out.head;
     ssize_t n = send(c->fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -206,7 +206,7 @@ int sip__conn_send_queued(sip__listener_set_t *ls, conn_t *c) {
 }
 
 /* Loop only: writes what it can. Returns -1 when the connection was closed. */
-int sip__conn_flush(sip__listener_set_t *ls, conn_t *c) {
+int sip__conn_flush(sip__listener_set_t *ls, sip__conn_t *c) {
   pthread_mutex_lock(&c->wmu);
   int rc = sip__conn_send_queued(ls, c);
   int done = !c->out.head;
@@ -220,8 +220,8 @@ int sip__conn_flush(sip__listener_set_t *ls, conn_t *c) {
 
 /* Queues bytes (ownership taken) behind what is already queued. Caller
  * holds c->wmu. */
-static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size_t len) {
-  chunk_t *k = sip__calloc(1, sizeof *k);
+static void queue_locked(sip__listener_set_t *ls, sip__conn_t *c, uint8_t *data, size_t len) {
+  sip__chunk_t *k = sip__calloc(1, sizeof *k);
   if (!k) {
     sip__free(data);
     /* Cannot answer: better to drop the connection than hang the client. */
@@ -243,7 +243,7 @@ static void queue_locked(sip__listener_set_t *ls, conn_t *c, uint8_t *data, size
 }
 
 /* Loop only: queues an encoded frame; conn_flush sends it. */
-void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w) {
+void sip__conn_queue_wbuf(sip__listener_set_t *ls, sip__conn_t *c, sip__wbuf_t *w) {
   if (w->oom) {
     sip__wbuf_free(w);
     atomic_store(&c->closing, 1);
@@ -255,14 +255,14 @@ void sip__conn_queue_wbuf(sip__listener_set_t *ls, conn_t *c, sip__wbuf_t *w) {
   memset(w, 0, sizeof *w);
 }
 
-void sip__conn_close_fds(conn_t *c) {
+void sip__conn_close_fds(sip__conn_t *c) {
   for (int i = 0; i < c->n_fds; i++) close(c->fds[i]);
   c->n_fds = 0;
   c->fds_dropped = 0;
 }
 
 /* Protocol violation: answer with an ERROR frame, then close. */
-void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, sip_error_t *e) {
+void sip__conn_error(sip__listener_set_t *ls, sip__conn_t *c, uint64_t request_id, sip_error_t *e) {
   sip__log(SIP__LOG_WARN, "closing connection after a malformed frame", "code=%s reason=\"%s\"",
            sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip__wbuf_t w = {0};
@@ -277,7 +277,7 @@ void sip__conn_error(sip__listener_set_t *ls, conn_t *c, uint64_t request_id, si
 /* Writes an answer from the engine thread that produced it: directly when
  * nothing is queued before it, else behind the queue (the loop flushes). */
 void sip__conn_write_answer(sip__listener_set_t *ls, uint64_t id, sip__wbuf_t *w) {
-  conn_t *c = w->oom ? NULL : conn_acquire(ls, id);
+  sip__conn_t *c = w->oom ? NULL : conn_acquire(ls, id);
   if (!c) {
     sip__wbuf_free(w);
     return;

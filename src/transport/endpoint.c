@@ -22,7 +22,7 @@
 
 /* ---- unix sockets (ipc:// and unix://) ------------------------------------ */
 
-static sip_error_t *unix_parse(const char *rest, endpoint_t *out) {
+static sip_error_t *unix_parse(const char *rest, sip__endpoint_t *out) {
   if (strlen(rest) >= sizeof out->path)
     return sip_error_new(SIP_INVALID_ARGUMENT, "unix socket path %s is longer than %zu bytes",
                          rest, sizeof out->path - 1);
@@ -32,13 +32,13 @@ static sip_error_t *unix_parse(const char *rest, endpoint_t *out) {
   return NULL;
 }
 
-static struct sockaddr_un unix_addr(const endpoint_t *ep) {
+static struct sockaddr_un unix_addr(const sip__endpoint_t *ep) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, ep->path, sizeof ep->path);
   return sa;
 }
 
-static int unix_connect(const endpoint_t *ep) {
+static int unix_connect(const sip__endpoint_t *ep) {
   struct sockaddr_un sa = unix_addr(ep);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
@@ -57,7 +57,7 @@ static int unix_connect(const endpoint_t *ep) {
  * When the private name would not fit in sun_path, or the directory cannot
  * be made, the umask is narrowed around bind instead (process-wide, but
  * only for the bind). */
-static int bind_private(int fd, const endpoint_t *ep, const char *path) {
+static int bind_private(int fd, const sip__endpoint_t *ep, const char *path) {
   char dir[sizeof ep->path + 16], tmp[sizeof ep->path + 32];
   const char *slash = strrchr(path, '/');
   size_t dl = slash ? (size_t)(slash - path) : 0;
@@ -91,7 +91,7 @@ static int bind_private(int fd, const endpoint_t *ep, const char *path) {
   return rc;
 }
 
-static sip_error_t *unix_listen(const endpoint_t *ep, listener_t *l) {
+static sip_error_t *unix_listen(const sip__endpoint_t *ep, sip__listener_t *l) {
   const char *path = ep->path;
   struct stat st;
   if (lstat(path, &st) == 0) {
@@ -127,7 +127,7 @@ static sip_error_t *unix_listen(const endpoint_t *ep, listener_t *l) {
 
 #define TCP_EXPECTED "expected tcp://host:port (IPv6 hosts in brackets: tcp://[::1]:port)"
 
-static sip_error_t *tcp_parse(const char *rest, endpoint_t *out) {
+static sip_error_t *tcp_parse(const char *rest, sip__endpoint_t *out) {
   const char *h0 = rest, *h1, *colon;
   if (*rest == '[') {
     const char *rb = strchr(rest, ']');
@@ -178,7 +178,7 @@ static void tcp_show(const char *host, const char *port, char *buf, size_t n) {
 }
 
 /* The endpoint's addresses (a passive lookup: "" is every address). */
-static sip_error_t *tcp_resolve(const endpoint_t *ep, int flags, struct addrinfo **res) {
+static sip_error_t *tcp_resolve(const sip__endpoint_t *ep, int flags, struct addrinfo **res) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = flags | AI_NUMERICSERV};
   int rc = getaddrinfo(ep->host[0] ? ep->host : NULL, ep->port, &hints, res);
@@ -189,7 +189,7 @@ static sip_error_t *tcp_resolve(const endpoint_t *ep, int flags, struct addrinfo
                        gai_strerror(rc));
 }
 
-static sip_error_t *tcp_listen(const endpoint_t *ep, listener_t *l) {
+static sip_error_t *tcp_listen(const sip__endpoint_t *ep, sip__listener_t *l) {
   struct addrinfo *res = NULL;
   sip_error_t *e = tcp_resolve(ep, AI_PASSIVE, &res);
   if (e) return e;
@@ -226,7 +226,7 @@ static sip_error_t *tcp_listen(const endpoint_t *ep, listener_t *l) {
   return NULL;
 }
 
-static int tcp_connect(const endpoint_t *ep) {
+static int tcp_connect(const sip__endpoint_t *ep) {
   struct addrinfo *res = NULL;
   sip_error_t *e = tcp_resolve(ep, 0, &res);
   if (e) {
@@ -250,13 +250,13 @@ static int tcp_connect(const endpoint_t *ep) {
 
 /* ---- the scheme table ------------------------------------------------------ */
 
-static const endpoint_kind_t kinds[] = {
+static const sip__endpoint_kind_t kinds[] = {
     {"ipc://", 0, unix_parse, unix_listen, unix_connect},
     {"unix://", 0, unix_parse, unix_listen, unix_connect},
     {"tcp://", 1, tcp_parse, tcp_listen, tcp_connect},
 };
 
-sip_error_t *sip__endpoint_parse(const char *endpoint, endpoint_t *out) {
+sip_error_t *sip__endpoint_parse(const char *endpoint, sip__endpoint_t *out) {
   memset(out, 0, sizeof *out);
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
     size_t n = strlen(kinds[i].scheme);
@@ -268,9 +268,9 @@ sip_error_t *sip__endpoint_parse(const char *endpoint, endpoint_t *out) {
 }
 
 sip_error_t *sip__endpoint_listen(const char *endpoint, const sip__sock_perm_t *perm,
-                                  listener_t *l) {
+                                  sip__listener_t *l) {
   l->fd = -1;
-  endpoint_t ep;
+  sip__endpoint_t ep;
   sip_error_t *e = sip__endpoint_parse(endpoint, &ep);
   if (e) return e;
   ep.mode = perm && perm->mode ? perm->mode : 0600;

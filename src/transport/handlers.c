@@ -24,7 +24,7 @@
 
 /* ---- INFER_REQUEST and BATCH_INFER_REQUEST ---- */
 
-static void pending_free(pending_t *pd) {
+static void pending_free(sip__pending_t *pd) {
   if (!pd) return;
   for (size_t i = 0; i < pd->n_dst; i++) {
     sip__free(pd->dst[i].output);
@@ -38,10 +38,10 @@ static void pending_free(pending_t *pd) {
 /* Copies the outputs that have a destination into the client's regions;
  * refs[i] says where output i went. A destination too small for its output
  * fails the request (nothing is copied then). */
-static sip_error_t *write_shm_outputs(const pending_t *pd, const sip_tensor_t *const *outs,
+static sip_error_t *write_shm_outputs(const sip__pending_t *pd, const sip_tensor_t *const *outs,
                                       size_t n_out, sip__wire_shm_ref_t **refs) {
   *refs = NULL;
-  const out_dst_t **d = sip__calloc(n_out ? n_out : 1, sizeof *d);
+  const sip__out_dst_t **d = sip__calloc(n_out ? n_out : 1, sizeof *d);
   if (!d) return SIP__OOM();
   int any = 0;
   for (size_t i = 0; i < n_out; i++) {
@@ -78,7 +78,7 @@ static sip_error_t *write_shm_outputs(const pending_t *pd, const sip_tensor_t *c
 
 /* The completion, on the engine thread that ran the request. */
 static void on_done(sip_response_t *resp, void *user) {
-  pending_t *pd = user;
+  sip__pending_t *pd = user;
   sip__wbuf_t w = {0};
   uint64_t t_send = sip__trace_send_begin(resp);
   if (!resp) {
@@ -115,7 +115,7 @@ static void on_done(sip_response_t *resp, void *user) {
 }
 
 /* Bytes of one of the connection's regions (`what` names the use). */
-static sip_error_t *view_region(conn_t *c, const sip__wire_shm_ref_t *ref, const char *what,
+static sip_error_t *view_region(sip__conn_t *c, const sip__wire_shm_ref_t *ref, const char *what,
                                 sip_buf_t **owner, uint8_t **data) {
   if (!c->shm)
     return sip_error_new(SIP_NOT_FOUND, "%s: no shared memory region named '%s' is registered on "
@@ -125,7 +125,7 @@ static sip_error_t *view_region(conn_t *c, const sip__wire_shm_ref_t *ref, const
 }
 
 /* Points a request's shared memory inputs at their regions' bytes. */
-static sip_error_t *view_shm_inputs(conn_t *c, sip__wire_request_t *wr) {
+static sip_error_t *view_shm_inputs(sip__conn_t *c, sip__wire_request_t *wr) {
   for (size_t i = 0; wr->input_shm && i < wr->n_inputs; i++) {
     const sip__wire_shm_ref_t *ref = &wr->input_shm[i];
     sip_tensor_t *t = wr->inputs[i];
@@ -159,14 +159,14 @@ static sip_error_t *view_shm_inputs(conn_t *c, sip__wire_request_t *wr) {
 }
 
 /* Views the requested outputs' destinations (flag SIP__REQ_OUTPUT_SHM). */
-static sip_error_t *view_shm_outputs(conn_t *c, const sip__wire_request_t *wr, pending_t *pd) {
+static sip_error_t *view_shm_outputs(sip__conn_t *c, const sip__wire_request_t *wr, sip__pending_t *pd) {
   if (!wr->output_shm) return NULL;
   pd->dst = sip__calloc(wr->n_outputs, sizeof *pd->dst);
   if (!pd->dst) return SIP__OOM();
   for (size_t i = 0; i < wr->n_outputs; i++) {
     const sip__wire_shm_ref_t *ref = &wr->output_shm[i];
     if (!ref->region) continue;
-    out_dst_t *d = &pd->dst[pd->n_dst];
+    sip__out_dst_t *d = &pd->dst[pd->n_dst];
     char what[SIP__MAX_NAME + 16];
     snprintf(what, sizeof what, "output '%s'", wr->outputs[i]);
     sip_error_t *e = view_region(c, ref, what, &d->owner, &d->data);
@@ -209,7 +209,7 @@ sip_error_t *sip__apply_request_parameters(sip_request_t *r, const char *text) {
   return e;
 }
 
-static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
+static void handle_infer(sip__listener_set_t *ls, sip__conn_t *c) {
   uint64_t t0 = sip__now_ns();
   sip__wire_request_t wr;
   const uint8_t *payload = sip_buf_data(c->payload);
@@ -229,7 +229,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
     return;
   }
   sip_request_t *r = sip_request_new(wr.pool);
-  pending_t *pd = sip__calloc(1, sizeof *pd);
+  sip__pending_t *pd = sip__calloc(1, sizeof *pd);
   if (!r || !pd) {
     sip_request_free(r);
     sip__free(pd);
@@ -283,7 +283,7 @@ static void handle_infer(sip__listener_set_t *ls, conn_t *c) {
 
 /* ---- INFO_REQUEST ---- */
 
-static void handle_info(sip__listener_set_t *ls, conn_t *c) {
+static void handle_info(sip__listener_set_t *ls, sip__conn_t *c) {
   const uint8_t *p = sip_buf_data(c->payload);
   if (c->h.length != 1 || p[0] < SIP_INFO_READY || p[0] > SIP_INFO_STATUS) {
     sip__conn_error(ls, c, c->h.request_id,
@@ -341,7 +341,7 @@ static void on_repo_done(sip_error_t *e, void *user) {
   sip__free(rp);
 }
 
-static void handle_repo(sip__listener_set_t *ls, conn_t *c) {
+static void handle_repo(sip__listener_set_t *ls, sip__conn_t *c) {
   json_error_t je;
   uint64_t rid = c->h.request_id;
   json_t *req = json_loadb((const char *)sip_buf_data(c->payload), c->h.length,
@@ -443,7 +443,7 @@ static void on_admin_done(sip_error_t *e, char *answer, void *user) {
   sip__free(ap);
 }
 
-static void handle_admin(sip__listener_set_t *ls, conn_t *c) {
+static void handle_admin(sip__listener_set_t *ls, sip__conn_t *c) {
   sip__wbuf_t w = {0};
   admin_pending_t *ap = sip__calloc(1, sizeof *ap);
   if (!ap) {
@@ -503,7 +503,7 @@ static sip_error_t *check_region_fd(const char *name, int fd) {
                        "is %s; expected a read-write memfd sealed with F_SEAL_SHRINK", name, why);
 }
 
-static void handle_shm_register(sip__listener_set_t *ls, conn_t *c) {
+static void handle_shm_register(sip__listener_set_t *ls, sip__conn_t *c) {
   char *name;
   uint64_t offset, size;
   sip_error_t *e = sip__decode_shm_register(sip_buf_data(c->payload), c->h.length, &name,
@@ -538,7 +538,7 @@ static void handle_shm_register(sip__listener_set_t *ls, conn_t *c) {
   sip__conn_queue_wbuf(ls, c, &w);
 }
 
-static void handle_shm_name(sip__listener_set_t *ls, conn_t *c) {
+static void handle_shm_name(sip__listener_set_t *ls, sip__conn_t *c) {
   char *name;
   sip_error_t *e = sip__decode_shm_name(sip_buf_data(c->payload), c->h.length, c->h.type, &name);
   if (e) {
@@ -595,7 +595,7 @@ static void *encode_event_frame(const sip_event_t *ev, uint64_t dropped, size_t 
  * it writes the INFO_RESPONSE that accepts the subscription, then the
  * events. The loop lets the connection go, reading nothing more from it,
  * so no other answer can interleave with the stream. */
-static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
+static void handle_subscribe(sip__listener_set_t *ls, sip__conn_t *c) {
   char *pool;
   uint32_t buffer;
   uint64_t rid = c->h.request_id;
@@ -640,7 +640,7 @@ static void handle_subscribe(sip__listener_set_t *ls, conn_t *c) {
   sip__free(pool);
 }
 
-void sip__handle_refused(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
+void sip__handle_refused(sip__listener_set_t *ls, sip__conn_t *c, sip_error_t *e) {
   sip__wbuf_t w = {0};
   if (c->h.type == SIP__MSG_INFER_REQUEST || c->h.type == SIP__MSG_BATCH_INFER_REQUEST)
     sip__encode_infer_response(&w, c->h.request_id, sip_error_code(e), sip_error_message(e), 0, 0,
@@ -651,7 +651,7 @@ void sip__handle_refused(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
   sip__conn_queue_wbuf(ls, c, &w);
 }
 
-void sip__handle_frame(sip__listener_set_t *ls, conn_t *c) {
+void sip__handle_frame(sip__listener_set_t *ls, sip__conn_t *c) {
   if ((c->n_fds || c->fds_dropped) && c->h.type != SIP__MSG_SHM_REGISTER) {
     sip__conn_error(ls, c, c->h.request_id,
                     sip_error_new(SIP_INVALID_ARGUMENT, "message type %u carried file "

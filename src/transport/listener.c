@@ -35,7 +35,7 @@
  * stay charged to its connection's budget until the last request viewing
  * them lets go. */
 typedef struct rx_mem {
-  rx_budget_t *budget;
+  sip__rx_budget_t *budget;
   size_t charged;
 } rx_mem_t;
 #define RX_HDR ((size_t)64)
@@ -58,7 +58,7 @@ static uint8_t skip_sink[64 << 10];
 /* recv that also takes the descriptors a peer passed (SCM_RIGHTS) with
  * these bytes into c->fds (close-on-exec; any beyond what c->fds holds, or
  * cut off by the kernel, are closed and the frame marked). */
-static ssize_t recv_fds(conn_t *c, uint8_t *dst, size_t want) {
+static ssize_t recv_fds(sip__conn_t *c, uint8_t *dst, size_t want) {
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(SIP__CONN_MAX_FDS * sizeof(int))];
@@ -89,7 +89,7 @@ static ssize_t recv_fds(conn_t *c, uint8_t *dst, size_t want) {
 /* The frame in c->h is refused (e: taken) before its payload is in: it is
  * answered, and its remaining bytes are read and dropped. Returns -1 when
  * the connection was closed. */
-static int refuse_frame(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
+static int refuse_frame(sip__listener_set_t *ls, sip__conn_t *c, sip_error_t *e) {
   sip__log(SIP__LOG_WARN, "frame refused", "type=%u length=%u reason=\"%s\"", c->h.type,
            c->h.length, sip_error_message(e));
   c->skip = c->h.length - c->got;
@@ -106,13 +106,13 @@ static int refuse_frame(sip__listener_set_t *ls, conn_t *c, sip_error_t *e) {
  * the announced length, as far as the receive budgets allow. 0 when it
  * did; 1 when the frame was refused instead; -1 when the connection was
  * closed. */
-static int grow_rx(sip__listener_set_t *ls, conn_t *c) {
+static int grow_rx(sip__listener_set_t *ls, sip__conn_t *c) {
   size_t len = c->h.length, cap = c->rx ? c->rx_cap * 2 : RX_FIRST;
   if (cap > len) cap = len;
   size_t more = cap - c->rx_cap;
   int over = sip__rx_budget_charge(c->budget, more);
   if (over) {
-    rx_budget_t *b = over == 1 ? c->budget : c->budget->parent;
+    sip__rx_budget_t *b = over == 1 ? c->budget : c->budget->parent;
     return refuse_frame(ls, c, sip_error_new(
         SIP_RESOURCE_EXHAUSTED, "a %u-byte frame does not fit in what %s may hold of received "
         "frames: %zu of %zu bytes are taken (%s); try again later",
@@ -135,7 +135,7 @@ static int grow_rx(sip__listener_set_t *ls, conn_t *c) {
 
 /* The whole payload is in: hand it to its handler. Returns -1 when the
  * connection was closed. */
-static int frame_done(sip__listener_set_t *ls, conn_t *c) {
+static int frame_done(sip__listener_set_t *ls, sip__conn_t *c) {
   rx_mem_t *m = (rx_mem_t *)c->rx;
   m->budget = c->budget;
   m->charged = c->rx_cap;
@@ -159,7 +159,7 @@ static int frame_done(sip__listener_set_t *ls, conn_t *c) {
 }
 
 /* Reads everything available. Returns -1 when the connection was closed. */
-static int conn_read(sip__listener_set_t *ls, conn_t *c) {
+static int conn_read(sip__listener_set_t *ls, sip__conn_t *c) {
   for (;;) {
     if (c->closing || atomic_load(&c->read_paused)) return 0;
     uint8_t *dst;
@@ -236,7 +236,7 @@ static int conn_read(sip__listener_set_t *ls, conn_t *c) {
 static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
   uint64_t t = ls->frame_timeout_us;
   for (uint32_t i = 0; i < ls->n_slots; i++) {
-    conn_t *c = ls->slots[i];
+    sip__conn_t *c = ls->slots[i];
     if (!c) continue;
     if (atomic_load(&c->closing)) {
       if (!c->closing_us) {
@@ -272,7 +272,7 @@ static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
 
 /* Logs a failed accept at most once a second, with how many were left out
  * since the last line. */
-static void log_accept_failed(sip__listener_set_t *ls, const listener_t *l, int err,
+static void log_accept_failed(sip__listener_set_t *ls, const sip__listener_t *l, int err,
                               const char *action) {
   uint64_t now = sip__now_us();
   if (ls->accept_log_us && now - ls->accept_log_us < 1000000) {
@@ -300,7 +300,7 @@ static void set_listeners_armed(sip__listener_set_t *ls, int armed) {
  * client sees it closed rather than waiting, and the listener stops
  * firing), then takes the reserve again. Returns 0 when it did; else the
  * listeners are disarmed for ACCEPT_BACKOFF_US and it returns -1. */
-static int shed_connection(sip__listener_set_t *ls, listener_t *l, int err) {
+static int shed_connection(sip__listener_set_t *ls, sip__listener_t *l, int err) {
   if ((err == EMFILE || err == ENFILE) && ls->reserve_fd >= 0) {
     close(ls->reserve_fd);
     int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
@@ -319,7 +319,7 @@ static int shed_connection(sip__listener_set_t *ls, listener_t *l, int err) {
 
 /* Past server.max_connections: the new connection gets an ERROR frame
  * saying so and is closed (logged at most once a second). */
-static void refuse_connection(sip__listener_set_t *ls, const listener_t *l, int fd, long open) {
+static void refuse_connection(sip__listener_set_t *ls, const sip__listener_t *l, int fd, long open) {
   char msg[200];
   snprintf(msg, sizeof msg, "the server has %ld connections open, its limit "
            "(server.max_connections); try again later", open);
@@ -346,7 +346,7 @@ static void refuse_connection(sip__listener_set_t *ls, const listener_t *l, int 
   ls->refuse_log_suppressed = 0;
 }
 
-static void do_accept(sip__listener_set_t *ls, listener_t *l) {
+static void do_accept(sip__listener_set_t *ls, sip__listener_t *l) {
   for (int shed = 0;;) {
     struct sockaddr_storage peer;
     socklen_t peer_len = sizeof peer;
@@ -375,7 +375,7 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
     if (slot == ls->n_slots) {
       uint32_t n = ls->n_slots ? ls->n_slots * 2 : 64;
       pthread_mutex_lock(&ls->slots_mu); /* writers read the table */
-      conn_t **v = sip__reallocarray(ls->slots, n, sizeof *v);
+      sip__conn_t **v = sip__reallocarray(ls->slots, n, sizeof *v);
       if (v) {
         memset(v + ls->n_slots, 0, (n - ls->n_slots) * sizeof *v);
         ls->slots = v;
@@ -387,7 +387,7 @@ static void do_accept(sip__listener_set_t *ls, listener_t *l) {
         continue;
       }
     }
-    conn_t *c = sip__calloc(1, sizeof *c);
+    sip__conn_t *c = sip__calloc(1, sizeof *c);
     if (!c) {
       close(fd);
       continue;
@@ -431,7 +431,7 @@ static void flush_at_stop(sip__listener_set_t *ls) {
   for (;;) {
     nfds_t n = 0;
     for (uint32_t i = 0; i < ls->n_slots; i++) {
-      conn_t *c = ls->slots[i];
+      sip__conn_t *c = ls->slots[i];
       if (!c) continue;
       pthread_mutex_lock(&c->wmu);
       int left = sip__conn_send_queued(ls, c) == 0 && c->out.head;
@@ -488,7 +488,7 @@ static void *loop_main(void *arg) {
       } else if (tag == TAG_LISTENER) {
         do_accept(ls, &ls->ls[v]);
       } else if (tag == TAG_CONN && v < ls->n_slots && ls->slots[v]) {
-        conn_t *c = ls->slots[v];
+        sip__conn_t *c = ls->slots[v];
         if ((evs[i].events & EPOLLOUT) && sip__conn_flush(ls, c) < 0) continue;
         if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && atomic_load(&c->read_paused)) {
           sip__conn_close(ls, c); /* not read from: a hang-up ends it here */

@@ -58,10 +58,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   case 2:
     if (sip__wk_check_exec(msg, n, 3, 2) == 0) {
-      wk_exec_t x;
+      sip__wk_exec_t x;
       memcpy(&x, msg, sizeof x);
       for (int i = 0; i < x.n_in; i++) {
-        wk_tensor_t t;
+        sip__wk_tensor_t t;
         memcpy(&t, msg + sizeof x + (size_t)i * sizeof t, sizeof t);
         CHECK(t.index >= 0 && t.index < 3 && t.off + t.nbytes <= x.region_size);
       }

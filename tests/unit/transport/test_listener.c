@@ -17,7 +17,7 @@
 #include "core/core.h"
 #include "transport/listener_impl.h"
 
-static void parse_ok(const char *s, endpoint_t *ep) {
+static void parse_ok(const char *s, sip__endpoint_t *ep) {
   sip_error_t *e = sip__endpoint_parse(s, ep);
   if (e) {
     char msg[512];
@@ -29,7 +29,7 @@ static void parse_ok(const char *s, endpoint_t *ep) {
 
 /* Parses `s`, expecting `code` and a message containing `want`. */
 static void parse_err(const char *s, sip_code_t code, const char *want) {
-  endpoint_t ep;
+  sip__endpoint_t ep;
   sip_error_t *e = sip__endpoint_parse(s, &ep);
   if (!e) fail_msg("%s: parsed, want an error containing \"%s\"", s, want);
   char msg[512];
@@ -42,7 +42,7 @@ static void parse_err(const char *s, sip_code_t code, const char *want) {
 
 static void test_parse_unix(void **state) {
   (void)state;
-  endpoint_t ep;
+  sip__endpoint_t ep;
   parse_ok("ipc:///tmp/sip.sock", &ep);
   assert_string_equal(ep.kind->scheme, "ipc://");
   assert_int_equal(ep.kind->is_tcp, 0);
@@ -63,7 +63,7 @@ static void test_parse_unix(void **state) {
 
 static void test_parse_tcp(void **state) {
   (void)state;
-  endpoint_t ep;
+  sip__endpoint_t ep;
   parse_ok("tcp://127.0.0.1:5555", &ep);
   assert_string_equal(ep.kind->scheme, "tcp://");
   assert_int_equal(ep.kind->is_tcp, 1);
@@ -79,7 +79,7 @@ static void test_parse_tcp(void **state) {
 
 static void test_parse_ipv6(void **state) {
   (void)state;
-  endpoint_t ep;
+  sip__endpoint_t ep;
   parse_ok("tcp://[::1]:9", &ep);
   assert_string_equal(ep.host, "::1");
   assert_string_equal(ep.port, "9");
@@ -132,7 +132,7 @@ static void test_parse_errors(void **state) {
   parse_err(t, SIP_INVALID_ARGUMENT, "; expected tcp://host:port");
 }
 
-static void close_listener(listener_t *l) {
+static void close_listener(sip__listener_t *l) {
   if (l->fd >= 0) close(l->fd);
   if (l->unlink_path) unlink(l->unlink_path);
   sip__free(l->unlink_path);
@@ -142,8 +142,8 @@ static void close_listener(listener_t *l) {
 }
 
 /* Connects to a listener's reported address: it must parse back. */
-static void connect_back(const listener_t *l) {
-  endpoint_t ep;
+static void connect_back(const sip__listener_t *l) {
+  sip__endpoint_t ep;
   parse_ok(l->address, &ep);
   int fd = ep.kind->connect(&ep);
   if (fd < 0) fail_msg("cannot connect to %s", l->address);
@@ -152,7 +152,7 @@ static void connect_back(const listener_t *l) {
 
 static void test_listen_tcp(void **state) {
   (void)state;
-  listener_t l = {0};
+  sip__listener_t l = {0};
   sip_error_t *e = sip__endpoint_listen("tcp://127.0.0.1:0", NULL, &l);
   assert_null(e);
   assert_true(l.fd >= 0);
@@ -164,7 +164,7 @@ static void test_listen_tcp(void **state) {
   /* The same port again is taken. */
   char again[64];
   snprintf(again, sizeof again, "%s", l.address);
-  listener_t l2 = {0};
+  sip__listener_t l2 = {0};
   e = sip__endpoint_listen(again, NULL, &l2);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
@@ -178,7 +178,7 @@ static void test_listen_tcp(void **state) {
 
 static void test_listen_ipv6(void **state) {
   (void)state;
-  listener_t l = {0};
+  sip__listener_t l = {0};
   sip_error_t *e = sip__endpoint_listen("tcp://[::1]:0", NULL, &l);
   if (e) { /* no IPv6 loopback on this machine */
     assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
@@ -201,7 +201,7 @@ static void test_listen_unix(void **state) {
   snprintf(path, sizeof path, "/tmp/sip_test_listener_%d.sock", (int)getpid());
   unlink(path);
   snprintf(ep, sizeof ep, "ipc://%s", path);
-  listener_t l = {0};
+  sip__listener_t l = {0};
   sip_error_t *e = sip__endpoint_listen(ep, NULL, &l);
   assert_null(e);
   assert_int_equal(l.is_tcp, 0);
@@ -211,7 +211,7 @@ static void test_listen_unix(void **state) {
   assert_string_equal(l.unlink_path, path);
   connect_back(&l);
   /* A live server there: refused. */
-  listener_t l2 = {0};
+  sip__listener_t l2 = {0};
   e = sip__endpoint_listen(ep, NULL, &l2);
   assert_non_null(e);
   assert_int_equal(sip_error_code(e), SIP_UNAVAILABLE);
