@@ -182,8 +182,7 @@ sip_error_t *sip__config_load_string(const char *yaml, size_t len, const char *n
   return NULL;
 }
 
-/* Reads a whole config file (at most CONFIG_FILE_MAX bytes) into *buf. */
-static sip_error_t *read_file(const char *path, char **buf_out, size_t *len_out) {
+sip_error_t *sip__config_read_file(const char *path, char **buf_out, size_t *len_out) {
   char eb[256];
   *buf_out = NULL;
   *len_out = 0;
@@ -237,7 +236,7 @@ sip_error_t *sip__config_load_file(const char *path, const sip__backend_catalog_
   if (!path || !path[0]) return sip_error_new(SIP_INVALID_ARGUMENT, "config: no file path given");
   char *buf = NULL, *copy = NULL;
   size_t n = 0;
-  sip_error_t *err = read_file(path, &buf, &n);
+  sip_error_t *err = sip__config_read_file(path, &buf, &n);
   if (!err && !(copy = sip__strdup(path))) err = SIP__OOM();
   if (!err) err = sip__config_load_string(buf, n, path, dirname(copy), backends, out);
   sip__free(copy);
@@ -289,7 +288,7 @@ static sip_error_t *load_model(const char *path, const char *text, size_t text_l
   } else if (!e && path) {
     char *buf = NULL;
     size_t n = 0;
-    e = read_file(path, &buf, &n);
+    e = sip__config_read_file(path, &buf, &n);
     if (!e) {
       sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
       e = parse_text(&c, buf, n, parse_model_body, pool);

@@ -313,6 +313,10 @@ void sip__config_free(sip__config_t *cfg);
 sip_error_t *sip__config_load_model(const char *path, const char *name, const char *model_path,
                                     const sip__backend_catalog_t *backends,
                                     sip__pool_config_t **out);
+/* Reads a whole config file (at most 16 MiB; owned, *len bytes). Errors:
+ * NOT_FOUND naming the file (cannot open or read it), INVALID_ARGUMENT
+ * (larger than the limit). */
+sip_error_t *sip__config_read_file(const char *path, char **buf, size_t *len);
 /* The same from YAML text (len bytes) in place of a file; `source` names
  * it in FILE:LINE:COL messages (a config.yaml made from config.pbtxt). */
 sip_error_t *sip__config_load_model_text(const char *text, size_t len, const char *source,

@@ -42,6 +42,11 @@ typedef struct sip__triton_import {
 sip_error_t *sip__triton_import(const char *text, size_t len, const char *source,
                                 const char *model, const sip__backend_catalog_t *backends,
                                 sip__triton_import_t *out);
+/* The same for the file at `path` (read with sip__config_read_file; named
+ * in messages). Errors also: NOT_FOUND when it cannot be read. */
+sip_error_t *sip__triton_import_file(const char *path, const char *model,
+                                     const sip__backend_catalog_t *backends,
+                                     sip__triton_import_t *out);
 void sip__triton_import_clear(sip__triton_import_t *t);
 
 #ifdef __cplusplus

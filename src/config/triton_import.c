@@ -537,6 +537,18 @@ sip_error_t *sip__triton_import(const char *text, size_t len, const char *source
   return e;
 }
 
+sip_error_t *sip__triton_import_file(const char *path, const char *model,
+                                     const sip__backend_catalog_t *backends,
+                                     sip__triton_import_t *out) {
+  char *text = NULL;
+  size_t len = 0;
+  memset(out, 0, sizeof *out);
+  sip_error_t *e = sip__config_read_file(path, &text, &len);
+  if (!e) e = sip__triton_import(text, len, path, model, backends, out);
+  sip__free(text);
+  return e;
+}
+
 void sip__triton_import_clear(sip__triton_import_t *t) {
   if (!t) return;
   sip__free(t->yaml);

@@ -4,7 +4,6 @@
  * on and the inputs and outputs it declares checked against the loaded
  * model. Also sip_import_triton, which prints that config.yaml (sip
  * import-triton). */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,36 +13,10 @@
 #include "core/core.h"
 #include "server/repository_impl.h"
 
-#define MAX_PBTXT (4u << 20)
-
-/* The whole file at `path` (owned, NUL-terminated). */
-static sip_error_t *read_text(const char *path, char **out, size_t *len) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return sip_error_new(SIP_NOT_FOUND, "%s: %s", path, strerror(errno));
-  char *buf = sip__malloc(MAX_PBTXT + 1);
-  size_t n = buf ? fread(buf, 1, MAX_PBTXT + 1, f) : 0;
-  int err = ferror(f);
-  fclose(f);
-  if (!buf) return SIP__OOM();
-  if (err || n > MAX_PBTXT) {
-    sip__free(buf);
-    return sip_error_new(SIP_INVALID_ARGUMENT, "%s: %s", path,
-                         err ? "could not be read" : "larger than 4 MiB; expected a model config");
-  }
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
-  return NULL;
-}
-
 /* Reads <dir>/config.pbtxt for `model` into `c` (warnings logged). */
 static sip_error_t *read_pbtxt(sip__repo_cfg_t *c, const char *model) {
-  char *text = NULL;
-  size_t len = 0;
-  sip_error_t *e = read_text(c->pbtxt_file, &text, &len);
-  if (!e) e = sip__triton_import(text, len, c->pbtxt_file, model, sip__backend_catalog(), &c->tri);
-  sip__free(text);
+  sip_error_t *e =
+      sip__triton_import_file(c->pbtxt_file, model, sip__backend_catalog(), &c->tri);
   if (!e && c->tri.io_json)
     e = sip__model_override_parse(c->tri.io_json, strlen(c->tri.io_json), model, &c->io);
   if (e) return e;
@@ -125,12 +98,10 @@ sip_error_t *sip_import_triton(const char *model_dir, char **yaml, char **warnin
   while (base > model_dir && base[-1] != '/') base--;
   char *model = sip__strndup(base, (size_t)(model_dir + len - base));
   char *path = sip__asprintf("%.*s/config.pbtxt", (int)len, model_dir);
-  char *text = NULL;
-  size_t n = 0;
-  sip_error_t *e = !model || !path ? SIP__OOM() : read_text(path, &text, &n);
   sip__triton_import_t t;
   memset(&t, 0, sizeof t);
-  if (!e) e = sip__triton_import(text, n, path, model, sip__backend_catalog(), &t);
+  sip_error_t *e = !model || !path ? SIP__OOM()
+                                   : sip__triton_import_file(path, model, sip__backend_catalog(), &t);
   if (!e) {
     *yaml = t.yaml;
     t.yaml = NULL;
@@ -140,7 +111,6 @@ sip_error_t *sip_import_triton(const char *model_dir, char **yaml, char **warnin
     }
   }
   sip__triton_import_clear(&t);
-  sip__free(text);
   sip__free(path);
   sip__free(model);
   return e;
