@@ -306,7 +306,7 @@ typedef struct raw_views {
  * are, and protobuf-c says no. */
 static int split_raw(const uint8_t *data, size_t len, raw_views_t *rv, uint8_t **rest,
                      size_t *rest_len) {
-  size_t i = 0, n = 0;
+  size_t i = 0, n = 0, raw_bytes = 0;
   *rest = NULL;
   *rest_len = 0;
   memset(rv, 0, sizeof *rv);
@@ -319,7 +319,7 @@ static int split_raw(const uint8_t *data, size_t len, raw_views_t *rv, uint8_t *
     case 5: if (len - i < 4) return 0; i += 4; break;
     case 2:
       if (!varint(data, len, &i, &v) || v > len - i) return 0;
-      n += (key >> 3) == RAW_FIELD;
+      if ((key >> 3) == RAW_FIELD) n++, raw_bytes += (size_t)v;
       i += (size_t)v;
       break;
     default: return 0;
@@ -328,7 +328,7 @@ static int split_raw(const uint8_t *data, size_t len, raw_views_t *rv, uint8_t *
   if (!n) return 1;
   rv->data = sip__calloc(n, sizeof *rv->data);
   rv->len = sip__calloc(n, sizeof *rv->len);
-  *rest = sip__malloc(len);
+  *rest = sip__malloc(len - raw_bytes); /* the other fields: the tensors' bytes stay put */
   if (!rv->data || !rv->len || !*rest) return -1;
   for (i = 0; i < len;) { /* second pass: views out, everything else copied */
     size_t start = i;
@@ -511,14 +511,8 @@ sip_error_t *sip__grpc_decode_infer_as(const uint8_t *data, size_t len, sip_buf_
     sip_buf_unref(raw_owner);
     return SIP__OOM();
   }
-  if (!rv.n && m->n_raw_input_contents) { /* not split above: read from the message */
-    rv.data = sip__calloc(m->n_raw_input_contents, sizeof *rv.data);
-    rv.len = sip__calloc(m->n_raw_input_contents, sizeof *rv.len);
-    for (size_t i = 0; rv.data && rv.len && i < m->n_raw_input_contents; i++, rv.n++) {
-      rv.data[i] = m->raw_input_contents[i].data;
-      rv.len[i] = m->raw_input_contents[i].len;
-    }
-  }
+  /* split_raw reads every wire type protobuf-c does: a message it could
+   * not split does not unpack either, so raw entries are always views. */
   if (!raw_owner) raw_owner = sip_buf_ref(owner);
   sip_error_t *e = NULL;
   sip__grpc_infer_t *k = sip__calloc(1, sizeof *k);

@@ -238,7 +238,7 @@ static sip_error_t *submit(sip__gcall_t *c, const uint8_t *data, size_t len, sip
       pthread_mutex_unlock(&c->mu);
     }
     sip__free(q);
-    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    sip__grpc_call_unref(c); /* never the last: the caller holds one */
     goto fail;
   }
   *kp = NULL; /* on_done frees it */
@@ -297,7 +297,7 @@ static void send_next_locked(sip__gcall_t *c) {
     sip__log(SIP__LOG_ERROR, "grpc stream send refused", NULL);
     c->sending = 0;
     c->failed = 1;
-    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    sip__grpc_call_unref(c); /* never the last: the caller holds one */
   }
 }
 

@@ -161,7 +161,7 @@ void sip__grpc_mmesh_load(sip__gcall_t *c, const ProtobufCMessage *req) {
     l->c = c;
     sip__grpc_call_ref(c);
     e = sip_server_import_model_async(c->g->s, l->name, q->modelpath, on_loaded, l);
-    if (e) atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    if (e) sip__grpc_call_unref(c); /* never the last: the caller holds one */
   }
   if (e) {
     sip__free(l);
@@ -176,7 +176,7 @@ static void remove_model(sip__gcall_t *c, const char *name) {
   sip__grpc_call_ref(c);
   sip_error_t *e = sip_server_remove_model_async(c->g->s, name, on_removed, c);
   if (e) {
-    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    sip__grpc_call_unref(c); /* never the last: the caller holds one */
     sip__grpc_reply(c, e, NULL);
   }
 }

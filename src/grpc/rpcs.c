@@ -295,7 +295,7 @@ static void repo_action(sip__gcall_t *c, const char *model, int load, const char
            : sip_server_unload_model_async(c->g->s, model, on_repo_done, c);
   if (e) {
     sip__grpc_reply(c, e, NULL);
-    atomic_fetch_sub(&c->refs, 1); /* the caller holds one */
+    sip__grpc_call_unref(c); /* never the last: the caller holds one */
   }
 }
 

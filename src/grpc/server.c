@@ -177,9 +177,11 @@ static void on_recv(sip__gtag_t *t, int ok) {
   const uint8_t *data = GRPC_SLICE_START_PTR(s);
   size_t len = GRPC_SLICE_LENGTH(s);
   const sip__gmethod_t *m = c->method;
-  /* A handler's tensors may view the bytes: they hold the slice. */
+  /* A handler's tensors may view the bytes: they hold the slice. Not an
+   * inlined slice (a small message readall copied): its bytes live inside
+   * `s` itself, on this stack; without a backing the decoder copies them. */
   sip_buf_t *backing = NULL;
-  if ((m->stream || m->raw) && ok && bb) {
+  if ((m->stream || m->raw) && ok && bb && s.refcount) {
     grpc_slice *held = sip__malloc(sizeof *held);
     if (held) {
       *held = grpc_slice_ref(s);
