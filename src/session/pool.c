@@ -612,6 +612,13 @@ sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r) {
       return sip_error_new(SIP_INVALID_ARGUMENT,
                            "input '%s' of pool '%s': received dtype %s; expected %s", t->name,
                            pool, sip_dtype_name(t->dtype), sip_dtype_name(d->dtype));
+    /* Only a pool whose backend works in other memory (wrapped by
+     * src/session/memory.c) copies; every other path reads inputs on the CPU. */
+    if (t->memory_type != SIP_MEMORY_CPU && p->backend != &p->mem_vt)
+      return sip_error_new(SIP_INVALID_ARGUMENT,
+                           "input '%s' of pool '%s' is in %s memory; expected host memory (this "
+                           "pool's backend reads its inputs on the CPU)",
+                           t->name, pool, sip_memory_type_name(t->memory_type));
     if (d->rank >= 0) {
       int ok = t->rank == d->rank;
       /* A fixed batch dim takes short batches when they can be padded. */

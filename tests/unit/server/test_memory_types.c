@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "inproc.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,19 +140,6 @@ static const sip_backend_vtable_t devsim = {
     .copy = f_copy,
 };
 
-static sip_server_t *new_server(const char *yaml) {
-  sip_server_options_t *o = sip_server_options_new();
-  assert_non_null(o);
-  sip_server_options_set_listen(o, 0);
-  sip_server_options_set_wait_for_load(o, 1);
-  sip_error_t *e = sip_server_options_set_config_string(o, yaml, ".");
-  sip_server_t *s = NULL;
-  if (!e) e = sip_server_new(o, &s);
-  sip_server_options_free(o);
-  if (e) fail_msg("server: %s", sip_error_message(e));
-  return s;
-}
-
 /* The value of one sample line "<name>{pool="<pool>",...direction="<dir>"} V". */
 static double sample(const char *text, const char *name, const char *pool, const char *dir) {
   char head[256];
@@ -192,7 +181,7 @@ static void infer(sip_server_t *s, const char *pool, const char *in_name, int n)
 static void test_copies_counted(void **state) {
   (void)state;
   assert_null(sip_backend_register(&devsim));
-  sip_server_t *s = new_server("session_pools:\n"
+  sip_server_t *s = new_server_yaml("session_pools:\n"
                                "  - {name: dev, backend: devsim}\n"
                                "  - {name: host, backend: builtin, backend_options: {shape: '-1'}}\n");
   infer(s, "dev", "x", 3);
@@ -214,6 +203,30 @@ static void test_copies_counted(void **state) {
   /* Every "device" block was released: the copies' and the outputs'. */
   assert_int_equal(allocs, frees);
   assert_int_equal(allocs, 3 * 2);
+}
+
+/* A pool whose backend reads its inputs on the CPU refuses device memory
+ * at admission instead of reading a device pointer. */
+static void test_device_input_to_host_pool_refused(void **state) {
+  (void)state;
+  sip_server_t *s = new_server_yaml("session_pools:\n"
+                                    "  - {name: host, backend: builtin, backend_options: {shape: '-1'}}\n");
+  sip_request_t *r = sip_request_new("host");
+  int64_t dims[1] = {4};
+  float xv[4] = {1, 2, 3, 4};
+  sip_tensor_t *t = sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, dims, xv, sizeof xv);
+  t->memory_type = SIP_MEMORY_DEVICE;
+  assert_null(sip_request_add_input(r, t));
+  sip_response_t *resp = NULL;
+  sip_error_t *e = sip_server_infer(s, r, &resp);
+  sip_code_t code = e ? sip_error_code(e) : sip_response_code(resp);
+  const char *msg = e ? sip_error_message(e) : sip_response_message(resp);
+  assert_int_equal(code, SIP_INVALID_ARGUMENT);
+  if (!strstr(msg, "input 'input' of pool 'host' is in device memory; expected host memory"))
+    fail_msg("message: %s", msg);
+  sip_error_free(e);
+  sip_response_free(resp);
+  sip_server_free(s);
 }
 
 static void test_register_wants_copy_hooks(void **state) {
@@ -247,6 +260,7 @@ static void test_memory_type_names(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copies_counted),
+      cmocka_unit_test(test_device_input_to_host_pool_refused),
       cmocka_unit_test(test_register_wants_copy_hooks),
       cmocka_unit_test(test_memory_type_names),
   };
