@@ -5,6 +5,7 @@
 
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/sequence.h"
 
 sip_request_t *sip_request_new(const char *pool) {
   sip_request_t *r = sip__calloc(1, sizeof *r);
@@ -166,16 +167,57 @@ sip_error_t *sip_request_add_output(sip_request_t *r, const char *name) {
   return NULL;
 }
 
-sip_error_t *sip_request_set_trace_context(sip_request_t *r, const char *traceparent,
-                                           const char *tracestate) {
+void sip__request_traceparent(sip_request_t *r, const char *traceparent) {
   sip__trace_ctx_t c;
+  r->has_trace_ctx = traceparent && sip__traceparent_parse(traceparent, strlen(traceparent), &c);
+  if (r->has_trace_ctx) r->trace_ctx = c;
+}
+
+sip_error_t *sip__request_tracestate(sip_request_t *r, const char *tracestate) {
   sip__free(r->tracestate);
   r->tracestate = NULL;
-  r->has_trace_ctx = traceparent && sip__traceparent_parse(traceparent, strlen(traceparent), &c);
-  if (!r->has_trace_ctx) return NULL; /* ignored, tracestate with it (W3C) */
-  r->trace_ctx = c;
   if (tracestate && sip__tracestate_ok(tracestate, strlen(tracestate)) &&
       !(r->tracestate = sip__strdup(tracestate)))
     return SIP__OOM();
   return NULL;
+}
+
+sip_error_t *sip_request_set_trace_context(sip_request_t *r, const char *traceparent,
+                                           const char *tracestate) {
+  sip__request_traceparent(r, traceparent);
+  /* Without a valid traceparent its tracestate goes too (W3C). */
+  return sip__request_tracestate(r, r->has_trace_ctx ? tracestate : NULL);
+}
+
+sip_error_t *sip__request_sequence_id(sip_request_t *r, uint64_t id, const char *sid) {
+  char *c = sid && *sid ? sip__strdup(sid) : NULL;
+  if (sid && *sid && !c) return SIP__OOM();
+  sip__free(r->seq_sid);
+  r->seq_sid = c;
+  r->seq_id = c ? 0 : id;
+  r->seq_flags = c || id ? r->seq_flags | SIP__SEQF_SET : r->seq_flags & ~SIP__SEQF_SET;
+  return NULL;
+}
+
+static sip_error_t *set_sequence(sip_request_t *r, uint64_t id, const char *sid, bool start,
+                                 bool end) {
+  sip_error_t *e = sip__request_sequence_id(r, id, sid);
+  if (!e) r->seq_flags = SIP__SEQF_SET | (start ? SIP__SEQF_START : 0) | (end ? SIP__SEQF_END : 0);
+  return e;
+}
+
+sip_error_t *sip_request_set_sequence(sip_request_t *r, uint64_t id, bool start, bool end) {
+  if (!id)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "sequence id 0; expected a number >= 1 (0 means no sequence)");
+  return set_sequence(r, id, NULL, start, end);
+}
+
+sip_error_t *sip_request_set_sequence_str(sip_request_t *r, const char *id, bool start,
+                                          bool end) {
+  size_t len = id ? strlen(id) : 0;
+  if (!len || len > 256)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "sequence id of %zu bytes; expected a string of 1..256 bytes", len);
+  return set_sequence(r, 0, id, start, end);
 }

@@ -87,4 +87,14 @@ struct sip_response {
  * for sequence_start/sequence_end without a sequence_id; NULL when fine. */
 sip_error_t *sip__request_check_parameters(const sip_request_t *r);
 
+/* The pieces both the public setters and the parameter table set
+ * (request.c). The caller's W3C traceparent: its context when valid, else
+ * none (ignored, as W3C says). */
+void sip__request_traceparent(sip_request_t *r, const char *traceparent);
+/* Its tracestate: kept (copied) when valid, else dropped; NULL drops it. */
+sip_error_t *sip__request_tracestate(sip_request_t *r, const char *tracestate);
+/* The sequence id: a number (sid NULL) or a string (copied); 0 and "" mean
+ * no sequence. The start/end flags stay as they are. */
+sip_error_t *sip__request_sequence_id(sip_request_t *r, uint64_t id, const char *sid);
+
 #endif

@@ -4,6 +4,7 @@
  * it; types are checked, units converted and pipeline_config read here,
  * once, with one message per mistake. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -110,21 +111,12 @@ static sip_error_t *set_sequence_id(sip_request_t *r, const char *key,
   uint64_t id = 0;
   if (!s && !as_count(v, &id))
     return bad(key, v, "an integer in 0..2^63-1 or a string of 1..256 bytes (0 and \"\": none)");
-  sip__free(r->seq_sid);
-  r->seq_sid = NULL;
-  r->seq_id = 0;
-  r->seq_flags &= ~SIP__SEQF_SET;
-  if (s && strlen(s) > 256)
+  if (s && strlen(s) > 256) {
+    sip__request_sequence_id(r, 0, NULL); /* a refused id leaves no sequence */
     return sip_error_new(SIP_INVALID_ARGUMENT,
                          "parameters.%s is a string of %zu bytes; expected 1..256", key, strlen(s));
-  if (s && *s) {
-    if (!(r->seq_sid = sip__strdup(s))) return SIP__OOM();
-    r->seq_flags |= SIP__SEQF_SET;
-  } else if (!s && id) {
-    r->seq_id = id;
-    r->seq_flags |= SIP__SEQF_SET;
-  } /* 0 and "" mean no sequence, as in Triton */
-  return NULL;
+  }
+  return sip__request_sequence_id(r, id, s); /* 0 and "" mean no sequence, as in Triton */
 }
 
 static sip_error_t *set_sequence_flag(sip_request_t *r, const char *key,
@@ -148,9 +140,7 @@ static sip_error_t *set_traceparent(sip_request_t *r, const char *key,
                                     const sip_param_value_t *v) {
   const char *s = as_string(v);
   if (!s) return bad(key, v, "a string (W3C traceparent)");
-  sip__trace_ctx_t c;
-  r->has_trace_ctx = sip__traceparent_parse(s, strlen(s), &c);
-  if (r->has_trace_ctx) r->trace_ctx = c;
+  sip__request_traceparent(r, s);
   return NULL;
 }
 
@@ -158,10 +148,7 @@ static sip_error_t *set_tracestate(sip_request_t *r, const char *key,
                                    const sip_param_value_t *v) {
   const char *s = as_string(v);
   if (!s) return bad(key, v, "a string (W3C tracestate)");
-  sip__free(r->tracestate);
-  r->tracestate = NULL;
-  if (sip__tracestate_ok(s, strlen(s)) && !(r->tracestate = sip__strdup(s))) return SIP__OOM();
-  return NULL;
+  return sip__request_tracestate(r, s);
 }
 
 #define PC_EXPECTED "{\"stage_timeout_ms\": [...], \"early_exit_condition\": \"...\"}"
@@ -243,9 +230,18 @@ static const struct param {
 };
 #define N_PARAMS (sizeof PARAMS / sizeof PARAMS[0])
 
+static char names[256];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_init(void) {
+  size_t n = 0;
+  for (size_t i = 0; i < N_PARAMS; i++)
+    n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", PARAMS[i].key);
+}
+
 const char *sip_request_parameter_names(void) {
-  return "priority, timeout, batch_timeout_ms, sequence_id, sequence_start, sequence_end, "
-         "idempotency_key, traceparent, tracestate, pipeline_config";
+  pthread_once(&names_once, names_init); /* the table's keys, in its order */
+  return names;
 }
 
 sip_error_t *sip_request_set_parameter(sip_request_t *r, const char *key,

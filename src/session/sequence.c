@@ -539,30 +539,3 @@ void sip__seq_counts(sip__pool_t *p, uint64_t *active, uint64_t *waiting, uint64
   pthread_mutex_unlock(&p->mu);
 }
 
-/* ---- the public request API ---- */
-
-sip_error_t *sip_request_set_sequence(sip_request_t *r, uint64_t id, bool start, bool end) {
-  if (!id)
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "sequence id 0; expected a number >= 1 (0 means no sequence)");
-  sip__free(r->seq_sid);
-  r->seq_sid = NULL;
-  r->seq_id = id;
-  r->seq_flags = SIP__SEQF_SET | (start ? SIP__SEQF_START : 0) | (end ? SIP__SEQF_END : 0);
-  return NULL;
-}
-
-sip_error_t *sip_request_set_sequence_str(sip_request_t *r, const char *id, bool start,
-                                          bool end) {
-  size_t len = id ? strlen(id) : 0;
-  if (!len || len > 256)
-    return sip_error_new(SIP_INVALID_ARGUMENT,
-                         "sequence id of %zu bytes; expected a string of 1..256 bytes", len);
-  char *c = sip__strdup(id);
-  if (!c) return SIP__OOM();
-  sip__free(r->seq_sid);
-  r->seq_sid = c;
-  r->seq_id = 0;
-  r->seq_flags = SIP__SEQF_SET | (start ? SIP__SEQF_START : 0) | (end ? SIP__SEQF_END : 0);
-  return NULL;
-}
