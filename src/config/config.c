@@ -282,24 +282,17 @@ static sip_error_t *load_model(const char *path, const char *text, size_t text_l
   sip_error_t *e = NULL;
   if (!(pool->name = sip__strdup(name)) || (model_path && !(pool->model_path = sip__strdup(model_path))))
     e = SIP__OOM();
-  if (!e && text) {
-    sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
-    e = parse_text(&c, text, text_len, parse_model_body, pool);
-  } else if (!e && path) {
-    char *buf = NULL;
-    size_t n = 0;
-    e = sip__config_read_file(path, &buf, &n);
-    if (!e) {
-      sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
-      e = parse_text(&c, buf, n, parse_model_body, pool);
-    }
-    sip__free(buf);
-  }
+  char *buf = NULL; /* the file's text, when no text was given */
+  if (!e && !text && path && !(e = sip__config_read_file(path, &buf, &text_len))) text = buf;
+  sip__ctx_t c = {.name = path, .where = IN_MODEL, .backends = backends};
+  if (!e && text) e = parse_text(&c, text, text_len, parse_model_body, pool);
+  sip__free(buf);
   if (!e && !pool->backend) {
     /* No config.yaml, or one without a backend: the version's file decides,
      * else the default backend of model directories. */
-    const char *b = model_path && backends->probe ? backends->probe(model_path) : NULL;
-    if (!b) b = backends->default_backend ? backends->default_backend() : NULL;
+    const char *b = model_path                 ? sip__cfg_backend_for(&c, model_path)
+                    : backends->default_backend ? backends->default_backend()
+                                                : NULL;
     if (!b)
       e = sip_error_new(SIP_INVALID_ARGUMENT, "model '%s': no backend claims %s; expected a "
                         "backend in its config.yaml", name, model_path ? model_path : "its files");
