@@ -48,6 +48,7 @@ struct sip__model_override {
   int priority;                  /* -1: not given */
   int64_t max_memory_mb;         /* -1: not given */
   int max_compute_percent;       /* -1: not given */
+  int response_cache;            /* response_cache.enable: 0/1; -1: not given */
   json_t *backend_options;       /* NULL: not given */
   char *platform, *backend;      /* as given (non-empty), checked at apply; NULL: not given */
   ov_io_t *io[2];                /* inputs, outputs */
@@ -60,7 +61,7 @@ static const char *const io_kind[2] = {"input", "output"};
 /* Triton fields sip has no meaning for: accepted at their defaults only. */
 static const char *const triton_default_only[] = {
     "optimization", "model_warmup", "default_model_filename", "parameters",
-    "cc_model_filenames", "metric_tags", "model_transaction_policy", "response_cache",
+    "cc_model_filenames", "metric_tags", "model_transaction_policy",
     "runtime", "sequence_batching", "ensemble_scheduling", "model_repository_agents",
     "batch_input", "batch_output", "model_operations", "model_metrics", NULL};
 /* What the config endpoint reports about a version: read-only. */
@@ -68,7 +69,7 @@ static const char *const reported_only[] = {"model_path", "version", NULL};
 
 static const char *const supported_text =
     "name, platform, backend, max_batch_size, dynamic_batching, instance_group, version_policy, "
-    "input, output, priority, resource_quota";
+    "input, output, priority, resource_quota, response_cache";
 
 static int in_list(const char *const *l, const char *s) {
   for (; *l; l++)
@@ -386,6 +387,11 @@ static sip_error_t *parse_field(sip__model_override_t *o, const char *model, con
     if (o->priority < 0) return bad("priority is not one of high, medium, low");
   } else if (!strcmp(k, "resource_quota")) {
     e = parse_quota(o, v);
+  } else if (!strcmp(k, "response_cache")) { /* Triton's {enable: bool}: the server's cache */
+    json_t *en = json_object_get(v, "enable");
+    if (!json_is_object(v) || json_object_size(v) > (en != NULL) || (en && !json_is_boolean(en)))
+      return bad("response_cache is not {\"enable\": true|false}");
+    o->response_cache = json_is_true(en);
   } else if (!strcmp(k, "backend_options")) {
     if (!json_is_object(v)) return bad("backend_options is not an object of strings");
     o->backend_options = json_incref(v);
@@ -438,6 +444,7 @@ sip_error_t *sip__model_override_parse(const char *text, size_t len, const char 
   o->priority = -1;
   o->max_memory_mb = -1;
   o->max_compute_percent = -1;
+  o->response_cache = -1;
   sip_error_t *e = NULL;
   const char *k;
   json_t *v;
@@ -515,6 +522,7 @@ sip_error_t *sip__model_override_apply(const sip__model_override_t *o, sip__pool
   if (o->priority >= 0) pc->priority = (sip__priority_level_t)o->priority;
   if (o->max_memory_mb >= 0) pc->max_memory_mb = o->max_memory_mb;
   if (o->max_compute_percent >= 0) pc->max_compute_percent = o->max_compute_percent;
+  if (o->response_cache >= 0) pc->response_cache = o->response_cache;
   sip__model_override_versions(o, pc);
   if (o->has_batching && !pc->max_batch_size)
     return bad("dynamic_batching needs max_batch_size > 0, and the model's config.yaml sets "

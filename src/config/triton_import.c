@@ -385,7 +385,6 @@ static const struct {
     {"model_operations", "custom operator libraries are not loaded"},
     {"model_transaction_policy", "every request gets exactly one response (not decoupled)"},
     {"model_repository_agents", "repository agents are not run"},
-    {"response_cache", "there is no response cache"},
 };
 
 static int is_empty(json_t *v) {
@@ -417,6 +416,8 @@ static sip_error_t *map_config(sip__ctx_t *c, json_t *root, const char *model, j
   if (!e && (v = json_object_get(root, "sequence_batching"))) e = map_sequence(c, v);
   if (!e) e = map_io(c, root, io);
   if (!e && (v = json_object_get(root, "parameters"))) map_params(c, v);
+  if (!e && json_is_true(json_object_get(json_object_get(root, "response_cache"), "enable")))
+    set(c, c->out, "response_cache", json_true()); /* the server's response cache */
   for (size_t i = 0; !e && i < sizeof OTHER / sizeof OTHER[0]; i++)
     if ((v = json_object_get(root, OTHER[i].field)) && !is_empty(v))
       warn(c, "%s is not used: %s", OTHER[i].field, OTHER[i].why);

@@ -191,11 +191,17 @@ static sip_error_t *materialise(const char *source, const char *to, int adopt, c
   if (!S_ISDIR(st.st_mode))
     return sip_error_new(SIP_INVALID_ARGUMENT, "model path %s is neither a file nor a "
                          "directory; expected " LAYOUTS, source, formats);
-  char *cfg = sip__asprintf("%s/config.yaml", source), *cfg_to = sip__asprintf("%s/config.yaml", to);
-  if (!cfg || !cfg_to) e = SIP__OOM();
-  else if (!adopt && is_file(cfg)) e = place(cfg, cfg_to);
-  sip__free(cfg);
-  sip__free(cfg_to);
+  /* The model's settings come along: config.yaml, or Triton's config.pbtxt
+   * (sip__repo_cfg_find reads whichever is there). */
+  static const char *const settings[] = {"config.yaml", "config.pbtxt"};
+  for (size_t i = 0; !e && !adopt && i < 2; i++) {
+    char *cfg = sip__asprintf("%s/%s", source, settings[i]);
+    char *cfg_to = sip__asprintf("%s/%s", to, settings[i]);
+    if (!cfg || !cfg_to) e = SIP__OOM();
+    else if (is_file(cfg)) e = place(cfg, cfg_to);
+    sip__free(cfg);
+    sip__free(cfg_to);
+  }
   if (e) return e;
   /* A default file name right in the directory: <path>/<a default file name of a backend>. */
   for (const char *const *f = sip__backend_files(NULL); *f; f++) {

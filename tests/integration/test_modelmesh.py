@@ -214,6 +214,21 @@ def test_load_size_infer_unload(runtime, pb, tmp_path):
     assert list(idx.models) == []
 
 
+def test_import_brings_its_settings_file(runtime, pb, tmp_path):
+    """A fetched directory with Triton's config.pbtxt (and no config.yaml):
+    the import places it beside the model, so the pool gets its settings."""
+    rt = runtime()
+    model_id = "addmul-triton"
+    src = fetched(tmp_path / "models", model_id, file_name="model.onnx")
+    (src / "config.pbtxt").write_text('instance_group [ { count: 3 kind: KIND_CPU } ]\n')
+    r = rt.load(model_id, src)
+    assert r.maxConcurrency == 3  # the pool's sessions, from config.pbtxt
+    assert (rt.repo / model_id / "config.pbtxt").exists()
+    np.testing.assert_allclose(rt.infer(model_id, LHS, RHS), models.addmul_ref(LHS, RHS),
+                               rtol=1e-6)
+    rt.unload(model_id)
+
+
 def test_ids_map_to_names_and_file_paths(runtime, pb, tmp_path):
     """Ids with bytes sip names do not allow are escaped (.HH), a model
     file path loads as version 1, and a puller's directory that is the

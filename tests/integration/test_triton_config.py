@@ -42,6 +42,7 @@ dynamic_batching {
   default_queue_policy { max_queue_size: 64 default_timeout_microseconds: 2500 }
 }
 parameters { key: "graph_optimization_level" value: { string_value: "basic" } }
+response_cache { enable: true }
 parameters { key: "no_such_option" value: { string_value: "x" } }
 model_warmup [ { name: "zeros" batch_size: 1
   inputs { key: "INPUT0" value: { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } } } ]
@@ -224,6 +225,9 @@ def test_import_triton_prints_the_config_it_loads_with(served, tmp_path):
                                        "preferred_batch_sizes": [4, 8]}
     assert doc["queue"] == {"max_size": 64, "default_timeout_ms": 3}  # 2500 us, rounded up
     assert doc["backend_options"] == {"graph_optimization_level": "basic"}
+    assert doc["response_cache"] is True  # Triton's response_cache.enable: the server's cache
+    assert not [ln for ln in r.stdout.splitlines()
+                if ln.startswith("# not used:") and "response_cache" in ln], r.stdout
     assert "# not used: " in r.stdout and "model_warmup" in r.stdout
     assert "field(s) of config.pbtxt not used" in r.stderr
     seq = yaml.safe_load(import_triton(repo / "simple_sequence").stdout)

@@ -116,6 +116,28 @@ static void test_zero_batch_clears_batching(void **st) {
   sip__model_override_free(o);
 }
 
+/* Triton's response_cache {enable} turns the server's response cache on or
+ * off for the pool; anything else in it is refused. */
+static void test_response_cache(void **st) {
+  (void)st;
+  sip__pool_config_t pc = base_pool();
+  sip__model_override_t *o = parse_ok("{\"response_cache\": {\"enable\": true}}");
+  assert_null(sip__model_override_apply(o, &pc));
+  assert_int_equal(pc.response_cache, 1);
+  sip__model_override_free(o);
+  o = parse_ok("{\"response_cache\": {\"enable\": false}}");
+  assert_null(sip__model_override_apply(o, &pc));
+  assert_int_equal(pc.response_cache, 0);
+  sip__model_override_free(o);
+  o = parse_ok("{\"max_batch_size\": 0}"); /* not given: the pool's stays */
+  pc.response_cache = 1;
+  assert_null(sip__model_override_apply(o, &pc));
+  assert_int_equal(pc.response_cache, 1);
+  sip__model_override_free(o);
+  expect_err("{\"response_cache\": {\"enable\": 1}}", "response_cache is not {\"enable\": true|false}");
+  expect_err("{\"response_cache\": {\"size\": 3}}", "response_cache is not {\"enable\": true|false}");
+}
+
 static void test_versions(void **st) {
   (void)st;
   sip__model_override_t *o =
@@ -242,7 +264,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_maps_onto_the_pool), cmocka_unit_test(test_zero_batch_clears_batching),
       cmocka_unit_test(test_versions),           cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_io_check),
+      cmocka_unit_test(test_io_check),           cmocka_unit_test(test_response_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
