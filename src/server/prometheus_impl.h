@@ -42,6 +42,9 @@ void sip__prometheus_triton(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t
 
 /* The response cache's families (prometheus_rcache.c); Triton's nv_cache_*
  * too with `triton`. c may be NULL (none written but the headers). */
+/* Triton's labels of a model: model="...",version="..." (an unversioned
+ * one reports "1"), escaped, in out (n bytes); returns out. */
+const char *sip__prom_triton_labels(char *out, size_t n, const char *model, const char *version);
 struct sip__rcache;
 void sip__prometheus_rcache(sip__sb_t *b, struct sip__rcache *c, int triton);
 

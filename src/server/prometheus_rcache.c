@@ -17,14 +17,16 @@ typedef struct emit_ctx {
 
 static void emit(void *ctx, const char *pool, const char *version, const sip__rcache_stats_t *st) {
   emit_ctx_t *x = ctx;
-  char e1[300], e2[300];
-  const char *p = sip__prom_esc(e1, sizeof e1, pool);
-  const char *v = sip__prom_esc(e2, sizeof e2, x->triton && !*version ? "1" : version);
+  char e1[300], e2[300], labels[640];
+  if (x->triton)
+    sip__prom_triton_labels(labels, sizeof labels, pool, version);
+  else
+    snprintf(labels, sizeof labels, "pool=\"%s\",version=\"%s\"", sip__prom_esc(e1, sizeof e1, pool),
+             sip__prom_esc(e2, sizeof e2, version));
   const char *f = (const char *)st + x->field;
   long long val = x->is_signed ? (long long)*(const int64_t *)f
                                : (long long)*(const uint64_t *)f;
-  sip__sb_add(x->b, "%s{%s=\"%s\",version=\"%s\"} %lld\n", x->name, x->triton ? "model" : "pool", p,
-              v, val);
+  sip__sb_add(x->b, "%s{%s} %lld\n", x->name, labels, val);
 }
 
 void sip__prometheus_rcache(sip__sb_t *b, struct sip__rcache *c, int triton) {

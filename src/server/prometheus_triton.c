@@ -11,8 +11,7 @@
 
 #include "server/prometheus_impl.h"
 
-/* A model's labels: model="...",version="...". */
-static const char *triton_labels(char *out, size_t n, const char *model, const char *version) {
+const char *sip__prom_triton_labels(char *out, size_t n, const char *model, const char *version) {
   char e1[300], e2[300];
   snprintf(out, n, "model=\"%s\",version=\"%s\"", sip__prom_esc(e1, sizeof e1, model),
            sip__prom_esc(e2, sizeof e2, version && *version ? version : "1"));
@@ -101,8 +100,8 @@ void sip__prometheus_triton(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t
   for (int f = 0; f < NFAM; f++) {
     sip__prom_family(b, fams[f].name, fams[f].type, fams[f].help);
     for (size_t i = 0; i < n; i++)
-      pool_sample(b, f, triton_labels(labels, sizeof labels, pl[i].name, pl[i].version), &pl[i].c);
+      pool_sample(b, f, sip__prom_triton_labels(labels, sizeof labels, pl[i].name, pl[i].version), &pl[i].c);
     for (size_t i = 0; fams[f].pipelines && i < np; i++)
-      pipeline_sample(b, f, triton_labels(labels, sizeof labels, pc[i].name, NULL), &pc[i]);
+      pipeline_sample(b, f, sip__prom_triton_labels(labels, sizeof labels, pc[i].name, NULL), &pc[i]);
   }
 }
