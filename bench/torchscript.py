@@ -20,8 +20,10 @@ the machine with sipd, so throughput is also reported against the
 in-process rate scaled to the CPUs the generator leaves. Reported, no
 targets: p50 added over in-process (us), p50 ratio, throughput ratios.
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -59,6 +61,7 @@ def inproc(*args):
 
 
 work = tempfile.mkdtemp(prefix="sipts")
+atexit.register(shutil.rmtree, work, True)  # the model file goes with the run
 model = os.path.join(work, "mlp.pt")
 torch.jit.save(torch.jit.script(Mlp().eval()), model)
 opts = {"inputs": "x:float32[-1,64]", "outputs": "y:float32[-1,10]"}

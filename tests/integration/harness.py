@@ -52,6 +52,17 @@ def wait_until(cond, timeout=WAIT_TIMEOUT_S, what=None, interval=0.02):
         interval = min(interval * 1.5, 0.05)
 
 
+def build_compiles(source):
+    """1 when the build under test compiled `source` (a path from the
+    repository's root), read from its compile_commands.json: e.g. whether a
+    backend that is built only when its library was found is there."""
+    try:
+        with open(BUILD_DIR / "compile_commands.json") as f:
+            return any(e["file"].endswith("/" + source) for e in json.load(f))
+    except OSError:
+        return False
+
+
 def require_sipd():
     """Skips (or fails, with SIP_REQUIRE_SIPD=1) when build/sipd is missing."""
     if SIPD.is_file() and os.access(SIPD, os.X_OK):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 import models
-import torch_models
+import torch_pools
 from cann_sip import InferenceRequest, protocol as P
 from harness import raw_connect, wait_until as wait_for
 
@@ -40,10 +40,10 @@ def bucket_le(pool, bound):
 def test_batched_results_equal_unbatched(start_sipd, backend, model_dir, torch_model_dir):
     """On each backend (the `backend` fixture)."""
     srv = start_sipd([
-        torch_models.pool("addmul", backend, model_dir, torch_model_dir, pool_name="batched",
+        torch_pools.pool("addmul", backend, model_dir, torch_model_dir, pool_name="batched",
                           pool_size=1,
                           dynamic_batching={"max_batch_size": 16, "max_queue_delay_us": 4000}),
-        torch_models.pool("addmul", backend, model_dir, torch_model_dir, pool_name="plain",
+        torch_pools.pool("addmul", backend, model_dir, torch_model_dir, pool_name="plain",
                           pool_size=1),
     ])
     client = srv.client(timeout_s=30)

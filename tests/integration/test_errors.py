@@ -14,13 +14,13 @@ from cann_sip import (InferenceRequest, InternalError, InvalidArgumentError, Not
                       SessionClient, SipError)
 from harness import serve
 import models
-import torch_models
+import torch_pools
 
 
 @pytest.fixture(scope="module")
 def srv(sipd_bin, backend, model_dir, torch_model_dir, tmp_path_factory):
     names = ["addmul", "id_int32", "scalar"] + (["id_string"] if backend == "onnxruntime" else [])
-    pools = [torch_models.pool(n, backend, model_dir, torch_model_dir, pool_size=1) for n in names]
+    pools = [torch_pools.pool(n, backend, model_dir, torch_model_dir, pool_size=1) for n in names]
     with serve(tmp_path_factory.mktemp("errors_" + backend), pools) as s:
         yield s
 

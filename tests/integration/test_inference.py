@@ -12,18 +12,18 @@ import pytest
 from cann_sip import (InferenceRequest, InvalidArgumentError, NotFoundError, SessionClient)
 from harness import serve
 import models
-import torch_models
+import torch_pools
 
 NUMERIC = [d for d in models.DTYPES if d != "string"]
 # The dtypes each backend's identity models cover.
-DTYPES_OF = {"onnxruntime": models.DTYPES, "torchscript": torch_models.TORCH_DTYPES}
+DTYPES_OF = {"onnxruntime": models.DTYPES, "torchscript": torch_pools.TORCH_DTYPES}
 ONNX_ONLY = pytest.mark.parametrize("backend", ["onnxruntime"], indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
 def srv(sipd_bin, backend, model_dir, torch_model_dir, tmp_path_factory):
     def pool(name, **kw):
-        return torch_models.pool(name, backend, model_dir, torch_model_dir, **kw)
+        return torch_pools.pool(name, backend, model_dir, torch_model_dir, **kw)
     pools = [pool("id_" + dt, pool_size=1) for dt in DTYPES_OF[backend]]
     pools += [
         pool("addmul", pool_size=2, priority="high"),

@@ -17,8 +17,8 @@ and a few of their own:
   named        forward(x [N, 2]) -> {"double": x * 2, "count": x.size(0) as int64 [1]}
 
 A TorchScript file records no dtypes or shapes, so each model comes with the
-pool's backend_options that declare them (OPTIONS[name]); pool(...) builds a
-whole pool entry for either backend.
+pool's backend_options that declare them (OPTIONS[name], torch_pools.py, which
+needs no torch: pool(...) builds a whole pool entry for either backend).
 """
 
 from pathlib import Path
@@ -27,10 +27,7 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
-# sip dtypes libtorch has (no unsigned type wider than 8 bits, no strings).
-TORCH_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
-                "float64"]
-
+from torch_pools import OPTIONS, TORCH_DTYPES, pool  # noqa: F401 (the pool entries)
 
 class Identity(torch.nn.Module):
     def forward(self, data: torch.Tensor, scalar: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -71,22 +68,6 @@ class Named(torch.nn.Module):
         return {"double": x * 2, "count": torch.tensor([x.size(0)], dtype=torch.int64)}
 
 
-def _io(dt, names_shapes):
-    return "; ".join("%s:%s%s" % (n, dt, s) for n, s in names_shapes)
-
-
-OPTIONS = {"id_" + dt: {"inputs": _io(dt, [("data", "[-1,-1]"), ("scalar", "[]")]),
-                        "outputs": _io(dt, [("data_out", "[-1,-1]"), ("scalar_out", "[]")])}
-           for dt in TORCH_DTYPES}
-OPTIONS.update({
-    "addmul": {"inputs": "lhs:float32[-1,4]; rhs:float32[-1,4]", "outputs": "y:float32[-1,4]"},
-    "scalar": {"inputs": "scale:float32[]; vec:float32[-1]",
-               "outputs": "y:float32[-1]; scale2:float32[]"},
-    "two_out": {"inputs": "x:float32[-1,4]", "outputs": "sum:float32[-1,4]; prod:float32[-1,4]"},
-    "mlp": {"inputs": "x:float32[-1,4]", "outputs": "y:float32[-1,3]"},
-    "named": {"inputs": "x:float32[-1,2]", "outputs": "double:float32[-1,2]; count:int64[1]"},
-})
-
 BUILDERS = {"id_" + dt: Identity for dt in TORCH_DTYPES}
 BUILDERS.update(addmul=AddMul, scalar=Scalar, two_out=TwoOut, mlp=Mlp, named=Named)
 
@@ -107,17 +88,3 @@ def mlp_ref(x):
     """What the mlp model computes, with torch in this process."""
     with torch.no_grad():
         return Mlp().eval()(torch.from_numpy(np.ascontiguousarray(x))).numpy()
-
-
-def pool(name, which, onnx_dir, torch_dir, **extra):
-    """A session pool entry serving model `name` on backend `which`
-    ("onnxruntime": the ONNX file of models.py; "torchscript": this module's
-    file and its declarations). `extra` keys are added to the entry."""
-    p = {"name": extra.pop("pool_name", name)}
-    if which == "torchscript":
-        p.update(model_path=str(torch_dir[name]), backend="torchscript",
-                 backend_options=dict(OPTIONS[name]))
-    else:
-        p.update(model_path=str(onnx_dir[name]))
-    p.update(extra)
-    return p
