@@ -4,7 +4,8 @@
 #    backend; python3-torch: its test models; mmdebstrap, buildah, podman:
 #    the container image and its test; systemd, procps: the unit's check;
 #    libhiredis-dev, libssl-dev: the response cache's Redis client and key
-#    hash; redis-server: its tests);
+#    hash; redis-server: its tests; haproxy, nginx: the load balancer recipes
+#    of docs/deploy.md and their test, tests/integration/test_cluster.py);
 #  - ONNX Runtime 1.29.0 (library + C headers) from the npm package
 #    com.github.asus4.onnxruntime@0.4.9 (SIP_ORT_GPU=1: also the GPU build's
 #    libraries, com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9);
@@ -31,7 +32,7 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       chromium chromium-driver python3-selenium
       python3-venv python3-setuptools python3-wheel mypy python3-pip dpkg-dev
       mmdebstrap buildah podman systemd procps
-      libtorch-dev python3-torch libhiredis-dev redis-server libssl-dev)
+      libtorch-dev python3-torch libhiredis-dev redis-server libssl-dev haproxy nginx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -94,10 +94,25 @@ static void print_sla(json_t *sla) {
   printf("\n");
 }
 
+#define MIB(o, k) ((double)json_integer_value(json_object_get((o), (k))) / 1048576.0)
+
+/* The server's memory line (docs/elastic.md "Memory"). */
+static void print_memory(json_t *m) {
+  if (!json_is_object(m)) return;
+  printf("memory: resident %.1f MiB, models %.1f MiB, budget ", MIB(m, "resident_bytes"),
+         MIB(m, "models_bytes"));
+  if (json_is_integer(json_object_get(m, "budget_bytes")))
+    printf("%.1f MiB (%s)\n", MIB(m, "budget_bytes"),
+           json_string_value(json_object_get(m, "budget")));
+  else
+    printf("none\n");
+}
+
 int sip_cli_status(json_t *root) {
   printf("uptime %.1fs  ready=%s  version %s\n", json_real_value(json_object_get(root, "uptime_s")),
          json_is_true(json_object_get(root, "ready")) ? "yes" : "no",
          json_string_value(json_object_get(root, "version")));
+  print_memory(json_object_get(root, "memory"));
   printf("%-20s %-8s %7s %7s %9s %9s %10s\n", "POOL", "STATE", "ACTIVE", "QUEUED", "OK", "FAILED",
          "MEAN_MS");
   size_t i, j;
@@ -125,6 +140,9 @@ int sip_cli_status(json_t *root) {
     const char *err = json_string_value(json_object_get(p, "error"));
     if (err) printf("  error: %s\n", err);
     print_sla(json_object_get(p, "sla"));
+    if (json_is_integer(json_object_get(p, "memory_bytes")))
+      printf("  memory %.1f MiB measured (model file %.1f MiB), %.3f MiB per session\n",
+             MIB(p, "memory_bytes"), MIB(p, "model_bytes"), MIB(p, "session_memory_bytes"));
     json_array_foreach(json_object_get(p, "sessions"), j, s) {
       printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
              json_string_value(json_object_get(s, "id")),

@@ -72,8 +72,10 @@ SIP_API sip_error_t *sip_config_check_load(const char *path, char **summary);
  * (UNAVAILABLE naming it). Borrows `o`. */
 SIP_API sip_error_t *sip_server_new(const sip_server_options_t *o, sip_server_t **out);
 /* Drains the server and returns once no admitted request is left:
- * readiness turns false on every front-end at once (sip_server_ready 0,
- * sip_server_draining 1), new requests and repository loads are refused
+ * readiness turns false on every front-end at once (sip_server_ready 0);
+ * with server.drain_delay_ms set, a server that serves keeps admitting
+ * requests for that long first (so that load balancers see it unready and
+ * stop sending); then (sip_server_draining 1) new requests and repository loads are refused
  * with UNAVAILABLE, and the requests already admitted (running or queued)
  * may finish for `timeout_ms` (negative: the config's
  * server.drain_timeout_ms); then what is still queued is answered
@@ -85,7 +87,7 @@ SIP_API void sip_server_drain(sip_server_t *s, int timeout_ms);
  * done), stops the front-ends, frees all. NULL is a no-op. Must not be
  * called from a completion callback. */
 SIP_API void sip_server_free(sip_server_t *s);
-/* 1 when every pool has finished loading, no drain has begun and, with
+/* 1 when every pool has finished loading, no drain was asked for and, with
  * server.strict_readiness (the default), every pool and pipeline is READY
  * (none FAILED). Thread-safe. */
 SIP_API int sip_server_ready(sip_server_t *s);

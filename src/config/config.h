@@ -252,9 +252,11 @@ typedef struct sip__config {
   char *model_repository;     /* server.model_repository, resolved; NULL: none */
   int model_control;          /* server.model_control: sip__model_control_t */
   int drain_timeout_ms;       /* server.drain_timeout_ms, 0..3600000, default 30000 */
+  int drain_delay_ms;         /* server.drain_delay_ms, 0..600000, default 0: unready, serving */
   char *state_dir;            /* server.state_dir, resolved; NULL: no checkpoint */
   int allow_fault_injection;  /* server.allow_fault_injection (docs/availability.md) */
   int strict_readiness;       /* server.strict_readiness: ready only when every model is READY */
+  int64_t memory_budget_mb;   /* server.memory_budget_mb: MiB; -1: auto; 0: none (docs/elastic.md) */
   /* Security settings (docs/security.md; config_security.c). */
   sip__auth_t auth;           /* server.auth: tokens per API group; none: open */
   char *tls_cert_file;        /* server.tls.cert_file, resolved; NULL: plain HTTP/gRPC */

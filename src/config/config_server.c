@@ -11,6 +11,7 @@ _Static_assert(SIP__LOG_DEBUG == 0 && SIP__LOG_INFO == 1 && SIP__LOG_WARN == 2 &
                "log_level_names[] follows the enum order");
 
 static int parse_endpoints(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_memory_budget(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static bool valid_http_address(const char *s, size_t len);
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
@@ -21,12 +22,14 @@ static const char *const model_control_names[] = {"startup", "explicit", NULL};
   "ipc://PATH, unix:///ABSOLUTE/PATH (at most 107 bytes) or tcp://HOST:PORT (port 0..65535, 0 = " \
   "ephemeral; IPv6 hosts in brackets)"
 #define HTTP_EXPECT "HOST:PORT (port 0..65535, 0 = ephemeral; IPv6 hosts in brackets)"
+#define BUDGET_MAX_MB 16777216 /* 16 TiB */
+#define BUDGET_EXPECT "a whole number of MiB, 1..16777216, or auto"
 
 enum { S_ENDPOINTS, S_INTRA, S_INTER, S_SPIN, S_FRAME, S_LOG, S_HTTP, S_HTTP_BODY, S_HTTP_THREADS,
-       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_STATE,
+       S_SLOTS, S_REPO, S_CONTROL, S_GRPC, S_GRPC_MSG, S_GRPC_THREADS, S_DRAIN, S_DRAIN_DELAY, S_STATE,
        S_UNSENT, S_FAULTS, S_CONNS, S_FRAME_TIMEOUT, S_RECV_TOTAL, S_RECV_CONN,
        S_HTTP_CONNS, S_HTTP_PER_IP, S_HTTP_HEADER_TIMEOUT, S_AUTH, S_TLS, S_SOCK_MODE,
-       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_RCACHE, S_COUNT };
+       S_SOCK_OWNER, S_SOCK_GROUP, S_HOSTS, S_DASHBOARD, S_STRICT, S_LOG_FORMAT, S_RCACHE, S_BUDGET, S_COUNT };
 static const sip__field_t server_fields[S_COUNT] = {
     [S_ENDPOINTS] = {.name = "endpoints", .type = F_CUSTOM, .parse = parse_endpoints,
                      .expect = "a non-empty list of endpoints: " ENDPOINT_EXPECT,
@@ -153,6 +156,14 @@ static const sip__field_t server_fields[S_COUNT] = {
                         "what is still queued then is answered UNAVAILABLE. Clients then get "
                         "about a second in all to take their last answers, however many stopped "
                         "reading, and the process exits."},
+    [S_DRAIN_DELAY] = {.name = "drain_delay_ms", .type = F_INT,
+                       .offset = offsetof(sip__config_t, drain_delay_ms), .def = 0, .min = 0,
+                       .max = 600000,
+                       .doc = "On SIGTERM, how long readiness is false while sipd still serves "
+                              "every request, before the drain (drain_timeout_ms) begins: the "
+                              "time a load balancer's health checks need to stop sending "
+                              "(HAProxy: inter x fall and a margin; Kubernetes' preStop sleep "
+                              "does the same). 0: the drain begins at once."},
     [S_STATE] = {.name = "state_dir", .type = F_STRING,
                  .offset = offsetof(sip__config_t, state_dir),
                  .expect = "a writable directory",
@@ -207,9 +218,39 @@ static const sip__field_t server_fields[S_COUNT] = {
                   .section = &sip__cfg_response_cache_section,
                   .doc = "Where pools with response_cache: true keep their answers "
                          "(docs/response_cache.md); absent = memory, 64 MiB."},
+    [S_BUDGET] = {.name = "memory_budget_mb", .type = F_CUSTOM, .parse = parse_memory_budget,
+                  .expect = BUDGET_EXPECT,
+                  .doc = "Memory the server's models may take, in MiB; auto = 80% of the "
+                         "cgroup's memory limit, else of MemAvailable at start. Shown against "
+                         "the models' measured memory (sip status, /v2/status, "
+                         "sip_memory_budget_bytes) and ModelMesh's capacity; not yet enforced "
+                         "(docs/elastic.md). Absent = none."},
 };
 const sip__section_t sip__cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
+
+/* server.memory_budget_mb: MiB, or auto (stored as -1). */
+static int parse_memory_budget(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  sip__config_t *cfg = base;
+  char shown[SHOW_MAX * 4 + 8];
+  if (sip__cfg_want_scalar(c, v, key, BUDGET_EXPECT)) return -1;
+  const char *s = text(v);
+  size_t len = v->data.scalar.length;
+  int64_t mb = 0;
+  if (len == 4 && !memcmp(s, "auto", 4)) {
+    cfg->memory_budget_mb = -1;
+    return 0;
+  }
+  int r = is_plain(v) ? sip__cfg_parse_int(s, len, &mb) : -1;
+  if (r == -1)
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not a number; expected %s",
+                         sip__cfg_show(shown, sizeof shown, s, len), BUDGET_EXPECT);
+  if (r == -2 || mb < 1 || mb > BUDGET_MAX_MB)
+    return sip__cfg_fail(c, v->start_mark, key, "%s is out of range; expected %s",
+                         sip__cfg_show(shown, sizeof shown, s, len), BUDGET_EXPECT);
+  cfg->memory_budget_mb = mb;
+  return 0;
+}
 
 /* Why `s` is not a valid endpoint, or NULL. */
 static const char *endpoint_problem(const char *s, size_t len, char *why, size_t n) {

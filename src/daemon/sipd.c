@@ -132,7 +132,8 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "sipd: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   sipd_service_stopping(service, sig == SIGINT ? "SIGINT" : "SIGTERM");
-  /* Readiness turns false at once; admitted requests get
+  /* Readiness turns false at once; requests are still served for
+   * server.drain_delay_ms; then admitted requests get
    * server.drain_timeout_ms, then what is left is answered UNAVAILABLE. */
   sip_server_drain(srv, -1);
   sipd_service_stop(service);

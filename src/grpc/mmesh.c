@@ -7,7 +7,8 @@
  * imports the files ModelMesh fetched into the repository
  * (sip_server_import_model_async), an unload removes them again. Sizes are
  * the memory the model's pools measured when they loaded (memory_bytes);
- * the capacity is the memory the server may still use. docs/grpc.md
+ * the capacity is what models may take in all (sip__server_memory:
+ * server.memory_budget_mb when set). docs/grpc.md
  * ("ModelMesh model runtime") documents it. */
 #include <dirent.h>
 #include <inttypes.h>
@@ -100,36 +101,6 @@ static uint64_t disk_bytes(const char *path, int depth) {
   }
   if (d) closedir(d);
   return sum;
-}
-
-/* The memory models may take: a cgroup limit less what the process holds
- * now, else the machine's MemAvailable. */
-static uint64_t capacity_bytes(void) {
-  unsigned long long limit = 0, v;
-  FILE *f = fopen("/sys/fs/cgroup/memory.max", "re"); /* cgroup v2 ("max": none) */
-  if (f && fscanf(f, "%llu", &v) == 1) limit = v;
-  if (f) fclose(f);
-  if (!limit && (f = fopen("/sys/fs/cgroup/memory/memory.limit_in_bytes", "re"))) { /* v1 */
-    if (fscanf(f, "%llu", &v) == 1 && v < (1ull << 60)) limit = v;
-    fclose(f);
-  }
-  if (limit) {
-    unsigned long long pages = 0, rss = 0;
-    if ((f = fopen("/proc/self/statm", "re"))) {
-      if (fscanf(f, "%llu %llu", &pages, &rss) != 2) rss = 0;
-      fclose(f);
-    }
-    uint64_t used = (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-    return limit > used ? limit - used : 0;
-  }
-  char line[256];
-  uint64_t avail = 0;
-  if ((f = fopen("/proc/meminfo", "re"))) {
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) avail = (uint64_t)v << 10;
-    fclose(f);
-  }
-  return avail;
 }
 
 /* ---- the RPCs ------------------------------------------------------------------- */
@@ -232,7 +203,9 @@ static void status_reply(sip__gcall_t *c, sip_error_t *e, int ready) {
   ent[0].value = ent[1].value = &info;
   r.status = ready ? MMESH__RUNTIME_STATUS_RESPONSE__STATUS__READY
                    : MMESH__RUNTIME_STATUS_RESPONSE__STATUS__STARTING;
-  r.capacityinbytes = capacity_bytes();
+  sip__server_memory_t mem; /* the budget when set, else what the machine gives */
+  sip__server_memory(c->g->s, &mem);
+  r.capacityinbytes = mem.capacity;
   r.maxloadingconcurrency = 1; /* one loader thread */
   r.modelloadingtimeoutms = LOAD_TIMEOUT_MS;
   r.defaultmodelsizeinbytes = DEFAULT_MODEL_BYTES;

@@ -25,6 +25,9 @@ static sip_error_t *not_ready(sip_server_t *s) {
   if (sip_server_draining(s))
     return sip_error_new(SIP_UNAVAILABLE, "server is draining: it answers requests in flight and "
                          "accepts no new ones");
+  if (sip__server_leaving(s))
+    return sip_error_new(SIP_UNAVAILABLE, "server is shutting down: it serves until "
+                         "server.drain_delay_ms passes, then drains");
   char why[512];
   if (sip__server_unready(s, why, sizeof why))
     return sip_error_new(SIP_UNAVAILABLE, "server is not ready: %s", why);

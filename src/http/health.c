@@ -28,6 +28,9 @@ enum MHD_Result sip__http_ready(sip__hreq_t *q) {
   if (sip_server_draining(h->s))
     return sip__http_send_error_msg(q->conn, 503, "server is draining: it answers requests in "
                                                   "flight and accepts no new ones");
+  if (sip__server_leaving(h->s))
+    return sip__http_send_error_msg(q->conn, 503, "server is shutting down: it serves until "
+                                                  "server.drain_delay_ms passes, then drains");
   /* The models still loading or (server.strict_readiness) FAILED. */
   char why[512];
   size_t bad = sip__server_unready(h->s, why, sizeof why);

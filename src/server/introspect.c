@@ -113,6 +113,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
   json_object_set_new(o, "load_ms", json_real(c.load_ms));
   json_object_set_new(o, "model_bytes", json_integer((json_int_t)c.model_bytes));
   json_object_set_new(o, "memory_bytes", json_integer((json_int_t)c.memory_bytes));
+  json_object_set_new(o, "session_memory_bytes", json_integer((json_int_t)c.session_bytes));
   json_object_set_new(o, "requests", codes);
   json_object_set_new(o, "latency_us",
                       json_pack("{s:o,s:o,s:o}", "queue", sip__hist_read_json(&c.queue), "compute",
@@ -226,6 +227,7 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
           s->frontends[f].vt->connections(s->frontends[f].state, count_connections, conns);
       json_object_set_new(root, "connections", conns);
       json_object_set_new(root, "alerts", sip__sla_monitor_json(s));
+      json_object_set_new(root, "memory", sip__server_memory_json(s)); /* memory.c */
       /* Where it listens ("http://host:port/dashboard" among them): what
        * `sip report` fetches the dashboard's report from. */
       json_t *eps = json_array();

@@ -32,6 +32,21 @@ sip__trace_set_t *sip__server_trace(sip_server_t *s);
 sip_error_t *sip__repo_parameter_check(int load, const char *key, int typed,
                                        const char *bool_word, const char *text_word);
 
+/* The server's memory, measured (memory.c; docs/elastic.md "Memory"). */
+typedef struct sip__server_memory {
+  uint64_t resident; /* the process's resident bytes now */
+  uint64_t models;   /* what the pools in service measured at load (memory_bytes summed) */
+  uint64_t budget;   /* server.memory_budget_mb in bytes; 0: none */
+  int budget_auto;   /* memory_budget_mb: auto */
+  /* What models may take in all (ModelMesh's capacity): the budget when
+   * set; else the cgroup's limit less what the process holds beside its
+   * models; else MemAvailable plus what the models hold. */
+  uint64_t capacity;
+} sip__server_memory_t;
+void sip__server_memory(sip_server_t *s, sip__server_memory_t *out);
+/* The same as the status document's "memory" object (owned). */
+json_t *sip__server_memory_json(sip_server_t *s);
+
 /* Triton's per-model statistics, typed. */
 typedef struct sip__model_stats {
   uint64_t inference_count, execution_count, last_inference_ms;
@@ -92,6 +107,10 @@ sip_error_t *sip__server_model_check(sip_server_t *s, const char *name, const ch
  * and with server.strict_readiness those FAILED; `buf` (may be NULL) gets
  * them as "'name' still loading, 'other' FAILED: reason". */
 size_t sip__server_unready(sip_server_t *s, char *buf, size_t cap);
+/* 1 once a drain was asked for (server.c): readiness is false; while
+ * server.drain_delay_ms lasts requests are still served
+ * (sip_server_draining is 0 until the drain proper begins). */
+int sip__server_leaving(sip_server_t *s);
 
 /* The front-ends, as metrics and logs name them. */
 typedef enum { SIP__PROTOCOL_HTTP, SIP__PROTOCOL_GRPC, SIP__PROTOCOL_NATIVE, SIP__PROTOCOLS } sip__protocol_t;

@@ -137,6 +137,7 @@ static double g_queued(const sip__pool_counters_t *c) { return (double)c->queued
 static double g_active(const sip__pool_counters_t *c) { return c->active_sessions; }
 static double g_load_ms(const sip__pool_counters_t *c) { return c->load_ms; }
 static double g_memory(const sip__pool_counters_t *c) { return (double)c->memory_bytes; }
+static double g_session_memory(const sip__pool_counters_t *c) { return (double)c->session_bytes; }
 static double g_file(const sip__pool_counters_t *c) { return (double)c->model_bytes; }
 
 static void gauge_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
@@ -441,8 +442,12 @@ static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
                  "How long loading the model and starting its sessions took, in milliseconds.",
                  g_load_ms);
   gauge_per_pool(b, pl, n, "sip_model_memory_bytes",
-                 "Resident memory the model and its sessions added when loaded, in bytes.",
+                 "Resident memory the model and its sessions added when loaded (and as "
+                 "sessions were added or removed since), in bytes.",
                  g_memory);
+  gauge_per_pool(b, pl, n, "sip_session_memory_bytes",
+                 "Resident memory one session added when it was created, in bytes.",
+                 g_session_memory);
   gauge_per_pool(b, pl, n, "sip_model_file_bytes", "Size of the model file, in bytes.", g_file);
   family(b, "sip_last_inference_timestamp_seconds", "gauge",
          "Wall-clock time of the last completed request (0: none), in seconds.");
@@ -611,6 +616,16 @@ char *sip__prometheus_text(sip_server_t *s) {
   sb_add(&b, "sip_ready %d\n", sip_server_ready(s));
   family(&b, "sip_uptime_seconds", "gauge", "Seconds since the server started.");
   sb_add(&b, "sip_uptime_seconds %.3f\n", (double)(sip__now_us() - s->started_us) / 1e6);
+  sip__server_memory_t mem; /* memory.c: the figures the status document shows */
+  sip__server_memory(s, &mem);
+  family(&b, "sip_memory_resident_bytes", "gauge", "The process's resident memory, in bytes.");
+  sb_add(&b, "sip_memory_resident_bytes %llu\n", (unsigned long long)mem.resident);
+  family(&b, "sip_memory_models_bytes", "gauge",
+         "What the pools in service measured at load (sip_model_memory_bytes summed), in bytes.");
+  sb_add(&b, "sip_memory_models_bytes %llu\n", (unsigned long long)mem.models);
+  family(&b, "sip_memory_budget_bytes", "gauge",
+         "server.memory_budget_mb in bytes (auto resolved at start); absent when none is set.");
+  if (mem.budget) sb_add(&b, "sip_memory_budget_bytes %llu\n", (unsigned long long)mem.budget);
   process_metrics(&b);
 done:
   sip__free(pc);

@@ -29,6 +29,7 @@ size_t sip__server_unready(sip_server_t *s, char *buf, size_t cap) {
 }
 
 int sip_server_ready(sip_server_t *s) {
-  if (!atomic_load(&s->loaded) || atomic_load(&s->draining)) return 0;
+  if (!atomic_load(&s->loaded) || atomic_load(&s->leaving) || atomic_load(&s->draining))
+    return 0;
   return !s->cfg->strict_readiness || sip__server_unready(s, NULL, 0) == 0;
 }

@@ -13,8 +13,8 @@
  * model uses refuse the reload with the reason, and everything keeps
  * serving as before (a pool that failed to load at start and is unchanged
  * is tried again, and stays FAILED without refusing the rest when it fails
- * again). Of the server section, log_level and drain_timeout_ms
- * apply at once; the other settings are read at start only (a change is
+ * again). Of the server section, log_level, drain_timeout_ms and
+ * drain_delay_ms apply at once; the other settings are read at start only (a change is
  * logged). */
 #include <malloc.h>
 #include <string.h>
@@ -210,10 +210,11 @@ sip_error_t *sip__server_reload(sip_server_t *s) {
   s->reloaded[s->n_reloaded++] = ncfg;
   if (start_settings_changed(s->cfg, ncfg))
     sip__log(SIP__LOG_WARN, "server settings changed; they are read at start only",
-             "file=%s applied=log_level,drain_timeout_ms", s->config_path);
+             "file=%s applied=log_level,drain_timeout_ms,drain_delay_ms", s->config_path);
   sip__log_set_level((int)ncfg->log_level);
   sip__log_set_format(ncfg->log_format);
   atomic_store(&s->drain_timeout_ms, ncfg->drain_timeout_ms);
+  atomic_store(&s->drain_delay_ms, ncfg->drain_delay_ms);
   atomic_store(&s->pools_cfg, ncfg);
   sip__log(SIP__LOG_INFO, "config reloaded",
            "file=%s pools_added=%zu pools_changed=%zu pools_removed=%zu pools_unchanged=%zu "

@@ -252,6 +252,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   s->cfg = cfg;
   atomic_store(&s->pools_cfg, cfg);
   atomic_store(&s->drain_timeout_ms, cfg->drain_timeout_ms);
+  atomic_store(&s->drain_delay_ms, cfg->drain_delay_ms);
   if (o->config_file && !(s->config_path = sip__strdup(o->config_file))) {
     sip__config_free(cfg);
     sip__free(s);
@@ -268,6 +269,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   }
   start_tracing(s);
   s->started_us = sip__now_us();
+  s->memory_budget = sip__server_memory_budget(cfg);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   sip__engine_init(&s->eng, &cfg->engine,
                    cfg->execution_slots ? cfg->execution_slots : cores > 0 ? (int)cores : 1,
@@ -375,11 +377,22 @@ sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_
 
 void sip_server_drain(sip_server_t *s, int timeout_ms) {
   if (!s || atomic_exchange(&s->drain_called, 1)) return;
-  atomic_store(&s->draining, 1); /* readiness false, new requests refused */
-  uint32_t ms = (uint32_t)(timeout_ms < 0 ? atomic_load(&s->drain_timeout_ms) : timeout_ms);
-  uint64_t t0 = sip__now_us();
   /* A server that never started serving (a failed start) drains silently. */
   int serving = s->serving;
+  /* server.drain_delay_ms: unready but serving, while load balancers'
+   * health checks see the 503 and stop sending here. */
+  uint32_t delay = (uint32_t)atomic_load(&s->drain_delay_ms);
+  if (serving && delay) {
+    atomic_store(&s->leaving, 1); /* readiness false */
+    sip__log(SIP__LOG_INFO, "unready before the drain", "drain_delay_ms=%u", delay);
+    struct timespec left = {(time_t)(delay / 1000), (long)(delay % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+  }
+  atomic_store(&s->draining, 1); /* readiness false, new requests refused */
+  atomic_store(&s->leaving, 1);
+  uint32_t ms = (uint32_t)(timeout_ms < 0 ? atomic_load(&s->drain_timeout_ms) : timeout_ms);
+  uint64_t t0 = sip__now_us();
   if (serving) sip__log(SIP__LOG_INFO, "draining", "timeout_ms=%u", ms);
   /* The housekeeping thread answers what is still queued at the deadline. */
   pthread_mutex_lock(&s->hk_mu);
@@ -472,6 +485,8 @@ void sip_server_free(sip_server_t *s) {
 uint64_t sip_server_generation(sip_server_t *s) { return atomic_load(&s->eng.reg_gen); }
 
 int sip_server_draining(sip_server_t *s) { return atomic_load(&s->draining); }
+
+int sip__server_leaving(sip_server_t *s) { return atomic_load(&s->leaving); }
 
 size_t sip_server_endpoint_count(sip_server_t *s) {
   size_t n = 0;

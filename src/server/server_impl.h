@@ -35,6 +35,9 @@ struct sip_server {
   sip__config_t *cfg;
   sip__repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
   uint64_t started_us;
+  /* server.memory_budget_mb in bytes, auto resolved at start (memory.c);
+   * 0: none */
+  uint64_t memory_budget;
 
   _Atomic int loaded; /* all pools finished loading */
   int serving;        /* sip__server_start succeeded */
@@ -57,6 +60,11 @@ struct sip_server {
    * front-end's readiness is false and new requests get UNAVAILABLE. */
   _Atomic int draining;
   _Atomic int drain_called;
+  /* Set when a drain is asked for (with `draining` when there is no
+   * server.drain_delay_ms): readiness is false from then on, while
+   * requests are still admitted for drain_delay_ms before `draining`. */
+  _Atomic int leaving;
+  _Atomic int drain_delay_ms; /* server.drain_delay_ms, as last read */
   _Atomic uint64_t drain_deadline_us; /* 0: no drain; then queues are shed */
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
   sip__trace_set_t *trace; /* Triton's trace settings (core/settings.h) */
@@ -102,6 +110,10 @@ void sip__server_deliver_replays(sip_server_t *s);
 typedef struct sip__rejections sip__rejections_t;
 sip__rejections_t *sip__rejections_new(void);
 void sip__rejections_free(sip__rejections_t *r);
+
+/* server.memory_budget_mb in bytes (memory.c): auto is 80% of the
+ * cgroup's limit, else of MemAvailable, read now (and logged); 0: none. */
+uint64_t sip__server_memory_budget(const sip__config_t *cfg);
 
 /* Ends every event stream (src/server/events.c); before the engine goes. */
 void sip__event_streams_stop(sip_server_t *s);

@@ -46,6 +46,7 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->load_ms = p->load_ms;
   c->model_bytes = p->model_bytes;
   c->memory_bytes = p->memory_bytes;
+  c->session_bytes = p->session_bytes;
   c->retries = atomic_load(&p->n_retries);
   c->fallbacks = atomic_load(&p->n_fallbacks);
   c->session_failures = atomic_load(&p->n_session_failures);

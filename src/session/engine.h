@@ -162,6 +162,7 @@ struct sip__pool {
   double load_ms;
   uint64_t model_bytes;  /* size of the model file */
   uint64_t memory_bytes; /* resident memory the load added (model + sessions) */
+  uint64_t session_bytes; /* what one session added, measured (mean of those made together) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -300,8 +301,18 @@ void sip__pool_load(sip__pool_t *p);
 sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
 /* The executor loop of one session (src/session/executor.c). */
 void *sip__session_main(void *session);
-/* Resident bytes of this process (/proc/self/statm). */
+/* Memory, measured (footprint.c; docs/elastic.md "Memory"). Resident
+ * bytes of process `pid` (0: this one) from /proc/<pid>/statm; 0 when
+ * unreadable. */
+uint64_t sip__resident_bytes_of(int pid);
 uint64_t sip__resident_bytes(void);
+/* This process's resident bytes after glibc gave its free heap pages back
+ * (malloc_trim): what a growth across a load is measured between. */
+uint64_t sip__resident_settled(void);
+/* The cgroup's memory limit (v2 memory.max, else v1), 0 when none. */
+uint64_t sip__cgroup_limit_bytes(void);
+/* The machine's MemAvailable, 0 when unknown. */
+uint64_t sip__mem_available_bytes(void);
 /* Sessions a pool holds at most (pool_size's upper bound). */
 #define SIP__MAX_SESSIONS 256
 /* Gives session `s` (index set, in the pool's array) its id, clock and

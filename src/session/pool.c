@@ -282,20 +282,6 @@ void sip__session_init(sip__pool_t *p, sip__session_t *s, int index) {
 
 /* ---- load ---- */
 
-/* Resident bytes of this process. Pools load one at a time, so the growth
- * across a load is the memory that model and its sessions brought. */
-static uint64_t resident_bytes_of(const char *statm) {
-  FILE *f = fopen(statm, "r");
-  unsigned long long size = 0, rss = 0;
-  if (f) {
-    if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
-    fclose(f);
-  }
-  return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-uint64_t sip__resident_bytes(void) { return resident_bytes_of("/proc/self/statm"); }
-
 static void pool_fail(sip__pool_t *p, sip_error_t *e) {
   p->error = sip__asprintf("%s: %s", sip_code_name(sip_error_code(e)), sip_error_message(e));
   sip__log(SIP__LOG_ERROR, "pool failed to load", "pool=%s code=%s reason=\"%s\"", p->cfg->name,
@@ -363,7 +349,7 @@ static sip_error_t *check_batching(sip__pool_t *p) {
 
 static void load(sip__pool_t *p) {
   const sip__pool_config_t *c = p->cfg;
-  uint64_t t0 = sip__now_us(), rss0 = sip__resident_bytes();
+  uint64_t t0 = sip__now_us(), rss0 = sip__resident_settled();
   sip_error_t *e = NULL;
   p->backend = sip__backend_find(c->backend);
   if (!p->backend) {
@@ -470,6 +456,10 @@ static void load(sip__pool_t *p) {
     pool_fail(p, SIP__OOM());
     return;
   }
+  /* The model's memory, then each session's: the growth across the
+   * session contexts (in the worker for isolated pools). */
+  int wpid = p->iso ? atomic_load(&p->worker_pid) : 0;
+  uint64_t rssm = p->iso ? sip__resident_bytes_of(wpid) : sip__resident_settled();
   for (int i = 0; i < c->pool_size; i++) {
     sip__session_t *s = &p->sessions[i];
     sip__session_init(p, s, i);
@@ -482,13 +472,10 @@ static void load(sip__pool_t *p) {
   }
   /* The quota is checked on what the model and every session context hold
    * before any request can run, so an over-quota pool never serves. */
-  uint64_t rss1 = sip__resident_bytes();
-  p->memory_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
-  if (p->iso) { /* the model and its sessions live in the worker: all of it counts */
-    char statm[64];
-    snprintf(statm, sizeof statm, "/proc/%d/statm", atomic_load(&p->worker_pid));
-    p->memory_bytes = resident_bytes_of(statm);
-  }
+  uint64_t rss1 = p->iso ? sip__resident_bytes_of(wpid) : sip__resident_settled();
+  p->session_bytes = rss1 > rssm ? (rss1 - rssm) / (uint64_t)c->pool_size : 0;
+  /* the model and its sessions live in the worker: all of it counts */
+  p->memory_bytes = p->iso ? rss1 : rss1 > rss0 ? rss1 - rss0 : 0;
   if (c->max_memory_mb && p->memory_bytes > (uint64_t)c->max_memory_mb << 20) {
     release(p);
     pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED,
@@ -509,16 +496,24 @@ static void load(sip__pool_t *p) {
     s->thread_started = 1;
     sip__session_name_thread(s);
   }
+  /* Measured again with the threads started (their stacks and allocator
+   * arenas), as a session added later is (scale.c). */
+  uint64_t rss2 = p->iso ? sip__resident_bytes_of(wpid) : sip__resident_settled();
+  if (rss2 > rss1) {
+    p->session_bytes = (rss2 - rssm) / (uint64_t)c->pool_size;
+    p->memory_bytes = p->iso ? rss2 : rss2 - rss0;
+  }
   sip__avail_start(p);
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;
   atomic_store(&p->state, SIP__POOL_READY);
   sip__events_pool(p, SIP_EVENT_POOL_LOADED, NULL);
   sip__log(SIP__LOG_INFO, "pool loaded",
            "pool=%s backend=%s model=\"%s\" version=%s sessions=%d load_ms=%.1f model_bytes=%llu "
-           "memory_bytes=%llu",
+           "memory_bytes=%llu session_bytes=%llu",
            c->name, p->backend->name, p->resolved_path ? p->resolved_path : "-",
            p->version ? p->version : "-", c->pool_size, p->load_ms,
-           (unsigned long long)p->model_bytes, (unsigned long long)p->memory_bytes);
+           (unsigned long long)p->model_bytes, (unsigned long long)p->memory_bytes,
+           (unsigned long long)p->session_bytes);
 }
 
 /* ---- admission ---- */

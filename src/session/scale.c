@@ -93,14 +93,24 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
     e = sip_error_new(SIP_INVALID_ARGUMENT, "pool '%s' holds at most %d sessions; got %d", name,
                       p->cap_sessions, size);
   int64_t mem = max_memory_mb >= 0 ? max_memory_mb : atomic_load(&p->quota_memory_mb);
-  uint64_t rss0 = sip__resident_bytes(), grown = 0;
+  /* What new sessions add is measured as a load's is (footprint.c): the
+   * growth of the process holding them (the worker for isolated pools);
+   * sessions that go take back what one session was measured to add. */
+  uint64_t grown = 0, each = p->session_bytes;
   if (!e && size > old) {
+    int wpid = p->iso ? atomic_load(&p->worker_pid) : 0;
+    uint64_t rss0 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
     e = grow(p, size);
-    uint64_t rss1 = sip__resident_bytes();
+    uint64_t rss1 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
     grown = rss1 > rss0 ? rss1 - rss0 : 0;
+    each = grown / (uint64_t)(size - old);
     if (e) shrink(p, old);
   }
   uint64_t bytes = p->memory_bytes + grown;
+  if (size && size < old) {
+    uint64_t gone = (uint64_t)(old - size) * p->session_bytes;
+    bytes = bytes > gone ? bytes - gone : 0;
+  }
   if (!e && mem && bytes > (uint64_t)mem << 20) {
     int now = p->n_sessions;
     if (now > old) shrink(p, old);
@@ -115,6 +125,7 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
     if (size && size < old) shrink(p, size);
     if (size && size != old) {
       p->memory_bytes = bytes;
+      p->session_bytes = each;
       atomic_store(&p->size, size);
       w += (size_t)snprintf(what + w, sizeof what - w, "pool_size %d -> %d", old, size);
     }

@@ -158,9 +158,15 @@
     }
   }
 
+  function mib(bytes) { return bytes == null ? '–' : fmt(bytes / 1048576, 1); }
+  /* Memory (docs/elastic.md): resident, the models' measured, the budget. */
+  function memoryText(m) {
+    return !m ? '' : ' · memory ' + mib(m.resident_bytes) + ' MiB, models ' + mib(m.models_bytes) +
+        ' MiB' + (m.budget_bytes != null ? ' of budget ' + mib(m.budget_bytes) + ' MiB' : '');
+  }
   function renderHeader(d, live) {
     $('server-info').textContent = 'version ' + d.version + ' · up ' + fmtDur(d.uptime_s) +
-        ' · ' + (d.draining ? 'draining' : d.ready ? 'ready' : 'not ready');
+        ' · ' + (d.draining ? 'draining' : d.ready ? 'ready' : 'not ready') + memoryText(d.memory);
     renderLink(d, live);
   }
 
@@ -207,10 +213,13 @@
              '</td><td class="num">' + fmt(w && w.rps, 1) + '</td>' +
              '<td class="num">' + ok + '</td><td class="num">' + failed + '</td>' +
              '<td class="num">' + (bs.count ? fmt(bs.sum / bs.count) : '–') + '</td>' +
+             '<td class="num" data-memory="' + (p.memory_bytes != null ? p.memory_bytes : '') +
+             '" title="per session ' + mib(p.session_memory_bytes) + ' MiB">' + mib(p.memory_bytes) +
+             '</td>' +
              '<td>' + sla + '</td></tr>';
     });
     $('pools').tBodies[0].innerHTML =
-        rows.join('') || '<tr><td colspan="11" class="empty">no pools</td></tr>';
+        rows.join('') || '<tr><td colspan="12" class="empty">no pools</td></tr>';
   }
 
   function renderPipelines(d) {

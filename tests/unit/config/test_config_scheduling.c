@@ -386,14 +386,19 @@ static void test_drain_and_state_keys(void **state) {
   (void)state;
   sip__config_t *cfg = load_ok("session_pools: []\n");
   assert_int_equal(cfg->drain_timeout_ms, 30000);
+  assert_int_equal(cfg->drain_delay_ms, 0);
   assert_null(cfg->state_dir);
   sip__config_free(cfg);
-  cfg = load_ok("server: {drain_timeout_ms: 0, state_dir: st}\nsession_pools: []\n");
+  cfg = load_ok("server: {drain_timeout_ms: 0, drain_delay_ms: 2500, state_dir: st}\n"
+                "session_pools: []\n");
   assert_int_equal(cfg->drain_timeout_ms, 0);
+  assert_int_equal(cfg->drain_delay_ms, 2500);
   assert_string_equal(cfg->state_dir, BASE "/st"); /* relative to the config file */
   sip__config_free(cfg);
   EXPECT_ERR("server: {drain_timeout_ms: -1}\nsession_pools: []\n", "drain_timeout_ms");
   EXPECT_ERR("server: {drain_timeout_ms: 3600001}\nsession_pools: []\n", "drain_timeout_ms");
+  EXPECT_ERR("server: {drain_delay_ms: -1}\nsession_pools: []\n", "drain_delay_ms");
+  EXPECT_ERR("server: {drain_delay_ms: 600001}\nsession_pools: []\n", "drain_delay_ms");
   EXPECT_ERR("server: {state_dir: [a]}\nsession_pools: []\n", "state_dir");
 }
 
