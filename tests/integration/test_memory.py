@@ -58,6 +58,12 @@ def pool_of(doc, name):
     return next(p for p in doc["pools"] if p["name"] == name)
 
 
+def sanitized():
+    """1 when the build under test runs under the sanitizers (SIP_SANITIZE)."""
+    cache = (harness.BUILD_DIR / "CMakeCache.txt").read_text()
+    return re.search(r"^SIP_SANITIZE:BOOL=ON$", cache, re.M) is not None
+
+
 def test_model_memory_is_measured_and_shown_alike(start_sipd, tmp_path):
     path = big_model(tmp_path)
     srv = start_sipd([pool("big", path)], server={"http": "127.0.0.1:0"})
@@ -68,7 +74,12 @@ def test_model_memory_is_measured_and_shown_alike(start_sipd, tmp_path):
     # copy is freed after its tensors are made, and freed heap is given back
     # before the measurement), plus its session state; 3x bounds a copy
     # kept by mistake, 16 MiB the runtime's fixed overhead.
-    assert 0.8 * WEIGHTS_MIB * MIB <= used <= 3 * WEIGHTS_MIB * MIB + 16 * MIB, used
+    # Under AddressSanitizer every allocation carries redzones and shadow
+    # memory, and freed blocks wait in its quarantine: the same load
+    # measures about 4.4x its weights (87 MiB for 20 MiB), so the upper
+    # bound is wider there; the lower one (the weights are resident) holds.
+    upper = (8 * WEIGHTS_MIB * MIB + 64 * MIB) if sanitized() else (3 * WEIGHTS_MIB * MIB + 16 * MIB)
+    assert 0.8 * WEIGHTS_MIB * MIB <= used <= upper, used
     # One figure everywhere.
     m = metrics(srv)
     assert m[("sip_model_memory_bytes", "big")] == used
