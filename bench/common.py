@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,11 @@ BUILD = os.environ.get("SIP_BUILD_DIR") or (sys.argv[1] if len(sys.argv) > 1 els
                                             os.path.join(ROOT, "build"))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 from cann_sip import SessionClient  # noqa: E402
+
+# A bench stopped with SIGTERM (a timeout, `make` interrupted) unwinds as on
+# an error, so every sipd it started is stopped and every temporary
+# directory removed (the `with` blocks and `finally` clauses run).
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 OCR = os.path.join(ROOT, "third_party", "models", "ocr")
 CLS = os.path.join(OCR, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
@@ -232,8 +238,10 @@ def children_cpu_s():
 
 
 def table(path, crashed=()):
-    """`make bench`'s closing table from the rows in `path`; benches that
-    stopped with an error (`crashed`) or wrote no figure are listed too.
+    """`make bench`'s closing table from the rows in `path` (bench, figure,
+    target, measured, status, and the 1-minute load average / CPUs when the
+    figure was reported); benches that stopped with an error (`crashed`) or
+    wrote no figure are listed too.
     Returns 1 when a bench stopped with an error, else 0."""
     rows = []
     if os.path.exists(path):
@@ -245,14 +253,15 @@ def table(path, crashed=()):
     crashed = {os.path.splitext(os.path.basename(c))[0] for c in crashed}
     wf = max([len(r["figure"]) for r in rows] + [6])
     wb = max([len(n) for n in names] + [5])
-    print("\n%-*s  %-*s  %-10s  %-14s  %s" % (wb, "bench", wf, "figure", "target", "measured",
-                                             "status"))
+    print("\n%-*s  %-*s  %-10s  %-14s  %-10s  %s" % (wb, "bench", wf, "figure", "target",
+                                                   "measured", "status", "load"))
     counts = {}
     for n in names:
         mine = [r for r in rows if r["bench"] == n]
         for r in mine:
-            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, r["figure"], r["target"] or "-",
-                                                   r["measured"], r["status"]))
+            print("%-*s  %-*s  %-10s  %-14s  %-10s  %.2f/%d" % (
+                wb, n, wf, r["figure"], r["target"] or "-", r["measured"], r["status"],
+                r["load"], r["cpus"]))
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         if n in crashed:
             print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, "(stopped with an error)", "-", "-",

@@ -9,6 +9,25 @@ over gRPC's C core), which show the servers' cost, and with Python clients
 p50/p99 latency one request at a time and throughput with 8 requests
 outstanding. Prints gRPC's p50 over HTTP binary's and HTTP's throughput
 over gRPC's, medians of each round's ratio; the target is within 1.3x.
+
+Then where the time goes: a second sipd with every request traced
+(docs/tracing.md; so that the client's p50 and the spans' medians are of the
+same requests) sends its spans to a collector on a thread of this process,
+which keeps the bodies and parses them between runs, and the C clients drive
+it one request at a time, HTTP, gRPC and the native unix socket (`sip
+bench`) taking turns round by round, each on a pool of its own (the root
+span's sip.model tells them apart). Per protocol, the median over a round's
+requests of each span: receive (from the request's first bytes in the
+front-end through decoding, until admission), queue, batch, execute, send
+(encoding the answer and handing it to the connection), the request span
+less those five ("between spans": mostly the answer's way back to the
+front-end's thread), and the client's p50 less the request span (the client,
+the kernel, and the transport library's work outside sip's spans: HTTP
+parsing in libmicrohttpd before the headers are in, gRPC core's HTTP/2
+framing before the message is in hand and after the answer is handed over).
+Tracing costs each request a little, so these are measured apart from the
+figures above; the gRPC - HTTP difference per stage is reported (medians
+over the rounds).
 """
 import sys
 
@@ -28,6 +47,7 @@ import numpy as np
 from common import BUILD, ROOT, ROUNDS, Sipd, ensure_tiny, interleave, ratios, report, sip_bench
 
 import grpc  # python3-grpcio
+import http.server
 
 N_LATENCY = 500      # requests per round, one at a time
 THROUGHPUT_S = 1.0   # seconds per round with CONCURRENCY clients
@@ -182,4 +202,145 @@ def python_clients(pb, svc, hport, addr):
     return {k: run(k) for k in one}
 
 
+# ---------------------------------------------------------------------------
+# where the time goes: sip's own spans
+
+STAGES = ("receive", "queue", "batch", "execute", "send")
+PROTOCOLS = ("HTTP", "gRPC", "native")
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP JSON receiver: keeps each POST's body, parsed later
+    (`traces`), so that it takes little CPU while a client runs."""
+    lock = threading.Lock()
+    bodies = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with Collector.lock:
+            Collector.bodies.append(body)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def traces(bodies):
+    """[(model, {span name: [durations us]}, request us)] of the finished
+    traces in OTLP/HTTP JSON bodies."""
+    got = []
+    for body in bodies:
+        by_trace = {}
+        for rs in json.loads(body).get("resourceSpans", []):
+            for ss in rs.get("scopeSpans", []):
+                for sp in ss.get("spans", []):
+                    by_trace.setdefault(sp["traceId"], []).append(sp)
+        for spans in by_trace.values():
+            root = [sp for sp in spans if sp["name"] == "request"]
+            if len(root) != 1:
+                continue
+            model = {a["key"]: a["value"].get("stringValue") for a in
+                     root[0].get("attributes", [])}.get("sip.model")
+            dur = {}
+            for sp in spans:
+                us = (int(sp["endTimeUnixNano"]) - int(sp["startTimeUnixNano"])) / 1000.0
+                dur.setdefault(sp["name"], []).append(us)
+            got.append((model, dur, dur["request"][0]))
+    return got
+
+
+def drain():
+    """The traces collected since the last call, once the exporter has sent
+    what the last client run left (no new POST for 3 flush periods; at
+    most 30 s)."""
+    deadline, last, quiet_since = time.monotonic() + 30, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        with Collector.lock:
+            n = len(Collector.bodies)
+        if n != last:
+            last, quiet_since = n, time.monotonic()
+        elif time.monotonic() - quiet_since > 0.6:
+            break
+        time.sleep(0.05)
+    with Collector.lock:
+        out, Collector.bodies = Collector.bodies, []
+    return traces(out)
+
+
+def breakdown_round(traces, model, client_p50):
+    """One round's medians per stage (us) of one protocol's traces."""
+    mine = [(d, req) for m, d, req in traces if m == model]
+    if not mine:
+        raise SystemExit("no trace of %s reached the collector; expected every request"
+                         % model)
+    out = {"traces": len(mine)}
+    for st in STAGES:
+        out[st] = np.median([sum(d.get(st, [0.0])) for d, _ in mine])
+    out["request"] = np.median([req for _, req in mine])
+    out["between spans"] = np.median(
+        [req - sum(sum(d.get(st, [0.0])) for st in STAGES) for d, req in mine])
+    out["outside sip's spans"] = client_p50 - out["request"]
+    out["client p50"] = client_p50
+    return out
+
+
+def breakdown(tiny, n_rounds):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    collector = "http://127.0.0.1:%d/v1/traces" % httpd.server_address[1]
+    hport, gport = free_port(), free_port()
+    extra = "  http: 127.0.0.1:%d\n  grpc: 127.0.0.1:%d\n" % (hport, gport)
+    tracing = ("tracing: {otlp_endpoint: '%s', sample_ratio: 1, max_queue: 16384}\n"
+               % collector)
+    pools = [{"name": "tiny_" + p.lower(), "model_path": tiny, "pool_size": 2} for p in PROTOCOLS]
+    try:
+        with Sipd(pools, extra, pipelines=tracing) as s:
+            def one(proto):
+                model = "tiny_" + proto.lower()
+
+                def run():
+                    drain()
+                    if proto == "gRPC":
+                        out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"),
+                                              "127.0.0.1:%d" % gport, model, "0.5", "1"],
+                                             check=True, capture_output=True, text=True).stdout
+                        p50 = json.loads(out)["p50_us"]
+                    else:
+                        ep = s.endpoint if proto == "native" else "http://127.0.0.1:%d" % hport
+                        args = [] if proto == "native" else ["--http-format", "binary"]
+                        p50 = sip_bench(ep, model, ["x:float32:1,4=ones"], "--concurrency", "1",
+                                        *args, window_ms=200, max_windows=3)["latency_ms"][
+                                            "p50"] * 1000
+                    return breakdown_round(drain(), model, p50)
+                return run
+            res = interleave(n_rounds, {p: one(p) for p in PROTOCOLS})
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    rows = STAGES + ("between spans", "request", "outside sip's spans", "client p50")
+    print("Where a request's time goes (C clients, one at a time, every request traced; "
+          "p50 us, the median over %d rounds; traces per round %s):"
+          % (len(res["HTTP"]), ", ".join("%s %s" % (p, "/".join(str(x["traces"]) for x in res[p]))
+                                         for p in PROTOCOLS)))
+    print("  %-22s %9s %9s %9s %12s" % ("stage", "HTTP", "gRPC", "native", "gRPC - HTTP"))
+    for k in rows:
+        med = {p: np.median([x[k] for x in res[p]]) for p in PROTOCOLS}
+        print("  %-22s %9.1f %9.1f %9.1f %12.1f" % (k, med["HTTP"], med["gRPC"], med["native"],
+                                                   med["gRPC"] - med["HTTP"]))
+    d = {k: np.median([g[k] - h[k] for g, h in zip(res["gRPC"], res["HTTP"])]) for k in rows}
+    print("gRPC's p50 - HTTP's: %.1f us; inside sip's spans %.1f us (receive %.1f, queue + batch"
+          " + execute %.1f, send %.1f, between spans %.1f); outside them %.1f us (the clients,"
+          " the kernel, and libmicrohttpd's or gRPC core's own work, which the spans cannot"
+          " split)" % (d["client p50"], d["request"], d["receive"],
+                       d["queue"] + d["batch"] + d["execute"], d["send"],
+                       d["between spans"], d["outside sip's spans"]))
+    for k in ("receive", "send", "between spans", "outside sip's spans"):
+        report("traced, gRPC - HTTP: %s p50" % k,
+               [g[k] - h[k] for g, h in zip(res["gRPC"], res["HTTP"])], None, "%.1f", " us",
+               spread_limit=None)
+
+
 main()
+breakdown(ensure_tiny(), ROUNDS)

@@ -40,6 +40,7 @@ warm-up cancel out). Figures, medians over the rounds of each round's ratio:
 import io
 import os
 import subprocess
+import time
 
 import numpy as np
 
@@ -120,6 +121,16 @@ def measure(text, png, work=False):
             fh.write(png)
         with SessionClient(s.endpoint, timeout_s=120) as c:
             r = c.infer(InferenceRequest("ocr", {"image": np.frombuffer(png, np.uint8)}))
+            one = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                c.infer(InferenceRequest("ocr", {"image": np.frombuffer(png, np.uint8)}))
+                one.append(time.perf_counter() - t0)
+        # sip bench fails a run in which no answer came. 8 requests sent at
+        # once share the CPUs, so the first answers come about 8 requests'
+        # time after the start: on a loaded machine, where one request alone
+        # can take most of a second, 1.5 s windows can end before any.
+        piped_ms = max(1500, int(8 * 1000 * sorted(one)[1]))
         got = [t.decode() for t in r.outputs["text"]]
         want = [t for t, _, _ in LINES]
         if got != want:
@@ -143,7 +154,7 @@ def measure(text, png, work=False):
         for label, conc in (("piped", 8), ("serial", 1)):
             fns[label] = (lambda conc=conc: sip_bench(
                 s.endpoint, "ocr", img, "--concurrency", str(conc), "-o", "text",
-                window_ms=1500, max_windows=3)["throughput_rps"])
+                window_ms=piped_ms if conc > 1 else 1500, max_windows=3)["throughput_rps"])
         return feeds, interleave(ROUNDS, fns)
 
 
@@ -161,7 +172,10 @@ def figures(name, feeds, res, bound):
            ">= 0.8" if name == "partitioned" else None, "%.2f")
     report("%s: pipelined / one at a time" % name, ratios(res["piped"], res["serial"]), None,
            "%.2f")
-    report("%s: pipeline / CPU-work bound" % name, ratios(res["piped"], bound), "<= 1", "%.2f")
+    # A bound holds or not in each round: the rounds' verdicts judge it, not
+    # their spread (the pipeline's share of it varies with the load).
+    report("%s: pipeline / CPU-work bound" % name, ratios(res["piped"], bound), "<= 1", "%.2f",
+           spread_limit=None)
 
 
 def main():

@@ -19,7 +19,9 @@ over the rounds of that round's value.
 
 Targets (spinning, as shipped): p50 adds at most 25 us over in-process;
 p50 <= ping-pong + in-process + 10 us; p99 <= 3 x p50. The same figures
-without spinning are reported.
+without spinning are reported. Each figure is "unstable" when its rounds
+disagree on the target (and, but for the difference from the floor, which
+lies near zero, when their spread is over 25%).
 """
 import json
 import os
@@ -79,7 +81,8 @@ for how, target in (("spinning", True), ("sleeping", False)):
     tail = [a / b for a, b in zip(p99("sipd " + how), sip)]
     report("sipd %s: p50 added over in-process" % how, added, "<= 25" if target else None,
            "%.1f", " us")
+    # A difference near zero: its spread says nothing; the rounds' verdicts do.
     report("sipd %s: p50 over ping-pong %s + in-process" % (how, how), over,
-           "<= 10" if target else None, "%.1f", " us")
+           "<= 10" if target else None, "%.1f", " us", spread_limit=None)
     report("sipd %s: p99 / p50" % how, tail, "<= 3" if target else None, "%.2f")
     report("sipd %s: p50 / in-process p50" % how, [a / b for a, b in zip(sip, ip)], None, "%.2f")
