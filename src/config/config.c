@@ -21,7 +21,15 @@ static int defer_pipelines(sip__ctx_t *c, yaml_node_t *v, const char *key, void 
   return 0;
 }
 
-enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_METRICS, T_COUNT };
+/* models (seed 003's list) is read after session_pools too: its pools
+ * join theirs and names must differ across both. */
+static int defer_models(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  (void)key, (void)base;
+  c->models = v;
+  return 0;
+}
+
+enum { T_SERVER, T_POOLS, T_PIPELINES, T_ALERTS, T_TRACING, T_METRICS, T_MODELS, T_COUNT };
 static const sip__field_t top_fields[T_COUNT] = {
     [T_SERVER] = {.name = "server", .type = F_SECTION, .section = &sip__cfg_server_section,
                   .doc = "Process-wide settings."},
@@ -29,6 +37,11 @@ static const sip__field_t top_fields[T_COUNT] = {
     [T_POOLS] = {.name = "session_pools", .type = F_CUSTOM, .parse = sip__cfg_parse_pools,
                  .expect = POOLS_EXPECT,
                  .doc = "The model pools to serve."},
+    [T_MODELS] = {.name = "models", .type = F_CUSTOM, .parse = defer_models,
+                  .expect = MODELS_EXPECT,
+                  .doc = "More pools, written as seed 003's model list (model_name, model_path, "
+                         "input_shapes, output_nums, preprocess, max_batch_size; "
+                         "docs/seed-models.md). The same list may be the whole file."},
     [T_PIPELINES] = {.name = "pipeline_sessions", .type = F_CUSTOM, .parse = defer_pipelines,
                      .expect = "a list of pipelines (docs/pipelines.md)",
                      .doc = "Declarative multi-model pipelines."},
@@ -80,24 +93,33 @@ static int parse_document(sip__ctx_t *c, sip__config_t *cfg) {
   char exp[1024];
   snprintf(exp, sizeof exp, "a map with keys: ");
   sip__cfg_list_fields(exp, sizeof exp, &sip__cfg_top_section, 0);
+  snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "; or a list of models in seed 003's form");
 
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   if (!root || is_null(root))
     return sip__cfg_fail(c, root ? root->start_mark : c->doc->start_mark, "",
                     "the document is empty; expected %s", exp);
-  if (root->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, root, "", exp);
   yaml_node_t *vals[MAX_FIELDS] = {0};
-  if (sip__cfg_parse_map(c, root, "", &sip__cfg_top_section, exp, cfg, vals)) return -1;
-  if (sip__cfg_check_alerts(c, cfg, vals[T_ALERTS])) return -1;
-  /* Stages refer to pools and add their own: pipelines come after every
-   * session_pools entry, in whichever order the keys are written. */
-  if (c->pipelines && sip__cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg)) return -1;
-  /* Pipelines bring their own pools (stages naming a model_path); a stage
-   * naming a pool that no entry makes is sip__cfg_check_pipelines' error. */
-  if (!vals[T_POOLS] && !cfg->model_repository && !cfg->n_pipelines)
-    return sip__cfg_fail(c, root->start_mark, "session_pools",
-                    "missing; expected %s, a server.model_repository, or pipeline_sessions whose "
-                    "stages name a model_path", POOLS_EXPECT);
+  if (root->type == YAML_SEQUENCE_NODE) {
+    /* Seed 003's model list as the whole file (JSON is YAML: a .json file
+     * whose top level is a list lands here); the server keeps its defaults. */
+    if (sip__cfg_parse_models(c, root, "", cfg)) return -1;
+  } else {
+    if (root->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, root, "", exp);
+    if (sip__cfg_parse_map(c, root, "", &sip__cfg_top_section, exp, cfg, vals)) return -1;
+    if (sip__cfg_check_alerts(c, cfg, vals[T_ALERTS])) return -1;
+    if (c->models && sip__cfg_parse_models(c, c->models, "models", cfg)) return -1;
+    /* Stages refer to pools and add their own: pipelines come after every
+     * session_pools entry, in whichever order the keys are written. */
+    if (c->pipelines && sip__cfg_parse_pipelines(c, c->pipelines, "pipeline_sessions", cfg))
+      return -1;
+    /* Pipelines bring their own pools (stages naming a model_path); a stage
+     * naming a pool that no entry makes is sip__cfg_check_pipelines' error. */
+    if (!vals[T_POOLS] && !vals[T_MODELS] && !cfg->model_repository && !cfg->n_pipelines)
+      return sip__cfg_fail(c, root->start_mark, "session_pools",
+                      "missing; expected %s, models, a server.model_repository, or "
+                      "pipeline_sessions whose stages name a model_path", POOLS_EXPECT);
+  }
   if (cfg->model_repository) {
     char *r = sip__cfg_resolve_path(c->base_dir, cfg->model_repository);
     if (!r) return sip__cfg_oom(c);
@@ -334,6 +356,9 @@ static void pool_clear(sip__pool_config_t *p) {
   sip__free(p->preprocess);
   sip__free(p->fallback_pool);
   for (int k = 0; k < SIP__SEQ_CONTROLS; k++) sip__free(p->seq_control[k]);
+  sip__free(p->model_type);
+  for (size_t j = 0; j < p->n_declared_inputs; j++) sip__free(p->declared_inputs[j].name);
+  sip__free(p->declared_inputs);
 }
 
 static int str_same(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
@@ -365,7 +390,8 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
       !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
       !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
-      !SAME(isolation) || !SAME(response_cache))
+      !SAME(isolation) || !SAME(idle_spin_us) ||
+      !SAME(response_cache))
     return 0;
   for (int i = 0; i < 3; i++)
     if (a->batch_levels[i].max_batch != b->batch_levels[i].max_batch ||
@@ -378,6 +404,15 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
                b->n_backend_options) ||
       a->n_preprocess != b->n_preprocess)
     return 0;
+  if (!str_same(a->model_type, b->model_type) || !SAME(output_nums) ||
+      !SAME(n_declared_inputs))
+    return 0;
+  for (size_t i = 0; i < a->n_declared_inputs; i++) {
+    const sip__declared_input_t *u = &a->declared_inputs[i], *v = &b->declared_inputs[i];
+    if (!str_same(u->name, v->name) || u->rank != v->rank || u->dtype != v->dtype ||
+        u->format != v->format || memcmp(u->dims, v->dims, sizeof u->dims))
+      return 0;
+  }
   for (size_t i = 0; i < a->n_preprocess; i++)
     if (!str_same(a->preprocess[i].op, b->preprocess[i].op) ||
         !kv_same(a->preprocess[i].options, a->preprocess[i].n_options, b->preprocess[i].options,

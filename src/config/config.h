@@ -103,6 +103,20 @@ typedef struct sip__preprocess_step {
   size_t n_options;
 } sip__preprocess_step_t;
 
+/* One input_shapes entry of a seed-format model list (model_list.c). */
+typedef enum sip__input_format {
+  SIP__FORMAT_ANY = 0, /* not written */
+  SIP__FORMAT_NCHW,
+  SIP__FORMAT_NHWC,
+} sip__input_format_t;
+typedef struct sip__declared_input {
+  char *name;                  /* owned */
+  int rank;
+  int64_t dims[SIP_MAX_RANK];  /* -1: any size */
+  sip_dtype_t dtype;
+  int format;                  /* sip__input_format_t, recorded */
+} sip__declared_input_t;
+
 typedef struct sip__pool_config {
   char *name;
   char *model_path;     /* as written, resolved against the config file's directory; NULL for builtin */
@@ -159,6 +173,7 @@ typedef struct sip__pool_config {
   int standby_count;                /* hot_standby.standby_count, 0..16 */
   int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
   int isolation;                    /* sip__isolation_t */
+  int64_t idle_spin_us;             /* poll window after work, 0..1000 us; -1: absent */
   /* sequence_batching (docs/sequences.md): requests of one sequence id run
    * in order on the session the sequence is bound to. */
   int sequence_batching;         /* the section is present */
@@ -169,6 +184,12 @@ typedef struct sip__pool_config {
                                            corrid); NULL: none */
   sip__sla_config_t sla;         /* sla (docs/sla.md) */
   int response_cache;            /* answers kept in the server's response cache */
+  /* A seed-format model list entry (docs/seed-models.md; model_list.c):
+   * what it declares about the model, checked when the model loads. */
+  char *model_type;                 /* a label ("detection"); NULL: none */
+  sip__declared_input_t *declared_inputs; /* input_shapes, owned; none: not declared */
+  size_t n_declared_inputs;
+  int output_nums;                  /* outputs the model must have; 0: not declared */
 } sip__pool_config_t;
 
 typedef enum sip__isolation { SIP__ISOLATION_THREAD = 0, SIP__ISOLATION_PROCESS } sip__isolation_t;
@@ -348,6 +369,14 @@ sip_error_t *sip__model_override_apply(const sip__model_override_t *o, sip__pool
 sip_error_t *sip__model_override_check_io(const sip__model_override_t *o,
                                           const sip_io_desc_t *const io[2], const size_t n[2],
                                           int batched);
+
+/* Checks what a seed-format model list entry declares (input_shapes:
+ * name, shape, dtype; output_nums) against the loaded model's inputs and
+ * outputs (all borrowed; outs NULL: outputs not checked). NULL when it
+ * fits or nothing is declared; else FAILED_PRECONDITION naming the input,
+ * what the model has and what the list declares (model_list.c). */
+sip_error_t *sip__config_check_declared_io(const sip__pool_config_t *c, const sip_io_desc_t *ins,
+                                           size_t n_in, const sip_io_desc_t *outs, size_t n_out);
 
 /* Writes the configuration reference (docs/config.md) as Markdown, from
  * the parser's tables. 0, or -1 when writing failed. */

@@ -57,6 +57,9 @@ enum {
   "a map of steps in order: input, decode, color_convert, resize, letterbox, to_tensor, " \
   "normalize, cast (docs/preprocess.md)"
 #define POOLS_EXPECT "a list of pools (may be empty: session_pools: [])"
+#define MODELS_EXPECT \
+  "a list of models in seed 003's form: maps of model_name, model_path, model_type, " \
+  "input_shapes, output_nums, preprocess, max_batch_size (docs/seed-models.md)"
 
 /* Where a pool map is being read: fields marked `only` exist in one place. */
 enum { IN_POOL = 1, IN_MODEL = 2 };
@@ -69,6 +72,7 @@ typedef struct sip__ctx {
   unsigned where;   /* IN_POOL inside session_pools[], IN_MODEL in a repository config.yaml */
   const sip__backend_catalog_t *backends; /* names and flags of the backends this server has */
   yaml_node_t *pipelines; /* pipeline_sessions, read after session_pools wherever it is written */
+  yaml_node_t *models;    /* models (seed 003's list), read after session_pools too */
 } sip__ctx_t;
 
 typedef enum sip__ftype {
@@ -125,7 +129,7 @@ typedef struct sip__cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_RCACHE, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_SPIN, P_RCACHE, P_COUNT };
 extern const sip__field_t sip__cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const sip__section_t sip__cfg_pool_section;           /* pools.c */
 extern const sip__section_t sip__cfg_server_section;         /* config_server.c */
@@ -262,6 +266,9 @@ int sip__cfg_check_backend_options(sip__ctx_t *c, sip__pool_config_t *pool, yaml
                               const char *key);
 const char *sip__cfg_backend_for(sip__ctx_t *c, const char *path);
 int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base); /* preprocess.c */
+/* model_list.c: seed 003's model list (the whole document, key "", or the
+ * models section): each entry becomes a pool appended to cfg->pools. */
+int sip__cfg_parse_models(sip__ctx_t *c, yaml_node_t *v, const char *key, sip__config_t *cfg);
 /* Cross-field rules of the scheduling sections (scheduling.c). */
 int sip__cfg_check_scheduling(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t **vals, const char *key);
 /* pipelines.c: pipeline_sessions, once every pool is read; after the whole

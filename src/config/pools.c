@@ -174,6 +174,14 @@ const sip__field_t sip__cfg_pool_fields[P_COUNT] = {
                      .doc = "Where the sessions execute: thread (in the server process) or "
                             "process (in a worker process the server starts and restarts; a "
                             "crash there ends only the worker; docs/availability.md)."},
+    [P_SPIN] = {.name = "idle_spin_us", .type = F_INT64,
+                .offset = offsetof(sip__pool_config_t, idle_spin_us), .def = -1, .min = 0,
+                .max = 1000,
+                .doc = "Microseconds a session polls for its next request after work before it "
+                       "sleeps; with isolation: process, how long the server polls for the "
+                       "worker's answer and the worker for the next execution instead, while a "
+                       "core is spare (docs/availability.md). 0 = never poll; absent = "
+                       "SIP_IDLE_SPIN_US from the environment, else 50."},
     [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
                     .section = &sip__cfg_sequence_section,
                     .doc = "Stateful models: each sequence id runs in order on one session, with "

@@ -12,14 +12,20 @@
  * their order in libyaml's document). A step's value is a map of the
  * operation's options, `true` (defaults), `false` (no such step), or a
  * scalar or list setting its main option (`resize: [224, 224]` is
- * {size: "224,224"}). Each step is created here, so a bad option or two
- * steps that do not fit together (a float32 NCHW tensor into a uint8 HWC
- * resize) are config errors with file:line:column. Whether the result fits
- * the model is checked when the pool loads (src/session/preprocess.c). */
+ * {size: "224,224"}). An image step with no layout/dtype written takes
+ * the layout and dtype the step before gives (a resize after to_tensor
+ * resizes the float32 NCHW tensor); `letterbox: true` (no size) makes the
+ * resize step keep the aspect ratio and pad (seed 003's flag). Each step is
+ * created here, so a bad option or two steps that cannot fit together (a
+ * second to_tensor, an int64 cast into a resize) are config errors with
+ * file:line:column. Whether the result fits the model is checked when the
+ * pool loads (src/session/preprocess.c). */
 
 #include "config/parse.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -51,7 +57,8 @@ const sip__cfg_key_doc_t sip__cfg_preprocess_keys[] = {
     {"resize", PRE_VALUE "the size (\"224,224\" or [224, 224])", NULL,
      "resize: to a size, or by limit_side_len / multiple_of."},
     {"letterbox", PRE_VALUE "the size", NULL,
-     "letterbox: resize keeping the aspect ratio and pad to the size."},
+     "letterbox: resize keeping the aspect ratio and pad to the size; `true` alone makes the "
+     "resize step do so (seed 003)."},
     {"to_tensor", PRE_VALUE "the scale", NULL,
      "to_tensor: an HWC image to a float32 [N,C,H,W] tensor, multiplied by scale."},
     {"normalize", "a map of options (mean, std, scale, layout, dtype) or true", NULL,
@@ -119,11 +126,165 @@ static int step_has(const sip__preprocess_step_t *st, const char *key) {
   return 0;
 }
 
+static const char *step_get(const sip__preprocess_step_t *st, const char *key) {
+  for (size_t i = 0; i < st->n_options; i++)
+    if (!strcmp(st->options[i].key, key)) return st->options[i].value;
+  return NULL;
+}
+
+/* Adds an option the parser chose (the layout a step adapts to). */
+static int step_add(sip__ctx_t *c, sip__preprocess_step_t *st, const char *key, const char *value) {
+  sip_kv_t *kv = sip__realloc(st->options, (st->n_options + 1) * sizeof *kv);
+  if (!kv) return sip__cfg_oom(c);
+  st->options = kv;
+  char *k = sip__strdup(key), *v = sip__strdup(value);
+  if (!k || !v) {
+    sip__free(k);
+    sip__free(v);
+    return sip__cfg_oom(c);
+  }
+  kv[st->n_options++] = (sip_kv_t){k, v};
+  return 0;
+}
+
 static void pre_desc(char *buf, size_t n, const sip_io_desc_t *d) {
   if (d->rank < 0)
     snprintf(buf, n, "%s of any rank", sip_dtype_name(d->dtype));
   else
     snprintf(buf, n, "%s of rank %d", sip_dtype_name(d->dtype), d->rank);
+}
+
+/* The image steps that take a layout option, and the layout they assume
+ * when none is written (transform_image.c). */
+static const char *image_default_layout(const char *op) {
+  if (!strcmp(op, "resize") || !strcmp(op, "letterbox") || !strcmp(op, "color_convert"))
+    return "hwc";
+  if (!strcmp(op, "normalize")) return "nchw";
+  return NULL;
+}
+
+static int channels_last(const char *layout) {
+  return layout && (!strcmp(layout, "hwc") || !strcmp(layout, "nhwc"));
+}
+
+/* "1/255", "0.5": a scale option's value; NAN when not a number. */
+static double scale_value(const char *s) {
+  char *end;
+  double a = strtod(s, &end);
+  if (end == s) return NAN;
+  if (*end == '/') {
+    const char *b0 = end + 1;
+    double b = strtod(b0, &end);
+    if (end == b0 || b == 0) return NAN;
+    a /= b;
+  }
+  return a;
+}
+
+/* What flows between steps while the list is read. */
+typedef struct chain {
+  sip_io_desc_t out;  /* the previous step's output (name unused) */
+  const char *op;     /* its key; NULL before the first step */
+  const char *layout; /* its image layout (hwc, nhwc, chw, nchw); NULL: not an image */
+  double unit;        /* its values per pixel unit (to_tensor's scale); NAN after normalize */
+} chain_t;
+
+/* Steps run in the order written, and an image step fits what the step
+ * before gives: with no layout/dtype written it takes that layout and
+ * dtype (a resize after to_tensor resizes the float NCHW tensor, plane by
+ * plane). A letterbox with no pad_value pads with 114 pixel units in the
+ * values it sees. Orders that cannot work are errors naming the step. */
+static int adapt_step(sip__ctx_t *c, sip__preprocess_step_t *st, const chain_t *ch,
+                      const char *k, yaml_node_t *vn) {
+  if (!ch->op) return 0;
+  const char *def = image_default_layout(st->op);
+  int image_in = ch->layout && (ch->out.dtype == SIP_DTYPE_UINT8 || ch->out.dtype == SIP_DTYPE_FLOAT32);
+  if (def && image_in) {
+    const char *layout = step_get(st, "layout");
+    if (!layout) {
+      layout = ch->layout;
+      if (strcmp(layout, def) && step_add(c, st, "layout", layout)) return -1;
+    }
+    sip_dtype_t dflt = channels_last(layout) ? SIP_DTYPE_UINT8 : SIP_DTYPE_FLOAT32;
+    if (!step_has(st, "dtype") && ch->out.dtype != dflt &&
+        step_add(c, st, "dtype", sip_dtype_name(ch->out.dtype)))
+      return -1;
+  }
+  if (!strcmp(st->op, "to_tensor")) {
+    if (ch->layout && !channels_last(ch->layout))
+      return sip__cfg_fail(c, vn->start_mark, k,
+                           "the step before (%s) already gives a %s %s tensor; expected "
+                           "to_tensor once, on an HWC image (uint8 or float32)",
+                           ch->op, sip_dtype_name(ch->out.dtype), ch->layout);
+    if (image_in && !step_has(st, "dtype") && ch->out.dtype == SIP_DTYPE_FLOAT32 &&
+        step_add(c, st, "dtype", "float32"))
+      return -1;
+  }
+  return 0;
+}
+
+static int pad_in_units(sip__ctx_t *c, sip__preprocess_step_t *st, const chain_t *ch) {
+  if (strcmp(st->op, "letterbox") || step_has(st, "pad_value") || isnan(ch->unit) || ch->unit == 1)
+    return 0;
+  char v[48];
+  snprintf(v, sizeof v, "%.9g", 114.0 * ch->unit);
+  return step_add(c, st, "pad_value", v);
+}
+
+/* What a step gives, for the next one. */
+static void chain_step(chain_t *ch, const sip__preprocess_step_t *st, const char *key,
+                       const sip_io_desc_t *out) {
+  const char *lay = step_get(st, "layout");
+  if (!strcmp(st->op, "decode_image")) {
+    ch->layout = "hwc";
+  } else if (!strcmp(st->op, "to_tensor")) {
+    ch->layout = "nchw";
+    const char *sc = step_get(st, "scale");
+    ch->unit *= sc ? scale_value(sc) : 1.0;
+  } else if (image_default_layout(st->op)) {
+    /* The layout strings live as long as the config (step options) or
+     * are static. */
+    ch->layout = lay ? lay : image_default_layout(st->op);
+    if (!strcmp(st->op, "normalize")) ch->unit = NAN;
+  } else if (strcmp(st->op, "cast")) {
+    ch->layout = NULL;
+  }
+  ch->out = *out;
+  ch->out.name = NULL;
+  ch->op = key;
+}
+
+/* `letterbox: true` (no size), seed 003's flag: the resize to a size keeps
+ * the aspect ratio and pads, in the resize's place. */
+static yaml_node_t *letterbox_flag(sip__ctx_t *c, yaml_node_t *v) {
+  for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
+    yaml_node_t *kn = yaml_document_get_node(c->doc, pr->key);
+    yaml_node_t *vn = yaml_document_get_node(c->doc, pr->value);
+    static const char *const yes[] = {"true", "yes", "on", NULL};
+    if (kn && vn && kn->type == YAML_SCALAR_NODE && !strcmp(text(kn), "letterbox") &&
+        vn->type == YAML_SCALAR_NODE && !is_null(vn) && word_in(text(vn), yes))
+      return kn;
+  }
+  return NULL;
+}
+
+/* A resize step made a letterbox by the flag: size (or target_size) is
+ * its size; a size that follows each image cannot be letterboxed. */
+static int resize_to_letterbox(sip__ctx_t *c, sip__preprocess_step_t *st, const char *k,
+                               yaml_node_t *vn) {
+  if (step_has(st, "limit_side_len") || step_has(st, "multiple_of"))
+    return sip__cfg_fail(c, vn->start_mark, k,
+                         "letterbox: true makes this resize keep the aspect ratio and pad, which "
+                         "needs a fixed size; expected resize: [H, W] (not limit_side_len or "
+                         "multiple_of) with letterbox: true");
+  for (size_t i = 0; i < st->n_options; i++)
+    if (!strcmp(st->options[i].key, "target_size")) {
+      char *nk = sip__strdup("size");
+      if (!nk) return sip__cfg_oom(c);
+      sip__free((void *)st->options[i].key);
+      st->options[i].key = nk;
+    }
+  return 0;
 }
 
 int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
@@ -134,8 +295,9 @@ int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, vo
   size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
   pool->preprocess = sip__calloc(n ? n : 1, sizeof *pool->preprocess);
   if (!pool->preprocess) return sip__cfg_oom(c);
-  sip_io_desc_t prev = {0}; /* the previous step's output (name unused) */
-  const char *prev_op = NULL;
+  chain_t ch = {.unit = 1};
+  yaml_node_t *flag = letterbox_flag(c, v);
+  int flag_used = 0;
   for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
     yaml_node_t *kn, *vn;
     if (sip__cfg_pair(c, pr, &kn, &vn)) return -1;
@@ -149,6 +311,7 @@ int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, vo
         return sip__cfg_oom(c);
       continue;
     }
+    if (kn == flag) continue; /* not a step: it changes the resize */
     size_t oi = 0;
     while (oi < sizeof pre_ops / sizeof pre_ops[0] && strcmp(pre_ops[oi].key, kt)) oi++;
     if (oi == sizeof pre_ops / sizeof pre_ops[0])
@@ -161,8 +324,16 @@ int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, vo
       return -1;
     }
     if (skip) continue; /* `step: false` allocated nothing */
-    if (!(st->op = sip__strdup(pre_ops[oi].op))) return sip__cfg_oom(c);
+    const char *op = pre_ops[oi].op;
+    if (flag && !strcmp(op, "resize")) {
+      op = "letterbox";
+      flag_used = 1;
+    }
+    if (!(st->op = sip__strdup(op))) return sip__cfg_oom(c);
     pool->n_preprocess++;
+    if ((flag && !strcmp(pre_ops[oi].op, "resize") && resize_to_letterbox(c, st, k, vn)) ||
+        adapt_step(c, st, &ch, k, vn) || pad_in_units(c, st, &ch))
+      return -1;
     /* Created once here: option errors and chaining are config errors. */
     sip__transform_t *t = NULL;
     sip_error_t *err = sip__transform_new(st->op, st->options, st->n_options, &t);
@@ -181,22 +352,26 @@ int sip__cfg_parse_preprocess(sip__ctx_t *c, yaml_node_t *v, const char *key, vo
                       st->op, ni);
     if (!strcmp(st->op, "decode_image") && pool->n_preprocess > 1)
       return sip__cfg_fail(c, kn->start_mark, k, "decode comes after %s; expected it as the first step",
-                      prev_op);
-    if (prev_op && (prev.dtype != in0.dtype ||
-                    (prev.rank >= 0 && in0.rank >= 0 && prev.rank != in0.rank))) {
+                      ch.op);
+    if (ch.op && (ch.out.dtype != in0.dtype ||
+                  (ch.out.rank >= 0 && in0.rank >= 0 && ch.out.rank != in0.rank))) {
       char want[64], got[64];
       pre_desc(want, sizeof want, &in0);
-      pre_desc(got, sizeof got, &prev);
+      pre_desc(got, sizeof got, &ch.out);
       return sip__cfg_fail(c, vn->start_mark, k,
-                      "takes %s but the step before (%s) gives %s; expected steps that fit "
+                      "%s takes %s but the step before (%s) gives %s; expected steps that fit "
                       "together (set this step's layout and dtype options, e.g. {layout: nchw})",
-                      want, prev_op, got);
+                      st->op, want, ch.op, got);
     }
     if ((!strcmp(st->op, "resize") && step_has(st, "size")) || !strcmp(st->op, "letterbox"))
       pool->preprocess_fixed = 1;
-    prev = out0;
-    prev.name = NULL;
-    prev_op = pre_ops[oi].key;
+    chain_step(&ch, st, pre_ops[oi].key, &out0);
+  }
+  if (flag && !flag_used) {
+    sip__cfg_key_join(k, key, "letterbox", strlen("letterbox"));
+    return sip__cfg_fail(c, flag->start_mark, k,
+                         "true letterboxes the resize step, and there is none; expected a "
+                         "resize: [H, W] step with it, or letterbox: [H, W] as a step of its own");
   }
   if (!pool->n_preprocess)
     return sip__cfg_fail(c, v->start_mark, key, "has no steps; expected at least one of: " PRE_STEPS);

@@ -10,6 +10,24 @@
  * `def`), read once: *cache starts at -1 and keeps the value. */
 int64_t sip__spin_us_setting(const char *var, long def, atomic_int *cache);
 
+/* Microseconds from environment variable `var` when it holds an integer
+ * 0..1000, else -1 (not set, or not a window); read every call. */
+int64_t sip__spin_us_env(const char *var);
+
+/* The window a pool's threads poll for work after work when its config
+ * gives none: SIP_IDLE_SPIN_US, else this. */
+#define SIP__IDLE_SPIN_US_DEFAULT 50
+
+/* A pool's poll window: `configured` (its idle_spin_us; < 0: absent), else
+ * SIP_IDLE_SPIN_US from the environment, else SIP__IDLE_SPIN_US_DEFAULT. */
+int64_t sip__spin_window_us(int64_t configured);
+
+/* 1 while no thread of the machine waits for a CPU (runnable threads,
+ * the caller's among them, at most the online CPUs: /proc/loadavg), so a
+ * poller takes a core nobody else wants; 0 when one waits, or when this
+ * cannot be read. */
+int sip__spin_core_spare(void);
+
 /* Tells the CPU this thread is spinning (x86 pause, arm yield). */
 static inline void sip__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/spin.h"
 #include "session/events.h"
 #include "session/isolation.h"
 #include "session/worker_proto.h"
@@ -438,6 +439,7 @@ static int build_load(sip__iso_t *w, const char *path, const sip_kv_t *opts, siz
     h->allow_spinning = st->allow_spinning;
   }
   h->n_options = (uint32_t)n_opts;
+  h->spin_us = (int32_t)w->spin_us;
   /* With hot_standby every worker is warmed before it serves or stands by. */
   h->warm = w->p->cfg->standby_enabled && w->p->cfg->standby_count > 0;
   char *at = m + sizeof *h;
@@ -468,6 +470,9 @@ sip_error_t *sip__iso_load(sip__pool_t *p, const sip_backend_vtable_t *real, con
                     : p->cfg->standby_health_ms       ? p->cfg->standby_health_ms
                                                       : DEFAULT_PING_MS;
   w->ping_us = (uint64_t)ping_ms * 1000;
+  /* The executors' idle policy on both ends of each session's channel:
+   * poll this long, then sleep (docs/availability.md). */
+  w->spin_us = sip__wk_spin_us(sip__spin_window_us(p->cfg->idle_spin_us));
   ssize_t n = readlink("/proc/self/exe", w->exe, sizeof w->exe - 1);
   if (n <= 0 || build_load(w, path, opts, n_opts) != 0) {
     sip__free(w->load_msg);

@@ -37,9 +37,10 @@ void sip__iso_kill(sip__iso_t *w, const char *why);
  * spin_us microseconds before it sleeps. */
 int sip__wk_send(int sock, const void *msg, size_t len, int fd);
 ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us);
-/* How long a channel is polled before sleeping: SIP_WORKER_SPIN_US
- * (0..1000 microseconds), default 0 (no polling). */
-int64_t sip__wk_spin_us(void);
+/* How long a channel is polled before sleeping: `pool_us` (the pool's
+ * idle_spin_us window) unless SIP_WORKER_SPIN_US (0..1000 microseconds)
+ * overrides it. */
+int64_t sip__wk_spin_us(int64_t pool_us);
 /* 1 once this program called sip_worker_main (it can run as a worker). */
 int sip__wk_program_ok(void);
 /* The bytes output `d` takes when its dims are fixed, or only dim 0 is

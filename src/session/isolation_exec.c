@@ -276,7 +276,7 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
     char buf[sizeof(sip__wk_done_t) + SIP__WK_MAX_IO * sizeof(sip__wk_tensor_t) + 1024];
     sip__wk_done_t d;
   } a;
-  ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, sip__wk_spin_us());
+  ssize_t n = sip__wk_recv(s->sock, a.buf, sizeof a.buf, NULL, w->spin_us);
   if (n <= 0) return lost(s, pid);
   const sip__wk_done_t *d = &a.d;
   int32_t code;

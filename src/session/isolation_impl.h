@@ -58,6 +58,7 @@ struct sip__iso {
   int evfd;
   pthread_t sup;
   atomic_uint next_id;
+  int64_t spin_us; /* both ends of a session's channel poll this long before sleeping */
 };
 
 typedef struct sip__iso_region {

@@ -24,7 +24,9 @@ int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a) {
   sip__wk_load_t h;
   if (n < sizeof h) return -1;
   memcpy(&h, msg, sizeof h);
-  if (h.op != SIP__WK_LOAD || h.n_options > SIP__WK_MAX_OPTIONS) return -1;
+  if (h.op != SIP__WK_LOAD || h.n_options > SIP__WK_MAX_OPTIONS || h.spin_us < 0 ||
+      h.spin_us > 1000)
+    return -1;
   const char *at = msg + sizeof h, *end = msg + n;
   a->backend = next_str(&at, end);
   a->path = a->backend ? next_str(&at, end) : NULL;
@@ -37,6 +39,7 @@ int sip__wk_parse_load(const char *msg, size_t n, sip__wk_load_args_t *a) {
   }
   a->n_opts = h.n_options;
   a->warm = h.warm != 0;
+  a->spin_us = h.spin_us;
   a->settings = (sip_engine_settings_t){h.intra_op_threads, h.inter_op_threads, h.allow_spinning};
   return 0;
 }

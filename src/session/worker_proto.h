@@ -46,6 +46,8 @@ typedef struct sip__wk_load {
   int32_t intra_op_threads, inter_op_threads, allow_spinning;
   uint32_t n_options;
   uint32_t warm; /* run one execution on zeros after loading (hot_standby) */
+  int32_t spin_us; /* how long a session polls for its next execution, 0..1000 us */
+  uint32_t pad;
 } sip__wk_load_t;
 
 typedef struct sip__wk_error {
@@ -116,6 +118,7 @@ typedef struct sip__wk_load_args {
   sip_kv_t opts[SIP__WK_MAX_OPTIONS];
   uint32_t n_opts;
   int warm;
+  int64_t spin_us; /* 0..1000 */
   sip_engine_settings_t settings;
 } sip__wk_load_args_t;
 /* 0, or -1 when the n bytes at msg are not a well-formed LOAD. */

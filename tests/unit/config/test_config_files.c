@@ -102,7 +102,10 @@ static void test_document_shape(void **state) {
   EXPECT_ERR("", NAME ":1:1: (root): the document is empty; expected a map with keys: server, session_pools");
   EXPECT_ERR("# nothing but a comment\n", "(root): the document is empty");
   EXPECT_ERR("---\n", "(root): the document is empty");
-  EXPECT_ERR("- a\n- b\n", NAME ":1:1: (root): is a list; expected a map with keys: server, session_pools");
+  /* A list is seed 003's model list (test_model_list.c): its items are models. */
+  EXPECT_ERR("- a\n- b\n", NAME ":1:3: [0]: is a scalar; expected a model: a map of model_name");
+  EXPECT_ERR("7\n", NAME ":1:1: (root): is a scalar; expected a map with keys: server, session_pools",
+             "or a list of models in seed 003's form");
   EXPECT_ERR("hello\n", "(root): is a scalar");
   EXPECT_ERR("server: {}\n", NAME ":1:1: session_pools: missing; expected a list of pools");
   EXPECT_ERR("session_pools: []\n---\nsession_pools: []\n",

@@ -527,8 +527,10 @@ static void test_preprocess_config_errors(void **state) {
       {"      blur: 3\n", "pre.yaml:5:7: session_pools[0].preprocess.blur: \"blur\" is not a "
                           "preprocess step"},
       {"      resize: 32x\n", "preprocess.resize: transform resize: option size: '32x'"},
-      {"      to_tensor: true\n      resize: [4, 4]\n",
-       "takes uint8 of rank 3 but the step before (to_tensor) gives float32 of rank 4"},
+      /* to_tensor then resize runs (the resize takes the NCHW tensor);
+       * an int64 tensor fits no image step */
+      {"      to_tensor: true\n      cast: {to: int64}\n      resize: [4, 4]\n",
+       "takes uint8 of rank 3 but the step before (cast) gives int64"},
       {"      resize: [4, 4]\n      decode: true\n", "expected it as the first step"},
       {"      normalize: true\n      normalize: true\n", "duplicate key"},
       {"      normalize: 0.5\n", "preprocess.normalize: is a scalar; expected a map of options"},
