@@ -25,12 +25,18 @@ includes (error.h, tensor.h), nothing more. Everything else is built hidden
 (-fvisibility=hidden; SIP_API in include/sip/export.h marks the public
 declarations).
 
+struct sip__pool is private to the files that implement the pool: only
+those POOL_IMPL_USERS names include src/session/pool_impl.h (any file in
+the repository's own folders is looked at, tests too); everything else
+reads a pool through session/pool_view.h, session/counters.h and the model
+vtable.
+
 And no source file in the repository's own folders (FOLDERS; generated
 files live in the build tree, third-party code in third_party/) is longer
 than MAX_LINES.
 
 usage: check_layers.py BUILD_DIR   (exit 1 with one line per bad include,
-                                    bad call and long file)
+                                    bad call, pool_impl.h user and long file)
 """
 import glob
 import json
@@ -64,6 +70,33 @@ ENGINE_INTERNALS = ("backend", "sched", "session", "pipeline")
 PRIVATE_HEADERS = ("src/server/server_impl.h",)
 # Folders outside src/ with their own rules.
 PUBLIC_ONLY = ("src/daemon", "tools")
+# The pool's internals (struct sip__pool, its sessions) and the files that
+# implement the pool, the only ones that may include that header. No header
+# of src/ may be among them: whatever includes it would see the struct too.
+POOL_IMPL = "src/session/pool_impl.h"
+POOL_IMPL_USERS = (
+    "src/session/admission.c",       # admission, deadlines, completion
+    "src/session/availability.c",    # watchdog, faults, failover, drain
+    "src/session/counters.c",        # the typed counters (session/counters.h)
+    "src/session/events.c",          # pool and session events
+    "src/session/executor.c",        # the sessions' executor loop
+    "src/session/isolation.c",       # isolation: process
+    "src/session/isolation_exec.c",
+    "src/session/pool.c",            # life cycle: new, load, shutdown
+    "src/session/pool_model.c",      # the pool behind the model vtable
+    "src/session/pool_view.c",       # the typed view (session/pool_view.h)
+    "src/session/profile.c",         # operator profiling of a session
+    "src/session/scale.c",           # run-time pool_size and quotas
+    "src/session/sequence.c",        # sequence batching
+    "src/session/session.c",         # the session state machine
+    "src/session/split.c",           # client batches split into chunks
+    # White-box tests of the pool (tests/unit/session).
+    "tests/unit/session/pool_helpers.h",
+    "tests/unit/session/test_session.c",
+)
+_POOL_IMPL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*["<](?:[\w./]*/)?pool_impl\.h[">]',
+                                re.M)
+
 # One file, one job: no source file longer than this.
 MAX_LINES = 700
 FOLDERS = ("src", "include", "tools", "clients", "tests", "bench", "scripts", "docs/gen")
@@ -270,6 +303,30 @@ def export_violations(build, root=ROOT):
     return bad
 
 
+def pool_impl_violations(root=ROOT, users=POOL_IMPL_USERS):
+    """'path includes src/session/pool_impl.h: ...' for each source file
+    in FOLDERS that includes the pool's private header and is not one of
+    `users`."""
+    out = []
+    for top in FOLDERS:
+        for d, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith("build"))
+            for name in sorted(files):
+                if not name.endswith((".c", ".h", ".cc", ".inc")):
+                    continue
+                p = os.path.join(d, name)
+                rel = os.path.relpath(p, root)
+                if rel == POOL_IMPL or rel in users:
+                    continue
+                with open(p, errors="replace") as f:
+                    if _POOL_IMPL_INCLUDE.search(f.read()):
+                        out.append("%s includes %s: it is private to the pool's own files "
+                                   "(POOL_IMPL_USERS in scripts/check_layers.py); use "
+                                   "session/pool_view.h, session/counters.h or the model "
+                                   "vtable" % (rel, POOL_IMPL))
+    return out
+
+
 def long_files(root=ROOT):
     """'path: N lines (limit MAX_LINES)' for each source file over the limit."""
     out = []
@@ -334,11 +391,15 @@ def main():
     if len(exports) > 50:
         print("... and %d more" % (len(exports) - 50))
     print("check_layers: %d symbols exported against include/sip" % len(exports))
+    pool_impl = pool_impl_violations()
+    for p in pool_impl:
+        print(p)
+    print("check_layers: %d files including %s outside the pool's own" % (len(pool_impl), POOL_IMPL))
     longs = long_files()
     for l in longs:
         print(l)
     print("check_layers: %d files over %d lines" % (len(longs), MAX_LINES))
-    return 1 if bad or calls or exports or longs else 0
+    return 1 if bad or calls or exports or pool_impl or longs else 0
 
 
 _direct = {}

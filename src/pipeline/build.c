@@ -421,7 +421,7 @@ sip__pipeline_set_t *sip__pipelines_new(sip__engine_t *eng, const sip__config_t 
     pl->ps = ps;
     pl->cfg = &cfg->pipelines[i];
     atomic_store(&pl->state, SIP__MODEL_LOADING);
-    sip_error_t *e = sip__registry_add_named(eng, pl->cfg->name, &pl->base);
+    sip_error_t *e = sip__registry_add_model(eng, &pl->base);
     if (e) {
       sip_error_free(e);
       sip__pipelines_free(ps);
@@ -450,6 +450,7 @@ void sip__pipelines_build(sip__pipeline_set_t *ps) {
 void sip__pipelines_free(sip__pipeline_set_t *ps) {
   if (!ps) return;
   sip__pipelines_quiesce(ps);
+  for (size_t i = 0; i < ps->n; i++) sip__registry_remove_model(ps->eng, &ps->p[i].base);
   pthread_mutex_destroy(&ps->mu);
   pthread_cond_destroy(&ps->cv);
   pthread_cond_destroy(&ps->idle_cv);

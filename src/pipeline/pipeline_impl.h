@@ -18,6 +18,7 @@
 #include "ops/expr.h"
 #include "ops/transforms.h"
 #include "pipeline/pipeline.h"
+#include "session/registry.h"
 
 #define MAX_STAGES 64
 #define MAX_STAGE_INPUTS 64

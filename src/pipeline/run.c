@@ -654,6 +654,12 @@ static sip_error_t *pipeline_submit(sip__model_t *m, sip_request_t *req) {
 /* Pipelines live as long as the engine: nothing to count. */
 static void pipeline_ref(sip__model_t *m) { (void)m; }
 
+/* A pipeline is unversioned: it refuses versions itself (pipeline_submit). */
+static void pipeline_identity(const sip__model_t *m, sip__model_id_t *id) {
+  const sip__pipeline_t *pl = (const sip__pipeline_t *)m;
+  *id = (sip__model_id_t){.name = pl->cfg->name, .version_num = -1};
+}
+
 const sip__model_vt_t sip__pipeline_vt = {
     .kind = "pipeline",
     .submit = pipeline_submit,
@@ -661,4 +667,5 @@ const sip__model_vt_t sip__pipeline_vt = {
     .state = sip__pipeline_state,
     .ref = pipeline_ref,
     .unref = pipeline_ref,
+    .identity = pipeline_identity,
 };

@@ -56,7 +56,7 @@ static sip_error_t *fault(sip_server_t *s, sip__pool_t *p, json_t *req, json_t *
   sip__fault_t f = {.kind = k, .session = (int)session, .count = jr ? -1 : count,
                     .rate = rate, .delay_ms = delay};
   if ((e = sip__pool_set_fault(p, &f))) return e;
-  *ok = json_pack("{s:b,s:s,s:s,s:I,s:I,s:f,s:I}", "ok", 1, "pool", p->cfg->name, "kind",
+  *ok = json_pack("{s:b,s:s,s:s,s:I,s:I,s:f,s:I}", "ok", 1, "pool", sip__pool_name(p), "kind",
                   kinds[k], "session", session, "count", count, "rate", rate, "delay_ms", delay);
   return NULL;
 }
@@ -73,10 +73,11 @@ static sip_error_t *update(sip_server_t *s, sip__pool_t *p, json_t *req, json_t 
                          "expected \"pool_size\", \"max_memory_mb\" or \"max_compute_percent\"");
   if ((e = sip__pool_update(p, (int)size, mem, (int)pct))) return e;
   sip__repo_checkpoint_pool(s, p);
-  *ok = json_pack("{s:b,s:s,s:i,s:I,s:i}", "ok", 1, "pool", p->cfg->name, "pool_size",
-                  atomic_load(&p->size), "max_memory_mb",
-                  (json_int_t)atomic_load(&p->quota_memory_mb), "max_compute_percent",
-                  atomic_load(&p->quota_compute_percent));
+  sip__pool_info_t in;
+  sip__pool_info(p, &in);
+  *ok = json_pack("{s:b,s:s,s:i,s:I,s:i}", "ok", 1, "pool", in.name, "pool_size", in.pool_size,
+                  "max_memory_mb", (json_int_t)in.max_memory_mb, "max_compute_percent",
+                  in.max_compute_percent);
   return NULL;
 }
 
@@ -122,7 +123,7 @@ static sip_error_t *admin(sip_server_t *s, const char *text, size_t len, char **
     int drain = !strcmp(action, "drain");
     if (!e && !(e = sip__session_drain(p, (int)session, drain))) sip__repo_checkpoint_pool(s, p);
     if (!e)
-      ok = json_pack("{s:b,s:s,s:I,s:b}", "ok", 1, "pool", p->cfg->name, "session", session,
+      ok = json_pack("{s:b,s:s,s:I,s:b}", "ok", 1, "pool", sip__pool_name(p), "session", session,
                      "drained", drain);
   }
   if (p) sip__pool_unref(p);

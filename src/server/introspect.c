@@ -13,76 +13,72 @@
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "server/server_impl.h"
-#include "session/preprocess.h"
 #include "session/counters.h"
+#include "session/pool_view.h"
 #include "session/sla.h"
 #include "server/sla_monitor.h"
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
 static json_t *pool_json(sip__pool_t *p, int detail) {
-  int st = atomic_load(&p->state);
-  int ready = st == SIP__POOL_READY || st == SIP__POOL_STOPPED;
-  json_t *o = json_pack("{s:s,s:s,s:o}", "name", p->cfg->name, "state",
-                        sip__pool_state_name((sip__pool_state_t)st), "error",
-                        nullable(st == SIP__POOL_FAILED ? p->error : NULL));
+  sip__pool_info_t in;
+  sip__pool_info(p, &in);
+  const sip__pool_config_t *cfg = in.cfg;
+  int ready = in.state == SIP__POOL_READY || in.state == SIP__POOL_STOPPED;
+  json_t *o = json_pack("{s:s,s:s,s:o}", "name", in.name, "state", sip__pool_state_name(in.state),
+                        "error", nullable(in.error));
   /* In the status too: the HTTP front-end's stats and /metrics label by it
    * without asking for the pools' I/O. */
-  json_object_set_new(o, "version", nullable(p->version));
+  json_object_set_new(o, "version", nullable(in.version));
   if (detail == SIP_INFO_POOLS) {
-    json_object_set_new(o, "backend", json_string(p->cfg->backend));
-    if (p->backend)
-      json_object_set_new(o, "platform", json_string(p->backend->platform ? p->backend->platform
-                                                                          : p->backend->name));
-    json_object_set_new(o, "model_path", nullable(sip__redact_path(
-                                             p->resolved_path ? p->resolved_path
-                                                              : p->cfg->model_path)));
-    json_object_set_new(o, "priority", json_string(sip__priority_name(p->cfg->priority)));
-    json_object_set_new(o, "pool_size", json_integer(atomic_load(&p->size)));
+    json_object_set_new(o, "backend", json_string(cfg->backend));
+    if (in.platform) json_object_set_new(o, "platform", json_string(in.platform));
+    json_object_set_new(o, "model_path", nullable(sip__redact_path(in.model_path)));
+    json_object_set_new(o, "priority", json_string(sip__priority_name(cfg->priority)));
+    json_object_set_new(o, "pool_size", json_integer(in.pool_size));
     /* For the HTTP model_configuration extension. */
     json_object_set_new(o, "resource_quota",
                         json_pack("{s:I,s:i}", "max_memory_mb",
-                                  (json_int_t)atomic_load(&p->quota_memory_mb),
-                                  "max_compute_percent", atomic_load(&p->quota_compute_percent)));
+                                  (json_int_t)in.max_memory_mb,
+                                  "max_compute_percent", in.max_compute_percent));
     json_t *bo = json_object();
-    for (size_t k = 0; k < p->cfg->n_backend_options; k++)
-      json_object_set_new(bo, p->cfg->backend_options[k].key,
-                          json_string(p->cfg->backend_options[k].value));
+    for (size_t k = 0; k < cfg->n_backend_options; k++)
+      json_object_set_new(bo, cfg->backend_options[k].key,
+                          json_string(cfg->backend_options[k].value));
     json_object_set_new(o, "backend_options", bo);
-    if (p->cfg->n_cpus) {
+    if (cfg->n_cpus) {
       json_t *cpus = json_array();
       for (int k = 0; k < SIP__MAX_CPUS; k++)
-        if (p->cfg->cpu_mask[k / 64] >> (k % 64) & 1) json_array_append_new(cpus, json_integer(k));
+        if (cfg->cpu_mask[k / 64] >> (k % 64) & 1) json_array_append_new(cpus, json_integer(k));
       json_object_set_new(o, "cpu_affinity", cpus);
     }
-    if (p->cfg->max_batch_size) {
+    if (cfg->max_batch_size) {
       json_t *pref = json_array();
-      for (size_t k = 0; k < p->cfg->n_preferred; k++)
-        json_array_append_new(pref, json_integer(p->cfg->preferred_batch_sizes[k]));
+      for (size_t k = 0; k < cfg->n_preferred; k++)
+        json_array_append_new(pref, json_integer(cfg->preferred_batch_sizes[k]));
       static const char *pads[] = {"none", "replicate_last", "zero"};
       json_object_set_new(
           o, "dynamic_batching",
-          json_pack("{s:i,s:I,s:o,s:s}", "max_batch_size", p->cfg->max_batch_size,
-                    "max_queue_delay_us", (json_int_t)p->cfg->max_queue_delay_us,
+          json_pack("{s:i,s:I,s:o,s:s}", "max_batch_size", cfg->max_batch_size,
+                    "max_queue_delay_us", (json_int_t)cfg->max_queue_delay_us,
                     "preferred_batch_sizes", pref, "padding_strategy",
-                    pads[p->cfg->padding_strategy]));
+                    pads[cfg->padding_strategy]));
     }
-    if (p->cfg->sequence_batching) {
+    if (cfg->sequence_batching) {
       static const char *const keys[SIP__SEQ_CONTROLS] = {"start", "end", "ready", "corrid"};
       json_t *ctl = json_object();
       for (int k = 0; k < SIP__SEQ_CONTROLS; k++)
-        if (p->cfg->seq_control[k])
-          json_object_set_new(ctl, keys[k], json_string(p->cfg->seq_control[k]));
+        if (cfg->seq_control[k])
+          json_object_set_new(ctl, keys[k], json_string(cfg->seq_control[k]));
       json_object_set_new(o, "sequence_batching",
                           json_pack("{s:I,s:i,s:I,s:o}", "idle_timeout_us",
-                                    (json_int_t)p->cfg->seq_idle_timeout_us, "max_sequences",
-                                    p->cfg->seq_max_sequences, "max_backlog",
-                                    (json_int_t)p->cfg->seq_max_backlog, "control_inputs", ctl));
+                                    (json_int_t)cfg->seq_idle_timeout_us, "max_sequences",
+                                    cfg->seq_max_sequences, "max_backlog",
+                                    (json_int_t)cfg->seq_max_backlog, "control_inputs", ctl));
     }
-    json_object_set_new(o, "inputs", ready ? sip__io_json(p->inputs, p->n_inputs) : json_array());
-    json_object_set_new(o, "outputs", ready ? sip__io_json(p->outputs, p->n_outputs) : json_array());
-    if (ready && p->pre)
-      json_object_set_new(o, "preprocess", json_string(sip__preprocess_steps(p->pre)));
+    json_object_set_new(o, "inputs", ready ? sip__io_json(in.inputs, in.n_inputs) : json_array());
+    json_object_set_new(o, "outputs", ready ? sip__io_json(in.outputs, in.n_outputs) : json_array());
+    if (ready && in.preprocess) json_object_set_new(o, "preprocess", json_string(in.preprocess));
     return o;
   }
   /* The counters as /metrics reads them (session/counters.h). */
@@ -153,7 +149,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                   (json_int_t)c.seq_waiting, "expired",
                                   (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
-  if (p->sla) json_object_set_new(o, "sla", sip__sla_json(p->sla)); /* docs/sla.md */
+  if (in.sla) json_object_set_new(o, "sla", sip__sla_json(in.sla)); /* docs/sla.md */
   json_object_set_new(
       o, "stats",
       json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "inference_count",
@@ -188,18 +184,19 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
     json_t *pools = json_object();
     for (size_t i = 0; i < n; i++) {
       char key[300];
-      if (!defaults || defaults[i] || !v[i]->version)
-        snprintf(key, sizeof key, "%s", v[i]->cfg->name);
+      const char *name = sip__pool_name(v[i]), *ver = sip__pool_version(v[i]);
+      if (!defaults || defaults[i] || !ver)
+        snprintf(key, sizeof key, "%s", name);
       else
-        snprintf(key, sizeof key, "%s:%s", v[i]->cfg->name, v[i]->version);
-      json_object_set_new(pools, key, json_string(sip__pool_state_name(atomic_load(&v[i]->state))));
+        snprintf(key, sizeof key, "%s:%s", name, ver);
+      json_object_set_new(pools, key, json_string(sip__pool_state_name(sip__pool_state(v[i]))));
     }
     /* loading: start-up loads not over, or a model still loading; once it
      * is false a server that is not ready has a model that failed
      * (server.strict_readiness) or is draining. */
     int loading = !atomic_load(&s->loaded);
     for (size_t i = 0; i < n && !loading; i++)
-      loading = atomic_load(&v[i]->state) == SIP__POOL_LOADING;
+      loading = sip__pool_state(v[i]) == SIP__POOL_LOADING;
     root = json_pack("{s:b,s:b,s:b,s:o}", "ready", sip_server_ready(s), "live", 1, "loading",
                      loading, "pools", pools);
   } else {
@@ -209,7 +206,7 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
       if (o) {
         json_object_set_new(o, "default", json_boolean(!defaults || defaults[i]));
         if (kind == SIP_INFO_POOLS)
-          json_object_set_new(o, "source", json_string(v[i]->from_repo ? "repository" : "config"));
+          json_object_set_new(o, "source", json_string(sip__pool_from_repo(v[i]) ? "repository" : "config"));
       }
       json_array_append_new(pools, o);
     }

@@ -34,8 +34,9 @@ void sip__server_memory(sip_server_t *s, sip__server_memory_t *out) {
   size_t n = 0;
   sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
   for (size_t i = 0; i < n; i++) {
-    int st = atomic_load(&v[i]->state);
-    if (st == SIP__POOL_READY || st == SIP__POOL_STOPPED) out->models += v[i]->memory_bytes;
+    sip__pool_info_t in;
+    sip__pool_info(v[i], &in);
+    if (in.state == SIP__POOL_READY || in.state == SIP__POOL_STOPPED) out->models += in.memory_bytes;
   }
   sip__registry_release(v, n);
   out->resident = sip__resident_bytes();

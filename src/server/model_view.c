@@ -16,23 +16,24 @@ static const char *const state_names[] = {"LOADING", "READY", "FAILED", "STOPPED
 static void pool_view(sip__engine_t *eng, sip__pool_t *p, sip__model_view_t *v) {
   sip__pool_counters_t c;
   sip__pool_counters_read(p, &c);
-  v->name = p->cfg->name;
-  v->version = p->version;
+  sip__pool_info_t in;
+  sip__pool_info(p, &in);
+  v->name = in.name;
+  v->version = in.version;
   v->state = sip__pool_state_name((sip__pool_state_t)c.state);
   v->loaded = c.state == SIP__POOL_READY || c.state == SIP__POOL_STOPPED;
-  v->error = c.state == SIP__POOL_FAILED ? p->error : NULL;
-  v->platform = p->backend ? (p->backend->platform ? p->backend->platform : p->backend->name)
-                           : "unknown";
+  v->error = c.state == SIP__POOL_FAILED ? in.error : NULL;
+  v->platform = in.platform ? in.platform : "unknown";
   /* Relative to the model repository (or the config's directory): answers
    * do not show the server's directories (docs/security.md). */
-  v->model_path = sip__redact_path(p->resolved_path ? p->resolved_path : p->cfg->model_path);
-  v->pool_cfg = p->cfg;
-  v->pool_size = atomic_load(&p->size);
-  v->max_memory_mb = atomic_load(&p->quota_memory_mb);
-  v->max_compute_percent = atomic_load(&p->quota_compute_percent);
+  v->model_path = sip__redact_path(in.model_path);
+  v->pool_cfg = in.cfg;
+  v->pool_size = in.pool_size;
+  v->max_memory_mb = in.max_memory_mb;
+  v->max_compute_percent = in.max_compute_percent;
   if (v->loaded) {
-    v->inputs = p->inputs, v->n_inputs = p->n_inputs;
-    v->outputs = p->outputs, v->n_outputs = p->n_outputs;
+    v->inputs = in.inputs, v->n_inputs = in.n_inputs;
+    v->outputs = in.outputs, v->n_outputs = in.n_outputs;
   }
   v->stats = (sip__model_stats_t){
       .inference_count = c.inference_count, .execution_count = c.execution_count,

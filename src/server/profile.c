@@ -157,7 +157,7 @@ static void run(job_t *j) {
   sip_error_t *e = sip__pool_profile(j->p, j->session, j->ms, &trace);
   json_t *a = NULL;
   if (!e)
-    e = sip__profile_summary(trace, j->p->cfg->name, j->session, (double)j->ms / 1000.0,
+    e = sip__profile_summary(trace, sip__pool_name(j->p), j->session, (double)j->ms / 1000.0,
                              j->with_trace, &a);
   sip__free(trace);
   char *txt = a ? json_dumps(a, JSON_COMPACT) : NULL;
@@ -215,7 +215,7 @@ sip_error_t *sip__admin_profile(sip__pool_t *p, json_t *req, sip_admin_done_fn d
     sip__pool_unref(p);
     sip__free(j);
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start a thread to profile pool '%s'",
-                         p->cfg->name);
+                         sip__pool_name(p));
   }
   return NULL;
 }

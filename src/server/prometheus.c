@@ -364,7 +364,7 @@ static void sla_metrics(sb_t *b, pool_row_t *pl, size_t n) {
     return;
   }
   for (size_t i = 0; i < n; i++)
-    if (pl[i].pool->sla) sip__sla_read(pl[i].pool->sla, &v[i]);
+    if (pl[i].sla) sip__sla_read(pl[i].sla, &v[i]);
   for (int f = 0; f < NFAM; f++) {
     family(b, fam[f].name, "gauge", fam[f].help);
     for (size_t i = 0; i < n; i++) {
@@ -377,17 +377,17 @@ static void sla_metrics(sb_t *b, pool_row_t *pl, size_t n) {
                    : f == THROUGHPUT ? (x->have_last ? w->throughput_rps : -1)
                                      : x->level;
       /* No pool SLA, or nothing measured yet: no sample. */
-      if (pl[i].pool->sla && val >= 0) sb_add(b, "%s{%s} %.17g\n", fam[f].name, pl[i].labels, val);
+      if (pl[i].sla && val >= 0) sb_add(b, "%s{%s} %.17g\n", fam[f].name, pl[i].labels, val);
     }
   }
   family(b, "sip_sla_alerts_total", "counter", "SLA alerts fired, by level (warning, critical).");
   for (size_t i = 0; i < n; i++)
-    for (int l = SIP__ALERT_WARNING; pl[i].pool->sla && l < SIP__ALERT_LEVELS; l++)
+    for (int l = SIP__ALERT_WARNING; pl[i].sla && l < SIP__ALERT_LEVELS; l++)
       sb_add(b, "sip_sla_alerts_total{%s,level=\"%s\"} %llu\n", pl[i].labels,
              sip__alert_level_name(l), (unsigned long long)v[i].fired[l]);
   family(b, "sip_sla_alerts_resolved_total", "counter", "SLA alerts resolved.");
   for (size_t i = 0; i < n; i++)
-    if (pl[i].pool->sla)
+    if (pl[i].sla)
       sb_add(b, "sip_sla_alerts_resolved_total{%s} %llu\n", pl[i].labels,
              (unsigned long long)v[i].resolved);
   sip__free(v);
@@ -497,12 +497,15 @@ char *sip__prometheus_text(sip_server_t *s) {
   }
   for (size_t i = 0; i < n; i++) {
     char e1[300], e2[300];
+    sip__pool_info_t in;
+    sip__pool_info(v[i], &in);
     pl[i].pool = v[i];
-    pl[i].name = v[i]->cfg->name;
-    pl[i].version = v[i]->version ? v[i]->version : "";
+    pl[i].name = in.name;
+    pl[i].version = in.version ? in.version : "";
+    pl[i].sla = in.sla;
     sip__pool_counters_read(v[i], &pl[i].c);
     snprintf(pl[i].labels, sizeof pl[i].labels, "pool=\"%s\",version=\"%s\"",
-             esc(e1, sizeof e1, v[i]->cfg->name), esc(e2, sizeof e2, v[i]->version ? v[i]->version : ""));
+             esc(e1, sizeof e1, in.name), esc(e2, sizeof e2, pl[i].version));
   }
 
   family(&b, "sip_pool_state", "gauge", "1 for the state the pool is in, 0 for the others.");
@@ -559,8 +562,7 @@ char *sip__prometheus_text(sip_server_t *s) {
       for (int d = 0; d < SIP__COPY_DIRECTIONS; d++)
         sb_add(&b, "%s{%s,direction=\"%s\"} %llu\n", copy_fam[f][0], pl[i].labels,
                sip__copy_direction_name(d),
-               (unsigned long long)atomic_load(f ? &pl[i].pool->copies.bytes[d]
-                                                 : &pl[i].pool->copies.copies[d]));
+               (unsigned long long)(f ? pl[i].c.copy_bytes[d] : pl[i].c.copies[d]));
   }
   family(&b, "sip_batch_level", "gauge",
          "Elastic batching: 1 for the traffic level the pool batches at now (batch_strategies).");

@@ -32,6 +32,7 @@ typedef struct sip__prom_pool_row {
   const char *name;        /* the pool's name */
   const char *version;     /* "" when unversioned; valid while the pool is referenced */
   sip__pool_counters_t c;
+  struct sip__sla *sla;    /* the pool's SLA accounting, or NULL */
   char labels[700];        /* pool="...",version="..." */
 } sip__prom_pool_row_t;
 

@@ -51,7 +51,7 @@ static int start_settings_changed(const sip__config_t *a, const sip__config_t *b
 static sip_error_t *repo_name_taken(sip__pool_t **live, size_t n, const char *name) {
   int taken = 0;
   for (size_t i = 0; i < n && !taken; i++)
-    taken = live[i]->from_repo && !strcmp(live[i]->cfg->name, name);
+    taken = sip__pool_from_repo(live[i]) && !strcmp(sip__pool_name(live[i]), name);
   return taken ? sip_error_new(SIP_FAILED_PRECONDITION,
                                "session_pools entry '%s' has the name of a repository model; "
                                "unload that model first or name the pool otherwise", name)
@@ -70,24 +70,27 @@ static sip_error_t *fallbacks_fit(sip__pool_t **live, size_t n_live, sip__pool_t
   for (size_t i = 0; i < n_live; i++) {
     int gone = 0;
     for (size_t k = 0; k < n_retire && !gone; k++) gone = retire[k] == live[i];
-    if (!gone && !atomic_load(&live[i]->retired)) after[n++] = live[i];
+    if (gone) continue;
+    sip__pool_info_t in;
+    sip__pool_info(live[i], &in);
+    if (!in.retired) after[n++] = live[i];
   }
   size_t first_new = n;
   for (size_t i = 0; i < n_add; i++) after[n++] = add[i];
   sip_error_t *e = NULL;
   for (size_t i = 0; i < n && !e; i++) {
-    const char *fb = after[i]->cfg->fallback_pool;
-    if (!fb || atomic_load(&after[i]->state) != SIP__POOL_READY) continue;
+    const char *fb = sip__pool_config(after[i])->fallback_pool;
+    if (!fb || sip__pool_state(after[i]) != SIP__POOL_READY) continue;
     for (size_t k = 0; k < n && !e; k++) {
       sip__pool_t *f = after[k];
-      if ((i < first_new && k < first_new) || strcmp(f->cfg->name, fb) ||
-          atomic_load(&f->state) != SIP__POOL_READY || sip__pool_fallback_fits(after[i], f))
+      if ((i < first_new && k < first_new) || strcmp(sip__pool_name(f), fb) ||
+          sip__pool_state(f) != SIP__POOL_READY || sip__pool_fallback_fits(after[i], f))
         continue;
       e = sip_error_new(SIP_FAILED_PRECONDITION,
                         "failover.fallback_pool '%s' of pool '%s' would take other inputs or "
                         "give other outputs than it; expected a pool of the same model "
                         "signature",
-                        fb, after[i]->cfg->name);
+                        fb, sip__pool_name(after[i]));
     }
   }
   sip__free(after);
@@ -99,7 +102,7 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
   sip__pool_t **live = sip__registry_snapshot(&s->eng, 1, &n_live);
   sip__pool_t **add = sip__calloc(ncfg->n_pools + 1, sizeof *add);
   sip__pool_t **retire = sip__calloc(n_live + 1, sizeof *retire);
-  sip_error_t *e = !add || !retire || (!live && s->eng.n_pools) ? SIP__OOM() : NULL;
+  sip_error_t *e = !add || !retire || (!live && sip__registry_pool_count(&s->eng)) ? SIP__OOM() : NULL;
   if (!e && !sip__config_pipelines_same(s->cfg, ncfg))
     e = sip_error_new(SIP_FAILED_PRECONDITION,
                       "pipeline_sessions changed; pipelines are built at start: restart sipd to "
@@ -112,10 +115,11 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
     const sip__pool_config_t *pc = &ncfg->pools[i];
     sip__pool_t *old = NULL;
     for (size_t j = 0; j < n_live && !old; j++)
-      if (!live[j]->from_repo && !strcmp(live[j]->cfg->name, pc->name)) old = live[j];
+      if (!sip__pool_from_repo(live[j]) && !strcmp(sip__pool_name(live[j]), pc->name))
+        old = live[j];
     int retry = 0;
-    if (old && sip__config_pool_same(old->cfg, pc)) {
-      retry = atomic_load(&old->state) == SIP__POOL_FAILED;
+    if (old && sip__config_pool_same(sip__pool_config(old), pc)) {
+      retry = sip__pool_state(old) == SIP__POOL_FAILED;
       if (!retry) {
         counts[3]++;
         continue;
@@ -128,11 +132,13 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
       break;
     }
     sip__pool_load(p);
-    if (atomic_load(&p->state) != SIP__POOL_READY) {
+    sip__pool_info_t in;
+    sip__pool_info(p, &in);
+    if (in.state != SIP__POOL_READY) {
       if (!retry)
-        e = sip_error_new(p->load_error ? sip_error_code(p->load_error) : SIP_INTERNAL,
+        e = sip_error_new(in.load_error ? sip_error_code(in.load_error) : SIP_INTERNAL,
                           "pool '%s' failed to load: %s", pc->name,
-                          p->load_error ? sip_error_message(p->load_error) : "unknown reason");
+                          in.load_error ? sip_error_message(in.load_error) : "unknown reason");
       else
         counts[3]++; /* still failing: the FAILED pool stays, with its reason */
       sip__pool_destroy(p);
@@ -141,7 +147,8 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
     }
     add[n_add++] = p;
     sip__model_io_t io;
-    char *why = p->base.vt->describe_io(&p->base, &io)
+    sip__model_t *pm = sip__pool_model(p);
+    char *why = pm->vt->describe_io(pm, &io)
                     ? sip__pipelines_check_pool(s->pipelines, pc->name, &io)
                     : NULL;
     if (why) e = sip_error_new(SIP_FAILED_PRECONDITION, "pool '%s' would not fit %s", pc->name, why);
@@ -155,10 +162,10 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
   }
   /* Config pools the new config no longer lists. */
   for (size_t j = 0; !e && j < n_live; j++) {
-    if (live[j]->from_repo) continue;
+    if (sip__pool_from_repo(live[j])) continue;
     int listed = 0;
     for (size_t i = 0; i < ncfg->n_pools && !listed; i++)
-      listed = !strcmp(ncfg->pools[i].name, live[j]->cfg->name);
+      listed = !strcmp(ncfg->pools[i].name, sip__pool_name(live[j]));
     if (!listed) {
       retire[n_retire++] = live[j];
       counts[2]++;
@@ -176,8 +183,8 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
   /* Our references go first: a drain waits for every other one. */
   sip__registry_release(live, n_live);
   for (size_t i = 0; i < n_retire; i++) {
-    sip__log(SIP__LOG_INFO, "retiring pool", "pool=%s", retire[i]->cfg->name);
-    sip__repo_forget_pool(s, retire[i]->cfg->name); /* serves as its new config says */
+    sip__log(SIP__LOG_INFO, "retiring pool", "pool=%s", sip__pool_name(retire[i]));
+    sip__repo_forget_pool(s, sip__pool_name(retire[i])); /* serves as its new config says */
     sip__registry_drain_free(&s->eng, retire[i]);
   }
   if (n_retire) malloc_trim(0); /* as a repository reload does: freed pages go back */

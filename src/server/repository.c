@@ -25,6 +25,7 @@
 #include "pipeline/pipeline.h"
 #include "server/repository_impl.h"
 #include "server/state.h"
+#include "session/counters.h"
 
 /* ---- records ------------------------------------------------------------ */
 
@@ -151,20 +152,21 @@ static void restore(sip_server_t *s) {
  * are all its config's. */
 static int pool_settings(sip__pool_t *p, sip__state_pool_t *c) {
   memset(c, 0, sizeof *c);
-  int size = atomic_load(&p->size);
-  int64_t mem = atomic_load(&p->quota_memory_mb);
-  int pct = atomic_load(&p->quota_compute_percent);
-  c->pool_size = size != p->cfg->pool_size ? size : 0;
-  c->max_memory_mb = mem != p->cfg->max_memory_mb ? mem : -1;
-  c->max_compute_percent = pct != p->cfg->max_compute_percent ? pct : -1;
+  sip__pool_info_t in;
+  sip__pool_info(p, &in);
+  c->pool_size = in.pool_size != in.cfg->pool_size ? in.pool_size : 0;
+  c->max_memory_mb = in.max_memory_mb != in.cfg->max_memory_mb ? in.max_memory_mb : -1;
+  c->max_compute_percent =
+      in.max_compute_percent != in.cfg->max_compute_percent ? in.max_compute_percent : -1;
   int any = c->pool_size || c->max_memory_mb >= 0 || c->max_compute_percent >= 0;
-  pthread_mutex_lock(&p->mu);
-  for (int i = 0; i < p->n_sessions && i < 256; i++)
-    if (atomic_load(&p->sessions[i].drain)) {
+  for (int i = 0; i < sip__pool_session_count(p) && i < 256; i++) {
+    sip__session_counters_t sc;
+    sip__pool_session_read(p, i, &sc);
+    if (sc.drained) {
       c->drained[i / 64] |= UINT64_C(1) << (i % 64);
       any = 1;
     }
-  pthread_mutex_unlock(&p->mu);
+  }
   return any;
 }
 
@@ -209,7 +211,7 @@ static void save_pool(sip_server_t *s, const char *name, const sip__state_pool_t
 
 void sip__repo_checkpoint_pool(sip_server_t *s, sip__pool_t *p) {
   sip__state_pool_t c;
-  save_pool(s, p->cfg->name, pool_settings(p, &c) ? &c : NULL);
+  save_pool(s, sip__pool_name(p), pool_settings(p, &c) ? &c : NULL);
 }
 
 void sip__repo_forget_pool(sip_server_t *s, const char *name) { save_pool(s, name, NULL); }
@@ -240,13 +242,12 @@ static void restore_pools(sip_server_t *s) {
 static void initial_load(sip_server_t *s) {
   sip__repo_t *R = s->repo;
   /* Only this thread changes the registry while it loads. */
-  pthread_rwlock_rdlock(&s->eng.reg_lock);
-  size_t n_pools = s->eng.n_pools;
+  size_t n_pools = 0;
+  sip__pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n_pools);
   for (size_t i = 0; i < n_pools; i++)
-    if (atomic_load(&s->eng.pools[i]->state) == SIP__POOL_LOADING) sip__pool_load(s->eng.pools[i]);
-  for (size_t i = 0; i < n_pools; i++)
-    sip__pool_check_fallback(s->eng.pools[i], s->eng.pools, n_pools);
-  pthread_rwlock_unlock(&s->eng.reg_lock);
+    if (sip__pool_state(pools[i]) == SIP__POOL_LOADING) sip__pool_load(pools[i]);
+  for (size_t i = 0; i < n_pools; i++) sip__pool_check_fallback(pools[i], pools, n_pools);
+  sip__registry_release(pools, n_pools);
   size_t n = 0;
   char **names = NULL;
   if (R->root && s->cfg->model_control == SIP__MODEL_CONTROL_STARTUP) {
@@ -621,26 +622,26 @@ char *sip_server_repository_index(sip_server_t *s, int ready_only) {
   pthread_rwlock_unlock(&s->eng.reg_lock);
   for (size_t i = 0; !oom && i < n_pools; i++) {
     sip__pool_t *p = pools[i];
-    int st = atomic_load(&p->state);
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:b}", "name", p->cfg->name, "state",
-                          index_state(st), "reason",
-                          st == SIP__POOL_FAILED && p->error ? p->error : "", "source",
-                          p->from_repo ? "repository" : "config", "default", is_default[i]);
-    if (o && p->version) json_object_set_new(o, "version", json_string(p->version));
-    oom = add_entry(&v, &n, o, p->version_num);
+    sip__pool_info_t in;
+    sip__pool_info(p, &in);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:b}", "name", in.name, "state",
+                          index_state(in.state), "reason", in.error ? in.error : "", "source",
+                          in.from_repo ? "repository" : "config", "default", is_default[i]);
+    if (o && in.version) json_object_set_new(o, "version", json_string(in.version));
+    oom = add_entry(&v, &n, o, in.version_num);
   }
   if (R && R->root) {
     pthread_mutex_lock(&R->mu);
     for (sip__model_rec_t *m = R->models; m && !oom; m = m->next) {
       int live = 0;
-      for (size_t i = 0; i < n_pools && !live; i++) live = !strcmp(pools[i]->cfg->name, m->name);
+      for (size_t i = 0; i < n_pools && !live; i++) live = !strcmp(sip__pool_name(pools[i]), m->name);
       int listed = 0;
       for (size_t k = 0; k < m->n_failed && !oom; k++) {
         const sip__failure_t *fl = &m->failed[k];
         int served = 0;
         for (size_t i = 0; fl->version && i < n_pools && !served; i++)
-          served = !strcmp(pools[i]->cfg->name, m->name) && pools[i]->version &&
-                   !strcmp(pools[i]->version, fl->version);
+          served = !strcmp(sip__pool_name(pools[i]), m->name) && sip__pool_version(pools[i]) &&
+                   !strcmp(sip__pool_version(pools[i]), fl->version);
         if (served) continue;
         json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "name", m->name, "state", "UNAVAILABLE",
                               "reason", fl->reason, "source", "repository");

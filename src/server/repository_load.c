@@ -38,11 +38,12 @@ static char *fingerprint(const char *model_file, const char *config_file,
 static sip_error_t *check_io(sip__pool_t *p, const sip__model_override_t *config,
                              const sip__repo_cfg_t *rc) {
   sip__model_io_t io;
-  if (!p->base.vt->describe_io(&p->base, &io)) return NULL;
+  sip__model_t *m = sip__pool_model(p);
+  if (!m->vt->describe_io(m, &io)) return NULL;
   const sip_io_desc_t *const d[2] = {io.inputs, io.outputs};
   const size_t n[2] = {io.n_inputs, io.n_outputs};
   sip_error_t *e = sip__repo_cfg_check_io(rc, d, n); /* what config.pbtxt declares */
-  if (!e && config) e = sip__model_override_check_io(config, d, n, p->cfg->max_batch_size > 0);
+  if (!e && config) e = sip__model_override_check_io(config, d, n, sip__pool_config(p)->max_batch_size > 0);
   return e;
 }
 
@@ -52,7 +53,7 @@ static sip__pool_t **model_pools(sip_server_t *s, const char *name, size_t *n) {
   sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &all);
   *n = 0;
   for (size_t i = 0; i < all; i++) {
-    if (v[i]->from_repo && !strcmp(v[i]->cfg->name, name))
+    if (sip__pool_from_repo(v[i]) && !strcmp(sip__pool_name(v[i]), name))
       v[(*n)++] = v[i];
     else
       sip__pool_unref(v[i]);
@@ -172,10 +173,13 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
       break;
     }
     int kept = 0;
-    for (size_t j = 0; j < n_old && !kept; j++)
-      if (old[j]->version && !strcmp(old[j]->version, ver->name) && old[j]->fingerprint &&
-          !strcmp(old[j]->fingerprint, fp))
+    for (size_t j = 0; j < n_old && !kept; j++) {
+      sip__pool_info_t in;
+      sip__pool_info(old[j], &in);
+      if (in.version && !strcmp(in.version, ver->name) && in.fingerprint &&
+          !strcmp(in.fingerprint, fp))
         kept = keep[j] = 1;
+    }
     if (kept) {
       sip__free(fp);
       continue;
@@ -191,17 +195,17 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
       e = le;
       break;
     }
-    p->from_repo = 1;
-    p->pinned = ver->num == current;
-    p->fingerprint = fp;
+    sip__pool_set_origin(p, ver->num == current, fp);
     sip__pool_load(p);
-    sip_error_t *ie = atomic_load(&p->state) == SIP__POOL_READY ? check_io(p, config, &rc) : NULL;
-    if (atomic_load(&p->state) == SIP__POOL_READY && !ie) {
+    sip__pool_info_t in;
+    sip__pool_info(p, &in);
+    sip_error_t *ie = in.state == SIP__POOL_READY ? check_io(p, config, &rc) : NULL;
+    if (in.state == SIP__POOL_READY && !ie) {
       add[n_add++] = p;
     } else {
-      if (sip__repo_add_failure(&f, &nf, ver->name, ie ? ie : p->load_error)) e = SIP__OOM();
+      if (sip__repo_add_failure(&f, &nf, ver->name, ie ? ie : in.load_error)) e = SIP__OOM();
       sip_error_free(ie);
-      if (atomic_load(&p->state) == SIP__POOL_READY) sip__pool_shutdown(p);
+      if (in.state == SIP__POOL_READY) sip__pool_shutdown(p);
       sip__pool_destroy(p);
     }
   }
@@ -209,12 +213,14 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
    * if those still fit how the stages were wired. */
   for (size_t i = 0; !e && i < n_add; i++) {
     sip__model_io_t io;
-    char *why = add[i]->base.vt->describe_io(&add[i]->base, &io)
+    sip__model_t *am = sip__pool_model(add[i]);
+    char *why = am->vt->describe_io(am, &io)
                     ? sip__pipelines_check_pool(s->pipelines, name, &io)
                     : NULL;
     if (why)
       e = sip_error_new(SIP_FAILED_PRECONDITION, "version '%s' does not fit %s; the versions "
-                        "serving stay", add[i]->version ? add[i]->version : "-", why);
+                        "serving stay", sip__pool_version(add[i]) ? sip__pool_version(add[i]) : "-",
+                        why);
     sip__free(why);
   }
   if (e) { /* nothing changes: the versions loaded for nothing go */
@@ -228,14 +234,19 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
       if (keep[j]) continue;
       int replaced = 0;
       for (size_t i = 0; i < n_add && !replaced; i++)
-        replaced = old[j]->version && !strcmp(add[i]->version, old[j]->version);
+        replaced = sip__pool_version(old[j]) &&
+                   !strcmp(sip__pool_version(add[i]), sip__pool_version(old[j]));
       /* After a failure only versions with a working successor go. */
       if (nf == nf_scan || replaced) retire[n_retire++] = old[j];
     }
     /* The `current` link may have moved between versions that stay. */
     pthread_rwlock_wrlock(&s->eng.reg_lock);
     for (size_t j = 0; j < n_old; j++)
-      if (keep[j]) old[j]->pinned = old[j]->version_num == current;
+      if (keep[j]) {
+        sip__pool_info_t in;
+        sip__pool_info(old[j], &in);
+        sip__pool_set_pinned(old[j], in.version_num == current);
+      }
     pthread_rwlock_unlock(&s->eng.reg_lock);
     if (n_add || n_retire) {
       sip_error_t *se = sip__registry_swap(&s->eng, add, n_add, retire, n_retire);
@@ -254,7 +265,7 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
   sip__registry_release(old, n_old);
   for (size_t i = 0; i < n_retire; i++) {
     sip__log(SIP__LOG_INFO, "retiring model version", "model=%s version=%s", name,
-             retire[i]->version ? retire[i]->version : "-");
+             sip__pool_version(retire[i]) ? sip__pool_version(retire[i]) : "-");
     sip__registry_drain_free(&s->eng, retire[i]);
   }
   if (n_retire) give_back_memory();

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "session/pool_view.h"
 #include "session/request.h"
 
 typedef struct slot {
@@ -101,9 +102,10 @@ static slot_t *slot_for(sip__rcache_t *c, const char *pool, const char *version)
  * state (sequence_batching) and is serving, without a sequence, outputs to the client's
  * memory, or inputs in device memory. */
 static int cacheable(sip__pool_t *p, const sip_request_t *r) {
-  if (!p->cfg->response_cache || p->cfg->sequence_batching) return 0;
+  const sip__pool_config_t *cfg = sip__pool_config(p);
+  if (!cfg->response_cache || cfg->sequence_batching) return 0;
   /* A pool not serving answers as it would without a cache. */
-  if (atomic_load(&p->state) != SIP__POOL_READY || atomic_load(&p->retired)) return 0;
+  if (!sip__pool_serving(p)) return 0;
   if (r->seq_flags || r->seq_id || r->seq_sid || r->n_dests) return 0;
   for (size_t i = 0; i < r->n_inputs; i++)
     if (r->inputs[i]->memory_type == SIP_MEMORY_DEVICE) return 0;
@@ -133,14 +135,13 @@ sip__rcache_outcome_t sip__rcache_begin(sip__rcache_t *c, sip__model_t *m, sip_r
                                         sip_response_t **hit, sip__rcache_run_t **run) {
   *hit = NULL;
   *run = NULL;
-  if (!c || m->vt != &sip__pool_model_vt) return SIP__RCACHE_RUN;
-  sip__pool_t *p = (sip__pool_t *)m;
-  if (!cacheable(p, r)) return SIP__RCACHE_RUN;
-  slot_t *sl = slot_for(c, r->pool, p->version);
+  sip__pool_t *p = sip__pool_of(m);
+  if (!c || !p || !cacheable(p, r)) return SIP__RCACHE_RUN;
+  slot_t *sl = slot_for(c, r->pool, sip__pool_version(p));
   if (!sl) return SIP__RCACHE_RUN;
   uint64_t t0 = sip__now_us();
   uint8_t key[SIP__RCACHE_DIGEST];
-  if (sip__rcache_key(r->pool, p->version, r, key)) {
+  if (sip__rcache_key(r->pool, sip__pool_version(p), r, key)) {
     atomic_fetch_add(&sl->errors, 1);
     return SIP__RCACHE_RUN;
   }

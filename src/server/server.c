@@ -178,7 +178,7 @@ static void *hk_main(void *arg) {
     size_t n = 0;
     /* Retired pools too: their queues still hold requests with deadlines. */
     sip__pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
-    if (!pools && s->eng.n_pools) next = now + 10000; /* out of memory: look again soon */
+    if (!pools && sip__registry_pool_count(&s->eng)) next = now + 10000; /* out of memory: look again soon */
     for (size_t i = 0; i < n; i++) {
       uint64_t d = sip__pool_expire(pools[i], now);
       if (d && d < next) next = d;
@@ -375,6 +375,13 @@ sip_error_t *sip_server_add_frontend(sip_server_t *s, const sip_frontend_vtable_
   return NULL;
 }
 
+static void stop_admitting(sip__pool_t *p, void *ctx) {
+  (void)ctx;
+  sip__pool_stop_admitting(p);
+}
+
+static void cancel_queued(sip__pool_t *p, void *t) { sip__pool_cancel(p, t); }
+
 void sip_server_drain(sip_server_t *s, int timeout_ms) {
   if (!s || atomic_exchange(&s->drain_called, 1)) return;
   /* A server that never started serving (a failed start) drains silently. */
@@ -410,19 +417,9 @@ void sip_server_drain(sip_server_t *s, int timeout_ms) {
   if (s->eng.registry_inited) {
     /* Refuse new work everywhere first, so no pool keeps admitting while
      * another drains. Nothing else changes the registry any more. */
-    pthread_rwlock_rdlock(&s->eng.reg_lock);
-    for (size_t i = 0; i < s->eng.n_pools; i++) {
-      sip__pool_t *p = s->eng.pools[i];
-      pthread_mutex_lock(&p->mu);
-      p->stopping = 1;
-      pthread_cond_broadcast(&p->cv);
-      pthread_mutex_unlock(&p->mu);
-    }
-    pthread_rwlock_unlock(&s->eng.reg_lock);
+    sip__registry_each_pool(&s->eng, stop_admitting, NULL);
     for (;;) {
-      pthread_rwlock_rdlock(&s->eng.reg_lock);
-      sip__pool_t *p = s->eng.n_pools ? s->eng.pools[0] : NULL;
-      pthread_rwlock_unlock(&s->eng.reg_lock);
+      sip__pool_t *p = sip__registry_first_pool(&s->eng);
       if (!p) break;
       sip__registry_drain_free(&s->eng, p);
     }
@@ -566,7 +563,8 @@ static sip_error_t *infer(sip_server_t *s, sip_request_t *r, int batch, int max_
   r->user = user;
   if (s->tracer) sip__tracer_sample(s->tracer, s->trace, r);
   /* A keyed request runs at most once per model (docs/idempotency.md). */
-  const sip__pool_config_t *pc = m->vt == &sip__pool_model_vt ? ((sip__pool_t *)m)->cfg : NULL;
+  const sip__pool_t *mp = sip__pool_of(m);
+  const sip__pool_config_t *pc = mp ? sip__pool_config(mp) : NULL;
   const char *key = r->idem_key ? r->idem_key : pc && pc->idem_enabled ? r->client_id : NULL;
   sip__idem_t *cache = key ? idem_cache(s, r->pool) : NULL;
   char *k = cache ? sip__asprintf("%s\n%s", r->version ? r->version : "", key) : NULL;
@@ -621,9 +619,7 @@ void sip_server_cancel(sip_server_t *s, sip_cancel_token_t *t) {
   size_t n = 0;
   sip__pool_t **pools = sip__registry_snapshot(&s->eng, 0, &n);
   if (!pools) { /* out of memory: under the lock (a callback's submit nests a reader) */
-    pthread_rwlock_rdlock(&s->eng.reg_lock);
-    for (size_t i = 0; i < s->eng.n_pools; i++) sip__pool_cancel(s->eng.pools[i], t);
-    pthread_rwlock_unlock(&s->eng.reg_lock);
+    sip__registry_each_pool(&s->eng, cancel_queued, t);
     return;
   }
   for (size_t i = 0; i < n; i++) sip__pool_cancel(pools[i], t);

@@ -7,6 +7,8 @@
 #include "server/introspect.h"
 #include "server/idempotency.h"
 #include "session/engine.h"
+#include "session/pool_view.h"
+#include "session/registry.h"
 
 #define SIP__MAX_FRONTENDS 8
 

@@ -91,9 +91,10 @@ static void firing_drop(sip__sla_monitor_t *m, firing_t *f) {
   *f = m->firing[--m->n_firing];
 }
 
-/* Remembers (or forgets) that pool p's alert is on at `level`. Out of
- * memory: not remembered (its resolution is then not sent if it goes). */
-static void firing_note(sip__sla_monitor_t *m, sip__pool_t *p, int level) {
+/* Remembers (or forgets) that the alert of the pool `p` describes is on at
+ * `level`. Out of memory: not remembered (its resolution is then not sent
+ * if it goes). */
+static void firing_note(sip__sla_monitor_t *m, const sip__pool_info_t *p, int level) {
   firing_t *f = firing_find(m, p->sla->id);
   if (f) f->seen = 1;
   if (level == SIP__ALERT_NONE) {
@@ -113,7 +114,7 @@ static void firing_note(sip__sla_monitor_t *m, sip__pool_t *p, int level) {
   }
   f = &m->firing[m->n_firing];
   *f = (firing_t){.id = p->sla->id, .t = p->cfg->sla, .level = level, .seen = 1};
-  if (!(f->pool = sip__strdup(p->cfg->name)) ||
+  if (!(f->pool = sip__strdup(p->name)) ||
       (p->version && !(f->version = sip__strdup(p->version)))) {
     sip__free(f->pool);
     return;
@@ -151,23 +152,22 @@ static uint64_t tick(sip__sla_monitor_t *m) {
   size_t n = 0;
   sip__pool_t **v = sip__registry_snapshot(&m->srv->eng, 1, &n);
   for (size_t i = 0; i < n; i++) {
-    sip__pool_t *p = v[i];
+    sip__pool_info_t in;
+    sip__pool_info(v[i], &in);
     /* Windows start once the pool has loaded (or failed: a failed pool
      * answers UNAVAILABLE, which is a breach). */
-    if (!p->sla || atomic_load(&p->state) == SIP__POOL_LOADING) continue;
+    if (!in.sla || in.state == SIP__POOL_LOADING) continue;
     sip__sla_alert_t a;
     int fired = 0;
-    uint64_t due = sip__sla_tick(p->sla, m->pol, now, wall, &a, &fired);
-    if (fired) dispatch(m, p->cfg->name, p->version, &p->cfg->sla, &a);
+    uint64_t due = sip__sla_tick(in.sla, m->pol, now, wall, &a, &fired);
+    if (fired) dispatch(m, in.name, in.version, &in.cfg->sla, &a);
     if (due < next) next = due;
-    firing_note(m, p, sip__sla_level(p->sla));
+    firing_note(m, &in, sip__sla_level(in.sla));
   }
   /* A snapshot that failed (out of memory) says nothing about what went. */
   int listed = 1;
   if (!v) {
-    pthread_rwlock_rdlock(&m->srv->eng.reg_lock);
-    listed = m->srv->eng.n_pools == 0;
-    pthread_rwlock_unlock(&m->srv->eng.reg_lock);
+    listed = sip__registry_pool_count(&m->srv->eng) == 0;
   }
   if (listed) firing_sweep(m, wall);
   sip__registry_release(v, n);

@@ -17,6 +17,7 @@
 #include "session/events.h"
 #include "session/sequence.h"
 #include "session/sla.h"
+#include "session/pool_impl.h"
 
 #define RATE_WINDOW_US 200000
 

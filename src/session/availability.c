@@ -21,6 +21,7 @@
 #include "session/engine.h"
 #include "session/events.h"
 #include "session/isolation.h"
+#include "session/pool_impl.h"
 
 #define ABANDONED_WAIT_MS 5000
 

@@ -3,6 +3,7 @@
 
 #include "session/counters.h"
 #include "session/sequence.h"
+#include "session/pool_impl.h"
 
 void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   memset(c, 0, sizeof *c);
@@ -54,6 +55,10 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->last_recovery_us = atomic_load(&p->last_recovery_us);
   c->sequences = p->seq != NULL;
   sip__seq_counts(p, &c->seq_active, &c->seq_waiting, &c->seq_expired);
+  for (int d = 0; d < SIP__COPY_DIRECTIONS; d++) {
+    c->copies[d] = atomic_load(&p->copies.copies[d]);
+    c->copy_bytes[d] = atomic_load(&p->copies.bytes[d]);
+  }
 }
 
 int sip__pool_session_count(const sip__pool_t *p) {

@@ -30,6 +30,8 @@ typedef struct sip__pool_counters {
   char worker_exit[192];               /* why the last worker ended; "" none */
   int sequences;                       /* sequence_batching is on: the next three mean something */
   uint64_t seq_active, seq_waiting, seq_expired; /* bound, in the backlog, released idle */
+  /* Copies between host and device memory by direction (session/memory.h). */
+  uint64_t copies[SIP__COPY_DIRECTIONS], copy_bytes[SIP__COPY_DIRECTIONS];
 } sip__pool_counters_t;
 
 /* One session of a pool, read at one instant. */

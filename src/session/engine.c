@@ -2,6 +2,7 @@
  * execution-slot arbiter (src/session/engine.h). */
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/registry.h"
 #include "session/events.h"
 
 void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, int slots,

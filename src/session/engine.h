@@ -32,6 +32,7 @@ const char *sip__session_state_name(sip__session_state_t s);
 int sip__session_transition_ok(sip__session_state_t from, sip__session_state_t to);
 
 typedef struct sip__pool sip__pool_t;
+struct sip__engine;
 
 /* ---- models: what the registry serves by name ----
  * A pool (one version of a model) or a pipeline (src/pipeline), behind one
@@ -44,6 +45,15 @@ typedef enum sip__model_state {
   SIP__MODEL_FAILED,
   SIP__MODEL_STOPPED
 } sip__model_state_t;
+
+/* Who a model is: what the registry finds it by (borrowed; valid while a
+ * reference is held). */
+typedef struct sip__model_id {
+  const char *name;
+  const char *version; /* NULL: unversioned (a pipeline, a pool without versions) */
+  int64_t version_num; /* the version as a number; -1: none or not numeric */
+  int pinned;          /* a `current` link names this version: the model's default */
+} sip__model_id_t;
 
 /* What a model takes and gives (borrowed; valid while a reference is held). */
 typedef struct sip__model_io {
@@ -66,10 +76,18 @@ typedef struct sip__model_vt {
   sip__model_state_t (*state)(sip__model_t *m, const char **error);
   void (*ref)(sip__model_t *m);
   void (*unref)(sip__model_t *m);
+  /* Its name and version (the registry's lookups and every listing). */
+  void (*identity)(const sip__model_t *m, sip__model_id_t *id);
 } sip__model_vt_t;
 
+/* Fields every model has: its vtable, and the registry's bookkeeping
+ * (src/session/registry.c) for models it lists. */
 struct sip__model {
   const sip__model_vt_t *vt;
+  /* Pools: the registry's one + admitted requests + iterators. Pipelines
+   * live as long as the engine and count nothing. */
+  atomic_long refs;
+  _Atomic int retired; /* out of service: lookups skip it; it drains, then is freed */
 };
 
 extern const sip__model_vt_t sip__pool_model_vt;
@@ -77,25 +95,7 @@ extern const sip__model_vt_t sip__pool_model_vt;
 sip_error_t *sip__pool_submit_batch(sip__model_t *m, sip_request_t *r, int max_batch_size,
                                     int padding);
 
-typedef struct sip__session {
-  sip__pool_t *pool;
-  int index;
-  char id[160];
-  void *ctx; /* backend session */
-  pthread_t thread;
-  int thread_started;
-  _Atomic int state;
-  _Atomic uint64_t since_us; /* wall clock of the last transition */
-  atomic_uint_fast64_t inferences, errors;
-  sip__arb_ticket_t ticket; /* place in line for a compute slot */
-  /* Availability (src/session/availability.c). Under the pool's mu: */
-  struct sip__exec *exec; /* the execution running (pools with a watchdog), or NULL */
-  _Atomic int drain;      /* taken out of service (sip session drain): SUSPENDED when idle */
-  atomic_uint_fast64_t failures; /* times the session failed and was replaced */
-  char last_failure[256];        /* why it last failed ("" never), under the pool's mu */
-  _Atomic int retire;            /* scaled away: the thread ends once it holds no work */
-  uint64_t failed_at_us;         /* a replaced session: when the failure was seen, until its first answer */
-} sip__session_t;
+typedef struct sip__session sip__session_t;
 
 /* An injected fault (sip fault; server.allow_fault_injection). */
 typedef enum sip__fault_kind {
@@ -113,14 +113,6 @@ typedef struct sip__fault {
   int64_t delay_ms;
   uint64_t rng;
 } sip__fault_t;
-/* What outlives a pool for executions the watchdog abandoned. */
-typedef struct sip__pool_life {
-  atomic_long refs;    /* the pool's + one per abandoned execution */
-  atomic_long running; /* abandoned executions still running */
-} sip__pool_life_t;
-
-/* Moves a session to `to`; returns 0 (and changes nothing) when illegal. */
-int sip__session_set_state(sip__session_t *s, sip__session_state_t to);
 
 typedef enum sip__pool_state {
   SIP__POOL_LOADING = 0,
@@ -138,128 +130,11 @@ struct sip_cancel_token {
   atomic_int cancelled;
 };
 
-struct sip__pool {
-  sip__model_t base; /* first: a pool is a model (sip__pool_model_vt) */
-  struct sip__engine *eng;
-  const sip__pool_config_t *cfg; /* the server's config's, or own_cfg */
-  sip__pool_config_t *own_cfg;   /* repository pools: their config.yaml, owned */
-  /* Registry (src/session/registry.c). */
-  atomic_long refs;      /* the registry's one + admitted requests + iterators */
-  _Atomic int retired;   /* out of service: lookups skip it; it drains, then is freed */
-  int from_repo;         /* loaded from server.model_repository */
-  int64_t version_num;   /* the version as a number; -1: unversioned or not numeric */
-  int pinned;            /* a `current` link names this version: the model's default */
-  char *fingerprint;     /* identity of the files loaded (repository pools), NULL: none */
-  const sip_backend_vtable_t *backend;
-  void *model;
-  sip_io_desc_t *inputs, *outputs; /* the pool's copies, freed with the server */
-  size_t n_inputs, n_outputs;
-  char *resolved_path; /* the model file actually loaded */
-  char *version;       /* version directory name, or NULL; preset for repository pools */
-  _Atomic int state;   /* sip__pool_state_t */
-  char *error;         /* why FAILED, "CODE: message"; set before state becomes FAILED */
-  sip_error_t *load_error; /* the same, typed (owned) */
-  double load_ms;
-  uint64_t model_bytes;  /* size of the model file */
-  uint64_t memory_bytes; /* resident memory the load added (model + sessions) */
-  uint64_t session_bytes; /* what one session added, measured (mean of those made together) */
-
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC */
-  /* Queued requests by level, and the delayed ones (src/sched/queue.h);
-   * queue.n counts them all without the lock. */
-  sip__sched_queue_t queue;
-  int stopping;
-  int forming;         /* a session is waiting for a batch to fill */
-  int spinning;        /* a session polls the queue before sleeping (executor.c) */
-  int64_t fixed_batch; /* > 0: the model's dim 0 is fixed at this size */
-  /* preprocess block: run on each request by the executor before batching;
-   * inputs[] then describes the raw input clients send (src/session/preprocess.h). */
-  struct sip__preprocess *pre;
-  /* sequence_batching: sequences bound to sessions (src/session/sequence.c);
-   * NULL for other pools. Guarded by mu. */
-  struct sip__seq *seq;
-  /* Elastic batching: arrival-rate estimate and the traffic level it picks. */
-  uint64_t rate_win_start_us;
-  uint64_t rate_win_count;
-  double rate_rps;
-  _Atomic int batch_level; /* 0 low, 1 medium, 2 high */
-  sip__arb_account_t arb;   /* guarded by the server's arbiter */
-  atomic_uint_fast64_t batch_hist[SIP__BATCH_BUCKETS];
-  atomic_uint_fast64_t batch_rows_sum;
-  /* Sessions [0, n_sessions) run; the array holds cap_sessions, so that a
-   * pool scaled at run time (src/session/scale.c) never moves a session. */
-  sip__session_t *sessions;
-  int n_sessions, cap_sessions;
-  /* Run-time settings over cfg's (sip__pool_update): the pool's size and
-   * quotas as they are now. */
-  atomic_int size;
-  _Atomic int64_t quota_memory_mb; /* 0: unlimited */
-  atomic_int quota_compute_percent; /* 0: unset (100) */
-  pthread_mutex_t scale_mu;         /* one update at a time */
-
-  atomic_uint_fast64_t by_code[SIP_CODE_COUNT_];
-  sip__hist_t h_queue, h_compute, h_total;
-  /* Triton-style cumulative statistics (count and nanoseconds). */
-  sip__stat_t st_success, st_fail, st_queue, st_compute_input, st_compute_infer, st_compute_output;
-  atomic_uint_fast64_t inference_count; /* requests executed */
-  atomic_uint_fast64_t execution_count; /* backend executions (batches) */
-  atomic_uint_fast64_t last_inference_ms; /* wall clock of the last completion */
-  /* Availability (src/session/availability.c). */
-  sip__fault_t fault;       /* under mu */
-  atomic_int fault_armed;   /* a fault is set: executions look */
-  pthread_t watchdog;
-  int watchdog_started;
-  pthread_cond_t wd_cv;     /* with mu, CLOCK_MONOTONIC: wakes the watchdog to stop */
-  sip__pool_life_t *life;
-  atomic_uint_fast64_t n_retries, n_fallbacks, n_session_failures;
-  atomic_int n_drained; /* sessions drained: arrivals wake every session */
-  /* hot_standby: warmed backend contexts that take no traffic, promoted
-   * into a failed session (under mu); refilled by the watchdog thread. */
-  void **standby;
-  int n_standby;
-  int standby_broken;                 /* a warm-up failed: no more refills */
-  atomic_uint_fast64_t n_promotions;
-  atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
-  struct sip__sla *sla; /* the sla block's accounting (src/session/sla.h), or NULL */
-  /* isolation: process (src/session/isolation.c): the worker's handle
-   * (p->model while loaded) and the forwarding backend p->backend points
-   * to; what status shows of the worker processes. */
-  struct sip__iso *iso;
-  sip_backend_vtable_t iso_vt;
-  atomic_int worker_pid, standby_pid; /* 0: none running */
-  atomic_uint_fast64_t worker_restarts;
-  char worker_exit[192]; /* why the last worker ended ("" none); under mu */
-  /* A backend that wants device memory runs through a copying wrapper
-   * (src/session/memory.c) p->backend points to; its copies, counted. */
-  sip_backend_vtable_t mem_vt;
-  sip__copy_counters_t copies;
-};
-
-/* ---- availability (src/session/availability.c) ---- */
-/* Sets up / frees the pool's availability state (pool_new / pool_destroy). */
-int sip__avail_init(sip__pool_t *p);
-void sip__avail_destroy(sip__pool_t *p);
-/* Starts the watchdog when the pool has hang_timeout_ms or
- * health_check_interval_ms; stops it (before the sessions are joined). */
-void sip__avail_start(sip__pool_t *p);
-void sip__avail_stop(sip__pool_t *p);
-/* Waits for abandoned executions (bounded); 0 when some still run and the
- * model must be kept. */
-int sip__avail_wait_abandoned(sip__pool_t *p);
-/* The fault the next execution of session `s` takes (consumed), with its
- * delay; SIP__FAULT_NONE mostly. */
-sip__fault_kind_t sip__fault_take(sip__pool_t *p, const sip__session_t *s, int64_t *delay_ms);
+/* ---- a pool's life and run-time changes, as the server drives them ----
+ * (the pool's own calls are in session/pool_impl.h; what it shows is read
+ * through session/pool_view.h and session/counters.h) */
 /* Sets (count > 0 or rate > 0) or clears (kind NONE) the pool's fault. */
 sip_error_t *sip__pool_set_fault(sip__pool_t *p, const sip__fault_t *f);
-/* Answers `r`, whose session failed with (code, msg): retried on the pool,
- * sent to the fallback pool, or failed, as the pool's failover says. */
-void sip__pool_fail_over(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
-                         uint64_t queue_us);
-/* Session `s` (its execution just failed with `why`) gets a new backend
- * context: FAILED, then READY (1) or FAILED when none could be made (0).
- * Called by the session's own thread. */
-int sip__session_renew(sip__session_t *s, const char *why);
 /* sip session drain / resume. */
 sip_error_t *sip__session_drain(sip__pool_t *p, int index, int drain);
 /* A pool whose failover.fallback_pool (among `all`) takes other inputs or
@@ -268,23 +143,6 @@ void sip__pool_check_fallback(sip__pool_t *p, sip__pool_t *const *all, size_t n)
 /* 1 when fallback pool `fb` takes the inputs and gives the outputs of `p`
  * (both loaded). */
 int sip__pool_fallback_fits(const sip__pool_t *p, const sip__pool_t *fb);
-/* The execution record of pools with a watchdog (executor.c). */
-typedef struct sip__exec sip__exec_t;
-sip__exec_t *sip__exec_begin(sip__session_t *s, sip_request_t *const *reqs, size_t n);
-/* 1: the execution is still the session's (normal completion; the record
- * is freed); 0: the watchdog abandoned it: the caller frees what it holds,
- * calls sip__exec_abandoned_exit and ends without touching the session or
- * the pool. */
-int sip__exec_end(sip__session_t *s, sip__exec_t *x);
-void sip__exec_abandoned_exit(sip__exec_t *x);
-/* For an injected hang: 1 once the watchdog abandoned the execution. */
-int sip__exec_abandoned(const sip__exec_t *x);
-/* A replaced session answered: records the time from its failure to this
- * first answer. */
-void sip__session_first_answer(sip__session_t *s);
-/* The failure path of a finished request (executor.c's). */
-void sip__pool_finish_failed(sip__pool_t *p, sip_request_t *r, sip_code_t code,
-                             const char *msg, uint64_t queue_us);
 
 /* A pool in state LOADING for `cfg` (borrowed; own_cfg, when given, is
  * cfg's owner and is freed with the pool). `version` (copied, may be NULL)
@@ -297,10 +155,6 @@ void sip__pool_destroy(sip__pool_t *p);
 /* Loads the model and starts the sessions (blocking). On failure the pool
  * is FAILED with `error` set. */
 void sip__pool_load(sip__pool_t *p);
-/* Admission checks of a request against the model (names, dtypes, shapes). */
-sip_error_t *sip__pool_check_inputs(sip__pool_t *p, const sip_request_t *r);
-/* The executor loop of one session (src/session/executor.c). */
-void *sip__session_main(void *session);
 /* Memory, measured (footprint.c; docs/elastic.md "Memory"). Resident
  * bytes of process `pid` (0: this one) from /proc/<pid>/statm; 0 when
  * unreadable. */
@@ -315,9 +169,6 @@ uint64_t sip__cgroup_limit_bytes(void);
 uint64_t sip__mem_available_bytes(void);
 /* Sessions a pool holds at most (pool_size's upper bound). */
 #define SIP__MAX_SESSIONS 256
-/* Gives session `s` (index set, in the pool's array) its id, clock and
- * ticket, INIT state (pool.c; used again when a pool grows). */
-void sip__session_init(sip__pool_t *p, sip__session_t *s, int index);
 /* Run-time changes of a READY pool (src/session/scale.c): pool_size (0:
  * unchanged) and quotas (max_memory_mb: -1 unchanged, 0 unlimited;
  * max_compute_percent: -1 unchanged, 0 unset). Growing starts sessions on
@@ -332,26 +183,16 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
  * profiler, a sequence pool), INVALID_ARGUMENT (no such session),
  * UNAVAILABLE (not serving, or the session failed meanwhile). */
 sip_error_t *sip__pool_profile(sip__pool_t *p, int index, uint64_t ms, char **trace);
-/* Names a started session thread after its session ("pool/0"). */
-void sip__session_name_thread(sip__session_t *s);
 /* Completes queued requests carrying `t` with CANCELLED. */
 void sip__pool_cancel(sip__pool_t *p, const sip_cancel_token_t *t);
 /* Completes every queued request with UNAVAILABLE (a drain whose timeout
  * passed); executions already running finish. Counted in drain_shed. */
 void sip__pool_shed(sip__pool_t *p);
-/* Validates and queues; takes `r` on success only. */
-sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r);
 /* Completes queued requests whose deadline passed; returns the earliest
  * remaining deadline (0 when none). */
 uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now_us);
-/* Stops admitting, lets the executors drain the queue, joins them, frees
- * their contexts (sessions end in `final`) and the model. */
-void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final);
 /* Stops sessions after the queue drains, frees everything but the struct. */
 void sip__pool_shutdown(sip__pool_t *p);
-/* Counts the outcome of a request in the pool's metrics; total_ns is its
- * time from arrival (0 for requests refused at admission). */
-void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns);
 
 /* ---- versioned model directories (src/session/pool.c) ----
  * A model directory holds <dir>/<version>/<model file>, <version> a name of
@@ -400,26 +241,19 @@ void sip__request_complete(sip_request_t *r, sip_code_t code, const char *messag
  * pool registry, the backends' process state, the execution-slot arbiter,
  * and who to tell about request deadlines. Pools point to it. */
 typedef struct sip__engine {
-  /* The pool registry (src/session/registry.c): every pool in service or
-   * draining, changed while serving under reg_lock. Each entry holds one
-   * reference; admitted requests and iterators hold their own. */
+  /* The registry (src/session/registry.c): one list of models, pools (in
+   * service or draining) and pipelines, changed while serving under
+   * reg_lock. Each entry holds one reference; admitted requests and
+   * iterators hold their own. */
   pthread_rwlock_t reg_lock;
-  sip__pool_t **pools;
-  size_t n_pools, cap_pools;
+  sip__model_t **models;
+  size_t n_models, cap_models;
   pthread_mutex_t reg_mu; /* with reg_cv: a drain waits for references to go */
   pthread_cond_t reg_cv;
   atomic_int reg_waiters;   /* drains waiting on reg_cv */
   _Atomic uint64_t reg_gen; /* bumped on every change (front-end caches compare it) */
   _Atomic uint64_t drain_shed; /* requests answered UNAVAILABLE by sip__pool_shed */
   int registry_inited;      /* reg_lock & co exist */
-  /* Models served by name besides pools (pipelines), fixed once the server
-   * is set up; found before pools. Not reference counted: they live as
-   * long as the engine. */
-  struct {
-    const char *name;
-    sip__model_t *model;
-  } *named;
-  size_t n_named;
   /* Per-backend process state, initialised on first use. */
   const sip_engine_settings_t *settings;
   struct {
@@ -456,48 +290,5 @@ json_t *sip__io_json(const sip_io_desc_t *d, size_t n);
 /* A copy of `d` (names copied too), NULL when out of memory; and its free. */
 sip_io_desc_t *sip__io_descs_copy(const sip_io_desc_t *d, size_t n);
 void sip__io_descs_free(sip_io_desc_t *d, size_t n);
-
-/* ---- pool registry (src/session/registry.c) ---- */
-void sip__registry_init(sip__engine_t *s);
-void sip__registry_destroy(sip__engine_t *s);
-/* Adds pools and retires others in one step (lookups see either the old or
- * the new set); the registry takes a reference on each added pool. Retired
- * pools stay listed (housekeeping and cancellation still reach their queues)
- * until sip__registry_drain_free. Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip__registry_swap(sip__engine_t *s, sip__pool_t *const *add, size_t n_add,
-                                sip__pool_t *const *retire, size_t n_retire);
-/* The pool serving `name` (and `version`, NULL: the default one) with a
- * reference for the caller (sip__pool_unref), or NULL with *err set:
- * NOT_FOUND for an unknown name or version. */
-sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
-                               sip_error_t **err);
-/* 1 when a pool named `name` is in service. */
-int sip__registry_has(sip__engine_t *s, const char *name);
-void sip__pool_ref(sip__pool_t *p);
-void sip__pool_unref(sip__pool_t *p);
-/* Every listed pool (retired ones too unless only_live), each with a
- * reference; release with sip__registry_release. NULL (n = 0) when empty or
- * out of memory. */
-sip__pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n);
-void sip__registry_release(sip__pool_t **v, size_t n);
-/* Lists `m` under `name` (borrowed; both outlive the engine's use): found
- * by sip__registry_find_model before any pool. Set-up time only (not
- * thread-safe with lookups). Errors: RESOURCE_EXHAUSTED. */
-sip_error_t *sip__registry_add_named(sip__engine_t *s, const char *name, sip__model_t *m);
-/* The model serving `name`: a named model (whatever `version` says: it
- * refuses versions itself), else the pool as sip__registry_find; with a
- * reference for the caller; NULL with *err (NOT_FOUND) otherwise. */
-sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const char *version,
-                                       sip_error_t **err);
-/* 1 when `name` is a named model (a pipeline). */
-int sip__registry_is_named(sip__engine_t *s, const char *name);
-/* Retires `p` (if it is not yet) and, on a thread that is none of its
- * executors, waits until the requests admitted to it completed (its sessions
- * serve its queue meanwhile), stops its sessions, unlists it, waits out
- * iterators and frees it. Blocking. */
-void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p);
-/* 1 when `p` is the default version of its model among live pools. Caller
- * holds reg_lock. */
-int sip__registry_is_default_locked(sip__engine_t *s, const sip__pool_t *p);
 
 #endif

@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/pool_impl.h"
 
 /* ---- types ---- */
 

@@ -28,6 +28,7 @@
 #include "session/isolation.h"
 #include "session/sequence.h"
 #include "session/sla.h"
+#include "session/pool_impl.h"
 
 #define MAX_BATCH_REQUESTS 1024
 

@@ -33,6 +33,7 @@
 #include "session/isolation.h"
 #include "session/worker_proto.h"
 #include "session/isolation_impl.h"
+#include "session/pool_impl.h"
 #include "sip/worker.h"
 
 extern char **environ;

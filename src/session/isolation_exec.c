@@ -24,6 +24,7 @@
 #include "core/core.h"
 #include "session/events.h"
 #include "session/isolation_impl.h"
+#include "session/pool_impl.h"
 
 static void describe(void *model, const sip_io_desc_t **in, size_t *n_in,
                      const sip_io_desc_t **out, size_t *n_out) {

@@ -22,6 +22,7 @@
 #include "session/isolation.h"
 #include "session/sequence.h"
 #include "session/sla.h"
+#include "session/pool_impl.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 
@@ -222,7 +223,8 @@ sip__pool_t *sip__pool_new(sip__engine_t *s, const sip__pool_config_t *cfg,
   p->own_cfg = own_cfg;
   p->version = v;
   p->version_num = version_number(v);
-  atomic_init(&p->refs, 0);
+  atomic_init(&p->base.refs, 0);
+  atomic_init(&p->base.retired, 0);
   atomic_store(&p->state, SIP__POOL_LOADING);
   sip__sched_queue_init(&p->queue);
   pthread_mutex_init(&p->mu, NULL);

@@ -2,6 +2,7 @@
  * for a pool's name. */
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/pool_impl.h"
 
 static sip_error_t *pool_submit(sip__model_t *m, sip_request_t *r) {
   sip__pool_t *p = (sip__pool_t *)m;
@@ -40,6 +41,14 @@ static sip__model_state_t pool_state(sip__model_t *m, const char **error) {
 static void pool_ref(sip__model_t *m) { sip__pool_ref((sip__pool_t *)m); }
 static void pool_unref(sip__model_t *m) { sip__pool_unref((sip__pool_t *)m); }
 
+void sip__pool_unref(sip__pool_t *p) { sip__registry_unref(p->eng, &p->base); }
+
+static void pool_identity(const sip__model_t *m, sip__model_id_t *id) {
+  const sip__pool_t *p = (const sip__pool_t *)m;
+  *id = (sip__model_id_t){.name = p->cfg->name, .version = p->version,
+                          .version_num = p->version_num, .pinned = p->pinned};
+}
+
 const sip__model_vt_t sip__pool_model_vt = {
     .kind = "pool",
     .submit = pool_submit,
@@ -48,4 +57,5 @@ const sip__model_vt_t sip__pool_model_vt = {
     .state = pool_state,
     .ref = pool_ref,
     .unref = pool_unref,
+    .identity = pool_identity,
 };

@@ -12,6 +12,7 @@
 
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/pool_impl.h"
 
 /* Waits (bounded) until drained session s holds no work. */
 static sip_error_t *wait_idle(sip__session_t *s, uint64_t timeout_us) {

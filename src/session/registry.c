@@ -1,22 +1,29 @@
-/* sip — the pool registry: the pools a server serves, changed while it
- * serves (model repository loads, reloads and unloads).
+/* sip — the registry: the models a server serves, one list behind the
+ * model vtable (session/engine.h): pools, changed while it serves (model
+ * repository loads, reloads and unloads), and pipelines, listed once the
+ * server is set up.
  *
- * An array of pool pointers under a rwlock. Every pool carries a reference
- * count: the registry holds one, a request takes one at admission (the
- * lookup) and drops it after its completion callback returned, and
- * iterators (housekeeping, cancellation, introspection) hold one while they
- * look. Retiring a pool is two steps: sip__registry_swap marks it retired
- * (lookups skip it from then on, in the same write-locked step that lists
- * its replacement), and sip__registry_drain_free waits until the requests
- * admitted to it completed (its sessions keep serving its queue), stops its
- * sessions, unlists it and frees it once the last iterator let go. So a
- * request never finds a pool that stops under it, and a pool is never freed
- * while anything can still reach it. */
+ * An array of model pointers under a rwlock; a model's name and version
+ * come from its vtable's identity. Every pool carries a reference count
+ * (its base model's refs): the registry holds one, a request takes one at
+ * admission (the lookup) and drops it after its completion callback
+ * returned, and iterators (housekeeping, cancellation, introspection) hold
+ * one while they look. Retiring a pool is two steps: sip__registry_swap
+ * marks it retired (lookups skip it from then on, in the same write-locked
+ * step that lists its replacement), and sip__registry_drain_free waits
+ * until the requests admitted to it completed (its sessions keep serving
+ * its queue), stops its sessions, unlists it and frees it once the last
+ * iterator let go. So a request never finds a pool that stops under it, and
+ * a pool is never freed while anything can still reach it. Pipelines live
+ * as long as the engine: their ref and unref count nothing, and they are
+ * never retired. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/pool_view.h"
+#include "session/registry.h"
 
 void sip__registry_init(sip__engine_t *s) {
   pthread_rwlock_init(&s->reg_lock, NULL);
@@ -25,95 +32,140 @@ void sip__registry_init(sip__engine_t *s) {
 }
 
 void sip__registry_destroy(sip__engine_t *s) {
-  sip__free(s->named);
-  s->named = NULL;
-  s->n_named = 0;
-  sip__free(s->pools);
-  s->pools = NULL;
-  s->n_pools = s->cap_pools = 0;
+  sip__free(s->models);
+  s->models = NULL;
+  s->n_models = s->cap_models = 0;
   pthread_rwlock_destroy(&s->reg_lock);
   pthread_mutex_destroy(&s->reg_mu);
   pthread_cond_destroy(&s->reg_cv);
 }
 
-void sip__pool_ref(sip__pool_t *p) { atomic_fetch_add(&p->refs, 1); }
+static int is_pool(const sip__model_t *m) { return m->vt == &sip__pool_model_vt; }
 
-void sip__pool_unref(sip__pool_t *p) {
+static void id_of(const sip__model_t *m, sip__model_id_t *id) { m->vt->identity(m, id); }
+
+static int named(const sip__model_t *m, const char *name) {
+  sip__model_id_t id;
+  id_of(m, &id);
+  return !strcmp(id.name, name);
+}
+
+void sip__pool_ref(sip__pool_t *p) { atomic_fetch_add(&sip__pool_model(p)->refs, 1); }
+
+void sip__registry_unref(sip__engine_t *s, sip__model_t *m) {
   /* Only the registry's own reference is dropped by the thread that frees
-   * the pool, so this never frees; it wakes a drain waiting for the count
-   * to reach that last reference. `p` may be freed as soon as the count
+   * the model, so this never frees; it wakes a drain waiting for the count
+   * to reach that last reference. `m` may be freed as soon as the count
    * drops, so nothing of it is read afterwards. A drain announces itself in
    * reg_waiters before it reads the count (both sequentially consistent):
    * either it sees this decrement, or this sees it waiting and wakes it
    * under reg_mu, which it holds from its check to its wait. */
-  sip__engine_t *s = p->eng;
-  if (atomic_fetch_sub(&p->refs, 1) == 2 && atomic_load(&s->reg_waiters)) {
+  if (atomic_fetch_sub(&m->refs, 1) == 2 && atomic_load(&s->reg_waiters)) {
     pthread_mutex_lock(&s->reg_mu);
     pthread_cond_broadcast(&s->reg_cv);
     pthread_mutex_unlock(&s->reg_mu);
   }
 }
 
+/* Room for `more` entries; under the write lock. 0 when out of memory. */
+static int reserve(sip__engine_t *s, size_t more) {
+  if (s->n_models + more <= s->cap_models) return 1;
+  size_t cap = s->cap_models ? s->cap_models * 2 : 8;
+  while (cap < s->n_models + more) cap *= 2;
+  sip__model_t **v = sip__reallocarray(s->models, cap, sizeof *v);
+  if (!v) return 0;
+  s->models = v;
+  s->cap_models = cap;
+  return 1;
+}
+
 sip_error_t *sip__registry_swap(sip__engine_t *s, sip__pool_t *const *add, size_t n_add,
                                 sip__pool_t *const *retire, size_t n_retire) {
   pthread_rwlock_wrlock(&s->reg_lock);
-  if (s->n_pools + n_add > s->cap_pools) {
-    size_t cap = s->cap_pools ? s->cap_pools * 2 : 8;
-    while (cap < s->n_pools + n_add) cap *= 2;
-    sip__pool_t **v = sip__reallocarray(s->pools, cap, sizeof *v);
-    if (!v) {
-      pthread_rwlock_unlock(&s->reg_lock);
-      return SIP__OOM();
-    }
-    s->pools = v;
-    s->cap_pools = cap;
+  if (!reserve(s, n_add)) {
+    pthread_rwlock_unlock(&s->reg_lock);
+    return SIP__OOM();
   }
   for (size_t i = 0; i < n_add; i++) {
-    atomic_store(&add[i]->refs, 1);
-    s->pools[s->n_pools++] = add[i];
+    sip__model_t *m = sip__pool_model(add[i]);
+    atomic_store(&m->refs, 1);
+    s->models[s->n_models++] = m;
   }
-  for (size_t i = 0; i < n_retire; i++) atomic_store(&retire[i]->retired, 1);
+  for (size_t i = 0; i < n_retire; i++) atomic_store(&sip__pool_model(retire[i])->retired, 1);
   atomic_fetch_add(&s->reg_gen, 1);
   pthread_rwlock_unlock(&s->reg_lock);
   return NULL;
 }
 
+sip_error_t *sip__registry_add_model(sip__engine_t *s, sip__model_t *m) {
+  pthread_rwlock_wrlock(&s->reg_lock);
+  if (!reserve(s, 1)) {
+    pthread_rwlock_unlock(&s->reg_lock);
+    return SIP__OOM();
+  }
+  atomic_store(&m->refs, 1);
+  atomic_store(&m->retired, 0);
+  s->models[s->n_models++] = m;
+  atomic_fetch_add(&s->reg_gen, 1);
+  pthread_rwlock_unlock(&s->reg_lock);
+  return NULL;
+}
+
+void sip__registry_remove_model(sip__engine_t *s, sip__model_t *m) {
+  pthread_rwlock_wrlock(&s->reg_lock);
+  for (size_t i = 0; i < s->n_models; i++) {
+    if (s->models[i] != m) continue;
+    memmove(&s->models[i], &s->models[i + 1], (s->n_models - i - 1) * sizeof s->models[0]);
+    s->n_models--;
+    atomic_fetch_add(&s->reg_gen, 1);
+    break;
+  }
+  pthread_rwlock_unlock(&s->reg_lock);
+}
+
 /* Default version of a model: the one a `current` link names, else the
  * highest number, else the first listed (an unversioned pool). */
-static int better_default(const sip__pool_t *a, const sip__pool_t *b) {
+static int better_default(const sip__model_id_t *a, const sip__model_id_t *b) {
   if (a->pinned != b->pinned) return a->pinned;
   return a->version_num > b->version_num;
 }
 
 int sip__registry_is_default_locked(sip__engine_t *s, const sip__pool_t *p) {
-  for (size_t i = 0; i < s->n_pools; i++) {
-    const sip__pool_t *q = s->pools[i];
-    if (q != p && !atomic_load(&q->retired) && !strcmp(q->cfg->name, p->cfg->name) &&
-        better_default(q, p))
-      return 0;
+  const sip__model_t *pm = sip__pool_model((sip__pool_t *)p);
+  sip__model_id_t pid;
+  id_of(pm, &pid);
+  for (size_t i = 0; i < s->n_models; i++) {
+    const sip__model_t *q = s->models[i];
+    if (q == pm || !is_pool(q) || atomic_load(&q->retired)) continue;
+    sip__model_id_t qid;
+    id_of(q, &qid);
+    if (!strcmp(qid.name, pid.name) && better_default(&qid, &pid)) return 0;
   }
-  return !atomic_load(&p->retired);
+  return !atomic_load(&pm->retired);
 }
 
 /* Why nothing serves name/version (called without a match, so off the hot
  * path). The one not-found wording: every front-end answers with it. */
 static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *version) {
-  int named = 0, unversioned = 0;
+  int n_named = 0, unversioned = 0;
   char versions[256] = "";
   pthread_rwlock_rdlock(&s->reg_lock);
-  for (size_t i = 0; i < s->n_pools; i++) {
-    const sip__pool_t *p = s->pools[i];
-    if (atomic_load(&p->retired) || strcmp(p->cfg->name, name)) continue;
-    named++;
-    if (!p->version) unversioned = 1;
+  for (size_t i = 0; i < s->n_models; i++) {
+    const sip__model_t *m = s->models[i];
+    if (!is_pool(m) || atomic_load(&m->retired)) continue;
+    sip__model_id_t id;
+    id_of(m, &id);
+    if (strcmp(id.name, name)) continue;
+    n_named++;
+    if (!id.version) unversioned = 1;
     else
       snprintf(versions + strlen(versions), sizeof versions - strlen(versions), "%s'%s'",
-               versions[0] ? ", " : "", p->version);
+               versions[0] ? ", " : "", id.version);
   }
   pthread_rwlock_unlock(&s->reg_lock);
   /* Triton's wording, which its clients and examples look for; the
    * versions a model serves are said, never other models. */
-  if (!named || !version)
+  if (!n_named || !version)
     return sip_error_new(SIP_NOT_FOUND, "Request for unknown model: '%s' is not found", name);
   if (unversioned)
     return sip_error_new(SIP_NOT_FOUND,
@@ -122,50 +174,75 @@ static sip_error_t *not_found(sip__engine_t *s, const char *name, const char *ve
                          name, version);
   return sip_error_new(SIP_NOT_FOUND,
                        "Request for unknown model: '%s' version %s is not found; it serves %s %s",
-                       name, version, named > 1 ? "versions" : "version", versions);
+                       name, version, n_named > 1 ? "versions" : "version", versions);
 }
 
-sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
-                               sip_error_t **err) {
+/* The live model serving name/version, with a reference; pools_only skips
+ * pipelines. A pipeline of that name is found before any pool and whatever
+ * the version. */
+static sip__model_t *lookup(sip__engine_t *s, const char *name, const char *version,
+                            int pools_only, sip_error_t **err) {
   *err = NULL;
-  sip__pool_t *best = NULL;
+  sip__model_t *pipe = NULL, *exact = NULL, *best = NULL;
+  sip__model_id_t best_id = {0};
   pthread_rwlock_rdlock(&s->reg_lock);
-  for (size_t i = 0; i < s->n_pools; i++) {
-    sip__pool_t *p = s->pools[i];
-    if (atomic_load(&p->retired) || strcmp(p->cfg->name, name)) continue;
-    if (version) {
-      if (p->version && !strcmp(p->version, version)) {
-        best = p;
-        break;
-      }
-    } else if (!best || better_default(p, best)) {
-      best = p;
+  for (size_t i = 0; i < s->n_models && !pipe; i++) {
+    sip__model_t *m = s->models[i];
+    if (atomic_load(&m->retired)) continue;
+    sip__model_id_t id;
+    id_of(m, &id);
+    if (strcmp(id.name, name)) continue;
+    if (!is_pool(m)) {
+      if (!pools_only) pipe = m;
+    } else if (version) {
+      if (!exact && id.version && !strcmp(id.version, version)) exact = m;
+    } else if (!best || better_default(&id, &best_id)) {
+      best = m;
+      best_id = id;
     }
   }
-  if (best) sip__pool_ref(best);
+  best = pipe ? pipe : version ? exact : best;
+  if (best) best->vt->ref(best);
   pthread_rwlock_unlock(&s->reg_lock);
   if (!best) *err = not_found(s, name, version);
   return best;
 }
 
-int sip__registry_has(sip__engine_t *s, const char *name) {
+sip__pool_t *sip__registry_find(sip__engine_t *s, const char *name, const char *version,
+                               sip_error_t **err) {
+  return sip__pool_of(lookup(s, name, version, 1, err));
+}
+
+sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const char *version,
+                                       sip_error_t **err) {
+  return lookup(s, name, version, 0, err);
+}
+
+/* 1 when a live model named `name` is listed that is (pool) or is not a pool. */
+static int listed(sip__engine_t *s, const char *name, int pool) {
   int found = 0;
   pthread_rwlock_rdlock(&s->reg_lock);
-  for (size_t i = 0; i < s->n_pools && !found; i++)
-    found = !atomic_load(&s->pools[i]->retired) && !strcmp(s->pools[i]->cfg->name, name);
+  for (size_t i = 0; i < s->n_models && !found; i++) {
+    const sip__model_t *m = s->models[i];
+    found = is_pool(m) == pool && !atomic_load(&m->retired) && named(m, name);
+  }
   pthread_rwlock_unlock(&s->reg_lock);
   return found;
 }
 
+int sip__registry_has(sip__engine_t *s, const char *name) { return listed(s, name, 1); }
+
+int sip__registry_is_named(sip__engine_t *s, const char *name) { return listed(s, name, 0); }
+
 sip__pool_t **sip__registry_snapshot(sip__engine_t *s, int only_live, size_t *n) {
   *n = 0;
   pthread_rwlock_rdlock(&s->reg_lock);
-  sip__pool_t **v = s->n_pools ? sip__calloc(s->n_pools, sizeof *v) : NULL;
-  for (size_t i = 0; v && i < s->n_pools; i++) {
-    sip__pool_t *p = s->pools[i];
-    if (only_live && atomic_load(&p->retired)) continue;
-    sip__pool_ref(p);
-    v[(*n)++] = p;
+  sip__pool_t **v = s->n_models ? sip__calloc(s->n_models, sizeof *v) : NULL;
+  for (size_t i = 0; v && i < s->n_models; i++) {
+    sip__model_t *m = s->models[i];
+    if (!is_pool(m) || (only_live && atomic_load(&m->retired))) continue;
+    atomic_fetch_add(&m->refs, 1);
+    v[(*n)++] = sip__pool_of(m);
   }
   pthread_rwlock_unlock(&s->reg_lock);
   return v;
@@ -176,61 +253,55 @@ void sip__registry_release(sip__pool_t **v, size_t n) {
   sip__free(v);
 }
 
-/* Waits until only the registry's reference is left on a retired pool. */
-static void wait_last_ref(sip__engine_t *s, sip__pool_t *p) {
+size_t sip__registry_pool_count(sip__engine_t *s) {
+  size_t n = 0;
+  pthread_rwlock_rdlock(&s->reg_lock);
+  for (size_t i = 0; i < s->n_models; i++) n += is_pool(s->models[i]);
+  pthread_rwlock_unlock(&s->reg_lock);
+  return n;
+}
+
+void sip__registry_each_pool(sip__engine_t *s, void (*fn)(sip__pool_t *p, void *ctx), void *ctx) {
+  pthread_rwlock_rdlock(&s->reg_lock);
+  for (size_t i = 0; i < s->n_models; i++)
+    if (is_pool(s->models[i])) fn(sip__pool_of(s->models[i]), ctx);
+  pthread_rwlock_unlock(&s->reg_lock);
+}
+
+sip__pool_t *sip__registry_first_pool(sip__engine_t *s) {
+  sip__pool_t *p = NULL;
+  pthread_rwlock_rdlock(&s->reg_lock);
+  for (size_t i = 0; i < s->n_models && !p; i++) p = sip__pool_of(s->models[i]);
+  pthread_rwlock_unlock(&s->reg_lock);
+  return p;
+}
+
+/* Waits until only the registry's reference is left on a retired model. */
+static void wait_last_ref(sip__engine_t *s, sip__model_t *m) {
   atomic_fetch_add(&s->reg_waiters, 1);
   pthread_mutex_lock(&s->reg_mu);
-  while (atomic_load(&p->refs) > 1) pthread_cond_wait(&s->reg_cv, &s->reg_mu);
+  while (atomic_load(&m->refs) > 1) pthread_cond_wait(&s->reg_cv, &s->reg_mu);
   pthread_mutex_unlock(&s->reg_mu);
   atomic_fetch_sub(&s->reg_waiters, 1);
 }
 
 void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p) {
-  atomic_store(&p->retired, 1);
+  sip__model_t *m = sip__pool_model(p);
+  atomic_store(&m->retired, 1);
   /* Every admitted request holds a reference until it is answered, so once
    * only ours is left the queue is empty and nothing can be added to it. */
-  wait_last_ref(s, p);
+  wait_last_ref(s, m);
   sip__pool_shutdown(p);
   pthread_rwlock_wrlock(&s->reg_lock);
-  for (size_t i = 0; i < s->n_pools; i++) {
-    if (s->pools[i] != p) continue;
-    memmove(&s->pools[i], &s->pools[i + 1], (s->n_pools - i - 1) * sizeof s->pools[0]);
-    s->n_pools--;
+  for (size_t i = 0; i < s->n_models; i++) {
+    if (s->models[i] != m) continue;
+    memmove(&s->models[i], &s->models[i + 1], (s->n_models - i - 1) * sizeof s->models[0]);
+    s->n_models--;
     break;
   }
   atomic_fetch_add(&s->reg_gen, 1);
   pthread_rwlock_unlock(&s->reg_lock);
   /* An iterator that listed it before it was unlisted may still look. */
-  wait_last_ref(s, p);
+  wait_last_ref(s, m);
   sip__pool_destroy(p);
-}
-
-sip_error_t *sip__registry_add_named(sip__engine_t *s, const char *name, sip__model_t *m) {
-  void *v = sip__reallocarray(s->named, s->n_named + 1, sizeof *s->named);
-  if (!v) return SIP__OOM();
-  s->named = v;
-  s->named[s->n_named].name = name;
-  s->named[s->n_named].model = m;
-  s->n_named++;
-  return NULL;
-}
-
-static sip__model_t *named(sip__engine_t *s, const char *name) {
-  for (size_t i = 0; i < s->n_named; i++)
-    if (!strcmp(s->named[i].name, name)) return s->named[i].model;
-  return NULL;
-}
-
-int sip__registry_is_named(sip__engine_t *s, const char *name) { return named(s, name) != NULL; }
-
-sip__model_t *sip__registry_find_model(sip__engine_t *s, const char *name, const char *version,
-                                       sip_error_t **err) {
-  *err = NULL;
-  sip__model_t *m = named(s, name);
-  if (m) {
-    m->vt->ref(m);
-    return m;
-  }
-  sip__pool_t *p = sip__registry_find(s, name, version, err);
-  return p ? &p->base : NULL;
 }

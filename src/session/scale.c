@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/pool_impl.h"
 
 /* Starts sessions [n_sessions, n); on failure stops at the first that
  * could not start (the error says why). */

@@ -8,6 +8,7 @@
  * session. With every slot taken a new sequence waits in the backlog, its
  * requests with it, until a slot frees. */
 #include "session/sequence.h"
+#include "session/pool_impl.h"
 
 #include <inttypes.h>
 #include <stdio.h>

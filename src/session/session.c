@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/events.h"
+#include "session/pool_impl.h"
 
 static const char *state_names[SIP__SESSION_STATES_] = {"INIT",      "READY",  "RUNNING",
                                                        "SUSPENDED", "FAILED", "DESTROYED"};

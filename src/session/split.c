@@ -7,6 +7,7 @@
 #include "core/core.h"
 #include "sched/batch.h"
 #include "session/engine.h"
+#include "session/pool_impl.h"
 
 typedef struct split {
   pthread_mutex_t mu;

@@ -96,6 +96,27 @@ def test_nm_reads_defined_and_referenced_symbols(tmp_path):
 
 # ---- file size ---------------------------------------------------------------
 
+def test_the_pools_private_header_is_for_its_own_files(tmp_path):
+    (tmp_path / "src" / "server").mkdir(parents=True)
+    (tmp_path / "src" / "session").mkdir(parents=True)
+    (tmp_path / "tests").mkdir()
+    inc = '#include "session/pool_impl.h"\n'
+    (tmp_path / "src" / "server" / "status.c").write_text(inc)
+    (tmp_path / "src" / "session" / "view.h").write_text('  #  include "pool_impl.h"\n')
+    (tmp_path / "tests" / "t.c").write_text("/* " + inc + " */ int x;\n")
+    (tmp_path / "src" / "session" / "pool.c").write_text(inc)
+    (tmp_path / "src" / "session" / "pool_impl.h").write_text("struct sip__pool { int n; };\n")
+    bad = CL.pool_impl_violations(str(tmp_path), users=("src/session/pool.c",))
+    assert sorted(b.split(" ")[0] for b in bad) == ["src/server/status.c", "src/session/view.h"], bad
+    assert all("private to the pool's own files" in b for b in bad)
+    # The tree as it is: only the files the check lists include it.
+    assert CL.pool_impl_violations() == []
+    # ... and the list names no file that does not (it stays the pool's own files).
+    for u in CL.POOL_IMPL_USERS:
+        with open(os.path.join(ROOT, u)) as f:
+            assert CL._POOL_IMPL_INCLUDE.search(f.read()), u
+
+
 def test_long_files_are_listed(tmp_path):
     (tmp_path / "src" / "core").mkdir(parents=True)
     (tmp_path / "src" / "core" / "ok.c").write_text("x\n" * CL.MAX_LINES)

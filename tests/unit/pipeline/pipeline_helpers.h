@@ -23,6 +23,7 @@
 #include "inproc.h"
 #include "pipeline/pipeline.h"
 #include "session/engine.h"
+#include "session/registry.h"
 #include "sip/sip.h"
 
 typedef struct world {
@@ -75,9 +76,7 @@ static inline void world_up(world_t *w, sip__config_t *cfg) {
 
 static inline void world_down(world_t *w) {
   for (;;) {
-    pthread_rwlock_rdlock(&w->e.reg_lock);
-    sip__pool_t *p = w->e.n_pools ? w->e.pools[0] : NULL;
-    pthread_rwlock_unlock(&w->e.reg_lock);
+    sip__pool_t *p = sip__registry_first_pool(&w->e);
     if (!p) break;
     sip__registry_drain_free(&w->e, p);
   }

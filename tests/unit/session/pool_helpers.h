@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "inproc.h"
 #include "session/engine.h"
+#include "session/pool_impl.h"
 #include "sip/sip.h"
 
 /* ---- an engine with the config's pools --------------------------------- */
@@ -82,9 +83,7 @@ static inline void load_all(eng_t *t) {
 /* Drains and frees every pool still listed, then the engine. */
 static inline void eng_free(eng_t *t) {
   for (;;) {
-    pthread_rwlock_rdlock(&t->e.reg_lock);
-    sip__pool_t *p = t->e.n_pools ? t->e.pools[0] : NULL;
-    pthread_rwlock_unlock(&t->e.reg_lock);
+    sip__pool_t *p = sip__registry_first_pool(&t->e);
     if (!p) break;
     sip__registry_drain_free(&t->e, p);
   }
@@ -157,8 +156,8 @@ static inline void wait_running(sip__pool_t *p) {
 
 /* Waits until the pool holds only the registry's reference. */
 static inline void wait_refs(sip__pool_t *p, long want) {
-  for (int i = 0; i < 20000 && atomic_load(&p->refs) != want; i++) sleep_ms(1);
-  assert_int_equal(atomic_load(&p->refs), want);
+  for (int i = 0; i < 20000 && atomic_load(&p->base.refs) != want; i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&p->base.refs), want);
 }
 
 static inline const entry_t *find_id(rec_t *r, uint64_t id) {

@@ -71,7 +71,7 @@ static void test_admission_refusals(void **state) {
   assert_int_equal(atomic_load(&p->by_code[SIP_OK]), 0);
   assert_int_equal(atomic_load(&p->st_fail.count), 6);
   assert_int_equal(rec_count(&rec), 0);
-  assert_int_equal(atomic_load(&p->refs), 1);
+  assert_int_equal(atomic_load(&p->base.refs), 1);
   rec_destroy(&rec);
   eng_free(t);
 }
@@ -103,7 +103,7 @@ static void test_priority_order(void **state) {
     assert_int_equal(qm, 1);
     assert_int_equal(ql, 3);
     assert_int_equal(atomic_load(&p->queue.n), 6);
-    assert_int_equal(atomic_load(&p->refs), 1 + 7); /* each admitted request holds one */
+    assert_int_equal(atomic_load(&p->base.refs), 1 + 7); /* each admitted request holds one */
   }
   assert_int_equal(rec_wait(&rec, 7, 20000), 7);
   static const uint64_t order[] = {100, 4, 6, 3, 1, 2, 5};

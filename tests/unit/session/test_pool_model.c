@@ -28,12 +28,12 @@ static void test_submit_and_complete(void **state) {
   assert_ptr_equal(m, &p->base);
   assert_string_equal(m->vt->kind, "pool");
   assert_ptr_equal(m->vt, &sip__pool_model_vt);
-  assert_int_equal(atomic_load(&p->refs), 2); /* the registry's and ours */
+  assert_int_equal(atomic_load(&p->base.refs), 2); /* the registry's and ours */
   const char *why = "unset";
   assert_int_equal(m->vt->state(m, &why), SIP__MODEL_READY);
   assert_null(why);
   m->vt->unref(m);
-  assert_int_equal(atomic_load(&p->refs), 1);
+  assert_int_equal(atomic_load(&p->base.refs), 1);
 
   rec_t rec;
   rec_init(&rec);
@@ -134,7 +134,7 @@ static void test_loading_then_ready(void **state) {
   rec_t rec;
   rec_init(&rec);
   VT_EXPECT(t, "slow", make_req("slow", 1, 0, 0), &rec, SIP_UNAVAILABLE, "pool 'slow' is still loading");
-  assert_int_equal(atomic_load(&p->refs), 1); /* the refused request's reference was dropped */
+  assert_int_equal(atomic_load(&p->base.refs), 1); /* the refused request's reference was dropped */
   assert_int_equal(atomic_load(&p->by_code[SIP_UNAVAILABLE]), 1);
 
   sip__pool_load(p);
@@ -222,7 +222,7 @@ static void test_failed_load(void **state) {
     VT_EXPECT(t, want[k].name, make_req(want[k].name, 1, 0, 0), &rec, SIP_UNAVAILABLE,
               "failed to load", want[k].frag1);
     assert_int_equal(atomic_load(&p->by_code[SIP_UNAVAILABLE]), 1);
-    assert_int_equal(atomic_load(&p->refs), 1);
+    assert_int_equal(atomic_load(&p->base.refs), 1);
   }
   /* A neighbour's failure is not its problem. */
   vt_submit_ok(t, "ok", make_req("ok", 9, 0, 0), &rec);

@@ -112,36 +112,80 @@ static void test_registry_versions(void **state) {
   sip__pool_t **live = sip__registry_snapshot(&t->e, 1, &n_live);
   assert_int_equal(n_all, 4);
   assert_int_equal(n_live, 3);
-  assert_int_equal(atomic_load(&v[0]->refs), 3); /* registry + two snapshots */
+  assert_int_equal(atomic_load(&v[0]->base.refs), 3); /* registry + two snapshots */
   sip__registry_release(all, n_all);
   sip__registry_release(live, n_live);
-  assert_int_equal(atomic_load(&v[0]->refs), 1);
+  assert_int_equal(atomic_load(&v[0]->base.refs), 1);
   rec_destroy(&rec);
   eng_free(t);
   sip__config_pool_free(mc);
 }
 
-/* A named model (a pipeline's place) is found before pools and whatever
- * version is asked for. */
+/* A model that is not a pool (a pipeline's place in the one list): found
+ * by its identity's name before pools and whatever version is asked for;
+ * plain pool lookups skip it. */
+typedef struct fake_model {
+  sip__model_t base;
+  const char *name;
+  atomic_int refs;
+} fake_model_t;
+
+static void fake_ref(sip__model_t *m) { atomic_fetch_add(&((fake_model_t *)m)->refs, 1); }
+static void fake_unref(sip__model_t *m) { atomic_fetch_sub(&((fake_model_t *)m)->refs, 1); }
+static void fake_identity(const sip__model_t *m, sip__model_id_t *id) {
+  *id = (sip__model_id_t){.name = ((const fake_model_t *)m)->name, .version_num = -1};
+}
+static const sip__model_vt_t fake_vt = {
+    .kind = "pipeline", .ref = fake_ref, .unref = fake_unref, .identity = fake_identity};
+
 static void test_registry_named_first(void **state) {
   (void)state;
   eng_t *t = eng_new("  - {name: x, backend: builtin}\n");
   load_all(t);
   sip__pool_t *p = t->pools[0];
-  /* List the pool's model under the name "x" as a named model too. */
+  fake_model_t f = {.base = {.vt = &fake_vt}, .name = "x"};
+  fake_model_t g = {.base = {.vt = &fake_vt}, .name = "y"};
   assert_false(sip__registry_is_named(&t->e, "x"));
-  assert_null(sip__registry_add_named(&t->e, "x", &p->base));
+  assert_null(sip__registry_add_model(&t->e, &f.base));
+  assert_null(sip__registry_add_model(&t->e, &g.base));
   assert_true(sip__registry_is_named(&t->e, "x"));
+  assert_true(sip__registry_is_named(&t->e, "y"));
+  assert_false(sip__registry_is_named(&t->e, "z"));
   sip_error_t *e = NULL;
   sip__model_t *m = sip__registry_find_model(&t->e, "x", "7", &e);
   assert_null(e);
-  assert_ptr_equal(m, &p->base);
-  assert_int_equal(atomic_load(&p->refs), 2);
+  assert_ptr_equal(m, &f.base);
+  assert_int_equal(atomic_load(&f.refs), 1);
+  assert_int_equal(atomic_load(&p->base.refs), 1); /* the pool "x" was not taken */
   m->vt->unref(m);
-  /* Plain pool lookups ignore named models. */
+  m = sip__registry_find_model(&t->e, "y", NULL, &e);
+  assert_ptr_equal(m, &g.base);
+  m->vt->unref(m);
+  /* Plain pool lookups and listings skip other models. */
+  sip__pool_t *q = sip__registry_find(&t->e, "x", NULL, &e);
+  assert_ptr_equal(q, p);
+  sip__pool_unref(q);
   assert_null(sip__registry_find(&t->e, "x", "7", &e));
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
+  assert_string_equal(sip_error_message(e),
+                      "Request for unknown model: 'x' version 7 is not found; it serves an "
+                      "unversioned model");
   sip_error_free(e);
+  assert_null(sip__registry_find(&t->e, "y", NULL, &e));
+  assert_string_equal(sip_error_message(e), "Request for unknown model: 'y' is not found");
+  sip_error_free(e);
+  assert_false(sip__registry_has(&t->e, "y"));
+  size_t n = 0;
+  sip__pool_t **v = sip__registry_snapshot(&t->e, 0, &n);
+  assert_int_equal(n, 1);
+  assert_ptr_equal(v[0], p);
+  sip__registry_release(v, n);
+  assert_int_equal(sip__registry_pool_count(&t->e), 1);
+  /* Unlisted: gone from lookups. */
+  sip__registry_remove_model(&t->e, &f.base);
+  sip__registry_remove_model(&t->e, &g.base);
+  assert_false(sip__registry_is_named(&t->e, "x"));
+  assert_int_equal(atomic_load(&f.refs), 0);
   eng_free(t);
 }
 
@@ -197,14 +241,14 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   wait_running(p);
   /* Retired: no longer found, but what was admitted is still served. */
   assert_null(sip__registry_swap(&t->e, NULL, 0, &p, 1));
-  assert_true(atomic_load(&p->retired));
+  assert_true(atomic_load(&p->base.retired));
   sip_error_t *e = NULL;
   assert_null(sip__registry_find_model(&t->e, "r", NULL, &e));
   assert_int_equal(sip_error_code(e), SIP_NOT_FOUND);
   assert_non_null(strstr(sip_error_message(e), "Request for unknown model: 'r' is not found"));
   sip_error_free(e);
   assert_false(sip__registry_has(&t->e, "r"));
-  assert_true(atomic_load(&p->refs) >= 2);
+  assert_true(atomic_load(&p->base.refs) >= 2);
   /* An iterator's reference too: the drain waits for it after unlisting. */
   size_t n = 0;
   sip__pool_t **snap = sip__registry_snapshot(&t->e, 0, &n);
@@ -225,7 +269,7 @@ static void test_retired_pool_lives_until_last_ref(void **state) {
   sip__registry_release(snap, n); /* the last reference but the registry's */
   pthread_join(th, NULL);
   assert_int_equal(atomic_load(&d.returned), 1);
-  assert_int_equal(t->e.n_pools, 0);
+  assert_int_equal(sip__registry_pool_count(&t->e), 0);
   rec_destroy(&o.rec);
   eng_free(t);
 }

@@ -17,6 +17,7 @@
 
 #include "core/core.h"
 #include "session/engine.h"
+#include "session/pool_impl.h"
 
 #define NS SIP__SESSION_STATES_
 
