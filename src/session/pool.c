@@ -440,7 +440,10 @@ static void load(sip__pool_t *p) {
   struct stat st;
   if (p->resolved_path && stat(p->resolved_path, &st) == 0) p->model_bytes = (uint64_t)st.st_size;
 
-  if ((e = check_batching(p)) || (e = sip__seq_setup(p)) ||
+  /* What a seed-format model list entry declares (input_shapes,
+   * output_nums) against the model's own inputs and outputs. */
+  if ((e = sip__config_check_declared_io(c, p->inputs, p->n_inputs, p->outputs, p->n_outputs)) ||
+      (e = check_batching(p)) || (e = sip__seq_setup(p)) ||
       (c->n_preprocess && (e = sip__preprocess_new(c, p->inputs, p->n_inputs, &p->pre)))) {
     release(p);
     pool_fail(p, e);

@@ -34,11 +34,6 @@ void sip__preprocess_free(sip__preprocess_t *pp) {
 sip_error_t *sip__preprocess_new(const sip__pool_config_t *c, const sip_io_desc_t *in,
                                  size_t n_in, sip__preprocess_t **out) {
   *out = NULL;
-  /* What a seed-format model list entry declares about the inputs
-   * (input_shapes); its output_nums needs the model's outputs, which the
-   * chain is not given. */
-  sip_error_t *de = sip__config_check_declared_io(c, in, n_in, NULL, 0);
-  if (de) return de;
   if (c->n_preprocess > PRE_MAX)
     return sip_error_new(SIP_INVALID_ARGUMENT, "preprocess has %zu steps; at most %d are supported",
                          c->n_preprocess, PRE_MAX);

@@ -353,3 +353,23 @@ def test_declared_io_checked_at_load(sipd_bin, seed_dir, tmp_path):
         assert pools["face_detect"]["state"] == "FAILED"
         err = pools["face_detect"]["error"]
         assert "input_shapes[0]" in err and "1, 3, 320, 320" in err and "1, 3, 640, 640" in err
+
+
+def test_output_nums_and_shapes_checked_without_preprocess(sipd_bin, seed_dir, tmp_path):
+    """output_nums and input_shapes are compared with the loaded model
+    whether or not the entry has preprocess steps."""
+    lst = json.loads(SEED_LIST)
+    del lst[0]["preprocess"]
+    lst[0]["output_nums"] = 2          # the model has 3
+    del lst[1]["preprocess"]
+    lst[1]["input_shapes"][0]["dtype"] = "uint8"  # the model takes float32
+    s = ListServer(tmp_path, json.dumps(lst), "models.json")
+    (tmp_path / "models").symlink_to(seed_dir / "models")
+    with harness_serving(s):
+        pools = {p["name"]: p for p in s.client().pools()}
+        assert pools["face_detect"]["state"] == "FAILED"
+        err = pools["face_detect"]["error"]
+        assert "output_nums is 2" in err and "3 outputs" in err, err
+        assert pools["face_quality"]["state"] == "FAILED"
+        err = pools["face_quality"]["error"]
+        assert "input_shapes[0]" in err and "uint8" in err and "float32" in err, err
