@@ -14,8 +14,9 @@
  * JSON is YAML, so libyaml reads the file and config.c dispatches on the
  * document's shape (a list here, a map for sip's own config). Each entry
  * becomes a session pool: model_name is the pool's name; model_path its
- * model, a `.om` path served from the `.onnx` of the same name when this
- * build has no backend for it; input_shapes and output_nums are checked
+ * model, a `.om` path served from the model file of the same name a
+ * backend claims (the one it was converted from) when this build has no
+ * backend for it; input_shapes and output_nums are checked
  * when the model loads (sip__config_check_declared_io); max_batch_size N > 1
  * is dynamic_batching.max_batch_size N (1: each request runs alone);
  * model_type is a label; preprocess is sip's preprocess (preprocess.c), with
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "core/core.h"
@@ -53,8 +55,8 @@ static const sip__field_t model_fields[M_COUNT] = {
                 .doc = "The pool's name (requests name it)."},
     [M_PATH] = {.name = "model_path", .type = F_STRING,
                 .offset = offsetof(sip__pool_config_t, model_path), .required = true,
-                .expect = "a path to a model file (.onnx, or .om served from the .onnx of the "
-                          "same name)",
+                .expect = "a path to a model file (a .om is served from the model file of the "
+                          "same name that a backend runs)",
                 .doc = "Relative to the config file."},
     [M_TYPE] = {.name = "model_type", .type = F_STRING,
                 .offset = offsetof(sip__pool_config_t, model_type),
@@ -244,39 +246,78 @@ static int exists(const char *p) {
   return stat(p, &st) == 0;
 }
 
+/* A model file beside `om` (a .om path) with the same name and another
+ * extension that a backend's probe claims: the model the .om was converted
+ * from. The first by name when there are several; NULL when none (or out
+ * of memory: *oom set). */
+static char *sibling_model(sip__ctx_t *c, const char *om, int *oom) {
+  *oom = 0;
+  const char *slash = strrchr(om, '/');
+  size_t dir_len = slash ? (size_t)(slash - om) : 0;
+  const char *base = slash ? slash + 1 : om;
+  size_t stem = strlen(base) - 3; /* without ".om" */
+  char *dir = slash ? sip__strndup(om, dir_len ? dir_len : 1) : sip__strdup(".");
+  if (!dir) return *oom = 1, NULL;
+  DIR *d = opendir(dir);
+  char *best = NULL;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strncmp(e->d_name, base, stem) || e->d_name[stem] != '.' || !strcmp(e->d_name, base))
+      continue;
+    if (best && strcmp(strrchr(best, '/') + 1, e->d_name) <= 0) continue;
+    char *path = sip__asprintf("%s/%s", dir, e->d_name);
+    if (!path) {
+      *oom = 1;
+      break;
+    }
+    if (c->backends->probe(path)) {
+      sip__free(best);
+      best = path;
+    } else {
+      sip__free(path);
+    }
+  }
+  if (d) closedir(d);
+  sip__free(dir);
+  if (*oom) {
+    sip__free(best);
+    return NULL;
+  }
+  return best;
+}
+
 /* Resolves model_path; a .om no backend of this build claims is served
- * from the .onnx of the same name; picks the backend. */
+ * from the model of the same name a backend claims; picks the backend. */
 static int resolve_model(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *pv, const char *key) {
   char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
   sip__cfg_key_join(mkey, key, "model_path", strlen("model_path"));
   char *resolved = sip__cfg_resolve_path(c->base_dir, pool->model_path);
   if (!resolved) return sip__cfg_oom(c);
   if (ends_with_om(resolved) && !(exists(resolved) && c->backends->probe(resolved))) {
-    size_t n = strlen(resolved) - 3;
-    char *onnx = sip__asprintf("%.*s.onnx", (int)n, resolved);
-    if (!onnx) {
+    int oom;
+    char *model = sibling_model(c, resolved, &oom);
+    if (oom) {
       sip__free(resolved);
       return sip__cfg_oom(c);
     }
-    if (!exists(onnx)) {
+    if (!model) {
       int rc = sip__cfg_fail(c, pv->start_mark, mkey,
-                             "%s: %s %s and %s does not exist; expected the ONNX model of the "
-                             "same name (a .om path is served from its .onnx)",
+                             "%s: %s %s and no file beside it of the same name (%.*s.*) is a "
+                             "model this build runs; expected the model the .om was converted "
+                             "from, one of %s",
                              sip__cfg_show(shown, sizeof shown, pool->model_path,
                                            strlen(pool->model_path)),
                              resolved,
                              exists(resolved) ? "is a CANN offline model no backend of this "
                                                 "build runs,"
                                               : "does not exist",
-                             onnx);
-      sip__free(onnx);
+                             (int)(strlen(resolved) - 3), resolved, c->backends->formats());
       sip__free(resolved);
       return rc;
     }
-    sip__log(SIP__LOG_INFO, "a .om model path is served from the ONNX model of the same name",
-             "pool=%s model_path=%s serves=%s", pool->name, resolved, onnx);
+    sip__log(SIP__LOG_INFO, "a .om model path is served from the model of the same name",
+             "pool=%s model_path=%s serves=%s", pool->name, resolved, model);
     sip__free(resolved);
-    resolved = onnx;
+    resolved = model;
   }
   const char *b = c->backends->probe(resolved);
   if (!b) {
