@@ -8,8 +8,10 @@ A file may include its own layer and the layers below it; front-ends
 (transport, http, grpc) sit side by side and include none of each other;
 include/sip/ (the public API) is open to all. Front-ends include none of
 the engine's internals (backend, sched, session, pipeline), and
-src/server/server_impl.h is private to src/server. The daemon and the tools may
-include only include/sip/ and their own folder.
+src/server/server_impl.h is private to src/server. A subfolder of a layer
+(src/server/observe/, src/session/isolation/, ...) is in its parent's
+layer. The daemon and the tools may include only include/sip/ and their
+own folder.
 
 The same rule at link level: the symbols each of the engine's objects
 (CMakeFiles/sip_obj.dir, the objects named in compile_commands.json) defines
@@ -28,7 +30,7 @@ declarations).
 struct sip__pool is private to the files that implement the pool: only
 those POOL_IMPL_USERS names include src/session/pool_impl.h (any file in
 the repository's own folders is looked at, tests too); everything else
-reads a pool through session/pool_view.h, session/counters.h and the model
+reads a pool through session/pool_view.h, session/observe/counters.h and the model
 vtable.
 
 And no source file in the repository's own folders (FOLDERS; generated
@@ -75,21 +77,21 @@ PUBLIC_ONLY = ("src/daemon", "tools")
 # of src/ may be among them: whatever includes it would see the struct too.
 POOL_IMPL = "src/session/pool_impl.h"
 POOL_IMPL_USERS = (
-    "src/session/admission.c",       # admission, deadlines, completion
-    "src/session/availability.c",    # watchdog, faults, failover, drain
-    "src/session/counters.c",        # the typed counters (session/counters.h)
-    "src/session/events.c",          # pool and session events
-    "src/session/executor.c",        # the sessions' executor loop
-    "src/session/isolation.c",       # isolation: process
-    "src/session/isolation_exec.c",
-    "src/session/pool.c",            # life cycle: new, load, shutdown
-    "src/session/pool_model.c",      # the pool behind the model vtable
-    "src/session/pool_view.c",       # the typed view (session/pool_view.h)
-    "src/session/profile.c",         # operator profiling of a session
-    "src/session/scale.c",           # run-time pool_size and quotas
-    "src/session/sequence.c",        # sequence batching
-    "src/session/session.c",         # the session state machine
-    "src/session/split.c",           # client batches split into chunks
+    "src/session/admission.c",             # admission, deadlines, completion
+    "src/session/availability.c",          # watchdog, faults, failover, drain
+    "src/session/observe/counters.c",      # the typed counters (session/observe/counters.h)
+    "src/session/observe/events.c",        # pool and session events
+    "src/session/executor.c",              # the sessions' executor loop
+    "src/session/isolation/isolation.c",   # isolation: process
+    "src/session/isolation/isolation_exec.c",
+    "src/session/pool.c",                  # life cycle: new, load, shutdown
+    "src/session/pool_model.c",            # the pool behind the model vtable
+    "src/session/pool_view.c",             # the typed view (session/pool_view.h)
+    "src/session/observe/profile.c",       # operator profiling of a session
+    "src/session/scale.c",                 # run-time pool_size and quotas
+    "src/session/sequence.c",              # sequence batching
+    "src/session/session.c",               # the session state machine
+    "src/session/split.c",                 # client batches split into chunks
     # White-box tests of the pool (tests/unit/session).
     "tests/unit/session/pool_helpers.h",
     "tests/unit/session/test_session.c",
@@ -322,7 +324,7 @@ def pool_impl_violations(root=ROOT, users=POOL_IMPL_USERS):
                     if _POOL_IMPL_INCLUDE.search(f.read()):
                         out.append("%s includes %s: it is private to the pool's own files "
                                    "(POOL_IMPL_USERS in scripts/check_layers.py); use "
-                                   "session/pool_view.h, session/counters.h or the model "
+                                   "session/pool_view.h, session/observe/counters.h or the model "
                                    "vtable" % (rel, POOL_IMPL))
     return out
 

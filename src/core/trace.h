@@ -1,6 +1,6 @@
 /* sip — request tracing: W3C trace context (traceparent, tracestate), the
  * spans of one traced request, and their OTLP/HTTP JSON encoding
- * (docs/tracing.md). Exporting is the server's (src/server/tracing.c).
+ * (docs/tracing.md). Exporting is the server's (src/server/observe/tracing.c).
  *
  * A traced request carries one sip__trace_t (refcounted: the request, its
  * response, and a pipeline's stage requests share it). Spans are recorded

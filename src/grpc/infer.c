@@ -12,7 +12,7 @@
 #include "grpc/grpc_frontend.h"
 #include "grpc/grpc_impl.h"
 #include "server/introspect.h"
-#include "server/tracing.h"
+#include "server/observe/tracing.h"
 
 /* ---- model_version of answers ------------------------------------------------ */
 

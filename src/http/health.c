@@ -9,7 +9,7 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
-#include "server/prometheus.h"
+#include "server/observe/prometheus.h"
 
 enum MHD_Result sip__http_live(sip__hreq_t *q) {
   return sip__http_send_json(q->conn, 200, json_pack("{s:b}", "live", 1));

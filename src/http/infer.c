@@ -17,7 +17,7 @@
 #include "http/http.h"
 #include "http/http_impl.h"
 #include "server/introspect.h"
-#include "server/tracing.h"
+#include "server/observe/tracing.h"
 
 /* ---- the model metadata cache -------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* sip — a request's own pipeline_config (read by the parameter table,
- * src/session/request_params.c) checked against one pipeline's stages. */
+ * src/session/request/request_params.c) checked against one pipeline's stages. */
 #include <string.h>
 
 #include "core/core.h"

@@ -13,10 +13,10 @@
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "server/server_impl.h"
-#include "session/counters.h"
+#include "session/observe/counters.h"
 #include "session/pool_view.h"
-#include "session/sla.h"
-#include "server/sla_monitor.h"
+#include "session/observe/sla.h"
+#include "server/observe/sla_monitor.h"
 
 static json_t *nullable(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -81,7 +81,7 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
     if (ready && in.preprocess) json_object_set_new(o, "preprocess", json_string(in.preprocess));
     return o;
   }
-  /* The counters as /metrics reads them (session/counters.h). */
+  /* The counters as /metrics reads them (session/observe/counters.h). */
   sip__pool_counters_t c;
   sip__pool_counters_read(p, &c);
   static const char *lvl[SIP__SCHED_QUEUES] = {"high", "medium", "low", "delayed"};

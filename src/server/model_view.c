@@ -9,7 +9,7 @@
 #include "pipeline/pipeline.h"
 #include "server/introspect.h"
 #include "server/server_impl.h"
-#include "session/counters.h"
+#include "session/observe/counters.h"
 
 static const char *const state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
 

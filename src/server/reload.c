@@ -5,7 +5,7 @@
  * serving: a pool whose settings are unchanged keeps running untouched (the
  * same sessions, nothing reloaded); a changed pool is loaded beside the old
  * one, swapped in by name, and the old one drained and freed, as a
- * repository reload does (src/server/repository_load.c); a removed pool is
+ * repository reload does (src/server/repository/repository_load.c); a removed pool is
  * drained and freed; an added pool is loaded. All of it happens in one
  * registry swap, or not at all: a config that does not parse, a pool that
  * fails to load, a new pool a pipeline could not run on, a change to
@@ -22,7 +22,7 @@
 #include "backend/backends.h"
 #include "core/core.h"
 #include "pipeline/pipeline.h"
-#include "server/repository_impl.h"
+#include "server/repository/repository_impl.h"
 
 static int same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
 

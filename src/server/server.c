@@ -13,11 +13,11 @@
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
-#include "server/idem_journal.h"
-#include "server/sla_monitor.h"
-#include "server/idempotency.h"
-#include "server/response_cache.h"
-#include "server/tracing.h"
+#include "server/state/idem_journal.h"
+#include "server/observe/sla_monitor.h"
+#include "server/state/idempotency.h"
+#include "server/cache/response_cache.h"
+#include "server/observe/tracing.h"
 #include "backend/backends.h"
 
 #define SIP__VERSION_STRING "0.1.0"
@@ -207,7 +207,7 @@ static void *hk_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
-/* Pools load on the loader thread (src/server/repository.c), which then
+/* Pools load on the loader thread (src/server/repository/repository.c), which then
  * serves repository loads and unloads. */
 
 /* Starts the exporter when the config has tracing.otlp_endpoint and sets
@@ -345,7 +345,7 @@ static void register_private_dirs(const sip__config_t *cfg) {
 
 sip_error_t *sip__server_start(sip_server_t *s, const sip_server_options_t *o) {
   register_private_dirs(s->cfg);
-  /* The loader (src/server/repository.c) loads the pools, then serves
+  /* The loader (src/server/repository/repository.c) loads the pools, then serves
    * repository loads and unloads. */
   sip_error_t *e = sip__repo_start(s, o->wait_for_load);
   s->serving = !e;

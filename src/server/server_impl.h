@@ -5,7 +5,7 @@
 #define SIP_SERVER_SERVER_IMPL_H
 
 #include "server/introspect.h"
-#include "server/idempotency.h"
+#include "server/state/idempotency.h"
 #include "session/engine.h"
 #include "session/pool_view.h"
 #include "session/registry.h"
@@ -35,7 +35,7 @@ typedef struct sip__repo sip__repo_t;
 struct sip_server {
   sip__engine_t eng; /* pools, backends, arbiter (src/session) */
   sip__config_t *cfg;
-  sip__repo_t *repo;         /* model repository and its worker (src/server/repository.c) */
+  sip__repo_t *repo;         /* model repository and its worker (src/server/repository/repository.c) */
   uint64_t started_us;
   /* server.memory_budget_mb in bytes, auto resolved at start (memory.c);
    * 0: none */
@@ -70,7 +70,7 @@ struct sip_server {
   _Atomic uint64_t drain_deadline_us; /* 0: no drain; then queues are shed */
   sip__shm_set_t *shm; /* system shared memory regions (core/shm.h) */
   sip__trace_set_t *trace; /* Triton's trace settings (core/settings.h) */
-  struct sip__tracer *tracer; /* the OTLP exporter (server/tracing.h); NULL: tracing off */
+  struct sip__tracer *tracer; /* the OTLP exporter (server/observe/tracing.h); NULL: tracing off */
   /* Config reloads (src/server/reload.c): the file read again; the config
    * whose session_pools serve (cfg, then the last reload's); every config
    * a reload read, kept while pools point into them. cfg keeps the
@@ -86,7 +86,7 @@ struct sip_server {
    * (never inside the submitting call); `replaying` counts those queued or
    * being delivered, and a drain waits for it to reach 0 (idem_cv). */
   struct sip__idem_slot *idem;
-  /* server.state_dir's idempotency journal (src/server/idem_journal.c);
+  /* server.state_dir's idempotency journal (src/server/state/idem_journal.c);
    * NULL: none. journal_floor: its size after it was last started afresh. */
   struct sip__journal *journal;
   _Atomic uint64_t journal_floor;
@@ -95,8 +95,8 @@ struct sip_server {
   struct sip__replay **replays_tail; /* the last one's next (while replays is not NULL) */
   size_t replaying;
   pthread_cond_t idem_cv;
-  struct sip__event_streams *streams; /* sip_server_stream_events (src/server/events.c) */
-  struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/sla_monitor.c) */
+  struct sip__event_streams *streams; /* sip_server_stream_events (src/server/observe/events.c) */
+  struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/observe/sla_monitor.c) */
   struct sip__rejections *rejections; /* requests refused while decoding (rejections.c) */
   struct sip__rcache *rcache; /* the response cache (response_cache.c) */
 };
@@ -117,10 +117,10 @@ void sip__rejections_free(sip__rejections_t *r);
  * cgroup's limit, else of MemAvailable, read now (and logged); 0: none. */
 uint64_t sip__server_memory_budget(const sip__config_t *cfg);
 
-/* Ends every event stream (src/server/events.c); before the engine goes. */
+/* Ends every event stream (src/server/observe/events.c); before the engine goes. */
 void sip__event_streams_stop(sip_server_t *s);
 
-/* ---- model repository (src/server/repository.c) ---- */
+/* ---- model repository (src/server/repository/repository.c) ---- */
 /* Starts the loader thread: it loads the config file's pools, then the
  * repository's models (unless model_control is explicit), sets `loaded`,
  * then runs load/unload requests (`wait`: the initial loads happen before
@@ -130,7 +130,7 @@ sip_error_t *sip__repo_start(struct sip_server *s, int wait);
  * UNAVAILABLE. Safe when never started. */
 void sip__repo_stop(struct sip_server *s);
 void sip__repo_free(struct sip_server *s);
-/* sip_server_admin's "profile" (src/server/profile.c): with done, answered
+/* sip_server_admin's "profile" (src/server/observe/profile.c): with done, answered
  * from a thread of its own (NULL returned); without, at once in *answer.
  * Errors: the request's arguments (INVALID_ARGUMENT). */
 sip_error_t *sip__admin_profile(struct sip__pool *p, json_t *req, sip_admin_done_fn done,

@@ -14,9 +14,9 @@
 #include "session/admission.h"
 #include "session/engine.h"
 #include "session/preprocess.h"
-#include "session/events.h"
+#include "session/observe/events.h"
 #include "session/sequence.h"
-#include "session/sla.h"
+#include "session/observe/sla.h"
 #include "session/pool_impl.h"
 
 #define RATE_WINDOW_US 200000

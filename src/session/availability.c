@@ -19,8 +19,8 @@
 
 #include "core/core.h"
 #include "session/engine.h"
-#include "session/events.h"
-#include "session/isolation.h"
+#include "session/observe/events.h"
+#include "session/isolation/isolation.h"
 #include "session/pool_impl.h"
 
 #define ABANDONED_WAIT_MS 5000

@@ -3,7 +3,7 @@
 #include "core/core.h"
 #include "session/engine.h"
 #include "session/registry.h"
-#include "session/events.h"
+#include "session/observe/events.h"
 
 void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, int slots,
                       void (*note_deadline)(void *, uint64_t), void *note_ctx) {

@@ -14,7 +14,7 @@
 #include "sip/backend.h"
 #include "sip/server.h"
 #include "session/memory.h"
-#include "session/request.h"
+#include "session/request/request.h"
 
 /* Session states (the seeds' state machine). */
 typedef enum sip__session_state {
@@ -132,7 +132,7 @@ struct sip_cancel_token {
 
 /* ---- a pool's life and run-time changes, as the server drives them ----
  * (the pool's own calls are in session/pool_impl.h; what it shows is read
- * through session/pool_view.h and session/counters.h) */
+ * through session/pool_view.h and session/observe/counters.h) */
 /* Sets (count > 0 or rate > 0) or clears (kind NONE) the pool's fault. */
 sip_error_t *sip__pool_set_fault(sip__pool_t *p, const sip__fault_t *f);
 /* sip session drain / resume. */
@@ -267,7 +267,7 @@ typedef struct sip__engine {
   /* Told when a queued request has a deadline (housekeeping expires it). */
   void (*note_deadline)(void *ctx, uint64_t deadline_us);
   void *note_ctx;
-  struct sip__event_bus *events; /* subscribers of engine events (src/session/events.h) */
+  struct sip__event_bus *events; /* subscribers of engine events (src/session/observe/events.h) */
 } sip__engine_t;
 
 /* Sets up the engine (registry, backends table, arbiter with `slots`). */

@@ -24,10 +24,10 @@
 #include "session/preprocess.h"
 #include "sched/batch.h"
 #include "session/engine.h"
-#include "session/events.h"
-#include "session/isolation.h"
+#include "session/observe/events.h"
+#include "session/isolation/isolation.h"
 #include "session/sequence.h"
-#include "session/sla.h"
+#include "session/observe/sla.h"
 #include "session/pool_impl.h"
 
 #define MAX_BATCH_REQUESTS 1024

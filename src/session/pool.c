@@ -18,10 +18,10 @@
 #include "ops/transforms.h"
 #include "backend/backends.h"
 #include "session/engine.h"
-#include "session/events.h"
-#include "session/isolation.h"
+#include "session/observe/events.h"
+#include "session/isolation/isolation.h"
 #include "session/sequence.h"
-#include "session/sla.h"
+#include "session/observe/sla.h"
 #include "session/pool_impl.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};

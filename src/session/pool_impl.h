@@ -122,8 +122,8 @@ struct sip__pool {
   int standby_broken;                 /* a warm-up failed: no more refills */
   atomic_uint_fast64_t n_promotions;
   atomic_uint_fast64_t last_recovery_us; /* failure seen → first answer of its replacement */
-  struct sip__sla *sla; /* the sla block's accounting (src/session/sla.h), or NULL */
-  /* isolation: process (src/session/isolation.c): the worker's handle
+  struct sip__sla *sla; /* the sla block's accounting (src/session/observe/sla.h), or NULL */
+  /* isolation: process (src/session/isolation/isolation.c): the worker's handle
    * (p->model while loaded) and the forwarding backend p->backend points
    * to; what status shows of the worker processes. */
   struct sip__iso *iso;

@@ -4,7 +4,7 @@
  * struct sip__pool is private to the pool's own files (session/pool_impl.h);
  * the server, the pipelines and the front-ends read a pool through these
  * functions, the typed snapshot sip__pool_info_t, the counters of
- * session/counters.h and the model vtable (session/engine.h). */
+ * session/observe/counters.h and the model vtable (session/engine.h). */
 #ifndef SIP_SESSION_POOL_VIEW_H
 #define SIP_SESSION_POOL_VIEW_H
 
@@ -36,7 +36,7 @@ typedef struct sip__pool_info {
   const sip_io_desc_t *inputs, *outputs;
   size_t n_inputs, n_outputs;
   const char *preprocess;
-  struct sip__sla *sla;          /* the sla block's accounting (session/sla.h), or NULL */
+  struct sip__sla *sla;          /* the sla block's accounting (session/observe/sla.h), or NULL */
   uint64_t memory_bytes;         /* resident memory its load added, measured */
 } sip__pool_info_t;
 

@@ -11,7 +11,7 @@
 
 #include "core/core.h"
 #include "session/engine.h"
-#include "session/events.h"
+#include "session/observe/events.h"
 #include "session/pool_impl.h"
 
 /* Starts sessions [n_sessions, n); on failure stops at the first that

@@ -3,7 +3,7 @@
  * so an illegal move is refused instead of silently corrupting state. */
 #include "core/core.h"
 #include "session/engine.h"
-#include "session/events.h"
+#include "session/observe/events.h"
 #include "session/pool_impl.h"
 
 static const char *state_names[SIP__SESSION_STATES_] = {"INIT",      "READY",  "RUNNING",

@@ -20,7 +20,7 @@
 #include "transport/frame.h"
 #include "transport/listener_impl.h"
 #include "server/introspect.h"
-#include "server/tracing.h"
+#include "server/observe/tracing.h"
 
 /* ---- INFER_REQUEST and BATCH_INFER_REQUEST ---- */
 

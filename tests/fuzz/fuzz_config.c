@@ -29,7 +29,7 @@
 
 #include "config/config.h"
 #include "core/core.h"
-#include "server/prometheus.h"
+#include "server/observe/prometheus.h"
 #include "sip/sip.h"
 #include "backend/backends.h"
 
@@ -585,7 +585,7 @@ static void serve(const sip__config_t *cfg, const char *yaml) {
   }
   sip__free(prom);
   /* The repository index of a server without any model passes NULL to
-   * qsort (src/session/repository.c; UBSan: "null pointer passed as argument
+   * qsort (src/server/repository/repository.c; UBSan: "null pointer passed as argument
    * 1"): only asked of a server with a pool until that is fixed. */
   for (int ready_only = 0; cfg->n_pools && ready_only <= 1; ready_only++) {
     char *idx = sip_server_repository_index(s, ready_only);

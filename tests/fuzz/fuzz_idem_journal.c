@@ -1,5 +1,5 @@
 /* libFuzzer target for the idempotency journal's reader
- * (src/server/idem_journal.c). The first byte picks the input's form: even,
+ * (src/server/state/idem_journal.c). The first byte picks the input's form: even,
  * the rest is a whole file image as found on disk; odd, the rest is one
  * record's payload, given the magic, its length and a matching CRC so that
  * the payload decoder itself is reached. Beyond "no crash, no leak" it
@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "core/core.h"
-#include "server/idem_journal.h"
+#include "server/state/idem_journal.h"
 #include "session/engine.h"
 #include "sip/sip.h"
 

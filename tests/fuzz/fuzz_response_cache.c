@@ -1,5 +1,5 @@
 /* libFuzzer target for the response cache's value decoder
- * (src/server/response_cache_codec.c): values come from a Redis server
+ * (src/server/cache/response_cache_codec.c): values come from a Redis server
  * that other processes write to, so they are untrusted. Beyond "no crash,
  * no leak" it checks the contract: a value that decodes gives outputs that
  * pass sip_tensor_validate and encode again into exactly the same bytes
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "server/response_cache.h"
+#include "server/cache/response_cache.h"
 #include "sip/sip.h"
 
 #define CHECK(cond)       \

@@ -1,4 +1,4 @@
-/* libFuzzer target for the runtime state file (src/server/state.c). Beyond
+/* libFuzzer target for the runtime state file (src/server/state/state.c). Beyond
  * "no crash, no leak" it checks the contract: exactly one of error and
  * result; errors are INVALID_ARGUMENT or FAILED_PRECONDITION (another
  * format version) with a "state file: " message; a parsed state dumps to a
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/state.h"
+#include "server/state/state.h"
 #include "sip/sip.h"
 
 #define CHECK(cond)       \

@@ -1,5 +1,5 @@
 /* libFuzzer target for the messages between the server and a worker
- * process (src/session/worker_proto.c; isolation: process).
+ * process (src/session/isolation/worker_proto.c; isolation: process).
  *
  * The first byte picks the reader; the rest is the message. Contracts:
  * a LOAD that parses has every string within the message and at most 64
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "session/engine.h"
-#include "session/worker_proto.h"
+#include "session/isolation/worker_proto.h"
 
 #define CHECK(cond) \
   do {              \

@@ -42,6 +42,19 @@ def test_front_ends_are_siblings_and_keep_out_of_the_engine():
     assert "private" in why("src/http/http.c", "src/server/server_impl.h")
 
 
+def test_a_subfolder_is_in_its_parents_layer():
+    # Subfolders of a layer (one job each) keep the layer's place in the order.
+    assert why("src/server/observe/prometheus.c", "src/server/server_impl.h") is None
+    assert why("src/server/state/replay.c", "src/server/cache/response_cache.h") is None
+    assert why("src/server/repository/repository.c", "src/session/observe/events.h") is None
+    assert why("src/session/isolation/worker.c", "src/session/pool_impl.h") is None
+    assert "above" in why("src/session/isolation/worker.c", "src/server/observe/tracing.h")
+    assert "above" in why("src/session/observe/sla.c", "src/pipeline/pipeline.h")
+    assert "public calls" in why("src/http/metrics.c", "src/session/observe/counters.h")
+    assert "private" in why("src/grpc/infer.c", "src/server/server_impl.h")
+    assert why("src/http/metrics.c", "src/server/observe/prometheus.h") is None
+
+
 def test_daemon_and_tools_see_only_the_public_api():
     assert why("src/daemon/sipd.c", "include/sip/server.h") is None
     assert "only include/sip/" in why("src/daemon/sipd.c", "src/config/config.h")
@@ -69,7 +82,7 @@ def calls(src, dst, public=False):
 
 
 def test_calls_down_and_within_a_layer_are_allowed():
-    assert calls("src/session/split.c", "src/session/request.c") is None
+    assert calls("src/session/split.c", "src/session/request/request.c") is None
     assert calls("src/server/server.c", "src/session/pool.c") is None
     assert calls("src/pipeline/run.c", "src/core/error.c") is None
 
@@ -79,7 +92,7 @@ def test_calls_up_or_across_are_refused():
     assert "above" in calls("src/core/log.c", "src/config/config.c")
     assert "sibling" in calls("src/http/infer.c", "src/grpc/codec.c")
     # a front-end calls the engine's public functions only
-    assert calls("src/http/infer.c", "src/session/response.c", public=True) is None
+    assert calls("src/http/infer.c", "src/session/request/response.c", public=True) is None
     assert "public calls" in calls("src/http/infer.c", "src/session/pool.c")
 
 

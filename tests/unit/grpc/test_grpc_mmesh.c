@@ -15,7 +15,7 @@
 
 #include "grpc/grpc_impl.h"
 #include "grpc_service.pb-c.h"
-#include "server/repository.h"
+#include "server/repository/repository.h"
 
 static void expect_name(const char *id, const char *name) {
   char out[160];

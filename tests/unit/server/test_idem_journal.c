@@ -1,4 +1,4 @@
-/* Unit tests for the idempotency journal (src/server/idem_journal.c): its
+/* Unit tests for the idempotency journal (src/server/state/idem_journal.c): its
  * records read back as written (numbers, strings, errors); a journal cut
  * short keeps the records before the cut, and damage in the middle loses
  * only the records it touches (the reader resynchronises); opening it keeps
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "server/idem_journal.h"
+#include "server/state/idem_journal.h"
 #include "session/engine.h"
 #include "sip/sip.h"
 

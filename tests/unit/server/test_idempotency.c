@@ -1,4 +1,4 @@
-/* Unit tests for the idempotency cache (src/server/idempotency.c): a
+/* Unit tests for the idempotency cache (src/server/state/idempotency.c): a
  * duplicate joins a running request or gets the kept answer with its own
  * id; transient failures are not kept; TTL (on an injected clock), LRU and
  * the entry and byte bounds. */
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "server/idempotency.h"
+#include "server/state/idempotency.h"
 #include "session/engine.h"
 
 static uint64_t fake_now;

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/prometheus.h"
+#include "server/observe/prometheus.h"
 #include "sip/sip.h"
 
 /* ---- "device" memory: blocks tagged so execute can tell them apart ---- */

@@ -1,4 +1,4 @@
-/* Unit tests of the Prometheus text exposition (src/server/prometheus.c):
+/* Unit tests of the Prometheus text exposition (src/server/observe/prometheus.c):
  * an in-process server with builtin pools (one failing every other run, one
  * that fails to load) and pipelines (one built, one FAILED) answers known
  * requests, then the page is parsed here and checked: every family has
@@ -24,7 +24,7 @@
 
 #include "core/core.h"
 #include "inproc.h"
-#include "server/prometheus.h"
+#include "server/observe/prometheus.h"
 #include "sip/sip.h"
 
 /* ---- a parser of the text format (0.0.4) ------------------------------------ */

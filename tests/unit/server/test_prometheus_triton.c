@@ -1,4 +1,4 @@
-/* Unit tests of Triton's families on /metrics (src/server/prometheus_triton.c,
+/* Unit tests of Triton's families on /metrics (src/server/observe/prometheus_triton.c,
  * metrics.triton_names): from known counters, each nv_* family is written
  * once with # HELP and # TYPE, with Triton's labels (model, version; an
  * unversioned model is version "1"), values computed from the counters the
@@ -19,8 +19,8 @@
 #include "config/config.h"
 #include "core/core.h"
 #include "inproc.h"
-#include "server/prometheus.h"
-#include "server/prometheus_impl.h"
+#include "server/observe/prometheus.h"
+#include "server/observe/prometheus_impl.h"
 #include "sip/sip.h"
 
 /* The page built from two pools and one pipeline with known counters. */

@@ -1,5 +1,5 @@
 /* Unit tests for the model repository's pure parts: model name checks
- * (src/server/repository_versions.c), version-policy selection, and the parsing of
+ * (src/server/repository/repository_versions.c), version-policy selection, and the parsing of
  * a model's config.yaml (src/config/config.c, sip__config_load_model). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +18,7 @@
 #include "config/config.h"
 #include "core/core.h"
 #include "inproc.h"
-#include "server/repository.h"
+#include "server/repository/repository.h"
 #include "sip/sip.h"
 #include "backend/backends.h"
 

@@ -1,6 +1,6 @@
 /* Unit tests for the response cache's keys and values
- * (src/server/response_cache_codec.c) and its memory backend
- * (src/server/response_cache_memory.c): the digest changes with every
+ * (src/server/cache/response_cache_codec.c) and its memory backend
+ * (src/server/cache/response_cache_memory.c): the digest changes with every
  * field that changes a result and with nothing else; values round-trip
  * byte for byte and every truncation or corruption is refused with a
  * reason; the memory backend evicts least recently used first within
@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "server/response_cache.h"
-#include "session/request.h"
+#include "server/cache/response_cache.h"
+#include "session/request/request.h"
 
 /* A request to "m" with input x = FP32 [2,3] of `base`+i, shaped `d0` x 6/d0. */
 static sip_request_t *req(float base, int64_t d0) {

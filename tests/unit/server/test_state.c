@@ -1,4 +1,4 @@
-/* Unit tests for the runtime state checkpoint (src/server/state.c): the
+/* Unit tests for the runtime state checkpoint (src/server/state/state.c): the
  * document's parser and writer, and its file: atomic replacement, files
  * that cannot be used moved aside, a write cut short ignored. */
 #include <setjmp.h>
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "server/state.h"
+#include "server/state/state.h"
 #include "sip/sip.h"
 
 static sip__state_t *parse_ok(const char *text) {

@@ -1,4 +1,4 @@
-/* Alert webhooks (src/server/webhook.c) against a small HTTP receiver run by
+/* Alert webhooks (src/server/observe/webhook.c) against a small HTTP receiver run by
  * the test on a thread: bodies arrive in order, with Content-Type
  * application/json; a 500 answer is retried; a full queue drops and counts;
  * the counters say what happened. The receiver tells the test when it holds
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/webhook.h"
+#include "server/observe/webhook.h"
 
 #define MAX_POSTS 16
 

@@ -1,4 +1,4 @@
-/* Engine events (src/session/events.c, src/server/events.c): the bounded
+/* Engine events (src/session/observe/events.c, src/server/observe/events.c): the bounded
  * ring (order kept, overflow dropped and counted, close wakes a reader),
  * the JSON form, and the bus through the in-process API with builtin
  * pools: per-pool filtering, the order of a request's events, ERROR for a

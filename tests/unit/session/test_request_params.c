@@ -1,4 +1,4 @@
-/* The request parameter table (src/session/request_params.c): every key the
+/* The request parameter table (src/session/request/request_params.c): every key the
  * three front-ends pass, the types each takes, the unit conversions done
  * once, the errors, and pipeline_config read into typed fields. */
 #include <setjmp.h>

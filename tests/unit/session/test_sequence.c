@@ -13,7 +13,7 @@
 #include "backend/backends.h"
 #include "config/config.h"
 #include "inproc.h"
-#include "server/prometheus.h"
+#include "server/observe/prometheus.h"
 
 static char dir[64];
 static int have_models;

@@ -1,4 +1,4 @@
-/* A pool's SLA accounting (src/session/sla.c): the latency histogram, the
+/* A pool's SLA accounting (src/session/observe/sla.c): the latency histogram, the
  * window arithmetic (p99, availability with the client's own errors left
  * out, throughput), the alert state machine's hysteresis, the compliance
  * horizon, and windows driven by sip__sla_tick with a clock of the test's
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session/sla.h"
+#include "session/observe/sla.h"
 #include "sip/events.h"
 #include "sip/server.h"
 
