@@ -47,10 +47,11 @@ def ensure_tiny():
 class Sipd:
     """sipd on a temporary unix socket with the given pools (YAML flow maps)."""
 
-    def __init__(self, pools, server_extra="", pipelines="", config=None, env=None):
+    def __init__(self, pools, server_extra="", pipelines="", config=None, env=None, build=None):
         """config: a whole config's text instead (its server.endpoints list is
         replaced by this server's socket); env: variables added to sipd's
-        environment. The temporary directory goes with close()."""
+        environment; build: the build directory whose sipd runs (BUILD when
+        None). The temporary directory goes with close()."""
         self.dir = tempfile.mkdtemp(prefix="sipb", dir="/tmp")
         self.sock = os.path.join(self.dir, "s.sock")
         self.endpoint = "ipc://" + self.sock
@@ -66,7 +67,7 @@ class Sipd:
                 for p in pools:
                     f.write("  - %s\n" % json.dumps(p))
                 f.write(pipelines)
-        self.proc = subprocess.Popen([os.path.join(BUILD, "sipd"), "--config", cfg],
+        self.proc = subprocess.Popen([os.path.join(build or BUILD, "sipd"), "--config", cfg],
                                      stdout=subprocess.DEVNULL,
                                      env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
@@ -178,6 +179,9 @@ def load():
 
 
 def _meets(v, target):
+    if target.startswith("within"):  # "within ±10%": a ratio from 0.9 to 1.1
+        d = float(target.split()[1].strip("±%")) / 100
+        return 1 - d <= v <= 1 + d
     op, x = target.split()
     x = float(x)
     return {"<=": v <= x, ">=": v >= x, "<": v < x, ">": v > x}[op]
@@ -190,7 +194,8 @@ def report(figure, values, target=None, fmt="%.3g", unit="", spread_limit=0.25):
 
     values: the figure in each round (a ratio B / A of the same round, or a
     measurement); the median is the figure. spread: (max - min) / median.
-    target: None (reported only) or "<= X", ">= X", "< X", "> X".
+    target: None (reported only), "<= X", ">= X", "< X", "> X", or
+    "within ±N%" (a ratio from 1 - N/100 to 1 + N/100, both ends included).
     Status: "pass" / "fail" by the median; "unstable" instead when the rounds
     disagree: their spread is over spread_limit (None: not judged, for
     figures near zero), some rounds meet the target and others do not, or
@@ -253,21 +258,21 @@ def table(path, crashed=()):
     crashed = {os.path.splitext(os.path.basename(c))[0] for c in crashed}
     wf = max([len(r["figure"]) for r in rows] + [6])
     wb = max([len(n) for n in names] + [5])
-    print("\n%-*s  %-*s  %-10s  %-14s  %-10s  %s" % (wb, "bench", wf, "figure", "target",
+    print("\n%-*s  %-*s  %-11s  %-14s  %-10s  %s" % (wb, "bench", wf, "figure", "target",
                                                    "measured", "status", "load"))
     counts = {}
     for n in names:
         mine = [r for r in rows if r["bench"] == n]
         for r in mine:
-            print("%-*s  %-*s  %-10s  %-14s  %-10s  %.2f/%d" % (
+            print("%-*s  %-*s  %-11s  %-14s  %-10s  %.2f/%d" % (
                 wb, n, wf, r["figure"], r["target"] or "-", r["measured"], r["status"],
                 r["load"], r["cpus"]))
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         if n in crashed:
-            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, "(stopped with an error)", "-", "-",
+            print("%-*s  %-*s  %-11s  %-14s  %s" % (wb, n, wf, "(stopped with an error)", "-", "-",
                                                    "error"))
         elif not mine:
-            print("%-*s  %-*s  %-10s  %-14s  %s" % (wb, n, wf, "(wrote no figure)", "-", "-", "-"))
+            print("%-*s  %-*s  %-11s  %-14s  %s" % (wb, n, wf, "(wrote no figure)", "-", "-", "-"))
     print("%s; %s" % (", ".join("%d %s" % (v, k) for k, v in sorted(counts.items())) or
                       "no figures", "benches stopped with an error: " + " ".join(sorted(crashed))
                       if crashed else "every bench ran to its end"))
