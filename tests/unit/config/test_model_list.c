@@ -213,7 +213,7 @@ static void test_entry_errors(void **state) {
   /* a .om with no .onnx beside it: the error names both */
   EXPECT_DIR_ERR("[\n  {model_name: a,\n   model_path: models/absent.om}]\n",
                  "models.json:3:16: [0].model_path: \"models/absent.om\"",
-                 "/models/absent.om does not exist", "/models/absent.onnx does not exist");
+                 "/models/absent.om does not exist", "no file beside it of the same name");
   /* input_shapes */
   EXPECT_DIR_ERR("[{model_name: a, model_path: a.onnx, input_shapes: {name: x}}]\n",
                  "[0].input_shapes: is a map; expected a list of inputs");
