@@ -14,15 +14,6 @@ int64_t sip__spin_us_env(const char *var) {
   return !*end && y >= 0 && y <= 1000 ? y : -1;
 }
 
-int64_t sip__spin_us_setting(const char *var, long def, atomic_int *cache) {
-  int v = atomic_load(cache);
-  if (v >= 0) return v;
-  int64_t x = sip__spin_us_env(var);
-  if (x < 0) x = def;
-  atomic_store(cache, (int)x);
-  return x;
-}
-
 int64_t sip__spin_window_us(int64_t configured) {
   if (configured >= 0) return configured > 1000 ? 1000 : configured;
   int64_t env = sip__spin_us_env("SIP_IDLE_SPIN_US");

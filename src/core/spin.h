@@ -1,14 +1,10 @@
 /* sip — polling before sleeping: the window a thread polls for work,
- * read once from an environment variable, and the CPU's pause hint. */
+ * from the pool's config or the environment, and the CPU's pause hint. */
 #ifndef SIP_CORE_SPIN_H
 #define SIP_CORE_SPIN_H
 
 #include <stdatomic.h>
 #include <stdint.h>
-
-/* Microseconds from environment variable `var` (an integer 0..1000; else
- * `def`), read once: *cache starts at -1 and keeps the value. */
-int64_t sip__spin_us_setting(const char *var, long def, atomic_int *cache);
 
 /* Microseconds from environment variable `var` when it holds an integer
  * 0..1000, else -1 (not set, or not a window); read every call. */

@@ -437,19 +437,6 @@ static void run_sequenced(sip__session_t *s, sip_request_t *r, int slot) {
   if (idle) sip__engine_note_deadline(p->eng, idle);
 }
 
-/* How long a session that just finished work polls the queue before it
- * sleeps. A client that waits for each answer sends its next request about
- * one socket round trip later; catching it while polling saves a sleep and
- * a wake-up on both sides of the condition variable. One session per pool
- * polls at a time, and only right after work, so an idle server stays
- * idle. SIP_IDLE_SPIN_US (0..1000) overrides the default; 0 turns it off. */
-#define IDLE_SPIN_US_DEFAULT 50
-static int64_t idle_spin_us(void) {
-  static atomic_int cached = -1;
-  return sip__spin_us_setting("SIP_IDLE_SPIN_US", IDLE_SPIN_US_DEFAULT, &cached);
-}
-
-
 /* Polls the queue until something arrives or `until` passes; the caller
  * holds p->mu, which is let go while polling. */
 static void spin_for_work(sip__pool_t *p, uint64_t until) {
@@ -480,13 +467,16 @@ void *sip__session_main(void *arg) {
   sip__session_t *s = arg;
   sip__pool_t *p = s->pool;
   batch_t *b = sip__malloc(sizeof *b);
-  /* The pool's idle_spin_us, else SIP_IDLE_SPIN_US, else the default. A
-   * process-isolated pool polls at its worker's channel instead, while a
+  /* How long a session that just finished work polls the queue before it
+   * sleeps: a client that waits for each answer sends its next request
+   * about one round trip later, and catching it while polling saves a sleep
+   * and a wake-up on both sides. One session per pool polls at a time, and
+   * only right after work, so an idle server stays idle. The window is the
+   * pool's idle_spin_us, else SIP_IDLE_SPIN_US, else the default (spin.h).
+   * A process-isolated pool polls at its worker's channel instead, while a
    * core is spare (isolation_exec.c, worker.c): this poll keeps its core
    * from the worker (measured on 2 cores: +30..+100 us, the other busy). */
-  int64_t spin_us = p->seq || p->iso              ? 0
-                    : p->cfg->idle_spin_us >= 0 ? p->cfg->idle_spin_us
-                                                : idle_spin_us();
+  int64_t spin_us = p->seq || p->iso ? 0 : sip__spin_window_us(p->cfg->idle_spin_us);
   uint64_t spin_until = 0; /* after work: poll until then before sleeping */
   pthread_mutex_lock(&p->mu);
   for (;;) {
