@@ -15,10 +15,22 @@
 #include "session/observe/events.h"
 #include "session/residency.h"
 
+/* 1 when a pipeline of the config file runs a stage on model `name`: a
+ * pipeline is built once from its stages' loaded inputs and outputs, so the
+ * model stays pinned. */
+static int staged(const sip__config_t *cfg, const char *name) {
+  for (size_t i = 0; i < cfg->n_pipelines; i++)
+    for (size_t k = 0; k < cfg->pipelines[i].n_stages; k++) {
+      const sip__stage_config_t *st = &cfg->pipelines[i].stages[k];
+      if (!st->is_transform && st->pool && !strcmp(st->pool, name)) return 1;
+    }
+  return 0;
+}
+
 int sip__residency_on_demand(const sip_server_t *s, const sip__pool_config_t *pc, int from_repo) {
-  if (pc->residency == SIP__RESIDENCY_ON_DEMAND) return 1;
+  if (pc->residency == SIP__RESIDENCY_ON_DEMAND) return 1; /* the config refuses it as a stage */
   return pc->residency == SIP__RESIDENCY_DEFAULT && from_repo && s->memory_budget &&
-         !pc->sequence_batching;
+         !pc->sequence_batching && !staged(s->cfg, pc->name);
 }
 
 static void op_done(sip_error_t *e, void *user) {

@@ -56,10 +56,17 @@ def infer(c, name, v=1.0, **kw):
     return c.infer(InferenceRequest(name, {"x": x(v)}, **kw))
 
 
+def wait_ready(c, name):
+    """Queued requests run as soon as a load has started the sessions, a
+    moment before the pool is listed READY."""
+    wait_until(lambda: state(c, name) == "READY", what="%s READY" % name)
+
+
 def check_answer(c, name, k):
-    """The model `name` (y = x + k) answers correctly."""
+    """The model `name` (y = x + k) answers correctly, and is READY."""
     y = infer(c, name, 1.0).outputs["y"]
     np.testing.assert_allclose(y, x(1.0) + k)
+    wait_ready(c, name)
 
 
 def budget_for_two(anchor_bytes):
@@ -95,12 +102,17 @@ def test_on_demand_model_is_unloaded_until_its_first_request(start_sipd, tmp_pat
     assert m[("sip_residency_cold_start_seconds_count", "")] == 1
     assert m[("sip_residency_cold_start_seconds_sum", "")] > 0
     assert m[("sip_residency_evictions_total", "")] == 0
-    # The sessions' STATE_CHANGEs, POOL_LOADED, then MODEL_LOADED (before
-    # the requests' own events).
-    seen = [read_event(events) for _ in range(4)]
-    kinds = [e["event"] for e in seen]
-    assert "POOL_LOADED" in kinds and kinds[kinds.index("POOL_LOADED") + 1] == "MODEL_LOADED", kinds
-    assert seen[kinds.index("MODEL_LOADED")]["pool"] == "m"
+    # POOL_LOADED, then MODEL_LOADED; the sessions' STATE_CHANGEs and the
+    # first request's own events may come before them (queued requests run
+    # as soon as the sessions start).
+    kinds = []
+    while "MODEL_LOADED" not in kinds and len(kinds) < 16:
+        ev = read_event(events)
+        kinds.append(ev["event"])
+        if ev["event"] == "MODEL_LOADED":
+            assert ev["pool"] == "m" and "loaded on demand" in ev["message"], ev
+    assert kinds.count("MODEL_LOADED") == 1 and kinds.count("POOL_LOADED") == 1, kinds
+    assert kinds.index("POOL_LOADED") < kinds.index("MODEL_LOADED"), kinds
     events.close()
 
 
@@ -197,7 +209,7 @@ def test_deadline_passing_during_a_cold_load(start_sipd, tmp_path):
     # Reading and parsing 40 MiB of weights takes far longer than 1 ms.
     with pytest.raises(DeadlineExceededError, match="past its timeout of 1 ms"):
         infer(c, "m", timeout_ms=1)
-    wait_until(lambda: state(c, "m") == "READY", what="m loaded")
+    wait_ready(c, "m")
     check_answer(c, "m", 4.0)
 
 
@@ -213,7 +225,7 @@ def test_requests_queued_during_a_cold_load_all_answer(start_sipd, tmp_path):
         np.testing.assert_allclose(f.result(timeout=60).outputs["y"], x(float(i)) + 6.0)
     with pytest.raises(InvalidArgumentError, match="pool 'm' has no input 'z'"):
         wrong.result(timeout=60)
-    assert state(c, "m") == "READY"
+    wait_ready(c, "m")
     # Each waited for the load (a cold start) unless it came once the
     # model's inputs were known (a hit).
     m = metrics(srv)

@@ -324,6 +324,10 @@ static void test_bad_enums(void **state) {
   EXPECT_ERR(POOL("    residency: on_demand\n    sequence_batching: {}\n"),
              "session_pools[0].residency: on_demand cannot be used with sequence_batching",
              "expected pinned");
+  EXPECT_ERR(POOL("    residency: on_demand\n"
+                  "pipeline_sessions:\n  - name: pl\n    stages:\n      - {name: s, pool: p}\n"),
+             NAME ":8:1: pipeline_sessions[0].stages[0].pool: 'p' has residency: on_demand, which "
+                  "a pipeline stage cannot run on yet; expected a pinned pool (line 2)");
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),
