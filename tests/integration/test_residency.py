@@ -16,6 +16,7 @@ from harness import wait_until
 from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentError,
                       ResourceExhaustedError)
 from test_events import read_event, subscribe
+from test_grpc import grpc, grpc_address, pb  # noqa: F401 (pb: the generated stubs, a fixture)
 from test_memory import OPTS, metrics, sanitized
 from test_repository import add_model
 
@@ -280,3 +281,15 @@ def test_http_and_grpc_see_an_on_demand_model_ready_and_serve_it(start_sipd, tmp
     assert reply.status == 200, reply
     _, out = K.decode_outputs(reply)
     np.testing.assert_allclose(out["y"], x(1.0) + 3.0)
+
+
+def test_grpc_model_ready_for_an_on_demand_model(start_sipd, tmp_path, pb):
+    path = model_file(tmp_path, "m", 3, 1)
+    srv = start_sipd([on_demand("m", path)], server={"grpc": "127.0.0.1:0"})
+    ch = grpc.insecure_channel(grpc_address(srv))
+    try:
+        stub = pb.svc.GRPCInferenceServiceStub(ch)
+        assert stub.ModelReady(pb.pb.ModelReadyRequest(name="m")).ready is True
+        assert state(srv.client(), "m") == "UNLOADED"  # asking does not load it
+    finally:
+        ch.close()
