@@ -293,3 +293,16 @@ def test_grpc_model_ready_for_an_on_demand_model(start_sipd, tmp_path, pb):
         assert state(srv.client(), "m") == "UNLOADED"  # asking does not load it
     finally:
         ch.close()
+
+
+def test_reload_makes_a_pool_on_demand(start_sipd, tmp_path):
+    import signal
+    path = model_file(tmp_path, "m", 2, 1)
+    srv = start_sipd([pinned("m", path)])
+    c = srv.client()
+    assert state(c, "m") == "READY"
+    srv.pools = [on_demand("m", path)]
+    srv.write_config()
+    srv.send_signal(signal.SIGHUP)
+    wait_until(lambda: state(c, "m") == "UNLOADED", what="m UNLOADED after the reload")
+    check_answer(c, "m", 2.0)
