@@ -17,7 +17,7 @@ from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentEr
                       ResourceExhaustedError)
 from test_events import read_event, subscribe
 from test_grpc import grpc, grpc_address, pb  # noqa: F401 (pb: the generated stubs, a fixture)
-from test_memory import OPTS, metrics, sanitized
+from test_memory import OPTS, metrics
 from test_repository import add_model
 
 MIB = 1 << 20
@@ -70,12 +70,21 @@ def check_answer(c, name, k):
     wait_ready(c, name)
 
 
-def budget_for_two(anchor_bytes):
+def budget_for_two(anchor_bytes, model_bytes):
     """A budget (MiB) that holds the pinned anchor and two on_demand models
-    but not three: two models measure about 2 * WEIGHTS_MIB, a third's load
-    is expected to take WEIGHTS_MIB more. The middle of that window."""
-    factor = 4.4 if sanitized() else 1.0  # AddressSanitizer's cost per byte (test_memory)
-    return int(anchor_bytes / MIB + factor * WEIGHTS_MIB * 2.5) + 1
+    but not three: two models measure 2 * model_bytes (what this build
+    measured for one: the sanitizers multiply it), and a third's first load
+    is expected to take its file's size, WEIGHTS_MIB. The middle of that
+    window; once one of the two is evicted the third fits, as long as a model
+    measures at least half its file."""
+    return int((anchor_bytes + 2 * model_bytes) / MIB + WEIGHTS_MIB / 2)
+
+
+def measured(start_sipd, pools):
+    """memory_bytes of each pool when `pools` load pinned in a sipd of their
+    own (the figures the budget is set from)."""
+    probe = start_sipd(pools, server={"http": "127.0.0.1:0"})
+    return {n: p["memory_bytes"] for n, p in pools_by_name(probe.client()).items()}
 
 
 @pytest.fixture
@@ -121,11 +130,10 @@ def test_lru_eviction_under_a_budget_that_holds_two(start_sipd, tmp_path, three_
     # A pinned model without weights takes the runtime's one-time set-up, so
     # each on_demand model measures about its weights.
     anchor = model_file(tmp_path, "anchor", 9, 0)
-    probe = start_sipd([pinned("anchor", anchor)], server={"http": "127.0.0.1:0"})
-    anchor_bytes = pools_by_name(probe.client())["anchor"]["memory_bytes"]
+    sizes = measured(start_sipd, [pinned("anchor", anchor), pinned("a", three_models["a"])])
     pools = [pinned("anchor", anchor)] + [on_demand(n, p) for n, p in three_models.items()]
     srv = start_sipd(pools, server={"http": "127.0.0.1:0",
-                                    "memory_budget_mb": budget_for_two(anchor_bytes)})
+                                    "memory_budget_mb": budget_for_two(sizes["anchor"], sizes["a"])})
     c = srv.client()
     check_answer(c, "a", 1.0)
     check_answer(c, "b", 2.0)
@@ -158,11 +166,10 @@ def test_lru_eviction_under_a_budget_that_holds_two(start_sipd, tmp_path, three_
 
 def test_busy_model_is_not_evicted(start_sipd, tmp_path, three_models):
     anchor = model_file(tmp_path, "anchor", 9, 0)
-    probe = start_sipd([pinned("anchor", anchor)], server={"http": "127.0.0.1:0"})
-    anchor_bytes = pools_by_name(probe.client())["anchor"]["memory_bytes"]
+    sizes = measured(start_sipd, [pinned("anchor", anchor), pinned("a", three_models["a"])])
     pools = [pinned("anchor", anchor)] + [on_demand(n, p) for n, p in three_models.items()]
     srv = start_sipd(pools, server={"http": "127.0.0.1:0", "allow_fault_injection": True,
-                                    "memory_budget_mb": budget_for_two(anchor_bytes)})
+                                    "memory_budget_mb": budget_for_two(sizes["anchor"], sizes["a"])})
     c = srv.client()
     check_answer(c, "a", 1.0)
     check_answer(c, "b", 2.0)
@@ -183,11 +190,12 @@ def test_busy_model_is_not_evicted(start_sipd, tmp_path, three_models):
 def test_no_room_fails_at_once_naming_the_holders(start_sipd, tmp_path):
     big = model_file(tmp_path, "big", 1, WEIGHTS_MIB)
     other = model_file(tmp_path, "other", 2, WEIGHTS_MIB)
-    # The pinned model alone takes most of the budget; it is never evicted.
+    # The pinned model alone takes most of the budget (what this build
+    # measures for it, plus half the other's file); it is never evicted.
+    big_bytes = measured(start_sipd, [pinned("big", big)])["big"]
     srv = start_sipd([pinned("big", big), on_demand("other", other)],
                      server={"http": "127.0.0.1:0",
-                             "memory_budget_mb": int(WEIGHTS_MIB * 1.5 *
-                                                     (4.4 if sanitized() else 1.0))})
+                             "memory_budget_mb": int(big_bytes / MIB + WEIGHTS_MIB / 2)})
     c = srv.client()
     with pytest.raises(ResourceExhaustedError) as ei:
         infer(c, "other")
