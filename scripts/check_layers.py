@@ -87,6 +87,7 @@ POOL_IMPL_USERS = (
     "src/session/pool.c",                  # life cycle: new, load, shutdown
     "src/session/pool_model.c",            # the pool behind the model vtable
     "src/session/pool_view.c",             # the typed view (session/pool_view.h)
+    "src/session/residency.c",             # on-demand pools: UNLOADED, eviction's view
     "src/session/observe/profile.c",       # operator profiling of a session
     "src/session/scale.c",                 # run-time pool_size and quotas
     "src/session/sequence.c",              # sequence batching

@@ -37,6 +37,9 @@ typedef enum sip_event_type {
   SIP_EVENT_ALERT = 8,              /* pool, old_state = the alert level before ("none",
                                        "warning", "critical"), new_state = the level now,
                                        text = reason (docs/sla.md) */
+  SIP_EVENT_MODEL_LOADED = 9,       /* pool (residency on_demand), text = the load's memory
+                                       and wait (docs/elastic.md) */
+  SIP_EVENT_MODEL_EVICTED = 10,     /* pool (residency on_demand), text = why and what it held */
   SIP_EVENT_TYPES_
 } sip_event_type_t;
 

@@ -390,7 +390,7 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(standby_enabled) || !SAME(standby_count) || !SAME(standby_health_ms) ||
       !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
       !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
-      !SAME(isolation) || !SAME(idle_spin_us) ||
+      !SAME(isolation) || !SAME(idle_spin_us) || !SAME(residency) ||
       !SAME(response_cache))
     return 0;
   for (int i = 0; i < 3; i++)

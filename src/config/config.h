@@ -174,6 +174,7 @@ typedef struct sip__pool_config {
   int64_t standby_health_ms;        /* hot_standby.health_check_interval_ms */
   int isolation;                    /* sip__isolation_t */
   int64_t idle_spin_us;             /* poll window after work, 0..1000 us; -1: absent */
+  int residency;                    /* sip__residency_t (docs/elastic.md) */
   /* sequence_batching (docs/sequences.md): requests of one sequence id run
    * in order on the session the sequence is bound to. */
   int sequence_batching;         /* the section is present */
@@ -191,6 +192,16 @@ typedef struct sip__pool_config {
   size_t n_declared_inputs;
   int output_nums;                  /* outputs the model must have; 0: not declared */
 } sip__pool_config_t;
+
+/* residency: absent (pinned for the config file's pools; on_demand for
+ * repository models when server.memory_budget_mb is set), pinned (loaded at
+ * start, never evicted), on_demand (loaded at its first request, evicted when
+ * idle and its memory is wanted). */
+typedef enum sip__residency {
+  SIP__RESIDENCY_DEFAULT = 0,
+  SIP__RESIDENCY_PINNED,
+  SIP__RESIDENCY_ON_DEMAND
+} sip__residency_t;
 
 typedef enum sip__isolation { SIP__ISOLATION_THREAD = 0, SIP__ISOLATION_PROCESS } sip__isolation_t;
 

@@ -223,8 +223,9 @@ static const sip__field_t server_fields[S_COUNT] = {
                   .doc = "Memory the server's models may take, in MiB; auto = 80% of the "
                          "cgroup's memory limit, else of MemAvailable at start. Shown against "
                          "the models' measured memory (sip status, /v2/status, "
-                         "sip_memory_budget_bytes) and ModelMesh's capacity; not yet enforced "
-                         "(docs/elastic.md). Absent = none."},
+                         "sip_memory_budget_bytes) and ModelMesh's capacity; on_demand models "
+                         "load within it, evicting idle ones (residency, docs/elastic.md). "
+                         "Absent = none."},
 };
 const sip__section_t sip__cfg_server_section = {server_fields, S_COUNT};
 _Static_assert(COUNT(server_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -129,7 +129,7 @@ typedef struct sip__cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_SPIN, P_RCACHE, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_SPIN, P_RCACHE, P_RESIDENCY, P_COUNT };
 extern const sip__field_t sip__cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const sip__section_t sip__cfg_pool_section;           /* pools.c */
 extern const sip__section_t sip__cfg_server_section;         /* config_server.c */

@@ -472,9 +472,20 @@ int sip__cfg_check_pipelines(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *roo
       }
     for (size_t s = 0; s < pl->n_stages; s++) {
       const sip__stage_config_t *st = &pl->stages[s];
-      if (st->is_transform || cfg->model_repository) continue; /* repository models load later */
+      if (st->is_transform) continue;
       size_t j = 0;
       while (j < cfg->n_pools && strcmp(cfg->pools[j].name, st->pool)) j++;
+      /* A pipeline is built once from its stages' loaded inputs and
+       * outputs (docs/elastic.md "Residency"). */
+      if (j < cfg->n_pools && cfg->pools[j].residency == SIP__RESIDENCY_ON_DEMAND) {
+        snprintf(k, sizeof k, "pipeline_sessions[%zu].stages[%zu].pool", i, s);
+        yaml_mark_t m = root->start_mark;
+        m.line = (size_t)st->line - 1;
+        return sip__cfg_fail(c, m, k, "'%s' has residency: on_demand, which a pipeline stage "
+                             "cannot run on yet; expected a pinned pool (line %d)", st->pool,
+                             cfg->pools[j].line);
+      }
+      if (cfg->model_repository) continue; /* repository models load later */
       if (j == cfg->n_pools) {
         snprintf(k, sizeof k, "pipeline_sessions[%zu].stages[%zu].pool", i, s);
         yaml_mark_t m = root->start_mark;

@@ -20,9 +20,11 @@ static int parse_options(sip__ctx_t *c, yaml_node_t *v, const char *key, void *b
 static int parse_version_policy(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_cpus(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 static int parse_backend(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
+static int parse_residency(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base);
 
 static const char *const priority_names[] = {"high", "medium", "low", NULL};
 static const char *const isolation_names[] = {"thread", "process", NULL};
+#define RESIDENCY_EXPECT "one of pinned, on_demand"
 #define BACKEND_EXPECT "the name of a backend of this server (built in, or one the embedding program registered)"
 
 #define CPUS_EXPECT                                                                        \
@@ -197,6 +199,13 @@ const sip__field_t sip__cfg_pool_fields[P_COUNT] = {
                   .doc = "Keep OK answers in the server's response cache (server.response_cache) "
                          "and answer identical requests from it without running the model; "
                          "never for sequences (docs/response_cache.md)."},
+    [P_RESIDENCY] = {.name = "residency", .type = F_CUSTOM, .parse = parse_residency,
+                     .expect = RESIDENCY_EXPECT,
+                     .doc = "pinned: loaded at start and never evicted; on_demand: loaded at its "
+                            "first request (which waits in the queue), unloaded when idle and its "
+                            "memory is wanted under server.memory_budget_mb (docs/elastic.md). "
+                            "Default: pinned for session_pools entries; on_demand for repository "
+                            "models when a memory budget is set."},
 };
 const sip__section_t sip__cfg_pool_section = {sip__cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(sip__cfg_pool_fields) <= MAX_FIELDS &&
@@ -264,6 +273,12 @@ static int resolve_option_paths(sip__ctx_t *c, sip_kv_t *kv, size_t n) {
 static int check_pool(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *map, yaml_node_t **vals,
                       const char *key) {
   char mkey[KEY_MAX], shown[SHOW_MAX * 4 + 8];
+  if (pool->residency == SIP__RESIDENCY_ON_DEMAND && pool->sequence_batching && vals[P_RESIDENCY]) {
+    sip__cfg_key_join(mkey, key, "residency", strlen("residency"));
+    return sip__cfg_fail(c, vals[P_RESIDENCY]->start_mark, mkey,
+                         "on_demand cannot be used with sequence_batching (a sequence's state "
+                         "would be lost when the model is evicted); expected pinned");
+  }
   sip__cfg_key_join(mkey, key, "model_path", strlen("model_path"));
   /* A backend without SIP_BACKEND_NEEDS_FILE (builtin, transform) needs no
    * model file; one with SIP_BACKEND_PATH_OPTIONS reads files named in its
@@ -383,6 +398,24 @@ static int parse_backend(sip__ctx_t *c, yaml_node_t *v, const char *key, void *b
   char **slot = &((sip__pool_config_t *)base)->backend;
   sip__free(*slot);
   if (!(*slot = sip__strndup(s, len))) return sip__cfg_oom(c);
+  return 0;
+}
+
+/* residency: pinned | on_demand. */
+static int parse_residency(sip__ctx_t *c, yaml_node_t *v, const char *key, void *base) {
+  char shown[SHOW_MAX * 4 + 8];
+  if (sip__cfg_want_scalar(c, v, key, RESIDENCY_EXPECT)) return -1;
+  const char *s = text(v);
+  size_t len = v->data.scalar.length;
+  int *slot = &((sip__pool_config_t *)base)->residency;
+  if (len == 6 && !memcmp(s, "pinned", 6)) {
+    *slot = SIP__RESIDENCY_PINNED;
+  } else if (len == 9 && !memcmp(s, "on_demand", 9)) {
+    *slot = SIP__RESIDENCY_ON_DEMAND;
+  } else {
+    return sip__cfg_fail(c, v->start_mark, key, "%s is not valid; expected %s",
+                         sip__cfg_show(shown, sizeof shown, s, len), RESIDENCY_EXPECT);
+  }
   return 0;
 }
 

@@ -105,7 +105,8 @@ static void model_ready(sip__gcall_t *c, const ProtobufCMessage *req) {
   const sip__model_view_t *m;
   sip_error_t *e = sip__grpc_find_model(c, q->name, q->version, 0, &v, &n, &m);
   Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-  if (!e) r.ready = !strcmp(m->state, "READY");
+  /* An on_demand model not loaded yet serves: its request loads it. */
+  if (!e) r.ready = !strcmp(m->state, "READY") || !strcmp(m->state, "UNLOADED");
   /* As Triton: a model (or version) that is not served is simply not
    * ready; clients poll ModelReady after a load and expect OK. */
   if (e && sip_error_code(e) == SIP_NOT_FOUND) {

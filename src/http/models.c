@@ -138,7 +138,8 @@ enum MHD_Result sip__http_model_ready(sip__hreq_t *q) {
   sip__model_view_t *v = sip__server_models(q->h->s, &n);
   const sip__model_view_t *m = NULL;
   sip_error_t *e = sip__model_views_lookup(q->h->s, v, n, q->model, q->version, &m);
-  if (!e && strcmp(m->state, "READY"))
+  /* An on_demand model not loaded yet serves: its request loads it. */
+  if (!e && strcmp(m->state, "READY") && strcmp(m->state, "UNLOADED"))
     e = sip_error_new(SIP_UNAVAILABLE, "model '%s' is not ready: it is %s%s%s", q->model,
                       m->state, m->error ? ": " : "", m->error ? m->error : "");
   sip__server_models_free(v, n);

@@ -62,7 +62,7 @@ typedef struct sip__model_view {
   const char *version;  /* NULL: unversioned, or a pipeline */
   int is_pipeline;
   int is_default;       /* the version asked for when none is named */
-  const char *state;    /* "LOADING", "READY", "FAILED", "STOPPED" */
+  const char *state;    /* "LOADING", "READY", "FAILED", "STOPPED", "UNLOADED" */
   int loaded;           /* READY or STOPPED: inputs and outputs are known */
   const char *error;    /* why FAILED, else NULL */
   const char *platform; /* the backend's KServe platform; "ensemble" for pipelines */

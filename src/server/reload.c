@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline.h"
 #include "server/repository/repository_impl.h"
+#include "session/residency.h"
 
 static int same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
 
@@ -131,10 +132,14 @@ static sip_error_t *reload(sip_server_t *s, sip__config_t *ncfg, size_t *counts)
       e = SIP__OOM();
       break;
     }
-    sip__pool_load(p);
+    int lazy = sip__residency_on_demand(s, pc, 0);
+    if (lazy)
+      sip__pool_set_on_demand(p, 0); /* loads at its first request */
+    else
+      sip__pool_load(p);
     sip__pool_info_t in;
     sip__pool_info(p, &in);
-    if (in.state != SIP__POOL_READY) {
+    if (!lazy && in.state != SIP__POOL_READY) {
       if (!retry)
         e = sip_error_new(in.load_error ? sip_error_code(in.load_error) : SIP_INTERNAL,
                           "pool '%s' failed to load: %s", pc->name,

@@ -13,6 +13,7 @@
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
 #include "server/server_impl.h"
+#include "session/residency.h"
 #include "server/state/idem_journal.h"
 #include "server/observe/sla_monitor.h"
 #include "server/state/idempotency.h"
@@ -274,6 +275,8 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
   sip__engine_init(&s->eng, &cfg->engine,
                    cfg->execution_slots ? cfg->execution_slots : cores > 0 ? (int)cores : 1,
                    note_deadline, s);
+  s->eng.want_load = sip__residency_want_load; /* residency.c: on-demand pools */
+  s->eng.want_load_ctx = s;
   pthread_mutex_init(&s->hk_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -301,6 +304,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
    * requests hear "loading" rather than "unknown" until they are READY. */
   for (size_t i = 0; i < cfg->n_pools; i++) {
     sip__pool_t *p = sip__pool_new(&s->eng, &cfg->pools[i], NULL, NULL);
+    if (p && sip__residency_on_demand(s, &cfg->pools[i], 0)) sip__pool_set_on_demand(p, 0);
     if (!p || (e = sip__registry_swap(&s->eng, &p, 1, NULL, 0))) {
       sip__pool_destroy(p);
       sip_server_free(s);

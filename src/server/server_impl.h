@@ -113,6 +113,19 @@ typedef struct sip__rejections sip__rejections_t;
 sip__rejections_t *sip__rejections_new(void);
 void sip__rejections_free(sip__rejections_t *r);
 
+/* ---- residency (residency.c; docs/elastic.md "Residency") ---- */
+/* 1 when a pool of `pc` (from the model repository or not) is on-demand:
+ * residency on_demand, or absent for a repository model under a budget. */
+int sip__residency_on_demand(const sip_server_t *s, const sip__pool_config_t *pc, int from_repo);
+/* The engine's want_load hook (ctx: the server): queues the load of an
+ * UNLOADED pool on the loader thread. */
+void sip__residency_want_load(void *ctx, const char *name, const char *version);
+/* On the loader thread: makes room under the budget (evicting idle
+ * on-demand pools, least recently used first) and loads the UNLOADED pool
+ * `name` (`version`, NULL: the default); without room its queued requests
+ * are answered RESOURCE_EXHAUSTED. Returns that error (owned), else NULL. */
+sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *version);
+
 /* server.memory_budget_mb in bytes (memory.c): auto is 80% of the
  * cgroup's limit, else of MemAvailable, read now (and logged); 0: none. */
 uint64_t sip__server_memory_budget(const sip__config_t *cfg);

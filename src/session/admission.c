@@ -94,8 +94,114 @@ static void note_arrival(sip__pool_t *p, uint64_t now) {
   }
 }
 
+/* Priority, rows, arrival and deadline of a request being admitted. */
+static void stamp(sip__pool_t *p, sip_request_t *r) {
+  static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
+  r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
+  r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
+                                          r->n_inputs)
+                   : request_rows(r);
+  r->sched.arrival_us = sip__now_us();
+  uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
+  r->timeout_ms = timeout;
+  r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
+}
+
+sip_error_t *sip__pool_submit_cold(sip__pool_t *p, sip_request_t *r, int *queued) {
+  *queued = 0;
+  if (sip__request_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
+  if (r->seq_flags & SIP__SEQF_SET)
+    return sip_error_new(SIP_INVALID_ARGUMENT,
+                         "pool '%s' does not serve sequences (residency: on_demand); expected no "
+                         "sequence_id, sequence_start or sequence_end parameters",
+                         p->cfg->name);
+  /* Copied now: once queued, r may be answered (its deadline) and p freed. */
+  char name[256], version[64];
+  snprintf(name, sizeof name, "%s", p->cfg->name);
+  snprintf(version, sizeof version, "%s", p->from_repo && p->version ? p->version : "");
+  sip__engine_t *eng = p->eng;
+  pthread_mutex_lock(&p->mu);
+  if (p->io_known) { /* loaded far enough: admitted the usual way */
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+  }
+  if (p->stopping) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
+  }
+  size_t n = sip__pool_queued(p);
+  if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                         "the queue of pool '%s' is full (%zu requests, queue.max_size); retry "
+                         "later",
+                         p->cfg->name, n);
+  }
+  stamp(p, r); /* rows: counted again once the model (and its preprocess) is known */
+  uint64_t deadline = r->deadline_us;
+  atomic_store(&p->last_used_us, r->sched.arrival_us);
+  sip__sched_push(&p->queue, r->sched.level, &r->sched);
+  int ask = !atomic_exchange(&p->load_asked, 1);
+  pthread_mutex_unlock(&p->mu);
+  *queued = 1;
+  if (deadline) sip__engine_note_deadline(eng, deadline);
+  if (ask && eng->want_load) eng->want_load(eng->want_load_ctx, name, version[0] ? version : NULL);
+  return NULL;
+}
+
+void sip__pool_admit_cold(sip__pool_t *p) {
+  sip__sched_item_t *bad = NULL; /* linked through next, out of the queues */
+  sip_error_t *why[64] = {0};
+  size_t n_bad = 0, n_cold = 0;
+  uint64_t now = sip__now_us();
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
+    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+      nx = it->next;
+      sip_request_t *r = SIP__QUEUED_REQ(it);
+      n_cold++;
+      sip__hist_observe(&p->eng->res_cold_wait, now - r->sched.arrival_us);
+      sip_error_t *e = sip__pool_check_inputs(p, r);
+      if (!e) {
+        r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
+                                                r->n_inputs)
+                         : request_rows(r);
+        continue;
+      }
+      sip__sched_remove(&p->queue, l, it);
+      if (n_bad < 64) why[n_bad] = e; else sip_error_free(e);
+      n_bad++;
+      it->next = bad;
+      bad = it;
+    }
+  }
+  p->io_known = 1;
+  pthread_mutex_unlock(&p->mu);
+  atomic_fetch_add(&p->eng->res_cold_starts, n_cold);
+  /* `bad` is in reverse order of why[]. */
+  for (size_t k = n_bad; bad; k--) {
+    sip__sched_item_t *it = bad;
+    bad = it->next;
+    it->next = NULL;
+    sip_error_t *e = k - 1 < 64 ? why[k - 1] : NULL;
+    sip__pool_finish_failed(p, SIP__QUEUED_REQ(it), e ? sip_error_code(e) : SIP_INVALID_ARGUMENT,
+                            e ? sip_error_message(e) : "the request does not fit the model's inputs",
+                            now - SIP__QUEUED_REQ(it)->sched.arrival_us);
+    sip_error_free(e);
+  }
+}
+
 sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   int st = atomic_load(&p->state);
+  if (p->on_demand && (st == SIP__POOL_UNLOADED || st == SIP__POOL_LOADING)) {
+    int queued = 0;
+    sip_error_t *ce = sip__pool_submit_cold(p, r, &queued);
+    if (ce || queued) return ce;
+    st = SIP__POOL_READY; /* its inputs are known: sessions start at once */
+    atomic_fetch_add(&p->eng->res_hits, 1);
+  } else if (p->on_demand && st == SIP__POOL_READY) {
+    atomic_fetch_add(&p->eng->res_hits, 1);
+  }
   if (st == SIP__POOL_LOADING)
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is still loading", p->cfg->name);
   if (st == SIP__POOL_FAILED)
@@ -113,15 +219,8 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
                          "sequence_id, sequence_start or sequence_end parameters",
                          p->cfg->name);
   if (e || (e = sip__pool_check_inputs(p, r))) return e;
-  static const int level_of[] = {0, SIP__PRIO_HIGH, SIP__PRIO_MEDIUM, SIP__PRIO_LOW};
-  r->sched.level = r->priority ? level_of[r->priority] : (int)p->cfg->priority;
-  r->rows = p->pre ? sip__preprocess_rows(p->pre, (const sip_tensor_t *const *)r->inputs,
-                                          r->n_inputs)
-                   : request_rows(r);
-  r->sched.arrival_us = sip__now_us();
-  uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
-  r->timeout_ms = timeout;
-  r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
+  stamp(p, r);
+  if (p->on_demand) atomic_store(&p->last_used_us, r->sched.arrival_us);
   uint64_t deadline = r->deadline_us;
   /* Read now: once queued, r may be answered and its pool reference
    * dropped, after which a retired pool may be freed. */

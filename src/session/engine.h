@@ -118,7 +118,10 @@ typedef enum sip__pool_state {
   SIP__POOL_LOADING = 0,
   SIP__POOL_READY,
   SIP__POOL_FAILED,
-  SIP__POOL_STOPPED
+  SIP__POOL_STOPPED,
+  /* residency: on_demand, not loaded (never yet, or evicted): its first
+   * request queues and asks for a load (src/session/residency.c). */
+  SIP__POOL_UNLOADED
 } sip__pool_state_t;
 const char *sip__pool_state_name(sip__pool_state_t s);
 
@@ -268,6 +271,16 @@ typedef struct sip__engine {
   void (*note_deadline)(void *ctx, uint64_t deadline_us);
   void *note_ctx;
   struct sip__event_bus *events; /* subscribers of engine events (src/session/observe/events.h) */
+  /* Residency (src/session/residency.c; docs/elastic.md): told when a
+   * request reaches an UNLOADED pool (name and version borrowed for the
+   * call; NULL version: unversioned); the server loads it on its loader. */
+  void (*want_load)(void *ctx, const char *name, const char *version);
+  void *want_load_ctx;
+  /* Requests to on-demand pools: served by a loaded model (hits), waited
+   * for a load (cold starts, with the wait from arrival until the model was
+   * loaded), and the models evicted (the server counts those). */
+  atomic_uint_fast64_t res_hits, res_cold_starts, res_evictions;
+  sip__hist_t res_cold_wait;
 } sip__engine_t;
 
 /* Sets up the engine (registry, backends table, arbiter with `slots`). */

@@ -24,10 +24,10 @@
 #include "session/observe/sla.h"
 #include "session/pool_impl.h"
 
-static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED", "UNLOADED"};
 
 const char *sip__pool_state_name(sip__pool_state_t s) {
-  return (unsigned)s <= SIP__POOL_STOPPED ? pool_state_names[s] : "UNKNOWN";
+  return (unsigned)s <= SIP__POOL_UNLOADED ? pool_state_names[s] : "UNKNOWN";
 }
 
 /* ---- model path resolution: a file, or <dir>/<version>/<model file> ---- */
@@ -490,6 +490,9 @@ static void load(sip__pool_t *p) {
                                (long long)c->max_memory_mb));
     return;
   }
+  /* Requests that queued while an on-demand model loaded are checked
+   * against it before any session can run them. */
+  sip__pool_admit_cold(p);
   for (int i = 0; i < c->pool_size; i++) {
     sip__session_t *s = &p->sessions[i];
     sip__session_set_state(s, SIP__SESSION_READY);

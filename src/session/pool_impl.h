@@ -135,6 +135,15 @@ struct sip__pool {
    * (src/session/memory.c) p->backend points to; its copies, counted. */
   sip_backend_vtable_t mem_vt;
   sip__copy_counters_t copies;
+  /* Residency (src/session/residency.c): on_demand pools start UNLOADED
+   * and load at their first request; until the model's inputs are known
+   * (io_known, under mu) requests queue unchecked and are checked by
+   * sip__pool_admit_cold before any session runs. */
+  int on_demand;
+  int io_known;
+  atomic_int load_asked;          /* a load was asked for and is not yet done */
+  _Atomic uint64_t last_used_us;  /* monotonic time of the last request admitted */
+  uint64_t expected_bytes;        /* what a load is expected to take (last measured), 0: unknown */
 };
 
 /* ---- the pool's own calls (availability.c, executor.c, pool.c, session.c, admission.c) ---- */
@@ -193,6 +202,15 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r);
 /* Stops admitting, lets the executors drain the queue, joins them, frees
  * their contexts (sessions end in `final`) and the model. */
 void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final);
+/* A request to an on-demand pool that is UNLOADED or LOADING: queued
+ * unchecked (*queued 1) until the model's inputs are known, asking for a
+ * load; *queued 0 (and NULL) once they are: the caller admits it the usual
+ * way. Takes `r` when *queued (admission.c). */
+sip_error_t *sip__pool_submit_cold(sip__pool_t *p, sip_request_t *r, int *queued);
+/* Checks the requests queued during a cold load against the loaded model
+ * (failing those that do not fit), counts them as cold starts and marks the
+ * inputs known; before the sessions start (load in pool.c). */
+void sip__pool_admit_cold(sip__pool_t *p);
 /* Counts the outcome of a request in the pool's metrics; total_ns is its
  * time from arrival (0 for requests refused at admission). */
 void sip__pool_count(sip__pool_t *p, sip_code_t code, uint64_t total_ns);

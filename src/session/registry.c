@@ -24,6 +24,7 @@
 #include "session/engine.h"
 #include "session/pool_view.h"
 #include "session/registry.h"
+#include "session/residency.h"
 
 void sip__registry_init(sip__engine_t *s) {
   pthread_rwlock_init(&s->reg_lock, NULL);
@@ -288,6 +289,10 @@ static void wait_last_ref(sip__engine_t *s, sip__model_t *m) {
 void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p) {
   sip__model_t *m = sip__pool_model(p);
   atomic_store(&m->retired, 1);
+  /* An on-demand pool never loaded has no sessions to serve its queue. */
+  if (sip__pool_state(p) == SIP__POOL_UNLOADED)
+    sip__pool_fail_queued(p, SIP_UNAVAILABLE,
+                          "the model was unloaded before its on-demand load ran");
   /* Every admitted request holds a reference until it is answered, so once
    * only ours is left the queue is empty and nothing can be added to it. */
   wait_last_ref(s, m);

@@ -117,6 +117,33 @@ static void histogram_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *na
   }
 }
 
+/* Residency of on-demand models (docs/elastic.md "Residency"). */
+static void residency_metrics(sb_t *b, sip__engine_t *e) {
+  family(b, "sip_residency_hits_total", "counter",
+         "Requests to on_demand models that found the model loaded.");
+  sb_add(b, "sip_residency_hits_total %llu\n", (unsigned long long)atomic_load(&e->res_hits));
+  family(b, "sip_residency_cold_starts_total", "counter",
+         "Requests to on_demand models that waited for the model to load.");
+  sb_add(b, "sip_residency_cold_starts_total %llu\n",
+         (unsigned long long)atomic_load(&e->res_cold_starts));
+  family(b, "sip_residency_evictions_total", "counter",
+         "on_demand models unloaded to make room under server.memory_budget_mb.");
+  sb_add(b, "sip_residency_evictions_total %llu\n",
+         (unsigned long long)atomic_load(&e->res_evictions));
+  const char *name = "sip_residency_cold_start_seconds";
+  family(b, name, "histogram",
+         "Seconds a request to an on_demand model waited, from arrival until the model was "
+         "loaded.");
+  sip__hist_read_t h;
+  sip__hist_read(&e->res_cold_wait, &h);
+  for (int j = 0; j < SIP__HIST_BUCKETS; j++)
+    sb_add(b, "%s_bucket{le=\"%g\"} %llu\n", name, (double)sip__hist_bounds_us[j] / 1e6,
+           (unsigned long long)h.cum[j]);
+  sb_add(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+         (unsigned long long)h.cum[SIP__HIST_BUCKETS], name, (double)h.sum_us / 1e6, name,
+         (unsigned long long)h.cum[SIP__HIST_BUCKETS]);
+}
+
 static void batch_histogram(sb_t *b, pool_row_t *pl, size_t n) {
   const char *name = "sip_batch_size";
   family(b, name, "histogram", "Rows per execution (padding included); 1 without dynamic batching.");
@@ -229,7 +256,7 @@ static void process_metrics(sb_t *b) {
 
 static const char *const session_states[] = {"INIT",   "READY",  "RUNNING",
                                              "SUSPENDED", "FAILED", "DESTROYED"};
-static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+static const char *const pool_states[] = {"LOADING", "READY", "FAILED", "STOPPED", "UNLOADED"};
 
 /* Pipelines: requests end to end, early exits, and each stage's runs;
  * `all`: the n pipelines' counters, read once for the page. */
@@ -628,6 +655,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   family(&b, "sip_memory_budget_bytes", "gauge",
          "server.memory_budget_mb in bytes (auto resolved at start); absent when none is set.");
   if (mem.budget) sb_add(&b, "sip_memory_budget_bytes %llu\n", (unsigned long long)mem.budget);
+  residency_metrics(&b, &s->eng);
   process_metrics(&b);
 done:
   sip__free(pc);

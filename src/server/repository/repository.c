@@ -308,11 +308,12 @@ static void *loader_main(void *arg) {
     sip_error_t *e = stopping ? sip_error_new(SIP_UNAVAILABLE, "server is shutting down")
                      : op->reload ? sip__server_reload(s)
                      : op->remove ? sip__repo_remove(s, op->name)
+                     : op->residency ? sip__residency_load(s, op->name, op->source)
                      : op->source ? sip__repo_import(s, op->name, op->source)
                      : op->unload ? sip__repo_unload_model(s, op->name)
                                   : sip__repo_load_model(s, op->name, op->config);
     /* Imported models are their importer's to restore, not the checkpoint's. */
-    if (!e && !op->reload && !op->remove && !op->source) checkpoint(s, op);
+    if (!e && !op->reload && !op->remove && !op->source && !op->residency) checkpoint(s, op);
     op->done(e, op->user);
     op_free(op);
     pthread_mutex_lock(&R->mu);
@@ -435,7 +436,8 @@ sip_error_t *sip__repo_queue_op(sip_server_t *s, const char *name, int kind, con
   if (!name) return sip_error_new(SIP_INVALID_ARGUMENT, "model name is NULL");
   if (!done) return sip_error_new(SIP_INVALID_ARGUMENT, "completion callback is NULL");
   int unload = kind == OP_UNLOAD, remove_all = kind == SIP__REPO_OP_REMOVE && !name[0];
-  sip_error_t *e = kind == OP_RELOAD || (remove_all && s->repo->root)
+  sip_error_t *e = kind == OP_RELOAD || kind == SIP__REPO_OP_RESIDENCY ||
+                           (remove_all && s->repo->root)
                        ? NULL
                        : sip__repo_check_request(s, name); /* "": no repository, or a bad name */
   if (e) return e;
@@ -469,6 +471,7 @@ sip_error_t *sip__repo_queue_op(sip_server_t *s, const char *name, int kind, con
   op->unload = unload;
   op->reload = kind == OP_RELOAD;
   op->remove = kind == SIP__REPO_OP_REMOVE;
+  op->residency = kind == SIP__REPO_OP_RESIDENCY;
   op->done = done;
   op->user = user;
   sip__repo_t *R = s->repo;
@@ -599,7 +602,7 @@ static int add_entry(entry_t **v, size_t *n, json_t *obj, int64_t num) {
 }
 
 static const char *index_state(int pool_state) {
-  return pool_state == SIP__POOL_READY     ? "READY"
+  return pool_state == SIP__POOL_READY || pool_state == SIP__POOL_UNLOADED ? "READY"
          : pool_state == SIP__POOL_LOADING ? "LOADING"
                                           : "UNAVAILABLE";
 }

@@ -41,6 +41,7 @@ typedef struct sip__repo_op {
   int unload;
   int reload; /* the config file's pools (reload.c), not a model */
   int remove; /* unload, then delete an imported model's files ("": every one) */
+  int residency; /* load an on-demand pool (src/server/residency.c); source: its version */
   char *name;
   char *source; /* import: the files outside the repository (resolved); else NULL */
   sip__model_override_t *config; /* load with a Triton model config; NULL: none */
@@ -133,7 +134,7 @@ void sip__repo_rec_drop(sip__repo_t *R, const char *name);
 
 /* Queues an operation on the loader (repository.c). */
 enum { SIP__REPO_OP_LOAD, SIP__REPO_OP_UNLOAD, SIP__REPO_OP_RELOAD, SIP__REPO_OP_IMPORT,
-       SIP__REPO_OP_REMOVE };
+       SIP__REPO_OP_REMOVE, SIP__REPO_OP_RESIDENCY };
 sip_error_t *sip__repo_queue_op(sip_server_t *s, const char *name, int kind, const char *config,
                                 const char *source, sip_repo_done_fn done, void *user);
 

@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "pipeline/pipeline.h"
 #include "server/repository/repository_impl.h"
+#include "session/residency.h"
 #include "backend/backends.h"
 
 /* Identity of the files a version was loaded from: a reload with nothing
@@ -196,6 +197,11 @@ sip_error_t *sip__repo_load_model(sip_server_t *s, const char *name,
       break;
     }
     sip__pool_set_origin(p, ver->num == current, fp);
+    if (sip__residency_on_demand(s, pc, 1)) { /* loads at its first request */
+      sip__pool_set_on_demand(p, 0);
+      add[n_add++] = p;
+      continue;
+    }
     sip__pool_load(p);
     sip__pool_info_t in;
     sip__pool_info(p, &in);

@@ -104,6 +104,13 @@ static void test_defaults(void **state) {
   cfg = load_ok(POOL("    resource_quota:\n    backend_options: {}\n"));
   assert_int_equal(cfg->pools[0].max_memory_mb, 0);
   assert_int_equal(cfg->pools[0].n_backend_options, 0);
+  assert_int_equal(cfg->pools[0].residency, SIP__RESIDENCY_DEFAULT);
+  sip__config_free(cfg);
+  cfg = load_ok(POOL("    residency: on_demand\n"));
+  assert_int_equal(cfg->pools[0].residency, SIP__RESIDENCY_ON_DEMAND);
+  sip__config_free(cfg);
+  cfg = load_ok(POOL("    residency: pinned\n"));
+  assert_int_equal(cfg->pools[0].residency, SIP__RESIDENCY_PINNED);
   sip__config_free(cfg);
 }
 
@@ -311,6 +318,16 @@ static void test_bad_enums(void **state) {
   EXPECT_ERR(POOL("    isolation: container\n"),
              NAME ":4:16: session_pools[0].isolation: \"container\" is not valid; expected one of "
                   "thread, process");
+  EXPECT_ERR(POOL("    residency: lazy\n"),
+             NAME ":4:16: session_pools[0].residency: \"lazy\" is not valid; expected one of "
+                  "pinned, on_demand");
+  EXPECT_ERR(POOL("    residency: on_demand\n    sequence_batching: {}\n"),
+             "session_pools[0].residency: on_demand cannot be used with sequence_batching",
+             "expected pinned");
+  EXPECT_ERR(POOL("    residency: on_demand\n"
+                  "pipeline_sessions:\n  - name: pl\n    stages:\n      - {name: s, pool: p}\n"),
+             NAME ":8:1: pipeline_sessions[0].stages[0].pool: 'p' has residency: on_demand, which "
+                  "a pipeline stage cannot run on yet; expected a pinned pool (line 2)");
   EXPECT_ERR("server: {log_level: verbose}\nsession_pools: []\n",
              "server.log_level: \"verbose\" is not valid; expected one of debug, info, warn, error");
   EXPECT_ERR(POOL("    backend: tensorrt\n"),

@@ -421,10 +421,10 @@ static void test_scrape_after_requests(void **state) {
   static const struct {
     const char *pool, *state;
   } states[] = {{"echo", "READY"}, {"flaky", "READY"}, {"rotten", "FAILED"}, {"stage.pool-1_x", "READY"}};
-  static const char *const all_states[] = {"LOADING", "READY", "FAILED", "STOPPED"};
+  static const char *const all_states[] = {"LOADING", "READY", "FAILED", "STOPPED", "UNLOADED"};
   for (size_t i = 0; i < 4; i++) {
-    assert_int_equal(count(&pg, "sip_pool_state", "pool", states[i].pool, NULL), 4);
-    for (int k = 0; k < 4; k++) {
+    assert_int_equal(count(&pg, "sip_pool_state", "pool", states[i].pool, NULL), 5);
+    for (int k = 0; k < 5; k++) {
       double v = value(&pg, "sip_pool_state", "pool", states[i].pool, "state", all_states[k], NULL);
       assert_true(v == (strcmp(all_states[k], states[i].state) ? 0.0 : 1.0));
     }
@@ -468,9 +468,10 @@ static void test_scrape_after_requests(void **state) {
   assert_true(value(&pg, "sip_active_sessions", "pool", "echo", NULL) == 2);
   assert_true(value(&pg, "sip_pending_requests", "pool", "echo", NULL) == 0);
 
-  /* Histograms: well formed everywhere (4 families x 4 pools), and their
-   * counts are the requests that were queued. */
-  assert_int_equal(check_histograms(&pg), 16);
+  /* Histograms: well formed everywhere (4 families x 4 pools, and the
+   * server's sip_residency_cold_start_seconds), and their counts are the
+   * requests that were queued. */
+  assert_int_equal(check_histograms(&pg), 17);
   assert_true(value(&pg, "sip_request_latency_us_count", "pool", "echo", NULL) == 3);
   assert_true(value(&pg, "sip_request_latency_us_count", "pool", "flaky", NULL) == 5);
   assert_true(value(&pg, "sip_request_latency_us_count", "pool", "rotten", NULL) == 0);
@@ -527,7 +528,7 @@ static void test_scrape_fresh_server(void **state) {
                                     "session_pools:\n  - {name: idle, backend: builtin}\n");
   page_t pg;
   scrape(s, &pg);
-  assert_int_equal(check_histograms(&pg), 4);
+  assert_int_equal(check_histograms(&pg), 5); /* 4 per pool, 1 of the server */
   assert_true(value(&pg, "sip_requests_total", "pool", "idle", "code", "OK", NULL) == 0);
   assert_int_equal(count(&pg, "sip_requests_total", NULL), 1);
   assert_true(value(&pg, "sip_request_latency_us_count", "pool", "idle", NULL) == 0);
@@ -575,7 +576,7 @@ static void test_label_escaping(void **state) {
   sip__free(text);
   assert_true(value(&pg, "sip_pool_state", "pool", "vers", "version", ver, "state", "READY", NULL) == 1);
   assert_true(value(&pg, "sip_requests_total", "pool", "vers", "version", ver, "code", "OK", NULL) == 1);
-  assert_int_equal(check_histograms(&pg), 4);
+  assert_int_equal(check_histograms(&pg), 5); /* 4 per pool, 1 of the server */
   page_free(&pg);
   sip_server_free(s);
   unlink(link);

@@ -1,0 +1,189 @@
+/* sip — residency under the memory budget (docs/elastic.md "Residency"): an
+ * on-demand pool is listed UNLOADED; its first request queues and asks for a
+ * load (session/residency.h), which runs here on the loader thread. Before
+ * it, idle on-demand models are evicted least recently used first until the
+ * budget holds what the model is expected to take (its last measured
+ * memory, else its file's size); a model with requests queued or running,
+ * or a pinned one, is never evicted. An evicted pool is replaced by a new
+ * UNLOADED one of the same model, which loads again at its next request. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "server/repository/repository_impl.h"
+#include "server/server_impl.h"
+#include "session/observe/events.h"
+#include "session/residency.h"
+
+/* 1 when a pipeline of the config file runs a stage on model `name`: a
+ * pipeline is built once from its stages' loaded inputs and outputs, so the
+ * model stays pinned. */
+static int staged(const sip__config_t *cfg, const char *name) {
+  for (size_t i = 0; i < cfg->n_pipelines; i++)
+    for (size_t k = 0; k < cfg->pipelines[i].n_stages; k++) {
+      const sip__stage_config_t *st = &cfg->pipelines[i].stages[k];
+      if (!st->is_transform && st->pool && !strcmp(st->pool, name)) return 1;
+    }
+  return 0;
+}
+
+int sip__residency_on_demand(const sip_server_t *s, const sip__pool_config_t *pc, int from_repo) {
+  if (pc->residency == SIP__RESIDENCY_ON_DEMAND) return 1; /* the config refuses it as a stage */
+  return pc->residency == SIP__RESIDENCY_DEFAULT && from_repo && s->memory_budget &&
+         !pc->sequence_batching && !staged(s->cfg, pc->name);
+}
+
+static void op_done(sip_error_t *e, void *user) {
+  (void)user;
+  sip_error_free(e); /* logged where it happened; the requests got it */
+}
+
+void sip__residency_want_load(void *ctx, const char *name, const char *version) {
+  sip_server_t *s = ctx;
+  /* A server not started has no loader: its deadline answers the request. */
+  sip_error_t *e =
+      !s->repo ? sip_error_new(SIP_UNAVAILABLE, "the server is not started (no loader thread)")
+               : sip__repo_queue_op(s, name, SIP__REPO_OP_RESIDENCY, NULL, version, op_done, NULL);
+  if (e) { /* shutting down: the drain answers what is queued */
+    sip__log(SIP__LOG_WARN, "on-demand load not queued", "pool=%s reason=\"%s\"", name,
+             sip_error_message(e));
+    sip_error_free(e);
+  }
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+/* "a 20.0 MiB (pinned), b 18.2 MiB (busy)": the models holding memory. */
+static void holders(sip__pool_t *const *v, size_t n, const sip__pool_t *self, char *buf,
+                    size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && used < cap; i++) {
+    sip__residency_info_t in;
+    sip__pool_residency(v[i], &in);
+    if (v[i] == self || !in.held_bytes) continue;
+    const char *why = !in.on_demand ? "pinned" : "busy: requests queued or running";
+    int w = snprintf(buf + used, cap - used, "%s'%s' %.1f MiB (%s)", used ? ", " : "",
+                     sip__pool_name(v[i]), mib(in.held_bytes), why);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (!buf[0]) snprintf(buf, cap, "none");
+}
+
+/* Unloads idle on-demand `victim` (the caller's reference is taken): a new
+ * UNLOADED pool of the same model replaces it, then it is drained and
+ * freed. */
+static sip_error_t *evict(sip_server_t *s, sip__pool_t *victim, const char *for_name) {
+  sip__residency_info_t in;
+  sip__pool_residency(victim, &in);
+  sip__pool_t *nv = sip__pool_renew_unloaded(victim);
+  sip_error_t *e = nv ? sip__registry_swap(&s->eng, &nv, 1, &victim, 1) : SIP__OOM();
+  if (e) {
+    sip__pool_destroy(nv);
+    sip__pool_unref(victim);
+    return e;
+  }
+  sip__pool_take_config(nv, victim);
+  char name[256];
+  snprintf(name, sizeof name, "%s", sip__pool_name(victim));
+  sip__pool_unref(victim);
+  sip__registry_drain_free(&s->eng, victim);
+  atomic_fetch_add(&s->eng.res_evictions, 1);
+  char text[256];
+  snprintf(text, sizeof text, "evicted to make room for '%s'; it held %.1f MiB", for_name,
+           mib(in.held_bytes));
+  sip__events_pool(nv, SIP_EVENT_MODEL_EVICTED, text);
+  sip__log(SIP__LOG_INFO, "model evicted", "pool=%s memory_bytes=%llu for=%s", name,
+           (unsigned long long)in.held_bytes, for_name);
+  return NULL;
+}
+
+/* Evicts until the budget holds `need` more bytes beside what the models in
+ * service hold. Errors: RESOURCE_EXHAUSTED naming what holds the memory. */
+static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
+  uint64_t budget = s->memory_budget;
+  if (!budget) return NULL;
+  for (;;) {
+    size_t n = 0;
+    sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+    uint64_t held = 0, oldest = 0;
+    sip__pool_t *victim = NULL;
+    for (size_t i = 0; i < n; i++) {
+      sip__residency_info_t in;
+      sip__pool_residency(v[i], &in);
+      held += in.held_bytes;
+      /* the registry's reference and the snapshot's: nothing else */
+      if (v[i] == p || !in.on_demand || in.state != SIP__POOL_READY || !sip__pool_idle(v[i], 2))
+        continue;
+      if (!victim || in.last_used_us < oldest) {
+        victim = v[i];
+        oldest = in.last_used_us;
+      }
+    }
+    if (held + need <= budget) {
+      sip__registry_release(v, n);
+      return NULL;
+    }
+    if (!victim) {
+      char who[1024];
+      holders(v, n, p, who, sizeof who);
+      sip_error_t *e = sip_error_new(
+          SIP_RESOURCE_EXHAUSTED,
+          "no room to load model '%s' (%.1f MiB expected): server.memory_budget_mb is %.1f MiB "
+          "and the models in memory hold %.1f MiB: %s; none of them can be evicted (only idle "
+          "on_demand models are); retry when one is idle, unload one, or raise the budget",
+          sip__pool_name(p), mib(need), mib(budget), mib(held), who);
+      sip__registry_release(v, n);
+      return e;
+    }
+    sip__pool_ref(victim);
+    sip__registry_release(v, n);
+    sip_error_t *e = evict(s, victim, sip__pool_name(p));
+    if (e) return e;
+  }
+}
+
+sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *version) {
+  sip_error_t *e = NULL;
+  sip__pool_t *p = sip__registry_find(&s->eng, name, version, &e);
+  if (!p) { /* unloaded or replaced meanwhile: its drain answered the queue */
+    sip_error_free(e);
+    return NULL;
+  }
+  sip__residency_info_t in;
+  sip__pool_residency(p, &in);
+  if (in.state != SIP__POOL_UNLOADED) {
+    sip__pool_unref(p);
+    return NULL;
+  }
+  uint64_t t0 = sip__now_us();
+  if ((e = make_room(s, p, in.expected_bytes))) {
+    sip__log(SIP__LOG_WARN, "on-demand load refused", "pool=%s reason=\"%s\"", name,
+             sip_error_message(e));
+    sip__pool_load_refused(p);
+    sip__pool_fail_queued(p, sip_error_code(e), sip_error_message(e));
+    sip__pool_unref(p);
+    return e;
+  }
+  if (!sip__pool_begin_load(p)) {
+    sip__pool_unref(p);
+    return NULL;
+  }
+  sip__pool_load(p);
+  sip__pool_info_t pi;
+  sip__pool_info(p, &pi);
+  if (pi.state == SIP__POOL_READY) {
+    char text[256];
+    snprintf(text, sizeof text, "loaded on demand in %.1f ms; it holds %.1f MiB",
+             (double)(sip__now_us() - t0) / 1000.0, mib(pi.memory_bytes));
+    sip__events_pool(p, SIP_EVENT_MODEL_LOADED, text);
+  } else {
+    char msg[512];
+    snprintf(msg, sizeof msg, "model '%s' failed to load on demand: %s", name,
+             pi.error ? pi.error : "unknown reason");
+    sip__pool_fail_queued(p, SIP_UNAVAILABLE, msg);
+  }
+  sip__pool_unref(p);
+  return NULL;
+}

@@ -1,0 +1,93 @@
+/* sip — residency of on-demand pools: the UNLOADED state, what the loader
+ * reads to choose evictions, and a pool renewed UNLOADED in place of an
+ * evicted one (session/residency.h; docs/elastic.md "Residency"). The
+ * admission of requests to an UNLOADED pool is admission.c's
+ * (sip__pool_submit_cold, sip__pool_admit_cold). */
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/core.h"
+#include "session/admission.h"
+#include "session/pool_impl.h"
+#include "session/pool_view.h"
+#include "session/residency.h"
+
+void sip__pool_set_on_demand(sip__pool_t *p, uint64_t expected_bytes) {
+  p->on_demand = 1;
+  p->expected_bytes = expected_bytes;
+  atomic_store(&p->state, SIP__POOL_UNLOADED);
+}
+
+void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
+  *out = (sip__residency_info_t){0};
+  out->on_demand = p->on_demand;
+  out->state = (sip__pool_state_t)atomic_load(&p->state);
+  out->last_used_us = atomic_load(&p->last_used_us);
+  out->queued = sip__sched_count(&p->queue);
+  if (out->state == SIP__POOL_READY || out->state == SIP__POOL_LOADING)
+    out->held_bytes = p->memory_bytes;
+  out->expected_bytes = p->memory_bytes ? p->memory_bytes : p->expected_bytes;
+  struct stat st;
+  if (!out->expected_bytes && p->cfg->model_path && stat(p->cfg->model_path, &st) == 0 &&
+      S_ISREG(st.st_mode))
+    out->expected_bytes = (uint64_t)st.st_size;
+}
+
+int sip__pool_idle(sip__pool_t *p, long held) {
+  return sip__sched_count(&p->queue) == 0 && atomic_load(&p->base.refs) <= held;
+}
+
+int sip__pool_begin_load(sip__pool_t *p) {
+  int want = SIP__POOL_UNLOADED;
+  return atomic_compare_exchange_strong(&p->state, &want, SIP__POOL_LOADING);
+}
+
+void sip__pool_load_refused(sip__pool_t *p) { atomic_store(&p->load_asked, 0); }
+
+sip__pool_t *sip__pool_renew_unloaded(sip__pool_t *old) {
+  char *fp = old->fingerprint ? sip__strdup(old->fingerprint) : NULL;
+  if (old->fingerprint && !fp) return NULL;
+  /* A repository pool's version was chosen by the repository; a config
+   * file's pool resolves its model directory again at load. */
+  sip__pool_t *p = sip__pool_new(old->eng, old->cfg, NULL, old->from_repo ? old->version : NULL);
+  if (!p) {
+    sip__free(fp);
+    return NULL;
+  }
+  if (old->from_repo) sip__pool_set_origin(p, old->pinned, fp);
+  sip__pool_set_on_demand(p, old->memory_bytes ? old->memory_bytes : old->expected_bytes);
+  return p;
+}
+
+void sip__pool_take_config(sip__pool_t *p, sip__pool_t *old) {
+  /* `old` keeps pointing to it until it is freed, which happens first. */
+  p->own_cfg = old->own_cfg;
+  old->own_cfg = NULL;
+}
+
+static void fail_one(sip__pool_t *p, sip_request_t *r, sip_code_t code, const char *msg,
+                     uint64_t now) {
+  sip__pool_finish_failed(p, r, code, msg, now - r->sched.arrival_us);
+}
+
+void sip__pool_fail_queued(sip__pool_t *p, sip_code_t code, const char *msg) {
+  sip__sched_item_t *gone = NULL;
+  pthread_mutex_lock(&p->mu);
+  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
+    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
+      nx = it->next;
+      sip__sched_remove(&p->queue, l, it);
+      it->next = gone;
+      gone = it;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  uint64_t now = sip__now_us();
+  while (gone) {
+    sip__sched_item_t *it = gone;
+    gone = it->next;
+    it->next = NULL;
+    fail_one(p, SIP__QUEUED_REQ(it), code, msg, now);
+  }
+}
