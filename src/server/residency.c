@@ -4,7 +4,13 @@
  * it, idle on-demand models are evicted least recently used first until the
  * budget holds what the model is expected to take (its last measured
  * memory, else its file's size); a model with requests queued or running,
- * or a pinned one, is never evicted. An evicted pool is replaced by a new
+ * or a pinned one, is never evicted. The room a load needs is what the model
+ * keeps plus how far its load rises above that (the parsing buffers and
+ * copies of the weights a backend makes while loading: measured at its last
+ * load, else estimated from the loads measured so far: its file's size times
+ * the largest rise seen as a share of that model's file, and at least what
+ * it is expected to keep), so that the models in memory and a
+ * load in progress stay within the budget together. An evicted pool is replaced by a new
  * UNLOADED one of the same model, which loads again at its next request. */
 #include <stdio.h>
 #include <string.h>
@@ -130,7 +136,8 @@ static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
       holders(v, n, p, who, sizeof who);
       sip_error_t *e = sip_error_new(
           SIP_RESOURCE_EXHAUSTED,
-          "no room to load model '%s' (%.1f MiB expected): server.memory_budget_mb is %.1f MiB "
+          "no room to load model '%s' (%.1f MiB expected while it loads): "
+          "server.memory_budget_mb is %.1f MiB "
           "and the models in memory hold %.1f MiB: %s; none of them can be evicted (only idle "
           "on_demand models are); retry when one is idle, unload one, or raise the budget",
           sip__pool_name(p), mib(need), mib(budget), mib(held), who);
@@ -158,7 +165,12 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
     return NULL;
   }
   uint64_t t0 = sip__now_us();
-  if ((e = make_room(s, p, in.expected_bytes))) {
+  uint64_t extra = in.load_extra_bytes;
+  if (!extra) {
+    extra = (uint64_t)((double)in.file_bytes * s->load_extra_ratio);
+    if (extra < in.expected_bytes) extra = in.expected_bytes;
+  }
+  if ((e = make_room(s, p, in.expected_bytes + extra))) {
     sip__log(SIP__LOG_WARN, "on-demand load refused", "pool=%s reason=\"%s\"", name,
              sip_error_message(e));
     sip__pool_load_refused(p);
@@ -170,7 +182,14 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
     sip__pool_unref(p);
     return NULL;
   }
+  int peak_known = sip__resident_peak_reset();
   sip__pool_load(p);
+  uint64_t peak = peak_known ? sip__resident_peak() : 0, now = sip__resident_bytes();
+  if (peak > now) {
+    sip__pool_set_load_extra(p, peak - now);
+    if (in.file_bytes && (double)(peak - now) / (double)in.file_bytes > s->load_extra_ratio)
+      s->load_extra_ratio = (double)(peak - now) / (double)in.file_bytes;
+  }
   sip__pool_info_t pi;
   sip__pool_info(p, &pi);
   if (pi.state == SIP__POOL_READY) {

@@ -40,6 +40,9 @@ struct sip_server {
   /* server.memory_budget_mb in bytes, auto resolved at start (memory.c);
    * 0: none */
   uint64_t memory_budget;
+  /* The highest rise of an on-demand load above what it kept, as a share
+   * of its model file's size (residency.c; the loader thread's only). */
+  double load_extra_ratio;
 
   _Atomic int loaded; /* all pools finished loading */
   int serving;        /* sip__server_start succeeded */

@@ -166,6 +166,13 @@ uint64_t sip__resident_bytes(void);
 /* This process's resident bytes after glibc gave its free heap pages back
  * (malloc_trim): what a growth across a load is measured between. */
 uint64_t sip__resident_settled(void);
+/* The process's peak resident bytes since the last sip__resident_peak_reset
+ * (VmHWM of /proc/self/status, which the reset brings down to the resident
+ * set by writing 5 to /proc/self/clear_refs): what a load costs at its
+ * highest, its parsing buffers and copies included. The reset returns 0
+ * when the kernel refused it; the peak is then 0 too. */
+int sip__resident_peak_reset(void);
+uint64_t sip__resident_peak(void);
 /* The cgroup's memory limit (v2 memory.max, else v1), 0 when none. */
 uint64_t sip__cgroup_limit_bytes(void);
 /* The machine's MemAvailable, 0 when unknown. */

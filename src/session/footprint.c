@@ -43,6 +43,25 @@ uint64_t sip__resident_settled(void) {
   return sip__resident_bytes();
 }
 
+int sip__resident_peak_reset(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "we");
+  if (!f) return 0;
+  int ok = fputs("5", f) >= 0;
+  ok &= fclose(f) == 0;
+  return ok;
+}
+
+uint64_t sip__resident_peak(void) {
+  char line[256];
+  unsigned long long kib = 0;
+  FILE *f = fopen("/proc/self/status", "re");
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %llu kB", &kib) == 1) break;
+  fclose(f);
+  return (uint64_t)kib * 1024u;
+}
+
 uint64_t sip__cgroup_limit_bytes(void) {
   unsigned long long v = 0, limit = 0;
   FILE *f = fopen("/sys/fs/cgroup/memory.max", "re"); /* cgroup v2 ("max": none) */

@@ -144,6 +144,7 @@ struct sip__pool {
   atomic_int load_asked;          /* a load was asked for and is not yet done */
   _Atomic uint64_t last_used_us;  /* monotonic time of the last request admitted */
   uint64_t expected_bytes;        /* what a load is expected to take (last measured), 0: unknown */
+  uint64_t load_extra_bytes;      /* how far its last load peaked above what it kept, 0: unknown */
 };
 
 /* ---- the pool's own calls (availability.c, executor.c, pool.c, session.c, admission.c) ---- */

@@ -28,11 +28,16 @@ void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
   if (out->state == SIP__POOL_READY || out->state == SIP__POOL_LOADING)
     out->held_bytes = p->memory_bytes;
   out->expected_bytes = p->memory_bytes ? p->memory_bytes : p->expected_bytes;
+  out->load_extra_bytes = p->load_extra_bytes;
+  out->file_bytes = p->model_bytes;
   struct stat st;
-  if (!out->expected_bytes && p->cfg->model_path && stat(p->cfg->model_path, &st) == 0 &&
+  if (!out->file_bytes && p->cfg->model_path && stat(p->cfg->model_path, &st) == 0 &&
       S_ISREG(st.st_mode))
-    out->expected_bytes = (uint64_t)st.st_size;
+    out->file_bytes = (uint64_t)st.st_size;
+  if (!out->expected_bytes) out->expected_bytes = out->file_bytes;
 }
+
+void sip__pool_set_load_extra(sip__pool_t *p, uint64_t bytes) { p->load_extra_bytes = bytes; }
 
 int sip__pool_idle(sip__pool_t *p, long held) {
   return sip__sched_count(&p->queue) == 0 && atomic_load(&p->base.refs) <= held;
@@ -57,6 +62,7 @@ sip__pool_t *sip__pool_renew_unloaded(sip__pool_t *old) {
   }
   if (old->from_repo) sip__pool_set_origin(p, old->pinned, fp);
   sip__pool_set_on_demand(p, old->memory_bytes ? old->memory_bytes : old->expected_bytes);
+  p->load_extra_bytes = old->load_extra_bytes;
   return p;
 }
 

@@ -19,6 +19,9 @@ typedef struct sip__residency_info {
   uint64_t held_bytes;    /* measured memory while loaded (READY or LOADING), else 0 */
   uint64_t expected_bytes; /* what loading it is expected to take: its last measured
                               memory, else its model file's size, else 0 */
+  uint64_t file_bytes;     /* its model file's size, 0: none or unknown */
+  uint64_t load_extra_bytes; /* how far its last load rose above what it kept (parsing
+                                buffers, copies of the weights), measured; 0: unknown */
   size_t queued;          /* requests in its queue */
 } sip__residency_info_t;
 
@@ -43,6 +46,8 @@ void sip__pool_load_refused(sip__pool_t *p);
 sip__pool_t *sip__pool_renew_unloaded(sip__pool_t *old);
 /* Hands the config `old` owns to `p` (its renewal, swapped in for it). */
 void sip__pool_take_config(sip__pool_t *p, sip__pool_t *old);
+/* Records how far `p`'s load peaked above what it kept (bytes). */
+void sip__pool_set_load_extra(sip__pool_t *p, uint64_t bytes);
 /* Answers every queued request with (code, msg). */
 void sip__pool_fail_queued(sip__pool_t *p, sip_code_t code, const char *msg);
 

@@ -70,21 +70,43 @@ def check_answer(c, name, k):
     wait_ready(c, name)
 
 
-def budget_for_two(anchor_bytes, model_bytes):
+def budget_for_two(sizes):
     """A budget (MiB) that holds the pinned anchor and two on_demand models
-    but not three: two models measure 2 * model_bytes (what this build
-    measured for one: the sanitizers multiply it), and a third's first load
-    is expected to take its file's size, WEIGHTS_MIB. The middle of that
-    window; once one of the two is evicted the third fits, as long as a model
-    measures at least half its file."""
-    return int((anchor_bytes + 2 * model_bytes) / MIB + WEIGHTS_MIB / 2)
+    (each keeps M: what this build measured; the sanitizers multiply it)
+    but not three, under the room a load asks for: what the model keeps
+    plus how far its load rises above that (X, measured). A model not
+    loaded yet is expected to keep its file's size F and to rise E above
+    it: F times the largest rise the server measured so far as a share of
+    what a model was expected to keep, at least F (the three models are
+    alike, so E = max(X, F) once the first has loaded). So, with the anchor
+    apart: the second model's first load fits beside the first (M + F + E),
+    a third's first load does not fit beside two (2M + F + E) and makes one
+    go, and an evicted model's next load fits beside one other (2M + X)
+    without both going. The middle of that window."""
+    m, x, f = sizes["a"], sizes["a_extra"], WEIGHTS_MIB * MIB
+    e = max(x, f)
+    lo, hi = max(m + f + e, 2 * m + x), 2 * m + f + e
+    assert lo < hi, "no budget holds two of these models but not three: %r" % sizes
+    return int((sizes["anchor"] + (lo + hi) / 2) / MIB)
 
 
-def measured(start_sipd, pools):
-    """memory_bytes of each pool when `pools` load pinned in a sipd of their
-    own (the figures the budget is set from)."""
-    probe = start_sipd(pools, server={"http": "127.0.0.1:0"})
-    return {n: p["memory_bytes"] for n, p in pools_by_name(probe.client()).items()}
+def measured(start_sipd, pools, on_demand_pools=()):
+    """memory_bytes of each pool when `pools` load pinned, and then each of
+    `on_demand_pools` at its first request, in a sipd of their own without a
+    budget (the figures the budget is set from); NAME_extra: how far an
+    on_demand pool's load rose above what it kept."""
+    probe = start_sipd(list(pools) + list(on_demand_pools), server={"http": "127.0.0.1:0"})
+    c = probe.client()
+    for p in on_demand_pools:
+        infer(c, p["name"])
+        wait_ready(c, p["name"])
+    out = {}
+    for n, p in pools_by_name(c).items():
+        out[n] = p["memory_bytes"]
+        out[n + "_extra"] = p["load_extra_bytes"]
+    for p in on_demand_pools:
+        assert out[p["name"] + "_extra"] > 0, out
+    return out
 
 
 @pytest.fixture
@@ -130,10 +152,10 @@ def test_lru_eviction_under_a_budget_that_holds_two(start_sipd, tmp_path, three_
     # A pinned model without weights takes the runtime's one-time set-up, so
     # each on_demand model measures about its weights.
     anchor = model_file(tmp_path, "anchor", 9, 0)
-    sizes = measured(start_sipd, [pinned("anchor", anchor), pinned("a", three_models["a"])])
+    sizes = measured(start_sipd, [pinned("anchor", anchor)], [on_demand("a", three_models["a"])])
     pools = [pinned("anchor", anchor)] + [on_demand(n, p) for n, p in three_models.items()]
     srv = start_sipd(pools, server={"http": "127.0.0.1:0",
-                                    "memory_budget_mb": budget_for_two(sizes["anchor"], sizes["a"])})
+                                    "memory_budget_mb": budget_for_two(sizes)})
     c = srv.client()
     check_answer(c, "a", 1.0)
     check_answer(c, "b", 2.0)
@@ -166,10 +188,10 @@ def test_lru_eviction_under_a_budget_that_holds_two(start_sipd, tmp_path, three_
 
 def test_busy_model_is_not_evicted(start_sipd, tmp_path, three_models):
     anchor = model_file(tmp_path, "anchor", 9, 0)
-    sizes = measured(start_sipd, [pinned("anchor", anchor), pinned("a", three_models["a"])])
+    sizes = measured(start_sipd, [pinned("anchor", anchor)], [on_demand("a", three_models["a"])])
     pools = [pinned("anchor", anchor)] + [on_demand(n, p) for n, p in three_models.items()]
     srv = start_sipd(pools, server={"http": "127.0.0.1:0", "allow_fault_injection": True,
-                                    "memory_budget_mb": budget_for_two(sizes["anchor"], sizes["a"])})
+                                    "memory_budget_mb": budget_for_two(sizes)})
     c = srv.client()
     check_answer(c, "a", 1.0)
     check_answer(c, "b", 2.0)

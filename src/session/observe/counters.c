@@ -48,6 +48,7 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->model_bytes = p->model_bytes;
   c->memory_bytes = p->memory_bytes;
   c->session_bytes = p->session_bytes;
+  c->load_extra_bytes = p->load_extra_bytes;
   c->retries = atomic_load(&p->n_retries);
   c->fallbacks = atomic_load(&p->n_fallbacks);
   c->session_failures = atomic_load(&p->n_session_failures);
