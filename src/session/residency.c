@@ -27,11 +27,20 @@ void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
   out->queued = sip__sched_count(&p->queue);
   if (out->state == SIP__POOL_READY || out->state == SIP__POOL_LOADING)
     out->held_bytes = p->memory_bytes;
+  if (out->state == SIP__POOL_READY && p->stored) {
+    out->store_key = p->stored;
+    out->store_bytes = p->store_bytes;
+    out->store_pools = sip__store_refs(&p->eng->store, p->stored);
+  }
   out->expected_bytes = p->memory_bytes ? p->memory_bytes : p->expected_bytes;
   struct stat st;
   if (!out->expected_bytes && p->cfg->model_path && stat(p->cfg->model_path, &st) == 0 &&
       S_ISREG(st.st_mode))
     out->expected_bytes = (uint64_t)st.st_size;
+  if (out->state == SIP__POOL_UNLOADED) { /* a model loaded already costs its sessions only */
+    uint64_t shared = sip__pool_shared_bytes(p);
+    out->expected_bytes = out->expected_bytes > shared ? out->expected_bytes - shared : 0;
+  }
 }
 
 int sip__pool_idle(sip__pool_t *p, long held) {

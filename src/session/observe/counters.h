@@ -21,6 +21,7 @@ typedef struct sip__pool_counters {
   sip__stat_read_t success, fail, queue_stat, compute_input, compute_infer, compute_output;
   double load_ms;
   uint64_t model_bytes, memory_bytes, session_bytes; /* measured (footprint.c) */
+  long store_pools; /* pools running on its loaded model (session/store.h); 0: none */
   uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
   int standby_sessions;                          /* hot_standby contexts ready */
   uint64_t promotions, last_recovery_us;
