@@ -86,6 +86,7 @@ POOL_IMPL_USERS = (
     "src/session/isolation/isolation_exec.c",
     "src/session/pool.c",                  # life cycle: new, load, shutdown
     "src/session/pool_model.c",            # the pool behind the model vtable
+    "src/session/pool_open.c",             # the pool's model: store, worker, wrapper
     "src/session/pool_view.c",             # the typed view (session/pool_view.h)
     "src/session/residency.c",             # on-demand pools: UNLOADED, eviction's view
     "src/session/observe/profile.c",       # operator profiling of a session

@@ -143,6 +143,12 @@ int sip_cli_status(json_t *root) {
     if (json_is_integer(json_object_get(p, "memory_bytes")))
       printf("  memory %.1f MiB measured (model file %.1f MiB), %.3f MiB per session\n",
              MIB(p, "memory_bytes"), MIB(p, "model_bytes"), MIB(p, "session_memory_bytes"));
+    json_t *store = json_object_get(p, "model_store"), *with = json_object_get(store, "shared_with");
+    if (json_array_size(with)) { /* docs/elastic.md "One model store" */
+      printf("  model %.1f MiB loaded once, shared with", MIB(store, "model_memory_bytes"));
+      json_array_foreach(with, j, s) printf("%s %s", j ? "," : "", json_string_value(s));
+      printf("\n");
+    }
     json_array_foreach(json_object_get(p, "sessions"), j, s) {
       printf("  session %-16s %-10s inferences=%lld errors=%lld\n",
              json_string_value(json_object_get(s, "id")),

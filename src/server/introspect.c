@@ -168,6 +168,29 @@ static void count_connections(void *ctx, const char *kind, long open) {
   json_object_set_new((json_t *)ctx, kind, json_integer((json_int_t)open));
 }
 
+/* The pool's loaded model in the engine's model store (docs/elastic.md
+ * "One model store"): null when it has none (not loaded, isolated), else
+ * how many pools run on it, its bytes and the other pools listed that
+ * share it ("name", or "name:version" for a repository model). */
+static json_t *store_json(sip__pool_t *const *v, size_t n, size_t i) {
+  sip__pool_info_t in, other;
+  sip__pool_info(v[i], &in);
+  if (!in.store_key) return json_null();
+  json_t *with = json_array();
+  for (size_t j = 0; j < n; j++) {
+    if (j == i) continue;
+    sip__pool_info(v[j], &other);
+    if (other.store_key != in.store_key) continue;
+    char name[300];
+    if (other.version && other.from_repo)
+      snprintf(name, sizeof name, "%s:%s", other.name, other.version);
+    else snprintf(name, sizeof name, "%s", other.name);
+    json_array_append_new(with, json_string(name));
+  }
+  return json_pack("{s:I,s:I,s:o}", "pools", (json_int_t)in.store_pools, "model_memory_bytes",
+                   (json_int_t)in.store_bytes, "shared_with", with);
+}
+
 json_t *sip__server_info(sip_server_t *s, int kind) {
   json_t *root;
   if (kind != SIP_INFO_READY && kind != SIP_INFO_POOLS && kind != SIP_INFO_STATUS) return NULL;
@@ -206,6 +229,7 @@ json_t *sip__server_info(sip_server_t *s, int kind) {
       json_t *o = pool_json(v[i], kind);
       if (o) {
         json_object_set_new(o, "default", json_boolean(!defaults || defaults[i]));
+        json_object_set_new(o, "model_store", store_json(v, n, i));
         if (kind == SIP_INFO_POOLS)
           json_object_set_new(o, "source", json_string(sip__pool_from_repo(v[i]) ? "repository" : "config"));
       }

@@ -33,11 +33,24 @@ void sip__server_memory(sip_server_t *s, sip__server_memory_t *out) {
   *out = (sip__server_memory_t){0};
   size_t n = 0;
   sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  /* A model the store shares is counted once: the pools after the first
+   * on it add their own bytes (docs/elastic.md "One model store"). */
+  const void **seen = n ? sip__calloc(n, sizeof *seen) : NULL; /* NULL: each counted */
+  size_t n_seen = 0;
   for (size_t i = 0; i < n; i++) {
     sip__pool_info_t in;
     sip__pool_info(v[i], &in);
-    if (in.state == SIP__POOL_READY || in.state == SIP__POOL_STOPPED) out->models += in.memory_bytes;
+    if (in.state != SIP__POOL_READY && in.state != SIP__POOL_STOPPED) continue;
+    size_t k = 0;
+    while (in.store_key && k < n_seen && seen[k] != in.store_key) k++;
+    if (in.store_key && k < n_seen) {
+      out->models += in.memory_bytes > in.store_bytes ? in.memory_bytes - in.store_bytes : 0;
+      continue;
+    }
+    if (seen && in.store_key && in.store_pools > 1) seen[n_seen++] = in.store_key;
+    out->models += in.memory_bytes;
   }
+  sip__free((void *)seen);
   sip__registry_release(v, n);
   out->resident = sip__resident_bytes();
   out->budget = s->memory_budget;

@@ -105,6 +105,36 @@ static sip_error_t *evict(sip_server_t *s, sip__pool_t *victim, const char *for_
   return NULL;
 }
 
+/* What the pools of a snapshot hold: each pool's own bytes, and each
+ * model the store shares counted once (docs/elastic.md "One model store"). */
+static uint64_t held_once(const sip__residency_info_t *in, size_t n) {
+  uint64_t held = 0;
+  for (size_t i = 0; i < n; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < i && in[i].store_key && !seen; j++)
+      seen = in[j].store_key == in[i].store_key;
+    uint64_t own = in[i].held_bytes > in[i].store_bytes ? in[i].held_bytes - in[i].store_bytes : 0;
+    held += seen ? own : in[i].held_bytes;
+  }
+  return held;
+}
+
+/* 1 when pool i may be evicted: idle on_demand and READY, and its model,
+ * when the store shares it, is held by no pool that stays (evicting it
+ * would give back only its sessions while the model stays held). */
+static int evictable(sip__pool_t *const *v, const sip__residency_info_t *in, size_t n, size_t i,
+                     const sip__pool_t *self) {
+  if (v[i] == self || !in[i].on_demand || in[i].state != SIP__POOL_READY ||
+      !sip__pool_idle(v[i], 2))
+    return 0;
+  if (!in[i].store_key) return 1;
+  long going = 0; /* the pools on that model that could go too */
+  for (size_t j = 0; j < n; j++)
+    going += in[j].store_key == in[i].store_key && v[j] != self && in[j].on_demand &&
+             in[j].state == SIP__POOL_READY && (j == i || sip__pool_idle(v[j], 2));
+  return going >= in[i].store_pools;
+}
+
 /* Evicts until the budget holds `need` more bytes beside what the models in
  * service hold. Errors: RESOURCE_EXHAUSTED naming what holds the memory. */
 static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
@@ -113,20 +143,24 @@ static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
   for (;;) {
     size_t n = 0;
     sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
-    uint64_t held = 0, oldest = 0;
+    sip__residency_info_t *in = n ? sip__calloc(n, sizeof *in) : NULL;
+    if (n && !in) {
+      sip__registry_release(v, n);
+      return SIP__OOM();
+    }
+    uint64_t oldest = 0;
     sip__pool_t *victim = NULL;
+    for (size_t i = 0; i < n; i++) sip__pool_residency(v[i], &in[i]);
+    uint64_t held = held_once(in, n);
     for (size_t i = 0; i < n; i++) {
-      sip__residency_info_t in;
-      sip__pool_residency(v[i], &in);
-      held += in.held_bytes;
       /* the registry's reference and the snapshot's: nothing else */
-      if (v[i] == p || !in.on_demand || in.state != SIP__POOL_READY || !sip__pool_idle(v[i], 2))
-        continue;
-      if (!victim || in.last_used_us < oldest) {
+      if (!evictable(v, in, n, i, p)) continue;
+      if (!victim || in[i].last_used_us < oldest) {
         victim = v[i];
-        oldest = in.last_used_us;
+        oldest = in[i].last_used_us;
       }
     }
+    sip__free(in);
     if (held + need <= budget) {
       sip__registry_release(v, n);
       return NULL;
@@ -139,7 +173,7 @@ static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
           "no room to load model '%s' (%.1f MiB expected while it loads): "
           "server.memory_budget_mb is %.1f MiB "
           "and the models in memory hold %.1f MiB: %s; none of them can be evicted (only idle "
-          "on_demand models are); retry when one is idle, unload one, or raise the budget",
+          "on_demand models are, and only when no other pool keeps their model loaded); retry when one is idle, unload one, or raise the budget",
           sip__pool_name(p), mib(need), mib(budget), mib(held), who);
       sip__registry_release(v, n);
       return e;
@@ -165,8 +199,9 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
     return NULL;
   }
   uint64_t t0 = sip__now_us();
-  uint64_t extra = in.load_extra_bytes;
-  if (!extra) {
+  /* A model the store holds already is not parsed again: no rise. */
+  uint64_t extra = in.model_held ? 0 : in.load_extra_bytes;
+  if (!extra && !in.model_held) {
     extra = (uint64_t)((double)in.file_bytes * s->load_extra_ratio);
     if (extra < in.expected_bytes) extra = in.expected_bytes;
   }
@@ -185,7 +220,7 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
   int peak_known = sip__resident_peak_reset();
   sip__pool_load(p);
   uint64_t peak = peak_known ? sip__resident_peak() : 0, now = sip__resident_bytes();
-  if (peak > now) {
+  if (peak > now && !in.model_held) {
     sip__pool_set_load_extra(p, peak - now);
     if (in.file_bytes && (double)(peak - now) / (double)in.file_bytes > s->load_extra_ratio)
       s->load_extra_ratio = (double)(peak - now) / (double)in.file_bytes;

@@ -12,6 +12,7 @@ void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, i
   e->note_ctx = note_ctx;
   sip__arbiter_init(&e->arbiter, slots);
   pthread_mutex_init(&e->backend_mu, NULL);
+  sip__store_init(&e->store);
   sip__registry_init(e);
   e->registry_inited = 1;
   e->events = sip__event_bus_new();
@@ -20,6 +21,7 @@ void sip__engine_init(sip__engine_t *e, const sip_engine_settings_t *settings, i
 void sip__engine_destroy(sip__engine_t *e) {
   if (!e->registry_inited) return; /* never set up */
   sip__registry_destroy(e);
+  sip__store_destroy(&e->store); /* every pool was freed: its entries were released */
   for (size_t i = 0; i < e->n_backends; i++)
     if (e->backends[i].inited && e->backends[i].vt->shutdown)
       e->backends[i].vt->shutdown(e->backends[i].state);

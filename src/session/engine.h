@@ -14,6 +14,7 @@
 #include "sip/backend.h"
 #include "sip/server.h"
 #include "session/memory.h"
+#include "session/store.h"
 #include "session/request/request.h"
 
 /* Session states (the seeds' state machine). */
@@ -274,6 +275,7 @@ typedef struct sip__engine {
   size_t n_backends;
   pthread_mutex_t backend_mu;
   sip__arbiter_t arbiter; /* execution slots shared by every pool */
+  sip__store_t store;     /* loaded models, shared by the pools that name them (session/store.h) */
   /* Told when a queued request has a deadline (housekeeping expires it). */
   void (*note_deadline)(void *ctx, uint64_t deadline_us);
   void *note_ctx;

@@ -109,6 +109,8 @@ static void w_model_free(void *model) {
   sip__free(w);
 }
 
+void sip__memory_unwrap(void *wrapped) { sip__free(wrapped); }
+
 static sip_error_t *wrap_ctx(wrap_t *w, void *ctx, void **session) {
   wrap_session_t *s = sip__calloc(1, sizeof *s);
   if (!s) {

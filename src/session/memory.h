@@ -44,5 +44,8 @@ int sip__memory_needs_copies(const sip_backend_vtable_t *vt, void *model);
 sip_error_t *sip__memory_wrap(const sip_backend_vtable_t *real, void *model,
                               sip__copy_counters_t *cnt, sip_backend_vtable_t *vt,
                               void **out_model);
+/* Frees a wrapper made by sip__memory_wrap, leaving the model it wraps to
+ * its owner (a model the store shares). */
+void sip__memory_unwrap(void *wrapped);
 
 #endif

@@ -309,8 +309,7 @@ void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final) {
     sip__session_set_state(s, final);
   }
   /* Executions the watchdog abandoned still use the model. */
-  if (p->model && sip__avail_wait_abandoned(p)) p->backend->model_free(p->model);
-  p->model = NULL;
+  sip__pool_close_model(p, p->model && sip__avail_wait_abandoned(p));
 }
 
 /* Undoes a partial load, so a FAILED pool holds no memory. */
@@ -349,6 +348,12 @@ static sip_error_t *check_batching(sip__pool_t *p) {
   return NULL;
 }
 
+/* A pool's memory is its model's and its sessions': a model the store
+ * already held is counted as the load that made it measured it. */
+static uint64_t with_shared(const sip__pool_t *p, uint64_t growth) {
+  return p->stored && !p->store_loaded ? growth + p->store_bytes : growth;
+}
+
 static void load(sip__pool_t *p) {
   const sip__pool_config_t *c = p->cfg;
   uint64_t t0 = sip__now_us(), rss0 = sip__resident_settled();
@@ -384,49 +389,9 @@ static void load(sip__pool_t *p) {
       p->resolved_path = r;
     }
   }
-  void *state = NULL;
-  /* A memory quota also caps growth after load: a backend's CPU arena
-   * (SIP_BACKEND_MEMORY_ARENA) keeps the high-water mark of every run, so a
-   * pool with a quota runs without it (each run's scratch memory is
-   * returned), unless the pool's backend_options say otherwise. */
-  sip_kv_t opts[64];
-  if (c->n_backend_options > 63) {
-    pool_fail(p, sip_error_new(SIP_INVALID_ARGUMENT, "%zu backend_options; at most 63 are supported",
-                               c->n_backend_options));
-    return;
-  }
-  size_t n_opts = c->n_backend_options;
-  if (n_opts) memcpy(opts, c->backend_options, n_opts * sizeof *opts); /* NULL when none */
-  int arena_set = 0;
-  for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
-  if (c->max_memory_mb && !arena_set && (p->backend->flags & SIP_BACKEND_MEMORY_ARENA))
-    opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
-  if (c->isolation == SIP__ISOLATION_PROCESS) {
-    /* The model loads in a worker process; the pool runs on a backend
-     * that forwards to it (isolation.c). */
-    if ((e = sip__iso_load(p, p->backend, p->resolved_path, n_opts ? opts : NULL, n_opts,
-                           &p->model))) {
-      pool_fail(p, e);
-      return;
-    }
-    p->backend = &p->iso_vt;
-  } else if ((e = sip__engine_backend_state(p->eng, p->backend, &state)) ||
-             (e = p->backend->load(state, p->resolved_path, n_opts ? opts : NULL, n_opts,
-                                   &p->model))) {
+  if ((e = sip__pool_open_model(p))) {
     pool_fail(p, e);
     return;
-  } else if (sip__memory_needs_copies(p->backend, p->model)) {
-    /* Its tensors live in device memory: requests run through the
-     * wrapper that copies them there and back (counted in p->copies). */
-    void *wrapped = NULL;
-    if ((e = sip__memory_wrap(p->backend, p->model, &p->copies, &p->mem_vt, &wrapped))) {
-      p->backend->model_free(p->model);
-      p->model = NULL;
-      pool_fail(p, e);
-      return;
-    }
-    p->model = wrapped;
-    p->backend = &p->mem_vt;
   }
   const sip_io_desc_t *ins, *outs;
   p->backend->describe(p->model, &ins, &p->n_inputs, &outs, &p->n_outputs);
@@ -480,7 +445,7 @@ static void load(sip__pool_t *p) {
   uint64_t rss1 = p->iso ? sip__resident_bytes_of(wpid) : sip__resident_settled();
   p->session_bytes = rss1 > rssm ? (rss1 - rssm) / (uint64_t)c->pool_size : 0;
   /* the model and its sessions live in the worker: all of it counts */
-  p->memory_bytes = p->iso ? rss1 : rss1 > rss0 ? rss1 - rss0 : 0;
+  p->memory_bytes = p->iso ? rss1 : with_shared(p, rss1 > rss0 ? rss1 - rss0 : 0);
   if (c->max_memory_mb && p->memory_bytes > (uint64_t)c->max_memory_mb << 20) {
     release(p);
     pool_fail(p, sip_error_new(SIP_RESOURCE_EXHAUSTED,
@@ -509,7 +474,7 @@ static void load(sip__pool_t *p) {
   uint64_t rss2 = p->iso ? sip__resident_bytes_of(wpid) : sip__resident_settled();
   if (rss2 > rss1) {
     p->session_bytes = (rss2 - rssm) / (uint64_t)c->pool_size;
-    p->memory_bytes = p->iso ? rss2 : rss2 - rss0;
+    p->memory_bytes = p->iso ? rss2 : with_shared(p, rss2 - rss0);
   }
   sip__avail_start(p);
   p->load_ms = (double)(sip__now_us() - t0) / 1000.0;

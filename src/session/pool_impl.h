@@ -145,6 +145,14 @@ struct sip__pool {
   _Atomic uint64_t last_used_us;  /* monotonic time of the last request admitted */
   uint64_t expected_bytes;        /* what a load is expected to take (last measured), 0: unknown */
   uint64_t load_extra_bytes;      /* how far its last load peaked above what it kept, 0: unknown */
+  /* The engine's model store (src/session/store.c, pool_open.c): the entry
+   * whose model this pool runs on (NULL: isolated or not loaded; kept,
+   * only compared, once released), the
+   * bytes its load measured (counted in memory_bytes), and whether this
+   * pool's load made it (else it was shared). */
+  struct sip__store_entry *stored;
+  uint64_t store_bytes;
+  int store_loaded;
 };
 
 /* ---- the pool's own calls (availability.c, executor.c, pool.c, session.c, admission.c) ---- */
@@ -200,6 +208,18 @@ void sip__session_init(sip__pool_t *p, sip__session_t *s, int index);
 void sip__session_name_thread(sip__session_t *s);
 /* Validates and queues; takes `r` on success only. */
 sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r);
+/* Loads p->cfg's model for `p` (p->backend and p->resolved_path set):
+ * from the engine's model store, shared with the pools that load the same,
+ * or in the pool's worker (isolation: process); wraps it when its backend
+ * wants device memory. Sets p->model (pool_open.c). */
+sip_error_t *sip__pool_open_model(sip__pool_t *p);
+/* Lets go of the model: the store's reference (freed at its last), the
+ * worker's model, the wrapper; with `free_it` 0 (executions still use it)
+ * only forgets it. */
+void sip__pool_close_model(sip__pool_t *p, int free_it);
+/* The bytes of the model p's config would share from the store were it
+ * loaded now (judged by the file's identity), 0: none loaded. */
+uint64_t sip__pool_shared_bytes(sip__pool_t *p);
 /* Stops admitting, lets the executors drain the queue, joins them, frees
  * their contexts (sessions end in `final`) and the model. */
 void sip__pool_stop_sessions(sip__pool_t *p, sip__session_state_t final);

@@ -32,6 +32,11 @@ void sip__pool_info(const sip__pool_t *p, sip__pool_info_t *out) {
     out->outputs = p->outputs, out->n_outputs = p->n_outputs;
     out->preprocess = p->pre ? sip__preprocess_steps(p->pre) : NULL;
   }
+  if (st == SIP__POOL_READY && p->stored) {
+    out->store_key = p->stored;
+    out->store_bytes = p->store_bytes;
+    out->store_pools = sip__store_refs(&p->eng->store, p->stored);
+  }
 }
 
 const char *sip__pool_name(const sip__pool_t *p) { return p->cfg->name; }

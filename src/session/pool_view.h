@@ -38,6 +38,13 @@ typedef struct sip__pool_info {
   const char *preprocess;
   struct sip__sla *sla;          /* the sla block's accounting (session/observe/sla.h), or NULL */
   uint64_t memory_bytes;         /* resident memory its load added, measured */
+  /* The engine's model store, while READY: the loaded model it runs on
+   * (an opaque key, compared only; NULL: none, as for isolated pools), the
+   * bytes of memory_bytes that are that model's (held once however many
+   * pools share it) and how many pools run on it (1: this one alone). */
+  const void *store_key;
+  uint64_t store_bytes;
+  long store_pools;
 } sip__pool_info_t;
 
 /* Fills `out` (borrowed pointers into `p`). */

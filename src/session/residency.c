@@ -27,6 +27,11 @@ void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
   out->queued = sip__sched_count(&p->queue);
   if (out->state == SIP__POOL_READY || out->state == SIP__POOL_LOADING)
     out->held_bytes = p->memory_bytes;
+  if (out->state == SIP__POOL_READY && p->stored) {
+    out->store_key = p->stored;
+    out->store_bytes = p->store_bytes;
+    out->store_pools = sip__store_refs(&p->eng->store, p->stored);
+  }
   out->expected_bytes = p->memory_bytes ? p->memory_bytes : p->expected_bytes;
   out->load_extra_bytes = p->load_extra_bytes;
   out->file_bytes = p->model_bytes;
@@ -35,6 +40,11 @@ void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
       S_ISREG(st.st_mode))
     out->file_bytes = (uint64_t)st.st_size;
   if (!out->expected_bytes) out->expected_bytes = out->file_bytes;
+  if (out->state == SIP__POOL_UNLOADED) { /* a model loaded already costs its sessions only */
+    uint64_t shared = sip__pool_shared_bytes(p);
+    out->model_held = shared > 0;
+    out->expected_bytes = out->expected_bytes > shared ? out->expected_bytes - shared : 0;
+  }
 }
 
 void sip__pool_set_load_extra(sip__pool_t *p, uint64_t bytes) { p->load_extra_bytes = bytes; }

@@ -18,11 +18,21 @@ typedef struct sip__residency_info {
   uint64_t last_used_us;  /* monotonic time of its last admitted request; 0: none */
   uint64_t held_bytes;    /* measured memory while loaded (READY or LOADING), else 0 */
   uint64_t expected_bytes; /* what loading it is expected to take: its last measured
-                              memory, else its model file's size, else 0 */
+                              memory, else its model file's size, else 0; less the
+                              model's bytes when the store holds its model already */
   uint64_t file_bytes;     /* its model file's size, 0: none or unknown */
   uint64_t load_extra_bytes; /* how far its last load rose above what it kept (parsing
                                 buffers, copies of the weights), measured; 0: unknown */
+  int model_held;          /* UNLOADED and the store holds its model already: its load
+                              makes sessions only */
   size_t queued;          /* requests in its queue */
+  /* Its loaded model in the engine's model store (docs/elastic.md "One
+   * model store"): an opaque key (NULL: none), the bytes of held_bytes
+   * that are the model's (held while any pool shares it) and how many
+   * pools share it. */
+  const void *store_key;
+  uint64_t store_bytes;
+  long store_pools;
 } sip__residency_info_t;
 
 /* Marks a pool not yet listed on-demand and UNLOADED; `expected_bytes` (0:

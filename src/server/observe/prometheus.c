@@ -144,6 +144,21 @@ static void residency_metrics(sb_t *b, sip__engine_t *e) {
          (unsigned long long)h.cum[SIP__HIST_BUCKETS]);
 }
 
+/* The engine's model store (session/store.h). */
+static void store_metrics(sb_t *b, sip__engine_t *e) {
+  sip__store_stats_t st;
+  sip__store_read(&e->store, &st);
+  family(b, "sip_model_store_loads_total", "counter", "Model files the model store loaded.");
+  sb_add(b, "sip_model_store_loads_total %llu\n", (unsigned long long)st.loads);
+  family(b, "sip_model_store_shares_total", "counter",
+         "Pool loads answered with a model the store held already.");
+  sb_add(b, "sip_model_store_shares_total %llu\n", (unsigned long long)st.shares);
+  family(b, "sip_model_store_models", "gauge", "Models loaded in the model store.");
+  sb_add(b, "sip_model_store_models %llu\n", (unsigned long long)st.models);
+  family(b, "sip_model_store_bytes", "gauge", "What the store's models measured at load, in bytes.");
+  sb_add(b, "sip_model_store_bytes %llu\n", (unsigned long long)st.bytes);
+}
+
 static void batch_histogram(sb_t *b, pool_row_t *pl, size_t n) {
   const char *name = "sip_batch_size";
   family(b, name, "histogram", "Rows per execution (padding included); 1 without dynamic batching.");
@@ -166,6 +181,7 @@ static double g_load_ms(const sip__pool_counters_t *c) { return c->load_ms; }
 static double g_memory(const sip__pool_counters_t *c) { return (double)c->memory_bytes; }
 static double g_session_memory(const sip__pool_counters_t *c) { return (double)c->session_bytes; }
 static double g_file(const sip__pool_counters_t *c) { return (double)c->model_bytes; }
+static double g_store_pools(const sip__pool_counters_t *c) { return (double)c->store_pools; }
 
 static void gauge_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *name,
                            const char *help, pool_gauge_fn get) {
@@ -476,6 +492,9 @@ static void session_metrics(sb_t *b, pool_row_t *pl, size_t n) {
                  "Resident memory one session added when it was created, in bytes.",
                  g_session_memory);
   gauge_per_pool(b, pl, n, "sip_model_file_bytes", "Size of the model file, in bytes.", g_file);
+  gauge_per_pool(b, pl, n, "sip_model_store_pools",
+                 "Pools running on this pool's loaded model (1: alone; 0: not in the store).",
+                 g_store_pools);
   family(b, "sip_last_inference_timestamp_seconds", "gauge",
          "Wall-clock time of the last completed request (0: none), in seconds.");
   for (size_t i = 0; i < n; i++)
@@ -650,12 +669,14 @@ char *sip__prometheus_text(sip_server_t *s) {
   family(&b, "sip_memory_resident_bytes", "gauge", "The process's resident memory, in bytes.");
   sb_add(&b, "sip_memory_resident_bytes %llu\n", (unsigned long long)mem.resident);
   family(&b, "sip_memory_models_bytes", "gauge",
-         "What the pools in service measured at load (sip_model_memory_bytes summed), in bytes.");
+         "What the pools in service measured at load, in bytes: sip_model_memory_bytes summed, "
+         "a model that pools share counted once.");
   sb_add(&b, "sip_memory_models_bytes %llu\n", (unsigned long long)mem.models);
   family(&b, "sip_memory_budget_bytes", "gauge",
          "server.memory_budget_mb in bytes (auto resolved at start); absent when none is set.");
   if (mem.budget) sb_add(&b, "sip_memory_budget_bytes %llu\n", (unsigned long long)mem.budget);
   residency_metrics(&b, &s->eng);
+  store_metrics(&b, &s->eng);
   process_metrics(&b);
 done:
   sip__free(pc);

@@ -49,6 +49,8 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   c->memory_bytes = p->memory_bytes;
   c->session_bytes = p->session_bytes;
   c->load_extra_bytes = p->load_extra_bytes;
+  if (p->stored && atomic_load(&p->state) == SIP__POOL_READY)
+    c->store_pools = sip__store_refs(&p->eng->store, p->stored);
   c->retries = atomic_load(&p->n_retries);
   c->fallbacks = atomic_load(&p->n_fallbacks);
   c->session_failures = atomic_load(&p->n_session_failures);

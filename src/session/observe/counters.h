@@ -22,6 +22,7 @@ typedef struct sip__pool_counters {
   double load_ms;
   uint64_t model_bytes, memory_bytes, session_bytes; /* measured (footprint.c) */
   uint64_t load_extra_bytes; /* how far its last on-demand load rose above what it kept */
+  long store_pools; /* pools running on its loaded model (session/store.h); 0: none */
   uint64_t retries, fallbacks, session_failures; /* failover (docs/availability.md) */
   int standby_sessions;                          /* hot_standby contexts ready */
   uint64_t promotions, last_recovery_us;

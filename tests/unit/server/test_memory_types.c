@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/observe/prometheus.h"
 #include "sip/sip.h"
@@ -77,8 +78,11 @@ static sip_error_t *f_copy(void *model, void *dst, sip_memory_type_t dt, int dd,
 static sip_io_desc_t in_desc = {.name = "x", .dtype = SIP_DTYPE_FLOAT32, .rank = 1, .dims = {-1}};
 static sip_io_desc_t out_desc = {.name = "y", .dtype = SIP_DTYPE_FLOAT32, .rank = 1, .dims = {-1}};
 
+static int model_loads, model_frees;
+
 static sip_error_t *f_load(void *state, const char *path, const sip_kv_t *o, size_t n, void **m) {
   (void)state, (void)path, (void)o, (void)n;
+  model_loads++;
   *m = &in_desc;
   return NULL;
 }
@@ -119,7 +123,10 @@ static sip_error_t *f_execute(void *session, const sip_tensor_t *const *in, size
 }
 
 static void f_session_free(void *s) { (void)s; }
-static void f_model_free(void *m) { (void)m; }
+static void f_model_free(void *m) {
+  (void)m;
+  model_frees++;
+}
 
 static void f_memory(void *model, int is_input, size_t index, sip_memory_type_t *type, int *dev) {
   (void)model, (void)is_input, (void)index;
@@ -170,7 +177,7 @@ static void infer(sip_server_t *s, const char *pool, const char *in_name, int n)
     /* The answer is in host memory, whatever the backend returned. */
     assert_int_equal(y->memory_type, SIP_MEMORY_CPU);
     const float *yv = y->data;
-    if (!strcmp(pool, "dev"))
+    if (strcmp(pool, "host")) /* the devsim pools */
       for (int i = 0; i < 4; i++) assert_true(yv[i] == xv[i] + 1.0f);
     else
       for (int i = 0; i < 4; i++) assert_true(yv[i] == xv[i]);
@@ -203,6 +210,38 @@ static void test_copies_counted(void **state) {
   /* Every "device" block was released: the copies' and the outputs'. */
   assert_int_equal(allocs, frees);
   assert_int_equal(allocs, 3 * 2);
+}
+
+/* Two pools on one model file share one loaded model (the model store),
+ * each through its own copying wrapper: copies are counted per pool, and
+ * the model is freed once, with the last pool. */
+static void test_shared_model_copies_per_pool(void **state) {
+  (void)state;
+  sip_error_free(sip_backend_register(&devsim)); /* registered by an earlier test, or now */
+  char path[] = "/tmp/sip_devsim_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "model", 5), 5);
+  close(fd);
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "session_pools:\n  - {name: d1, backend: devsim, model_path: %s}\n"
+           "  - {name: d2, backend: devsim, model_path: %s, pool_size: 2}\n", path, path);
+  model_loads = model_frees = 0;
+  copies_in = copies_out = 0;
+  sip_server_t *s = new_server_yaml(yaml);
+  assert_int_equal(model_loads, 1);
+  infer(s, "d1", "x", 2);
+  infer(s, "d2", "x", 3);
+  assert_int_equal(copies_in, 5);
+  char *text = sip__prometheus_text(s);
+  assert_non_null(text);
+  assert_true(sample(text, "sip_memory_copies_total", "d1", "host_to_device") == 2);
+  assert_true(sample(text, "sip_memory_copies_total", "d2", "host_to_device") == 3);
+  sip_free(text);
+  sip_server_free(s);
+  assert_int_equal(model_frees, 1);
+  unlink(path);
 }
 
 /* A pool whose backend reads its inputs on the CPU refuses device memory
@@ -260,6 +299,7 @@ static void test_memory_type_names(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copies_counted),
+      cmocka_unit_test(test_shared_model_copies_per_pool),
       cmocka_unit_test(test_device_input_to_host_pool_refused),
       cmocka_unit_test(test_register_wants_copy_hooks),
       cmocka_unit_test(test_memory_type_names),
