@@ -389,7 +389,7 @@ static void load(sip__pool_t *p) {
    * (SIP_BACKEND_MEMORY_ARENA) keeps the high-water mark of every run, so a
    * pool with a quota runs without it (each run's scratch memory is
    * returned), unless the pool's backend_options say otherwise. */
-  sip_kv_t opts[64];
+  sip_kv_t opts[65]; /* the pool's, and two the engine adds */
   if (c->n_backend_options > 63) {
     pool_fail(p, sip_error_new(SIP_INVALID_ARGUMENT, "%zu backend_options; at most 63 are supported",
                                c->n_backend_options));
@@ -401,6 +401,14 @@ static void load(sip__pool_t *p) {
   for (size_t k = 0; k < n_opts; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && (p->backend->flags & SIP_BACKEND_MEMORY_ARENA))
     opts[n_opts++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
+  /* ...and, where the backend can, caps what it allocates while it serves
+   * (the quota as `sip pool update` left it; scale.c passes changes on). */
+  char quota_mb[24];
+  int64_t quota = atomic_load(&p->quota_memory_mb);
+  if (quota > 0 && (p->backend->flags & SIP_BACKEND_MEMORY_LIMIT)) {
+    snprintf(quota_mb, sizeof quota_mb, "%lld", (long long)quota);
+    opts[n_opts++] = (sip_kv_t){SIP_BACKEND_OPTION_MAX_MEMORY_MB, quota_mb};
+  }
   if (c->isolation == SIP__ISOLATION_PROCESS) {
     /* The model loads in a worker process; the pool runs on a backend
      * that forwards to it (isolation.c). */
