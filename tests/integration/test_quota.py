@@ -156,3 +156,27 @@ def test_compute_share_is_measured_against_the_quota(start_sipd):
     # Past the window nothing ran: the shares fall to 0.
     harness.wait_until(lambda: pool_of(http_status(srv), "heavy")["compute_share"]["share"] == 0,
                        timeout=20, what="the heavy pool's share to leave the window")
+
+
+def test_memory_quota_in_an_isolated_worker(start_sipd, tmp_path):
+    # The worker process loads with the quota: the refusal comes back as the
+    # request's answer and the worker is not restarted. The check at load
+    # counts the whole worker (ONNX Runtime's own ~200 MiB): a quota of
+    # 768 MiB, a request asking for 1 GiB.
+    path = outer_model(tmp_path / "outer.onnx")
+    srv = start_sipd([{"name": "p", "model_path": str(path), "pool_size": 1,
+                       "isolation": "process", "resource_quota": {"max_memory_mb": 768}}])
+    c = srv.client()
+    check(c, SMALL, 1)
+    pid = status_of(c, "p")["worker"]["pid"]
+    _, big = ask(c, 16384, 7)
+    try:
+        c.infer(big)
+        raise AssertionError("a request needing 1 GiB passed a 768 MiB quota")
+    except ResourceExhaustedError as e:
+        assert "resource_quota.max_memory_mb is 768 MiB" in str(e), str(e)
+        assert "asked for 1024.0 MiB more" in str(e), str(e)
+    check(c, SMALL, 2)
+    st = status_of(c, "p")
+    assert st["worker"]["pid"] == pid and st["worker"]["restarts"] == 0, st["worker"]
+    assert st["failover"]["session_failures"] == 0 and st["state"] == "READY"
