@@ -140,6 +140,15 @@ int sip_cli_status(json_t *root) {
     const char *err = json_string_value(json_object_get(p, "error"));
     if (err) printf("  error: %s\n", err);
     print_sla(json_object_get(p, "sla"));
+    json_t *cs = json_object_get(p, "compute_share");
+    if (cs && json_real_value(json_object_get(cs, "share")) > 0) {
+      json_t *quota = json_object_get(cs, "quota");
+      printf("  compute share %.1f%% of the last %llds",
+             100 * json_real_value(json_object_get(cs, "share")),
+             (long long)json_integer_value(json_object_get(cs, "window_s")));
+      if (json_is_real(quota)) printf(" (max_compute_percent %.0f%%)", 100 * json_real_value(quota));
+      printf("\n");
+    }
     if (json_is_integer(json_object_get(p, "memory_bytes")))
       printf("  memory %.1f MiB measured (model file %.1f MiB), %.3f MiB per session\n",
              MIB(p, "memory_bytes"), MIB(p, "model_bytes"), MIB(p, "session_memory_bytes"));

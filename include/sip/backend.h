@@ -67,7 +67,19 @@ enum {
   /* backend_options whose key ends in _file name files, relative to
    * the config file's folder. */
   SIP_BACKEND_PATH_OPTIONS = 1u << 2,
+  /* Caps what a model holds while it serves (resource_quota.max_memory_mb):
+   * for a pool with a quota the engine adds the option
+   * SIP_BACKEND_OPTION_MAX_MEMORY_MB (the quota in MiB) to load's options,
+   * and calls memory_limit when the quota changes while serving. An
+   * execution that would take the model past the cap fails with
+   * RESOURCE_EXHAUSTED, and the model serves on. */
+  SIP_BACKEND_MEMORY_LIMIT = 1u << 3,
 };
+
+/* The option that carries a pool's memory quota to a SIP_BACKEND_MEMORY_LIMIT
+ * backend's load (MiB, decimal). Set by the engine only: a pool's
+ * backend_options cannot hold it. */
+#define SIP_BACKEND_OPTION_MAX_MEMORY_MB "sip.max_memory_mb"
 
 /* The type of one backend option, checked by the config before the
  * backend sees it. */
@@ -182,6 +194,13 @@ typedef struct sip_backend_vtable {
    * (dst_type/dst_device), waiting until the bytes are there. */
   sip_error_t *(*copy)(void *model, void *dst, sip_memory_type_t dst_type, int dst_device,
                        const void *src, sip_memory_type_t src_type, int src_device, size_t size);
+
+  /* ---- Memory quota (SIP_BACKEND_MEMORY_LIMIT). ---- */
+  /* A new cap for a model loaded with SIP_BACKEND_OPTION_MAX_MEMORY_MB, in
+   * MiB (0: none), for the allocations that follow; called from the
+   * management plane while sessions execute. A model loaded without the
+   * option keeps running uncapped. */
+  void (*memory_limit)(void *model, int64_t max_memory_mb);
 } sip_backend_vtable_t;
 
 /* Makes `vt` (which must outlive every server) available to configs as

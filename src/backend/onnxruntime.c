@@ -193,7 +193,9 @@ static sip_error_t *ort_init(const sip_engine_settings_t *settings, void **backe
     st = sip__ort->CreateEnvWithCustomLoggerAndGlobalThreadPools(
         ort_log, NULL, ORT_LOGGING_LEVEL_WARNING, "sip", tp, &be->env);
   if (tp) sip__ort->ReleaseThreadingOptions(tp);
+  if (!st) st = sip__ort_quota_register(be->env);
   if (st) {
+    if (be->env) sip__ort->ReleaseEnv(be->env);
     sip__free(be);
     return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: cannot create the environment");
   }
@@ -362,6 +364,10 @@ static OrtStatus *session_options(const sip__ort_load_options_t *lo, OrtSessionO
     st = lo->mem_arena ? sip__ort->EnableCpuMemArena(*so) : sip__ort->DisableCpuMemArena(*so);
   if (!st && lo->mem_pattern >= 0)
     st = lo->mem_pattern ? sip__ort->EnableMemPattern(*so) : sip__ort->DisableMemPattern(*so);
+  /* A quota: the model's memory comes from the accounting allocator
+   * registered with the env (onnxruntime_quota.cc). */
+  if (!st && lo->max_memory_mb >= 0)
+    st = sip__ort->AddSessionConfigEntry(*so, "session.use_env_allocators", "1");
   if (!st) st = sip__ort_append_providers(lo, *so);
   if (st && *so) {
     sip__ort->ReleaseSessionOptions(*so);
@@ -394,11 +400,27 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
     return sip__ort_status_error(st, SIP_INTERNAL, "onnxruntime: session options for '%s'", path);
   }
 
+  /* What the model holds from load on (weights it copies) is charged to
+   * its account too. */
+  sip__ort_quota_t *q = NULL;
+  if (lo.max_memory_mb >= 0 && !(q = sip__ort_quota_new((uint64_t)lo.max_memory_mb << 20))) {
+    sip__ort->ReleaseSessionOptions(so);
+    sip__ort_load_options_clear(&lo);
+    return SIP__OOM();
+  }
   OrtSession *sess = NULL;
+  sip__ort_quota_t *prev = sip__ort_quota_enter(q);
   st = sip__ort->CreateSession(be->env, path, so, &sess);
+  sip__ort_quota_refusal_t refused = sip__ort_quota_refusal();
+  sip__ort_quota_leave(prev);
   sip__ort->ReleaseSessionOptions(so);
   if (st) {
     sip__ort_load_options_clear(&lo);
+    sip__ort_quota_unref(q);
+    if (refused.refused)
+      return sip__ort_status_error(st, SIP_RESOURCE_EXHAUSTED, "onnxruntime: model '%s' needs "
+                                   "more than the pool's quota (resource_quota.max_memory_mb) of "
+                                   "%lld MiB to load", path, (long long)(refused.limit >> 20));
     return sip__ort_status_error(st, load_code(st), "onnxruntime: cannot load model '%s'", path);
   }
 
@@ -406,9 +428,11 @@ static sip_error_t *ort_load(void *backend_state, const char *path, const sip_kv
   if (!m) {
     sip__ort_load_options_clear(&lo);
     sip__ort->ReleaseSession(sess);
+    sip__ort_quota_unref(q);
     return SIP__OOM();
   }
   m->session = sess;
+  m->quota = q;
   m->backend = be;
   m->lo = lo;
   atomic_fetch_add_explicit(&be->refs, 1, memory_order_relaxed);
@@ -442,6 +466,7 @@ void sip__ort_model_unref(sip__ort_model_t *m) {
     return;
   }
   sip__ort_load_options_clear(&m->lo);
+  sip__ort_quota_unref(m->quota); /* blocks still out keep the account */
   free_descs(m->inputs, m->n_inputs);
   free_descs(m->outputs, m->n_outputs);
   free_syms(m->in_syms, m->n_inputs);
@@ -586,7 +611,7 @@ static const char *const ort_files[] = {"model.onnx", NULL};
 
 const sip_backend_vtable_t sip__backend_onnxruntime = {
     .name = "onnxruntime",
-    .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA,
+    .flags = SIP_BACKEND_NEEDS_FILE | SIP_BACKEND_MEMORY_ARENA | SIP_BACKEND_MEMORY_LIMIT,
     .platform = "onnxruntime_onnx",
     .init = ort_init,
     .shutdown = ort_shutdown,
@@ -607,4 +632,5 @@ const sip_backend_vtable_t sip__backend_onnxruntime = {
     .memory = sip__ort_memory,
     .alloc = sip__ort_alloc,
     .copy = sip__ort_copy,
+    .memory_limit = sip__ort_memory_limit,
 };

@@ -507,15 +507,42 @@ out:
   return err;
 }
 
+/* run, with the model's blocks charged to its quota account: a block the
+ * quota refused fails the run as RESOURCE_EXHAUSTED, naming the quota. */
+static sip_error_t *run_capped(sip__ort_session_t *s, const sip_tensor_t *const *inputs,
+                               size_t n_inputs, const char *const *out_names, size_t n_outputs,
+                               const sip_out_dest_t *dests, sip_tensor_t **outputs) {
+  sip__ort_quota_t *q = s->model->quota;
+  if (!q) return run(s, inputs, n_inputs, out_names, n_outputs, dests, outputs);
+  sip__ort_quota_t *prev = sip__ort_quota_enter(q);
+  sip_error_t *e = run(s, inputs, n_inputs, out_names, n_outputs, dests, outputs);
+  sip__ort_quota_refusal_t r = sip__ort_quota_refusal();
+  sip__ort_quota_leave(prev);
+  if (!e || !r.refused) return e;
+  sip_error_free(e);
+  return sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                       "the request needs more memory than the pool's quota allows: "
+                       "resource_quota.max_memory_mb is %llu MiB, the model held %.1f MiB and "
+                       "asked for %.1f MiB more; nothing was kept",
+                       (unsigned long long)(r.limit >> 20), (double)r.used / 1048576.0,
+                       (double)r.asked / 1048576.0);
+}
+
 sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                               const char *const *out_names, size_t n_outputs,
                               sip_tensor_t **outputs) {
-  return run(session, inputs, n_inputs, out_names, n_outputs, NULL, outputs);
+  return run_capped(session, inputs, n_inputs, out_names, n_outputs, NULL, outputs);
 }
 
 sip_error_t *sip__ort_execute_into(void *session, const sip_tensor_t *const *inputs,
                                    size_t n_inputs, const char *const *out_names,
                                    size_t n_outputs, const sip_out_dest_t *dests,
                                    sip_tensor_t **outputs) {
-  return run(session, inputs, n_inputs, out_names, n_outputs, dests, outputs);
+  return run_capped(session, inputs, n_inputs, out_names, n_outputs, dests, outputs);
+}
+
+void sip__ort_memory_limit(void *model, int64_t max_memory_mb) {
+  sip__ort_model_t *m = model;
+  if (m->quota)
+    sip__ort_quota_set_limit(m->quota, max_memory_mb > 0 ? (uint64_t)max_memory_mb << 20 : 0);
 }

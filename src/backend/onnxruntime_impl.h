@@ -3,7 +3,8 @@
  * onnxruntime_exec.c (execute: request bytes in as OrtValues, OrtValues out
  * as zero-copy sip tensors), onnxruntime_options.c (the option table,
  * execution providers) and onnxruntime_device.c (device memory, I/O
- * binding). Internal to those four files. */
+ * binding) and onnxruntime_quota.cc (the memory quota's accounting
+ * allocator). Internal to those files. */
 #ifndef SIP_BACKEND_ONNXRUNTIME_IMPL_H
 #define SIP_BACKEND_ONNXRUNTIME_IMPL_H
 
@@ -13,6 +14,7 @@
 
 #include "onnxruntime_c_api.h"
 
+#include "backend/onnxruntime_quota.h"
 #include "sip/backend.h"
 
 /* The OrtApi table is a process-wide constant, so one pointer serves every
@@ -59,10 +61,12 @@ typedef struct sip__ort_load_options {
   size_t n_providers;
   int device;      /* the first provider is a device's (cuda, tensorrt): tensors live there */
   int device_id;
+  int64_t max_memory_mb; /* the pool's quota (sip.max_memory_mb); -1: none given */
 } sip__ort_load_options_t;
 
 typedef struct sip__ort_model {
   OrtSession *session;
+  sip__ort_quota_t *quota; /* loaded with a quota: its account (shared with profiled copies) */
   sip__ort_backend_t *backend;
   atomic_long refs;
   char *path;          /* the model file (for a profiled copy) */
@@ -151,6 +155,8 @@ sip_error_t *sip__ort_run_bound(sip__ort_session_t *s, size_t n_inputs, const ch
 sip_error_t *sip__ort_execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                               const char *const *out_names, size_t n_outputs,
                               sip_tensor_t **outputs);
+/* The vtable's memory_limit (the model's quota account). */
+void sip__ort_memory_limit(void *model, int64_t max_memory_mb);
 /* execute with destinations for outputs (sip_backend_vtable_t.execute_into). */
 sip_error_t *sip__ort_execute_into(void *session, const sip_tensor_t *const *inputs,
                                    size_t n_inputs, const char *const *out_names,

@@ -31,7 +31,8 @@ const sip_backend_option_t sip__ort_options[SIP__ORT_N_OPTIONS] = {
     {.name = "execution_provider", .type = SIP_OPTION_STRING, .def = "cpu",
      .doc = "One provider by name; the same as execution_providers: [name]."},
     {.name = "enable_cpu_mem_arena", .type = SIP_OPTION_BOOL, .def = "true",
-     .doc = "ONNX Runtime's CPU memory arena; a pool's max_memory_mb turns it off unless set."},
+     .doc = "ONNX Runtime's CPU memory arena; off in a pool with max_memory_mb, whose "
+            "accounting allocator takes its place (docs/elastic.md)."},
     {.name = "enable_mem_pattern", .type = SIP_OPTION_BOOL, .def = "true",
      .doc = "Pre-plan memory from the first run's allocation pattern."},
     {.name = "own_intra_op_threads", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 256,
@@ -244,6 +245,15 @@ static sip_error_t *parse_one(const char *key, const char *v, sip__ort_load_opti
   if (!strcmp(key, "execution_provider")) return parse_providers(key, v, 0, lo);
   if (!strcmp(key, "enable_cpu_mem_arena")) return opt_bool(key, v, &lo->mem_arena);
   if (!strcmp(key, "enable_mem_pattern")) return opt_bool(key, v, &lo->mem_pattern);
+  if (!strcmp(key, SIP_BACKEND_OPTION_MAX_MEMORY_MB)) { /* from the engine, not the config */
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end || n < 0 || n > 1048576)
+      return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: '%s' is '%s'; expected MiB "
+                           "0..1048576", key, v);
+    lo->max_memory_mb = n;
+    return NULL;
+  }
   if (!strcmp(key, "own_intra_op_threads")) {
     char *end;
     long n = strtol(v, &end, 10);
@@ -274,6 +284,7 @@ sip_error_t *sip__ort_parse_options(const sip_kv_t *options, size_t n, sip__ort_
   lo->opt_level = ORT_ENABLE_ALL;
   lo->mem_arena = -1;
   lo->mem_pattern = -1;
+  lo->max_memory_mb = -1;
   if (n && !options)
     return sip_error_new(SIP_INVALID_ARGUMENT, "onnxruntime: %zu backend options but no array", n);
   sip_error_t *e = NULL;

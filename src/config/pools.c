@@ -40,12 +40,15 @@ static const sip__field_t quota_fields[Q_COUNT] = {
                   .offset = offsetof(sip__pool_config_t, max_memory_mb),
                   .def = 0, .min = 1, .max = 1048576,
                   .doc = "MiB the model and its sessions may take, measured at load (more: the "
-                         "pool is FAILED); absent = unlimited."},
+                         "pool is FAILED) and, where its backend can, capped while serving (a "
+                         "request that needs more fails with RESOURCE_EXHAUSTED; docs/elastic.md); "
+                         "absent = unlimited."},
     [Q_COMPUTE] = {.name = "max_compute_percent", .type = F_INT,
                    .offset = offsetof(sip__pool_config_t, max_compute_percent),
                    .def = 0, .min = 1, .max = 100,
                    .doc = "The pool's share of execution time when pools wait for a slot "
-                          "(unused share is lent to busy pools); absent = 100."},
+                          "(unused share is lent to busy pools; the share used is measured, "
+                          "sip_compute_share_ratio); absent = 100."},
 };
 static const sip__section_t quota_section = {quota_fields, Q_COUNT};
 

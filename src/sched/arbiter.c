@@ -10,6 +10,8 @@
  * credit to burst with later. */
 #include "sched/arbiter.h"
 
+#include <string.h>
+
 #include "core/core.h"
 
 enum { TICKET_IDLE = 0, TICKET_WAITING, TICKET_GRANTED };
@@ -18,6 +20,7 @@ SIP__FIFO_DEFINE(waiters, struct sip__arb_waiters, sip__arb_ticket_t)
 
 void sip__arbiter_init(sip__arbiter_t *a, int slots) {
   pthread_mutex_init(&a->mu, NULL);
+  memset(&a->recent, 0, sizeof a->recent);
   a->slots = a->free_slots = slots > 0 ? slots : 1;
   a->vclock = 0;
   a->window = 2000000; /* 2 ms of virtual time: a few executions of a small model */
@@ -31,6 +34,7 @@ void sip__arb_account_init(sip__arb_account_t *acc, int priority, int compute_pe
   acc->weight = compute_percent > 0 ? (uint64_t)compute_percent : 100;
   acc->vtime = 0;
   acc->used_ns = 0;
+  memset(&acc->recent, 0, sizeof acc->recent);
   acc->active = 0;
 }
 
@@ -74,6 +78,31 @@ void sip__arb_charge(sip__arb_account_t *acc, uint64_t exec_ns) {
   acc->used_ns += exec_ns;
 }
 
+void sip__arb_window_add(sip__arb_window_t *w, uint64_t exec_ns, uint64_t now_s) {
+  size_t k = now_s % SIP__ARB_WINDOW_S;
+  if (w->sec[k] != now_s) { /* a bucket of an older second: starts over */
+    w->sec[k] = now_s;
+    w->ns[k] = 0;
+  }
+  w->ns[k] += exec_ns;
+}
+
+uint64_t sip__arb_window_sum(const sip__arb_window_t *w, uint64_t now_s) {
+  uint64_t sum = 0;
+  for (size_t k = 0; k < SIP__ARB_WINDOW_S; k++)
+    if (w->sec[k] <= now_s && now_s - w->sec[k] < SIP__ARB_WINDOW_S) sum += w->ns[k];
+  return sum;
+}
+
+uint64_t sip__arbiter_recent(sip__arbiter_t *a, const sip__arb_account_t *acc, uint64_t now_s,
+                             uint64_t *total) {
+  pthread_mutex_lock(&a->mu);
+  uint64_t mine = sip__arb_window_sum(&acc->recent, now_s);
+  *total = sip__arb_window_sum(&a->recent, now_s);
+  pthread_mutex_unlock(&a->mu);
+  return mine;
+}
+
 /* Enqueues a ticket. Caller holds a->mu. */
 static void enqueue(sip__arbiter_t *a, sip__arb_ticket_t *t) {
   sip__arb_account_t *acc = t->acc;
@@ -113,8 +142,11 @@ void sip__arbiter_acquire(sip__arbiter_t *a, sip__arb_ticket_t *t) {
 }
 
 void sip__arbiter_release(sip__arbiter_t *a, sip__arb_ticket_t *t, uint64_t exec_ns, int again) {
+  uint64_t now_s = sip__now_us() / 1000000;
   pthread_mutex_lock(&a->mu);
   sip__arb_charge(t->acc, exec_ns);
+  sip__arb_window_add(&t->acc->recent, exec_ns, now_s);
+  sip__arb_window_add(&a->recent, exec_ns, now_s);
   t->acc->active--;
   t->state = TICKET_IDLE;
   a->free_slots++;

@@ -13,6 +13,20 @@
 
 #include "core/queue.h"
 
+/* Execution time over the last SIP__ARB_WINDOW_S seconds, in one-second
+ * buckets: what a pool's compute share is measured on (a pool's against
+ * the arbiter's total, both charged at the same instant). */
+#define SIP__ARB_WINDOW_S 10
+typedef struct sip__arb_window {
+  uint64_t ns[SIP__ARB_WINDOW_S];
+  uint64_t sec[SIP__ARB_WINDOW_S]; /* the second (monotonic) each bucket holds */
+} sip__arb_window_t;
+
+/* Adds exec_ns to the bucket of second now_s. */
+void sip__arb_window_add(sip__arb_window_t *w, uint64_t exec_ns, uint64_t now_s);
+/* The execution time of seconds (now_s - SIP__ARB_WINDOW_S, now_s]. */
+uint64_t sip__arb_window_sum(const sip__arb_window_t *w, uint64_t now_s);
+
 /* One pool's account with the arbiter. Fields are owned by the arbiter and
  * read under its lock. */
 typedef struct sip__arb_account {
@@ -20,6 +34,7 @@ typedef struct sip__arb_account {
   uint64_t weight;  /* max_compute_percent, or 100 when unset */
   uint64_t vtime;   /* virtual time: sum of exec_ns * 100 / weight */
   uint64_t used_ns; /* measured execution time, for shares */
+  sip__arb_window_t recent; /* used_ns over the last seconds */
   int active;       /* tickets of this account waiting or holding a slot */
 } sip__arb_account_t;
 
@@ -36,6 +51,7 @@ typedef struct sip__arbiter {
   int slots, free_slots;
   uint64_t vclock;            /* virtual time of the last grant */
   uint64_t window;            /* virtual ns a pool may run ahead of the slowest waiter */
+  sip__arb_window_t recent;   /* every account's execution time, for shares */
   struct sip__arb_waiters {    /* waiting tickets in arrival order (src/core/queue.h) */
     SIP__FIFO_FIELDS(sip__arb_ticket_t);
   } waiters;
@@ -54,6 +70,11 @@ void sip__arb_ticket_destroy(sip__arb_ticket_t *t);
 size_t sip__arb_choose(sip__arb_account_t *const *waiting, size_t n, uint64_t window);
 /* Charges `exec_ns` of execution to `acc` (virtual time and used time). */
 void sip__arb_charge(sip__arb_account_t *acc, uint64_t exec_ns);
+
+/* acc's execution time over the window ending at second now_s and every
+ * pool's (*total), under a's lock: acc's compute share is recent/total. */
+uint64_t sip__arbiter_recent(sip__arbiter_t *a, const sip__arb_account_t *acc, uint64_t now_s,
+                             uint64_t *total);
 
 /* Blocks until the ticket holds a slot (at once if it was granted while
  * queued by a release with again = 1). */

@@ -150,6 +150,14 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
                                   (json_int_t)c.seq_waiting, "expired",
                                   (json_int_t)c.seq_expired));
   json_object_set_new(o, "compute_ns", json_integer((json_int_t)c.compute_ns));
+  /* max_compute_percent measured (docs/elastic.md): the share of every
+   * pool's execution time over the arbiter's window, against the quota. */
+  json_object_set_new(
+      o, "compute_share",
+      json_pack("{s:i,s:I,s:I,s:f,s:o}", "window_s", SIP__ARB_WINDOW_S, "recent_ns",
+                (json_int_t)c.recent_compute_ns, "all_pools_ns", (json_int_t)c.recent_total_ns,
+                "share", sip__compute_share(c.recent_compute_ns, c.recent_total_ns), "quota",
+                c.compute_percent ? json_real(c.compute_percent / 100.0) : json_null()));
   if (in.sla) json_object_set_new(o, "sla", sip__sla_json(in.sla)); /* docs/sla.md */
   json_object_set_new(
       o, "stats",

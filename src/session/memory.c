@@ -97,6 +97,11 @@ static void w_describe(void *model, const sip_io_desc_t **inputs, size_t *n_inpu
   w->real->describe(w->model, inputs, n_inputs, outputs, n_outputs);
 }
 
+static void w_memory_limit(void *model, int64_t max_memory_mb) {
+  wrap_t *w = model;
+  w->real->memory_limit(w->model, max_memory_mb);
+}
+
 static const char *w_batch_problem(void *model) {
   wrap_t *w = model;
   return w->real->batch_problem ? w->real->batch_problem(w->model) : NULL;
@@ -234,6 +239,7 @@ sip_error_t *sip__memory_wrap(const sip_backend_vtable_t *real, void *model,
       .batch_problem = w_batch_problem,
       .session_new_profiled = real->session_new_profiled ? w_session_new_profiled : NULL,
       .profile_end = real->profile_end ? w_profile_end : NULL,
+      .memory_limit = real->memory_limit ? w_memory_limit : NULL,
       .probe = real->probe,
       .default_files = real->default_files,
       .options = real->options,

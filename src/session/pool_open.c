@@ -3,6 +3,7 @@
  * file with the same options; or, for isolation: process, the pool's own
  * worker), the device-memory wrapper, and its release
  * (docs/elastic.md "One model store"). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,26 +19,41 @@
  * pool adds itself. A memory quota also caps growth after load: a
  * backend's CPU arena (SIP_BACKEND_MEMORY_ARENA) keeps the high-water mark
  * of every run, so a pool with a quota runs without it (each run's scratch
- * memory is returned), unless the pool's backend_options say otherwise. */
+ * memory is returned), unless the pool's backend_options say otherwise;
+ * and, where the backend can, the quota caps what it allocates while it
+ * serves (`quota`: the pool's max_memory_mb as `sip pool update` left it,
+ * written into quota_mb; scale.c passes later changes on). */
 static sip_error_t *pool_options(const sip__pool_config_t *c, const sip_backend_vtable_t *vt,
-                                 sip_kv_t *opts, size_t *n_out) {
-  if (c->n_backend_options > MAX_OPTS - 1)
+                                 int64_t quota, char quota_mb[24], sip_kv_t *opts, size_t *n_out) {
+  if (c->n_backend_options > MAX_OPTS - 2)
     return sip_error_new(SIP_INVALID_ARGUMENT, "%zu backend_options; at most %d are supported",
-                         c->n_backend_options, MAX_OPTS - 1);
+                         c->n_backend_options, MAX_OPTS - 2);
   size_t n = c->n_backend_options;
   if (n) memcpy(opts, c->backend_options, n * sizeof *opts); /* NULL when none */
   int arena_set = 0;
   for (size_t k = 0; k < n; k++) arena_set |= !strcmp(opts[k].key, "enable_cpu_mem_arena");
   if (c->max_memory_mb && !arena_set && (vt->flags & SIP_BACKEND_MEMORY_ARENA))
     opts[n++] = (sip_kv_t){"enable_cpu_mem_arena", "false"};
+  if (quota > 0 && (vt->flags & SIP_BACKEND_MEMORY_LIMIT)) {
+    snprintf(quota_mb, 24, "%lld", (long long)quota);
+    opts[n++] = (sip_kv_t){SIP_BACKEND_OPTION_MAX_MEMORY_MB, quota_mb};
+  }
   *n_out = n;
   return NULL;
 }
 
 /* What else a loaded model depends on: the CPU set it was loaded under
- * (threads the backend makes for it inherit it). */
-static void key_extra(const sip__pool_config_t *c, char *buf, size_t cap) {
-  size_t used = (size_t)snprintf(buf, cap, "cpus=");
+ * (threads the backend makes for it inherit it); and, for a model whose
+ * allocations the pool's memory quota caps (its account is the model's),
+ * the pool itself: such a model is the pool's own, never shared. */
+static void key_extra(const sip__pool_config_t *c, size_t n, const sip_kv_t *opts, char *buf,
+                      size_t cap) {
+  size_t used = 0;
+  for (size_t k = 0; k < n; k++)
+    if (!strcmp(opts[k].key, SIP_BACKEND_OPTION_MAX_MEMORY_MB))
+      used = (size_t)snprintf(buf, cap, "quota_of=%s;", c->name);
+  if (used >= cap) used = cap - 1;
+  used += (size_t)snprintf(buf + used, cap - used, "cpus=");
   for (int w = 0; c->n_cpus && w < SIP__MAX_CPUS / 64 && used < cap; w++)
     used += (size_t)snprintf(buf + used, cap - used, "%016llx", (unsigned long long)c->cpu_mask[w]);
 }
@@ -47,7 +63,9 @@ sip_error_t *sip__pool_open_model(sip__pool_t *p) {
   sip_kv_t opts[MAX_OPTS];
   size_t n = 0;
   void *state = NULL;
-  sip_error_t *e = pool_options(c, p->backend, opts, &n);
+  char quota_mb[24];
+  sip_error_t *e =
+      pool_options(c, p->backend, atomic_load(&p->quota_memory_mb), quota_mb, opts, &n);
   if (e) return e;
   if (c->isolation == SIP__ISOLATION_PROCESS) {
     /* The model loads in the pool's own worker process, never shared; the
@@ -57,8 +75,8 @@ sip_error_t *sip__pool_open_model(sip__pool_t *p) {
     p->backend = &p->iso_vt;
     return NULL;
   }
-  char extra[16 + SIP__MAX_CPUS / 4];
-  key_extra(c, extra, sizeof extra);
+  char extra[16 + SIP__MAX_CPUS / 4 + 256];
+  key_extra(c, n, opts, extra, sizeof extra);
   int loaded = 0;
   if ((e = sip__engine_backend_state(p->eng, p->backend, &state))) return e;
   if (!p->resolved_path) {
@@ -109,13 +127,13 @@ uint64_t sip__pool_shared_bytes(sip__pool_t *p) {
   const sip_backend_vtable_t *vt = sip__backend_find(c->backend);
   sip_kv_t opts[MAX_OPTS];
   size_t n = 0;
-  char extra[16 + SIP__MAX_CPUS / 4];
+  char extra[16 + SIP__MAX_CPUS / 4 + 256], quota_mb[24];
   if (!vt || !c->model_path || c->isolation == SIP__ISOLATION_PROCESS) return 0;
-  sip_error_t *e = pool_options(c, vt, opts, &n);
+  sip_error_t *e = pool_options(c, vt, atomic_load(&p->quota_memory_mb), quota_mb, opts, &n);
   if (e) {
     sip_error_free(e);
     return 0;
   }
-  key_extra(c, extra, sizeof extra);
+  key_extra(c, n, opts, extra, sizeof extra);
   return sip__store_peek(&p->eng->store, vt, c->model_path, opts, n, extra);
 }

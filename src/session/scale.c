@@ -135,6 +135,8 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
                             w ? ", " : "", (long long)atomic_load(&p->quota_memory_mb),
                             (long long)max_memory_mb);
       atomic_store(&p->quota_memory_mb, max_memory_mb);
+      /* the backend's cap on what the model allocates while it serves */
+      if (p->backend->memory_limit) p->backend->memory_limit(p->model, max_memory_mb);
     }
     if (max_compute_percent >= 0 &&
         max_compute_percent != atomic_load(&p->quota_compute_percent)) {

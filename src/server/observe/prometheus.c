@@ -598,6 +598,16 @@ char *sip__prometheus_text(sip_server_t *s) {
          "Execution time charged to the pool by the compute arbiter (its share of the cores).");
   for (size_t i = 0; i < n; i++)
     sb_add(&b, "sip_compute_seconds_total{%s} %.9f\n", pl[i].labels, (double)pl[i].c.compute_ns / 1e9);
+  family(&b, "sip_compute_share_ratio", "gauge",
+         "The pool's share of every pool's execution time over the last 10 s (docs/elastic.md).");
+  for (size_t i = 0; i < n; i++)
+    sb_add(&b, "sip_compute_share_ratio{%s} %.6f\n", pl[i].labels,
+           sip__compute_share(pl[i].c.recent_compute_ns, pl[i].c.recent_total_ns));
+  family(&b, "sip_compute_quota_ratio", "gauge",
+         "resource_quota.max_compute_percent as a ratio, as it is now; 0: unset.");
+  for (size_t i = 0; i < n; i++)
+    sb_add(&b, "sip_compute_quota_ratio{%s} %.2f\n", pl[i].labels,
+           pl[i].c.compute_percent / 100.0);
   static const char *const copy_fam[2][2] = {
       {"sip_memory_copies_total", "Tensor copies between host and device memory, by direction; "
                                   "0 while the pool's backend works in host memory."},

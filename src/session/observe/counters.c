@@ -35,6 +35,9 @@ void sip__pool_counters_read(sip__pool_t *p, sip__pool_counters_t *c) {
   pthread_mutex_lock(&p->eng->arbiter.mu);
   c->compute_ns = p->arb.used_ns;
   pthread_mutex_unlock(&p->eng->arbiter.mu);
+  c->recent_compute_ns = sip__arbiter_recent(&p->eng->arbiter, &p->arb, sip__now_us() / 1000000,
+                                             &c->recent_total_ns);
+  c->compute_percent = atomic_load(&p->quota_compute_percent);
   c->inference_count = atomic_load(&p->inference_count);
   c->execution_count = atomic_load(&p->execution_count);
   c->last_inference_ms = atomic_load(&p->last_inference_ms);

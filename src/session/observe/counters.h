@@ -17,6 +17,11 @@ typedef struct sip__pool_counters {
   uint64_t batch_rows_sum;
   int batch_level;                     /* elastic batching: 0 low, 1 medium, 2 high; -1 off */
   uint64_t compute_ns;                 /* execution time charged by the arbiter */
+  /* Its execution time and every pool's over the arbiter's recent window
+   * (SIP__ARB_WINDOW_S): the compute share is recent/recent_total, against
+   * max_compute_percent (0: unset) as it is now. */
+  uint64_t recent_compute_ns, recent_total_ns;
+  int compute_percent;
   uint64_t inference_count, execution_count, last_inference_ms;
   sip__stat_read_t success, fail, queue_stat, compute_input, compute_infer, compute_output;
   double load_ms;
@@ -35,6 +40,11 @@ typedef struct sip__pool_counters {
   /* Copies between host and device memory by direction (session/memory.h). */
   uint64_t copies[SIP__COPY_DIRECTIONS], copy_bytes[SIP__COPY_DIRECTIONS];
 } sip__pool_counters_t;
+
+/* A compute share: recent / total, 0 when nothing ran in the window. */
+static inline double sip__compute_share(uint64_t recent, uint64_t total) {
+  return total ? (double)recent / (double)total : 0.0;
+}
 
 /* One session of a pool, read at one instant. */
 typedef struct sip__session_counters {

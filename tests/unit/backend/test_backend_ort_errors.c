@@ -114,6 +114,52 @@ static void test_run_errors(void **state) {
   B.model_free(m);
 }
 
+/* The memory quota (SIP_BACKEND_MEMORY_LIMIT): a run whose blocks would
+ * pass the cap fails with RESOURCE_EXHAUSTED naming it and the model runs
+ * on; outputs still held count, released ones are given back;
+ * memory_limit moves the cap. */
+static void test_memory_quota(void **state) {
+  (void)state;
+  NEED_MODELS();
+  void *m = NULL;
+  const sip_kv_t bad[1] = {{SIP_BACKEND_OPTION_MAX_MEMORY_MB, "lots"}};
+  expect_code(load("twice.onnx", bad, 1, &m), SIP_INVALID_ARGUMENT, "0..1048576");
+  const sip_kv_t cap[1] = {{SIP_BACKEND_OPTION_MAX_MEMORY_MB, "4"}};
+  assert_null(load("twice.onnx", cap, 1, &m));
+  void *s = must_session(m);
+  /* 100000 rows of 3 floats: a 1.2 MB input, a 2.4 MB output */
+  enum { ROWS = 100000 };
+  float *in = sip__calloc(ROWS * 3, sizeof *in);
+  assert_non_null(in);
+  for (size_t i = 0; i < ROWS * 3; i++) in[i] = (float)i;
+  const int64_t dims[2] = {ROWS, 3};
+  sip_tensor_t ta = view("a", SIP_DTYPE_FLOAT32, 2, dims, in, ROWS * 3 * sizeof *in);
+  const sip_tensor_t *ins[1] = {&ta};
+  const char *names[1] = {"c"};
+  sip_tensor_t *o1 = NULL, *o2 = NULL;
+  assert_null(B.execute(s, ins, 1, names, 1, &o1));
+  const float *c = o1->data;
+  assert_true(c[0] == 0.0f && c[ROWS * 3 - 1] == (float)(ROWS * 3 - 1) &&
+              c[ROWS * 3] == 0.0f);
+  /* the first output still held: a second one would pass 4 MiB */
+  expect_code(B.execute(s, ins, 1, names, 1, &o2), SIP_RESOURCE_EXHAUSTED,
+              "resource_quota.max_memory_mb is 4 MiB");
+  assert_null(o2);
+  sip_tensor_free(o1);
+  assert_null(B.execute(s, ins, 1, names, 1, &o2));
+  sip_tensor_free(o2);
+  B.memory_limit(m, 2);
+  expect_code(B.execute(s, ins, 1, names, 1, &o2), SIP_RESOURCE_EXHAUSTED, "is 2 MiB");
+  B.memory_limit(m, 0); /* none */
+  assert_null(B.execute(s, ins, 1, names, 1, &o1));
+  assert_null(B.execute(s, ins, 1, names, 1, &o2));
+  sip_tensor_free(o1);
+  sip_tensor_free(o2);
+  sip__free(in);
+  B.session_free(s);
+  B.model_free(m);
+}
+
 /* Every allocation sip makes may fail: each failure point gives a clean
  * error and leaks nothing (LSan in CI). ORT's own allocations are not
  * counted. */
@@ -181,6 +227,7 @@ int main(void) {
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_run_errors),
+      cmocka_unit_test(test_memory_quota),
       cmocka_unit_test(test_allocation_failures),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/core.h"
 #include "sched/arbiter.h"
 
 #define WINDOW 2000000ull /* the arbiter's default: 2 ms of virtual time */
@@ -356,6 +357,51 @@ static void test_init_clamps_slots(void **state) {
   sip__arbiter_destroy(&arb);
 }
 
+/* The recent window: seconds (now - 10, now], a bucket reused by a later
+ * second starts over, nothing counts before its second or past the window. */
+static void test_recent_window(void **state) {
+  (void)state;
+  sip__arb_window_t w;
+  memset(&w, 0, sizeof w);
+  assert_int_equal(sip__arb_window_sum(&w, 1000), 0);
+  sip__arb_window_add(&w, 5 * MS, 1000);
+  sip__arb_window_add(&w, 7 * MS, 1000);
+  sip__arb_window_add(&w, 3 * MS, 1004);
+  assert_int_equal(sip__arb_window_sum(&w, 1004), 15 * MS);
+  assert_int_equal(sip__arb_window_sum(&w, 1009), 15 * MS);
+  assert_int_equal(sip__arb_window_sum(&w, 1010), 3 * MS); /* second 1000 left the window */
+  assert_int_equal(sip__arb_window_sum(&w, 1014), 0);
+  assert_int_equal(sip__arb_window_sum(&w, 999), 0); /* read before they happened */
+  sip__arb_window_add(&w, 2 * MS, 1010); /* second 1000's bucket, reused */
+  assert_int_equal(sip__arb_window_sum(&w, 1010), 5 * MS);
+}
+
+/* release charges the pool's window and the arbiter's at once: a pool's
+ * share is its part of the total. */
+static void test_recent_share(void **state) {
+  (void)state;
+  sip__arbiter_t a;
+  sip__arbiter_init(&a, 1);
+  sip__arb_account_t acc[2];
+  sip__arb_ticket_t t[2];
+  for (int k = 0; k < 2; k++) {
+    sip__arb_account_init(&acc[k], 1, 50);
+    sip__arb_ticket_init(&t[k], &acc[k]);
+  }
+  for (int r = 0; r < 4; r++)
+    for (int k = 0; k < 2; k++) {
+      sip__arbiter_acquire(&a, &t[k]);
+      sip__arbiter_release(&a, &t[k], (uint64_t)(k ? 3 : 1) * MS, 0);
+    }
+  uint64_t total = 0, now = sip__now_us() / 1000000;
+  uint64_t mine = sip__arbiter_recent(&a, &acc[1], now, &total);
+  /* release and this read may straddle a second: both stay in the window */
+  assert_int_equal(total, 16 * MS);
+  assert_int_equal(mine, 12 * MS);
+  for (int k = 0; k < 2; k++) sip__arb_ticket_destroy(&t[k]);
+  sip__arbiter_destroy(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shares_equal_cost),
@@ -370,6 +416,8 @@ int main(void) {
       cmocka_unit_test(test_threads_one_slot),
       cmocka_unit_test(test_threads_two_slots),
       cmocka_unit_test(test_init_clamps_slots),
+      cmocka_unit_test(test_recent_window),
+      cmocka_unit_test(test_recent_share),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
