@@ -144,6 +144,11 @@ struct sip__pool {
   atomic_int load_asked;          /* a load was asked for and is not yet done */
   _Atomic uint64_t last_used_us;  /* monotonic time of the last request admitted */
   uint64_t expected_bytes;        /* what a load is expected to take (last measured), 0: unknown */
+  /* Autoscaling (src/session/autoscale.c): requests admitted (the
+   * forecast's arrivals) and the sampler's state, made by its first tick
+   * and freed with the pool. */
+  atomic_uint_fast64_t arrivals;
+  struct sip__autoscale *_Atomic as;
 };
 
 /* ---- the pool's own calls (availability.c, executor.c, pool.c, session.c, admission.c) ---- */

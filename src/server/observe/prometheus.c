@@ -612,6 +612,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   sequence_metrics(&b, pl, n);
   session_metrics(&b, pl, n);
   sla_metrics(&b, pl, n);
+  sip__prometheus_autoscale(&b, pl, n);
   webhook_metrics(&b, s);
   idem_metrics(&b, s);
   sip__prometheus_rcache(&b, s->rcache, s->cfg->metrics.triton_names);
