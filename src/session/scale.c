@@ -208,6 +208,9 @@ int sip__pool_scale_to(sip__pool_t *p, int want, uint64_t room_bytes, const char
     uint64_t gone = (uint64_t)(old - fit) * p->session_bytes;
     shrink(p, fit);
     bytes = bytes > gone ? bytes - gone : 0;
+    /* The heap pages the sessions freed go back to the system now, not at
+     * the allocator's next trim: releasing idle sessions is for memory. */
+    (void)sip__resident_settled();
   }
   int now = p->n_sessions;
   if (now != old) {

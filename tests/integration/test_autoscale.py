@@ -102,15 +102,12 @@ def test_scale_up_under_load_then_down_when_idle(start_sipd):
     st = status_of(c, "p")
     assert set(st["requests"]) == {"OK"} and st["requests"]["OK"] == sent, st["requests"]
     # Idle: back to min_sessions once the cooldown has passed.
-    t_idle = time.monotonic()
     harness.wait_until(lambda: n_sessions(c, "p") == 1, timeout=30,
                        what=lambda: "p to shrink to 1: %r" % status_of(c, "p")["autoscale"])
     msgs = scaled_events(sub, r"-> 1 \(idle\)")
     assert re.fullmatch(r"sessions \d -> 1 \(idle\)", msgs[-1]), msgs
-    # Not before the cooldown (2 s) since the last scale-up, which came
-    # before the load stopped.
-    assert status_of(c, "p")["autoscale"]["scaled_down"] >= 1
-    assert time.monotonic() - t_idle <= 30
+    st = status_of(c, "p")["autoscale"]
+    assert st["scaled_down"] >= 1 and st["last_reason"] == "idle", st
     sub.close()
 
 
@@ -126,13 +123,14 @@ def test_cooldown_holds_sessions_of_an_idle_pool(start_sipd):
 
 
 def test_scale_down_under_load_fails_nothing(start_sipd):
-    # One client back to back on 4 sessions: a utilisation of about 1/4,
-    # below 0.3, so the pool shrinks while requests run and queue.
+    # Two clients, each a 15 ms execution then a 20 ms pause: under one
+    # session busy, a utilisation near 0.2 of 4, so the pool shrinks to 2
+    # or 1 while the requests keep coming and queue.
     srv = start_sipd([auto("p", 4, 15, min_sessions=1, max_sessions=4, window_s=1, cooldown_s=1)])
     c = srv.client()
-    load = Load(srv, "p", 1)
+    load = Load(srv, "p", 2, pause_s=0.02)
     try:
-        harness.wait_until(lambda: n_sessions(c, "p") == 1, timeout=30,
+        harness.wait_until(lambda: n_sessions(c, "p") <= 2, timeout=30,
                            what=lambda: "p to shrink under load: %r" % status_of(c, "p")["autoscale"])
         before = sum(load.sent)
         harness.wait_until(lambda: sum(load.sent) >= before + 20, what="20 more requests")

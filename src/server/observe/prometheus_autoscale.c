@@ -3,10 +3,18 @@
  * demand, the sessions it may have, the arrival rate and its forecast with
  * the forecast's error, and the changes made by direction. */
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/core.h"
 #include "server/observe/prometheus_impl.h"
 #include "session/autoscale.h"
+
+/* Three rows of one family for one pool, each with one more label. */
+static void rows3(sip__sb_t *b, const char *fam, const char *labels, const char *const more[3],
+                  const uint64_t x[3]) {
+  for (int k = 0; k < 3; k++)
+    sip__sb_add(b, "%s{%s,%s} %llu\n", fam, labels, more[k], (unsigned long long)x[k]);
+}
 
 void sip__prometheus_autoscale(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t n) {
   sip__autoscale_view_t *v = n ? sip__calloc(n, sizeof *v) : NULL;
@@ -53,26 +61,21 @@ void sip__prometheus_autoscale(sip__sb_t *b, const sip__prom_pool_row_t *pl, siz
   sip__prom_family(b, "sip_autoscale_sessions", "gauge",
                    "Sessions of an autoscaled pool now, and its bounds (bound=\"current\", "
                    "\"min\", \"max\").");
+  static const char *const bounds[3] = {"bound=\"current\"", "bound=\"min\"", "bound=\"max\""};
   for (size_t i = 0; i < n; i++)
     if (has[i])
-      sip__sb_add(b,
-                  "sip_autoscale_sessions{%s,bound=\"current\"} %d\n"
-                  "sip_autoscale_sessions{%s,bound=\"min\"} %d\n"
-                  "sip_autoscale_sessions{%s,bound=\"max\"} %d\n",
-                  pl[i].labels, v[i].sessions, pl[i].labels, v[i].min_sessions, pl[i].labels,
-                  v[i].max_sessions);
+      rows3(b, "sip_autoscale_sessions", pl[i].labels, bounds,
+            (uint64_t[3]){(uint64_t)v[i].sessions, (uint64_t)v[i].min_sessions,
+                          (uint64_t)v[i].max_sessions});
   sip__prom_family(b, "sip_pool_scaled_total", "counter",
                    "Changes of an autoscaled pool's size by direction (up, down), and scale-ups "
                    "the memory quota or budget stopped short (capped).");
+  static const char *const dirs[3] = {"direction=\"up\"", "direction=\"down\"",
+                                      "direction=\"capped\""};
   for (size_t i = 0; i < n; i++)
     if (has[i])
-      sip__sb_add(b,
-                  "sip_pool_scaled_total{%s,direction=\"up\"} %llu\n"
-                  "sip_pool_scaled_total{%s,direction=\"down\"} %llu\n"
-                  "sip_pool_scaled_total{%s,direction=\"capped\"} %llu\n",
-                  pl[i].labels, (unsigned long long)v[i].scaled_up, pl[i].labels,
-                  (unsigned long long)v[i].scaled_down, pl[i].labels,
-                  (unsigned long long)v[i].capped);
+      rows3(b, "sip_pool_scaled_total", pl[i].labels, dirs,
+            (uint64_t[3]){v[i].scaled_up, v[i].scaled_down, v[i].capped});
   sip__free(v);
   sip__free(has);
 }
