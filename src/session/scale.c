@@ -19,6 +19,10 @@
 static sip_error_t *grow(sip__pool_t *p, int n) {
   for (int i = p->n_sessions; i < n; i++) {
     sip__session_t *s = &p->sessions[i];
+    pthread_mutex_lock(&p->mu);
+    int stopping = p->stopping; /* a shutdown joins the sessions it sees: start no more */
+    pthread_mutex_unlock(&p->mu);
+    if (stopping) return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
     sip__session_init(p, s, i);
     sip_error_t *e = p->backend->session_new(p->model, &s->ctx);
     if (!e) {
