@@ -5,6 +5,7 @@ one back), stop at what the memory quota and budget hold, emit POOL_SCALED,
 show in the status and /metrics, and never fail a request while they
 change."""
 
+import json
 import re
 import threading
 import time
@@ -220,6 +221,9 @@ def test_status_and_metrics(start_sipd):
                  "target_p99_ms": 500}.items():
         assert st[k] == v, (k, st)
     assert st["forecast_rps"] > 0 and st["service_ms"] > 0, st
+    doc = json.loads(K.get(K.http_base(srv) + "/v2/status").body)
+    http_st = next(q for q in doc["pools"] if q["name"] == "p")["autoscale"]
+    assert http_st["max_sessions"] == 3 and http_st["predictive"] is True, http_st
     text = K.get(K.http_base(srv) + "/metrics").body.decode()
     lab = 'pool="p",version=""'
     for fam in ("sip_autoscale_utilization", "sip_autoscale_forecast_rps",
