@@ -78,6 +78,7 @@ PUBLIC_ONLY = ("src/daemon", "tools")
 POOL_IMPL = "src/session/pool_impl.h"
 POOL_IMPL_USERS = (
     "src/session/admission.c",             # admission, deadlines, completion
+    "src/session/autoscale.c",             # the autoscaler's sampler and step
     "src/session/availability.c",          # watchdog, faults, failover, drain
     "src/session/observe/counters.c",      # the typed counters (session/observe/counters.h)
     "src/session/observe/events.c",        # pool and session events

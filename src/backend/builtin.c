@@ -6,7 +6,9 @@
  * any 1-d), delay_ms (default 0), fail_every (N: every Nth execution of the
  * model fails with INTERNAL; default 0 = never), record_file (a path: each
  * execution that succeeds appends its float32 input's values as one line,
- * so tests can count what ran across restarts of the server). */
+ * so tests can count what ran across restarts of the server), session_memory_mb
+ * (MiB each session allocates and writes, so a session's measured memory is
+ * known to tests of memory caps; default 0). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@ typedef struct model {
   sip_io_desc_t in, out;
   long delay_ms;
   long fail_every;
+  long session_mb; /* memory each session holds (touched), for tests of memory caps */
   atomic_long runs;
   int record_fd; /* record_file, O_APPEND; -1: none */
 } model_t;
@@ -86,6 +89,8 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
       e = parse_long(k, v, 0, 3600000, &load_delay_ms);
     else if (strcmp(k, "fail_every") == 0)
       e = parse_long(k, v, 0, 1000000000, &m->fail_every);
+    else if (strcmp(k, "session_memory_mb") == 0)
+      e = parse_long(k, v, 0, 4096, &m->session_mb);
     else if (strcmp(k, "dtype") == 0) {
       m->in.dtype = sip_dtype_from_name(v);
       if (m->in.dtype == SIP_DTYPE_INVALID)
@@ -104,7 +109,7 @@ static sip_error_t *load(void *state, const char *path, const sip_kv_t *opts, si
     } else
       e = sip_error_new(SIP_INVALID_ARGUMENT,
                         "builtin backend has no option '%s'; expected one of: dtype, shape, "
-                        "delay_ms, fail_every, load_delay_ms, record_file",
+                        "delay_ms, fail_every, load_delay_ms, record_file, session_memory_mb",
                         k);
   }
   if (!e) sleep_ms(load_delay_ms);
@@ -132,8 +137,27 @@ static void describe(void *model, const sip_io_desc_t **in, size_t *n_in,
   *n_out = 1;
 }
 
+/* A session: the model, and what session_memory_mb makes it hold. */
+typedef struct session {
+  model_t *m;
+  char *held;
+} session_t;
+
 static sip_error_t *session_new(void *model, void **session) {
-  *session = model;
+  model_t *m = model;
+  session_t *s = sip__calloc(1, sizeof *s);
+  if (!s) return SIP__OOM();
+  s->m = m;
+  if (m->session_mb) {
+    size_t n = (size_t)m->session_mb << 20;
+    /* Written, so the pages are resident and measured. */
+    if (!(s->held = sip__malloc(n))) {
+      sip__free(s);
+      return SIP__OOM();
+    }
+    memset(s->held, 1, n);
+  }
+  *session = s;
   return NULL;
 }
 
@@ -154,7 +178,7 @@ static void record(int fd, const sip_tensor_t *in) {
 static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, size_t n_inputs,
                             const char *const *out_names, size_t n_outputs,
                             sip_tensor_t **outputs) {
-  model_t *m = session;
+  model_t *m = ((session_t *)session)->m;
   (void)out_names;
   sleep_ms(m->delay_ms);
   long run = atomic_fetch_add(&m->runs, 1) + 1;
@@ -173,7 +197,12 @@ static sip_error_t *execute(void *session, const sip_tensor_t *const *inputs, si
   return outputs[0] ? NULL : SIP__OOM();
 }
 
-static void session_free(void *session) { (void)session; }
+static void session_free(void *session) {
+  session_t *s = session;
+  if (!s) return;
+  sip__free(s->held);
+  sip__free(s);
+}
 
 static void model_free(void *model) {
   model_t *m = model;
@@ -194,6 +223,8 @@ static const sip_backend_option_t options[] = {
      .doc = "Milliseconds the load sleeps (a slow load)."},
     {.name = "fail_every", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 1000000000,
      .doc = "Every N-th execution fails (0: none)."},
+    {.name = "session_memory_mb", .type = SIP_OPTION_INT, .def = "0", .min = 0, .max = 4096,
+     .doc = "MiB each session allocates and writes (a session's measured memory, for tests)."},
     {.name = "record_file", .type = SIP_OPTION_STRING,
      .doc = "A file each successful execution appends its float32 input's values to, one line each."},
 };

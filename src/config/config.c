@@ -281,6 +281,7 @@ static int parse_model_body(sip__ctx_t *c, void *arg) {
   if (root->type != YAML_MAPPING_NODE) return sip__cfg_fail_kind(c, root, "", exp);
   if (sip__cfg_parse_map(c, root, "", &sip__cfg_pool_section, exp, pool, vals)) return -1;
   if (sip__cfg_check_sla(c, pool, vals[P_SLA], "")) return -1;
+  if (sip__cfg_check_autoscale(c, pool, vals[P_AUTOSCALE], vals[P_POOL_SIZE], "")) return -1;
   if (sip__cfg_check_scheduling(c, pool, vals, "")) return -1;
   if (!pool->backend && pool->model_path) { /* the version's file decides */
     const char *b = sip__cfg_backend_for(c, pool->model_path);
@@ -391,6 +392,7 @@ int sip__config_pool_same(const sip__pool_config_t *a, const sip__pool_config_t 
       !SAME(sla.enabled) || !SAME(sla.latency_p99_ms) || !SAME(sla.availability) ||
       !SAME(sla.min_throughput_rps) || !SAME(sla.window_s) || !SAME(sla.horizon_windows) ||
       !SAME(isolation) || !SAME(idle_spin_us) || !SAME(residency) ||
+      memcmp(&a->autoscale, &b->autoscale, sizeof a->autoscale) ||
       !SAME(response_cache))
     return 0;
   for (int i = 0; i < 3; i++)

@@ -80,6 +80,23 @@ typedef struct sip__sla_config {
   int horizon_windows;       /* compliance: good windows among the last this many */
 } sip__sla_config_t;
 
+/* A pool's autoscale block (docs/elastic.md, "Autoscaling"): sessions
+ * between min and max, by utilisation (busy sessions / sessions averaged
+ * over window_s) and optionally a forecast of the arrival rate. */
+typedef struct sip__autoscale_config {
+  int enabled;                 /* the section is present */
+  int min_sessions;            /* 0..256; 0: an idle pool releases every session */
+  int max_sessions;            /* 1..256, >= min_sessions */
+  double scale_up_threshold;   /* utilisation at or above: more sessions (0 < x <= 1) */
+  double scale_down_threshold; /* at or below: fewer (0 <= x < up) */
+  int cooldown_s;              /* no scale-down this long after any change */
+  int window_s;                /* utilisation averaged over this many seconds */
+  double target_p99_ms;        /* p99 over window_s above this: scale up; 0: none */
+  int predictive;              /* scale ahead of the forecast arrival rate */
+  int history_window_s;        /* seconds of per-second arrival counts the forecast fits */
+  int prediction_horizon_s;    /* seconds ahead it forecasts */
+} sip__autoscale_config_t;
+
 #define SIP__MAX_WEBHOOKS 8
 
 /* The top-level alerts block (docs/sla.md): when SLA alerts fire and
@@ -184,6 +201,7 @@ typedef struct sip__pool_config {
   char *seq_control[SIP__SEQ_CONTROLS]; /* model inputs the server fills (start, end, ready,
                                            corrid); NULL: none */
   sip__sla_config_t sla;         /* sla (docs/sla.md) */
+  sip__autoscale_config_t autoscale; /* autoscale (docs/elastic.md) */
   int response_cache;            /* answers kept in the server's response cache */
   /* A seed-format model list entry (docs/seed-models.md; model_list.c):
    * what it declares about the model, checked when the model loads. */

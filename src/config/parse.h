@@ -129,7 +129,8 @@ typedef struct sip__cfg_key_doc {
 
 enum { P_NAME, P_MODEL_PATH, P_BACKEND, P_POOL_SIZE, P_PRIORITY, P_QUOTA, P_OPTIONS, P_BATCHING,
        P_QUEUE, P_ELASTIC, P_VERSIONS, P_PREPROCESS, P_CPUS, P_SEQUENCE, P_IDEM, P_HANG,
-       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_SPIN, P_RCACHE, P_RESIDENCY, P_COUNT };
+       P_HEALTH, P_FAILOVER, P_STANDBY, P_SLA, P_ISOLATION, P_SPIN, P_RCACHE, P_RESIDENCY, P_AUTOSCALE,
+       P_COUNT };
 extern const sip__field_t sip__cfg_pool_fields[P_COUNT];     /* pools.c */
 extern const sip__section_t sip__cfg_pool_section;           /* pools.c */
 extern const sip__section_t sip__cfg_server_section;         /* config_server.c */
@@ -145,6 +146,7 @@ extern const sip__section_t sip__cfg_sequence_section;       /* scheduling.c: se
 extern const sip__section_t sip__cfg_top_section;            /* config.c: the document */
 extern const sip__section_t sip__cfg_sla_section;            /* sla.c: session_pools[].sla */
 extern const sip__section_t sip__cfg_alerts_section;         /* sla.c: alerts */
+extern const sip__section_t sip__cfg_autoscale_section;      /* autoscale.c: session_pools[].autoscale */
 extern const char *const sip__cfg_priority_names[];     /* pools.c */
 extern const sip__cfg_key_doc_t sip__cfg_pipeline_keys[];    /* pipelines.c, NULL-name terminated */
 extern const sip__cfg_key_doc_t sip__cfg_stage_keys[];       /* pipelines.c, NULL-name terminated */
@@ -281,6 +283,12 @@ void sip__cfg_pipelines_free(sip__config_t *cfg);
 int sip__cfg_check_sla(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *sla, const char *key);
 int sip__cfg_check_alerts(sip__ctx_t *c, sip__config_t *cfg, yaml_node_t *alerts);
 void sip__cfg_alerts_free(sip__config_t *cfg);
+/* sla.c: a plain decimal number (no hex, inf or nan) into *out. */
+int sip__cfg_number(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, double *out);
+/* autoscale.c: the block's cross-field rules (`as`: its node, NULL when
+ * absent): min <= max, down < up, pool_size within [min, max]. */
+int sip__cfg_check_autoscale(sip__ctx_t *c, sip__pool_config_t *pool, yaml_node_t *as,
+                             yaml_node_t *pool_size, const char *key);
 
 #pragma GCC visibility pop
 

@@ -209,6 +209,10 @@ const sip__field_t sip__cfg_pool_fields[P_COUNT] = {
                             "memory is wanted under server.memory_budget_mb (docs/elastic.md). "
                             "Default: pinned for session_pools entries; on_demand for repository "
                             "models when a memory budget is set."},
+    [P_AUTOSCALE] = {.name = "autoscale", .type = F_SECTION, .section = &sip__cfg_autoscale_section,
+                     .doc = "Sessions follow the load between min_sessions and max_sessions, on "
+                            "utilisation and optionally a forecast of the arrival rate "
+                            "(docs/elastic.md)."},
 };
 const sip__section_t sip__cfg_pool_section = {sip__cfg_pool_fields, P_COUNT};
 _Static_assert(COUNT(quota_fields) <= MAX_FIELDS && COUNT(sip__cfg_pool_fields) <= MAX_FIELDS &&
@@ -550,6 +554,7 @@ int sip__cfg_parse_pools(sip__ctx_t *c, yaml_node_t *v, const char *key, void *b
     }
     if (sip__cfg_check_scheduling(c, pool, vals, ikey)) return -1;
     if (sip__cfg_check_sla(c, pool, vals[P_SLA], ikey)) return -1;
+    if (sip__cfg_check_autoscale(c, pool, vals[P_AUTOSCALE], vals[P_POOL_SIZE], ikey)) return -1;
     if (check_pool(c, pool, item, vals, ikey)) return -1;
   }
   return check_fallbacks(c, cfg, v, key);

@@ -128,6 +128,11 @@ static int number(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *ex
   return 0;
 }
 
+int sip__cfg_number(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, double *out) {
+  int suffix;
+  return number(c, v, key, exp, 0, out, &suffix);
+}
+
 static int positive(sip__ctx_t *c, yaml_node_t *v, const char *key, const char *exp, double *out) {
   char shown[SHOW_MAX * 4 + 8];
   int pct;

@@ -10,6 +10,7 @@
 #include "core/redact.h"
 #include "pipeline/pipeline.h"
 #include "sched/batch.h"
+#include "server/autoscale.h"
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "server/server_impl.h"
@@ -111,6 +112,8 @@ static json_t *pool_json(sip__pool_t *p, int detail) {
   json_object_set_new(o, "memory_bytes", json_integer((json_int_t)c.memory_bytes));
   json_object_set_new(o, "session_memory_bytes", json_integer((json_int_t)c.session_bytes));
   json_object_set_new(o, "load_extra_bytes", json_integer((json_int_t)c.load_extra_bytes));
+  json_t *as = sip__autoscale_json(p);
+  if (as) json_object_set_new(o, "autoscale", as);
   json_object_set_new(o, "requests", codes);
   json_object_set_new(o, "latency_us",
                       json_pack("{s:o,s:o,s:o}", "queue", sip__hist_read_json(&c.queue), "compute",

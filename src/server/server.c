@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "core/redact.h"
+#include "server/autoscale.h"
 #include "server/server.h"
 #include "sip/frontend.h"
 #include "pipeline/pipeline.h"
@@ -322,7 +323,7 @@ sip_error_t *sip__server_create(const sip_server_options_t *o, sip_server_t **ou
     return sip_error_new(SIP_RESOURCE_EXHAUSTED, "cannot start the housekeeping thread");
   }
   s->hk_started = 1;
-  if ((e = sip__sla_monitor_start(s))) {
+  if ((e = sip__autoscaler_start(s)) || (e = sip__sla_monitor_start(s))) {
     sip_server_free(s);
     return e;
   }
@@ -451,6 +452,7 @@ void sip_server_free(sip_server_t *s) {
   }
   sip__event_streams_stop(s);
   sip__pipelines_free(s->pipelines); /* no run is left once pools drained and workers quiesced */
+  sip__autoscaler_stop(s); /* after the drain: a pool with no session gets one for its queue */
   if (s->hk_started) {
     pthread_mutex_lock(&s->hk_mu);
     s->hk_stop = 1;

@@ -100,6 +100,7 @@ struct sip_server {
   pthread_cond_t idem_cv;
   struct sip__event_streams *streams; /* sip_server_stream_events (src/server/observe/events.c) */
   struct sip__sla_monitor *sla; /* SLA windows and alerts (src/server/observe/sla_monitor.c) */
+  struct sip__autoscaler *autoscaler; /* pools' autoscaling (src/server/autoscale.c) */
   struct sip__rejections *rejections; /* requests refused while decoding (rejections.c) */
   struct sip__rcache *rcache; /* the response cache (response_cache.c) */
 };

@@ -102,6 +102,7 @@ static void stamp(sip__pool_t *p, sip_request_t *r) {
                                           r->n_inputs)
                    : request_rows(r);
   r->sched.arrival_us = sip__now_us();
+  atomic_fetch_add(&p->arrivals, 1);
   uint32_t timeout = r->timeout_ms ? r->timeout_ms : (uint32_t)p->cfg->default_timeout_ms;
   r->timeout_ms = timeout;
   r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
@@ -248,6 +249,8 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   }
   note_arrival(p, r->sched.arrival_us);
   sip__sched_push(&p->queue, r->sched.level, &r->sched);
+  /* Every session released (autoscale min_sessions 0): one starts now. */
+  int wake_scaler = !p->n_sessions && p->cfg->autoscale.enabled;
   /* A session forming a batch wants to see arrivals too; with a session
    * drained, the one woken might be it. */
   if (p->cfg->max_batch_size || atomic_load(&p->n_drained))
@@ -257,6 +260,7 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
   pthread_mutex_unlock(&p->mu);
   /* r (and p) may already be completed and freed by an executor here. */
   if (deadline) sip__engine_note_deadline(srv, deadline);
+  if (wake_scaler && srv->want_scale) srv->want_scale(srv->want_scale_ctx);
   return NULL;
 }
 

@@ -188,6 +188,16 @@ uint64_t sip__mem_available_bytes(void);
  * is shrunk back and RESOURCE_EXHAUSTED returned. Emits POOL_SCALED. */
 sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
                               int max_compute_percent);
+/* The autoscaler's resize (src/session/scale.c): toward `want` sessions
+ * (0 allowed: every session released; the model stays loaded), stopping at
+ * what the pool's memory quota and `room_bytes` (what the server's budget
+ * has left; UINT64_MAX: no budget) hold at the measured bytes per session;
+ * *capped 1 when that stopped it short. Sessions going finish what they
+ * run first. A change is logged and emits POOL_SCALED with `note`
+ * ("sessions 2 -> 4 (utilization)", plus the cap when there was one;
+ * `why` names the reason). Returns the size now; never fails a request. */
+int sip__pool_scale_to(sip__pool_t *p, int want, uint64_t room_bytes, const char *why,
+                       char *note, size_t note_cap, int *capped);
 /* Profiles session `index` of READY pool p for `ms` milliseconds with its
  * backend's operator profiler (blocking): *trace is the backend's Chrome
  * trace JSON (owned). Errors: FAILED_PRECONDITION (a backend without a
@@ -285,6 +295,11 @@ typedef struct sip__engine {
    * call; NULL version: unversioned); the server loads it on its loader. */
   void (*want_load)(void *ctx, const char *name, const char *version);
   void *want_load_ctx;
+  /* Autoscaling (src/session/autoscale.c): told when a request reaches a
+   * pool that released every session, so the autoscaler starts one now
+   * rather than at its next tick. */
+  void (*want_scale)(void *ctx);
+  void *want_scale_ctx;
   /* Requests to on-demand pools: served by a loaded model (hits), waited
    * for a load (cold starts, with the wait from arrival until the model was
    * loaded), and the models evicted (the server counts those). */

@@ -22,6 +22,7 @@
 #include "session/isolation/isolation.h"
 #include "session/sequence.h"
 #include "session/observe/sla.h"
+#include "session/autoscale.h"
 #include "session/pool_impl.h"
 
 static const char *pool_state_names[] = {"LOADING", "READY", "FAILED", "STOPPED", "UNLOADED"};
@@ -263,6 +264,7 @@ void sip__pool_destroy(sip__pool_t *p) {
   pthread_cond_destroy(&p->cv);
   sip__avail_destroy(p);
   sip__sla_free(p->sla);
+  sip__autoscale_free(atomic_load(&p->as));
   sip__config_pool_free(p->own_cfg);
   sip__free(p);
 }

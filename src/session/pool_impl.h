@@ -153,6 +153,11 @@ struct sip__pool {
   struct sip__store_entry *stored;
   uint64_t store_bytes;
   int store_loaded;
+  /* Autoscaling (src/session/autoscale.c): requests admitted (the
+   * forecast's arrivals) and the sampler's state, made by its first tick
+   * and freed with the pool. */
+  atomic_uint_fast64_t arrivals;
+  struct sip__autoscale *_Atomic as;
 };
 
 /* ---- the pool's own calls (availability.c, executor.c, pool.c, session.c, admission.c) ---- */

@@ -19,6 +19,10 @@
 static sip_error_t *grow(sip__pool_t *p, int n) {
   for (int i = p->n_sessions; i < n; i++) {
     sip__session_t *s = &p->sessions[i];
+    pthread_mutex_lock(&p->mu);
+    int stopping = p->stopping; /* a shutdown joins the sessions it sees: start no more */
+    pthread_mutex_unlock(&p->mu);
+    if (stopping) return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
     sip__session_init(p, s, i);
     sip_error_t *e = p->backend->session_new(p->model, &s->ctx);
     if (!e) {
@@ -69,6 +73,26 @@ static void shrink(sip__pool_t *p, int n) {
   }
 }
 
+/* Grows to `size` measuring what the new sessions add (*grown, and *each
+ * per session); on failure the pool is back at its old size. What new
+ * sessions add is measured as a load's is (footprint.c): the growth of the
+ * process holding them (the worker for isolated pools); sessions that go
+ * take back what one session was measured to add. */
+static sip_error_t *grow_measured(sip__pool_t *p, int size, uint64_t *grown, uint64_t *each) {
+  int old = p->n_sessions;
+  int wpid = p->iso ? atomic_load(&p->worker_pid) : 0;
+  uint64_t rss0 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
+  sip_error_t *e = grow(p, size);
+  uint64_t rss1 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
+  *grown = rss1 > rss0 ? rss1 - rss0 : 0;
+  *each = *grown / (uint64_t)(size - old);
+  if (e) {
+    shrink(p, old);
+    *grown = 0;
+  }
+  return e;
+}
+
 sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
                               int max_compute_percent) {
   const char *name = p->cfg->name;
@@ -94,19 +118,8 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
     e = sip_error_new(SIP_INVALID_ARGUMENT, "pool '%s' holds at most %d sessions; got %d", name,
                       p->cap_sessions, size);
   int64_t mem = max_memory_mb >= 0 ? max_memory_mb : atomic_load(&p->quota_memory_mb);
-  /* What new sessions add is measured as a load's is (footprint.c): the
-   * growth of the process holding them (the worker for isolated pools);
-   * sessions that go take back what one session was measured to add. */
   uint64_t grown = 0, each = p->session_bytes;
-  if (!e && size > old) {
-    int wpid = p->iso ? atomic_load(&p->worker_pid) : 0;
-    uint64_t rss0 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
-    e = grow(p, size);
-    uint64_t rss1 = wpid ? sip__resident_bytes_of(wpid) : sip__resident_settled();
-    grown = rss1 > rss0 ? rss1 - rss0 : 0;
-    each = grown / (uint64_t)(size - old);
-    if (e) shrink(p, old);
-  }
+  if (!e && size > old) e = grow_measured(p, size, &grown, &each);
   uint64_t bytes = p->memory_bytes + grown;
   if (size && size < old) {
     uint64_t gone = (uint64_t)(old - size) * p->session_bytes;
@@ -154,4 +167,79 @@ sip_error_t *sip__pool_update(sip__pool_t *p, int size, int64_t max_memory_mb,
     sip__events_pool(p, SIP_EVENT_POOL_SCALED, what);
   }
   return NULL;
+}
+
+int sip__pool_scale_to(sip__pool_t *p, int want, uint64_t room_bytes, const char *why,
+                       char *note, size_t note_cap, int *capped) {
+  const char *name = p->cfg->name;
+  if (note_cap) note[0] = '\0';
+  *capped = 0;
+  if (want < 0) want = 0;
+  if (want > p->cap_sessions) want = p->cap_sessions;
+  pthread_mutex_lock(&p->scale_mu);
+  pthread_mutex_lock(&p->mu);
+  int old = p->n_sessions, stopping = p->stopping;
+  pthread_mutex_unlock(&p->mu);
+  if (stopping || p->seq || atomic_load(&p->state) != SIP__POOL_READY || want == old) {
+    pthread_mutex_unlock(&p->scale_mu);
+    return old;
+  }
+  /* What fits: the pool's quota and the server's room, at the measured
+   * bytes per session (none measured yet: one session at a time). */
+  int fit = want;
+  const char *cap_by = NULL;
+  uint64_t each = p->session_bytes, quota = (uint64_t)atomic_load(&p->quota_memory_mb) << 20;
+  if (want > old && each) {
+    uint64_t by_quota = !quota ? UINT64_MAX
+                        : quota > p->memory_bytes ? (quota - p->memory_bytes) / each : 0;
+    uint64_t by_room = room_bytes / each, more = (uint64_t)(want - old);
+    if (by_quota < more) {
+      more = by_quota;
+      cap_by = "resource_quota.max_memory_mb";
+    }
+    if (by_room < more) {
+      more = by_room;
+      cap_by = "server.memory_budget_mb";
+    }
+    fit = old + (int)more;
+  } else if (want > old && (quota || room_bytes != UINT64_MAX) && want > old + 1) {
+    fit = old + 1;
+  }
+  uint64_t grown = 0, bytes = p->memory_bytes;
+  sip_error_t *e = NULL;
+  if (fit > old) {
+    e = grow_measured(p, fit, &grown, &each);
+    if (!e) bytes += grown;
+  } else if (fit < old) {
+    uint64_t gone = (uint64_t)(old - fit) * p->session_bytes;
+    shrink(p, fit);
+    bytes = bytes > gone ? bytes - gone : 0;
+    /* The heap pages the sessions freed go back to the system now, not at
+     * the allocator's next trim: releasing idle sessions is for memory. */
+    (void)sip__resident_settled();
+  }
+  int now = p->n_sessions;
+  if (now != old) {
+    p->memory_bytes = bytes;
+    if (grown) p->session_bytes = each;
+    atomic_store(&p->size, now);
+  }
+  pthread_mutex_unlock(&p->scale_mu);
+  int w = 0;
+  *capped = cap_by && fit < want;
+  if (now != old)
+    w = snprintf(note, note_cap, "sessions %d -> %d (%s)", old, now, why);
+  if (cap_by && fit < want && note_cap > (size_t)(w > 0 ? w : 0))
+    w += snprintf(note + w, note_cap - (size_t)w, "%swanted %d, capped at %d by %s (%.1f KiB per "
+                  "session measured)", w ? "; " : "", want, fit, cap_by, (double)each / 1024.0);
+  if (e) {
+    sip__log(SIP__LOG_WARN, "autoscale failed to add sessions", "pool=%s wanted=%d reason=\"%s\"",
+             name, fit, sip_error_message(e));
+    sip_error_free(e);
+  }
+  if (now != old) {
+    sip__log(SIP__LOG_INFO, "pool autoscaled", "pool=%s change=\"%s\"", name, note);
+    sip__events_pool(p, SIP_EVENT_POOL_SCALED, note);
+  }
+  return now;
 }

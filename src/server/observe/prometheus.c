@@ -117,48 +117,6 @@ static void histogram_per_pool(sb_t *b, pool_row_t *pl, size_t n, const char *na
   }
 }
 
-/* Residency of on-demand models (docs/elastic.md "Residency"). */
-static void residency_metrics(sb_t *b, sip__engine_t *e) {
-  family(b, "sip_residency_hits_total", "counter",
-         "Requests to on_demand models that found the model loaded.");
-  sb_add(b, "sip_residency_hits_total %llu\n", (unsigned long long)atomic_load(&e->res_hits));
-  family(b, "sip_residency_cold_starts_total", "counter",
-         "Requests to on_demand models that waited for the model to load.");
-  sb_add(b, "sip_residency_cold_starts_total %llu\n",
-         (unsigned long long)atomic_load(&e->res_cold_starts));
-  family(b, "sip_residency_evictions_total", "counter",
-         "on_demand models unloaded to make room under server.memory_budget_mb.");
-  sb_add(b, "sip_residency_evictions_total %llu\n",
-         (unsigned long long)atomic_load(&e->res_evictions));
-  const char *name = "sip_residency_cold_start_seconds";
-  family(b, name, "histogram",
-         "Seconds a request to an on_demand model waited, from arrival until the model was "
-         "loaded.");
-  sip__hist_read_t h;
-  sip__hist_read(&e->res_cold_wait, &h);
-  for (int j = 0; j < SIP__HIST_BUCKETS; j++)
-    sb_add(b, "%s_bucket{le=\"%g\"} %llu\n", name, (double)sip__hist_bounds_us[j] / 1e6,
-           (unsigned long long)h.cum[j]);
-  sb_add(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-         (unsigned long long)h.cum[SIP__HIST_BUCKETS], name, (double)h.sum_us / 1e6, name,
-         (unsigned long long)h.cum[SIP__HIST_BUCKETS]);
-}
-
-/* The engine's model store (session/store.h). */
-static void store_metrics(sb_t *b, sip__engine_t *e) {
-  sip__store_stats_t st;
-  sip__store_read(&e->store, &st);
-  family(b, "sip_model_store_loads_total", "counter", "Model files the model store loaded.");
-  sb_add(b, "sip_model_store_loads_total %llu\n", (unsigned long long)st.loads);
-  family(b, "sip_model_store_shares_total", "counter",
-         "Pool loads answered with a model the store held already.");
-  sb_add(b, "sip_model_store_shares_total %llu\n", (unsigned long long)st.shares);
-  family(b, "sip_model_store_models", "gauge", "Models loaded in the model store.");
-  sb_add(b, "sip_model_store_models %llu\n", (unsigned long long)st.models);
-  family(b, "sip_model_store_bytes", "gauge", "What the store's models measured at load, in bytes.");
-  sb_add(b, "sip_model_store_bytes %llu\n", (unsigned long long)st.bytes);
-}
-
 static void batch_histogram(sb_t *b, pool_row_t *pl, size_t n) {
   const char *name = "sip_batch_size";
   family(b, name, "histogram", "Rows per execution (padding included); 1 without dynamic batching.");
@@ -641,6 +599,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   sequence_metrics(&b, pl, n);
   session_metrics(&b, pl, n);
   sla_metrics(&b, pl, n);
+  sip__prometheus_autoscale(&b, pl, n);
   webhook_metrics(&b, s);
   idem_metrics(&b, s);
   sip__prometheus_rcache(&b, s->rcache, s->cfg->metrics.triton_names);
@@ -685,8 +644,7 @@ char *sip__prometheus_text(sip_server_t *s) {
   family(&b, "sip_memory_budget_bytes", "gauge",
          "server.memory_budget_mb in bytes (auto resolved at start); absent when none is set.");
   if (mem.budget) sb_add(&b, "sip_memory_budget_bytes %llu\n", (unsigned long long)mem.budget);
-  residency_metrics(&b, &s->eng);
-  store_metrics(&b, &s->eng);
+  sip__prometheus_elastic(&b, &s->eng);
   process_metrics(&b);
 done:
   sip__free(pc);

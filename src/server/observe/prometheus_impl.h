@@ -48,5 +48,11 @@ void sip__prometheus_triton(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t
 const char *sip__prom_triton_labels(char *out, size_t n, const char *model, const char *version);
 struct sip__rcache;
 void sip__prometheus_rcache(sip__sb_t *b, struct sip__rcache *c, int triton);
+/* The autoscaler's families for the autoscaled pools of `pl`
+ * (prometheus_autoscale.c). */
+void sip__prometheus_autoscale(sip__sb_t *b, const sip__prom_pool_row_t *pl, size_t n);
+/* The engine's residency and model store families (prometheus_elastic.c). */
+struct sip__engine;
+void sip__prometheus_elastic(sip__sb_t *b, struct sip__engine *e);
 
 #endif
