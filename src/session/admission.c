@@ -108,8 +108,19 @@ static void stamp(sip__pool_t *p, sip_request_t *r) {
   r->deadline_us = timeout ? r->sched.arrival_us + (uint64_t)timeout * 1000 : 0;
 }
 
+/* RESOURCE_EXHAUSTED when the pool's queue holds queue.max_size requests,
+ * else NULL. Caller holds p->mu. */
+static sip_error_t *queue_full(const sip__pool_t *p) {
+  size_t n = sip__pool_queued(p);
+  if (!p->cfg->queue_max_size || n < (size_t)p->cfg->queue_max_size) return NULL;
+  return sip_error_new(SIP_RESOURCE_EXHAUSTED,
+                       "the queue of pool '%s' is full (%zu requests, queue.max_size); retry later",
+                       p->cfg->name, n);
+}
+
 sip_error_t *sip__pool_submit_cold(sip__pool_t *p, sip_request_t *r, int *queued) {
   *queued = 0;
+  sip_error_t *e;
   if (sip__request_cancelled(r)) return sip_error_new(SIP_CANCELLED, "request was cancelled");
   if (r->seq_flags & SIP__SEQF_SET)
     return sip_error_new(SIP_INVALID_ARGUMENT,
@@ -130,13 +141,9 @@ sip_error_t *sip__pool_submit_cold(sip__pool_t *p, sip_request_t *r, int *queued
     pthread_mutex_unlock(&p->mu);
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   }
-  size_t n = sip__pool_queued(p);
-  if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
+  if ((e = queue_full(p))) {
     pthread_mutex_unlock(&p->mu);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
-                         "the queue of pool '%s' is full (%zu requests, queue.max_size); retry "
-                         "later",
-                         p->cfg->name, n);
+    return e;
   }
   stamp(p, r); /* rows: counted again once the model (and its preprocess) is known */
   uint64_t deadline = r->deadline_us;
@@ -239,13 +246,9 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
     if (!e && deadline) sip__engine_note_deadline(srv, deadline);
     return e;
   }
-  size_t n = sip__pool_queued(p);
-  if (p->cfg->queue_max_size && n >= (size_t)p->cfg->queue_max_size) {
+  if ((e = queue_full(p))) {
     pthread_mutex_unlock(&p->mu);
-    return sip_error_new(SIP_RESOURCE_EXHAUSTED,
-                         "the queue of pool '%s' is full (%zu requests, queue.max_size); retry "
-                         "later",
-                         p->cfg->name, n);
+    return e;
   }
   note_arrival(p, r->sched.arrival_us);
   sip__sched_push(&p->queue, r->sched.level, &r->sched);
@@ -347,8 +350,7 @@ uint64_t sip__pool_expire(sip__pool_t *p, uint64_t now) {
 
 /* Takes the queued requests `match` picks (all when NULL) out of every
  * queue, and answers each with `answer`. */
-static void take_queued(sip__pool_t *p, const sip_cancel_token_t *match,
-                        void (*answer)(sip__pool_t *, sip_request_t *, uint64_t)) {
+sip__sched_item_t *sip__pool_unqueue(sip__pool_t *p, const sip_cancel_token_t *match) {
   sip__sched_item_t *gone = NULL; /* linked through next, out of the queues */
   pthread_mutex_lock(&p->mu);
   for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
@@ -361,6 +363,12 @@ static void take_queued(sip__pool_t *p, const sip_cancel_token_t *match,
     }
   }
   pthread_mutex_unlock(&p->mu);
+  return gone;
+}
+
+static void take_queued(sip__pool_t *p, const sip_cancel_token_t *match,
+                        void (*answer)(sip__pool_t *, sip_request_t *, uint64_t)) {
+  sip__sched_item_t *gone = sip__pool_unqueue(p, match);
   uint64_t now = sip__now_us();
   while (gone) {
     sip__sched_item_t *it = gone;

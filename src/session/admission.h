@@ -27,5 +27,9 @@ void sip__pool_finish(sip__pool_t *p, sip_request_t *r, sip_code_t code, const c
  * whose client went away (CANCELLED); r is off the queue. */
 void sip__pool_expire_request(sip__pool_t *p, sip_request_t *r, uint64_t now);
 void sip__pool_cancel_request(sip__pool_t *p, sip_request_t *r, uint64_t now);
+/* Takes off the queue every queued request (those whose cancel token is
+ * `match` when it is not NULL), under p->mu; returns them linked through
+ * next, for the caller to answer. */
+sip__sched_item_t *sip__pool_unqueue(sip__pool_t *p, const sip_cancel_token_t *match);
 
 #endif

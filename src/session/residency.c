@@ -88,17 +88,7 @@ static void fail_one(sip__pool_t *p, sip_request_t *r, sip_code_t code, const ch
 }
 
 void sip__pool_fail_queued(sip__pool_t *p, sip_code_t code, const char *msg) {
-  sip__sched_item_t *gone = NULL;
-  pthread_mutex_lock(&p->mu);
-  for (int l = 0; l < SIP__SCHED_QUEUES; l++) {
-    for (sip__sched_item_t *it = p->queue.q[l].head, *nx; it; it = nx) {
-      nx = it->next;
-      sip__sched_remove(&p->queue, l, it);
-      it->next = gone;
-      gone = it;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
+  sip__sched_item_t *gone = sip__pool_unqueue(p, NULL);
   uint64_t now = sip__now_us();
   while (gone) {
     sip__sched_item_t *it = gone;
