@@ -29,22 +29,30 @@ static void want_scale(void *ctx) {
 /* Ticks every serving autoscaled pool; 1 when there was one. */
 static int tick_all(sip_server_t *s) {
   size_t n = 0;
-  sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
-  uint64_t models = 0, now = sip__now_us();
-  int any = 0;
-  for (size_t i = 0; i < n; i++) {
-    sip__pool_info_t in;
-    sip__pool_info(v[i], &in);
-    if (in.state == SIP__POOL_READY || in.state == SIP__POOL_STOPPED) models += in.memory_bytes;
+  uint64_t now = sip__now_us(), room = UINT64_MAX;
+  if (s->memory_budget) {
+    /* What the budget has left for every pool's new sessions, a model the
+     * store shares counted once (each pool's own quota is checked by
+     * sip__pool_scale_to); what one pool's sessions take here is not the
+     * next one's. */
+    sip__server_memory_t m;
+    sip__server_memory(s, &m);
+    room = m.budget > m.models ? m.budget - m.models : 0;
   }
-  /* What the budget has left for every pool's new sessions (each pool's
-   * own quota is checked by sip__pool_scale_to). */
-  uint64_t room = !s->memory_budget ? UINT64_MAX
-                  : s->memory_budget > models ? s->memory_budget - models : 0;
+  sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
+  int any = 0;
   for (size_t i = 0; i < n; i++) {
     if (!sip__pool_config(v[i])->autoscale.enabled) continue;
     any = 1;
-    if (sip__pool_serving(v[i])) sip__autoscale_tick(v[i], now, room);
+    if (!sip__pool_serving(v[i])) continue;
+    sip__pool_info_t before, after;
+    sip__pool_info(v[i], &before);
+    sip__autoscale_tick(v[i], now, room);
+    sip__pool_info(v[i], &after);
+    if (room != UINT64_MAX && after.memory_bytes > before.memory_bytes)
+      room = room > after.memory_bytes - before.memory_bytes
+                 ? room - (after.memory_bytes - before.memory_bytes)
+                 : 0;
   }
   sip__registry_release(v, n);
   return any;

@@ -135,12 +135,38 @@ static int evictable(sip__pool_t *const *v, const sip__residency_info_t *in, siz
   return going >= in[i].store_pools;
 }
 
-/* Evicts until the budget holds `need` more bytes beside what the models in
- * service hold. Errors: RESOURCE_EXHAUSTED naming what holds the memory. */
-static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p, uint64_t need) {
+/* The largest rise above what it kept that a load of an unmeasured model
+ * is expected to make, as a share of its file: a higher figure comes from
+ * other work running during the load (the peak is the process's) or from a
+ * file whose weights live elsewhere, not from the load itself. */
+#define MAX_EXTRA_RATIO 4.0
+
+/* What loading `p` needs under the budget (`in`: its residency, read now):
+ * what it keeps, plus how far its load rises above that — nothing when the
+ * store holds its model already (it is not parsed again), else its last
+ * load's measured rise, else its file times the largest share measured so
+ * far, at least what it keeps. */
+static uint64_t load_need(const sip_server_t *s, const sip__residency_info_t *in) {
+  if (in->model_held) return in->expected_bytes;
+  uint64_t extra = in->load_extra_bytes;
+  if (!extra) {
+    extra = (uint64_t)((double)in->file_bytes * s->load_extra_ratio);
+    if (extra < in->expected_bytes) extra = in->expected_bytes;
+  }
+  return in->expected_bytes + extra;
+}
+
+/* Evicts until the budget holds what loading `p` needs beside what the
+ * models in service hold (read again after each eviction: evicting the
+ * last other pool on the model `p` would share makes `p` load it itself).
+ * Errors: RESOURCE_EXHAUSTED naming what holds the memory. */
+static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p) {
   uint64_t budget = s->memory_budget;
   if (!budget) return NULL;
   for (;;) {
+    sip__residency_info_t self;
+    sip__pool_residency(p, &self);
+    uint64_t need = load_need(s, &self);
     size_t n = 0;
     sip__pool_t **v = sip__registry_snapshot(&s->eng, 1, &n);
     sip__residency_info_t *in = n ? sip__calloc(n, sizeof *in) : NULL;
@@ -199,13 +225,7 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
     return NULL;
   }
   uint64_t t0 = sip__now_us();
-  /* A model the store holds already is not parsed again: no rise. */
-  uint64_t extra = in.model_held ? 0 : in.load_extra_bytes;
-  if (!extra && !in.model_held) {
-    extra = (uint64_t)((double)in.file_bytes * s->load_extra_ratio);
-    if (extra < in.expected_bytes) extra = in.expected_bytes;
-  }
-  if ((e = make_room(s, p, in.expected_bytes + extra))) {
+  if ((e = make_room(s, p))) {
     sip__log(SIP__LOG_WARN, "on-demand load refused", "pool=%s reason=\"%s\"", name,
              sip_error_message(e));
     sip__pool_load_refused(p);
@@ -213,6 +233,7 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
     sip__pool_unref(p);
     return e;
   }
+  sip__pool_residency(p, &in); /* evictions may have freed the model it would share */
   if (!sip__pool_begin_load(p)) {
     sip__pool_unref(p);
     return NULL;
@@ -222,8 +243,9 @@ sip_error_t *sip__residency_load(sip_server_t *s, const char *name, const char *
   uint64_t peak = peak_known ? sip__resident_peak() : 0, now = sip__resident_bytes();
   if (peak > now && !in.model_held) {
     sip__pool_set_load_extra(p, peak - now);
-    if (in.file_bytes && (double)(peak - now) / (double)in.file_bytes > s->load_extra_ratio)
-      s->load_extra_ratio = (double)(peak - now) / (double)in.file_bytes;
+    double r = in.file_bytes ? (double)(peak - now) / (double)in.file_bytes : 0.0;
+    if (r > MAX_EXTRA_RATIO) r = MAX_EXTRA_RATIO;
+    if (r > s->load_extra_ratio) s->load_extra_ratio = r;
   }
   sip__pool_info_t pi;
   sip__pool_info(p, &pi);

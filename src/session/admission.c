@@ -141,6 +141,17 @@ sip_error_t *sip__pool_submit_cold(sip__pool_t *p, sip_request_t *r, int *queued
     pthread_mutex_unlock(&p->mu);
     return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is shutting down", p->cfg->name);
   }
+  /* Unlisted (an eviction, reload or unload swapped it out) or its load
+   * failed: nothing would load it again, so nothing would answer a request
+   * queued now (the drain or the failed load answered those before). */
+  int st = atomic_load(&p->state);
+  if (atomic_load(&p->base.retired) || (st != SIP__POOL_UNLOADED && st != SIP__POOL_LOADING)) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_UNAVAILABLE,
+                         "pool '%s' was unloaded or failed to load while the request arrived; "
+                         "retry",
+                         p->cfg->name);
+  }
   if ((e = queue_full(p))) {
     pthread_mutex_unlock(&p->mu);
     return e;
@@ -245,6 +256,12 @@ sip_error_t *sip__pool_submit(sip__pool_t *p, sip_request_t *r) {
     pthread_mutex_unlock(&p->mu);
     if (!e && deadline) sip__engine_note_deadline(srv, deadline);
     return e;
+  }
+  /* Without a session (autoscale min_sessions 0) and unlisted, nothing
+   * would start one to serve it: the drain failed those queued before. */
+  if (!p->n_sessions && atomic_load(&p->base.retired)) {
+    pthread_mutex_unlock(&p->mu);
+    return sip_error_new(SIP_UNAVAILABLE, "pool '%s' is being unloaded; retry", p->cfg->name);
   }
   if ((e = queue_full(p))) {
     pthread_mutex_unlock(&p->mu);

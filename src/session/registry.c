@@ -293,6 +293,10 @@ void sip__registry_drain_free(sip__engine_t *s, sip__pool_t *p) {
   if (sip__pool_state(p) == SIP__POOL_UNLOADED)
     sip__pool_fail_queued(p, SIP_UNAVAILABLE,
                           "the model was unloaded before its on-demand load ran");
+  /* Nor one whose sessions were all released (autoscale min_sessions 0):
+   * the autoscaler starts none on an unlisted pool. */
+  else if (!sip__pool_running_sessions(p))
+    sip__pool_fail_queued(p, SIP_UNAVAILABLE, "the pool was unloaded while it had no session");
   /* Every admitted request holds a reference until it is answered, so once
    * only ours is left the queue is empty and nothing can be added to it. */
   wait_last_ref(s, m);

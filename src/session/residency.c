@@ -49,6 +49,13 @@ void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out) {
 
 void sip__pool_set_load_extra(sip__pool_t *p, uint64_t bytes) { p->load_extra_bytes = bytes; }
 
+int sip__pool_running_sessions(sip__pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->n_sessions;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
 int sip__pool_idle(sip__pool_t *p, long held) {
   return sip__sched_count(&p->queue) == 0 && atomic_load(&p->base.refs) <= held;
 }
@@ -71,6 +78,11 @@ sip__pool_t *sip__pool_renew_unloaded(sip__pool_t *old) {
     return NULL;
   }
   if (old->from_repo) sip__pool_set_origin(p, old->pinned, fp);
+  /* Quotas `sip pool update` changed hold for the next load too. */
+  atomic_store(&p->quota_memory_mb, atomic_load(&old->quota_memory_mb));
+  int pct = atomic_load(&old->quota_compute_percent);
+  atomic_store(&p->quota_compute_percent, pct);
+  sip__arbiter_set_weight(&p->eng->arbiter, &p->arb, pct);
   sip__pool_set_on_demand(p, old->memory_bytes ? old->memory_bytes : old->expected_bytes);
   p->load_extra_bytes = old->load_extra_bytes;
   return p;

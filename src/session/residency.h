@@ -58,6 +58,8 @@ sip__pool_t *sip__pool_renew_unloaded(sip__pool_t *old);
 void sip__pool_take_config(sip__pool_t *p, sip__pool_t *old);
 /* Records how far `p`'s load peaked above what it kept (bytes). */
 void sip__pool_set_load_extra(sip__pool_t *p, uint64_t bytes);
+/* The sessions `p` runs now (0: all released, or none started). */
+int sip__pool_running_sessions(sip__pool_t *p);
 /* Answers every queued request with (code, msg). */
 void sip__pool_fail_queued(sip__pool_t *p, sip_code_t code, const char *msg);
 

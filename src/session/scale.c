@@ -205,6 +205,10 @@ int sip__pool_scale_to(sip__pool_t *p, int want, uint64_t room_bytes, const char
   } else if (want > old && (quota || room_bytes != UINT64_MAX) && want > old + 1) {
     fit = old + 1;
   }
+  /* A pool whose sessions were all released gets its first one back
+   * whatever the room: its requests wait for it, and a pool with requests
+   * queued is never evicted to make that room. */
+  if (!old && want > 0 && fit < 1) fit = 1;
   uint64_t grown = 0, bytes = p->memory_bytes;
   sip_error_t *e = NULL;
   if (fit > old) {

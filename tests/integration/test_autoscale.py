@@ -232,3 +232,27 @@ def test_status_and_metrics(start_sipd):
         assert m, (fam, text[:2000])
     assert re.search(r'^sip_pool_scaled_total\{%s,direction="up"\} \d+$' % re.escape(lab), text, re.M)
     assert re.search(r'^sip_autoscale_sessions\{%s,bound="max"\} 3$' % re.escape(lab), text, re.M)
+
+
+def test_a_pool_with_no_session_gets_one_back_when_the_budget_has_no_room(start_sipd):
+    # p releases both its sessions (16 MiB each); the pinned pool "hog"
+    # keeps the budget (40 MiB) full, so the room left is less than one
+    # session. A request to p still gets a session, and an answer: its
+    # requests would otherwise wait for ever (a pool with requests queued
+    # is never evicted to make the room).
+    opts = {"shape": "-1", "session_memory_mb": 16}
+    srv = start_sipd([pool("p", 2, backend_options=opts,
+                           autoscale={"min_sessions": 0, "max_sessions": 2, "window_s": 1,
+                                      "cooldown_s": 1}),
+                      pool("hog", 2, backend_options=opts)],
+                     server={"memory_budget_mb": 40})
+    c = srv.client()
+    sub = subscribe(srv.endpoint, "p")
+    harness.wait_until(lambda: n_sessions(c, "p") == 0, timeout=30, what="p to release its sessions")
+    assert status_of(c, "hog")["memory_bytes"] >= 30 << 20
+    out = c.infer(InferenceRequest("p", {"input": np.full(3, 2.5, F)}, timeout_ms=20000))["output"]
+    assert out.tolist() == [2.5] * 3
+    msgs = scaled_events(sub, r"0 -> 1 \(wake\)")
+    assert msgs[-1].startswith("sessions 0 -> 1 (wake)"), msgs
+    assert n_sessions(c, "p") == 1
+    sub.close()

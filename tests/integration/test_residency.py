@@ -336,3 +336,27 @@ def test_reload_makes_a_pool_on_demand(start_sipd, tmp_path):
     srv.send_signal(signal.SIGHUP)
     wait_until(lambda: state(c, "m") == "UNLOADED", what="m UNLOADED after the reload")
     check_answer(c, "m", 2.0)
+
+
+def test_quotas_changed_at_run_time_survive_an_eviction(start_sipd, tmp_path):
+    a, b = model_file(tmp_path, "a", 1, WEIGHTS_MIB), model_file(tmp_path, "b", 2, WEIGHTS_MIB)
+    anchor = model_file(tmp_path, "anchor", 9, 0)
+    sizes = measured(start_sipd, [pinned("anchor", anchor)], [on_demand("a", a)])
+    f = WEIGHTS_MIB * MIB
+    # Room for one of the two beside the anchor: b's first load (its file
+    # and a rise of at least its file) does not fit beside a.
+    budget = int((sizes["anchor"] + f + max(sizes["a_extra"], f) + sizes["a"] / 2) / MIB)
+    srv = start_sipd([pinned("anchor", anchor), on_demand("a", a), on_demand("b", b)],
+                     server={"http": "127.0.0.1:0", "memory_budget_mb": budget})
+    c = srv.client()
+    check_answer(c, "a", 1.0)
+    quota = {"max_memory_mb": 4096, "max_compute_percent": 30}
+    c.update_pool("a", **quota)
+    check_answer(c, "b", 2.0)  # a goes to make room
+    assert state(c, "a") == "UNLOADED"
+    described = {p["name"]: p for p in c.pools()}
+    assert described["a"]["resource_quota"] == quota, described["a"]
+    check_answer(c, "a", 1.0)  # loaded again, b goes, with the quota it was given
+    described = {p["name"]: p for p in c.pools()}
+    assert described["a"]["resource_quota"] == quota, described["a"]
+    assert metrics(srv)[("sip_residency_evictions_total", "")] == 2
