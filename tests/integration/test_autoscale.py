@@ -185,7 +185,10 @@ def test_memory_quota_and_budget_cap_a_scale_up(start_sipd):
         assert n_sessions(c, "p") == 2, msgs
         st = status_of(c, "p")
         assert st["memory_bytes"] <= 40 << 20
-        assert st["autoscale"]["capped"] >= 1
+        # The event goes out from the resize; the autoscaler counts the
+        # capped episode just after it.
+        harness.wait_until(lambda: status_of(c, "p")["autoscale"]["capped"] >= 1, timeout=10,
+                           what="p's capped count")
     finally:
         load_p.stop()
     load_q = Load(srv, "q", 6)
