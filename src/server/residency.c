@@ -125,13 +125,13 @@ static uint64_t held_once(const sip__residency_info_t *in, size_t n) {
 static int evictable(sip__pool_t *const *v, const sip__residency_info_t *in, size_t n, size_t i,
                      const sip__pool_t *self) {
   if (v[i] == self || !in[i].on_demand || in[i].state != SIP__POOL_READY ||
-      !sip__pool_idle(v[i], 2))
+      !sip__pool_idle(v[i]))
     return 0;
   if (!in[i].store_key) return 1;
   long going = 0; /* the pools on that model that could go too */
   for (size_t j = 0; j < n; j++)
     going += in[j].store_key == in[i].store_key && v[j] != self && in[j].on_demand &&
-             in[j].state == SIP__POOL_READY && (j == i || sip__pool_idle(v[j], 2));
+             in[j].state == SIP__POOL_READY && (j == i || sip__pool_idle(v[j]));
   return going >= in[i].store_pools;
 }
 
@@ -179,7 +179,6 @@ static sip_error_t *make_room(sip_server_t *s, sip__pool_t *p) {
     for (size_t i = 0; i < n; i++) sip__pool_residency(v[i], &in[i]);
     uint64_t held = held_once(in, n);
     for (size_t i = 0; i < n; i++) {
-      /* the registry's reference and the snapshot's: nothing else */
       if (!evictable(v, in, n, i, p)) continue;
       if (!victim || in[i].last_used_us < oldest) {
         victim = v[i];

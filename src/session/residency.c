@@ -56,8 +56,13 @@ int sip__pool_running_sessions(sip__pool_t *p) {
   return n;
 }
 
-int sip__pool_idle(sip__pool_t *p, long held) {
-  return sip__sched_count(&p->queue) == 0 && atomic_load(&p->base.refs) <= held;
+int sip__pool_idle(sip__pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  int idle = sip__sched_count(&p->queue) == 0;
+  for (int i = 0; idle && i < p->n_sessions; i++)
+    idle = atomic_load(&p->sessions[i].state) != SIP__SESSION_RUNNING;
+  pthread_mutex_unlock(&p->mu);
+  return idle;
 }
 
 int sip__pool_begin_load(sip__pool_t *p) {

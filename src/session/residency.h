@@ -39,9 +39,12 @@ typedef struct sip__residency_info {
  * unknown) is what its load is expected to take. */
 void sip__pool_set_on_demand(sip__pool_t *p, uint64_t expected_bytes);
 void sip__pool_residency(sip__pool_t *p, sip__residency_info_t *out);
-/* 1 when nothing runs on or waits for `p`: its queue is empty and no
- * reference is held beyond `held` (the registry's and the caller's). */
-int sip__pool_idle(sip__pool_t *p, long held);
+/* 1 when nothing runs on or waits for `p`: its queue is empty and none of
+ * its sessions is running a request. References held by readers (status,
+ * metrics, the autoscaler's snapshots) do not make it busy; a request
+ * between its lookup and its queue is served by the pool's drain if the
+ * pool is evicted meanwhile. */
+int sip__pool_idle(sip__pool_t *p);
 /* UNLOADED → LOADING: 1 when this call moved it (the caller then loads it
  * with sip__pool_load), 0 when it was not UNLOADED. */
 int sip__pool_begin_load(sip__pool_t *p);
