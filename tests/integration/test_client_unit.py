@@ -210,12 +210,18 @@ def test_strings_and_scalars(client):
 
 def test_out_of_order_answers(client):
     n = 40
-    futs = [client.infer_async(InferenceRequest("batch%d" % n, {"x": np.full(3, i, np.int64)}))
+    # The fake holds every answer until the (n+1)th request arrives, so the
+    # callbacks are all in place before the first answer can come back.
+    pool = "batch%d" % (n + 1)
+    futs = [client.infer_async(InferenceRequest(pool, {"x": np.full(3, i, np.int64)}))
             for i in range(n)]
     done_order = []
     lock = threading.Lock()
     for i, f in enumerate(futs):
         f.add_done_callback(lambda _f, i=i: (lock.acquire(), done_order.append(i), lock.release()))
+    assert not any(f.done() for f in futs)
+    last = client.infer_async(InferenceRequest(pool, {"x": np.full(3, n, np.int64)}))
+    np.testing.assert_array_equal(last.result(timeout=10).outputs["out_x"], [n, n, n])
     for i, f in enumerate(futs):
         np.testing.assert_array_equal(f.result(timeout=10).outputs["out_x"], [i, i, i])
     assert done_order == list(reversed(range(n)))

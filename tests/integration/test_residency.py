@@ -17,7 +17,7 @@ from cann_sip import (DeadlineExceededError, InferenceRequest, InvalidArgumentEr
                       ResourceExhaustedError)
 from test_events import read_event, subscribe
 from test_grpc import grpc, grpc_address, pb  # noqa: F401 (pb: the generated stubs, a fixture)
-from test_memory import OPTS, metrics
+from test_memory import OPTS, metrics, sanitized
 from test_repository import add_model
 
 MIB = 1 << 20
@@ -104,8 +104,12 @@ def measured(start_sipd, pools, on_demand_pools=()):
     for n, p in pools_by_name(c).items():
         out[n] = p["memory_bytes"]
         out[n + "_extra"] = p["load_extra_bytes"]
-    for p in on_demand_pools:
-        assert out[p["name"] + "_extra"] > 0, out
+    # Parsing the file and building the session free what they used; under
+    # AddressSanitizer the freed memory waits in its quarantine instead of
+    # going back, so the peak stays resident and there is no rise to see.
+    if not sanitized():
+        for p in on_demand_pools:
+            assert out[p["name"] + "_extra"] > 0, out
     return out
 
 
