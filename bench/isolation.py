@@ -7,8 +7,8 @@ a worker process; tensors pass through shared memory), both with the idle
 policy as shipped: after work a thread pool's session polls its queue for
 idle_spin_us (50 us) and then sleeps; a process pool's executor polls as
 long for the worker's answer and the worker as long for the next
-execution, each only while no thread of the machine waits for a CPU and
-giving its core to a thread queued behind it between polls. A third
+execution, each giving its core to a thread queued behind it between
+polls. A third
 configuration, the process pool with idle_spin_us: 0 (every end sleeps at
 once), shows what the polling saves or costs.
 

@@ -184,8 +184,8 @@ const sip__field_t sip__cfg_pool_fields[P_COUNT] = {
                 .max = 1000,
                 .doc = "Microseconds a session polls for its next request after work before it "
                        "sleeps; with isolation: process, how long the server polls for the "
-                       "worker's answer and the worker for the next execution instead, while a "
-                       "core is spare (docs/availability.md). 0 = never poll; absent = "
+                       "worker's answer and the worker for the next execution instead, yielding "
+                       "between polls (docs/availability.md). 0 = never poll; absent = "
                        "SIP_IDLE_SPIN_US from the environment, else 50."},
     [P_SEQUENCE] = {.name = "sequence_batching", .type = F_SECTION,
                     .section = &sip__cfg_sequence_section,

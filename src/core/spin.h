@@ -18,12 +18,6 @@ int64_t sip__spin_us_env(const char *var);
  * SIP_IDLE_SPIN_US from the environment, else SIP__IDLE_SPIN_US_DEFAULT. */
 int64_t sip__spin_window_us(int64_t configured);
 
-/* 1 while no thread of the machine waits for a CPU (runnable threads,
- * the caller's among them, at most the online CPUs: /proc/loadavg), so a
- * poller takes a core nobody else wants; 0 when one waits, or when this
- * cannot be read. */
-int sip__spin_core_spare(void);
-
 /* Tells the CPU this thread is spinning (x86 pause, arm yield). */
 static inline void sip__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -473,8 +473,8 @@ void *sip__session_main(void *arg) {
    * and a wake-up on both sides. One session per pool polls at a time, and
    * only right after work, so an idle server stays idle. The window is the
    * pool's idle_spin_us, else SIP_IDLE_SPIN_US, else the default (spin.h).
-   * A process-isolated pool polls at its worker's channel instead, while a
-   * core is spare (isolation_exec.c, worker.c): this poll keeps its core
+   * A process-isolated pool polls at its worker's channel instead, yielding
+   * between polls (isolation_exec.c, worker.c): this poll keeps its core
    * from the worker (measured on 2 cores: +30..+100 us, the other busy). */
   int64_t spin_us = p->seq || p->iso ? 0 : sip__spin_window_us(p->cfg->idle_spin_us);
   uint64_t spin_until = 0; /* after work: poll until then before sleeping */

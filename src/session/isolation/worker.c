@@ -59,23 +59,21 @@ ssize_t sip__wk_recv(int sock, void *buf, size_t cap, int *fd, int64_t spin_us) 
   ssize_t n = -1;
   /* A message due soon (the answer to a short execution, the next request
    * of a client waiting for each answer) is caught without a sleep and a
-   * wake-up on both sides of the channel. But only while no thread waits
-   * for a CPU: on a machine with no core to spare a poller keeps the
-   * threads that do the work (the other end, the server's event loop, the
-   * client) waiting. Yielding between polls lets a thread queued behind
-   * this one run, but is not enough alone: a thread that yielded to a busy
-   * one waits out that one's time slice, while a sleeping one is woken
-   * ahead of it. Measured on 2 cores with the other one busy: polling that
-   * looks only at the time costs +40..+100 us; looking at the runnable
-   * threads, +8..+10 us. */
-  if (spin_us > 0 && sip__spin_core_spare()) {
+   * wake-up on both sides of the channel: the executors' policy, polling
+   * for at most the window. Yielding between polls gives the core to a
+   * thread queued behind this one (the other end, the server's event loop,
+   * the client). The poll used to run only while /proc/loadavg showed no
+   * thread waiting for a CPU; on 2 cores the request's own pollers (client,
+   * event loop, executor, worker) outnumber the cores, so the worker slept
+   * on a quiet machine and paid the wake-up. Measured by bench/isolation.py
+   * on 2 cores, 5 rounds each: process - thread p50 with the other core
+   * idle +21 us gated, +6..+12 us ungated; with it busy +15..+20 us gated,
+   * +14..+17 us ungated. */
+  if (spin_us > 0) {
     uint64_t until = sip__now_us() + (uint64_t)spin_us;
-    for (unsigned k = 1; (n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
-                         (errno == EAGAIN || errno == EINTR) && sip__now_us() < until;
-         k++) {
-      sched_yield(); /* a thread queued behind this one on its core runs now */
-      if (k % 4 == 0 && !sip__spin_core_spare()) until = 0; /* one more look, then sleep */
-    }
+    while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
+           (errno == EAGAIN || errno == EINTR) && sip__now_us() < until)
+      sched_yield();
   }
   if (n < 0)
     while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {

@@ -1,11 +1,8 @@
 /* Unit tests for src/core/spin.c: a pool's poll window (its idle_spin_us,
  * else SIP_IDLE_SPIN_US, else 50 us), environment values out of range or
- * not numbers ignored, and the spare-core test (a process that keeps more
- * threads runnable than there are CPUs sees none spare). */
-#include <pthread.h>
+ * not numbers ignored. */
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,38 +41,10 @@ static void test_env_values(void **state) {
   assert_int_equal(sip__spin_us_env("SIP_TEST_SPIN"), -1);
 }
 
-static atomic_int stop_spinning;
-
-static void *spinner(void *arg) {
-  (void)arg;
-  while (!atomic_load(&stop_spinning)) sip__cpu_relax();
-  return NULL;
-}
-
-/* With twice as many threads spinning as there are CPUs, the machine's
- * runnable threads outnumber them on every reading. */
-static void test_no_core_spare_under_spinners(void **state) {
-  (void)state;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  assert_true(cpus > 0);
-  int n = (int)(2 * cpus + 1);
-  pthread_t *t = calloc((size_t)n, sizeof *t);
-  assert_non_null(t);
-  atomic_store(&stop_spinning, 0);
-  for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&t[i], NULL, spinner, NULL), 0);
-  int spare = 0;
-  for (int k = 0; k < 100; k++) spare += sip__spin_core_spare();
-  atomic_store(&stop_spinning, 1);
-  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-  free(t);
-  assert_int_equal(spare, 0);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_window_precedence),
       cmocka_unit_test(test_env_values),
-      cmocka_unit_test(test_no_core_spare_under_spinners),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
