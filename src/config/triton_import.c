@@ -273,6 +273,7 @@ static sip_error_t *map_sequence(sip__ctx_t *c, json_t *s) {
                                          {"CONTROL_SEQUENCE_END", "end"},
                                          {"CONTROL_SEQUENCE_READY", "ready"},
                                          {"CONTROL_SEQUENCE_CORRID", "corrid"}};
+  const char *given[4] = {NULL, NULL, NULL, NULL}; /* the input each kind was given to */
   size_t i, j;
   json_t *in, *ctl;
   json_array_foreach(json_object_get(s, "control_input"), i, in) {
@@ -282,8 +283,19 @@ static sip_error_t *map_sequence(sip__ctx_t *c, json_t *s) {
       const char *kind = json_string_value(json_object_get(ctl, "kind"));
       if (!kind) kind = "CONTROL_SEQUENCE_START"; /* the enum's zero, left out by protobuf */
       const char *key = NULL;
-      for (size_t k = 0; k < 4 && !key; k++)
-        if (!strcmp(kinds[k][0], kind)) key = kinds[k][1];
+      size_t k = 0;
+      for (; k < 4; k++)
+        if (!strcmp(kinds[k][0], kind)) break;
+      if (k < 4) key = kinds[k][1];
+      if (key && given[k])
+        return bad(c, "sequence_batching.control_input: %s is given to both '%s' and '%s' "
+                      "(a control left without a kind is %s); expected one input per kind",
+                   kind, given[k], name, kinds[0][0]);
+      for (size_t o = 0; key && o < 4; o++)
+        if (given[o] && !strcmp(given[o], name))
+          return bad(c, "sequence_batching.control_input '%s' is given both %s and %s; "
+                        "expected a different input for each kind", name, kinds[o][0], kind);
+      if (key) given[k] = name;
       if (!key) {
         warn(c, "sequence_batching.control_input '%s': control kind %s is not filled by sip",
              name, kind);

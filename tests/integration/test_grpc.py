@@ -159,6 +159,12 @@ def test_garbage_message(srv):
             with pytest.raises(grpc.RpcError) as ei:
                 call(b"\xff\xff\xff\xff\x0f")
             assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+        # A unary call that sends no message at all.
+        with pytest.raises(grpc.RpcError) as ei:
+            ch.stream_unary("/inference.GRPCInferenceService/ModelInfer")(iter([]))
+        assert code_of(ei) == grpc.StatusCode.INVALID_ARGUMENT
+        assert "no request message; expected one inference.ModelInferRequest" in \
+            ei.value.details(), ei.value.details()
     srv.assert_alive()
 
 

@@ -67,7 +67,8 @@ def other_address():
 def secured(sipd_bin, tmp_path_factory):
     os.environ["SIP_TEST_MGMT_TOKEN"] = MGMT  # sipd reads it through env:
     root = tmp_path_factory.mktemp("secured")
-    server = {"http": "127.0.0.1:0", "grpc": "127.0.0.1:0", "auth": AUTH}
+    server = {"http": "127.0.0.1:0", "grpc": "127.0.0.1:0", "auth": AUTH,
+              "grpc_max_message_bytes": 1 << 20}
     with serve(root, [ECHO], server=server) as s:
         s.http = K.http_base(s)
         s.grpc = grpc_address(s)
@@ -250,6 +251,23 @@ def test_grpc_tokens(secured, pb):  # noqa: F811
         stats = stub.ModelStatistics(pb.pb.ModelStatisticsRequest(name="echo"),
                                      metadata=[("authorization", "Bearer " + MET)])
         assert stats.model_stats[0].name == "echo"
+
+
+def test_grpc_token_checked_before_the_message_is_read(secured, pb):  # noqa: F811
+    """A method that needs a token is checked before its message is read: a
+    call without one is refused for that, even with a message over
+    server.grpc_max_message_bytes (1 MiB here), which a caller with a token
+    is refused for."""
+    big = make_request(pb, "echo", {"input": np.zeros((1 << 18, 2), np.float32)})  # 2 MiB
+    with grpc.insecure_channel(secured.grpc) as ch:
+        stub = pb.svc.GRPCInferenceServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(big, timeout=30)
+        assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED, ei.value.details()
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(big, timeout=30, metadata=[("authorization", "Bearer " + INF)])
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value.details()
+    secured.assert_alive()
 
 
 # ---- defaults: no tokens, management from loopback only -----------------------------------

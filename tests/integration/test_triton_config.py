@@ -266,6 +266,13 @@ def test_config_yaml_beside_it_wins(served):
     (SIMPLE.replace("max_batch_size: 8", "max_batch_size: 8 max_batch_size: {"), 400,
      "config.pbtxt:4:"),
     (SIMPLE.replace("count: 2", "count: 300"), 400, "instance_group[0].count"),
+    # sequence controls: one input per kind, a different input for each
+    (SIMPLE_SEQUENCE.replace('name: "simple_sequence"', 'name: "simple"')
+     .replace("CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_START"), 400,
+     "CONTROL_SEQUENCE_START is given to both 'START' and 'READY'"),
+    (SIMPLE_SEQUENCE.replace('name: "simple_sequence"', 'name: "simple"')
+     .replace('{ name: "READY"', '{ name: "START"'), 400,
+     "'START' is given both CONTROL_SEQUENCE_START and CONTROL_SEQUENCE_READY"),
 ])
 def test_bad_configs_fail_the_load_and_say_why(served, tmp_path, text, status, wanted):
     srv, base, repo = served
