@@ -282,25 +282,23 @@ static sip_error_t *map_sequence(sip__ctx_t *c, json_t *s) {
     json_array_foreach(json_object_get(in, "control"), j, ctl) {
       const char *kind = json_string_value(json_object_get(ctl, "kind"));
       if (!kind) kind = "CONTROL_SEQUENCE_START"; /* the enum's zero, left out by protobuf */
-      const char *key = NULL;
       size_t k = 0;
-      for (; k < 4; k++)
-        if (!strcmp(kinds[k][0], kind)) break;
-      if (k < 4) key = kinds[k][1];
-      if (key && given[k])
-        return bad(c, "sequence_batching.control_input: %s is given to both '%s' and '%s' "
-                      "(a control left without a kind is %s); expected one input per kind",
-                   kind, given[k], name, kinds[0][0]);
-      for (size_t o = 0; key && o < 4; o++)
-        if (given[o] && !strcmp(given[o], name))
-          return bad(c, "sequence_batching.control_input '%s' is given both %s and %s; "
-                        "expected a different input for each kind", name, kinds[o][0], kind);
-      if (key) given[k] = name;
-      if (!key) {
+      while (k < 4 && strcmp(kinds[k][0], kind)) k++;
+      if (k == 4) {
         warn(c, "sequence_batching.control_input '%s': control kind %s is not filled by sip",
              name, kind);
         continue;
       }
+      if (given[k])
+        return bad(c, "sequence_batching.control_input: %s is given to both '%s' and '%s' "
+                      "(a control left without a kind is %s); expected one input per kind",
+                   kind, given[k], name, kinds[0][0]);
+      for (size_t o = 0; o < 4; o++)
+        if (given[o] && !strcmp(given[o], name))
+          return bad(c, "sequence_batching.control_input '%s' is given both %s and %s; "
+                        "expected a different input for each kind", name, kinds[o][0], kind);
+      given[k] = name;
+      const char *key = kinds[k][1];
       if (strcmp(key, "corrid") && !zero_one(ctl))
         warn(c, "sequence_batching.control_input '%s' (%s): sip fills 0 for false and 1 for "
                 "true, not the values given", name, kind);

@@ -80,6 +80,9 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 2 kind: KIND_CPU } ]
 """
 
+# The sequence config under the name the bad-config cases rename.
+SEQUENCE_AS_SIMPLE = SIMPLE_SEQUENCE.replace('name: "simple_sequence"', 'name: "simple"')
+
 
 def save(model, path):
     model.ir_version = models.IR_VERSION
@@ -267,11 +270,9 @@ def test_config_yaml_beside_it_wins(served):
      "config.pbtxt:4:"),
     (SIMPLE.replace("count: 2", "count: 300"), 400, "instance_group[0].count"),
     # sequence controls: one input per kind, a different input for each
-    (SIMPLE_SEQUENCE.replace('name: "simple_sequence"', 'name: "simple"')
-     .replace("CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_START"), 400,
+    (SEQUENCE_AS_SIMPLE.replace("CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_START"), 400,
      "CONTROL_SEQUENCE_START is given to both 'START' and 'READY'"),
-    (SIMPLE_SEQUENCE.replace('name: "simple_sequence"', 'name: "simple"')
-     .replace('{ name: "READY"', '{ name: "START"'), 400,
+    (SEQUENCE_AS_SIMPLE.replace('{ name: "READY"', '{ name: "START"'), 400,
      "'START' is given both CONTROL_SEQUENCE_START and CONTROL_SEQUENCE_READY"),
 ])
 def test_bad_configs_fail_the_load_and_say_why(served, tmp_path, text, status, wanted):
