@@ -296,7 +296,7 @@ typedef struct sip__config {
   int http_threads;           /* server.http_threads, 1..64, default 2 */
   char *grpc;                 /* server.grpc "host:port" (KServe v2 gRPC front-end); NULL: off */
   size_t grpc_max_message_bytes; /* server.grpc_max_message_bytes, default 64 MiB */
-  int grpc_threads;           /* server.grpc_threads, 1..64, default 2 */
+  int grpc_threads;           /* server.grpc_threads, 1..64, default 1 */
   char *dashboard;            /* server.dashboard "host:port" (the dashboard alone); NULL: off */
   int execution_slots;        /* server.execution_slots, 0 = number of cores */
   char *model_repository;     /* server.model_repository, resolved; NULL: none */

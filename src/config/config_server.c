@@ -147,8 +147,10 @@ static const sip__field_t server_fields[S_COUNT] = {
                            "RESOURCE_EXHAUSTED."},
     [S_GRPC_THREADS] = {.name = "grpc_threads", .type = F_INT,
                         .offset = offsetof(sip__config_t, grpc_threads),
-                        .def = 2, .min = 1, .max = 64,
-                        .doc = "gRPC completion-queue threads (they never wait for inference)."},
+                        .def = 1, .min = 1, .max = 64,
+                        .doc = "gRPC completion-queue threads (they never wait for inference). "
+                               "One is fastest unless it is saturated: gRPC core polls with one "
+                               "thread at a time, so a second hands every event over."},
     [S_DRAIN] = {.name = "drain_timeout_ms", .type = F_INT,
                  .offset = offsetof(sip__config_t, drain_timeout_ms), .def = 30000, .min = 0,
                  .max = 3600000,

@@ -281,7 +281,7 @@ static void test_grpc_keys(void **state) {
   sip__config_t *cfg = load_ok("session_pools: []\n");
   assert_null(cfg->grpc);
   assert_int_equal(cfg->grpc_max_message_bytes, (size_t)64 << 20);
-  assert_int_equal(cfg->grpc_threads, 2);
+  assert_int_equal(cfg->grpc_threads, 1);
   sip__config_free(cfg);
   cfg = load_ok("server: {grpc: \"[::1]:0\", grpc_max_message_bytes: 1MiB, grpc_threads: 4}\n"
                 "session_pools: []\n");
