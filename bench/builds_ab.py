@@ -15,15 +15,14 @@ Both sipds run at once with the same config (the tiny model, one session;
 the PP-OCR angle classifier as a `batched` pool and a `plain` one, as
 bench/batching.py has them), which the before sipd is first asked to accept
 (`sipd --check-config`), so that it holds only keys both builds know. The
-same client binaries, the current build's `sip bench` and
-bench_grpc_client, drive both, before and after taking turns, the order
+same client binary, the current build's `sip bench`, drives both, before and after taking turns, the order
 turning each round (A B, B A, A B, ...; common.interleave, at least 3 rounds
 per figure), one figure after another:
 
   native p50   the tiny model over the unix socket, one request at a time
   HTTP p50     the same over KServe v2 HTTP, binary tensors (`sip bench`'s
                light client)
-  gRPC p50     the same over KServe v2 gRPC (bench_grpc_client, gRPC's C core)
+  gRPC p50     the same over KServe v2 gRPC (`sip bench`'s light client)
   batching     batched / plain throughput of the classifier at concurrency 32
                with single-item requests (bench/batching.py's "batched / plain")
 
@@ -148,12 +147,9 @@ def p50_http(s):
 
 
 def p50_grpc(s):
-    out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"), "127.0.0.1:%d" % s.gport,
-                          "tiny", "2", "1"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError("bench_grpc_client exited with %d; expected 0 (no failed calls):\n%s"
-                           % (out.returncode, (out.stderr + out.stdout)[-2000:]))
-    return float(json.loads(out.stdout)["p50_us"])
+    r = sip_bench("grpc://127.0.0.1:%d" % s.gport, "tiny", ["x:float32:1,4=ones"],
+                  "--concurrency", "1", window_ms=700, max_windows=3)
+    return r["latency_ms"]["p50"] * 1000
 
 
 def batching(s):
@@ -178,9 +174,9 @@ def main():
     text = config(ensure_tiny())
     for b in (before, after):
         check_config(b, text)
-    print("before: %s/sipd (%s)\nafter:  %s/sipd\nclients: %s/sip, %s/bench_grpc_client"
+    print("before: %s/sipd (%s)\nafter:  %s/sipd\nclient: %s/sip"
           % (before, BEFORE_REV if not os.environ.get("SIP_BUILD_DIR_BEFORE") else
-             "SIP_BUILD_DIR_BEFORE", after, after, after), flush=True)
+             "SIP_BUILD_DIR_BEFORE", after, after), flush=True)
     servers = {}
     try:
         servers["before"] = Server(before, text)

@@ -2,9 +2,10 @@
 """gRPC benchmark: the tiny model over KServe v2 gRPC (raw tensors) against
 KServe v2 HTTP with binary tensors, against the same sipd in one run, HTTP
 and gRPC taking turns round by round (common.interleave), twice: with C
-clients (`sip bench --http-format binary`, whose HTTP client is as light as
-wrk: kept-alive plain sockets, the request encoded once; bench_grpc_client
-over gRPC's C core), which show the servers' cost, and with Python clients
+clients (`sip bench`, whose HTTP client is as light as wrk and its gRPC
+client as light as h2load: kept connections, the request encoded once;
+tests/integration/test_bench_vs_wrk.py holds both to it), which show the
+servers' cost, and with Python clients
 (http.client keep-alive; python3-grpcio), which pay the interpreter's. Each:
 p50/p99 latency one request at a time and throughput with 8 requests
 outstanding. Prints gRPC's p50 over HTTP binary's and HTTP's throughput
@@ -44,7 +45,7 @@ import time
 
 import numpy as np
 
-from common import BUILD, ROOT, ROUNDS, Sipd, ensure_tiny, interleave, ratios, report, sip_bench
+from common import ROOT, ROUNDS, Sipd, ensure_tiny, interleave, ratios, report, sip_bench
 
 import grpc  # python3-grpcio
 import http.server
@@ -175,12 +176,15 @@ def c_clients(hport, addr):
 
     def grpc_c():
         def one(conc):
-            out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"), addr, "tiny",
-                                  str(THROUGHPUT_S * 2), str(conc)],
-                                 check=True, capture_output=True, text=True).stdout
-            return json.loads(out)
+            r = sip_bench("grpc://" + addr, "tiny", ["x:float32:1,4=ones"], "--concurrency",
+                          str(conc), window_ms=700, max_windows=3)
+            if r["errors"]:
+                raise RuntimeError("sip bench over gRPC: %d failed calls (%s); expected none"
+                                   % (r["errors"], r["errors_by_code"]))
+            return r
         a, b = one(1), one(CONCURRENCY)
-        return (a["p50_us"], a["p99_us"], b["throughput_rps"])
+        return (a["latency_ms"]["p50"] * 1000, a["latency_ms"]["p99"] * 1000,
+                b["throughput_rps"])
     return {"HTTP": http, "gRPC": grpc_c}
 
 
@@ -302,17 +306,10 @@ def breakdown(tiny, n_rounds):
 
                 def run():
                     drain()
-                    if proto == "gRPC":
-                        out = subprocess.run([os.path.join(BUILD, "bench_grpc_client"),
-                                              "127.0.0.1:%d" % gport, model, "0.5", "1"],
-                                             check=True, capture_output=True, text=True).stdout
-                        p50 = json.loads(out)["p50_us"]
-                    else:
-                        ep = s.endpoint if proto == "native" else "http://127.0.0.1:%d" % hport
-                        args = [] if proto == "native" else ["--http-format", "binary"]
-                        p50 = sip_bench(ep, model, ["x:float32:1,4=ones"], "--concurrency", "1",
-                                        *args, window_ms=200, max_windows=3)["latency_ms"][
-                                            "p50"] * 1000
+                    ep = {"native": s.endpoint, "HTTP": "http://127.0.0.1:%d" % hport,
+                          "gRPC": "grpc://127.0.0.1:%d" % gport}[proto]
+                    p50 = sip_bench(ep, model, ["x:float32:1,4=ones"], "--concurrency", "1",
+                                    window_ms=200, max_windows=3)["latency_ms"]["p50"] * 1000
                     return breakdown_round(drain(), model, p50)
                 return run
             res = interleave(n_rounds, {p: one(p) for p in PROTOCOLS})

@@ -5,7 +5,9 @@
 #    the container image and its test; systemd, procps: the unit's check;
 #    libhiredis-dev, libssl-dev: the response cache's Redis client and key
 #    hash; redis-server: its tests; haproxy, nginx: the load balancer recipes
-#    of docs/deploy.md and their test, tests/integration/test_cluster.py);
+#    of docs/deploy.md and their test, tests/integration/test_cluster.py;
+#    libnghttp2-dev: sip bench's gRPC client; nghttp2-client: h2load, which
+#    its test compares it with);
 #  - ONNX Runtime 1.29.0 (library + C headers) from the npm package
 #    com.github.asus4.onnxruntime@0.4.9 (SIP_ORT_GPU=1: also the GPU build's
 #    libraries, com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9);
@@ -28,7 +30,7 @@ pkgs=(build-essential cmake pkg-config libyaml-dev libjansson-dev libcmocka-dev
       libmicrohttpd-dev curl libcurl4-openssl-dev python3-prometheus-client
       libpng-dev libjpeg62-turbo-dev python3-pil fonts-wqy-zenhei zlib1g-dev
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev g++
-      python3-grpcio python3-grpc-tools wrk
+      python3-grpcio python3-grpc-tools wrk libnghttp2-dev nghttp2-client
       chromium chromium-driver python3-selenium
       python3-venv python3-setuptools python3-wheel mypy python3-pip dpkg-dev
       mmdebstrap buildah podman systemd procps

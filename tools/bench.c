@@ -45,11 +45,14 @@ typedef struct bench {
   window_t cur;
   uint64_t sent;
   unsigned seed;
-  /* HTTP (KServe v2) transport: a worker thread per keep-alive connection. */
+  /* HTTP and gRPC (KServe v2) transports: a worker thread per kept
+   * connection, one request outstanding on each. */
   sip_cli_http_t *http;
+  sip_cli_grpc_t *grpc;
   int http_json;             /* --http-format json: JSON tensors instead of binary */
   const char *http_body;     /* --http-body FILE: that body as it is */
   int http_err_said;         /* a connection error was printed */
+  int grpc_status_said;      /* a gRPC error status was printed */
   uint64_t next_ns; /* rate modes: the next intended send time */
   uint64_t period_end_ns;
   double period_rate;
@@ -228,6 +231,8 @@ static sip_code_t code_of_http(long status) {
   switch (status) {
   case 200: return SIP_OK;
   case 400: return SIP_INVALID_ARGUMENT;
+  case 401: return SIP_UNAUTHENTICATED;
+  case 403: return SIP_PERMISSION_DENIED;
   case 404: return SIP_NOT_FOUND;
   case 413: case 429: return SIP_RESOURCE_EXHAUSTED;
   case 499: return SIP_CANCELLED;
@@ -250,19 +255,32 @@ static uint64_t next_intended(bench_t *b) {
   return t;
 }
 
+/* gRPC's status code as sip's (docs/grpc.md's table, read backwards). */
+static sip_code_t code_of_grpc(int status) {
+  for (int k = 0; k < SIP_CODE_COUNT_; k++)
+    if (sip_code_grpc_status((sip_code_t)k) == status) return (sip_code_t)k;
+  return SIP_INTERNAL;
+}
+
 static void *http_worker(void *arg) {
   bench_t *b = arg;
-  sip_cli_http_conn_t *conn = sip_cli_http_conn_new(b->http);
+  sip_cli_http_conn_t *conn = b->http ? sip_cli_http_conn_new(b->http) : NULL;
+  sip_cli_grpc_conn_t *gconn = b->grpc ? sip_cli_grpc_conn_new(b->grpc) : NULL;
   for (;;) {
-    uint64_t intended = conn ? next_intended(b) : 0;
+    uint64_t intended = conn || gconn ? next_intended(b) : 0;
     if (!intended) break;
     sleep_until(intended);
-    int status = sip_cli_http_roundtrip(conn);
+    int status = conn ? sip_cli_http_roundtrip(conn) : sip_cli_grpc_call(gconn);
     uint64_t lat_us = (now_ns() - intended) / 1000;
     if (status < 0 && !__atomic_exchange_n(&b->http_err_said, 1, __ATOMIC_RELAXED))
       fprintf(stderr, "sip bench: %s (counted as UNAVAILABLE; said once)\n",
-              sip_cli_http_conn_error(conn));
-    sip_code_t code = status < 0 ? SIP_UNAVAILABLE : code_of_http(status);
+              conn ? sip_cli_http_conn_error(conn) : sip_cli_grpc_conn_error(gconn));
+    if (gconn && status > 0 && !__atomic_exchange_n(&b->grpc_status_said, 1, __ATOMIC_RELAXED))
+      fprintf(stderr, "sip bench: gRPC status %d, %s (said once)\n", status,
+              sip_cli_grpc_conn_error(gconn));
+    sip_code_t code = status < 0 ? SIP_UNAVAILABLE
+                      : conn     ? code_of_http(status)
+                                 : code_of_grpc(status);
     pthread_mutex_lock(&b->mu);
     record(&b->cur, lat_us);
     if (code == SIP_OK)
@@ -273,8 +291,9 @@ static void *http_worker(void *arg) {
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
   }
-  if (!conn) fprintf(stderr, "sip bench: out of memory for an HTTP connection\n");
+  if (!conn && !gconn) fprintf(stderr, "sip bench: out of memory for a connection\n");
   sip_cli_http_conn_free(conn);
+  sip_cli_grpc_conn_free(gconn);
   return NULL;
 }
 
@@ -378,6 +397,8 @@ static void usage_bench(FILE *f) {
           "usage: sip [-e ENDPOINT] bench POOL -i NAME:DTYPE:SHAPE=VALUES... [options]\n"
           "  ENDPOINT may also be http://HOST:PORT (KServe v2; --http-format binary|json,\n"
           "  default binary tensors; one kept-alive connection per outstanding request)\n"
+          "  or grpc://HOST:PORT (KServe v2 ModelInfer, raw tensors; one kept HTTP/2\n"
+          "  connection per outstanding request)\n"
           "  --concurrency N            N requests outstanding (default 1)\n"
           "  --rate R                   R requests/s instead (open loop)\n"
           "  --distribution constant|poisson   arrivals in --rate mode (default constant)\n"
@@ -501,22 +522,22 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   }
   if (!b.spike && b.rate <= 0 && b.concurrency <= 0) b.concurrency = 1;
   if (b.spike || b.rate > 0) b.concurrency = 0;
-  if (b.seq_len < 0 || (b.seq_len && (!b.concurrency || !strncmp(endpoint, "http", 4)))) {
+  int http = !strncmp(endpoint, "http", 4), grpc = !strncmp(endpoint, "grpc://", 7);
+  if (b.seq_len < 0 || (b.seq_len && (!b.concurrency || http || grpc))) {
     fprintf(stderr, "sip bench: --sequence-length needs a length >= 1, --concurrency and a "
                     "native endpoint\n");
     rc = 2;
     goto done;
   }
-  int http = !strncmp(endpoint, "http", 4);
-  if ((shm_mode || shm_out_bytes) && (http || !shm_mode)) {
+  if ((shm_mode || shm_out_bytes) && (http || grpc || !shm_mode)) {
     fprintf(stderr, "sip bench: --shm (and --shm-output-bytes with it) needs a native unix-socket "
                     "endpoint (ipc:// or unix://); over HTTP, register regions and send a body "
                     "naming them with --http-body\n");
     rc = 2;
     goto done;
   }
-  if (b.http_body && !http) {
-    fprintf(stderr, "sip bench: --http-body needs an http:// endpoint\n");
+  if ((b.http_body || b.http_json) && !http) {
+    fprintf(stderr, "sip bench: --http-body and --http-format json need an http:// endpoint\n");
     rc = 2;
     goto done;
   }
@@ -542,9 +563,9 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
   fprintf(stderr, "sip bench: pool %s at %s, %s, windows of %ld ms\n", b.req.pool, endpoint, mode,
           window_ms);
 
-  /* Native endpoints: one sender thread, asynchronous requests. HTTP: a
-   * worker per outstanding request (concurrency N, or --max-outstanding in
-   * rate modes), each on its own keep-alive connection. */
+  /* Native endpoints: one sender thread, asynchronous requests. HTTP and
+   * gRPC: a worker per outstanding request (concurrency N, or
+   * --max-outstanding in rate modes), each on its own kept connection. */
   size_t n_workers = 0;
   pthread_t sender, *workers = NULL;
   b.next_ns = now_ns();
@@ -555,7 +576,8 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
     }
     pthread_create(&sender, NULL, sender_main, &b);
   } else {
-    if (sip_cli_http_new(endpoint, &b.req, b.http_json, b.http_body, &b.http)) {
+    if (grpc ? sip_cli_grpc_new(endpoint, &b.req, &b.grpc)
+             : sip_cli_http_new(endpoint, &b.req, b.http_json, b.http_body, &b.http)) {
       rc = 1;
       goto done;
     }
@@ -654,6 +676,7 @@ done:
     sip_error_free(e);
   }
   sip_cli_http_free(b.http);
+  sip_cli_grpc_free(b.grpc);
   for (size_t k = 0; k < n_in; k++) sip_tensor_free(inputs[k]);
   return rc;
 }

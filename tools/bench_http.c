@@ -42,7 +42,7 @@ struct sip_cli_http_conn {
   char err[400];   /* why the last round trip failed */
 };
 
-static const char *kserve_type(sip_dtype_t dt) {
+const char *sip_cli_kserve_type(sip_dtype_t dt) {
   switch (dt) {
   case SIP_DTYPE_BOOL: return "BOOL";
   case SIP_DTYPE_UINT8: return "UINT8";
@@ -81,7 +81,7 @@ static char *json_body(const sip_client_request_t *req) {
       json_decref(ins);
       fprintf(stderr, "sip bench: --http-format json takes numeric inputs other than float16; "
                       "input '%s' is %s (use --http-format binary)\n",
-              t->name, kserve_type(t->dtype));
+              t->name, sip_cli_kserve_type(t->dtype));
       return NULL;
     }
     json_t *shape = json_array(), *data = json_array();
@@ -95,7 +95,7 @@ static char *json_body(const sip_client_request_t *req) {
                                       : json_integer((json_int_t)v));
     }
     json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:o}", "name", t->name, "shape", shape,
-                                         "datatype", kserve_type(t->dtype), "data", data));
+                                         "datatype", sip_cli_kserve_type(t->dtype), "data", data));
   }
   json_t *root = json_pack("{s:o}", "inputs", ins);
   if (req->n_outputs) {
@@ -120,7 +120,7 @@ static char *binary_header(const sip_client_request_t *req) {
     json_t *shape = json_array();
     for (int k = 0; k < t->rank; k++) json_array_append_new(shape, json_integer(t->dims[k]));
     json_array_append_new(ins, json_pack("{s:s,s:o,s:s,s:{s:I}}", "name", t->name, "shape", shape,
-                                         "datatype", kserve_type(t->dtype), "parameters",
+                                         "datatype", sip_cli_kserve_type(t->dtype), "parameters",
                                          "binary_data_size", (json_int_t)t->nbytes));
   }
   json_object_set_new(root, "inputs", ins);
@@ -140,33 +140,40 @@ static char *binary_header(const sip_client_request_t *req) {
   return s;
 }
 
-/* http://HOST[:PORT][/PREFIX] → host, port and the path prefix (borrowed
- * from `endpoint`). */
-static int parse_url(const char *endpoint, sip_cli_http_t *h, const char **prefix) {
-  if (strncmp(endpoint, "http://", 7)) goto bad;
-  const char *a = endpoint + 7, *end = a + strcspn(a, "/"), *colon;
-  *prefix = end;
+int sip_cli_parse_hostport(const char *endpoint, const char *scheme, char *host, size_t host_size,
+                           char *port, size_t port_size, const char **rest) {
+  size_t sl = strlen(scheme);
+  const char *a = endpoint + sl + 3, *end, *colon;
+  if (strncmp(endpoint, scheme, sl) || strncmp(endpoint + sl, "://", 3)) goto bad;
+  end = a + strcspn(a, "/");
+  if (rest) *rest = end;
+  else if (*end) goto bad;
+  memset(host, 0, host_size);
+  memset(port, 0, port_size);
   if (*a == '[') { /* [v6]:port */
     const char *rb = memchr(a, ']', (size_t)(end - a));
-    if (!rb || rb - a - 1 >= (long)sizeof h->host) goto bad;
-    memcpy(h->host, a + 1, (size_t)(rb - a - 1));
+    if (!rb || (size_t)(rb - a - 1) >= host_size) goto bad;
+    memcpy(host, a + 1, (size_t)(rb - a - 1));
     colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
   } else {
     colon = memchr(a, ':', (size_t)(end - a));
     const char *he = colon ? colon : end;
-    if (he == a || he - a >= (long)sizeof h->host) goto bad;
-    memcpy(h->host, a, (size_t)(he - a));
+    if (he == a || (size_t)(he - a) >= host_size) goto bad;
+    memcpy(host, a, (size_t)(he - a));
   }
   if (colon) {
     size_t pl = (size_t)(end - colon - 1);
-    if (!pl || pl >= sizeof h->port || strspn(colon + 1, "0123456789") < pl) goto bad;
-    memcpy(h->port, colon + 1, pl);
+    if (!pl || pl >= port_size || strspn(colon + 1, "0123456789") < pl) goto bad;
+    memcpy(port, colon + 1, pl);
+  } else if (!strcmp(scheme, "http")) {
+    snprintf(port, port_size, "80");
   } else {
-    strcpy(h->port, "80");
+    goto bad;
   }
   return 0;
 bad:
-  fprintf(stderr, "sip bench: endpoint '%s'; expected http://HOST:PORT\n", endpoint);
+  fprintf(stderr, "sip bench: endpoint '%s'; expected %s://HOST:PORT%s\n", endpoint, scheme,
+          rest ? "[/PREFIX]" : "");
   return -1;
 }
 
@@ -175,7 +182,8 @@ int sip_cli_http_new(const char *endpoint, const sip_client_request_t *req, int 
   *out = NULL;
   sip_cli_http_t *h = calloc(1, sizeof *h);
   const char *prefix;
-  if (!h || parse_url(endpoint, h, &prefix)) {
+  if (!h || sip_cli_parse_hostport(endpoint, "http", h->host, sizeof h->host, h->port,
+                                   sizeof h->port, &prefix)) {
     free(h);
     return -1;
   }
@@ -287,37 +295,52 @@ void sip_cli_http_conn_free(sip_cli_http_conn_t *c) {
 
 const char *sip_cli_http_conn_error(const sip_cli_http_conn_t *c) { return c->err; }
 
-static int conn_open(sip_cli_http_conn_t *c) {
+int sip_cli_connect(const char *host, const char *port, int ep, char *err, size_t err_size) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai, *p;
-  int rc = getaddrinfo(c->h->host, c->h->port, &hints, &ai);
+  int rc = getaddrinfo(host, port, &hints, &ai);
   if (rc) {
-    snprintf(c->err, sizeof c->err, "cannot resolve %s: %s", c->h->host, gai_strerror(rc));
+    snprintf(err, err_size, "cannot resolve %s: %s", host, gai_strerror(rc));
     return -1;
   }
-  int err = 0;
-  for (p = ai; p; p = p->ai_next) {
-    int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+  int fd = -1, last = 0;
+  for (p = ai; p && fd < 0; p = p->ai_next) {
+    fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
     if (fd < 0) {
-      err = errno;
+      last = errno;
       continue;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-    if (!connect(fd, p->ai_addr, p->ai_addrlen) && !epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
-      c->fd = fd;
-      break;
+    if (connect(fd, p->ai_addr, p->ai_addrlen) || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)) {
+      last = errno;
+      close(fd);
+      fd = -1;
     }
-    err = errno;
-    close(fd);
   }
   freeaddrinfo(ai);
-  if (c->fd < 0) {
-    snprintf(c->err, sizeof c->err, "cannot connect to %s:%s: %s", c->h->host, c->h->port,
-             strerror(err));
-    return -1;
+  if (fd < 0) snprintf(err, err_size, "cannot connect to %s:%s: %s", host, port, strerror(last));
+  return fd;
+}
+
+int sip_cli_send_all(int fd, const void *data, size_t n, char *err, size_t err_size) {
+  const char *p = data;
+  while (n) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      snprintf(err, err_size, "sending the request: %s", strerror(errno));
+      return -1;
+    }
+    p += k;
+    n -= (size_t)k;
   }
   return 0;
+}
+
+static int conn_open(sip_cli_http_conn_t *c) {
+  c->fd = sip_cli_connect(c->h->host, c->h->port, c->ep, c->err, sizeof c->err);
+  return c->fd < 0 ? -1 : 0;
 }
 
 /* Reads more into the buffer (compacting it first), waiting in epoll when
@@ -398,19 +421,7 @@ static int skip_chunked(sip_cli_http_conn_t *c) {
 }
 
 static int send_all(sip_cli_http_conn_t *c) {
-  const char *p = c->h->req;
-  size_t n = c->h->req_len;
-  while (n) {
-    ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      snprintf(c->err, sizeof c->err, "sending the request: %s", strerror(errno));
-      return -1;
-    }
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
+  return sip_cli_send_all(c->fd, c->h->req, c->h->req_len, c->err, sizeof c->err);
 }
 
 /* One response: its HTTP status, or -1 (c->err says why). *got_any: some

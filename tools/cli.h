@@ -46,6 +46,37 @@ void sip_cli_http_conn_free(sip_cli_http_conn_t *c);
 int sip_cli_http_roundtrip(sip_cli_http_conn_t *c);
 const char *sip_cli_http_conn_error(const sip_cli_http_conn_t *c);
 
+/* SCHEME://HOST[:PORT][/REST] (an IPv6 host in brackets; the port may be
+ * left out for http only): host and port copied, *rest pointing into
+ * `endpoint` at the path (rest NULL: none may follow). 0, or -1 with a
+ * message on stderr. */
+int sip_cli_parse_hostport(const char *endpoint, const char *scheme, char *host, size_t host_size,
+                           char *port, size_t port_size, const char **rest);
+/* A TCP connection to host:port (TCP_NODELAY), added to epoll instance
+ * `ep` for reading: its fd, or -1 with why in err. */
+int sip_cli_connect(const char *host, const char *port, int ep, char *err, size_t err_size);
+/* Sends all n bytes: 0, or -1 with why in err. */
+int sip_cli_send_all(int fd, const void *data, size_t n, char *err, size_t err_size);
+/* KServe v2's name of a datatype ("FP32", "BYTES"...). */
+const char *sip_cli_kserve_type(sip_dtype_t dt);
+
+/* sip bench's gRPC client (tools/bench_grpc.c): one ModelInfer call,
+ * encoded once, over kept HTTP/2 connections (nghttp2). */
+typedef struct sip_cli_grpc sip_cli_grpc_t;
+typedef struct sip_cli_grpc_conn sip_cli_grpc_conn_t;
+/* Encodes `req` (borrowed; numeric inputs, sent in raw_input_contents) for
+ * endpoint grpc://HOST:PORT. 0, or -1 with a message on stderr. */
+int sip_cli_grpc_new(const char *endpoint, const sip_client_request_t *req, sip_cli_grpc_t **out);
+void sip_cli_grpc_free(sip_cli_grpc_t *g);
+/* A connection (made at its first call); NULL when out of memory. */
+sip_cli_grpc_conn_t *sip_cli_grpc_conn_new(const sip_cli_grpc_t *g);
+void sip_cli_grpc_conn_free(sip_cli_grpc_conn_t *c);
+/* Makes the call: its gRPC status (0 OK), or -1 when the connection failed
+ * (sip_cli_grpc_conn_error says how; the next call connects again). After a
+ * non-zero status, the error names the server's grpc-message. */
+int sip_cli_grpc_call(sip_cli_grpc_conn_t *c);
+const char *sip_cli_grpc_conn_error(const sip_cli_grpc_conn_t *c);
+
 /* `sip report --html FILE`: argv holds the options after "report"; `c`
  * may be NULL with an http:// endpoint. Returns the exit status. */
 int sip_cli_report(sip_client_t *c, const char *endpoint, int argc, char **argv);

@@ -14,10 +14,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: sip [-e ENDPOINT] [--json] COMMAND [ARGS]   (sip --version, sip --help)\n"
           "  ENDPOINT: ipc:///path, unix:///path or tcp://host:port (bench and report: also\n"
-          "            http://host:port)\n"
+          "            http://host:port; bench: also grpc://host:port)\n"
           "            (default: $SIP_ENDPOINT or ipc:///tmp/sip_service.sock)\n"
           "            $SIP_TOKEN: a bearer token of the server's server.auth (native AUTH;\n"
-          "            Authorization: Bearer for bench over http://)\n"
+          "            Authorization: Bearer for bench over http:// and grpc://)\n"
           "commands:\n"
           "  status                 pools, their sessions and states, counters\n"
           "  pools                  each pool's inputs and outputs (-1: dynamic dim)\n"
@@ -526,7 +526,8 @@ int main(int argc, char **argv) {
       return 0;
     }
   sip_client_t *c = NULL;
-  if (!strcmp(cmd, "bench") && !strncmp(ep, "http://", 7)) /* bench speaks HTTP itself */
+  if (!strcmp(cmd, "bench") && (!strncmp(ep, "http://", 7) || !strncmp(ep, "grpc://", 7)))
+    /* bench speaks HTTP and gRPC itself */
     return sip_cli_bench(NULL, ep, json_out, argc - i - 1, argv + i + 1);
   if (report && !strncmp(ep, "http://", 7)) /* straight from the HTTP address */
     return sip_cli_report(NULL, ep, argc - i - 1, argv + i + 1);

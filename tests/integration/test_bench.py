@@ -1,5 +1,5 @@
 """`sip bench`, the load generator, against a real sipd: the modes, the JSON
-report, errors by code, HTTP, and latency measured from the intended send
+report, errors by code, HTTP and gRPC, and latency measured from the intended send
 time (a slow server cannot hide behind a generator that waits for it)."""
 
 import json
@@ -19,7 +19,7 @@ def srv(sipd_bin, tmp_path_factory):
              {"name": "slow", "backend": "builtin", "pool_size": 1,
               "backend_options": {"shape": "-1,4", "delay_ms": 50}}]
     with harness.serve(tmp_path_factory.mktemp("bench"), pools,
-                       server={"http": "127.0.0.1:0"}) as s:
+                       server={"http": "127.0.0.1:0", "grpc": "127.0.0.1:0"}) as s:
         yield s
 
 
@@ -33,12 +33,16 @@ def bench(endpoint, pool, *args):
     return json.loads(r.stdout)
 
 
-def http_endpoint(srv):
+def logged_endpoint(srv, scheme):
     with open(srv.log_path) as f:
         for line in f:
-            if "listening on http://" in line:
+            if "listening on %s://" % scheme in line:
                 return line.split("listening on ")[1].strip()
-    raise AssertionError("no http endpoint in the log")
+    raise AssertionError("no %s endpoint in the log" % scheme)
+
+
+def http_endpoint(srv):
+    return logged_endpoint(srv, "http")
 
 
 def test_concurrency_mode(srv):
@@ -95,10 +99,11 @@ def test_http_errors_by_code(srv):
     assert set(r["errors_by_code"]) == {"NOT_FOUND"}
 
 
-def test_http_connection_refused_is_unavailable(srv):
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_connection_refused_is_unavailable(srv, scheme):
     port = harness.free_port()  # nothing listens there
-    r = subprocess.run([str(SIP), "-e", "http://127.0.0.1:%d" % port, "--json", "bench", "echo",
-                        "-i", "input:float32:1,4=ones", "--window-ms", "200",
+    r = subprocess.run([str(SIP), "-e", "%s://127.0.0.1:%d" % (scheme, port), "--json", "bench",
+                        "echo", "-i", "input:float32:1,4=ones", "--window-ms", "200",
                         "--max-windows", "3"], capture_output=True, text=True, timeout=60)
     assert "cannot connect to 127.0.0.1:%d" % port in r.stderr, r.stderr
     out = json.loads(r.stdout)
@@ -121,6 +126,49 @@ def test_http_body_file(srv, tmp_path):
                           str(tmp_path / "missing.json")], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode != 0 and "expected a readable file" in bad.stderr, bad.stderr
+
+
+def test_grpc_transport(srv):
+    """grpc://: ModelInfer calls over kept HTTP/2 connections, one per
+    outstanding request; a deadline and a priority travel with them."""
+    ep = logged_endpoint(srv, "grpc")
+    r = bench(ep, "echo", "--concurrency", "2")
+    assert r["requests"] > 50 and r["errors"] == 0, r
+    assert r["endpoint"] == ep and r["mode"] == "concurrency 2"
+    r = bench(ep, "echo", "--concurrency", "1", "--timeout-ms", "5000", "--priority", "high")
+    assert r["requests"] > 50 and r["errors"] == 0, r
+
+
+def test_grpc_errors_by_code(srv):
+    """Each call's grpc-status, counted by sip's code (the table of
+    docs/grpc.md read backwards), the server's message said once."""
+    ep = logged_endpoint(srv, "grpc")
+    r = subprocess.run([str(SIP), "-e", ep, "--json", "bench", "nope", "-i",
+                        "input:float32:1,4=ones", "--window-ms", "300", "--max-windows", "3"],
+                       capture_output=True, text=True, timeout=60)
+    out = json.loads(r.stdout)
+    assert out["errors"] == out["requests"] > 50, out
+    assert set(out["errors_by_code"]) == {"NOT_FOUND"}
+    assert r.stderr.count("gRPC status 5") == 1 and "'nope' is not found" in r.stderr, r.stderr
+    r = bench(ep, "echo", "--concurrency", "1", "-i", "input:float32:1,3=ones")
+    assert r["errors"] == r["requests"] > 50 and set(r["errors_by_code"]) == {"INVALID_ARGUMENT"}
+    # The slow pool takes 50 ms; a 10 ms deadline (grpc-timeout) expires first.
+    r = bench(ep, "slow", "--concurrency", "1", "--timeout-ms", "10")
+    assert r["errors"] == r["requests"] > 0, r
+    assert set(r["errors_by_code"]) == {"DEADLINE_EXCEEDED"}, r
+
+
+def test_grpc_bad_endpoints_and_options(srv):
+    ep = logged_endpoint(srv, "grpc")
+    for args, said in ((["-e", "grpc://127.0.0.1", "bench", "echo"], "expected grpc://HOST:PORT"),
+                       (["-e", ep + "/x", "bench", "echo"], "expected grpc://HOST:PORT"),
+                       (["-e", ep, "bench", "echo", "--http-format", "json"],
+                        "need an http:// endpoint"),
+                       (["-e", ep, "bench", "echo", "-i", "s:string:1=a"],
+                        "expected numeric inputs")):
+        r = subprocess.run([str(SIP), *args, "-i", "input:float32:1,4=ones"] if "-i" not in args
+                           else [str(SIP), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and said in r.stderr, (args, r.stderr)
 
 
 @pytest.mark.parametrize("mode", ["separate", "in-place"])

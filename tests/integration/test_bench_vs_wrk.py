@@ -8,14 +8,23 @@ CPU, so a round trip costs what the client and the server do for it: a
 generator doing more per request than wrk (libcurl's easy interface, a
 timer sleep per request) read 5x wrk's p50 here.
 
-wrk is the Debian package `wrk` (scripts/deps.sh installs it)."""
+The same for gRPC: `sip bench -e grpc://...` (ModelInfer, raw tensors, over
+nghttp2) against h2load, nghttp2's HTTP/2 load generator, posting the same
+length-prefixed ModelInfer message with gRPC's headers on one connection,
+one call at a time (-c1 -m1); h2load's per-request log gives its p50.
 
+wrk and h2load are the Debian packages `wrk` and `nghttp2-client`
+(scripts/deps.sh installs them)."""
+
+import importlib
 import json
 import os
 import re
 import shutil
 import statistics
+import struct
 import subprocess
+import sys
 
 import pytest
 
@@ -42,6 +51,15 @@ def wrk():
 
 
 @pytest.fixture(scope="module")
+def h2load():
+    path = shutil.which("h2load")
+    if not path:
+        pytest.skip("h2load is not installed (the Debian package `nghttp2-client`; "
+                    "scripts/deps.sh)")
+    return path
+
+
+@pytest.fixture(scope="module")
 def srv(sipd_bin, tmp_path_factory):
     """sipd on one CPU, the one the generators run on, its threads sleeping
     when idle (SIP_IDLE_SPIN_US=0: a thread polling for work on the only CPU
@@ -64,21 +82,26 @@ def srv(sipd_bin, tmp_path_factory):
     os.environ["SIP_IDLE_SPIN_US"] = "0"
     try:
         with harness.serve(tmp_path_factory.mktemp("benchwrk"), pools,
-                           server={"http": "127.0.0.1:0"}, log_level="warn") as s:
+                           server={"http": "127.0.0.1:0", "grpc": "127.0.0.1:0"},
+                           log_level="warn") as s:
             restore()  # sipd has started: this process runs anywhere again
             yield s
     finally:
         restore()
 
 
-def http_endpoint(srv):
+def logged_endpoint(srv, scheme):
     def find():
         with open(srv.log_path) as f:
             for line in f:
-                if "listening on http://" in line:
+                if "listening on %s://" % scheme in line:
                     return line.split("listening on ")[1].strip()
         return None
-    return harness.wait_until(find, what="sipd's HTTP address in its log")
+    return harness.wait_until(find, what="sipd's %s address in its log" % scheme)
+
+
+def http_endpoint(srv):
+    return logged_endpoint(srv, "http")
 
 
 def bodies():
@@ -150,5 +173,62 @@ def test_sip_bench_p50_matches_wrk(srv, wrk, tmp_path, fmt):
     a, b = statistics.median(sip_bench), statistics.median(wrk_)
     what = ("%s body: sip bench p50 %s us (median %.1f), wrk p50 %s us (median %.1f)"
             % (fmt, ["%.1f" % v for v in sip_bench], a, ["%.1f" % v for v in wrk_], b))
+    print(what)
+    assert abs(a - b) <= TOLERANCE * max(a, b), what
+
+
+def grpc_message(tmp_path):
+    """The length-prefixed ModelInfer message `sip bench -e grpc://... -i
+    input:float32:1,4=1,2,3,4` sends (stubs generated from proto/)."""
+    out = tmp_path / "stubs"
+    out.mkdir()
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I",
+                    str(harness.REPO / "proto"), "--python_out", str(out),
+                    "grpc_service.proto"], check=True)
+    sys.path.insert(0, str(out))
+    try:
+        pb = importlib.import_module("grpc_service_pb2")
+    finally:
+        sys.path.remove(str(out))
+    req = pb.ModelInferRequest(model_name="echo")
+    req.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+    req.raw_input_contents.append(struct.pack("<4f", *X))
+    msg = req.SerializeToString()
+    body = tmp_path / "infer.grpc"
+    body.write_bytes(b"\0" + struct.pack(">I", len(msg)) + msg)
+    return body
+
+
+H2_CALLS = 8000  # per h2load turn (about a second); the first tenth warms up
+
+
+def h2load_p50_us(h2load, endpoint, body, log):
+    url = "http://%s/inference.GRPCInferenceService/ModelInfer" % endpoint[len("grpc://"):]
+    log.unlink(missing_ok=True)  # h2load appends
+    r = subprocess.run([h2load, "-n", str(H2_CALLS), "-c1", "-m1", "-t1", "-d", str(body),
+                        "-H", "content-type: application/grpc", "-H", "te: trailers",
+                        "--log-file", str(log), url],
+                       capture_output=True, text=True, timeout=60, preexec_fn=pinned)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "%d succeeded, 0 failed, 0 errored" % H2_CALLS in r.stdout, r.stdout
+    # A call answered with an error status has no message: every answer
+    # carrying the 16 output bytes shows every call succeeded.
+    m = re.search(r"^traffic: .*, ([\d.]+)(B|KB|MB) \((\d+)\) data", r.stdout, re.M)
+    assert m and int(m.group(3)) >= H2_CALLS * (5 + 16), r.stdout
+    lat = [int(line.split()[2]) for line in log.read_text().splitlines()]
+    assert len(lat) == H2_CALLS
+    return statistics.median(lat[H2_CALLS // 10:])
+
+
+def test_sip_bench_grpc_p50_matches_h2load(srv, h2load, tmp_path):
+    endpoint = logged_endpoint(srv, "grpc")
+    body = grpc_message(tmp_path)
+    sip_bench, h2 = [], []
+    for _ in range(ROUNDS):  # taking turns
+        sip_bench.append(sip_p50_us(endpoint, "binary"))
+        h2.append(h2load_p50_us(h2load, endpoint, body, tmp_path / "h2load.log"))
+    a, b = statistics.median(sip_bench), statistics.median(h2)
+    what = ("gRPC: sip bench p50 %s us (median %.1f), h2load p50 %s us (median %.1f)"
+            % (["%.1f" % v for v in sip_bench], a, ["%.1f" % v for v in h2], b))
     print(what)
     assert abs(a - b) <= TOLERANCE * max(a, b), what

@@ -201,13 +201,18 @@ def test_c_client_token_through_cli(secured):
     assert r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, (r.stdout, r.stderr)
 
 
-def test_http_bench_sends_the_token(secured):
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_bench_sends_the_token(secured, proto):
+    """sip bench over HTTP (Authorization: Bearer) and gRPC (authorization
+    metadata) carries $SIP_TOKEN; without it every request is refused."""
+    endpoint = secured.http if proto == "http" else "grpc://" + secured.grpc
+
     def bench(token):
         env = dict(os.environ)
         env.pop("SIP_TOKEN", None)
         if token:
             env["SIP_TOKEN"] = token
-        r = subprocess.run([str(BUILD_DIR / "sip"), "-e", secured.http, "--json", "bench", "echo",
+        r = subprocess.run([str(BUILD_DIR / "sip"), "-e", endpoint, "--json", "bench", "echo",
                             "-i", "input:float32:1,4=ones", "--window-ms", "200",
                             "--max-windows", "3", "--concurrency", "1"],
                            capture_output=True, text=True, timeout=60, env=env)
@@ -217,6 +222,7 @@ def test_http_bench_sends_the_token(secured):
     assert r["requests"] > 0 and r["errors"] == 0, r
     r = bench(None)
     assert r["requests"] > 0 and r["errors"] == r["requests"], r
+    assert set(r["errors_by_code"]) == {"UNAUTHENTICATED"}, r
 
 
 # ---- gRPC ----------------------------------------------------------------------------------
