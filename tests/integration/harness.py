@@ -63,6 +63,12 @@ def build_compiles(source):
         return False
 
 
+def sanitized():
+    """True when the build under test runs under the sanitizers (SIP_SANITIZE)."""
+    cache = BUILD_DIR / "CMakeCache.txt"
+    return cache.exists() and "SIP_SANITIZE:BOOL=ON" in cache.read_text(errors="replace")
+
+
 def require_sipd():
     """Skips (or fails, with SIP_REQUIRE_SIPD=1) when build/sipd is missing."""
     if SIPD.is_file() and os.access(SIPD, os.X_OK):

@@ -221,6 +221,10 @@ def h2load_p50_us(h2load, endpoint, body, log):
 
 
 def test_sip_bench_grpc_p50_matches_h2load(srv, h2load, tmp_path):
+    if harness.sanitized():
+        # Measured: ASan build 140 vs 121 us, the release build 58 vs 56.
+        pytest.skip("a sanitizer build's sip bench is instrumented and every allocation nghttp2 "
+                    "makes for it goes through ASan's allocator, h2load's not")
     endpoint = logged_endpoint(srv, "grpc")
     body = grpc_message(tmp_path)
     sip_bench, h2 = [], []

@@ -58,10 +58,7 @@ def pool_of(doc, name):
     return next(p for p in doc["pools"] if p["name"] == name)
 
 
-def sanitized():
-    """1 when the build under test runs under the sanitizers (SIP_SANITIZE)."""
-    cache = (harness.BUILD_DIR / "CMakeCache.txt").read_text()
-    return re.search(r"^SIP_SANITIZE:BOOL=ON$", cache, re.M) is not None
+sanitized = harness.sanitized
 
 
 def test_model_memory_is_measured_and_shown_alike(start_sipd, tmp_path):

@@ -124,11 +124,6 @@ def frame():
     return f
 
 
-def sanitized():
-    cache = harness.BUILD_DIR / "CMakeCache.txt"
-    return cache.exists() and "SIP_SANITIZE:BOOL=ON" in cache.read_text(errors="replace")
-
-
 def scenario_2(client, video_frame):
     # ---- seed 000, scenario 2, client code as written ----
     request = InferenceRequest(session_pool="video_analysis_pipeline",
@@ -159,7 +154,7 @@ def test_scenario_2_as_written(models, capsys, start):
         except DeadlineExceededError as e:
             assert "stage_timeout_ms" in str(e)
             if attempt == 2:
-                if sanitized():
+                if harness.sanitized():
                     pytest.skip("a sanitizer build exceeds the seed's stage timeouts: %s" % e)
                 raise
 
