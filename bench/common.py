@@ -22,8 +22,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("SIP_BUILD_DIR") or (sys.argv[1] if len(sys.argv) > 1 else
-                                            os.path.join(ROOT, "build"))
+# Absolute: benches start processes in other working directories (cluster.py).
+BUILD = os.path.abspath(os.environ.get("SIP_BUILD_DIR") or (sys.argv[1] if len(sys.argv) > 1
+                                                            else os.path.join(ROOT, "build")))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 from cann_sip import SessionClient  # noqa: E402
 
