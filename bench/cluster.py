@@ -605,7 +605,7 @@ def sigkill_round(cl, load, victim, after_kill=None):
 
 def main():
     if len(sys.argv) > 1 and not os.environ.get("SIP_BUILD_DIR"):
-        os.environ["SIP_BUILD_DIR"] = sys.argv[1]
+        os.environ["SIP_BUILD_DIR"] = os.path.abspath(sys.argv[1])  # sipd runs in its own dir
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
     delay_ms, seconds = 50, float(os.environ.get("SIP_CLUSTER_SECONDS", "4"))
