@@ -262,7 +262,8 @@ static sip_code_t code_of_grpc(int status) {
   return SIP_INTERNAL;
 }
 
-static void *http_worker(void *arg) {
+/* One kept connection (HTTP or gRPC), one request outstanding on it. */
+static void *conn_worker(void *arg) {
   bench_t *b = arg;
   sip_cli_http_conn_t *conn = b->http ? sip_cli_http_conn_new(b->http) : NULL;
   sip_cli_grpc_conn_t *gconn = b->grpc ? sip_cli_grpc_conn_new(b->grpc) : NULL;
@@ -589,7 +590,7 @@ int sip_cli_bench(sip_client_t *c, const char *endpoint, int json_out, int argc,
       rc = 1;
       goto done;
     }
-    for (size_t k = 0; k < n_workers; k++) pthread_create(&workers[k], NULL, http_worker, &b);
+    for (size_t k = 0; k < n_workers; k++) pthread_create(&workers[k], NULL, conn_worker, &b);
   }
   window_t *ws = calloc((size_t)max_windows, sizeof *ws);
   size_t nw = 0;

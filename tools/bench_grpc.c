@@ -51,7 +51,6 @@ struct sip_cli_grpc_conn {
   uint32_t rst;   /* the stream's RST_STREAM error code, 0: none */
   size_t msg_off; /* message bytes handed to nghttp2 */
   uint8_t *rbuf, *wbuf;
-  size_t wlen;
   char err[400];
 };
 
@@ -182,15 +181,16 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
   (void)s;
   (void)flags;
   if (f->hd.stream_id != c->stream) return 0;
-  char v[16];
-  size_t vn = valuelen < sizeof v - 1 ? valuelen : sizeof v - 1;
-  memcpy(v, value, vn);
-  v[vn] = 0;
-  if (namelen == 11 && !memcmp(name, "grpc-status", 11))
-    c->status = atoi(v);
-  else if (namelen == 7 && !memcmp(name, ":status", 7))
-    c->http_status = atoi(v);
-  else if (namelen == 12 && !memcmp(name, "grpc-message", 12))
+  int *num = namelen == 11 && !memcmp(name, "grpc-status", 11) ? &c->status
+             : namelen == 7 && !memcmp(name, ":status", 7)     ? &c->http_status
+                                                               : NULL;
+  if (num) { /* header values are not NUL-terminated */
+    char v[16];
+    size_t vn = valuelen < sizeof v - 1 ? valuelen : sizeof v - 1;
+    memcpy(v, value, vn);
+    v[vn] = 0;
+    *num = atoi(v);
+  } else if (namelen == 12 && !memcmp(name, "grpc-message", 12))
     snprintf(c->err, sizeof c->err, "grpc-message: %.*s", (int)(valuelen < 300 ? valuelen : 300),
              (const char *)value);
   return 0;
@@ -246,7 +246,6 @@ static void conn_close(sip_cli_grpc_conn_t *c) {
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   c->reused = 0;
-  c->wlen = 0;
 }
 
 void sip_cli_grpc_conn_free(sip_cli_grpc_conn_t *c) {
@@ -295,26 +294,24 @@ static int flush(sip_cli_grpc_conn_t *c, const uint8_t *p, size_t n) {
 static int write_out(sip_cli_grpc_conn_t *c) {
   const uint8_t *d;
   ssize_t n;
-  c->wlen = 0;
+  size_t len = 0; /* gathered in wbuf */
   while ((n = nghttp2_session_mem_send(c->s, &d)) > 0) {
-    if (c->wlen + (size_t)n > WRITE_BUF) {
-      if (flush(c, c->wbuf, c->wlen)) return -1;
-      c->wlen = 0;
+    if (len + (size_t)n > WRITE_BUF) {
+      if (flush(c, c->wbuf, len)) return -1;
+      len = 0;
     }
     if ((size_t)n > WRITE_BUF) {
       if (flush(c, d, (size_t)n)) return -1;
     } else {
-      memcpy(c->wbuf + c->wlen, d, (size_t)n);
-      c->wlen += (size_t)n;
+      memcpy(c->wbuf + len, d, (size_t)n);
+      len += (size_t)n;
     }
   }
   if (n < 0) {
     snprintf(c->err, sizeof c->err, "HTTP/2: %s", nghttp2_strerror((int)n));
     return -1;
   }
-  int rc = flush(c, c->wbuf, c->wlen);
-  c->wlen = 0;
-  return rc;
+  return flush(c, c->wbuf, len);
 }
 
 /* Sends and reads until the call's stream closes; *got_any: some of its
