@@ -1,11 +1,21 @@
 #!/usr/bin/python3
 """Benchmark 2 (issue 4): dynamic batching on the PP-OCR angle classifier.
 
-sipd serves the classifier as two pools: `batched` (dynamic_batching,
-max_batch_size 32) and `plain` (no batching, 2 sessions), each driven at
-concurrency 32 with single-item requests by `sip bench`. The ceiling is the
-classifier run in-process through ONNX Runtime (bench_inproc, no server, no
-client) at batch sizes 8, 16 and 32, the best items/s of the three.
+sipd serves the classifier as two pools that differ only in batching, as
+issue 4 asks ("above the same pool without batching"): `batched`
+(dynamic_batching, max_batch_size 8) and `plain` (none), each of 2
+sessions, one per core, driven at concurrency 32 with single-item requests
+by `sip bench`. max_batch_size is 8 so that the 32 outstanding requests
+keep both sessions busy: with 32, one session takes the whole queue and the
+other waits (measured: 1361-1502 items/s against 2432-2523 with 8).
+
+The ceiling is the classifier run in-process through ONNX Runtime
+(bench_inproc, no server, no client) by 2 sessions on 2 threads, as the
+pool runs it, at batch sizes 1, 2, 4 and 8 (those the pool can form): the
+best items/s of the four. On machines where a batch costs less per item
+than single items the best is a batch; where it does not (the classifier's
+per-item cost is flat from batch 1 to 32 on some 2-core machines), batching
+can still gain by running fewer, larger executions per request.
 
 All three are measured in every round, beside the running sipd, the order
 turning each round. The load generator shares the machine with sipd: its
@@ -22,14 +32,16 @@ from common import CLS, ROUNDS, Sipd, children_cpu_s, inproc, interleave, ratios
     sip_bench
 
 CONC = 32
+SESSIONS = 2
+MAX_BATCH = 8
 CPUS = len(os.sched_getaffinity(0))
 inp = ["x:float32:1,3,48,192=random"]
 
 
 def ceiling():
-    per = {b: inproc("throughput", CLS, "x", "%d,3,48,192" % b, 1.5)["items_per_s"]
-           for b in (8, 16, 32)}
-    print("  in-process items/s by batch: " + "  ".join("%d:%.0f" % kv for kv in per.items()))
+    per = {b: inproc("throughput", CLS, "x", "%d,3,48,192" % b, 1.5, 0, SESSIONS)["items_per_s"]
+           for b in (1, 2, 4, MAX_BATCH)}
+    print("  in-process items/s by batch (%d sessions): " % SESSIONS + "  ".join("%d:%.0f" % kv for kv in per.items()))
     return max(per.values())
 
 
@@ -43,9 +55,9 @@ def served(s, pool):
     return run
 
 
-with Sipd([{"name": "batched", "model_path": CLS, "pool_size": 1,
-            "dynamic_batching": {"max_batch_size": 32, "max_queue_delay_us": 2000}},
-           {"name": "plain", "model_path": CLS, "pool_size": 2}]) as s:
+with Sipd([{"name": "batched", "model_path": CLS, "pool_size": SESSIONS,
+            "dynamic_batching": {"max_batch_size": MAX_BATCH, "max_queue_delay_us": 2000}},
+           {"name": "plain", "model_path": CLS, "pool_size": SESSIONS}]) as s:
     r = interleave(ROUNDS, {"ceiling": ceiling, "batched": served(s, "batched"),
                             "plain": served(s, "plain")})
     st = s.status("batched")

@@ -98,8 +98,8 @@ def free_port():
 def config(tiny):
     """The config both sipds run; their endpoints are filled in per server."""
     pools = [{"name": "tiny", "model_path": tiny, "pool_size": 1},
-             {"name": "batched", "model_path": CLS, "pool_size": 1,
-              "dynamic_batching": {"max_batch_size": 32, "max_queue_delay_us": 2000}},
+             {"name": "batched", "model_path": CLS, "pool_size": 2,
+              "dynamic_batching": {"max_batch_size": 8, "max_queue_delay_us": 2000}},
              {"name": "plain", "model_path": CLS, "pool_size": 2}]
     return ("server:\n  endpoints:\n    - ipc:///tmp/unused.sock\n  log_level: warn\n"
             "  http: 127.0.0.1:%d\n  grpc: 127.0.0.1:%d\nsession_pools:\n"

@@ -3,10 +3,14 @@
  * server makes), with no queue, scheduler or transport.
  *
  *   bench_inproc latency MODEL INPUT DIMS N        -> {"p50_us", "p99_us", "mean_us"}
- *   bench_inproc throughput MODEL INPUT DIMS SECONDS [intra_threads]
- *                                                   -> {"items_per_s", "batch"}
+ *   bench_inproc throughput MODEL INPUT DIMS SECONDS [intra_threads [sessions]]
+ *                                                   -> {"items_per_s", "batch", "sessions"}
+ * Throughput runs `sessions` (default 1) sessions of the one loaded model,
+ * each on its own thread running back to back, as a pool of that many
+ * sessions would; items_per_s is their sum.
  * DIMS like 1,3,48,192 (dim 0 is the batch); the input is float32 filled
  * with a fixed pattern. Results are JSON on stdout. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,36 @@ static int cmp_u64(const void *a, const void *b) {
 static void die(sip_error_t *e) {
   fprintf(stderr, "bench_inproc: %s\n", sip_error_message(e));
   exit(1);
+}
+
+/* One session of the throughput mode: runs until `seconds` have passed. */
+typedef struct runner {
+  const sip_backend_vtable_t *be;
+  void *sess;
+  const sip_tensor_t *const *in;
+  const char *const *names;
+  size_t n_out;
+  double seconds;
+  uint64_t runs;
+  double elapsed_s;
+} runner_t;
+
+static void *run_session(void *arg) {
+  runner_t *r = arg;
+  sip_tensor_t *res[16];
+  sip_error_t *e;
+  for (int i = 0; i < 3; i++) { /* warm-up */
+    if ((e = r->be->execute(r->sess, r->in, 1, r->names, r->n_out, res))) die(e);
+    for (size_t k = 0; k < r->n_out; k++) sip_tensor_free(res[k]);
+  }
+  uint64_t t0 = sip__now_ns();
+  while ((double)(sip__now_ns() - t0) < r->seconds * 1e9) {
+    if ((e = r->be->execute(r->sess, r->in, 1, r->names, r->n_out, res))) die(e);
+    for (size_t k = 0; k < r->n_out; k++) sip_tensor_free(res[k]);
+    r->runs++;
+  }
+  r->elapsed_s = (double)(sip__now_ns() - t0) / 1e9;
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -134,20 +168,27 @@ int main(int argc, char **argv) {
            lat[(size_t)(n * 0.99)] / 1e3, sum / (double)n / 1e3);
     free(lat);
   } else {
-    double seconds = atof(argv[5]);
-    for (int i = 0; i < 3; i++) { /* warm-up */
-      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
-      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+    int n_sess = argc > 7 ? atoi(argv[7]) : 1;
+    if (n_sess < 1 || n_sess > 64) {
+      fprintf(stderr, "bench_inproc: sessions must be 1..64, got %d\n", n_sess);
+      return 2;
     }
-    uint64_t t0 = sip__now_ns(), runs = 0;
-    while ((double)(sip__now_ns() - t0) < seconds * 1e9) {
-      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
-      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
-      runs++;
+    runner_t rs[64];
+    pthread_t th[64];
+    for (int i = 0; i < n_sess; i++) {
+      rs[i] = (runner_t){.be = be, .sess = sess, .in = tin, .names = names, .n_out = n_out,
+                         .seconds = atof(argv[5])};
+      if (i && (e = be->session_new(m, &rs[i].sess))) die(e);
     }
-    double el = (double)(sip__now_ns() - t0) / 1e9;
-    printf("{\"items_per_s\": %.3f, \"batch\": %lld}\n", (double)runs * (double)dims[0] / el,
-           (long long)dims[0]);
+    for (int i = 0; i < n_sess; i++) pthread_create(&th[i], NULL, run_session, &rs[i]);
+    double items_per_s = 0;
+    for (int i = 0; i < n_sess; i++) {
+      pthread_join(th[i], NULL);
+      items_per_s += (double)rs[i].runs * (double)dims[0] / rs[i].elapsed_s;
+      if (i) be->session_free(rs[i].sess);
+    }
+    printf("{\"items_per_s\": %.3f, \"batch\": %lld, \"sessions\": %d}\n", items_per_s,
+           (long long)dims[0], n_sess);
   }
   sip_tensor_free(t);
   be->session_free(sess);
