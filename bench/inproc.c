@@ -29,6 +29,15 @@ static void die(sip_error_t *e) {
   exit(1);
 }
 
+/* One execution, its outputs freed. */
+static void run_once(const sip_backend_vtable_t *be, void *sess, const sip_tensor_t *const *in,
+                     const char *const *names, size_t n_out) {
+  sip_tensor_t *res[16];
+  sip_error_t *e = be->execute(sess, in, 1, names, n_out, res);
+  if (e) die(e);
+  for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+}
+
 /* One session of the throughput mode: runs until `seconds` have passed. */
 typedef struct runner {
   const sip_backend_vtable_t *be;
@@ -43,16 +52,10 @@ typedef struct runner {
 
 static void *run_session(void *arg) {
   runner_t *r = arg;
-  sip_tensor_t *res[16];
-  sip_error_t *e;
-  for (int i = 0; i < 3; i++) { /* warm-up */
-    if ((e = r->be->execute(r->sess, r->in, 1, r->names, r->n_out, res))) die(e);
-    for (size_t k = 0; k < r->n_out; k++) sip_tensor_free(res[k]);
-  }
+  for (int i = 0; i < 3; i++) run_once(r->be, r->sess, r->in, r->names, r->n_out); /* warm-up */
   uint64_t t0 = sip__now_ns();
   while ((double)(sip__now_ns() - t0) < r->seconds * 1e9) {
-    if ((e = r->be->execute(r->sess, r->in, 1, r->names, r->n_out, res))) die(e);
-    for (size_t k = 0; k < r->n_out; k++) sip_tensor_free(res[k]);
+    run_once(r->be, r->sess, r->in, r->names, r->n_out);
     r->runs++;
   }
   r->elapsed_s = (double)(sip__now_ns() - t0) / 1e9;
@@ -61,7 +64,8 @@ static void *run_session(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 6) {
-    fprintf(stderr, "usage: bench_inproc latency|throughput MODEL INPUT DIMS N|SECONDS [threads]\n");
+    fprintf(stderr, "usage: bench_inproc latency|throughput MODEL INPUT DIMS N|SECONDS "
+                    "[threads [sessions]]\n");
     return 2;
   }
   const char *mode = argv[1], *model = argv[2], *input = argv[3];
@@ -95,7 +99,6 @@ int main(int argc, char **argv) {
   sip_tensor_t *t = sip_tensor_new_view(input, SIP_DTYPE_FLOAT32, rank, dims, data,
                                         count * sizeof *data, NULL);
   const sip_tensor_t *tin[1] = {t};
-  sip_tensor_t *res[16];
 
   if (!strcmp(mode, "chain")) {
     /* MODEL is "a.onnx,b.onnx,c.onnx": each model's first output feeds the
@@ -151,15 +154,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "latency")) {
     long n = atol(argv[5]);
     uint64_t *lat = malloc((size_t)n * sizeof *lat);
-    for (long i = 0; i < n / 10 + 10; i++) { /* warm-up */
-      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
-      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
-    }
+    for (long i = 0; i < n / 10 + 10; i++) run_once(be, sess, tin, names, n_out); /* warm-up */
     double sum = 0;
     for (long i = 0; i < n; i++) {
       uint64_t t0 = sip__now_ns();
-      if ((e = be->execute(sess, tin, 1, names, n_out, res))) die(e);
-      for (size_t k = 0; k < n_out; k++) sip_tensor_free(res[k]);
+      run_once(be, sess, tin, names, n_out);
       lat[i] = sip__now_ns() - t0;
       sum += (double)lat[i];
     }
@@ -175,12 +174,17 @@ int main(int argc, char **argv) {
     }
     runner_t rs[64];
     pthread_t th[64];
+    double seconds = atof(argv[5]);
     for (int i = 0; i < n_sess; i++) {
       rs[i] = (runner_t){.be = be, .sess = sess, .in = tin, .names = names, .n_out = n_out,
-                         .seconds = atof(argv[5])};
+                         .seconds = seconds};
       if (i && (e = be->session_new(m, &rs[i].sess))) die(e);
     }
-    for (int i = 0; i < n_sess; i++) pthread_create(&th[i], NULL, run_session, &rs[i]);
+    for (int i = 0; i < n_sess; i++)
+      if (pthread_create(&th[i], NULL, run_session, &rs[i])) {
+        fprintf(stderr, "bench_inproc: cannot start session thread %d\n", i);
+        return 1;
+      }
     double items_per_s = 0;
     for (int i = 0; i < n_sess; i++) {
       pthread_join(th[i], NULL);

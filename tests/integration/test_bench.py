@@ -186,3 +186,20 @@ def test_shm_needs_a_unix_socket(srv):
                             "--max-windows", "3"], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0, (ep, r.stdout)
         assert "unix" in r.stderr, (ep, r.stderr)
+
+
+def test_bench_inproc_runs_one_session_per_thread(tmp_path):
+    """bench_inproc throughput with a session count (bench/batching.py's ceiling):
+    it reports the count it ran and a rate, and refuses a count out of range."""
+    model = tmp_path / "tiny.onnx"
+    subprocess.check_call(["/usr/bin/python3", str(harness.REPO / "examples" / "make_tiny_model.py"),
+                           str(model)])
+    tool = str(harness.BUILD_DIR / "bench_inproc")
+    r = subprocess.run([tool, "throughput", str(model), "x", "2,4", "0.2", "0", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["sessions"] == 2 and out["batch"] == 2 and out["items_per_s"] > 0, out
+    r = subprocess.run([tool, "throughput", str(model), "x", "2,4", "0.2", "0", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "sessions must be 1..64, got 0" in r.stderr, r.stderr
