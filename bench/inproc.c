@@ -69,6 +69,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *mode = argv[1], *model = argv[2], *input = argv[3];
+  /* Arguments are checked before anything is loaded, so a refusal frees nothing. */
+  int n_sess = argc > 7 ? atoi(argv[7]) : 1;
+  if (n_sess < 1 || n_sess > 64) {
+    fprintf(stderr, "bench_inproc: sessions must be 1..64, got %d\n", n_sess);
+    return 2;
+  }
   int64_t dims[SIP_MAX_RANK];
   int rank = 0;
   for (char *p = argv[4]; *p && rank < SIP_MAX_RANK;) {
@@ -167,11 +173,6 @@ int main(int argc, char **argv) {
            lat[(size_t)(n * 0.99)] / 1e3, sum / (double)n / 1e3);
     free(lat);
   } else {
-    int n_sess = argc > 7 ? atoi(argv[7]) : 1;
-    if (n_sess < 1 || n_sess > 64) {
-      fprintf(stderr, "bench_inproc: sessions must be 1..64, got %d\n", n_sess);
-      return 2;
-    }
     runner_t rs[64];
     pthread_t th[64];
     double seconds = atof(argv[5]);
