@@ -126,6 +126,39 @@ int sip__client_read_full(int fd, void *p, size_t n) {
   return 0;
 }
 
+/* The answers of one connection, read ahead: one recv takes a small
+ * answer's header and payload together (and whatever follows it), where
+ * reading each exactly would take two. Parts too large for the buffer are
+ * read straight to where they go. */
+#define READ_AHEAD 16384
+typedef struct {
+  int fd;
+  size_t off, len;
+  uint8_t buf[READ_AHEAD];
+} reader_t;
+
+/* n bytes into p: 0, or -1 when the connection ended or failed. */
+static int reader_take(reader_t *r, void *p, size_t n) {
+  uint8_t *b = p;
+  for (;;) {
+    size_t have = r->len - r->off < n ? r->len - r->off : n;
+    memcpy(b, r->buf + r->off, have);
+    r->off += have;
+    b += have;
+    n -= have;
+    if (!n) return 0;
+    if (n >= READ_AHEAD / 2) return sip__client_read_full(r->fd, b, n);
+    ssize_t got = recv(r->fd, r->buf, sizeof r->buf, 0);
+    if (got == 0) return -1;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    r->off = 0;
+    r->len = (size_t)got;
+  }
+}
+
 static sip__client_pending_t *take_pending(sip_client_t *c, uint64_t id) {
   pthread_mutex_lock(&c->pmu);
   sip__client_pending_t **pp = &c->pending, *p;
@@ -205,12 +238,12 @@ sip_error_t *sip__client_error_from_text(sip_code_t code, const char *txt, size_
   return e;
 }
 
-/* Reads answers from `fd` until the connection ends, then fails what is
- * pending on it (fail_all). */
-static void read_answers(sip_client_t *c, int fd) {
+/* Reads answers until the connection ends, then fails what is pending on
+ * it (fail_all). */
+static void read_frames(sip_client_t *c, reader_t *rd) {
   for (;;) {
     uint8_t hdr[SIP__FRAME_HEADER_SIZE];
-    if (sip__client_read_full(fd, hdr, sizeof hdr) != 0) break;
+    if (reader_take(rd, hdr, sizeof hdr) != 0) break;
     sip__frame_header_t h;
     sip_error_t *e = sip__frame_header_decode(hdr, UINT32_MAX, &h);
     if (e) {
@@ -220,7 +253,7 @@ static void read_answers(sip_client_t *c, int fd) {
     }
     void *mem = sip__malloc(h.length ? h.length : 1);
     sip_buf_t *buf = mem ? sip_buf_wrap(mem, h.length, release_payload, mem) : NULL;
-    if (!buf || sip__client_read_full(fd, mem, h.length) != 0) {
+    if (!buf || reader_take(rd, mem, h.length) != 0) {
       sip_buf_unref(buf);
       break;
     }
@@ -291,6 +324,19 @@ static void read_answers(sip_client_t *c, int fd) {
     sip_buf_unref(buf);
   }
   fail_all(c, SIP_UNAVAILABLE, "connection to the server closed");
+}
+
+/* Reads the answers of connection `fd` (read_frames). */
+static void read_answers(sip_client_t *c, int fd) {
+  reader_t *rd = sip__malloc(sizeof *rd);
+  if (!rd) {
+    fail_all(c, SIP_RESOURCE_EXHAUSTED, "out of memory for the connection's reader");
+    return;
+  }
+  rd->fd = fd;
+  rd->off = rd->len = 0;
+  read_frames(c, rd);
+  sip__free(rd);
 }
 
 /* Frees a token after overwriting it. */

@@ -120,6 +120,8 @@ void sip__conn_close(sip__listener_set_t *ls, sip__conn_t *c) {
   sip__rx_budget_unref(c->budget);
   c->budget = NULL;
   sip__conn_close_fds(c);
+  for (int i = 0; i < c->n_fds_ahead; i++) close(c->fds_ahead[i]);
+  c->n_fds_ahead = 0;
   /* The connection's regions go; requests in flight keep their views. */
   sip__shm_set_free(c->shm);
   c->shm = NULL;

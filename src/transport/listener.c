@@ -55,35 +55,50 @@ static void release_payload(void *p) {
 /* Where the bytes of refused frames are read to and dropped (loop only). */
 static uint8_t skip_sink[64 << 10];
 
-/* recv that also takes the descriptors a peer passed (SCM_RIGHTS) with
- * these bytes into c->fds (close-on-exec; any beyond what c->fds holds, or
- * cut off by the kernel, are closed and the frame marked). */
-static ssize_t recv_fds(sip__conn_t *c, uint8_t *dst, size_t want) {
+/* recvmsg into iov[0..niov) that also takes the descriptors a peer passed
+ * (SCM_RIGHTS) with these bytes into fds[*n_fds...] (close-on-exec; any
+ * beyond SIP__CONN_MAX_FDS, or cut off by the kernel, are closed and
+ * *dropped set). */
+static ssize_t recv_fds(int sock, struct iovec *iov, int niov, int *fds, int *n_fds,
+                        int *dropped) {
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(SIP__CONN_MAX_FDS * sizeof(int))];
   } ctl;
-  struct iovec iov = {.iov_base = dst, .iov_len = want};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)niov, .msg_control = ctl.buf,
                        .msg_controllen = sizeof ctl.buf};
-  ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+  ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
-  if (msg.msg_flags & MSG_CTRUNC) c->fds_dropped = 1;
+  if (msg.msg_flags & MSG_CTRUNC) *dropped = 1;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
     size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < k; i++) {
       int fd;
       memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      if (c->n_fds < SIP__CONN_MAX_FDS) {
-        c->fds[c->n_fds++] = fd;
+      if (*n_fds < SIP__CONN_MAX_FDS) {
+        fds[(*n_fds)++] = fd;
       } else {
         close(fd);
-        c->fds_dropped = 1;
+        *dropped = 1;
       }
     }
   }
   return n;
+}
+
+/* The descriptors read ahead go to the frame now being read. */
+static void take_fds_ahead(sip__conn_t *c) {
+  for (int i = 0; i < c->n_fds_ahead; i++) {
+    if (c->n_fds < SIP__CONN_MAX_FDS) {
+      c->fds[c->n_fds++] = c->fds_ahead[i];
+    } else {
+      close(c->fds_ahead[i]);
+      c->fds_dropped = 1;
+    }
+  }
+  c->fds_dropped |= c->fds_ahead_dropped;
+  c->n_fds_ahead = c->fds_ahead_dropped = 0;
 }
 
 /* The frame in c->h is refused (e: taken) before its payload is in: it is
@@ -158,28 +173,49 @@ static int frame_done(sip__listener_set_t *ls, sip__conn_t *c) {
   return sip__conn_flush(ls, c);
 }
 
-/* Reads everything available. Returns -1 when the connection was closed. */
+/* Reads everything available. Returns -1 when the connection was closed.
+ *
+ * The last bytes of a payload are read together with up to a header less
+ * one byte of whatever follows: when nothing follows (a client waiting for
+ * its answer) the read says so, and the loop goes back to epoll (level
+ * triggered) without the read that would fail with EAGAIN; when a frame
+ * follows, its header's first bytes are in. At least one byte of that
+ * header stays in the socket, so a connection paused after this frame is
+ * woken by epoll as it would have been. Descriptors that come with such a
+ * read belong to the next frame (they travel with a frame's first bytes:
+ * those of this one were read with its header). */
 static int conn_read(sip__listener_set_t *ls, sip__conn_t *c) {
   for (;;) {
     if (c->closing || atomic_load(&c->read_paused)) return 0;
-    uint8_t *dst;
-    size_t want;
+    struct iovec iov[2];
+    int niov = 1, ahead = 0;
     if (c->skip) {
-      dst = skip_sink;
-      want = c->skip < sizeof skip_sink ? c->skip : sizeof skip_sink;
+      iov[0].iov_base = skip_sink;
+      iov[0].iov_len = c->skip < sizeof skip_sink ? c->skip : sizeof skip_sink;
     } else if (!c->in_payload) {
-      dst = c->hdr + c->hdr_got;
-      want = SIP__FRAME_HEADER_SIZE - c->hdr_got;
+      iov[0].iov_base = c->hdr + c->hdr_got;
+      iov[0].iov_len = SIP__FRAME_HEADER_SIZE - c->hdr_got;
     } else {
       if (c->got == c->rx_cap && c->got < c->h.length) {
         int rc = grow_rx(ls, c);
         if (rc < 0) return -1;
         if (rc > 0) continue; /* refused: its bytes are skipped */
       }
-      dst = c->rx + RX_HDR + c->got;
-      want = c->rx_cap - c->got;
+      iov[0].iov_base = c->rx + RX_HDR + c->got;
+      iov[0].iov_len = c->rx_cap - c->got;
+      /* c->hdr was decoded: it takes the next frame's first bytes. */
+      ahead = c->rx_cap == c->h.length && c->got < c->h.length;
+      if (ahead) {
+        iov[1].iov_base = c->hdr;
+        iov[1].iov_len = SIP__FRAME_HEADER_SIZE - 1;
+        niov = 2;
+      }
     }
-    ssize_t n = want ? recv_fds(c, dst, want) : 0;
+    size_t want = iov[0].iov_len;
+    ssize_t n = !want ? 0
+                : ahead ? recv_fds(c->fd, iov, niov, c->fds_ahead, &c->n_fds_ahead,
+                                   &c->fds_ahead_dropped)
+                        : recv_fds(c->fd, iov, niov, c->fds, &c->n_fds, &c->fds_dropped);
     if (want && n == 0) { /* peer closed; a partial frame is simply dropped */
       sip__conn_close(ls, c);
       return -1;
@@ -201,6 +237,7 @@ static int conn_read(sip__listener_set_t *ls, sip__conn_t *c) {
     }
     if (!c->in_payload) {
       if (!c->hdr_got) c->frame_us = c->last_rx_us;
+      c->hdr_ahead = 0;
       c->hdr_got += (size_t)n;
       if (c->hdr_got < SIP__FRAME_HEADER_SIZE) continue;
       sip_error_t *e = sip__frame_header_decode(c->hdr, ls->max_frame, &c->h);
@@ -216,7 +253,18 @@ static int conn_read(sip__listener_set_t *ls, sip__conn_t *c) {
       if (rc < 0) return -1;
       if (rc > 0) continue;
     } else {
-      c->got += (size_t)n;
+      size_t next = (size_t)n > want ? (size_t)n - want : 0;
+      c->got += (size_t)n - next;
+      if (ahead && !next) take_fds_ahead(c); /* all this frame's */
+      if (c->got < c->h.length) continue;
+      if (frame_done(ls, c) < 0) return -1;
+      if (!ahead) continue;
+      if (!next) return 0; /* nothing followed: epoll says when more comes */
+      c->hdr_got = next;
+      c->hdr_ahead = 1;
+      c->frame_us = c->last_rx_us;
+      take_fds_ahead(c);
+      continue;
     }
     if (c->got == c->h.length && frame_done(ls, c) < 0) return -1;
   }
@@ -248,6 +296,9 @@ static void sweep_stalled(sip__listener_set_t *ls, uint64_t now) {
       }
       continue;
     }
+    /* Header bytes read with the last frame's end while the connection is
+     * not read from are no frame begun: the clock starts when it is read. */
+    if (c->hdr_ahead && atomic_load(&c->read_paused)) c->frame_us = now;
     const char *what;
     if (c->in_payload || c->skip)
       what = now - c->last_rx_us > t ? "no byte of the frame's payload came for" : NULL;

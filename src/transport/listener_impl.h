@@ -99,6 +99,13 @@ typedef struct sip__conn {
   int fds[SIP__CONN_MAX_FDS];
   int n_fds;
   int fds_dropped; /* more arrived than fds[] holds, or the control data was cut */
+  /* Those that came with the first bytes of the next frame, read together
+   * with the end of this one (listener.c): given to it once this one is
+   * handled. */
+  int fds_ahead[SIP__CONN_MAX_FDS];
+  int n_fds_ahead;
+  int fds_ahead_dropped;
+  int hdr_ahead; /* hdr_got bytes of the next header came with the end of the last frame */
   /* Regions this connection registered (loop only; created on the first
    * SHM_REGISTER, freed when the connection closes). */
   sip__shm_set_t *shm;

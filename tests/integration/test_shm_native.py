@@ -8,6 +8,7 @@ registered (no descriptor or mapping left behind in sipd)."""
 
 import array
 import fcntl
+import json
 import os
 import socket
 import tempfile
@@ -357,6 +358,96 @@ def test_descriptor_on_another_message_ends_the_connection(server, raw):
     h, body = raw.call(P.INFO_REQUEST, P.encode_info_request(P.INFO_READY), [fd])
     assert h.type == P.ERROR
     code, msg = P.decode_error(body)
+    assert code == CODE_INVALID and "carried file descriptors; only SHM_REGISTER" in msg
+    assert raw.closed()
+    os.close(fd)
+    server.assert_alive()
+
+
+@pytest.fixture
+def paused(start_sipd):
+    """A raw connection to a sipd that stops reading a connection whose
+    requests in flight hold over 1 MiB (max_unsent_bytes below that)."""
+    srv = start_sipd([{"name": "echo", "backend": "builtin"},
+                      {"name": "slow", "backend": "builtin",
+                       "backend_options": {"delay_ms": 400}}],
+                     server={"max_unsent_bytes": "64KiB"})
+    r = Raw(srv.sock_path)
+    yield srv, r
+    r.close()
+
+
+def queued_behind_a_pause(raw, frames):
+    """Sends a 1.2 MB request to pool slow, more than sipd holds in flight
+    for one connection here, so sipd stops reading the connection until it
+    is answered; then `frames` [(type, payload,
+    fds)], each in a sendmsg of its own. They all wait in the socket, and
+    sipd reads each frame's end together with the next frame's first bytes
+    and the descriptors sent with them. Returns the answers in the order
+    the frames were sent (None for those not answered), and the ERROR frame
+    that ended the connection if one did."""
+    x = np.arange(300000, dtype=np.float32)
+    parts = P.encode_infer_request_parts("slow", {"input": x})
+    raw.rid += 1
+    raw.sock.sendall(P.encode_frame(P.INFER_REQUEST, raw.rid, b"".join(bytes(p) for p in parts)))
+    rids = [raw.rid] + [raw.send(t, payload, fds) for t, payload, fds in frames]
+    got, error = {}, None
+    while len(got) < len(rids) and error is None:
+        h, body = raw.recv()
+        if h is None:
+            break
+        if h.type == P.ERROR:
+            error = (h, body)
+        else:
+            got[h.request_id] = (h, body)
+    return [got.get(r) for r in rids], error
+
+
+def test_descriptors_go_to_the_frame_they_were_sent_with(paused):
+    """A frame read together with the first bytes of an SHM_REGISTER behind
+    it, and that SHM_REGISTER's memfd: the descriptor is the SHM_REGISTER's,
+    not the frame read with it. Three times over (after an SHM_STATUS, an
+    INFER_REQUEST and another SHM_REGISTER), each answered in order."""
+    server, raw = paused
+    fds = [sealed_memfd(4096) for _ in range(3)]
+    echo = b"".join(bytes(p) for p in P.encode_infer_request_parts(
+        "echo", {"input": np.arange(4, dtype=np.float32)}))
+    answers, error = queued_behind_a_pause(raw, [
+        (P.SHM_STATUS, P.encode_shm_name(""), ()),
+        (P.SHM_REGISTER, P.encode_shm_register("a", 0, 4096), [fds[0]]),
+        (P.INFER_REQUEST, echo, ()),
+        (P.SHM_REGISTER, P.encode_shm_register("b", 0, 4096), [fds[1]]),
+        (P.SHM_REGISTER, P.encode_shm_register("c", 0, 4096), [fds[2]]),
+        (P.SHM_STATUS, P.encode_shm_name(""), ())])
+    assert error is None, error
+    assert [a and a[0].type for a in answers] == [
+        P.INFER_RESPONSE, P.INFO_RESPONSE, P.INFO_RESPONSE, P.INFER_RESPONSE,
+        P.INFO_RESPONSE, P.INFO_RESPONSE, P.INFO_RESPONSE], answers
+    info = [P.decode_info_response(body, parse_json=False) for h, body in answers
+            if h.type == P.INFO_RESPONSE]
+    assert [code for code, _ in info] == [CODE_OK] * 5, info
+    assert [r["name"] for r in json.loads(info[-1][1])["regions"]] == ["a", "b", "c"]
+    out = P.decode_infer_response(answers[3][1])
+    assert out.code == 0, out
+    np.testing.assert_array_equal(out.outputs["output"], np.arange(4, dtype=np.float32))
+    for fd in fds:
+        os.close(fd)
+
+
+def test_descriptor_read_ahead_of_another_message_ends_only_that(paused):
+    """An SHM_STATUS read together with the first bytes of an INFO_REQUEST
+    that carries a descriptor: the SHM_STATUS is answered, the INFO_REQUEST
+    is the protocol error (ERROR, connection closed)."""
+    server, raw = paused
+    fd = sealed_memfd(4096)
+    answers, error = queued_behind_a_pause(raw, [
+        (P.SHM_STATUS, P.encode_shm_name(""), ()),
+        (P.INFO_REQUEST, P.encode_info_request(P.INFO_READY), [fd])])
+    assert answers[0][0].type == P.INFER_RESPONSE, answers
+    assert answers[1][0].type == P.INFO_RESPONSE, answers
+    assert P.decode_info_response(answers[1][1], parse_json=False)[0] == CODE_OK
+    assert answers[2] is None and error is not None, (answers, error)
+    code, msg = P.decode_error(error[1])
     assert code == CODE_INVALID and "carried file descriptors; only SHM_REGISTER" in msg
     assert raw.closed()
     os.close(fd)

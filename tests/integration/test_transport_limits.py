@@ -398,3 +398,29 @@ def test_half_sent_frame_of_a_client_that_does_not_read_is_timed_out(start_sipd)
         check_echo(c)
     finally:
         s.close()
+
+
+def test_next_header_read_with_a_frame_is_not_timed_out_while_paused(start_sipd):
+    """sipd reads the end of a frame together with the first bytes of the
+    next one. When that frame then stops the connection being read (its
+    request holds more than a connection may have in flight, here over
+    1 MiB for 2.5 s) those bytes are no frame half sent: the connection
+    outlives frame_timeout_ms (1 s) and the next frame is answered."""
+    srv = start_sipd([{"name": "slow", "backend": "builtin",
+                       "backend_options": {"shape": "-1,%d" % ROW, "delay_ms": 2500}}],
+                     server={"frame_timeout_ms": 1000, "max_unsent_bytes": "64KiB"})
+    big = infer_frame(1, rows=1200, pool="slow")  # 1.2 MB
+    nxt = P.encode_frame(P.INFO_REQUEST, 2, P.encode_info_request(P.INFO_READY))
+    s = raw_connect(srv.unix_endpoint)
+    try:
+        s.sendall(big[:-1])
+        wait_read_by_server(s)
+        s.sendall(big[-1:] + nxt)  # one read takes the last byte and the next header's start
+        s.settimeout(10)
+        hdr, payload = read_frame(s)
+        assert hdr.request_id == 1 and P.decode_infer_response(payload).code == 0
+        hdr, _ = read_frame(s)
+        assert hdr.request_id == 2 and hdr.type == P.INFO_RESPONSE, hdr
+        assert "frame stalled" not in srv.log()
+    finally:
+        s.close()

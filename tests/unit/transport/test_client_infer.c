@@ -77,13 +77,28 @@ static void on_done(sip_client_response_t *r, sip_error_t *e, void *user) {
   sip_error_free(e);
 }
 
+static void collect_init(collect_t *col) {
+  memset(col, 0, sizeof *col);
+  pthread_mutex_init(&col->mu, NULL);
+  pthread_cond_init(&col->cv, NULL);
+}
+
+/* Waits for n answers, then frees the client and the collector. */
+static void collect_finish(collect_t *col, int n, sip_client_t *c) {
+  pthread_mutex_lock(&col->mu);
+  while (col->done < n) pthread_cond_wait(&col->cv, &col->mu);
+  pthread_mutex_unlock(&col->mu);
+  sip_client_free(c);
+  pthread_mutex_destroy(&col->mu);
+  pthread_cond_destroy(&col->cv);
+}
+
 static void test_async_pipelined(void **state) {
   (void)state;
   sip_client_t *c = NULL;
   assert_null(sip_client_connect(unix_ep, &c));
-  collect_t col = {.done = 0};
-  pthread_mutex_init(&col.mu, NULL);
-  pthread_cond_init(&col.cv, NULL);
+  collect_t col;
+  collect_init(&col);
   enum { N = 50 };
   for (uint64_t i = 1; i <= N; i++) {
     sip_tensor_t *t = vec3((float)(i * 100), 2);
@@ -92,14 +107,9 @@ static void test_async_pipelined(void **state) {
     assert_null(sip_client_infer_async(c, &req, on_done, &col));
     sip_tensor_free(t); /* the request was encoded: inputs are not needed any more */
   }
-  pthread_mutex_lock(&col.mu);
-  while (col.done < N) pthread_cond_wait(&col.cv, &col.mu);
-  pthread_mutex_unlock(&col.mu);
+  collect_finish(&col, N, c);
   assert_int_equal(col.ok, N);
   assert_int_equal(col.failed, 0);
-  sip_client_free(c);
-  pthread_mutex_destroy(&col.mu);
-  pthread_cond_destroy(&col.cv);
 }
 
 static void test_errors(void **state) {
@@ -145,9 +155,8 @@ static void test_deadline(void **state) {
   float v = 1;
   sip_tensor_t *t = sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 1, dims, &v, sizeof v);
   const sip_tensor_t *in[] = {t};
-  collect_t col = {.done = 0};
-  pthread_mutex_init(&col.mu, NULL);
-  pthread_cond_init(&col.cv, NULL);
+  collect_t col;
+  collect_init(&col);
   sip_client_request_t busy = {.pool = "slow", .inputs = in, .n_inputs = 1, .request_id = 0};
   assert_null(sip_client_infer_async(c, &busy, on_done, &col));
   sip_client_request_t late = {.pool = "slow", .inputs = in, .n_inputs = 1, .timeout_ms = 20};
@@ -155,13 +164,8 @@ static void test_deadline(void **state) {
   sip_error_t *e = sip_client_infer(c, &late, &r);
   assert_int_equal(sip_error_code(e), SIP_DEADLINE_EXCEEDED);
   sip_error_free(e);
-  pthread_mutex_lock(&col.mu);
-  while (col.done < 1) pthread_cond_wait(&col.cv, &col.mu);
-  pthread_mutex_unlock(&col.mu);
+  collect_finish(&col, 1, c);
   sip_tensor_free(t);
-  sip_client_free(c);
-  pthread_mutex_destroy(&col.mu);
-  pthread_cond_destroy(&col.cv);
 }
 
 static void test_info(void **state) {
@@ -359,11 +363,67 @@ static void test_shared_memory(void **state) {
   sip_client_free(c);
 }
 
+/* Answers of many sizes back to back on one connection: small ones that
+ * arrive several to a read, ones that cross the client's read-ahead buffer
+ * and ones read straight into their tensor (1 row to 1.2 MB). Each comes
+ * back whole, to its own request. */
+static const int64_t size_rows[] = {1, 2, 500, 700, 1365, 1366, 1400, 4000, 100000};
+#define N_SIZES (sizeof size_rows / sizeof size_rows[0])
+
+static sip_tensor_t *rows_of(uint64_t id, int64_t rows) {
+  size_t n = (size_t)rows * 3;
+  float *v = malloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) v[i] = (float)(id * 1000003 + i);
+  int64_t dims[2] = {rows, 3};
+  sip_tensor_t *t = sip_tensor_new_copy("input", SIP_DTYPE_FLOAT32, 2, dims, v, n * sizeof *v);
+  free(v);
+  return t;
+}
+
+static void on_sized(sip_client_response_t *r, sip_error_t *e, void *user) {
+  collect_t *s = user;
+  int good = 0;
+  if (r && !e) {
+    int64_t rows = size_rows[r->request_id % N_SIZES];
+    const sip_tensor_t *t = sip_client_response_output(r, "output");
+    good = t && t->rank == 2 && t->dims[0] == rows && t->dims[1] == 3;
+    const float *f = good ? t->data : NULL;
+    for (size_t i = 0; good && i < (size_t)rows * 3; i++)
+      good = f[i] == (float)(r->request_id * 1000003 + i);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->ok += good;
+  s->done++;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  sip_client_response_free(r);
+  sip_error_free(e);
+}
+
+static void test_answers_of_every_size(void **state) {
+  (void)state;
+  sip_client_t *c = NULL;
+  assert_null(sip_client_connect(unix_ep, &c));
+  collect_t s;
+  collect_init(&s);
+  enum { N = 4 * N_SIZES };
+  for (uint64_t i = 1; i <= N; i++) {
+    sip_tensor_t *t = rows_of(i, size_rows[i % N_SIZES]);
+    const sip_tensor_t *in[] = {t};
+    sip_client_request_t req = {.pool = "echo", .inputs = in, .n_inputs = 1, .request_id = i};
+    assert_null(sip_client_infer_async(c, &req, on_sized, &s));
+    sip_tensor_free(t);
+  }
+  collect_finish(&s, N, c);
+  assert_int_equal(s.ok, N);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sync_unix),
       cmocka_unit_test(test_sync_tcp),
       cmocka_unit_test(test_async_pipelined),
+      cmocka_unit_test(test_answers_of_every_size),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_info),
