@@ -328,15 +328,10 @@ static void read_frames(sip_client_t *c, reader_t *rd) {
 
 /* Reads the answers of connection `fd` (read_frames). */
 static void read_answers(sip_client_t *c, int fd) {
-  reader_t *rd = sip__malloc(sizeof *rd);
-  if (!rd) {
-    fail_all(c, SIP_RESOURCE_EXHAUSTED, "out of memory for the connection's reader");
-    return;
-  }
-  rd->fd = fd;
-  rd->off = rd->len = 0;
-  read_frames(c, rd);
-  sip__free(rd);
+  reader_t rd; /* 16 KiB on the reader thread's stack */
+  rd.fd = fd;
+  rd.off = rd.len = 0;
+  read_frames(c, &rd);
 }
 
 /* Frees a token after overwriting it. */

@@ -458,7 +458,8 @@ static void handle_admin(sip__listener_set_t *ls, sip__conn_t *c) {
                                           c->h.length, on_admin_done, ap);
   int was = 0;
   if (e) { /* refused before it started */
-    encode_admin_answer(&w, c->h.request_id, e, NULL);
+    encode_repo_answer(&w, c->h.request_id, e, NULL);
+    sip_error_free(e);
     sip__free(ap);
   } else if (!atomic_compare_exchange_strong(&ap->state, &was, 1)) { /* answered in the call */
     encode_admin_answer(&w, c->h.request_id, ap->e, ap->answer);

@@ -222,7 +222,11 @@ static int conn_read(sip__listener_set_t *ls, sip__conn_t *c) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        /* What came of the header is all the client sent: it is a frame begun. */
+        if (!c->in_payload && !c->skip) c->hdr_ahead = 0;
+        return 0;
+      }
       sip__conn_close(ls, c);
       return -1;
     }

@@ -81,7 +81,8 @@ typedef struct sip__conn {
   size_t skip;          /* bytes of a refused frame still to be read and dropped */
   sip__rx_budget_t *budget;  /* this connection's; its parent is the listener set's */
   sip_buf_t *payload;   /* the complete payload while its frame is handled */
-  uint64_t frame_us;    /* when the first byte of the current frame's header came */
+  uint64_t frame_us;    /* when the first byte of the current frame's header came (or,
+                           while read ahead of a paused connection, when last swept) */
   uint64_t last_rx_us;  /* when bytes last came */
   sip__chunk_fifo_t out; /* zeroed: empty */
   size_t unsent;    /* bytes held by `out`, with each chunk's own size */

@@ -371,14 +371,16 @@ def test_connections_past_the_limit_are_refused(start_sipd):
         h.close()
 
 
-def test_half_sent_frame_of_a_client_that_does_not_read_is_timed_out(start_sipd):
+@pytest.mark.parametrize("sent", ["half the frame", "10 bytes of its header"])
+def test_half_sent_frame_of_a_client_that_does_not_read_is_timed_out(start_sipd, sent):
     """A client sends four requests with 100 KB answers, then half of a
-    fifth frame, and reads nothing: its answers fill the socket, then sipd's
-    queue, and sipd stops reading it (max_unsent_bytes). The half-sent frame
-    still times out: the connection is closed about frame_timeout_ms after
-    the frame's last byte came (before: open and silent for good, the ERROR
-    frame queued behind answers never taken, or the connection not even
-    looked at while not read from)."""
+    fifth frame (or only the first 10 bytes of its header, which sipd reads
+    with the end of the fourth), and reads nothing: its answers fill the
+    socket, then sipd's queue, and sipd stops reading it (max_unsent_bytes).
+    The half-sent frame still times out: the connection is closed about
+    frame_timeout_ms after the frame's last byte came (before: open and
+    silent for good, the ERROR frame queued behind answers never taken, or
+    the connection not even looked at while not read from)."""
     srv = start_sipd(POOLS + [{"name": "slow", "backend": "builtin",
                                "backend_options": {"shape": "-1,%d" % ROW, "delay_ms": 100}}],
                      server={"frame_timeout_ms": 1000, "max_unsent_bytes": 4096})
@@ -387,7 +389,7 @@ def test_half_sent_frame_of_a_client_that_does_not_read_is_timed_out(start_sipd)
     frame = infer_frame(1, rows=100, pool="slow")
     s = raw_connect(srv.unix_endpoint)
     try:
-        s.sendall(frame * 4 + frame[:len(frame) // 2])
+        s.sendall(frame * 4 + frame[:len(frame) // 2 if sent == "half the frame" else 10])
         t0 = time.monotonic()
         wait_until(lambda: c.status()["connections"]["unix"] == 1, timeout=10,
                    what="sipd closing the connection holding half a frame")

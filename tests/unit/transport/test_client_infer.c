@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_helpers.h"
@@ -83,11 +84,18 @@ static void collect_init(collect_t *col) {
   pthread_cond_init(&col->cv, NULL);
 }
 
-/* Waits for n answers, then frees the client and the collector. */
+/* Waits (30 s at most) for n answers, then frees the client and the
+ * collector. */
 static void collect_finish(collect_t *col, int n, sip_client_t *c) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 30;
   pthread_mutex_lock(&col->mu);
-  while (col->done < n) pthread_cond_wait(&col->cv, &col->mu);
+  int rc = 0;
+  while (col->done < n && rc == 0) rc = pthread_cond_timedwait(&col->cv, &col->mu, &until);
+  int done = col->done;
   pthread_mutex_unlock(&col->mu);
+  assert_int_equal(done, n);
   sip_client_free(c);
   pthread_mutex_destroy(&col->mu);
   pthread_cond_destroy(&col->cv);
@@ -367,7 +375,10 @@ static void test_shared_memory(void **state) {
  * arrive several to a read, ones that cross the client's read-ahead buffer
  * and ones read straight into their tensor (1 row to 1.2 MB). Each comes
  * back whole, to its own request. */
-static const int64_t size_rows[] = {1, 2, 500, 700, 1365, 1366, 1400, 4000, 100000};
+/* Around 8 KiB (682 rows) answers go from the buffer to direct reads;
+ * around 16 KiB (1365) they fill it. */
+static const int64_t size_rows[] = {1, 2, 500, 680, 681, 682, 683, 684, 700,
+                                    1365, 1366, 1400, 4000, 100000};
 #define N_SIZES (sizeof size_rows / sizeof size_rows[0])
 
 static sip_tensor_t *rows_of(uint64_t id, int64_t rows) {
